@@ -1,0 +1,73 @@
+"""Model-facing content blocks and deferred user messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, TypeAlias
+
+import attrs
+
+from ._json import JsonValue, snapshot_json
+
+__all__ = ["ContentBlock", "ImageBlock", "TextBlock", "UserMessage", "as_content", "text_of"]
+
+
+def _str_field(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if type(value) is not str:
+        raise TypeError(f"{type(instance).__name__}.{attribute.name} must be a str, got {type(value).__name__}")
+
+
+@attrs.frozen(slots=True)
+class TextBlock:
+    """A run of text the model reads."""
+
+    text: str = attrs.field(validator=_str_field)
+    type: Literal["text"] = attrs.field(default="text", init=False)
+
+
+@attrs.frozen(slots=True)
+class ImageBlock:
+    """An image, as base64 ``data`` with its ``mime_type``."""
+
+    data: str = attrs.field(validator=_str_field)
+    mime_type: str = attrs.field(validator=_str_field)
+    type: Literal["image"] = attrs.field(default="image", init=False)
+
+
+ContentBlock: TypeAlias = TextBlock | ImageBlock
+
+
+def as_content(blocks: object, *, what: str = "content") -> tuple[ContentBlock, ...]:
+    """Check that ``blocks`` is an iterable of content blocks and freeze it as a tuple.
+
+    Raises ``TypeError`` naming the first offending position; a ``str`` is refused
+    (it is iterable, but almost always a forgotten ``[TextBlock(...)]``).
+    """
+    if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Iterable):
+        raise TypeError(f"{what} must be a list of content blocks, got {type(blocks).__name__}")
+    out = tuple(blocks)
+    for index, block in enumerate(out):
+        if type(block) is not TextBlock and type(block) is not ImageBlock:
+            raise TypeError(f"{what}[{index}] must be a TextBlock or ImageBlock, got {type(block).__name__}")
+    return out
+
+
+def text_of(blocks: Iterable[ContentBlock]) -> str:
+    """Texts of text blocks and ``[<type> content]`` for the others, joined by newlines."""
+    return "\n".join(b.text if isinstance(b, TextBlock) else f"[{b.type} content]" for b in blocks)
+
+
+
+
+
+@attrs.frozen(slots=True)
+class UserMessage:
+    """A context deferred until after the tool result (``ToolRunContext.defer_context``).
+
+    ``source`` says who produced it (a plugin or tool name); ``meta`` is any
+    lossless JSON the host wants to keep with it.
+    """
+
+    content: tuple[ContentBlock, ...] = attrs.field(converter=lambda v: as_content(v, what="UserMessage.content"))
+    source: str = attrs.field(default="tool", validator=_str_field)
+    meta: JsonValue = attrs.field(default=None, converter=snapshot_json)

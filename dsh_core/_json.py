@@ -1,0 +1,362 @@
+"""Lossless JSON values: the one materialisation boundary of the pipeline.
+
+Every walk here uses an explicit work stack, never Python recursion, so values
+nested hundreds of thousands of levels deep snapshot, thaw, compare and hash
+without reaching the interpreter's recursion limit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any, NoReturn, TypeAlias, Union
+
+from ._errors import NonJsonValueError
+
+__all__ = [
+    "FrozenDict",
+    "FrozenList",
+    "JsonValue",
+    "json_equal",
+    "json_path",
+    "snapshot_json",
+    "thaw",
+]
+
+FrozenList: TypeAlias = tuple["JsonValue", ...]
+JsonValue: TypeAlias = Union[None, bool, int, float, str, FrozenList, "FrozenDict"]
+
+_NUMBERS = (int, float)
+
+
+def json_path(keys: list[str | int] | tuple[str | int, ...], root: str = "$") -> str:
+    """Spell a JSON path: ``$.items[3].x``; keys that are not identifiers are quoted."""
+    parts = [root]
+    for key in keys:
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        elif key.isidentifier():
+            parts.append(f".{key}")
+        else:
+            parts.append(f"[{json.dumps(key, ensure_ascii=False)}]")
+    return "".join(parts)
+
+
+class FrozenDict(dict[str, "JsonValue"]):
+    """A read-only, hashable JSON object that keeps its key order.
+
+    It is a ``dict`` subclass, so ``json.dumps``, ``**`` unpacking and every
+    ``isinstance(x, dict)`` check keep working at full speed, but each mutating
+    method raises ``TypeError``. Constructing one snapshots its input, so a
+    ``FrozenDict`` only ever holds lossless JSON; ``snapshot_json`` therefore
+    returns an existing one as is. Equality and hashing walk iteratively, so
+    values nested 100 000 levels deep compare without ``RecursionError``; they
+    follow JSON rather than Python's numeric tower (``True`` is not ``1``).
+    """
+
+    __slots__ = ("_hash",)
+
+    _hash: int | None
+
+    def __new__(cls, source: Mapping[str, Any] | None = None, /, **kwargs: Any) -> FrozenDict:
+        if source is None and not kwargs:
+            return _EMPTY
+        merged = dict(source or {}, **kwargs)
+        value = snapshot_json(merged)
+        assert isinstance(value, FrozenDict)
+        return value
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Content was filled in by __new__; dict.__init__ would re-insert it.
+        pass
+
+    @classmethod
+    def _trusted(cls, data: dict[str, JsonValue]) -> FrozenDict:
+        self = dict.__new__(cls)
+        dict.update(self, data)
+        self._hash = None
+        return self
+
+    def _immutable(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("FrozenDict is immutable; thaw() it for a mutable copy")
+
+    __setitem__ = _immutable
+    __delitem__ = _immutable
+    __ior__ = _immutable  # type: ignore[assignment]
+    clear = _immutable
+    pop = _immutable
+    popitem = _immutable
+    setdefault = _immutable
+    update = _immutable
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, dict):
+            return json_equal(self, other)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        if isinstance(other, dict):
+            return not json_equal(self, other)
+        return NotImplemented
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        cached = self._hash
+        if cached is None:
+            cached = _json_hash(self)
+            self._hash = cached
+        return cached
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({dict.__repr__(self)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (thaw(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: object) -> FrozenDict:
+        return self
+
+    def __or__(self, other: Mapping[str, Any]) -> FrozenDict:  # type: ignore[override]
+        merged = dict(self)
+        merged.update(other)
+        value = snapshot_json(merged)
+        assert isinstance(value, FrozenDict)
+        return value
+
+
+_EMPTY = FrozenDict._trusted({})
+
+
+def _reject(message: str, keys: list[str | int]) -> NonJsonValueError:
+    path = json_path(keys)
+    return NonJsonValueError(f"{path}: {message}", path=path)
+
+
+def _describe(value: object) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _scalar_problem(value: object) -> str | None:
+    """Why a non-container value is not lossless JSON, or None when it is."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return None
+    if kind is float:
+        if math.isnan(value) or math.isinf(value):  # type: ignore[arg-type]
+            return f"{value!r} is not a finite JSON number"
+        if value == 0.0 and math.copysign(1.0, value) < 0:  # type: ignore[arg-type]
+            return "-0.0 has no lossless JSON form"
+        return None
+    if isinstance(value, bool):
+        return f"bool subclass {_describe(value)} is not JSON"
+    if isinstance(value, (int, str, float)):
+        return f"subclass {_describe(value)} of {kind.__mro__[1].__name__} is not JSON"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "bytes are not JSON (decode them to str first)"
+    if isinstance(value, (set, frozenset)):
+        return "sets are not JSON (use a list)"
+    return f"{_describe(value)} is not a JSON value"
+
+
+def snapshot_json(value: object) -> JsonValue:
+    """Deep-copy ``value`` into immutable lossless JSON.
+
+    Objects become :class:`FrozenDict` and arrays become ``tuple``; key order is
+    kept. Only exact ``dict`` (or ``FrozenDict``) objects with ``str`` keys,
+    ``list``/``tuple`` arrays, ``str``, ``int``, finite non-negative-zero
+    ``float``, ``bool`` and ``None`` are accepted: subclasses, ``NaN``,
+    ``±inf``, ``-0.0``, ``bytes``, sets, cycles and every other object raise
+    :class:`NonJsonValueError` naming the JSON path. A ``FrozenDict`` is already
+    a snapshot and is returned as is.
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None or kind is FrozenDict:
+        return value  # type: ignore[return-value]
+    if kind is float:
+        problem = _scalar_problem(value)
+        if problem is not None:
+            raise _reject(problem, [])
+        return value  # type: ignore[return-value]
+    if kind is dict:
+        # Fast path for the common flat argument object: every value a plain scalar.
+        flat: dict[str, JsonValue] = {}
+        for key, item in value.items():  # type: ignore[attr-defined]
+            item_kind = type(item)
+            if type(key) is not str:
+                break
+            if item_kind is str or item_kind is int or item_kind is bool or item is None:
+                flat[key] = item
+            elif item_kind is float and _scalar_problem(item) is None:
+                flat[key] = item
+            else:
+                break
+        else:
+            return FrozenDict._trusted(flat)
+    if kind is dict or kind is list or kind is tuple:
+        return _snapshot_container(value)
+    raise _reject(_scalar_problem(value) or f"{_describe(value)} is not a JSON value", [])
+
+
+def _snapshot_container(root: object) -> JsonValue:
+    # A frame is [iterator, output, is_dict, id(source)]; ``keys`` mirrors the path.
+    keys: list[str | int] = []
+    on_path: set[int] = {id(root)}
+    stack: list[list[Any]] = [_open_frame(root)]
+    while True:
+        frame = stack[-1]
+        iterator, out, is_dict = frame[0], frame[1], frame[2]
+        for entry in iterator:
+            if is_dict:
+                key, item = entry
+                if type(key) is not str:
+                    raise _reject(f"object key {key!r} is not a str", keys)
+                keys.append(key)
+            else:
+                key, item = entry
+                keys.append(key)
+            item_kind = type(item)
+            if item_kind is str or item_kind is int or item_kind is bool or item is None or item_kind is FrozenDict:
+                snap: Any = item
+            elif item_kind is dict or item_kind is list or item_kind is tuple:
+                ident = id(item)
+                if ident in on_path:
+                    raise _reject("cycle: the value contains itself", keys)
+                on_path.add(ident)
+                stack.append(_open_frame(item))
+                break
+            else:
+                problem = _scalar_problem(item)
+                if problem is not None:
+                    raise _reject(problem, keys)
+                snap = item
+            keys.pop()
+            if is_dict:
+                out[key] = snap
+            else:
+                out.append(snap)
+        else:
+            # Frame exhausted: seal it and hand it to its parent.
+            stack.pop()
+            on_path.discard(frame[3])
+            sealed: JsonValue = FrozenDict._trusted(out) if is_dict else tuple(out)
+            if not stack:
+                return sealed
+            key = keys.pop()
+            parent = stack[-1]
+            if parent[2]:
+                parent[1][key] = sealed
+            else:
+                parent[1].append(sealed)
+
+
+def _open_frame(container: Any) -> list[Any]:
+    if type(container) is dict:
+        return [iter(container.items()), {}, True, id(container)]
+    return [enumerate(container), [], False, id(container)]
+
+
+def thaw(value: JsonValue) -> Any:
+    """Plain ``dict``/``list`` copies of a snapshot, e.g. for ``json.dumps``."""
+    if not isinstance(value, (FrozenDict, tuple, dict, list)):
+        return value
+    root_out: Any = {} if isinstance(value, (FrozenDict, dict)) else []
+    stack: list[tuple[Any, Any]] = [(_items(value), root_out)]
+    while stack:
+        iterator, out = stack[-1]
+        for key, item in iterator:
+            if isinstance(item, (FrozenDict, tuple, dict, list)):
+                child: Any = {} if isinstance(item, (FrozenDict, dict)) else []
+                _put(out, key, child)
+                stack.append((_items(item), child))
+                break
+            _put(out, key, item)
+        else:
+            stack.pop()
+    return root_out
+
+
+def _items(container: Any) -> Iterator[tuple[Any, Any]]:
+    if isinstance(container, (FrozenDict, dict)):
+        return iter(container.items())
+    return enumerate(container)
+
+
+def _put(out: Any, key: Any, item: Any) -> None:
+    if isinstance(out, dict):
+        out[key] = item
+    else:
+        out.append(item)
+
+
+def json_equal(left: object, right: object) -> bool:
+    """Deep equality of JSON values, iterative and JSON-strict (``True != 1``, ``1 == 1.0``).
+
+    ``dict``/``FrozenDict`` compare as objects (key order ignored) and
+    ``list``/``tuple`` as arrays.
+    """
+    pending: list[tuple[object, object]] = [(left, right)]
+    while pending:
+        a, b = pending.pop()
+        if a is b:
+            continue
+        a_obj = isinstance(a, (FrozenDict, dict))
+        b_obj = isinstance(b, (FrozenDict, dict))
+        if a_obj or b_obj:
+            if not (a_obj and b_obj):
+                return False
+            assert isinstance(a, Mapping) and isinstance(b, Mapping)
+            if len(a) != len(b):
+                return False
+            for key, item in a.items():
+                if key not in b:
+                    return False
+                pending.append((item, b[key]))
+            continue
+        a_arr = isinstance(a, (tuple, list))
+        b_arr = isinstance(b, (tuple, list))
+        if a_arr or b_arr:
+            if not (a_arr and b_arr):
+                return False
+            assert isinstance(a, (tuple, list)) and isinstance(b, (tuple, list))
+            if len(a) != len(b):
+                return False
+            pending.extend(zip(a, b))
+            continue
+        a_kind, b_kind = type(a), type(b)
+        if a_kind is bool or b_kind is bool:
+            if a_kind is not b_kind or a != b:
+                return False
+        elif a_kind in _NUMBERS and b_kind in _NUMBERS:
+            if a != b:
+                return False
+        elif a_kind is not b_kind or a != b:
+            return False
+    return True
+
+
+def _json_hash(root: object) -> int:
+    # Order-insensitive for object keys (equal FrozenDicts hash equally), iterative.
+    total = 0
+    pending: list[tuple[object, int]] = [(root, 1)]
+    while pending:
+        value, weight = pending.pop()
+        if isinstance(value, FrozenDict):
+            total ^= hash(("obj", len(value), weight))
+            for key, item in value.items():
+                pending.append((item, hash((key, weight)) & 0xFFFFFFFF))
+        elif isinstance(value, tuple):
+            total ^= hash(("arr", len(value), weight))
+            for index, item in enumerate(value):
+                pending.append((item, hash((index, weight)) & 0xFFFFFFFF))
+        elif type(value) is bool:
+            total ^= hash(("bool", value, weight))
+        else:
+            # int and float share a hash when equal, as json_equal treats them.
+            total ^= hash((value, weight))
+    return total
