@@ -20,12 +20,13 @@ __all__ = [
     "JsonValue",
     "json_equal",
     "json_path",
+    "json_text",
     "snapshot_json",
     "thaw",
 ]
 
 FrozenList: TypeAlias = tuple["JsonValue", ...]
-JsonValue: TypeAlias = Union[None, bool, int, float, str, FrozenList, "FrozenDict"]
+JsonValue: TypeAlias = Union[bool, int, float, str, FrozenList, "FrozenDict", None]
 
 _NUMBERS = (int, float)
 
@@ -83,7 +84,7 @@ class FrozenDict(dict[str, "JsonValue"]):
 
     __setitem__ = _immutable
     __delitem__ = _immutable
-    __ior__ = _immutable  # type: ignore[assignment]
+    __ior__ = _immutable
     clear = _immutable
     pop = _immutable
     popitem = _immutable
@@ -150,13 +151,15 @@ def _scalar_problem(value: object) -> str | None:
     if kind is float:
         if math.isnan(value) or math.isinf(value):  # type: ignore[arg-type]
             return f"{value!r} is not a finite JSON number"
-        if value == 0.0 and math.copysign(1.0, value) < 0:  # type: ignore[arg-type]
+        if value == 0.0 and math.copysign(1.0, value) < 0:
             return "-0.0 has no lossless JSON form"
         return None
     if isinstance(value, bool):
         return f"bool subclass {_describe(value)} is not JSON"
     if isinstance(value, (int, str, float)):
-        return f"subclass {_describe(value)} of {kind.__mro__[1].__name__} is not JSON"
+        # Name the JSON-like builtin it derives from, not its direct base (IntEnum -> int).
+        base = next(base for base in (int, float, str) if isinstance(value, base))
+        return f"subclass {_describe(value)} of {base.__name__} is not JSON"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "bytes are not JSON (decode them to str first)"
     if isinstance(value, (set, frozenset)):
@@ -190,9 +193,9 @@ def snapshot_json(value: object) -> JsonValue:
             item_kind = type(item)
             if type(key) is not str:
                 break
-            if item_kind is str or item_kind is int or item_kind is bool or item is None:
-                flat[key] = item
-            elif item_kind is float and _scalar_problem(item) is None:
+            if (item_kind is str or item_kind is int or item_kind is bool or item is None) or (
+                item_kind is float and _scalar_problem(item) is None
+            ):
                 flat[key] = item
             else:
                 break
@@ -326,7 +329,7 @@ def json_equal(left: object, right: object) -> bool:
             assert isinstance(a, (tuple, list)) and isinstance(b, (tuple, list))
             if len(a) != len(b):
                 return False
-            pending.extend(zip(a, b))
+            pending.extend(zip(a, b, strict=True))
             continue
         a_kind, b_kind = type(a), type(b)
         if a_kind is bool or b_kind is bool:
@@ -360,3 +363,43 @@ def _json_hash(root: object) -> int:
             # int and float share a hash when equal, as json_equal treats them.
             total ^= hash((value, weight))
     return total
+
+
+def json_text(value: JsonValue, *, indent: int | None = None) -> str:
+    """Serialise a JSON value (``json.dumps`` semantics, non-ASCII kept).
+
+    Values too deep for ``json.dumps``'s recursion fall back to an iterative
+    encoder (compact output), so serialising never raises ``RecursionError``.
+    """
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=indent)
+    except RecursionError:
+        return _iterative_json_text(value)
+
+
+def _iterative_json_text(root: JsonValue) -> str:
+    out: list[str] = []
+    # Work items are either a value to encode or a literal string to emit.
+    work: list[tuple[bool, Any]] = [(False, root)]
+    while work:
+        literal, item = work.pop()
+        if literal:
+            out.append(item)
+        elif isinstance(item, dict):
+            work.append((True, "}"))
+            entries = list(item.items())
+            for index in range(len(entries) - 1, -1, -1):
+                key, child = entries[index]
+                work.append((False, child))
+                work.append((True, ("," if index else "") + json.dumps(key, ensure_ascii=False) + ":"))
+            work.append((True, "{"))
+        elif isinstance(item, (list, tuple)):
+            work.append((True, "]"))
+            for index in range(len(item) - 1, -1, -1):
+                work.append((False, item[index]))
+                if index:
+                    work.append((True, ","))
+            work.append((True, "["))
+        else:
+            out.append(json.dumps(item, ensure_ascii=False, allow_nan=False))
+    return "".join(out)

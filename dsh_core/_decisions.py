@@ -1,0 +1,120 @@
+"""Policy decisions returned by the pre- and post-execute waterfalls.
+
+Malformed decisions raise :class:`PolicyError` at construction, inside the
+listener that built them, so the resulting failure carries ``POLICY_ERROR`` and
+names that listener's plugin: a broken decision can never let a call through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final, TypeAlias
+
+import attrs
+
+from ._content import ContentBlock, UserMessage, as_content
+from ._errors import PolicyError
+from ._json import JsonValue
+
+__all__ = ["UNSET", "Accept", "Allow", "Ask", "Block", "Deny", "PostToolDecision", "PreToolDecision"]
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Final = _Unset()
+"""Marks an ``Accept`` that keeps the value (``value=None`` would replace it with JSON null)."""
+
+
+def _contexts(value: object) -> tuple[UserMessage, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise PolicyError(f"additional_contexts must be a sequence of UserMessage, got {type(value).__name__}")
+    out = tuple(value)
+    for index, item in enumerate(out):
+        if not isinstance(item, UserMessage):
+            raise PolicyError(f"additional_contexts[{index}] must be a UserMessage, got {type(item).__name__}")
+    return out
+
+
+def _policy_content(value: object) -> tuple[ContentBlock, ...]:
+    try:
+        return as_content(value)
+    except TypeError as exc:
+        raise PolicyError(str(exc)) from None
+
+
+def _optional_policy_content(value: object) -> tuple[ContentBlock, ...] | None:
+    return None if value is None else _policy_content(value)
+
+
+@attrs.frozen(slots=True)
+class Allow:
+    """Let the call proceed (guards still apply)."""
+
+
+@attrs.frozen(slots=True)
+class Deny:
+    """Refuse the call; ``reason`` becomes the failure message the model reads."""
+
+    reason: str = attrs.field()
+
+    @reason.validator
+    def _check(self, attribute: attrs.Attribute[str], value: object) -> None:
+        if type(value) is not str or not value.strip():
+            raise PolicyError(f"Deny needs a non-empty reason string, got {value!r}")
+
+
+@attrs.frozen(slots=True)
+class Ask:
+    """Ask the approval service; the call runs only on ``"allowed-once"``."""
+
+    reason: str | None = attrs.field(default=None)
+
+    @reason.validator
+    def _check(self, attribute: attrs.Attribute[str | None], value: object) -> None:
+        if value is not None and type(value) is not str:
+            raise PolicyError(f"Ask.reason must be a str or None, got {type(value).__name__}")
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Accept:
+    """Accept the result, optionally replacing its ``content`` xor its ``value``.
+
+    A content replacement keeps the canonical value and meta (presentation, not
+    confidentiality); a value replacement is revalidated against the tool's output
+    schema and re-rendered. ``additional_contexts`` ride the result either way.
+    """
+
+    content: tuple[ContentBlock, ...] | None = attrs.field(default=None, converter=_optional_policy_content)
+    value: JsonValue | _Unset = UNSET
+    additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)
+
+    def __attrs_post_init__(self) -> None:
+        if self.content is not None and self.value is not UNSET:
+            raise PolicyError("an Accept decision cannot replace both value and content")
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Block:
+    """Turn the result into a failure carrying corrective ``feedback`` for the model.
+
+    The value is dropped, and so are contexts the tool deferred: only this
+    decision's own ``additional_contexts`` survive.
+    """
+
+    feedback: tuple[ContentBlock, ...] = attrs.field(converter=_policy_content)
+    additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)
+
+
+PreToolDecision: TypeAlias = Allow | Deny | Ask
+PostToolDecision: TypeAlias = Accept | Block
+
+PRE_DECISION_TYPES: Final[tuple[type[Any], ...]] = (Allow, Deny, Ask)
+POST_DECISION_TYPES: Final[tuple[type[Any], ...]] = (Accept, Block)

@@ -1,0 +1,266 @@
+"""Tool definitions: what a host registers, and ``define_tool`` to build one from the DSL."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import attrs
+
+from ._content import ContentBlock, TextBlock
+from ._json import FrozenDict, JsonValue, json_text, snapshot_json
+from ._schema._attrs_params import schema_from_attrs_class, structure_args
+from ._schema._dsl import parameter_schema_to_json_schema, value_schema_to_json_schema
+from ._schema._validate import compile_validator
+
+if TYPE_CHECKING:
+    from ._execution import ToolExecution, ToolRunContext
+    from ._results import ToolExecutionResult
+
+__all__ = ["ToolDefinition", "ToolOutput", "ToolSchema", "default_render", "define_tool"]
+
+Render: TypeAlias = Callable[[Any, JsonValue], Sequence[ContentBlock]]
+PresentationMeta: TypeAlias = Callable[[Any, JsonValue], JsonValue]
+Execute: TypeAlias = Callable[[Any, "ToolRunContext"], Awaitable[object]]
+FinalizeContent: TypeAlias = Callable[["ToolExecution", "ToolExecutionResult"], Sequence[ContentBlock] | None]
+
+
+def default_render(args: object, value: JsonValue) -> list[ContentBlock]:
+    """One text block: a string value as is, anything else as compact JSON."""
+    return [TextBlock(value if isinstance(value, str) else json_text(value))]
+
+
+def _callable_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{type(instance).__name__}.{attribute.name} must be callable or None, got {type(value).__name__}")
+
+
+def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not callable(value):
+        raise TypeError(f"{type(instance).__name__}.{attribute.name} must be callable, got {type(value).__name__}")
+
+
+def _name(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if type(value) is not str or not value:
+        raise TypeError(f"{type(instance).__name__}.{attribute.name} must be a non-empty str, got {value!r}")
+
+
+def _text(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if type(value) is not str:
+        raise TypeError(f"{type(instance).__name__}.{attribute.name} must be a str, got {type(value).__name__}")
+
+
+def _schema_mapping(value: object) -> FrozenDict:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"a schema must be a mapping, got {type(value).__name__}")
+    frozen = snapshot_json(dict(value) if not isinstance(value, dict) else value)
+    assert isinstance(frozen, FrozenDict)
+    return frozen
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ToolSchema:
+    """The model-facing projection of a tool: all a model request ever carries.
+
+    ``parameters`` is a frozen raw JSON Schema (a ``dict`` subclass, so it
+    serialises directly); ``thaw()`` it for a mutable copy.
+    """
+
+    name: str = attrs.field(validator=_name)
+    description: str = attrs.field(validator=_text)
+    parameters: FrozenDict = attrs.field(converter=_schema_mapping)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"name", "description", "parameters"}`` as plain JSON-ready data."""
+        from ._json import thaw
+
+        return {"name": self.name, "description": self.description, "parameters": thaw(self.parameters)}
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ToolOutput:
+    """A tool's canonical output contract.
+
+    ``schema`` is enforced on every successful value. ``render(args, value)`` is
+    the pure projection to model-facing content (default: the value as text or
+    compact JSON). ``presentation_meta(args, value)``, when given, computes
+    replayable UI metadata for top-level calls only. For ``define_tool`` the
+    schema is written in the value DSL; a raw ``ToolDefinition`` takes raw JSON Schema.
+    """
+
+    schema: FrozenDict = attrs.field(converter=_schema_mapping)
+    render: Render = attrs.field(default=default_render, validator=_callable)
+    presentation_meta: PresentationMeta | None = attrs.field(default=None, validator=_callable_or_none)
+
+
+def _positive_timeout(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type]
+        name = getattr(instance, "name", "?")
+        raise TypeError(f'tool "{name}" timeout_ms must be a positive finite number, got {value!r}')
+
+
+def _output(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, ToolOutput):
+        name = getattr(instance, "name", "?")
+        raise TypeError(
+            f'tool "{name}" must declare output=ToolOutput(schema=..., render=..., presentation_meta=...), '
+            f"got {type(value).__name__}"
+        )
+
+
+@attrs.frozen(slots=True, kw_only=True, eq=False)
+class ToolDefinition:
+    """A registered tool: its model-facing schema, output contract, body and host-only metadata.
+
+    None of ``output``, ``execute``, ``finalize_content``, ``timeout_ms``,
+    ``is_concurrency_safe``, ``present_call``, ``present_result`` or
+    ``resource_keys`` ever reaches the model: ``ToolRuntime.schemas()`` projects
+    only name, description and parameters.
+
+    - ``execute(args, run)`` returns the canonical JSON value; ``args`` are the
+      frozen, already validated arguments.
+    - ``finalize_content(execution, result)`` runs exactly once per outcome, even
+      for failures, and may replace only the content (return ``None`` to keep it).
+    - ``timeout_ms`` is a cooperative budget enforced by the timeout plugin.
+    - ``is_concurrency_safe(args)`` must return exactly ``True`` to run in parallel.
+    - ``present_call`` / ``present_result`` build UI cards; they must be pure.
+    - ``resource_keys(args)`` may return ``{"read": [...], "write": [...]}`` for
+      finer-grained scheduling in ``run_tool_calls``.
+    """
+
+    name: str = attrs.field(validator=_name)
+    description: str = attrs.field(validator=_text)
+    parameters: FrozenDict = attrs.field(converter=_schema_mapping)
+    output: ToolOutput = attrs.field(validator=_output)
+    execute: Execute = attrs.field(validator=_callable)
+    finalize_content: FinalizeContent | None = attrs.field(default=None, validator=_callable_or_none)
+    timeout_ms: float | None = attrs.field(default=None, validator=_positive_timeout)
+    is_concurrency_safe: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
+    present_call: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
+    present_result: Callable[[Any, Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
+    resource_keys: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
+    schema: ToolSchema = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(
+            self, "schema", ToolSchema(name=self.name, description=self.description, parameters=self.parameters)
+        )
+
+
+def _arity(fn: Callable[..., Any]) -> int:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 2
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 2
+    return len(positional)
+
+
+def define_tool(
+    *,
+    name: str,
+    description: str,
+    parameters: Mapping[str, Any] | type,
+    output: ToolOutput | Mapping[str, Any],
+    execute: Callable[..., Awaitable[Any]],
+    finalize_content: FinalizeContent | None = None,
+    timeout_ms: float | None = None,
+    is_concurrency_safe: Callable[[Any], object] | None = None,
+    present_call: Callable[[Any], object] | None = None,
+    present_result: Callable[[Any, Any], object] | None = None,
+    resource_keys: Callable[[Any], object] | None = None,
+) -> ToolDefinition:
+    """Build a :class:`ToolDefinition` from the author DSL (or an attrs parameter class).
+
+    ``parameters`` is a DSL parameter map (``{"path": {"type": "string",
+    "required": True}}``) or an attrs class whose fields define the schema; in
+    the latter case the body, renderers, presenters and classifiers receive a
+    structured instance instead of the frozen dict. ``output`` is a
+    :class:`ToolOutput` whose schema is a DSL value spec, or just the DSL value
+    spec (then the default renderer is used). ``execute`` may take ``(args)`` or
+    ``(args, run)``.
+
+    The runtime validates arguments against the compiled schema before any
+    policy sees them (``INVALID_ARGS``) and validates the body's value against
+    the output schema (``INVALID_TOOL_OUTPUT``). Presenters and the concurrency
+    classifier validate softly: invalid arguments give the generic card and an
+    exclusive call instead of an error.
+
+    Raises ``SchemaSpecError``/``JsonSchemaError`` for bad schemas and
+    ``TypeError`` for a non-positive or non-finite ``timeout_ms``.
+    """
+    if timeout_ms is not None and (
+        type(timeout_ms) not in (int, float) or not math.isfinite(timeout_ms) or timeout_ms <= 0
+    ):
+        raise TypeError(f'define_tool("{name}"): timeout_ms must be a positive finite number, got {timeout_ms!r}')
+
+    params_class: type | None = None
+    if isinstance(parameters, type):
+        params_class = parameters
+        raw_parameters = schema_from_attrs_class(parameters)
+    else:
+        raw_parameters = parameter_schema_to_json_schema(parameters)
+
+    if isinstance(output, ToolOutput):
+        raw_output = ToolOutput(
+            schema=value_schema_to_json_schema(output.schema),
+            render=output.render,
+            presentation_meta=output.presentation_meta,
+        )
+    else:
+        raw_output = ToolOutput(schema=value_schema_to_json_schema(output))
+
+    validate_args = compile_validator(raw_parameters)
+
+    def typed(args: Any) -> Any:
+        return structure_args(params_class, args) if params_class is not None else args
+
+    body_takes_run = _arity(execute) >= 2
+
+    async def run_body(args: Any, run: ToolRunContext) -> object:
+        typed_args = typed(args)
+        if body_takes_run:
+            return await execute(typed_args, run)
+        return await execute(typed_args)
+
+    def soft(fn: Callable[..., Any] | None, *, fallback: Any) -> Callable[..., Any] | None:
+        if fn is None:
+            return None
+
+        def checked(args: Any, *rest: Any) -> Any:
+            if validate_args(args):
+                return fallback
+            return fn(typed(args), *rest)
+
+        checked.__name__ = getattr(fn, "__name__", "checked")
+        checked.__qualname__ = getattr(fn, "__qualname__", "checked")
+        return checked
+
+    if params_class is not None:
+        user_render = raw_output.render
+        user_meta = raw_output.presentation_meta
+        raw_output = ToolOutput(
+            schema=raw_output.schema,
+            render=lambda args, value: user_render(typed(args), value),
+            presentation_meta=(lambda args, value: user_meta(typed(args), value)) if user_meta else None,
+        )
+
+    return ToolDefinition(
+        name=name,
+        description=description,
+        parameters=raw_parameters,
+        output=raw_output,
+        execute=run_body,
+        finalize_content=finalize_content,
+        timeout_ms=timeout_ms,
+        is_concurrency_safe=soft(is_concurrency_safe, fallback=False),
+        present_call=soft(present_call, fallback=None),
+        present_result=soft(present_result, fallback=None),
+        resource_keys=soft(resource_keys, fallback=None),
+    )

@@ -1,0 +1,258 @@
+"""The identity of one tool call as it travels through the pipeline.
+
+A caller builds a :class:`ToolExecutionInput`. The runtime turns it into one
+frozen :class:`ToolExecution` (snapshotted arguments, a fresh token) that every
+stage sees; around-dispatch wrappers get a :class:`ToolDispatchExecution` view
+whose only writable field is ``signal``, and the body gets a
+:class:`ToolRunContext` view that adds ``defer_context`` and ``conclude_turn``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any, Final, Literal, TypeAlias
+
+import attrs
+
+from ._content import UserMessage
+from ._json import JsonValue
+from ._signal import CancelSignal
+
+__all__ = [
+    "Agent",
+    "Exclusive",
+    "Parallel",
+    "ScopeKey",
+    "ToolDispatchExecution",
+    "ToolExecution",
+    "ToolExecutionInput",
+    "ToolExecutionMode",
+    "ToolExecutionToken",
+    "ToolRunContext",
+    "scope_chain",
+]
+
+
+class ToolExecutionToken:
+    """An opaque identity for one execution; compare with ``is``, nothing else."""
+
+    __slots__ = ("__weakref__",)
+
+    def __repr__(self) -> str:
+        return f"<ToolExecutionToken {id(self):#x}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a ToolExecutionToken is an in-process identity and cannot be serialised")
+
+
+@attrs.frozen(slots=True, eq=False)
+class Agent:
+    """A scope key: the agent a call runs for. ``parent`` links a child to the scope it inherits from.
+
+    Agents compare by identity, so two agents that share an ``id`` stay separate scopes.
+    """
+
+    id: str
+    parent: Agent | None = None
+
+
+ScopeKey: TypeAlias = Hashable
+
+
+def scope_chain(scope: ScopeKey | None) -> tuple[Hashable, ...]:
+    """The scope and its ancestors, nearest first (empty for the global view)."""
+    if scope is None:
+        return ()
+    chain: list[Hashable] = []
+    current: Any = scope
+    seen: set[int] = set()
+    while current is not None:
+        if id(current) in seen:
+            raise ValueError(f"scope parent chain of {scope!r} is circular")
+        seen.add(id(current))
+        chain.append(current)
+        current = current.parent if isinstance(current, Agent) else None
+    return tuple(chain)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ToolExecutionInput:
+    """One tool call as the caller (agent loop, CLI, Code Mode bridge) describes it.
+
+    ``arguments`` are the parsed JSON arguments (plain dicts and lists are fine);
+    ``signal`` is the caller-owned cancellation token and is required.
+    ``root_call_id`` is left out for a model-requested call; nested dispatchers
+    pass the enclosing value, together with the enclosing ``parent`` token.
+    """
+
+    call_id: str
+    name: str
+    arguments: object
+    signal: CancelSignal
+    agent: ScopeKey | None = None
+    root_call_id: str | None = None
+    parent: ToolExecutionToken | None = None
+
+
+@attrs.frozen(slots=True, kw_only=True, eq=False)
+class ToolExecution:
+    """The pipeline-owned, immutable identity of one call, shared by every stage.
+
+    ``arguments`` is the frozen lossless snapshot (``None`` when the input was not
+    JSON and the call failed before policy); ``token`` is minted by the runtime.
+    """
+
+    call_id: str
+    root_call_id: str
+    name: str
+    arguments: JsonValue
+    signal: CancelSignal
+    token: ToolExecutionToken
+    agent: ScopeKey | None = None
+    parent: ToolExecutionToken | None = None
+
+
+class _ExecutionView:
+    """Read-through view of a ``ToolExecution`` (shared by the dispatch and run views)."""
+
+    __slots__ = ("_execution",)
+
+    _execution: ToolExecution
+
+    @property
+    def execution(self) -> ToolExecution:
+        """The immutable execution this view belongs to."""
+        return self._execution
+
+    @property
+    def call_id(self) -> str:
+        return self._execution.call_id
+
+    @property
+    def root_call_id(self) -> str:
+        return self._execution.root_call_id
+
+    @property
+    def name(self) -> str:
+        return self._execution.name
+
+    @property
+    def arguments(self) -> JsonValue:
+        return self._execution.arguments
+
+    @property
+    def agent(self) -> ScopeKey | None:
+        return self._execution.agent
+
+    @property
+    def parent(self) -> ToolExecutionToken | None:
+        return self._execution.parent
+
+    @property
+    def token(self) -> ToolExecutionToken:
+        return self._execution.token
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__}.{name} is read-only")
+
+
+class ToolDispatchExecution(_ExecutionView):
+    """What a ``dsh_execute`` wrapper sees: the execution, with a replaceable ``signal``.
+
+    A wrapper may assign ``signal`` (for example a deadline fused with the current
+    one) before calling ``next()`` and should restore it afterwards. Whatever it
+    assigns, the runtime fuses the caller's own signal back in before the body
+    runs, so a wrapper cannot detach caller cancellation. Every other field is
+    read-only.
+    """
+
+    __slots__ = ("_signal",)
+
+    _signal: CancelSignal
+
+    def __init__(self, execution: ToolExecution) -> None:
+        object.__setattr__(self, "_execution", execution)
+        object.__setattr__(self, "_signal", execution.signal)
+
+    @property
+    def signal(self) -> CancelSignal:
+        return self._signal
+
+    @signal.setter
+    def signal(self, value: CancelSignal) -> None:
+        if not isinstance(value, CancelSignal):
+            raise TypeError(f"execution.signal must be a CancelSignal, got {type(value).__name__}")
+        object.__setattr__(self, "_signal", value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "signal":
+            type(self).signal.__set__(self, value)  # type: ignore[attr-defined]
+            return
+        raise AttributeError(f"ToolDispatchExecution.{name} is read-only; a wrapper may replace only signal")
+
+    def __repr__(self) -> str:
+        return f"<ToolDispatchExecution {self.name} call_id={self.call_id!r}>"
+
+
+class ToolRunContext(_ExecutionView):
+    """What a tool body receives: the execution plus ``defer_context`` and ``conclude_turn``.
+
+    ``signal`` is the fused signal (caller + wrappers); a cooperative body polls it
+    or awaits it, and the runtime also cancels the body's trio scope when it fires.
+    """
+
+    __slots__ = ("_concluded", "_deferred", "_signal")
+
+    _signal: CancelSignal
+    _deferred: list[UserMessage]
+    _concluded: bool
+
+    def __init__(self, execution: ToolExecution, signal: CancelSignal, deferred: list[UserMessage]) -> None:
+        object.__setattr__(self, "_execution", execution)
+        object.__setattr__(self, "_signal", signal)
+        object.__setattr__(self, "_deferred", deferred)
+        object.__setattr__(self, "_concluded", False)
+
+    @property
+    def signal(self) -> CancelSignal:
+        return self._signal
+
+    def defer_context(self, context: UserMessage) -> None:
+        """Attach ``context`` to this call's own result (kept even if the body then fails)."""
+        if not isinstance(context, UserMessage):
+            raise TypeError(f"defer_context() takes a UserMessage, got {type(context).__name__}")
+        self._deferred.append(context)
+
+    def conclude_turn(self) -> None:
+        """Mark a successful result as the last one of the agent's turn."""
+        object.__setattr__(self, "_concluded", True)
+
+    @property
+    def concluded(self) -> bool:
+        return self._concluded
+
+    def __repr__(self) -> str:
+        return f"<ToolRunContext {self.name} call_id={self.call_id!r}>"
+
+
+@attrs.frozen(slots=True)
+class Parallel:
+    """The call may overlap with neighbouring parallel calls."""
+
+    @property
+    def kind(self) -> Literal["parallel"]:
+        return "parallel"
+
+
+@attrs.frozen(slots=True)
+class Exclusive:
+    """The call runs alone and is an ordering barrier."""
+
+    @property
+    def kind(self) -> Literal["exclusive"]:
+        return "exclusive"
+
+
+ToolExecutionMode: TypeAlias = Parallel | Exclusive
+PARALLEL: Final = Parallel()
+EXCLUSIVE: Final = Exclusive()

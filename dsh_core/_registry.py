@@ -1,0 +1,352 @@
+"""Scoped tool registry: layers, shadowing, restrictions, guards and presentation modes.
+
+One global layer plus one layer per scope key. A scope sees the global layer,
+then its ancestors' layers (farthest first), then its own; nearer layers shadow
+farther ones. Restrictions filter what a scope *inherits* and intersect across
+the whole chain; a scope's own registrations are never filtered. Every
+resolution is cached per scope and the cache is dropped on any change, so
+lookups on the hot path are a dict access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+import attrs
+
+from ._definition import ToolDefinition, ToolSchema
+from ._errors import JsonSchemaError, RegistrationError
+from ._execution import ScopeKey, ToolExecution, scope_chain
+from ._schema._subset import assert_object_json_schema, assert_supported_json_schema
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["RUN_CODE_NAME", "Disposer", "PresentationMode", "ToolGuard", "ToolRestriction"]
+
+RUN_CODE_NAME = "run_code"
+PresentationMode: TypeAlias = Literal["native", "code", "both"]
+PRESENTATION_MODES: tuple[str, ...] = ("native", "code", "both")
+ToolGuard: TypeAlias = Callable[[ToolExecution], "str | None"]
+
+
+def _names(value: object) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"a restriction filter must be a list of tool names, got {type(value).__name__}")
+    names = tuple(value)
+    for name in names:
+        if type(name) is not str:
+            raise TypeError(f"a restriction filter lists tool names (str), got {name!r}")
+    return frozenset(names)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ToolRestriction:
+    """A live filter over what a scope inherits: ``allow`` keeps only those names, ``deny`` removes names.
+
+    Filters are compiled into private sets, so mutating the list you passed has no
+    effect. A deny-only filter admits tools registered later; an allow filter
+    excludes them.
+    """
+
+    allow: frozenset[str] | None = attrs.field(default=None, converter=_names)
+    deny: frozenset[str] | None = attrs.field(default=None, converter=_names)
+
+    def admits(self, name: str) -> bool:
+        return (self.allow is None or name in self.allow) and (self.deny is None or name not in self.deny)
+
+
+class Disposer:
+    """Undoes exactly one registration. Idempotent; also a context manager.
+
+    ``with runtime.register(tool):`` keeps the tool registered for the block.
+    """
+
+    __slots__ = ("_undo",)
+
+    def __init__(self, undo: Callable[[], None]) -> None:
+        self._undo: Callable[[], None] | None = undo
+
+    def __call__(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo()
+
+    @property
+    def disposed(self) -> bool:
+        return self._undo is None
+
+    def __enter__(self) -> Disposer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self()
+
+
+class _Layer:
+    __slots__ = ("guards", "mode", "restrictions", "tools")
+
+    def __init__(self) -> None:
+        self.tools: dict[str, ToolDefinition] = {}
+        self.restrictions: list[ToolRestriction] = []
+        self.guards: list[ToolGuard] = []
+        self.mode: PresentationMode | None = None
+
+    def empty(self) -> bool:
+        return not (self.tools or self.restrictions or self.guards or self.mode)
+
+
+@attrs.frozen(slots=True)
+class _View:
+    """One scope's resolved tool set."""
+
+    tools: dict[str, ToolDefinition]
+    inherited_names: frozenset[str]
+    schemas: tuple[ToolSchema, ...]
+    guards: tuple[ToolGuard, ...]
+    mode: PresentationMode
+
+
+def check_definition(definition: object) -> ToolDefinition:
+    """Refuse anything that is not a valid :class:`ToolDefinition`, with the reason."""
+    if not isinstance(definition, ToolDefinition):
+        raise RegistrationError(
+            f"register() takes a ToolDefinition (see define_tool), got {type(definition).__name__}"
+        )
+    name = definition.name
+    if name == RUN_CODE_NAME:
+        raise RegistrationError(
+            f'tool name "{RUN_CODE_NAME}" is reserved for the Code Mode transport and cannot be registered or shadowed'
+        )
+    try:
+        assert_object_json_schema(definition.parameters)
+    except JsonSchemaError as exc:
+        raise JsonSchemaError([f'tool "{name}" parameters: {v}' for v in exc.violations]) from None
+    try:
+        assert_supported_json_schema(definition.output.schema)
+    except JsonSchemaError as exc:
+        raise JsonSchemaError([f'tool "{name}" output: {v}' for v in exc.violations]) from None
+    return definition
+
+
+class Registry:
+    """The layered store behind ``ToolRuntime``; every mutation calls ``on_change``."""
+
+    def __init__(self, *, default_mode: PresentationMode, on_change: Callable[[], None]) -> None:
+        if default_mode not in PRESENTATION_MODES:
+            raise ValueError(f"mode must be one of {PRESENTATION_MODES}, got {default_mode!r}")
+        self.default_mode: PresentationMode = default_mode
+        self._global = _Layer()
+        self._layers: dict[Hashable, _Layer] = {}
+        self._views: dict[Hashable, _View] = {}
+        self._on_change = on_change
+        self.run_code: ToolDefinition | None = None
+        self.version = 0
+
+    # -- mutation --------------------------------------------------------------
+
+    def _layer(self, scope: ScopeKey | None, *, create: bool) -> _Layer | None:
+        if scope is None:
+            return self._global
+        layer = self._layers.get(scope)
+        if layer is None and create:
+            layer = self._layers[scope] = _Layer()
+        return layer
+
+    def _reclaim(self, scope: ScopeKey | None) -> None:
+        if scope is not None:
+            layer = self._layers.get(scope)
+            if layer is not None and layer.empty():
+                del self._layers[scope]
+
+    def _changed(self, *, notify: bool = True) -> None:
+        self._views.clear()
+        self.version += 1
+        if notify:
+            self._on_change()
+
+    def register(self, definition: object, scope: ScopeKey | None) -> Disposer:
+        tool = check_definition(definition)
+        layer = self._layer(scope, create=True)
+        assert layer is not None
+        if tool.name in layer.tools:
+            self._reclaim(scope)
+            if scope is None:
+                raise RegistrationError(
+                    f'tool "{tool.name}" is already registered (for a per-agent variant, register it in that agent\'s scope)'
+                )
+            raise RegistrationError(f'tool "{tool.name}" is already registered in this scope')
+        layer.tools[tool.name] = tool
+
+        def unregister() -> None:
+            current = self._layer(scope, create=False)
+            if current is not None and current.tools.get(tool.name) is tool:
+                del current.tools[tool.name]
+                self._reclaim(scope)
+                self._changed()
+
+        try:
+            self._changed()
+        except BaseException:
+            # A tools-change listener refused the change: roll the insertion back.
+            del layer.tools[tool.name]
+            self._reclaim(scope)
+            self._changed()
+            raise
+        return Disposer(unregister)
+
+    def restrict(self, restriction: ToolRestriction, scope: ScopeKey | None) -> Disposer:
+        if not isinstance(restriction, ToolRestriction):
+            raise TypeError(f"restrict() takes a ToolRestriction, got {type(restriction).__name__}")
+        if scope is None:
+            raise RegistrationError(
+                "restrict() requires a scope: a global restriction would mask every agent; "
+                "restrict the intended agent's scope instead"
+            )
+        if restriction.allow is None and restriction.deny is None:
+            raise RegistrationError(
+                "restrict(ToolRestriction()) is a no-op: pass allow and/or deny "
+                "(an empty filter is almost always a configuration bug)"
+            )
+        named = sorted((restriction.allow or frozenset()) | (restriction.deny or frozenset()))
+        if RUN_CODE_NAME in named:
+            raise RegistrationError(
+                f'restrict() cannot name the reserved Code Mode transport "{RUN_CODE_NAME}"; '
+                "restrict end-capability tools instead"
+            )
+        known = self.view(scope).inherited_names
+        unknown = [name for name in named if name not in known]
+        if unknown:
+            listed = ", ".join(f'"{n}"' for n in unknown)
+            noun = "tool" if len(unknown) == 1 else "tools"
+            known_text = ", ".join(sorted(known)) or "(none)"
+            raise RegistrationError(
+                f"restrict() names unknown inherited {noun} {listed}; known inherited tools: {known_text}"
+            )
+        layer = self._layer(scope, create=True)
+        assert layer is not None
+        layer.restrictions.append(restriction)
+
+        def lift() -> None:
+            current = self._layer(scope, create=False)
+            if current is not None:
+                for index, entry in enumerate(current.restrictions):
+                    if entry is restriction:
+                        del current.restrictions[index]
+                        break
+                else:
+                    return
+                self._reclaim(scope)
+                self._changed()
+
+        self._changed()
+        return Disposer(lift)
+
+    def guard(self, guard: ToolGuard, scope: ScopeKey | None) -> Disposer:
+        if not callable(guard):
+            raise TypeError(f"guard() takes a callable, got {type(guard).__name__}")
+        layer = self._layer(scope, create=True)
+        assert layer is not None
+        # A wrapper object makes duplicate registrations of one function independent.
+        entry = _GuardEntry(guard)
+        layer.guards.append(entry)
+
+        def remove() -> None:
+            current = self._layer(scope, create=False)
+            if current is not None:
+                for index, existing in enumerate(current.guards):
+                    if existing is entry:
+                        del current.guards[index]
+                        self._reclaim(scope)
+                        self._changed(notify=False)
+                        return
+
+        self._changed(notify=False)  # guards are not part of the visible tool set
+        return Disposer(remove)
+
+    def present_as(self, mode: PresentationMode, scope: ScopeKey | None) -> Disposer:
+        if mode not in PRESENTATION_MODES:
+            raise ValueError(f"present_as() mode must be one of {PRESENTATION_MODES}, got {mode!r}")
+        if scope is None:
+            raise RegistrationError(
+                "present_as() requires a scope: the deployment-wide presentation is ToolRuntime(mode=...)"
+            )
+        layer = self._layer(scope, create=True)
+        assert layer is not None
+        if layer.mode is not None:
+            raise RegistrationError(
+                f'present_as("{mode}") conflicts with "{layer.mode}" already declared for this scope; '
+                "one scope selects one presentation"
+            )
+        layer.mode = mode
+
+        def restore() -> None:
+            current = self._layer(scope, create=False)
+            if current is not None and current.mode is mode:
+                current.mode = None
+                self._reclaim(scope)
+                self._changed()
+
+        self._changed()
+        return Disposer(restore)
+
+    # -- resolution ------------------------------------------------------------
+
+    def view(self, scope: ScopeKey | None) -> _View:
+        view = self._views.get(scope)
+        if view is None:
+            view = self._views[scope] = self._resolve(scope)
+        return view
+
+    def _resolve(self, scope: ScopeKey | None) -> _View:
+        chain = scope_chain(scope)  # nearest first
+        layers = [layer for key in reversed(chain) if (layer := self._layers.get(key)) is not None]
+        own = self._layers.get(scope) if scope is not None else None
+        inherited: dict[str, ToolDefinition] = dict(self._global.tools)
+        for layer in layers:
+            if layer is not own:
+                inherited.update(layer.tools)
+        restrictions = [r for layer in layers for r in layer.restrictions]
+        tools = {name: tool for name, tool in inherited.items() if all(r.admits(name) for r in restrictions)}
+        if own is not None:
+            tools.update(own.tools)
+        mode = self.default_mode
+        for key in chain:
+            layer = self._layers.get(key)
+            if layer is not None and layer.mode is not None:
+                mode = layer.mode
+                break
+        if mode != "native" and self.run_code is not None:
+            tools[RUN_CODE_NAME] = self.run_code
+        guards = tuple(self._global.guards) + tuple(g for layer in layers for g in layer.guards)
+        return _View(
+            tools=tools,
+            inherited_names=frozenset(inherited),
+            schemas=tuple(tool.schema for tool in tools.values()),
+            guards=guards,
+            mode=mode,
+        )
+
+    def all_definitions(self) -> list[tuple[ScopeKey | None, ToolDefinition]]:
+        """Every registration, global first, for diagnostics (``dsh-tools check``)."""
+        out: list[tuple[ScopeKey | None, ToolDefinition]] = [(None, t) for t in self._global.tools.values()]
+        for scope, layer in self._layers.items():
+            out.extend((scope, t) for t in layer.tools.values())
+        return out
+
+
+class _GuardEntry:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: ToolGuard) -> None:
+        self.fn = fn
+
+    def __call__(self, execution: ToolExecution) -> Any:
+        return self.fn(execution)
+
+    @property
+    def label(self) -> str:
+        return getattr(self.fn, "__qualname__", None) or repr(self.fn)

@@ -1,0 +1,157 @@
+"""Tool execution results: the one frozen outcome every caller and observer sees."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+from ._content import ContentBlock, TextBlock, UserMessage
+from ._errors import DshError, ErrorCode
+from ._json import JsonValue
+
+__all__ = [
+    "ToolErrorInfo",
+    "ToolExecutionFailure",
+    "ToolExecutionResult",
+    "ToolExecutionSuccess",
+    "ToolFailure",
+    "failure_from_exception",
+    "failure_result",
+]
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ToolErrorInfo:
+    """Machine-readable identity of a failure: the error class name and its stable code.
+
+    ``plugin`` names the plugin (pluggy plugin name) whose listener caused the
+    failure, when a listener did.
+    """
+
+    name: str
+    code: str
+    plugin: str | None = None
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ToolFailure:
+    """Why a call failed: the message (without the ``Error: `` prefix) and its info."""
+
+    message: str
+    info: ToolErrorInfo | None = None
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ToolExecutionSuccess:
+    """A successful call: the canonical ``value`` plus its model-facing ``content``.
+
+    ``value`` is execution-local (durable logs keep only ``content`` and ``meta``).
+    ``meta`` is ``None`` when the tool declared no presentation metadata.
+    """
+
+    value: JsonValue
+    content: tuple[ContentBlock, ...]
+    meta: JsonValue = None
+    additional_contexts: tuple[UserMessage, ...] = ()
+    concludes_turn: bool = False
+    trace: tuple[tuple[str, Any], ...] | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def is_error(self) -> Literal[False]:
+        return False
+
+    @property
+    def error(self) -> None:
+        return None
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ToolExecutionFailure:
+    """A failed call; it never carries a value and never concludes the turn."""
+
+    error: ToolFailure
+    content: tuple[ContentBlock, ...]
+    meta: JsonValue = None
+    additional_contexts: tuple[UserMessage, ...] = ()
+    trace: tuple[tuple[str, Any], ...] | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def is_error(self) -> Literal[True]:
+        return True
+
+    @property
+    def concludes_turn(self) -> Literal[False]:
+        return False
+
+    @property
+    def code(self) -> str | None:
+        """Shortcut for ``error.info.code``."""
+        return self.error.info.code if self.error.info else None
+
+
+ToolExecutionResult: TypeAlias = ToolExecutionSuccess | ToolExecutionFailure
+
+
+def failure_result(
+    message: str,
+    code: str | ErrorCode | None,
+    *,
+    name: str | None = None,
+    plugin: str | None = None,
+    additional_contexts: tuple[UserMessage, ...] = (),
+) -> ToolExecutionFailure:
+    """A failure whose content is exactly ``[TextBlock("Error: <message>")]``."""
+    info = None
+    if code is not None:
+        code_text = code.value if isinstance(code, ErrorCode) else str(code)
+        info = ToolErrorInfo(name=name or _default_name(code_text), code=code_text, plugin=plugin)
+    return ToolExecutionFailure(
+        error=ToolFailure(message=message, info=info),
+        content=(TextBlock(f"Error: {message}"),),
+        additional_contexts=additional_contexts,
+    )
+
+
+def _default_name(code: str) -> str:
+    return {
+        "UNKNOWN_TOOL": "ToolNotFoundError",
+        "INVALID_ARGS": "ToolArgsError",
+        "INVALID_TOOL_OUTPUT": "ToolOutputError",
+        "ABORTED": "AbortError",
+        "ABORTED_BEFORE_DISPATCH": "AbortError",
+        "TOOL_TIMEOUT": "ToolTimeoutError",
+        "CODE_RUN_FAILED": "CodeRunFailedError",
+        "DENIED": "PolicyDenial",
+        "POLICY_ERROR": "PolicyError",
+    }.get(code, "ToolError")
+
+
+def error_message(exc: BaseException) -> str:
+    """A message for any raised value; never raises itself."""
+    try:
+        text = str(exc)
+    except BaseException:  # noqa: BLE001 - a hostile __str__ must not escape
+        return "<unprintable exception>"
+    return text or type(exc).__name__
+
+
+def failure_from_exception(
+    exc: BaseException,
+    *,
+    default_code: ErrorCode,
+    plugin: str | None = None,
+    additional_contexts: tuple[UserMessage, ...] = (),
+) -> ToolExecutionFailure:
+    """Normalise a raised exception: a ``DshError`` keeps its code, others get ``default_code``."""
+    if isinstance(exc, DshError):
+        code = exc.code
+    else:
+        code = default_code.value
+    return failure_result(
+        error_message(exc),
+        code,
+        name=type(exc).__name__,
+        plugin=plugin,
+        additional_contexts=additional_contexts,
+    )

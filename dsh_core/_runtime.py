@@ -1,0 +1,243 @@
+"""``ToolRuntime``: the registry and the pipeline behind one host."""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+import pluggy
+
+from . import _pipeline, hookspecs
+from ._definition import ToolDefinition, ToolSchema
+from ._execution import (
+    EXCLUSIVE,
+    PARALLEL,
+    ScopeKey,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionMode,
+)
+from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, Registry, ToolGuard, ToolRestriction
+from ._results import ToolExecutionResult
+from ._schema._validate import compile_validator
+
+__all__ = ["ApprovalService", "ScopedToolRuntime", "ToolRuntime"]
+
+
+@runtime_checkable
+class ApprovalService(Protocol):
+    """Answers ``Ask`` decisions: ``"allowed-once"``, ``"denied"`` or ``"cancelled"``.
+
+    ``request`` runs inside the call's cancel scope: when the caller's signal
+    fires, it is cancelled like any other stage.
+    """
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str: ...
+
+
+@attrs.frozen(slots=True)
+class _Contract:
+    """A definition's compiled argument and output validators."""
+
+    validate_args: Callable[[object], tuple[str, ...]]
+    validate_output: Callable[[object], tuple[str, ...]]
+
+
+class ToolRuntime:
+    """The tool registry and execution pipeline of one host.
+
+    ``plugins`` is the pluggy ``PluginManager`` the pipeline's hooks come from
+    (a fresh one with the dsh hookspecs when omitted; register hookimpl objects
+    with ``runtime.plugins.register(obj)``). ``approval`` answers ``Ask``
+    decisions; without it they deny. ``mode`` is the deployment-wide
+    presentation (``"native"``, ``"code"`` or ``"both"``); Code Mode also needs
+    ``code_runtime`` (see :mod:`dsh_core.code_mode`).
+    """
+
+    def __init__(
+        self,
+        plugins: pluggy.PluginManager | None = None,
+        approval: ApprovalService | None = None,
+        mode: PresentationMode = "native",
+        *,
+        code_runtime: Any = None,
+        max_parallel_sub_calls: int = 10,
+        trace_decisions: bool = False,
+    ) -> None:
+        from ._waterfall import DshPluginManager, HookChains
+
+        if plugins is None:
+            plugins = DshPluginManager()
+        elif plugins.project_name != hookspecs.PROJECT_NAME:
+            raise ValueError(f'plugins must be a PluginManager("{hookspecs.PROJECT_NAME}"), got "{plugins.project_name}"')
+        elif not hasattr(plugins.hook, "dsh_pre_execute"):
+            plugins.add_hookspecs(hookspecs)
+        if type(max_parallel_sub_calls) is not int or max_parallel_sub_calls < 1:
+            raise ValueError(f"max_parallel_sub_calls must be a positive integer, got {max_parallel_sub_calls!r}")
+        self.plugins: pluggy.PluginManager = plugins
+        self.approval = approval
+        self.trace_decisions = trace_decisions
+        self.max_parallel_sub_calls = max_parallel_sub_calls
+        self.code_runtime = code_runtime
+        self._registry = Registry(default_mode=mode, on_change=self._notify_change)
+        self._chains = HookChains(plugins)
+        self._contracts: weakref.WeakKeyDictionary[ToolDefinition, _Contract] = weakref.WeakKeyDictionary()
+        if code_runtime is not None or mode != "native":
+            self._install_code_mode()
+
+    def _install_code_mode(self) -> None:
+        from .code_mode._bridge import build_run_code_tool
+
+        self._registry.run_code = build_run_code_tool(self)
+        self._registry._changed(notify=False)
+
+    # -- registration ------------------------------------------------------------
+
+    def register(self, definition: ToolDefinition, scope: ScopeKey | None = None) -> Disposer:
+        """Register ``definition`` globally or in ``scope``; returns its disposer.
+
+        A scoped tool shadows a global of the same name for that scope and its
+        descendants. Refused (``RegistrationError``/``JsonSchemaError``): anything
+        that is not a ``ToolDefinition``, the reserved name ``run_code``, a
+        duplicate name in the same layer, an unsupported parameter or output schema.
+        """
+        return self._registry.register(definition, scope)
+
+    def restrict(self, restriction: ToolRestriction, scope: ScopeKey) -> Disposer:
+        """Filter what ``scope`` inherits (its own registrations stay visible)."""
+        return self._registry.restrict(restriction, scope)
+
+    def guard(self, guard: ToolGuard, scope: ScopeKey | None = None) -> Disposer:
+        """Add a monotonic guard: it runs after the pre-execute waterfall and may only deny.
+
+        ``guard(execution)`` returns ``None`` to leave the call alone or a reason
+        string to deny it. Global guards see every call; scoped ones only calls of
+        that scope and its descendants.
+        """
+        return self._registry.guard(guard, scope)
+
+    def present_as(self, mode: PresentationMode, scope: ScopeKey) -> Disposer:
+        """Present ``scope``'s tools in ``mode`` (nearest declaration on the chain wins)."""
+        disposer = self._registry.present_as(mode, scope)
+        if mode != "native" and self._registry.run_code is None:
+            self._install_code_mode()
+        return disposer
+
+    # -- lookups -----------------------------------------------------------------
+
+    @property
+    def mode(self) -> PresentationMode:
+        """The deployment-wide presentation mode."""
+        return self._registry.default_mode
+
+    def effective_mode(self, scope: ScopeKey | None = None) -> PresentationMode:
+        """The presentation mode ``scope`` sees."""
+        return self._registry.view(scope).mode
+
+    def get(self, name: str, scope: ScopeKey | None = None) -> ToolDefinition | None:
+        """The definition ``scope`` resolves for ``name``, or ``None`` when none is visible."""
+        return self._registry.view(scope).tools.get(name)
+
+    def schemas(self, scope: ScopeKey | None = None) -> list[ToolSchema]:
+        """The model-facing schemas visible to ``scope`` (``run_code`` last when presented).
+
+        Each ``ToolSchema`` holds only name, description and parameters, all
+        immutable; the list is a fresh one each call, built from a cache that
+        any registry change invalidates.
+        """
+        return list(self._registry.view(scope).schemas)
+
+    def names(self, scope: ScopeKey | None = None) -> list[str]:
+        """The visible tool names, in the order ``schemas()`` lists them."""
+        return list(self._registry.view(scope).tools)
+
+    def execution_mode(self, request: ToolExecutionInput) -> ToolExecutionMode:
+        """``Parallel()`` only when the visible tool's classifier returns exactly ``True``.
+
+        Unknown, hidden, collapsed, unclassified, raising or non-``True`` → ``Exclusive()``.
+        """
+        view = self._registry.view(request.agent)
+        tool = view.tools.get(request.name)
+        if tool is None or tool.is_concurrency_safe is None:
+            return EXCLUSIVE
+        if request.parent is None and view.mode == "code" and request.name != RUN_CODE_NAME:
+            return EXCLUSIVE
+        try:
+            verdict = tool.is_concurrency_safe(request.arguments)
+        except Exception:
+            return EXCLUSIVE
+        return PARALLEL if verdict is True else EXCLUSIVE
+
+    def scoped(self, scope: ScopeKey) -> ScopedToolRuntime:
+        """A view of this runtime whose methods are bound to ``scope``."""
+        return ScopedToolRuntime(self, scope)
+
+    # -- execution ---------------------------------------------------------------
+
+    async def execute(self, request: ToolExecutionInput) -> ToolExecutionResult:
+        """Run one call through the pipeline and return its frozen result.
+
+        Every failure (unknown tool, invalid arguments, denial, a raising tool or
+        listener, cancellation) is a ``ToolExecutionFailure``, never an exception;
+        only a cancellation of the caller's own surrounding trio scope propagates,
+        after the work this call started has unwound.
+        """
+        return await _pipeline.execute(self, request)
+
+    # -- internals -----------------------------------------------------------------
+
+    def _contract(self, tool: ToolDefinition) -> _Contract:
+        contract = self._contracts.get(tool)
+        if contract is None:
+            # Argument paths are reported dot-less from the root (``config.host``).
+            contract = _Contract(
+                functools.partial(compile_validator(tool.parameters), path=""),
+                compile_validator(tool.output.schema),
+            )
+            self._contracts[tool] = contract
+        return contract
+
+    def _notify_change(self) -> None:
+        self.plugins.hook.dsh_tools_change()
+
+    def registrations(self) -> list[tuple[ScopeKey | None, ToolDefinition]]:
+        """Every registered definition with its scope (``None`` = global), for diagnostics."""
+        return self._registry.all_definitions()
+
+
+class ScopedToolRuntime:
+    """``ToolRuntime`` methods bound to one scope (``runtime.scoped(agent)``)."""
+
+    __slots__ = ("_runtime", "scope")
+
+    def __init__(self, runtime: ToolRuntime, scope: ScopeKey) -> None:
+        self._runtime = runtime
+        self.scope = scope
+
+    @property
+    def runtime(self) -> ToolRuntime:
+        return self._runtime
+
+    def register(self, definition: ToolDefinition) -> Disposer:
+        return self._runtime.register(definition, self.scope)
+
+    def restrict(self, restriction: ToolRestriction) -> Disposer:
+        return self._runtime.restrict(restriction, self.scope)
+
+    def guard(self, guard: ToolGuard) -> Disposer:
+        return self._runtime.guard(guard, self.scope)
+
+    def present_as(self, mode: PresentationMode) -> Disposer:
+        return self._runtime.present_as(mode, self.scope)
+
+    def get(self, name: str) -> ToolDefinition | None:
+        return self._runtime.get(name, self.scope)
+
+    def schemas(self) -> list[ToolSchema]:
+        return self._runtime.schemas(self.scope)
+
+    def effective_mode(self) -> PresentationMode:
+        return self._runtime.effective_mode(self.scope)

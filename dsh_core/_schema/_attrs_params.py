@@ -1,0 +1,529 @@
+"""Tool parameters declared as an attrs class: the derived schema and strict structuring.
+
+An attrs class is the typed way to declare a tool's parameters::
+
+    @attrs.frozen
+    class ReadArgs:
+        path: str = attrs.field(metadata={"description": "file to read"})
+        limit: int | None = None
+
+:func:`schema_from_attrs_class` derives the raw parameter schema the model sees,
+and :func:`structure_args` turns already-validated arguments into an instance
+with a strict cattrs converter. Both are cached per class.
+
+Supported field annotations and what they become:
+
+=============================  ================================================
+``str`` / ``int`` / ``float``  ``string`` / ``integer`` / ``number``
+``bool`` / ``None``            ``boolean`` / ``null``
+``list[X]``, ``tuple[X, ...]`` ``array`` with ``items`` (bare ``list``/``tuple``:
+                               any items)
+``dict[str, X]``               an open ``object``; the subset cannot constrain
+                               the values, so ``X`` is enforced by structuring
+``Literal[...]``               ``enum`` of one scalar type, or a ``oneOf`` of one
+                               ``enum`` per type when the values mix types
+nested attrs class             a closed object (``additionalProperties: false``)
+``X | None``, ``Optional[X]``  ``oneOf: [X, null]`` (just ``X`` when ``X``
+                               already admits null)
+``Any``, ``JsonValue``         annotation-only (any JSON value)
+``Annotated[X, ...]``          ``X`` (the metadata is ignored)
+=============================  ================================================
+
+A field with a default is optional, and a JSON default is shown as a ``default``
+annotation (never applied by the schema: attrs applies it). A field's
+``metadata={"description": ...}`` becomes the property's description. The root,
+like every nested class, is a closed object: an unknown key would otherwise be
+dropped silently by structuring, so the schema rejects it up front instead.
+Stringified annotations (``from __future__ import annotations``) are evaluated in
+the namespace of the class that declares the field, without mutating the class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import sys
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, NoReturn, TypeVar, Union, get_args, get_origin
+
+import attrs
+import cattrs
+import cattrs.cols
+import cattrs.gen
+import cattrs.v
+
+from .._errors import JsonSchemaError, NonJsonValueError, SchemaSpecError, ToolArgsError
+from .._json import FrozenDict, JsonValue, json_equal, snapshot_json, thaw
+from ._subset import assert_supported_json_schema
+
+__all__ = ["schema_from_attrs_class", "structure_args"]
+
+T = TypeVar("T")
+
+_NoneType = type(None)
+_SUPPORTED = (
+    "supported: str, int, float, bool, None, list[X], tuple[X, ...], dict[str, X], Literal[...], "
+    "X | None, nested attrs classes, Any, JsonValue"
+)
+
+
+@attrs.frozen
+class _Derived:
+    schema: FrozenDict
+    converter: cattrs.Converter
+
+
+_CACHE: dict[type, _Derived] = {}
+
+
+def schema_from_attrs_class(cls: type) -> dict[str, Any]:
+    """Derive the raw parameter schema (closed, object-rooted) of an attrs class.
+
+    Returns a fresh plain ``dict`` on every call (the derivation itself is cached
+    per class). The root is ``{"type": "object", "additionalProperties": False,
+    "properties": {...}, "required": [...]}``; ``required`` lists the fields
+    without a default, in field order, and is omitted when there are none.
+
+    Raises:
+        SchemaSpecError: ``cls`` is not an attrs class, or some field annotations
+            cannot be expressed; the violations name every such field path, e.g.
+            ``Args.servers[].port`` (``[]`` steps into an item or a dict value).
+    """
+    return thaw(_derive(cls).schema)  # type: ignore[no-any-return]
+
+
+def structure_args(cls: type[T], args: Mapping[str, object]) -> T:
+    """Build an instance of the attrs class ``cls`` from validated arguments.
+
+    ``args`` is what passed the schema of :func:`schema_from_attrs_class` (a
+    ``FrozenDict`` or ``dict``; arrays may be tuples). Structuring never coerces:
+    a ``str`` field only takes a ``str``, a ``bool`` only a ``bool``, an ``int``
+    never a ``bool``. Two conversions follow the schema's number rules instead of
+    failing: an integral float (``2.0``) for an ``int`` field becomes ``2``, and
+    an int for a ``float`` field becomes a float when it has an exact float value
+    (beyond 2**53 most do not: those are refused rather than rounded). ``Any`` and
+    ``JsonValue`` fields keep the frozen JSON value as is.
+
+    Raises:
+        SchemaSpecError: the class itself is not usable (see
+            :func:`schema_from_attrs_class`).
+        ToolArgsError: the arguments do not structure (including a failing attrs
+            validator of the class); ``violations`` are path-qualified, e.g.
+            ``expected an integer, got str @ $.count``.
+    """
+    derived = _derive(cls)
+    try:
+        return derived.converter.structure(args, cls)
+    except Exception as exc:
+        raise ToolArgsError(cattrs.transform_error(exc, path="$", format_exception=_format_exception)) from exc
+
+
+def _derive(cls: type) -> _Derived:
+    cached = _CACHE.get(cls)
+    if cached is not None:
+        return cached
+    if not isinstance(cls, type) or not attrs.has(cls):
+        raise SchemaSpecError([f"{cls!r} is not an attrs class"])
+    deriver = _Deriver()
+    schema = deriver.class_schema(cls, cls.__qualname__, frozenset({cls}))
+    if deriver.errors or schema is None:
+        raise SchemaSpecError(deriver.errors)
+    try:
+        assert_supported_json_schema(schema)
+    except JsonSchemaError as exc:  # pragma: no cover - a safety net: the derivation only emits the subset
+        raise SchemaSpecError(exc.violations) from exc
+    frozen = snapshot_json(schema)
+    assert isinstance(frozen, FrozenDict)
+    derived = _Derived(schema=frozen, converter=deriver.converter)
+    _CACHE[cls] = derived
+    return derived
+
+
+class _Deriver:
+    """One derivation: walks the annotations, collecting every unsupported field path."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.converter = _strict_converter()
+        # Nested classes met so far: their schema (None when they failed).
+        self.classes: dict[type, dict[str, Any] | None] = {}
+
+    def class_schema(self, cls: type, path: str, ancestors: frozenset[type]) -> dict[str, Any] | None:
+        if cls in self.classes:
+            return self.classes[cls]
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        resolved: list[attrs.Attribute[Any]] = []
+        ok = True
+        for field in attrs.fields(cls):
+            if not field.init:
+                # cattrs never passes such fields to __init__, so they are not parameters.
+                resolved.append(field)
+                continue
+            field_path = f"{path}.{field.name}"
+            annotation = self._annotation(cls, field, field_path)
+            derived = None if annotation is _FAILED else self.type_schema(annotation, cls, field_path, ancestors)
+            description = field.metadata.get("description")
+            if description is not None and type(description) is not str:
+                self.errors.append(f'{field_path}: metadata "description" must be a str')
+                ok = False
+            if derived is None:
+                ok = False
+                continue
+            schema, resolved_type = derived
+            resolved.append(field.evolve(type=resolved_type))
+            properties[field.name] = _annotate(schema, description, field.default)
+            if field.default is attrs.NOTHING:
+                required.append(field.name)
+        if not ok:
+            self.classes[cls] = None
+            return None
+        node: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
+        if required:
+            node["required"] = required
+        self.classes[cls] = node
+        self._register_class_hook(cls, resolved)
+        return node
+
+    def _register_class_hook(self, cls: type, fields: list[attrs.Attribute[Any]]) -> None:
+        # Built from our own resolved attributes: cattrs would otherwise resolve the
+        # class's string annotations with typing.get_type_hints, which mutates the
+        # class and cannot evaluate JsonValue's inner forward references.
+        generated = cattrs.gen.make_dict_structure_fn_from_attrs(
+            fields, cls, self.converter, _cattrs_forbid_extra_keys=True, _cattrs_detailed_validation=True
+        )
+
+        def structure_object(value: object, _: object) -> Any:
+            if not isinstance(value, Mapping):
+                _mismatch("an object", value)
+            return generated(value, cls)
+
+        # A predicate hook: register_structure_hook(cls, ...) would resolve the class's
+        # annotations again with typing.get_type_hints.
+        self.converter.register_structure_hook_func(lambda annotation: annotation is cls, structure_object)
+
+    def _annotation(self, cls: type, field: attrs.Attribute[Any], path: str) -> object:
+        annotation = field.type
+        owner = _declaring_class(cls, field.name)
+        if annotation is None:
+            # attrs stores both "annotated with None" and "not annotated" as None.
+            declared = inspect.get_annotations(owner)
+            if field.name not in declared:
+                self.errors.append(f"{path}: the field has no type annotation")
+                return _FAILED
+            annotation = declared[field.name]
+        if isinstance(annotation, str):
+            return self._evaluate(annotation, owner, path)
+        return annotation
+
+    def _evaluate(self, text: str, owner: type, path: str) -> object:
+        module = sys.modules.get(owner.__module__)
+        globalns = dict(vars(module)) if module is not None else {}
+        try:
+            # As inspect.get_annotations(eval_str=True) does: the declaring class's
+            # namespace, then its module's. Nested forward references are resolved
+            # lazily by type_schema, so JsonValue's own ones are never evaluated here.
+            return eval(text, globalns, dict(vars(owner)))
+        except Exception as exc:
+            self.errors.append(f"{path}: cannot evaluate the annotation {text!r} ({type(exc).__name__}: {exc})")
+            return _FAILED
+
+    def type_schema(
+        self, annotation: object, owner: type, path: str, ancestors: frozenset[type]
+    ) -> tuple[dict[str, Any], Any] | None:
+        """The schema of one annotation and the resolved type cattrs structures it as."""
+        if isinstance(annotation, typing.ForwardRef):
+            annotation = self._evaluate(annotation.__forward_arg__, owner, path)
+            if annotation is _FAILED:
+                return None
+        if annotation is JsonValue or annotation is Any:
+            return {}, Any
+        try:
+            scalar = _SCALARS.get(annotation)
+        except TypeError:  # an unhashable annotation object
+            scalar = None
+        if scalar is not None:
+            return {"type": scalar[0]}, scalar[1]
+        origin = get_origin(annotation)
+        args = get_args(annotation)
+        if origin is typing.Annotated:
+            return self.type_schema(args[0], owner, path, ancestors)
+        if origin is Literal:
+            return self._literal(annotation, args, path)
+        if origin is Union or origin is types.UnionType:
+            return self._optional(annotation, args, owner, path, ancestors)
+        if annotation is list or origin is list:
+            return self._array(annotation, list, args, owner, path, ancestors)
+        if annotation is tuple or origin is tuple:
+            if args and (len(args) != 2 or args[1] is not Ellipsis):
+                self.errors.append(f"{path}: fixed-length {_spell(annotation)} is not supported; use tuple[X, ...]")
+                return None
+            return self._array(annotation, tuple, args[:1], owner, path, ancestors)
+        if annotation is dict or origin is dict:
+            return self._mapping(annotation, args, owner, path, ancestors)
+        if origin is None and isinstance(annotation, type) and attrs.has(annotation):
+            if annotation in ancestors:
+                self.errors.append(
+                    f"{path}: the attrs class {annotation.__qualname__} contains itself, "
+                    "which the schema subset cannot express (it has no references)"
+                )
+                return None
+            schema = self.class_schema(annotation, path, ancestors | {annotation})
+            return None if schema is None else (schema, annotation)
+        self.errors.append(f"{path}: the annotation {_spell(annotation)} is not supported ({_SUPPORTED})")
+        return None
+
+    def _literal(self, annotation: object, values: tuple[Any, ...], path: str) -> tuple[dict[str, Any], Any] | None:
+        groups: dict[str, list[Any]] = {}
+        for value in values:
+            kind = _LITERAL_KINDS.get(type(value))
+            if kind is None:
+                self.errors.append(
+                    f"{path}: the Literal value {value!r} is not JSON (use str, int, bool or None values)"
+                )
+                return None
+            groups.setdefault(kind, []).append(value)
+        branches = [{"type": kind, "enum": members} for kind, members in groups.items()]
+        schema = branches[0] if len(branches) == 1 else {"oneOf": branches}
+        return schema, annotation
+
+    def _optional(
+        self, annotation: object, members: tuple[Any, ...], owner: type, path: str, ancestors: frozenset[type]
+    ) -> tuple[dict[str, Any], Any] | None:
+        others = [member for member in members if member is not _NoneType]
+        if len(others) != 1 or len(members) != 2:
+            self.errors.append(
+                f"{path}: the union {_spell(annotation)} is not supported (only X | None is; "
+                "other unions cannot be told apart reliably when structuring)"
+            )
+            return None
+        derived = self.type_schema(others[0], owner, path, ancestors)
+        if derived is None:
+            return None
+        schema, resolved = derived
+        if resolved is Any:
+            return schema, Any
+        resolved_optional = typing.Optional[resolved]  # noqa: UP045 - built at run time from a variable
+        if _admits_null(schema):
+            return schema, resolved_optional
+        return {"oneOf": [schema, {"type": "null"}]}, resolved_optional
+
+    def _array(
+        self,
+        annotation: object,
+        container: type,
+        args: tuple[Any, ...],
+        owner: type,
+        path: str,
+        ancestors: frozenset[type],
+    ) -> tuple[dict[str, Any], Any] | None:
+        if not args:
+            return {"type": "array"}, (list[Any] if container is list else tuple[Any, ...])
+        derived = self.type_schema(args[0], owner, f"{path}[]", ancestors)
+        if derived is None:
+            return None
+        items, item_type = derived
+        resolved = list[item_type] if container is list else tuple[item_type, ...]  # type: ignore[valid-type]
+        return {"type": "array", "items": items}, resolved
+
+    def _mapping(
+        self, annotation: object, args: tuple[Any, ...], owner: type, path: str, ancestors: frozenset[type]
+    ) -> tuple[dict[str, Any], Any] | None:
+        if not args:
+            return {"type": "object"}, dict[str, Any]
+        key, value = args
+        if key is not str:
+            self.errors.append(f"{path}: {_spell(annotation)} is not supported (JSON object keys are str)")
+            return None
+        derived = self.type_schema(value, owner, f"{path}[]", ancestors)
+        if derived is None:
+            return None
+        # The subset has no schema for additional property values, so the schema
+        # only says "object" and the strict structuring step enforces the values.
+        return {"type": "object"}, dict[str, derived[1]]  # type: ignore[valid-type]
+
+
+class _Failed:
+    """Marks an annotation that could not be evaluated (already reported)."""
+
+
+_FAILED: Any = _Failed()
+
+_SCALARS: dict[object, tuple[str, type]] = {
+    str: ("string", str),
+    int: ("integer", int),
+    float: ("number", float),
+    bool: ("boolean", bool),
+    None: ("null", _NoneType),
+    _NoneType: ("null", _NoneType),
+}
+_LITERAL_KINDS: dict[type, str] = {str: "string", bool: "boolean", int: "integer", _NoneType: "null"}
+
+
+def _declaring_class(cls: type, name: str) -> type:
+    for base in cls.__mro__:
+        if name in inspect.get_annotations(base):
+            return base
+    return cls
+
+
+def _annotate(schema: dict[str, Any], description: str | None, default: object) -> dict[str, Any]:
+    node = dict(schema)
+    if description is not None:
+        node["description"] = description
+    if default is not attrs.NOTHING and not isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        # Only an annotation: a default that is not JSON simply is not shown.
+        with contextlib.suppress(NonJsonValueError):
+            node["default"] = thaw(snapshot_json(default))
+    return node
+
+
+def _admits_null(schema: dict[str, Any]) -> bool:
+    if "oneOf" in schema:
+        return any(_admits_null(branch) for branch in schema["oneOf"])
+    return "type" not in schema or schema["type"] == "null"
+
+
+def _spell(annotation: object) -> str:
+    if isinstance(annotation, type) and not get_args(annotation):
+        return annotation.__qualname__
+    return repr(annotation).replace("typing.", "")
+
+
+# ---------------------------------------------------------------------------
+# The strict converter
+
+
+class _StrictMismatch(TypeError):
+    """A value of the wrong JSON type; its message is shown as is."""
+
+
+def _mismatch(expected: str, value: object) -> NoReturn:
+    raise _StrictMismatch(f"expected {expected}, got {_describe(value)}")
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "a boolean"
+    if type(value) in (int, float):
+        return f"the number {value!r}"
+    if type(value) is str:
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__
+
+
+def _structure_str(value: object, _: object) -> str:
+    if type(value) is not str:
+        _mismatch("a string", value)
+    return value  # type: ignore[return-value]
+
+
+def _structure_bool(value: object, _: object) -> bool:
+    if type(value) is not bool:
+        _mismatch("a boolean", value)
+    return value  # type: ignore[return-value]
+
+
+def _structure_int(value: object, _: object) -> int:
+    if type(value) is int:
+        return value  # type: ignore[return-value]
+    # The schema's integer is "an integral number", so 2.0 passed validation.
+    if type(value) is float and value.is_integer():  # type: ignore[attr-defined]
+        return int(value)  # type: ignore[call-overload, no-any-return]
+    _mismatch("an integer", value)
+
+
+def _structure_float(value: object, _: object) -> float:
+    if type(value) is float:
+        return value  # type: ignore[return-value]
+    if type(value) is int:
+        try:
+            converted = float(value)  # type: ignore[arg-type]
+        except OverflowError:
+            converted = None
+        if converted is not None and int(converted) == value:
+            return converted
+        raise _StrictMismatch(f"the integer {value!r} has no exact float value")
+    _mismatch("a number", value)
+
+
+def _structure_none(value: object, _: object) -> None:
+    if value is not None:
+        _mismatch("null", value)
+
+
+def _is_literal(annotation: Any) -> bool:
+    return get_origin(annotation) is Literal
+
+
+def _literal_factory(annotation: Any) -> Callable[[object, object], object]:
+    members = get_args(annotation)
+
+    def structure_literal(value: object, _: object) -> object:
+        for member in members:
+            # JSON equality: type-strict for booleans, 1.0 equals the member 1.
+            if json_equal(member, value):
+                return member
+        raise _StrictMismatch(f"expected one of {json.dumps(list(members))}, got {_describe(value)}")
+
+    return structure_literal
+
+
+def _container_factory(
+    accepted: tuple[type, ...], expected: str, factory: Callable[[Any, cattrs.BaseConverter], Any]
+) -> Callable[[Any, cattrs.BaseConverter], Callable[[object, object], object]]:
+    def make(annotation: Any, converter: cattrs.BaseConverter) -> Callable[[object, object], object]:
+        inner = factory(annotation, converter)
+
+        def structure_container(value: object, _: object) -> object:
+            # cattrs would iterate any iterable: a str would become a list of characters.
+            if not isinstance(value, accepted):
+                _mismatch(expected, value)
+            return inner(value, annotation)
+
+        return structure_container
+
+    return make
+
+
+def _origin_is(container: type) -> Callable[[Any], bool]:
+    return lambda annotation: get_origin(annotation) is container
+
+
+def _strict_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    converter.register_structure_hook(str, _structure_str)
+    converter.register_structure_hook(bool, _structure_bool)
+    converter.register_structure_hook(int, _structure_int)
+    converter.register_structure_hook(float, _structure_float)
+    converter.register_structure_hook(_NoneType, _structure_none)
+    converter.register_structure_hook_factory(_is_literal, _literal_factory)
+    converter.register_structure_hook_factory(
+        _origin_is(list), _container_factory((list, tuple), "an array", cattrs.cols.list_structure_factory)
+    )
+    converter.register_structure_hook_factory(
+        _origin_is(tuple),
+        _container_factory((list, tuple), "an array", cattrs.cols.homogenous_tuple_structure_factory),
+    )
+    converter.register_structure_hook_factory(
+        _origin_is(dict), _container_factory((dict,), "an object", cattrs.cols.mapping_structure_factory)
+    )
+    return converter
+
+
+def _format_exception(exc: BaseException, annotation: type | None) -> str:
+    if isinstance(exc, _StrictMismatch):
+        return str(exc)
+    if isinstance(exc, (ValueError, TypeError)) and annotation is None and str(exc):
+        # Raised by the class itself (an attrs validator): its own words say most.
+        return f"invalid value ({exc})"
+    return cattrs.v.format_exception(exc, annotation)

@@ -1,0 +1,439 @@
+"""Validating values against the enforced JSON Schema subset.
+
+Two checkers agree on one set of rules. The fast one is a fastjsonschema
+function, compiled once per schema content and cached; it only says yes or no.
+The full one is an iterative walk that reports every violation with its path.
+A value is checked by the fast one first; only when it says no (or cannot be
+built for the schema) does the full one run, so a passing call costs one
+compiled check and a failing call still gets the complete report.
+
+fastjsonschema follows draft-07, which differs from the subset in a few places:
+it accepts ``NaN``, ``±inf`` and ``-0.0`` as numbers, dict/str/int subclasses,
+``Decimal`` and anything at all under an annotation-only node. The fast path
+therefore first requires the value to be lossless JSON (a ``FrozenDict`` is by
+construction); on lossless values the two agree, which the test suite checks
+with generated schemas and values.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
+
+import fastjsonschema
+
+from .._errors import JsonSchemaError, NonJsonValueError
+from .._json import FrozenDict, snapshot_json
+from ._subset import JsonSchemaNode, assert_supported_json_schema, same_scalar, scalar_matches
+
+__all__ = [
+    "CompiledValidator",
+    "compile_validator",
+    "report_violations",
+    "validate_json_schema_value",
+]
+
+# fastjsonschema generates one nested Python block per schema level, and
+# CPython refuses more than 20 statically nested blocks or 100 indentation
+# levels. Measured on 3.11-3.13: a oneOf chain fails at 20 levels, an items
+# chain at 21, properties at 49, while every mix of the three compiled up to 18.
+_FAST_MAX_DEPTH: Final = 16
+# Compiling costs roughly 0.5 ms per node (a 1 000-property schema takes about a
+# second); past this size the iterative checker alone is the better deal.
+_FAST_MAX_NODES: Final = 1000
+_CACHE_LIMIT: Final = 4096
+
+
+def _is_lossless(value: object) -> bool:
+    kind = type(value)
+    if kind is FrozenDict or kind is str or kind is int or kind is bool or value is None:
+        return True
+    try:
+        snapshot_json(value)
+    except NonJsonValueError:
+        return False
+    return True
+
+
+def _label(path: str) -> str:
+    # The parameter validator passes an empty root path; it reads as "arguments".
+    return path or "arguments"
+
+
+def _child_path(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _compact_json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class _UnassertedSchemaError(ValueError):
+    """A node the subset assertion would have refused reached the checker."""
+
+
+# Frame kinds of the iterative checker.
+_UNSTARTED: Final = 0
+_ONE_OF: Final = 1
+_OBJECT: Final = 2
+_ARRAY: Final = 3
+
+
+class _Frame:
+    """One pending (node, value) check; ``pending`` holds its children, last first."""
+
+    __slots__ = ("kind", "matches", "node", "path", "pending", "tail", "value", "violations")
+
+    def __init__(self, node: JsonSchemaNode, value: object, path: str) -> None:
+        self.node = node
+        self.value = value
+        self.path = path
+        self.kind = _UNSTARTED
+        self.pending: list[tuple[JsonSchemaNode, object, str]] = []
+        self.violations: list[str] = []
+        self.tail: list[str] = []
+        self.matches = 0
+
+
+def report_violations(schema: JsonSchemaNode, value: object, path: str = "value") -> tuple[str, ...]:
+    """Every violation of ``value`` against an *asserted* ``schema``, in walk order.
+
+    This is the full-report checker on its own, without the schema assertion,
+    the cache or the fastjsonschema fast path; :func:`validate_json_schema_value`
+    is the public entry point. It walks with explicit frames, so neither deep
+    schemas nor deep values reach the recursion limit. Any exception raised while
+    inspecting the value is contained and reported as ``"<path>" must be a
+    lossless JSON value``.
+    """
+    frames = [_Frame(schema, value, path)]
+    while True:
+        frame = frames[-1]
+        outcome: list[str] | None
+        try:
+            if frame.kind == _UNSTARTED:
+                outcome = _start(frame)
+            elif frame.pending:
+                frames.append(_Frame(*frame.pending.pop()))
+                continue
+            else:
+                outcome = _finish(frame)
+        except _UnassertedSchemaError:
+            raise
+        except Exception:
+            # Only the top frame was running, so only it is abandoned.
+            outcome = [f'"{_label(frame.path)}" must be a lossless JSON value']
+        if outcome is None:
+            continue
+        frames.pop()
+        if not frames:
+            return tuple(outcome)
+        parent = frames[-1]
+        if parent.kind == _ONE_OF:
+            # A branch's own violations never surface: only whether it matched.
+            if not outcome:
+                parent.matches += 1
+        else:
+            parent.violations.extend(outcome)
+
+
+def _start(frame: _Frame) -> list[str] | None:
+    """Check what can be checked at once; return the result, or None after scheduling children."""
+    node, value, path = frame.node, frame.value, frame.path
+    if "oneOf" in node:
+        frame.kind = _ONE_OF
+        frame.pending = [(branch, value, path) for branch in reversed(node["oneOf"])]
+        return None
+    if "type" not in node:
+        return [] if _is_lossless(value) else [f'"{_label(path)}" must be a lossless JSON value']
+
+    schema_type = node["type"]
+    kind = type(value)
+    if schema_type == "object":
+        if kind is not dict and kind is not FrozenDict:
+            return [f'"{_label(path)}" must be an object']
+        properties: Mapping[str, JsonSchemaNode] = node.get("properties") or {}
+        frame.kind = _OBJECT
+        frame.violations = [
+            f'missing required property "{_child_path(path, name)}"'
+            for name in node.get("required") or ()
+            if name not in value  # type: ignore[operator]
+        ]
+        frame.pending = [
+            (child, value[name], _child_path(path, name))  # type: ignore[index]
+            for name, child in reversed(list(properties.items()))
+            if name in value  # type: ignore[operator]
+        ]
+        if node.get("additionalProperties") is False:
+            frame.tail = [
+                f'"{_child_path(path, key)}" is not a declared property (additionalProperties: false)'
+                for key in value  # type: ignore[attr-defined]
+                if key not in properties
+            ]
+        return None
+    if schema_type == "array":
+        if kind is not list and kind is not tuple:
+            return [f'"{_label(path)}" must be an array']
+        if "items" not in node:
+            return [] if _is_lossless(value) else [f'"{_label(path)}" must be a dense lossless JSON array']
+        items = node["items"]
+        elements: list[object] = list(value)  # type: ignore[call-overload]
+        frame.kind = _ARRAY
+        frame.pending = [(items, elements[index], f"{path}[{index}]") for index in range(len(elements) - 1, -1, -1)]
+        return None
+    if schema_type == "string":
+        ok = kind is str
+    elif schema_type == "number":
+        if kind is bool or (kind is not int and kind is not float):
+            return [f'"{_label(path)}" must be a number']
+        ok = scalar_matches("number", value)
+        if not ok:
+            return [f'"{_label(path)}" must be a finite JSON number']
+    elif schema_type in ("integer", "boolean", "null"):
+        ok = scalar_matches(schema_type, value)
+    else:
+        raise _UnassertedSchemaError(f"unreachable schema type {schema_type!r}: assert the schema first")
+    if not ok:
+        article = "an" if schema_type == "integer" else "a"
+        noun = "null" if schema_type == "null" else f"{article} {schema_type}"
+        return [f'"{_label(path)}" must be {noun}']
+    return _scalar_constraints(node, value, path)
+
+
+def _scalar_constraints(node: JsonSchemaNode, value: object, path: str) -> list[str]:
+    if "enum" in node:
+        allowed = node["enum"]
+        if not any(same_scalar(value, entry) for entry in allowed):
+            return [f'"{_label(path)}" must be one of {_compact_json(allowed)}']
+    if "const" in node and not same_scalar(value, node["const"]):
+        return [f'"{_label(path)}" must be {_compact_json(node["const"])}']
+    return []
+
+
+def _finish(frame: _Frame) -> list[str]:
+    """Conclude a frame whose children have all reported."""
+    if frame.kind == _ONE_OF:
+        if frame.matches == 1:
+            return []
+        return [f'"{_label(frame.path)}" must match exactly one oneOf branch (matched {frame.matches})']
+    violations = frame.violations
+    violations.extend(frame.tail)
+    if violations or frame.kind == _ARRAY:
+        # Every element of an items-checked array was validated, and a valid
+        # child is lossless JSON, so nothing is left to check.
+        return violations
+    value: Any = frame.value
+    if type(value) is FrozenDict:
+        return []
+    # Declared properties were validated as children; what remains unchecked
+    # is the key types and the values of undeclared keys (open objects).
+    properties = frame.node.get("properties") or {}
+    for key, item in value.items():
+        if type(key) is not str or (key not in properties and not _is_lossless(item)):
+            return [f'"{_label(frame.path)}" must be a lossless JSON object']
+    return []
+
+
+def _fastjsonschema_form(schema: JsonSchemaNode) -> dict[str, Any] | None:
+    """The plain-dict schema to hand fastjsonschema, or None when it is too deep or too big to compile.
+
+    Annotations are left out: they never affect validation, and fastjsonschema's
+    reference resolver would otherwise walk (recursively) into ``default`` and
+    ``examples`` data.
+    """
+    root: dict[str, Any] = {}
+    nodes = 0
+    stack: list[tuple[JsonSchemaNode, dict[str, Any], int]] = [(schema, root, 1)]
+    while stack:
+        node, out, depth = stack.pop()
+        nodes += 1
+        if depth > _FAST_MAX_DEPTH or nodes > _FAST_MAX_NODES:
+            return None
+        for key, item in node.items():
+            if key == "properties":
+                children: dict[str, Any] = {}
+                for name, child in item.items():
+                    child_out: dict[str, Any] = {}
+                    children[name] = child_out
+                    stack.append((child, child_out, depth + 1))
+                out[key] = children
+            elif key == "items":
+                item_out: dict[str, Any] = {}
+                out[key] = item_out
+                stack.append((item, item_out, depth + 1))
+            elif key == "oneOf":
+                branches: list[dict[str, Any]] = []
+                for branch in item:
+                    branch_out: dict[str, Any] = {}
+                    branches.append(branch_out)
+                    stack.append((branch, branch_out, depth + 1))
+                out[key] = branches
+            elif key in ("enum", "required"):
+                out[key] = list(item)
+            elif key in ("type", "additionalProperties", "const"):
+                out[key] = item
+    return root
+
+
+def _compile_fast(schema: JsonSchemaNode) -> Callable[[Any], Any] | None:
+    form = _fastjsonschema_form(schema)
+    if form is None:
+        return None
+    try:
+        # use_default=False: the default (True) writes schema defaults into the
+        # caller's value. Formats are outside the subset anyway.
+        validate: Callable[[Any], Any] = fastjsonschema.compile(form, use_default=False, use_formats=False)
+    except Exception:
+        # SyntaxError/IndentationError from generated code nested too deeply,
+        # RecursionError/MemoryError, JsonSchemaDefinitionException, or a
+        # fastjsonschema bug: the iterative checker covers every schema alone.
+        return None
+    return validate
+
+
+class CompiledValidator:
+    """A validator bound to one asserted schema; call it with a value to get its violations.
+
+    Obtain one from :func:`compile_validator`. Calling it returns ``()`` for a
+    valid value and otherwise every violation, exactly as
+    :func:`validate_json_schema_value` does. ``schema`` is the immutable
+    snapshot it validates against; ``uses_fastjsonschema`` says whether the
+    compiled fast path is in use (False for schemas too deep or too large for
+    fastjsonschema to compile).
+    """
+
+    __slots__ = ("_fast", "schema")
+
+    def __init__(self, schema: JsonSchemaNode) -> None:
+        self.schema = schema
+        self._fast = _compile_fast(schema)
+
+    @property
+    def uses_fastjsonschema(self) -> bool:
+        return self._fast is not None
+
+    def __call__(self, value: object, path: str = "value") -> tuple[str, ...]:
+        if self._fast is not None and self.fast_path_accepts(value):
+            return ()
+        return report_violations(self.schema, value, path)
+
+    def fast_path_accepts(self, value: object) -> bool:
+        """Whether the compiled fast path alone accepts ``value`` (False when there is no fast path)."""
+        validate = self._fast
+        if validate is None or not _is_lossless(value):
+            return False
+        try:
+            validate(value)
+        except Exception:
+            # JsonSchemaValueException, or generated code tripping over an odd
+            # property name: either way the full checker decides.
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"<CompiledValidator {_canonical_text(self.schema)[:80]}>"
+
+
+_cache: dict[str, CompiledValidator] = {}
+_cache_lock = threading.Lock()
+
+
+def compile_validator(schema: object) -> CompiledValidator:
+    """Assert ``schema`` once and return a cached validator for its content.
+
+    The returned :class:`CompiledValidator` is a callable
+    ``(value, path="value") -> tuple[str, ...]``. Validators are cached by
+    schema content (key order included, since it fixes the order of reported
+    violations), so equal schemas share one validator object; the cache keeps
+    the most recently used few thousand. The schema is snapshotted, so mutating
+    it afterwards does not change the validator.
+
+    Raises:
+        JsonSchemaError: the schema is outside the enforced subset (see
+            :func:`~dsh_core.schema.assert_supported_json_schema`).
+    """
+    try:
+        snapshot = snapshot_json(schema)
+    except NonJsonValueError:
+        # Not lossless: the assertion explains why, path by path.
+        assert_supported_json_schema(schema)
+        raise JsonSchemaError(["schema must be lossless JSON data"]) from None
+    key = _canonical_text(snapshot)
+    with _cache_lock:
+        cached = _cache.pop(key, None)
+        if cached is not None:
+            _cache[key] = cached  # most recently used goes last
+            return cached
+    assert_supported_json_schema(snapshot)
+    validator = CompiledValidator(snapshot)  # type: ignore[arg-type]
+    with _cache_lock:
+        validator = _cache.setdefault(key, validator)
+        while len(_cache) > _CACHE_LIMIT:
+            del _cache[next(iter(_cache))]
+    return validator
+
+
+def validate_json_schema_value(schema: object, value: object, path: str = "value") -> tuple[str, ...]:
+    """Every way ``value`` violates ``schema``; an empty tuple means it is valid.
+
+    Messages quote the JSON path of the offending value (``"value.a" must be a
+    string``, ``missing required property "value.b"``). ``path`` is the root
+    label; the empty string reads as ``arguments`` and makes child paths start
+    without a dot (``config.host``, ``servers[1].host``). Any Python value may
+    be given: one that is not lossless JSON is a violation, never an exception.
+    ``integer`` accepts integral floats (``1.0``), ``bool`` never satisfies
+    ``number`` or ``integer``, and ``enum``/``const`` compare type-strictly
+    (``True`` is not ``1``; ``1`` equals ``1.0``). Defaults are never applied
+    and ``value`` is never modified.
+
+    Raises:
+        JsonSchemaError: the schema is outside the enforced subset.
+    """
+    return compile_validator(schema)(value, path)
+
+
+def _canonical_text(value: object) -> str:
+    """Compact JSON text of a snapshot, for cache keys; iterative when the C encoder would recurse too deep."""
+    try:
+        return _compact_json(value)
+    except RecursionError:
+        return _compact_json_iteratively(value)
+
+
+def _compact_json_iteratively(root: object) -> str:
+    parts: list[str] = []
+    # A frame is [entries, is_object, first]; the same text json.dumps would write.
+    stack: list[list[Any]] = []
+
+    def open_container(container: Any) -> bool:
+        if isinstance(container, dict):
+            parts.append("{")
+            stack.append([iter(container.items()), True, True])
+            return True
+        if isinstance(container, (list, tuple)):
+            parts.append("[")
+            stack.append([iter(container), False, True])
+            return True
+        return False
+
+    if not open_container(root):
+        return _compact_json(root)
+    while stack:
+        frame = stack[-1]
+        entries: Iterator[Any] = frame[0]
+        for entry in entries:
+            if not frame[2]:
+                parts.append(",")
+            frame[2] = False
+            if frame[1]:
+                key, entry = entry
+                parts.append(_compact_json(key))
+                parts.append(":")
+            if open_container(entry):
+                break
+            parts.append(_compact_json(entry))
+        else:
+            stack.pop()
+            parts.append("}" if frame[1] else "]")
+    return "".join(parts)

@@ -1,0 +1,640 @@
+"""The durable session log: append-only events, one JSON object per line.
+
+Each line is ``{"seq": n, "type": "...", "data": {...}}`` followed by a newline;
+``seq`` counts from 1 without gaps. A line is committed once its newline is on
+disk, so a crash can only ever damage the *last* line: the reader skips such a
+torn tail and reports it, and reopening the log for appending cuts it off so
+the next event starts on a clean line. Damage anywhere else is corruption and
+raises :class:`SessionLogError` naming the line.
+
+The tool pipeline writes four event types, each with a typed helper on
+:class:`SessionLog`. Their ``data`` uses the camelCase wire names of the
+presentation vocabulary:
+
+* ``tool/call`` — ``{callId, name, arguments, agent}``
+* ``tool/result`` — ``{callId, content, isError, error, meta}``, the durable
+  projection of a result (never its canonical value); ``error`` is
+  ``{name, code, message}`` or ``null``, ``meta`` the presentation meta or ``null``
+* ``tool/code-dispatch-start`` — ``{rootCallId, parentCallId, subCallId, name, arguments}``
+* ``tool/code-dispatch`` — the same plus ``isError`` and ``content``
+
+``content`` is a list of content blocks in the presentation wire form
+(``{"type": "text", "text": ...}``, ``{"type": "image", "data": ..., "mimeType": ...}``);
+:func:`structure_content` turns it back into blocks.
+
+JSON is written and read without recursion limits: values nested far deeper
+than ``json`` handles (5 000-deep tool arguments) are logged and read back
+intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO, Final, Literal, TypeAlias, final
+
+import attrs
+import cattrs
+
+from ._content import ContentBlock, as_content
+from ._errors import DshError, NonJsonValueError
+from ._json import FrozenDict, JsonValue, snapshot_json
+from .presentation import _configure_content, _configure_strict
+
+__all__ = [
+    "FsyncPolicy",
+    "SessionEvent",
+    "SessionLog",
+    "SessionLogError",
+    "SessionLogRead",
+    "TornLine",
+    "read_session_log",
+    "structure_content",
+]
+
+FsyncPolicy: TypeAlias = Literal["never", "always", "close"]
+"""When :class:`SessionLog` asks the OS to put the file on disk: never, after every line, or once when closed."""
+
+_POLICIES: Final = ("never", "always", "close")
+_CHUNK: Final = 1 << 16
+
+
+class SessionLogError(DshError, ValueError):
+    """A session log is corrupt (``line`` names the first bad line) or can no longer be appended to."""
+
+    code = "SESSION_LOG_ERROR"
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        self.path = path
+        self.line = line
+        where = "" if path is None else f"{path}: " if line is None else f"{path}: line {line}: "
+        super().__init__(where + message)
+
+
+@final
+@attrs.frozen(kw_only=True, slots=True)
+class SessionEvent:
+    """One committed line of a session log."""
+
+    seq: int
+    type: str
+    data: FrozenDict
+
+
+@final
+@attrs.frozen(kw_only=True, slots=True)
+class TornLine:
+    """The damaged last line of a log: where it starts, how long it is and what is wrong with it."""
+
+    line: int
+    offset: int
+    size: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line} (byte {self.offset}, {self.size} bytes) {self.reason}"
+
+
+@final
+@attrs.frozen(kw_only=True, slots=True)
+class SessionLogRead:
+    """What :func:`read_session_log` found: the committed ``events`` and the skipped ``torn`` tail, if any."""
+
+    events: tuple[SessionEvent, ...]
+    torn: TornLine | None
+
+
+# --- JSON without recursion limits --------------------------------------------------------
+
+
+def _dumps(value: object, *, ensure_ascii: bool = False) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=False, separators=(",", ":"))
+    except RecursionError:
+        return _dumps_iteratively(value, ensure_ascii)
+
+
+def _dumps_iteratively(value: object, ensure_ascii: bool) -> str:
+    # Same output as _dumps's json.dumps call, with an explicit stack of [iterator, is_object, first].
+    def scalar(item: object) -> str:
+        return json.dumps(item, ensure_ascii=ensure_ascii, allow_nan=False)
+
+    parts: list[str] = []
+    stack: list[list[Any]] = []
+    item: object = value
+    while True:
+        if isinstance(item, dict):
+            parts.append("{")
+            stack.append([iter(item.items()), True, True])
+        elif isinstance(item, (list, tuple)):
+            parts.append("[")
+            stack.append([iter(item), False, True])
+        else:
+            parts.append(scalar(item))
+        while stack:
+            frame = stack[-1]
+            entry: Any = next(frame[0], _END)
+            if entry is _END:
+                parts.append("}" if frame[1] else "]")
+                stack.pop()
+                continue
+            if not frame[2]:
+                parts.append(",")
+            frame[2] = False
+            if frame[1]:
+                key, item = entry
+                parts.append(scalar(key) + ":")
+            else:
+                item = entry
+            break
+        else:
+            return "".join(parts)
+
+
+_END: Final = object()
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"')
+_LITERALS: Final[dict[str, object]] = {"true": True, "false": False, "null": None}
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        return _loads_iteratively(text)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads_iteratively(text: str) -> Any:
+    """Parse strict JSON with an explicit stack; raises ``ValueError`` like ``json.loads``."""
+    stack: list[Any] = []  # open containers, innermost last
+    keys: list[str | None] = []  # the key awaiting a value in each open object
+    pos = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
+    while True:
+        value: Any
+        char = text[pos : pos + 1]
+        if char == "{" or char == "[":
+            pos = _WHITESPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
+            closer = "}" if char == "{" else "]"
+            if text.startswith(closer, pos):
+                value, pos = ({} if char == "{" else []), pos + 1
+            else:
+                stack.append({} if char == "{" else [])
+                key = None
+                if char == "{":
+                    key, pos = _object_key(text, pos)
+                keys.append(key)
+                continue
+        elif char == '"':
+            value, pos = _string(text, pos)
+        elif (number := _NUMBER.match(text, pos)) is not None and number.end() > pos:
+            token = number.group()
+            value = int(token) if number.group(1) is None and number.group(2) is None else float(token)
+            pos = number.end()
+        else:
+            for word, literal in _LITERALS.items():
+                if text.startswith(word, pos):
+                    value, pos = literal, pos + len(word)
+                    break
+            else:
+                raise ValueError(f"expected a JSON value at char {pos}")
+        # Attach the value to its container; close every container that ends here.
+        while True:
+            pos = _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]
+            if not stack:
+                if pos != len(text):
+                    raise ValueError(f"extra data at char {pos}")
+                return value
+            top = stack[-1]
+            if type(top) is list:
+                top.append(value)
+            else:
+                top[keys[-1]] = value
+            char = text[pos : pos + 1]
+            if char == ",":
+                pos = _WHITESPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
+                if type(top) is dict:
+                    keys[-1], pos = _object_key(text, pos)
+                break
+            if char == ("]" if type(top) is list else "}"):
+                value = stack.pop()
+                keys.pop()
+                pos += 1
+                continue
+            raise ValueError(f"expected ',' or a closing bracket at char {pos}")
+
+
+def _string(text: str, pos: int) -> tuple[str, int]:
+    match = _STRING.match(text, pos)
+    if match is None:
+        raise ValueError(f"invalid string at char {pos}")
+    decoded: str = json.loads(match.group())
+    return decoded, match.end()
+
+
+def _object_key(text: str, pos: int) -> tuple[str, int]:
+    key, pos = _string(text, pos)
+    pos = _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]
+    if not text.startswith(":", pos):
+        raise ValueError(f"expected ':' at char {pos}")
+    return key, _WHITESPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
+
+
+# --- lines --------------------------------------------------------------------------------
+
+
+class _BadLine(Exception):
+    """Why one line is not a committed event."""
+
+
+def _encode_line(seq: int, event_type: str, data: JsonValue) -> bytes:
+    record = {"seq": seq, "type": event_type, "data": data}
+    try:
+        return (_dumps(record) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate has no UTF-8 form; its \\u escape is still lossless JSON.
+        return (_dumps(record, ensure_ascii=True) + "\n").encode("ascii")
+
+
+def _parse_line(raw: bytes) -> SessionEvent:
+    if not raw.endswith(b"\n"):
+        raise _BadLine("has no newline: the write was interrupted")
+    try:
+        text = raw[:-1].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _BadLine(f"is not UTF-8: {exc}") from None
+    if not text.strip():
+        raise _BadLine("is empty")
+    try:
+        record = _loads(text)
+    except ValueError as exc:
+        raise _BadLine(f"is not valid JSON: {exc}") from None
+    if type(record) is not dict or record.keys() != {"seq", "type", "data"}:
+        raise _BadLine('is not an event object {"seq", "type", "data"}')
+    seq, event_type, data = record["seq"], record["type"], record["data"]
+    if type(seq) is not int or seq < 1:
+        raise _BadLine(f"has an invalid seq {seq!r}")
+    if type(event_type) is not str or not event_type:
+        raise _BadLine(f"has an invalid type {event_type!r}")
+    if type(data) is not dict:
+        raise _BadLine("has data that is not an object")
+    try:
+        frozen = snapshot_json(data)
+    except NonJsonValueError as exc:
+        raise _BadLine(f"holds a value that is not lossless JSON: {exc}") from None
+    assert isinstance(frozen, FrozenDict)
+    return SessionEvent(seq=seq, type=event_type, data=frozen)
+
+
+def _lines_backwards(file: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, line)`` for the lines of ``file``, last first; each keeps its newline (the last may lack one)."""
+    pos = end = size
+    later: list[bytes] = []  # pieces of the line ending at ``end`` read so far, last piece first
+    while pos > 0:
+        step = min(_CHUNK, pos)
+        pos -= step
+        file.seek(pos)
+        block = file.read(step)
+        cut = min(len(block), end - pos)
+        # The newline at end - 1 is the current line's own; search before it.
+        limit = min(len(block), end - 1 - pos)
+        while limit > 0 and (index := block.rfind(b"\n", 0, limit)) >= 0:
+            later.append(block[index + 1 : cut])
+            yield pos + index + 1, b"".join(reversed(later))
+            later = []
+            end = pos + index + 1
+            cut, limit = index + 1, index
+        later.append(block[:cut])
+    if end > 0:
+        yield 0, b"".join(reversed(later))
+
+
+def _line_number(file: BinaryIO, offset: int) -> int:
+    """The 1-based number of the line starting at ``offset`` (counts the newlines before it)."""
+    file.seek(0)
+    count, remaining = 1, offset
+    while remaining > 0:
+        block = file.read(min(_CHUNK, remaining))
+        if not block:
+            break
+        count += block.count(b"\n")
+        remaining -= len(block)
+    return count
+
+
+def read_session_log(path: str | os.PathLike[str]) -> SessionLogRead:
+    """Read every committed event of the log at ``path``.
+
+    A damaged last line (no newline, not JSON, not an event) is skipped and
+    described in ``torn``.
+
+    Raises:
+        SessionLogError: a line other than the last is damaged, or the ``seq``
+            numbers do not run 1, 2, 3, ...; the message names the line.
+        OSError: the file cannot be read.
+    """
+    name = os.fspath(path)
+    events: list[SessionEvent] = []
+    bad: TornLine | None = None
+    offset = 0
+    with open(path, "rb") as file:
+        for number, raw in enumerate(file, 1):
+            if bad is not None:
+                raise SessionLogError(f"{bad.reason}; only the last line may be torn", path=name, line=bad.line)
+            try:
+                event = _parse_line(raw)
+            except _BadLine as exc:
+                bad = TornLine(line=number, offset=offset, size=len(raw), reason=str(exc))
+            else:
+                if event.seq != len(events) + 1:
+                    raise SessionLogError(
+                        f"seq {event.seq} where {len(events) + 1} was expected", path=name, line=number
+                    )
+                events.append(event)
+            offset += len(raw)
+    return SessionLogRead(events=tuple(events), torn=bad)
+
+
+# --- the writer ---------------------------------------------------------------------------
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+_configure_strict(_converter)
+_configure_content(_converter)
+
+
+def _content_json(content: object, what: str) -> list[Any]:
+    return [_converter.unstructure(block) for block in as_content(content, what=what)]
+
+
+def structure_content(value: object) -> tuple[ContentBlock, ...]:
+    """Content blocks from their logged form (the ``content`` of ``tool/result`` and ``tool/code-dispatch``).
+
+    Raises:
+        SessionLogError: ``value`` is not a list of content blocks; the message names each bad path.
+    """
+    try:
+        blocks: tuple[ContentBlock, ...] = _converter.structure(value, tuple[ContentBlock, ...])
+    except Exception as exc:
+        errors = cattrs.transform_error(exc, "$")
+        raise SessionLogError("invalid logged content: " + "; ".join(errors)) from exc
+    return blocks
+
+
+def _str(value: object, what: str, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if type(value) is not str:
+        raise TypeError(f"{what} must be a str{' or None' if optional else ''}, got {type(value).__name__}")
+
+
+def _error_json(error: Mapping[str, str] | None, is_error: bool) -> dict[str, str] | None:
+    if type(is_error) is not bool:
+        raise TypeError(f"is_error must be a bool, got {type(is_error).__name__}")
+    if error is None:
+        if is_error:
+            raise ValueError("a failed result (is_error=True) needs its error {name, code, message}")
+        return None
+    if not is_error:
+        raise ValueError("a successful result (is_error=False) cannot carry an error")
+    if not isinstance(error, Mapping) or set(error) != {"name", "code", "message"}:
+        raise ValueError("error must be a mapping with exactly the keys name, code and message")
+    for key in ("name", "code", "message"):
+        _str(error[key], f"error[{key!r}]")
+    return {"name": error["name"], "code": error["code"], "message": error["message"]}
+
+
+@final
+class SessionLog:
+    """An append-only session log file, opened for appending.
+
+    Opening an existing log continues its ``seq`` numbering; if its last line is
+    torn, that line is cut off first and described in :attr:`torn`. Each event
+    is one ``write`` of the whole line, newline included, with no user-space
+    buffer (a crashed process leaves nothing behind unwritten); ``fsync`` says
+    when the OS is asked to put it on disk: ``"always"`` after every line,
+    ``"close"`` once on :meth:`close` (the default), ``"never"``.
+
+    One writer per file: two ``SessionLog`` objects appending to the same path
+    interleave their numbering. Use it as a context manager::
+
+        with SessionLog(path) as log:
+            seq = log.append_call("call-1", "read_file", {"path": "a.txt"})
+
+    Raises:
+        SessionLogError: the existing file is corrupt before its last line.
+        ValueError: ``fsync`` is not a policy.
+        OSError: the file cannot be opened.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: FsyncPolicy = "close") -> None:
+        if fsync not in _POLICIES:
+            raise ValueError(f"fsync must be one of {', '.join(map(repr, _POLICIES))}, got {fsync!r}")
+        self.path = Path(path)
+        self.fsync: FsyncPolicy = fsync
+        self._new_file = not self.path.exists()
+        self.torn: TornLine | None
+        self._next_seq: int
+        self.torn, self._next_seq = (None, 1) if self._new_file else self._recover()
+        # Unbuffered: every write goes straight to the OS, so a failed or interrupted
+        # write can never be completed later by a buffer flush in the middle of the file.
+        self._file: BinaryIO | None = open(self.path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+        self._broken: str | None = None
+        self._dirty = self._new_file or self.torn is not None
+        if self.fsync == "always" and self._dirty:
+            self._sync()
+
+    def _recover(self) -> tuple[TornLine | None, int]:
+        name = os.fspath(self.path)
+        with open(self.path, "r+b") as file:
+            size = file.seek(0, os.SEEK_END)
+            torn: tuple[int, int, str] | None = None
+            next_seq = 1
+            for offset, raw in _lines_backwards(file, size):
+                try:
+                    event = _parse_line(raw)
+                except _BadLine as exc:
+                    if torn is None:
+                        torn = (offset, len(raw), str(exc))
+                        continue
+                    line = _line_number(file, offset)
+                    raise SessionLogError(f"{exc}; only the last line may be torn", path=name, line=line) from None
+                next_seq = event.seq + 1
+                break
+            if torn is None:
+                return None, next_seq
+            offset, length, reason = torn
+            described = TornLine(line=_line_number(file, offset), offset=offset, size=length, reason=reason)
+            file.truncate(offset)
+            return described, next_seq
+
+    @property
+    def next_seq(self) -> int:
+        """The ``seq`` the next appended event will get."""
+        return self._next_seq
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run."""
+        return self._file is None
+
+    def __enter__(self) -> SessionLog:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file, first syncing it under the ``"close"`` policy; idempotent."""
+        file = self._file
+        if file is None:
+            return
+        try:
+            if self.fsync == "close" and self._dirty:
+                self._sync()
+        finally:
+            self._file = None
+            file.close()
+
+    def append(self, event: Mapping[str, Any]) -> int:
+        """Append ``{"type": str, "data": {...}}`` as the next line and return its ``seq``.
+
+        ``data`` must be a lossless JSON object (it is snapshotted first, so a bad
+        value never reaches the file).
+
+        Raises:
+            TypeError: ``event`` is not a mapping of exactly ``type`` and ``data``,
+                or ``type`` is not a non-empty str.
+            NonJsonValueError: ``data`` is not lossless JSON.
+            SessionLogError: an earlier write failed, so the file may end in a
+                torn line; reopen the log to repair it.
+            ValueError: the log is closed.
+        """
+        if not isinstance(event, Mapping) or set(event) != {"type", "data"}:
+            raise TypeError('an event is a mapping with exactly the keys "type" and "data"')
+        event_type, data = event["type"], event["data"]
+        if type(event_type) is not str or not event_type:
+            raise TypeError(f"event type must be a non-empty str, got {event_type!r}")
+        if not isinstance(data, Mapping):
+            raise TypeError(f"event data must be a mapping, got {type(data).__name__}")
+        return self._write(event_type, snapshot_json(data if type(data) is FrozenDict else dict(data)))
+
+    def append_call(self, call_id: str, name: str, arguments: object, *, agent: str | None = None) -> int:
+        """Append ``tool/call``: the model asked for ``name`` with ``arguments``; returns its ``seq``."""
+        _str(call_id, "call_id")
+        _str(name, "name")
+        _str(agent, "agent", optional=True)
+        data = {"callId": call_id, "name": name, "arguments": arguments, "agent": agent}
+        return self._write("tool/call", snapshot_json(data))
+
+    def append_result(
+        self,
+        call_id: str,
+        *,
+        content: Sequence[ContentBlock],
+        is_error: bool,
+        error: Mapping[str, str] | None = None,
+        meta: object = None,
+    ) -> int:
+        """Append ``tool/result``, the durable projection of a settled call; returns its ``seq``.
+
+        ``content`` is what the model saw, ``error`` the failure's
+        ``{name, code, message}`` (required exactly when ``is_error``), ``meta``
+        the presentation meta (``None`` for none). The canonical value is never
+        logged: replay presents results from this projection alone.
+        """
+        _str(call_id, "call_id")
+        data = {
+            "callId": call_id,
+            "content": _content_json(content, "content"),
+            "isError": is_error,
+            "error": _error_json(error, is_error),
+            "meta": meta,
+        }
+        return self._write("tool/result", snapshot_json(data))
+
+    def append_dispatch_start(
+        self, root_call_id: str, parent_call_id: str, sub_call_id: str, name: str, arguments: object
+    ) -> int:
+        """Append ``tool/code-dispatch-start``: a Code Mode program started sub-call ``sub_call_id``."""
+        data = self._dispatch_ids(root_call_id, parent_call_id, sub_call_id, name) | {"arguments": arguments}
+        return self._write("tool/code-dispatch-start", snapshot_json(data))
+
+    def append_dispatch(
+        self,
+        root_call_id: str,
+        parent_call_id: str,
+        sub_call_id: str,
+        name: str,
+        arguments: object,
+        *,
+        content: Sequence[ContentBlock],
+        is_error: bool,
+    ) -> int:
+        """Append ``tool/code-dispatch``: sub-call ``sub_call_id`` settled with ``content``."""
+        if type(is_error) is not bool:
+            raise TypeError(f"is_error must be a bool, got {type(is_error).__name__}")
+        data = self._dispatch_ids(root_call_id, parent_call_id, sub_call_id, name) | {
+            "arguments": arguments,
+            "isError": is_error,
+            "content": _content_json(content, "content"),
+        }
+        return self._write("tool/code-dispatch", snapshot_json(data))
+
+    @staticmethod
+    def _dispatch_ids(root_call_id: str, parent_call_id: str, sub_call_id: str, name: str) -> dict[str, Any]:
+        _str(root_call_id, "root_call_id")
+        _str(parent_call_id, "parent_call_id")
+        _str(sub_call_id, "sub_call_id")
+        _str(name, "name")
+        return {"rootCallId": root_call_id, "parentCallId": parent_call_id, "subCallId": sub_call_id, "name": name}
+
+    def _write(self, event_type: str, data: JsonValue) -> int:
+        file = self._file
+        if file is None:
+            raise ValueError(f"session log {self.path} is closed")
+        if self._broken is not None:
+            raise SessionLogError(
+                f"an earlier write failed ({self._broken}); reopen the log to repair it", path=str(self.path)
+            )
+        seq = self._next_seq
+        line = _encode_line(seq, event_type, data)
+        try:
+            view = memoryview(line)
+            while view:
+                written = file.write(view)
+                if not written:  # only a non-blocking file can return None or 0
+                    raise OSError("the file accepted no bytes")
+                view = view[written:]
+            self._next_seq = seq + 1
+            self._dirty = True
+            if self.fsync == "always":
+                self._sync()
+        except BaseException as exc:
+            # Part of the line may be in the file: appending more would bury a torn line mid-log.
+            self._broken = f"{type(exc).__name__}: {exc}"
+            raise
+        return seq
+
+    def _sync(self) -> None:
+        assert self._file is not None
+        os.fsync(self._file.fileno())
+        if self._new_file and os.name == "posix":
+            # A new file is only durable once its directory entry is.
+            directory = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        self._new_file = False
+        self._dirty = False

@@ -1,0 +1,207 @@
+"""``CancelSignal``: the caller-owned cancellation token (the AbortSignal stand-in).
+
+A trio ``CancelScope`` can only guard the code lexically inside it and can be
+entered once, so it cannot be the token a caller hands to a pipeline that many
+stages (policies, wrappers, the body, nested Code Mode calls) observe. A
+``CancelSignal`` is that token: any number of observers poll ``cancelled`` or
+``await wait()``, and the runtime links it to the cancel scope around the work
+it owns, so firing the signal interrupts that work at its next checkpoint.
+
+A signal may also carry a deadline (``CancelSignal.after``). It fires by itself
+when ``trio.current_time()`` reaches the deadline, and a linked scope gets that
+deadline directly, so no timer task is needed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable
+
+import trio
+
+__all__ = ["CancelSignal"]
+
+_fire_order = itertools.count(1)
+
+
+def _now() -> float:
+    try:
+        return trio.current_time()
+    except RuntimeError:  # outside trio.run: no clock, so no deadline can have passed
+        return -math.inf
+
+
+class CancelSignal:
+    """A cancellation token shared by everything working on behalf of one caller.
+
+    ``cancel(reason)`` fires it once (later calls do nothing); ``cancelled`` and
+    ``reason`` report it; ``await wait()`` blocks until it fires. Signals are
+    identity objects: they are never JSON and never frozen into results.
+    """
+
+    __slots__ = ("_deadline", "_deadline_reason", "_event", "_fired_at", "_listeners", "_reason", "_sources")
+
+    def __init__(self) -> None:
+        self._fired_at = 0  # 0 = not fired; otherwise a global firing sequence number
+        self._reason: object = None
+        self._event: trio.Event | None = None
+        self._listeners: list[Callable[[], None]] | None = None
+        self._deadline = math.inf
+        self._deadline_reason: object = None
+        self._sources: tuple[CancelSignal, ...] = ()
+
+    @classmethod
+    def after(cls, seconds: float, *, reason: object = None) -> CancelSignal:
+        """A signal that fires ``seconds`` from now on trio's clock, with ``reason``."""
+        return cls.at(trio.current_time() + seconds, reason=reason)
+
+    @classmethod
+    def at(cls, deadline: float, *, reason: object = None) -> CancelSignal:
+        """A signal that fires when ``trio.current_time()`` reaches ``deadline``."""
+        signal = cls()
+        signal._deadline = deadline
+        signal._deadline_reason = reason if reason is not None else "deadline exceeded"
+        return signal
+
+    @classmethod
+    def any(cls, *signals: CancelSignal) -> CancelSignal:
+        """A signal that fires when any of ``signals`` fires, with the first one's reason.
+
+        Fusing is lazy (the fused signal asks its sources), so fusing costs nothing
+        until somebody waits on the result.
+        """
+        flat: list[CancelSignal] = []
+        for signal in signals:
+            for source in signal._sources or (signal,):
+                if not any(source is seen for seen in flat):
+                    flat.append(source)
+        if len(flat) == 1:
+            return flat[0]
+        fused = cls()
+        fused._sources = tuple(flat)
+        fused._deadline = min(source._deadline for source in flat)
+        return fused
+
+    # -- state -----------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the signal has fired (explicitly, through a source, or by deadline)."""
+        if self._sources:
+            return any(source.cancelled for source in self._sources)
+        if self._fired_at:
+            return True
+        if self._deadline != math.inf and _now() >= self._deadline:
+            self._fire(self._deadline_reason)
+            return True
+        return False
+
+    @property
+    def reason(self) -> object:
+        """Why it fired (``None`` while it has not)."""
+        if self._sources:
+            fired = [s for s in self._sources if s.cancelled]
+            return min(fired, key=lambda s: s._fired_at)._reason if fired else None
+        return self._reason if self.cancelled else None
+
+    @property
+    def deadline(self) -> float:
+        """The earliest deadline this signal carries (``math.inf`` when none)."""
+        return self._deadline
+
+    @property
+    def sources(self) -> tuple[CancelSignal, ...]:
+        """The signals a fused signal listens to (empty for a plain signal)."""
+        return self._sources
+
+    def cancel(self, reason: object = None) -> None:
+        """Fire the signal; ``reason`` defaults to ``"cancelled"``. Idempotent.
+
+        A fused signal cannot be fired directly: fire one of its sources.
+        """
+        if self._sources:
+            raise TypeError("a fused CancelSignal fires through its sources; cancel one of them")
+        if not self._fired_at:
+            self._fire("cancelled" if reason is None else reason)
+
+    def _fire(self, reason: object) -> None:
+        self._fired_at = next(_fire_order)
+        self._reason = reason
+        if self._event is not None:
+            self._event.set()
+        listeners, self._listeners = self._listeners, None
+        for listener in listeners or ():
+            listener()
+
+    async def wait(self) -> None:
+        """Block until the signal fires (returns at once if it already has)."""
+        if self.cancelled:
+            return
+        if self._sources:
+            async with trio.open_nursery() as nursery:
+                for source in self._sources:
+                    nursery.start_soon(_wait_then_cancel, source, nursery.cancel_scope)
+            return
+        if self._event is None:
+            self._event = trio.Event()
+        with trio.move_on_at(self._deadline):
+            await self._event.wait()
+        self.cancelled  # noqa: B018 - evaluating fires a passed deadline
+
+    # -- linking to cancel scopes ---------------------------------------------
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` once when the signal fires explicitly; returns the unsubscriber.
+
+        Deadlines do not call listeners (nothing runs at the deadline); use
+        :meth:`link` to have a cancel scope honour both.
+        """
+        targets: Iterable[CancelSignal] = self._sources or (self,)
+        removers = [target._add_listener(listener) for target in targets]
+
+        def unsubscribe() -> None:
+            for remove in removers:
+                remove()
+
+        return unsubscribe
+
+    def _add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        if self._listeners is None:
+            self._listeners = []
+        listeners = self._listeners
+        listeners.append(listener)
+
+        def remove() -> None:
+            try:
+                listeners.remove(listener)
+            except ValueError:
+                pass
+
+        return remove
+
+    def link(self, scope: trio.CancelScope) -> Callable[[], None]:
+        """Make ``scope`` cancel when this signal fires; returns the unlinker.
+
+        A signal that already fired cancels the scope at once; a deadline becomes
+        the scope's deadline (the earlier of the two wins).
+        """
+        if self.cancelled:
+            scope.cancel()
+            return _noop
+        if self._deadline < scope.deadline:
+            scope.deadline = self._deadline
+        return self.subscribe(scope.cancel)
+
+    def __repr__(self) -> str:
+        state = f"cancelled reason={self.reason!r}" if self.cancelled else "pending"
+        return f"<CancelSignal {state}>"
+
+
+def _noop() -> None:
+    return None
+
+
+async def _wait_then_cancel(source: CancelSignal, scope: trio.CancelScope) -> None:
+    await source.wait()
+    scope.cancel()

@@ -1,0 +1,242 @@
+"""Async waterfalls built from pluggy's ordered hookimpls.
+
+pluggy calls hooks synchronously and cannot await, so the runtime takes each
+hook's implementations in pluggy's own call order and chains them itself: the
+first listener receives a ``next`` that runs the second, and so on down to a
+built-in base. Chains are cached per hook and rebuilt only when the plugin set
+changes, so a waterfall with no listeners costs nothing per call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import attrs
+import pluggy
+import trio
+
+from . import hookspecs
+from ._errors import PolicyError
+from ._execution import ScopeKey, scope_chain
+
+__all__ = ["Chain", "DshPluginManager", "HookChains", "Listener", "is_fatal"]
+
+_FATAL = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
+
+WATERFALLS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_code_dispatch_log")
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """Whether an exception must escape containment (cancellation, interpreter exit)."""
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, _FATAL):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+    return False
+
+
+class DshPluginManager(pluggy.PluginManager):
+    """A pluggy ``PluginManager("dsh")`` with the dsh hookspecs, versioned for chain caching."""
+
+    def __init__(self, project_name: str = hookspecs.PROJECT_NAME) -> None:
+        super().__init__(project_name)
+        self.dsh_version = 0
+        self.add_hookspecs(hookspecs)
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        result = super().register(plugin, name)
+        self.dsh_version += 1
+        return result
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        result = super().unregister(plugin, name)
+        self.dsh_version += 1
+        return result
+
+    def set_blocked(self, name: str) -> None:
+        super().set_blocked(name)
+        self.dsh_version += 1
+
+
+@attrs.frozen(slots=True)
+class Listener:
+    """One hookimpl, prepared for direct calls."""
+
+    fn: Callable[..., Any]
+    plugin_name: str
+    argnames: tuple[str, ...]
+    positions: tuple[int, ...]  # where each of argnames sits in the spec's argument list
+    positional: bool
+    scope: ScopeKey | None
+    problem: str | None  # why the listener cannot run (e.g. not async); calls then fail
+
+    def call(self, ordered: tuple[Any, ...]) -> Any:
+        """Call with the spec's arguments in spec order (a hookimpl may take a subset, by name)."""
+        if self.positional:
+            return self.fn(*ordered)
+        return self.fn(**{name: ordered[index] for name, index in zip(self.argnames, self.positions)})
+
+
+@attrs.frozen(slots=True)
+class _HookListeners:
+    listeners: tuple[Listener, ...]
+    scoped: bool
+
+
+class HookChains:
+    """Per-hook listener lists in call order, cached while the plugin set is unchanged."""
+
+    def __init__(self, plugins: pluggy.PluginManager) -> None:
+        self._plugins = plugins
+        self._cache: dict[str, _HookListeners] = {}
+        self._version: int | None = None
+        self._spec_args: dict[str, tuple[str, ...]] = {}
+
+    def _hook_listeners(self, hook_name: str) -> _HookListeners:
+        version = getattr(self._plugins, "dsh_version", None)
+        if version is None or version != self._version:
+            self._cache.clear()
+            self._version = version
+        cached = self._cache.get(hook_name) if version is not None else None
+        if cached is None:
+            cached = self._build(hook_name)
+            if version is not None:
+                self._cache[hook_name] = cached
+        return cached
+
+    def listeners(self, hook_name: str, agent: ScopeKey | None) -> tuple[Listener, ...]:
+        """The listeners of ``hook_name`` that see a call for ``agent``, outermost first."""
+        entry = self._hook_listeners(hook_name)
+        if not entry.scoped:
+            return entry.listeners
+        chain = scope_chain(agent)
+        return tuple(
+            listener
+            for listener in entry.listeners
+            if listener.scope is None or any(listener.scope is key or listener.scope == key for key in chain)
+        )
+
+    def spec_args(self, hook_name: str) -> tuple[str, ...]:
+        args = self._spec_args.get(hook_name)
+        if args is None:
+            spec = getattr(hookspecs, hook_name)
+            args = self._spec_args[hook_name] = tuple(inspect.signature(spec).parameters)
+        return args
+
+    def _build(self, hook_name: str) -> _HookListeners:
+        caller = getattr(self._plugins.hook, hook_name, None)
+        if caller is None:
+            return _HookListeners((), False)
+        spec_args = self.spec_args(hook_name)
+        waterfall = hook_name in WATERFALLS
+        out: list[Listener] = []
+        for impl in reversed(caller.get_hookimpls()):
+            problem = None
+            if impl.wrapper or impl.hookwrapper:
+                if waterfall:
+                    problem = f"{impl.plugin_name}: pluggy wrapper hookimpls are not supported on {hook_name}"
+                else:
+                    continue
+            elif waterfall and not inspect.iscoroutinefunction(impl.function):
+                problem = f"{impl.plugin_name}: {hook_name} listeners must be async def"
+            argnames = tuple(impl.argnames)
+            unknown = [name for name in argnames if name not in spec_args]
+            if unknown and problem is None:
+                problem = f"{impl.plugin_name}: {hook_name} has no argument(s) {', '.join(unknown)}"
+            out.append(
+                Listener(
+                    fn=impl.function,
+                    plugin_name=impl.plugin_name,
+                    argnames=argnames,
+                    positions=tuple(spec_args.index(name) if name in spec_args else -1 for name in argnames),
+                    positional=argnames == spec_args,
+                    scope=getattr(impl.plugin, "dsh_scope", None),
+                    problem=problem,
+                )
+            )
+        return _HookListeners(tuple(out), any(listener.scope is not None for listener in out))
+
+
+class _Next:
+    """The ``next`` handed to one listener: runs the rest of the chain, at most once."""
+
+    __slots__ = ("_chain", "_index", "_owner", "called", "result")
+
+    def __init__(self, chain: Chain, index: int, owner: Listener) -> None:
+        self._chain = chain
+        self._index = index
+        self._owner = owner
+        self.called = False
+        self.result: Any = None
+
+    async def __call__(self) -> Any:
+        if self.called:
+            raise PolicyError(f"{self._owner.plugin_name}: next() may be called at most once per listener")
+        self.called = True
+        self.result = await self._chain.run(self._index)
+        return self.result
+
+
+class Chain:
+    """One run of a waterfall: listeners, their arguments, the base and the result check.
+
+    After the run, ``decider`` names the listener that produced the final outcome
+    (``None`` when the base did) and ``blame`` the listener an exception came from.
+    """
+
+    __slots__ = ("_base", "_check", "_listeners", "_ordered", "blame", "blamed", "decider", "trace")
+
+    def __init__(
+        self,
+        listeners: Sequence[Listener],
+        ordered: tuple[Any, ...],
+        base: Callable[[], Awaitable[Any]],
+        check: Callable[[Any], str | None],
+    ) -> None:
+        self._listeners = listeners
+        self._ordered = ordered
+        self._base = base
+        self._check = check
+        self.decider: str | None = None
+        self.blame: str | None = None
+        self.blamed: BaseException | None = None
+        self.trace: list[tuple[str, Any]] | None = None
+
+    async def run(self, index: int = 0) -> Any:
+        if index == len(self._listeners):
+            return await self._base()
+        listener = self._listeners[index]
+        if listener.problem is not None:
+            error = PolicyError(listener.problem)
+            self._blame(error, listener)
+            raise error
+        nxt = _Next(self, index + 1, listener)
+        try:
+            outcome = await listener.call((*self._ordered, nxt))
+        except BaseException as exc:
+            if not is_fatal(exc):
+                self._blame(exc, listener)
+            raise
+        if not (nxt.called and outcome is nxt.result):
+            problem = self._check(outcome)
+            if problem is not None:
+                error = PolicyError(f"{listener.plugin_name}: {problem}")
+                self._blame(error, listener)
+                raise error
+            self.decider = listener.plugin_name
+        if self.trace is not None:
+            self.trace.append((listener.plugin_name, outcome))
+        return outcome
+
+    def _blame(self, exc: BaseException, listener: Listener) -> None:
+        if exc is not self.blamed:
+            self.blamed = exc
+            self.blame = listener.plugin_name
+
+    def blame_for(self, exc: BaseException) -> str | None:
+        return self.blame if exc is self.blamed else None

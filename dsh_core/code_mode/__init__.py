@@ -1,0 +1,37 @@
+"""Code Mode: the model writes one Python program that calls tools, instead of calling each tool itself.
+
+:func:`render_python_sdk` turns the visible tools into the typed stubs the model
+programs against; :class:`SubprocessPythonRuntime` runs the program in a fresh
+Python process and serves its tool calls through host *bindings*. The
+``run_code`` bridge that joins the two to the tool pipeline builds on these.
+"""
+
+from ._runtime import (
+    Binding,
+    CodeRunError,
+    CodeRunErrorKind,
+    CodeRunResult,
+    CodeRuntime,
+    SubprocessPythonRuntime,
+)
+from ._sdk import (
+    RUN_CODE_DESCRIPTION,
+    RUN_CODE_NAME,
+    render_python_sdk,
+    run_code_output_spec,
+    run_code_parameters_spec,
+)
+
+__all__ = [
+    "RUN_CODE_DESCRIPTION",
+    "RUN_CODE_NAME",
+    "Binding",
+    "CodeRunError",
+    "CodeRunErrorKind",
+    "CodeRunResult",
+    "CodeRuntime",
+    "SubprocessPythonRuntime",
+    "render_python_sdk",
+    "run_code_output_spec",
+    "run_code_parameters_spec",
+]

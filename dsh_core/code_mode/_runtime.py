@@ -1,0 +1,570 @@
+"""The code runtime seam and its subprocess backend for Python programs.
+
+A *code runtime* runs one ``run_code`` program: the body of an async function
+(top-level ``await`` and ``return`` work) that may call the host back through
+*bindings*, awaitable functions taking and returning lossless JSON. The result
+is always a :class:`CodeRunResult`; a program's failure is a value
+(:class:`CodeRunError`), never an exception.
+
+:class:`SubprocessPythonRuntime` runs each program in a fresh ``python -I``
+process started with :func:`trio.run_process`; nothing survives from one run to
+the next. **A subprocess isolates state and crashes, it is not a security
+sandbox**: the program runs with the host user's rights and can read files,
+open sockets and start processes. It gets an empty environment by default, so
+secrets in the host's environment are not handed to it.
+
+Wire protocol
+-------------
+JSON-lines, one compact ASCII JSON object per line, on the child's stdin (host
+to child) and stdout (child to host). The child moves both onto private
+descriptors before the program runs and points descriptor 1 at its stderr, so
+neither ``print`` nor a stray write to descriptor 1 can corrupt a frame.
+
+Host to child:
+
+- ``{"type": "run", "program", "names": [...], "global", "error_class",
+  "max_output_bytes", "max_frame_bytes"}``: first and only once; ``names`` are
+  the binding names reachable as ``<global>.name`` / ``<global>["name"]``.
+- ``{"type": "reply", "id", "ok": true, "value"}`` or
+  ``{"type": "reply", "id", "ok": false, "message"}``: one per ``call``, in the
+  order the bindings finish.
+
+Child to host:
+
+- ``{"type": "call", "id", "name", "args"}``: the program awaits a binding;
+  ids are unique among calls in flight, and many may be in flight at once.
+- ``{"type": "log", "text"}``: one line the program wrote to ``sys.stdout`` or
+  ``sys.stderr``, without its newline.
+- ``{"type": "done"}``, ``{"type": "done", "value"}`` or
+  ``{"type": "done", "error": {"kind", "message"}}`` with kind ``exception``,
+  ``invalid-output`` or ``output-limit``: the last frame.
+
+The host treats every frame as hostile: a line that is not one well-formed frame
+of the shapes above, or is longer than the frame cap, ends the run with kind
+``protocol``. Time, output size and the child's death are observed on the host
+side and never sent as frames.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, Literal, Protocol, TypeAlias
+
+import attrs
+import trio
+
+from .._errors import NonJsonValueError
+from .._json import JsonValue, snapshot_json
+from ._child import decode_json, encode_json
+
+__all__ = [
+    "Binding",
+    "CodeRunError",
+    "CodeRunErrorKind",
+    "CodeRunResult",
+    "CodeRuntime",
+    "SubprocessPythonRuntime",
+]
+
+Binding: TypeAlias = Callable[[JsonValue], Awaitable[JsonValue]]
+"""A host function a program can call: lossless JSON arguments in, lossless JSON out."""
+
+CodeRunErrorKind: TypeAlias = Literal[
+    "exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "protocol"
+]
+
+_KINDS: Final = frozenset(("exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "protocol"))
+_CHILD_KINDS: Final = frozenset(("exception", "invalid-output", "output-limit"))
+_CHILD_PATH: Final = str(Path(__file__).with_name("_child.py"))
+
+
+@attrs.frozen(kw_only=True)
+class CodeRunError:
+    """Why a run failed: a machine-readable ``kind`` and a message for the model.
+
+    ``exception``: the program raised; ``timeout``: the wall-clock budget ran
+    out; ``abort``: the caller stopped the run (reserved for runtimes that
+    report it; :class:`SubprocessPythonRuntime` lets trio's ``Cancelled``
+    propagate instead); ``worker-exit``: the process died before finishing;
+    ``invalid-output``: the program returned something that is not lossless
+    JSON; ``output-limit``: printed and returned output together passed the
+    byte cap; ``protocol``: the process sent something that is not a frame.
+    """
+
+    kind: CodeRunErrorKind = attrs.field(validator=attrs.validators.in_(_KINDS))
+    message: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
+def _check_result(instance: CodeRunResult, attribute: object, value: object) -> None:
+    if instance.has_value and instance.error is not None:
+        raise ValueError("a failed run has no value")
+    if not instance.has_value and instance.value is not None:
+        raise ValueError("value must be None when has_value is False")
+
+
+@attrs.frozen(kw_only=True)
+class CodeRunResult:
+    """How one run ended: its ``logs`` (one entry per printed line) and its value or error.
+
+    ``has_value`` says whether the program returned something: a program that
+    returns nothing (or ``None``) has no value, and a failed run never has one.
+    Logs are kept on failure too, up to the point the run stopped.
+    """
+
+    logs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    value: JsonValue = attrs.field(default=None, converter=snapshot_json)
+    has_value: bool = attrs.field(default=False, validator=_check_result)
+    error: CodeRunError | None = None
+
+
+class CodeRuntime(Protocol):
+    """What the ``run_code`` bridge needs from a code runtime."""
+
+    @property
+    def language(self) -> str:
+        """Lower-case language name, e.g. ``"python"``; it picks the SDK renderer."""
+        ...
+
+    @property
+    def isolation(self) -> str:
+        """Informational: ``"process"``, ``"worker-thread"``, ``"container"``..."""
+        ...
+
+    async def run(
+        self,
+        program: str,
+        bindings: Mapping[str, Binding],
+        *,
+        global_name: str = "tools",
+        error_class_name: str = "ToolCallError",
+    ) -> CodeRunResult:
+        """Run ``program``; program failures are results, only misuse raises."""
+        ...
+
+
+# Names a runtime may not use for the bindings' global or the error class, on
+# any backend: reserved words of Python (soft keywords included) and of
+# ECMAScript, and globals the runtimes themselves need.
+_PORTABLE_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RESERVED_WORDS: Final = frozenset(
+    """
+    False None True and as assert async await break class continue def del elif else except finally for from
+    global if import in is lambda nonlocal not or pass raise return try while with yield match case type _
+    catch const debugger default delete do enum export extends false function instanceof new null super switch
+    this throw true typeof var void let static implements interface package private protected public
+    console __dsh_main__ __builtins__ __name__ __debug__
+    """.split()
+)
+
+
+def _check_namespace(global_name: str, error_class_name: str) -> None:
+    for role, name in (("global_name", global_name), ("error_class_name", error_class_name)):
+        if not isinstance(name, str) or not _PORTABLE_IDENTIFIER.fullmatch(name) or name in _RESERVED_WORDS:
+            raise ValueError(f"{role} {name!r} is not a portable identifier (ASCII, not a reserved word)")
+    if global_name == error_class_name:
+        raise ValueError(f"global_name and error_class_name are both {global_name!r}")
+
+
+def _positive_budget(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{attribute.name} must be a positive finite number of seconds, not {value!r}")
+
+
+def _output_cap(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 4:
+        raise ValueError(f"{attribute.name} must be an int of at least 4, not {value!r}")
+
+
+def _default_env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    if env is None:
+        # Windows cannot start Python without SYSTEMROOT.
+        env = {"SYSTEMROOT": os.environ["SYSTEMROOT"]} if os.name == "nt" and "SYSTEMROOT" in os.environ else {}
+    return MappingProxyType(dict(env))
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class SubprocessPythonRuntime:
+    """Runs each program in a fresh ``python -I`` subprocess (see the module docstring).
+
+    ``wall_budget_s`` bounds each run from spawn to result (``timeout``).
+    ``max_output_bytes`` caps the UTF-8 size of every log line (plus one byte
+    each) and the compact JSON of the returned value, together
+    (``output-limit``, with the logs that fitted). ``python`` is the interpreter
+    (default: the host's own); ``env`` the child's whole environment (default:
+    empty).
+
+    Cancelling the surrounding trio scope kills the child and reaps it before
+    ``Cancelled`` propagates. Binding calls still in flight when a run ends are
+    cancelled.
+    """
+
+    language: ClassVar[str] = "python"
+    isolation: ClassVar[str] = "process"
+
+    wall_budget_s: float = attrs.field(default=30.0, validator=_positive_budget)
+    max_output_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_output_cap)
+    python: str = attrs.field(default=None, converter=lambda value: sys.executable if value is None else str(value))
+    env: Mapping[str, str] = attrs.field(default=None, converter=_default_env)
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The longest line accepted from the child; call arguments are bounded by it too."""
+        return max(self.max_output_bytes, 16 * 1024 * 1024) + 1024 * 1024
+
+    async def run(
+        self,
+        program: str,
+        bindings: Mapping[str, Binding],
+        *,
+        global_name: str = "tools",
+        error_class_name: str = "ToolCallError",
+    ) -> CodeRunResult:
+        """Run ``program`` with ``bindings`` reachable as ``<global_name>.name`` and ``<global_name>["name"]``.
+
+        A binding that raises makes the program's call raise
+        ``<error_class_name>(tool_name, str(exc))``. Raises ``ValueError`` or
+        ``TypeError`` only for misuse (a non-portable global or error class
+        name, a non-``str`` program or binding name, a non-callable binding).
+        """
+        _check_namespace(global_name, error_class_name)
+        if not isinstance(program, str):
+            raise TypeError(f"program must be a str, not {type(program).__name__}")
+        for name, binding in bindings.items():
+            if not isinstance(name, str) or not callable(binding):
+                raise TypeError(f"binding {name!r} must be a callable under a str name")
+        run_frame = {
+            "type": "run",
+            "program": program,
+            "names": list(bindings),
+            "global": global_name,
+            "error_class": error_class_name,
+            "max_output_bytes": self.max_output_bytes,
+            "max_frame_bytes": self.max_frame_bytes,
+        }
+        session = _Session(self, dict(bindings))
+        async with trio.open_nursery() as nursery:
+            try:
+                process: trio.Process = await nursery.start(
+                    partial(
+                        trio.run_process,
+                        [self.python, "-I", _CHILD_PATH],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        env=dict(self.env),
+                        check=False,
+                        deliver_cancel=_deliver_cancel,
+                        **_NEW_SESSION,
+                    )
+                )
+            except OSError as exc:
+                return session.fail("worker-exit", f"could not start {self.python!r}: {exc}")
+            try:
+                with trio.move_on_after(self.wall_budget_s) as deadline:
+                    result = await session.drive(process, (encode_json(run_frame) + "\n").encode("ascii"))
+                if deadline.cancelled_caught:
+                    result = session.fail("timeout", f"the program ran out of its {self.wall_budget_s:g} s wall-clock budget")
+            finally:
+                # Synchronous, so it happens even while Cancelled is on its way
+                # out; run_process then reaps the child before the nursery exits.
+                _kill(process)
+                with trio.CancelScope(shield=True):
+                    for stream in (process.stdin, process.stdout, process.stderr):
+                        if stream is not None:
+                            await stream.aclose()
+        return result
+
+
+_NEW_SESSION: Final[dict[str, Any]] = {"start_new_session": True} if os.name == "posix" else {}
+
+
+def _kill(process: trio.Process) -> None:
+    """SIGKILL the child and, on POSIX, everything it started in its session."""
+    # ``returncode`` reaps an exited child; once it is set the pid (and so the
+    # process group id) may belong to someone else, so never signal it then.
+    if process.returncode is not None:
+        return
+    if os.name == "posix":
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+            return
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        process.kill()
+    except ProcessLookupError:
+        pass
+
+
+async def _deliver_cancel(process: trio.Process) -> None:
+    # The child holds nothing worth a graceful exit: no SIGTERM grace period.
+    _kill(process)
+
+
+class _FrameError(Exception):
+    """An inbound line is not a valid frame."""
+
+
+@attrs.frozen
+class _Call:
+    id: int
+    name: str
+    args: Any
+
+
+@attrs.frozen
+class _Log:
+    text: str
+
+
+@attrs.frozen
+class _Done:
+    value: Any
+    has_value: bool
+    error: CodeRunError | None
+
+
+_Frame: TypeAlias = "_Call | _Log | _Done"
+
+
+def _parse_frame(line: bytes) -> _Frame:
+    try:
+        frame = decode_json(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _FrameError(f"not JSON ({exc})") from None
+    if not isinstance(frame, dict):
+        raise _FrameError("not a JSON object")
+    kind = frame.get("type")
+    keys = set(frame)
+    if kind == "call":
+        call_id = frame.get("id")
+        if keys != {"type", "id", "name", "args"}:
+            raise _FrameError("a call frame has exactly type, id, name and args")
+        if type(call_id) is not int or not 0 <= call_id < 2**53 or not isinstance(frame["name"], str):
+            raise _FrameError("a call frame needs an int id and a str name")
+        return _Call(call_id, frame["name"], frame["args"])
+    if kind == "log":
+        if keys != {"type", "text"} or not isinstance(frame["text"], str):
+            raise _FrameError("a log frame has exactly type and a str text")
+        return _Log(frame["text"])
+    if kind == "done":
+        if not keys <= {"type", "value", "error"} or keys >= {"value", "error"}:
+            raise _FrameError("a done frame has a value or an error, not both")
+        if "error" not in frame:
+            return _Done(frame.get("value"), "value" in frame, None)
+        error = frame["error"]
+        if (
+            not isinstance(error, dict)
+            or set(error) != {"kind", "message"}
+            or error["kind"] not in _CHILD_KINDS
+            or not isinstance(error["message"], str)
+        ):
+            raise _FrameError("a done error has exactly a known kind and a str message")
+        return _Done(None, False, CodeRunError(kind=error["kind"], message=error["message"]))
+    raise _FrameError(f"unknown frame type {kind!r}")
+
+
+class _LineTooLong(Exception):
+    def __init__(self, prefix: bytes) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+
+class _LineReader:
+    """Splits a byte stream into ``\\n``-terminated lines of at most ``limit`` bytes."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, limit: int) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._buffer = bytearray()
+        self._scanned = 0
+
+    async def receive_line(self) -> bytes | None:
+        """The next line without its newline; None at end of stream (a partial last line is dropped)."""
+        while True:
+            newline = self._buffer.find(b"\n", self._scanned)
+            if newline >= 0:
+                if newline > self._limit:
+                    raise _LineTooLong(bytes(self._buffer[:80]))
+                line = bytes(self._buffer[:newline])
+                del self._buffer[: newline + 1]
+                self._scanned = 0
+                return line
+            self._scanned = len(self._buffer)
+            if self._scanned > self._limit:
+                raise _LineTooLong(bytes(self._buffer[:80]))
+            chunk = await self._stream.receive_some(256 * 1024)
+            if not chunk:
+                return None
+            self._buffer += chunk
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _cut_utf8(text: str, limit: int) -> str:
+    return text.encode("utf-8", "surrogatepass")[: max(limit, 0)].decode("utf-8", "ignore")
+
+
+def _binding_message(exc: Exception) -> str:
+    try:
+        message = str(exc)
+    except Exception:
+        message = ""
+    return message or type(exc).__name__
+
+
+class _Session:
+    """The host's side of one run: the log ledger, the calls in flight, the child's stderr tail."""
+
+    _STDERR_TAIL: ClassVar[int] = 4096
+
+    def __init__(self, runtime: SubprocessPythonRuntime, bindings: dict[str, Binding]) -> None:
+        self._bindings = bindings
+        self._max_output = runtime.max_output_bytes
+        self._max_frame = runtime.max_frame_bytes
+        self._logs: list[str] = []
+        self._used = 0
+        self._in_flight: set[int] = set()
+        self._send_lock = trio.Lock()
+        self._stderr = bytearray()
+        self._stderr_closed = trio.Event()
+
+    def fail(self, kind: CodeRunErrorKind, message: str) -> CodeRunResult:
+        return CodeRunResult(logs=self._logs, error=CodeRunError(kind=kind, message=message))
+
+    async def drive(self, process: trio.Process, run_frame: bytes) -> CodeRunResult:
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        async with trio.open_nursery() as tasks:
+            tasks.start_soon(self._drain_stderr, process.stderr)
+            await self._send(process.stdin, run_frame)
+            result = await self._read(process, process.stdout, tasks)
+            # The run is over: binding calls still in flight are abandoned.
+            tasks.cancel_scope.cancel()
+        return result
+
+    async def _read(self, process: trio.Process, stdout: trio.abc.ReceiveStream, tasks: trio.Nursery) -> CodeRunResult:
+        reader = _LineReader(stdout, self._max_frame)
+        while True:
+            try:
+                line = await reader.receive_line()
+            except _LineTooLong as exc:
+                return self.fail(
+                    "protocol", f"the child sent a line longer than {self._max_frame} bytes, starting {_show(exc.prefix)}"
+                )
+            if line is None:
+                return await self._worker_exit(process)
+            try:
+                frame = _parse_frame(line)
+            except _FrameError as exc:
+                return self.fail("protocol", f"the child sent a malformed frame ({exc}): {_show(line[:80])}")
+            match frame:
+                case _Call(id=call_id):
+                    if call_id in self._in_flight:
+                        return self.fail("protocol", f"the child reused call id {call_id} while it was in flight")
+                    self._in_flight.add(call_id)
+                    assert process.stdin is not None
+                    tasks.start_soon(self._serve, process.stdin, frame)
+                case _Log(text=text):
+                    if not self._log(text):
+                        return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
+                case _Done(error=CodeRunError() as error):
+                    return CodeRunResult(logs=self._logs, error=error)
+                case _Done(has_value=False):
+                    return CodeRunResult(logs=self._logs)
+                case _Done(value=value):
+                    return self._with_value(value)
+
+    def _log(self, text: str) -> bool:
+        size = _utf8_size(text) + 1
+        if self._used + size > self._max_output:
+            prefix = _cut_utf8(text, self._max_output - self._used - 1)
+            if prefix:
+                self._logs.append(prefix)
+            self._used = self._max_output
+            return False
+        self._used += size
+        self._logs.append(text)
+        return True
+
+    def _with_value(self, raw: Any) -> CodeRunResult:
+        try:
+            value = snapshot_json(raw)
+        except NonJsonValueError as exc:
+            return self.fail("invalid-output", f"the program returned a value that is not lossless JSON: {exc}")
+        size = _utf8_size(encode_json(value, ascii_only=False))
+        if self._used + size > self._max_output:
+            return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
+        return CodeRunResult(logs=self._logs, value=value, has_value=True)
+
+    async def _serve(self, stdin: trio.abc.SendStream, call: _Call) -> None:
+        try:
+            reply = await self._call_binding(call)
+        finally:
+            self._in_flight.discard(call.id)
+        try:
+            data = encode_json(reply)
+        except (ValueError, TypeError) as exc:
+            data = encode_json({"type": "reply", "id": call.id, "ok": False, "message": f"result cannot be sent: {exc}"})
+        await self._send(stdin, (data + "\n").encode("ascii"))
+
+    async def _call_binding(self, call: _Call) -> dict[str, Any]:
+        binding = self._bindings.get(call.name)
+        if binding is None:
+            return {"type": "reply", "id": call.id, "ok": False, "message": f"unknown tool {call.name!r}"}
+        try:
+            args = snapshot_json(call.args)
+        except NonJsonValueError as exc:
+            return {"type": "reply", "id": call.id, "ok": False, "message": f"tool arguments must be lossless JSON: {exc}"}
+        try:
+            value = await binding(args)
+        except Exception as exc:
+            return {"type": "reply", "id": call.id, "ok": False, "message": _binding_message(exc)}
+        try:
+            value = snapshot_json(value)
+        except NonJsonValueError as exc:
+            return {"type": "reply", "id": call.id, "ok": False, "message": f"the tool returned a non-JSON value: {exc}"}
+        return {"type": "reply", "id": call.id, "ok": True, "value": value}
+
+    async def _send(self, stdin: trio.abc.SendStream, data: bytes) -> None:
+        async with self._send_lock:
+            try:
+                await stdin.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the child is gone; the reader sees end of stream
+
+    async def _drain_stderr(self, stderr: trio.abc.ReceiveStream) -> None:
+        try:
+            while chunk := await stderr.receive_some(64 * 1024):
+                self._stderr += chunk
+                del self._stderr[: -self._STDERR_TAIL]
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self._stderr_closed.set()
+
+    async def _worker_exit(self, process: trio.Process) -> CodeRunResult:
+        code = await process.wait()
+        # A grandchild may hold stderr open; do not wait for it long.
+        with trio.move_on_after(0.5):
+            await self._stderr_closed.wait()
+        status = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        message = f"the Python process {status} before the program finished"
+        tail = self._stderr.decode("utf-8", "replace").strip()
+        if tail:
+            message += f"; its stderr ends with:\n{tail[-2000:]}"
+        return self.fail("worker-exit", message)
+
+
+def _show(data: bytes) -> str:
+    return repr(data.decode("utf-8", "replace"))

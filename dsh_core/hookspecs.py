@@ -1,0 +1,159 @@
+"""The contract between a dsh-tools host and its plugins (pluggy project ``"dsh"``).
+
+Every tool call runs through one ordered pipeline::
+
+    snapshot + freeze arguments -> visibility -> validate arguments
+      -> dsh_pre_execute (waterfall: Allow / Deny / Ask) -> approval (for Ask)
+      -> guards (monotonic: may only deny)
+      -> dsh_execute (around-dispatch waterfall) -> tool body
+      -> output snapshot, validation, render, presentation meta
+      -> dsh_post_execute (waterfall: Accept / Block)
+      -> finalize_content -> freeze -> dsh_result (observers) -> returned
+
+Write a plugin as a module or an object with functions named after these
+specs, marked with :data:`dsh_core.hookimpl`, and register it with
+``runtime.plugins.register(obj)`` or through the ``dsh`` entry-point group.
+A hookimpl may declare any subset of a spec's arguments, by name.
+
+**Waterfalls** (``dsh_pre_execute``, ``dsh_execute``, ``dsh_post_execute``,
+``dsh_code_dispatch_log``) must be ``async def``. Each listener receives
+``next``, an argument-less coroutine function that runs the rest of the chain
+(ending in the built-in default) and returns its outcome. Return that outcome,
+return your own to short-circuit everything inner, or inspect and change it.
+``next`` may be awaited at most once; a second call, a wrong return type, or
+an exception makes the call fail with ``POLICY_ERROR`` naming your plugin
+(``ToolErrorInfo.plugin``), never lets it through.
+
+**Order** is pluggy's own call order: ``tryfirst=True`` listeners are
+outermost, then plain listeners with the *later-registered outermost*, then
+``trylast=True`` listeners innermost (for entry-point plugins the host loads in
+sorted (distribution, entry point) order, so the order is the same on every
+machine). pluggy ``wrapper``/``hookwrapper`` impls are not supported on
+waterfalls and are refused.
+
+**Scoping**: a plugin object with a ``dsh_scope`` attribute (an ``Agent`` or
+other scope key) only sees calls whose agent is that scope or a descendant.
+
+Listeners are same-process trusted code, but their failures are contained:
+only ``trio.Cancelled``, ``KeyboardInterrupt`` and ``SystemExit`` escape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ._content import ContentBlock
+    from ._decisions import PostToolDecision, PreToolDecision
+    from ._execution import ToolDispatchExecution, ToolExecution
+    from ._results import ToolExecutionResult
+
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
+
+PROJECT_NAME = "dsh"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+async def dsh_pre_execute(
+    execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
+) -> PreToolDecision:
+    """Decide whether a call may run, before any guard or the body.
+
+    Runs after the arguments were snapshotted, frozen and validated against the
+    tool's schema, so listeners only ever see well-formed arguments of a visible
+    tool. Return ``Allow()``, ``Deny(reason)`` or ``Ask(reason=None)``; the default
+    (``await next()`` at the end of the chain) is ``Allow()``. ``Ask`` consults
+    the runtime's ``ApprovalService``: only ``"allowed-once"`` lets the call
+    continue, and a runtime without a service, or a call without an agent, is
+    denied. Arguments cannot be rewritten (they are already logged and shown).
+
+    Async listeners should watch ``execution.signal``; the runtime re-checks
+    cancellation after the waterfall settles (``ABORTED_BEFORE_DISPATCH``) but
+    never abandons a running listener. A raising listener fails the call
+    (``POLICY_ERROR`` unless it raised a ``DshError`` with its own code) and
+    post-execute does not run.
+    """
+
+
+@hookspec
+async def dsh_execute(
+    execution: ToolDispatchExecution, next: Callable[[], Awaitable[ToolExecutionResult]]
+) -> ToolExecutionResult:
+    """Wrap the dispatch of an allowed call (timeouts, retries, metrics).
+
+    ``next()`` returns the normalised result of the inner wrappers and the body;
+    a raising body arrives as a failure result, not an exception. A wrapper may
+    assign ``execution.signal`` (and should restore it before returning); the
+    runtime fuses the caller's signal back in before the body, so replacing it
+    cannot detach caller cancellation. No other field can be assigned.
+
+    A success a wrapper builds itself has its ``value`` re-validated and
+    re-rendered against the tool's output contract. A raising wrapper fails the
+    call and post-execute does not run.
+    """
+
+
+@hookspec
+async def dsh_post_execute(
+    execution: ToolExecution,
+    result: ToolExecutionResult,
+    next: Callable[[], Awaitable[PostToolDecision]],
+) -> PostToolDecision:
+    """Accept, replace or block a dispatched result.
+
+    Reached by successes, tool failures and denials (not by failures of the
+    pipeline itself, such as invalid arguments or a broken listener). Return
+    ``Accept()`` (the default), ``Accept(content=...)`` (presentation only: the
+    value and meta are kept), ``Accept(value=...)`` (revalidated and
+    re-rendered; refused on a failed result) or ``Block(feedback)`` (the value
+    and the tool's deferred contexts are dropped; the call fails with the
+    feedback). Any of them may add ``additional_contexts``.
+    """
+
+
+@hookspec
+async def dsh_code_dispatch_log(dispatch: Any, next: Callable[[], Awaitable[list[ContentBlock]]]) -> list[ContentBlock]:
+    """Reshape the *logged copy* of one settled ``run_code`` sub-call's content.
+
+    ``dispatch`` is a ``dsh_core.code_mode.CodeDispatchLog`` (outer execution,
+    agent, sub-call id, tool name, ``is_error``, rendered ``content``). ``next()``
+    returns the content unchanged. Only the durable ``tool/code-dispatch`` event
+    changes: the program already has the value and the model sees neither. A
+    raising listener is contained and the original content is logged.
+    """
+
+
+@hookspec
+def dsh_result(execution: ToolExecution, result: ToolExecutionResult) -> None:
+    """Observe the final, frozen result of every call (exactly once per call).
+
+    ``result`` is the very object ``ToolRuntime.execute`` returns; neither it nor
+    ``execution`` can be changed. Observers may be ``async def`` (awaited in
+    order). A raising observer is logged and the others still run.
+    """
+
+
+@hookspec
+def dsh_tools_change() -> None:
+    """The visible tool set may have changed (a registration, restriction or presentation).
+
+    Unfiltered: every listener hears every change, whatever scope it concerned.
+    A listener that raises during ``register()`` rolls that registration back and
+    the error propagates to the caller of ``register()``.
+    """
+
+
+@hookspec
+def dsh_setup(runtime: Any, config: Any) -> None:
+    """Called once by ``load_plugins`` after the plugin is registered.
+
+    Register tools, guards and restrictions here (``runtime.register(...)``).
+    ``config`` is this plugin's own configuration table (a ``dict``, empty when
+    none was given). A raising ``dsh_setup`` unregisters the plugin and is
+    reported by ``load_plugins``; the host keeps running.
+    """

@@ -1,0 +1,149 @@
+"""Helpers for testing tools and policy plugins the way dsh-tools tests itself.
+
+Typical use in a pytest-trio test::
+
+    from dsh_core.testing import Recorder, make_input, make_runtime, json_tool
+
+    async def test_my_policy_denies_rm():
+        recorder = Recorder()
+        runtime = make_runtime(json_tool("shell"), plugins=[MyPolicy(), recorder])
+        result = await runtime.execute(make_input("shell", {"cmd": "rm -rf /"}))
+        assert result.is_error and result.code == "DENIED"
+        assert recorder.hooks == ["dsh_pre_execute", "dsh_post_execute", "dsh_result"]
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from ._definition import ToolDefinition, ToolOutput, define_tool
+from ._execution import ScopeKey, ToolExecution, ToolExecutionInput, ToolExecutionToken
+from ._registry import PresentationMode
+from ._results import ToolExecutionResult
+from ._runtime import ApprovalService, ToolRuntime
+from ._signal import CancelSignal
+from .hookspecs import hookimpl
+
+__all__ = [
+    "Recorder",
+    "StaticApproval",
+    "json_tool",
+    "make_input",
+    "make_runtime",
+]
+
+_call_ids = itertools.count(1)
+
+
+def make_input(
+    name: str,
+    arguments: object = None,
+    *,
+    call_id: str | None = None,
+    agent: ScopeKey | None = None,
+    signal: CancelSignal | None = None,
+    parent: ToolExecutionToken | None = None,
+    root_call_id: str | None = None,
+) -> ToolExecutionInput:
+    """A ``ToolExecutionInput`` with a fresh signal and call id unless given (``arguments`` default ``{}``)."""
+    return ToolExecutionInput(
+        call_id=call_id or f"call-{next(_call_ids)}",
+        name=name,
+        arguments={} if arguments is None else arguments,
+        signal=signal or CancelSignal(),
+        agent=agent,
+        parent=parent,
+        root_call_id=root_call_id,
+    )
+
+
+def make_runtime(
+    *tools: ToolDefinition,
+    plugins: Iterable[object] = (),
+    approval: ApprovalService | None = None,
+    mode: PresentationMode = "native",
+    **options: Any,
+) -> ToolRuntime:
+    """A ``ToolRuntime`` with ``tools`` registered globally and ``plugins`` registered in order."""
+    runtime = ToolRuntime(approval=approval, mode=mode, **options)
+    for plugin in plugins:
+        runtime.plugins.register(plugin)
+    for tool in tools:
+        runtime.register(tool)
+    return runtime
+
+
+def json_tool(
+    name: str,
+    body: Callable[..., Awaitable[Any]] | None = None,
+    *,
+    parameters: Mapping[str, Any] | None = None,
+    output: Mapping[str, Any] | ToolOutput | None = None,
+    **options: Any,
+) -> ToolDefinition:
+    """A tool with open parameters and any-JSON output; the default body echoes its arguments."""
+
+    async def echo(args: Any) -> Any:
+        return args
+
+    return define_tool(
+        name=name,
+        description=f"test tool {name}",
+        parameters=parameters or {},
+        output=output or {"type": "json"},
+        execute=body or echo,
+        **options,
+    )
+
+
+@attrs.define
+class Recorder:
+    """A plugin recording every hook it sees, in order (register it last to be outermost)."""
+
+    events: list[tuple[str, str]] = attrs.field(factory=list)
+    results: list[tuple[ToolExecution, ToolExecutionResult]] = attrs.field(factory=list)
+    changes: int = 0
+
+    @property
+    def hooks(self) -> list[str]:
+        return [hook for hook, _ in self.events]
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+        self.events.append(("dsh_pre_execute", execution.call_id))
+        return await next()
+
+    @hookimpl
+    async def dsh_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+        self.events.append(("dsh_execute", execution.call_id))
+        return await next()
+
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+        self.events.append(("dsh_post_execute", execution.call_id))
+        return await next()
+
+    @hookimpl
+    def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        self.events.append(("dsh_result", execution.call_id))
+        self.results.append((execution, result))
+
+    @hookimpl
+    def dsh_tools_change(self) -> None:
+        self.changes += 1
+
+
+@attrs.define
+class StaticApproval:
+    """An ``ApprovalService`` that always gives ``answer`` and records what it was asked."""
+
+    answer: str = "allowed-once"
+    requests: list[tuple[str, str | None]] = attrs.field(factory=list)
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        self.requests.append((execution.name, reason))
+        return self.answer

@@ -1,0 +1,990 @@
+"""The execute pipeline: stage order, decisions, guards, wrappers, results, finalisation, observers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import pytest
+
+from dsh_core import (
+    Accept,
+    Agent,
+    Allow,
+    Ask,
+    Block,
+    DshError,
+    FrozenDict,
+    TextBlock,
+    ToolDispatchExecution,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolOutput,
+    ToolRunContext,
+    ToolRuntime,
+    UserMessage,
+    define_tool,
+    hookimpl,
+)
+from dsh_core._decisions import Deny
+from dsh_core.testing import Recorder, StaticApproval, json_tool, make_input, make_runtime
+
+Next = Callable[[], Awaitable[Any]]
+
+
+def add_tool(**options: Any) -> Any:
+    async def add(args: Any) -> int:
+        return args["a"] + args["b"]
+
+    return define_tool(
+        name="add",
+        description="Add two integers",
+        parameters={"a": {"type": "integer", "required": True}, "b": {"type": "integer", "required": True}},
+        output=ToolOutput(schema={"type": "integer"}, render=lambda args, value: [TextBlock(str(value))]),
+        execute=add,
+        **options,
+    )
+
+
+def code(result: ToolExecutionResult) -> str | None:
+    assert isinstance(result, ToolExecutionFailure), result
+    return result.error.info.code if result.error.info else None
+
+
+class Pre:
+    """A pre-execute listener that records its label and returns a fixed decision (or delegates)."""
+
+    def __init__(self, label: str, log: list[str], decision: object = None, **marks: bool) -> None:
+        async def dsh_pre_execute(execution: ToolExecution, next: Next) -> Any:
+            log.append(label)
+            if decision is not None:
+                return decision
+            return await next()
+
+        # A fresh function per instance: pluggy reads the marks from the function itself.
+        self.dsh_pre_execute = hookimpl(**marks)(dsh_pre_execute)
+
+
+# -- success path ------------------------------------------------------------------
+
+
+async def test_success_carries_value_rendered_content_and_no_meta() -> None:
+    runtime = make_runtime(add_tool())
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert isinstance(result, ToolExecutionSuccess)
+    assert result.value == 3
+    assert result.content == (TextBlock("3"),)
+    assert result.meta is None
+    assert result.additional_contexts == ()
+    assert result.concludes_turn is False
+
+
+async def test_stage_order_is_pre_execute_post_result() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+    await runtime.execute(make_input("add", {"a": 1, "b": 2}, call_id="c1"))
+    assert recorder.events == [
+        ("dsh_pre_execute", "c1"),
+        ("dsh_execute", "c1"),
+        ("dsh_post_execute", "c1"),
+        ("dsh_result", "c1"),
+    ]
+
+
+async def test_one_execution_object_flows_through_every_stage() -> None:
+    seen: list[Any] = []
+
+    class Spy:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            seen.append(execution.token)
+            return await next()
+
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            seen.append(execution.token)
+            return await next()
+
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+            seen.append(execution.token)
+            return await next()
+
+        @hookimpl
+        def dsh_result(self, execution: ToolExecution, result: Any) -> None:
+            seen.append(execution.token)
+
+    runtime = make_runtime(add_tool(), plugins=[Spy()])
+    await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert len(seen) == 4 and all(token is seen[0] for token in seen)
+
+
+async def test_arguments_are_frozen_snapshots_and_callers_dict_untouched() -> None:
+    captured: dict[str, Any] = {}
+
+    async def body(args: Any, run: ToolRunContext) -> None:
+        captured["args"] = args
+        with pytest.raises(TypeError):
+            args["x"] = 2
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "null"}))
+    original = {"x": 1, "nested": [1, 2]}
+    await runtime.execute(make_input("t", original))
+    assert isinstance(captured["args"], FrozenDict)
+    assert captured["args"]["nested"] == (1, 2)
+    original["x"] = 99
+    assert captured["args"]["x"] == 1
+
+
+async def test_root_call_id_defaults_to_call_id() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+    await runtime.execute(make_input("add", {"a": 1, "b": 1}, call_id="root"))
+    await runtime.execute(make_input("add", {"a": 1, "b": 1}, call_id="child", root_call_id="root"))
+    assert [e.root_call_id for e, _ in recorder.results] == ["root", "root"]
+
+
+# -- argument failures -----------------------------------------------------------------
+
+
+async def test_non_json_arguments_fail_before_anything_runs() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+    result = await runtime.execute(make_input("add", {"a": float("nan"), "b": 1}))
+    assert code(result) == "INVALID_ARGS"
+    assert "losslessly JSON-serializable" in result.error.message  # type: ignore[union-attr]
+    assert "$.a" in result.error.message  # type: ignore[union-attr]
+    assert recorder.hooks == ["dsh_result"]
+    assert recorder.results[0][0].arguments is None
+
+
+async def test_invalid_arguments_are_rejected_before_policies_see_them() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+    result = await runtime.execute(make_input("add", {"a": "1", "c": 2}))
+    assert code(result) == "INVALID_ARGS"
+    message = result.error.message  # type: ignore[union-attr]
+    assert message.startswith("invalid arguments: ")
+    assert "missing required property" in message and '"a"' in message
+    assert result.content == (TextBlock(f"Error: {message}"),)
+    assert recorder.hooks == ["dsh_result"]
+
+
+async def test_unknown_tool_is_a_structured_failure() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(plugins=[recorder])
+    result = await runtime.execute(make_input("nope"))
+    assert code(result) == "UNKNOWN_TOOL"
+    assert result.content == (TextBlock('Error: unknown tool "nope"'),)
+    assert result.error.info.name == "ToolNotFoundError"  # type: ignore[union-attr]
+    assert recorder.hooks == ["dsh_result"]
+
+
+# -- pre-execute waterfall -------------------------------------------------------------
+
+
+async def test_waterfall_order_follows_pluggy_tryfirst_registration_trylast() -> None:
+    log: list[str] = []
+    runtime = make_runtime(add_tool())
+    for plugin in (
+        Pre("n1", log),
+        Pre("tf1", log, tryfirst=True),
+        Pre("n2", log),
+        Pre("tl1", log, trylast=True),
+        Pre("tf2", log, tryfirst=True),
+        Pre("tl2", log, trylast=True),
+    ):
+        runtime.plugins.register(plugin)
+    await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert log == ["tf2", "tf1", "n2", "n1", "tl1", "tl2"]
+
+
+async def test_deny_short_circuits_inner_listeners_and_the_body() -> None:
+    log: list[str] = []
+    ran: list[bool] = []
+
+    async def body(args: Any) -> None:
+        ran.append(True)
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "null"}))
+    runtime.plugins.register(Pre("inner", log))
+    runtime.plugins.register(Pre("outer", log, Deny("not today")))
+    result = await runtime.execute(make_input("t"))
+    assert code(result) == "DENIED"
+    assert result.error.message == "not today"  # type: ignore[union-attr]
+    assert result.error.info.plugin is not None  # type: ignore[union-attr]
+    assert result.content == (TextBlock("Error: not today"),)
+    assert log == ["outer"] and ran == []
+
+
+async def test_denial_still_reaches_post_execute() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+    runtime.plugins.register(Pre("deny", [], Deny("no")))
+    await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert "dsh_post_execute" in recorder.hooks and "dsh_execute" not in recorder.hooks
+
+
+async def test_raising_pre_listener_is_contained_and_attributed() -> None:
+    class Broken:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            raise RuntimeError("permission hook broke")
+
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+    runtime.plugins.register(Broken(), name="broken-policy")
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "POLICY_ERROR"
+    assert result.error.message == "permission hook broke"  # type: ignore[union-attr]
+    assert result.error.info.plugin == "broken-policy"  # type: ignore[union-attr]
+    assert result.error.info.name == "RuntimeError"  # type: ignore[union-attr]
+    assert "dsh_post_execute" not in recorder.hooks[1:]  # final: no post-execute
+
+
+async def test_dsh_error_from_listener_keeps_its_code() -> None:
+    class Broken:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            raise DshError("quota exhausted", code="QUOTA")
+
+    runtime = make_runtime(add_tool(), plugins=[Broken()])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "QUOTA"
+
+
+async def test_inner_listener_failure_is_blamed_on_the_inner_plugin() -> None:
+    class Inner:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            raise ValueError("inner broke")
+
+    runtime = make_runtime(add_tool())
+    runtime.plugins.register(Inner(), name="inner")
+    runtime.plugins.register(Pre("outer", []), name="outer")
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert result.error.info.plugin == "inner"  # type: ignore[union-attr]
+
+
+async def test_next_called_twice_is_a_policy_error() -> None:
+    class Twice:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            await next()
+            return await next()
+
+    runtime = make_runtime(add_tool())
+    runtime.plugins.register(Twice(), name="twice")
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "POLICY_ERROR"
+    assert "at most once" in result.error.message  # type: ignore[union-attr]
+    assert result.error.info.plugin == "twice"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("bad", [None, "allow", {"kind": "allow"}, Accept()])
+async def test_wrong_decision_type_is_a_policy_error(bad: object) -> None:
+    ran: list[bool] = []
+
+    async def body(args: Any) -> None:
+        ran.append(True)
+
+    class Bad:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            return bad
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "null"}))
+    runtime.plugins.register(Bad(), name="bad")
+    result = await runtime.execute(make_input("t"))
+    assert code(result) == "POLICY_ERROR"
+    assert result.error.info.plugin == "bad"  # type: ignore[union-attr]
+    assert ran == []
+
+
+@pytest.mark.parametrize("make_bad", [lambda: Deny(""), lambda: Deny(None), lambda: Accept(value=1, content=[])])
+async def test_malformed_decisions_are_policy_errors(make_bad: Callable[[], Any]) -> None:
+    class Bad:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            return make_bad()
+
+    runtime = make_runtime(add_tool(), plugins=[Bad()])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "POLICY_ERROR"
+
+
+async def test_sync_waterfall_listener_is_refused_per_call() -> None:
+    class Sync:
+        @hookimpl
+        def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            return Allow()
+
+    runtime = make_runtime(add_tool())
+    runtime.plugins.register(Sync(), name="sync")
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "POLICY_ERROR"
+    assert "must be async def" in result.error.message  # type: ignore[union-attr]
+
+
+async def test_hookimpl_with_argument_subset() -> None:
+    seen: list[str] = []
+
+    class Subset:
+        @hookimpl
+        async def dsh_pre_execute(self, next: Next) -> Any:
+            seen.append("ran")
+            return await next()
+
+    runtime = make_runtime(add_tool(), plugins=[Subset()])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert not result.is_error and seen == ["ran"]
+
+
+async def test_scoped_listener_sees_only_its_agents_calls() -> None:
+    seen: list[str] = []
+    agent, other = Agent("a"), Agent("b")
+    child = Agent("child", parent=agent)
+
+    class Scoped:
+        dsh_scope = agent
+
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            seen.append(execution.call_id)
+            return await next()
+
+    runtime = make_runtime(add_tool(), plugins=[Scoped()])
+    for call_id, who in (("x", agent), ("y", other), ("z", None), ("w", child)):
+        await runtime.execute(make_input("add", {"a": 1, "b": 2}, call_id=call_id, agent=who))
+    assert seen == ["x", "w"]
+
+
+# -- ask / approval ----------------------------------------------------------------------
+
+
+async def test_ask_without_service_denies_with_reason() -> None:
+    runtime = make_runtime(add_tool())
+    runtime.plugins.register(Pre("ask", [], Ask("needs a human")))
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}, agent=Agent("a")))
+    assert code(result) == "DENIED" and result.error.message == "needs a human"  # type: ignore[union-attr]
+
+
+async def test_ask_without_service_or_reason_names_the_tool() -> None:
+    runtime = make_runtime(add_tool())
+    runtime.plugins.register(Pre("ask", [], Ask()))
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}, agent=Agent("a")))
+    assert result.error.message == 'tool "add" requires approval, but no approval service is configured'  # type: ignore[union-attr]
+
+
+async def test_ask_without_agent_denies_without_asking() -> None:
+    approval = StaticApproval("allowed-once")
+    runtime = make_runtime(add_tool(), approval=approval)
+    runtime.plugins.register(Pre("ask", [], Ask()))
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert "no agent to route it through" in result.error.message  # type: ignore[union-attr]
+    assert approval.requests == []
+
+
+async def test_ask_allowed_once_runs_the_call() -> None:
+    approval = StaticApproval("allowed-once")
+    runtime = make_runtime(add_tool(), approval=approval)
+    runtime.plugins.register(Pre("ask", [], Ask("why")))
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}, agent=Agent("a")))
+    assert not result.is_error
+    assert approval.requests == [("add", "why")]
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [("denied", 'the user denied tool "add"'), ("cancelled", 'approval for tool "add" was cancelled')],
+)
+async def test_ask_other_answers_deny(answer: str, expected: str) -> None:
+    runtime = make_runtime(add_tool(), approval=StaticApproval(answer))
+    runtime.plugins.register(Pre("ask", [], Ask()))
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}, agent=Agent("a")))
+    assert code(result) == "DENIED" and result.error.message == expected  # type: ignore[union-attr]
+
+
+async def test_nonconforming_approval_answer_is_policy_error() -> None:
+    runtime = make_runtime(add_tool(), approval=StaticApproval("maybe"))
+    runtime.plugins.register(Pre("ask", [], Ask()))
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}, agent=Agent("a")))
+    assert code(result) == "POLICY_ERROR" and "'maybe'" in result.error.message  # type: ignore[union-attr]
+
+
+async def test_approved_call_is_still_subject_to_guards() -> None:
+    runtime = make_runtime(add_tool(), approval=StaticApproval("allowed-once"))
+    runtime.plugins.register(Pre("ask", [], Ask()))
+    runtime.guard(lambda execution: "guard says no")
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}, agent=Agent("a")))
+    assert code(result) == "DENIED" and result.error.message == "guard says no"  # type: ignore[union-attr]
+
+
+# -- guards ----------------------------------------------------------------------------------
+
+
+async def test_guard_denial_cannot_be_reallowed_by_listeners() -> None:
+    runtime = make_runtime(add_tool())
+    runtime.plugins.register(Pre("allow", [], Allow(), tryfirst=True))
+    runtime.guard(lambda execution: "blocked by guard")
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "DENIED"
+    assert result.error.info.name == "GuardDenial"  # type: ignore[union-attr]
+
+
+async def test_guards_run_global_first_then_chain_and_first_reason_wins() -> None:
+    order: list[str] = []
+    parent = Agent("p")
+    child = Agent("c", parent=parent)
+
+    def guard(label: str, reason: str | None = None) -> Callable[[ToolExecution], str | None]:
+        def check(execution: ToolExecution) -> str | None:
+            order.append(label)
+            return reason
+
+        return check
+
+    runtime = make_runtime(add_tool())
+    runtime.guard(guard("child", "child denies"), child)
+    runtime.guard(guard("parent"), parent)
+    runtime.guard(guard("global"))
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}, agent=child))
+    assert order == ["global", "parent", "child"]
+    assert result.error.message == "child denies"  # type: ignore[union-attr]
+
+
+async def test_scoped_guard_ignores_other_agents_and_agentless_calls() -> None:
+    runtime = make_runtime(add_tool())
+    runtime.guard(lambda e: "no", Agent("a"))
+    assert not (await runtime.execute(make_input("add", {"a": 1, "b": 2}))).is_error
+    assert not (await runtime.execute(make_input("add", {"a": 1, "b": 2}, agent=Agent("b")))).is_error
+
+
+async def test_guards_see_only_allowed_calls_and_raising_guard_fails_final() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+
+    def boom(execution: ToolExecution) -> str | None:
+        raise RuntimeError("guard exploded")
+
+    runtime.guard(boom)
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "POLICY_ERROR" and result.error.message == "guard exploded"  # type: ignore[union-attr]
+    assert recorder.hooks == ["dsh_pre_execute", "dsh_result"]
+
+
+@pytest.mark.parametrize("bad", ["", 0, ["no"]])
+async def test_guard_returning_non_reason_is_policy_error(bad: object) -> None:
+    runtime = make_runtime(add_tool())
+    runtime.guard(lambda e: bad)  # type: ignore[arg-type, return-value]
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "POLICY_ERROR"
+
+
+async def test_disposed_guard_no_longer_runs() -> None:
+    runtime = make_runtime(add_tool())
+    dispose = runtime.guard(lambda e: "no")
+    dispose()
+    assert not (await runtime.execute(make_input("add", {"a": 1, "b": 2}))).is_error
+
+
+# -- execute wrappers --------------------------------------------------------------------
+
+
+async def test_wrapper_cannot_assign_fields_other_than_signal() -> None:
+    problems: list[str] = []
+
+    class Meddler:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            for field in ("name", "call_id", "arguments", "agent", "token"):
+                try:
+                    setattr(execution, field, "x")
+                except AttributeError:
+                    problems.append(field)
+            return await next()
+
+    runtime = make_runtime(add_tool(), plugins=[Meddler()])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert not result.is_error
+    assert problems == ["name", "call_id", "arguments", "agent", "token"]
+
+
+async def test_wrapper_short_circuit_skips_body_and_success_is_revalidated() -> None:
+    ran: list[bool] = []
+
+    async def body(args: Any) -> int:
+        ran.append(True)
+        return 1
+
+    class Cache:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            return ToolExecutionSuccess(value=41, content=(TextBlock("ignored"),))
+
+    tool = define_tool(
+        name="t",
+        description="",
+        parameters={},
+        output=ToolOutput(schema={"type": "integer"}, render=lambda a, v: [TextBlock(f"={v}")]),
+        execute=body,
+    )
+    runtime = make_runtime(tool, plugins=[Cache()])
+    result = await runtime.execute(make_input("t"))
+    assert ran == []
+    assert result.content == (TextBlock("=41"),)  # re-rendered, the wrapper's content is discarded
+
+
+async def test_wrapper_success_with_invalid_value_is_invalid_output() -> None:
+    class Liar:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            return ToolExecutionSuccess(value="not an int", content=())
+
+    runtime = make_runtime(add_tool(), plugins=[Liar()])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "INVALID_TOOL_OUTPUT"
+
+
+async def test_raising_wrapper_is_final_failure() -> None:
+    recorder = Recorder()
+
+    class Broken:
+        @hookimpl(tryfirst=True)
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            raise RuntimeError("wrapper broke")
+
+    runtime = make_runtime(add_tool(), plugins=[recorder, Broken()])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert result.content == (TextBlock("Error: wrapper broke"),)
+    assert "dsh_post_execute" not in recorder.hooks
+
+
+async def test_wrapper_sees_body_failure_as_a_result_not_an_exception() -> None:
+    seen: list[ToolExecutionResult] = []
+
+    async def body(args: Any) -> None:
+        raise KeyError("kaboom")
+
+    class Watch:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            result = await next()
+            seen.append(result)
+            return result
+
+    runtime = make_runtime(json_tool("t", body), plugins=[Watch()])
+    result = await runtime.execute(make_input("t"))
+    assert seen and seen[0].is_error
+    assert code(result) == "TOOL_ERROR"
+    assert result.error.info.name == "KeyError"  # type: ignore[union-attr]
+
+
+async def test_wrapper_returning_garbage_is_policy_error() -> None:
+    class Garbage:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            await next()
+            return "done"
+
+    runtime = make_runtime(add_tool(), plugins=[Garbage()])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "POLICY_ERROR"
+
+
+# -- output contract -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("three", '"value" must be an integer'), (float("inf"), "not lossless JSON"), (object(), "not lossless JSON")],
+)
+async def test_invalid_body_value_is_invalid_tool_output(value: object, fragment: str) -> None:
+    async def body(args: Any) -> object:
+        return value
+
+    tool = define_tool(name="t", description="", parameters={}, output={"type": "integer"}, execute=body)
+    result = await make_runtime(tool).execute(make_input("t"))
+    assert code(result) == "INVALID_TOOL_OUTPUT"
+    assert result.error.message.startswith('tool "t" returned invalid output: ')  # type: ignore[union-attr]
+    assert fragment in result.error.message  # type: ignore[union-attr]
+
+
+async def test_render_failure_is_invalid_output() -> None:
+    def render(args: Any, value: Any) -> Any:
+        raise ValueError("bad render")
+
+    tool = define_tool(
+        name="t", description="", parameters={}, output=ToolOutput(schema={"type": "null"}, render=render),
+        execute=lambda args: _none(),
+    )  # fmt: skip
+    result = await make_runtime(tool).execute(make_input("t"))
+    assert "output.render failed: bad render" in result.error.message  # type: ignore[union-attr]
+
+
+async def _none() -> None:
+    return None
+
+
+async def test_render_returning_non_blocks_is_invalid_output() -> None:
+    tool = define_tool(
+        name="t", description="", parameters={},
+        output=ToolOutput(schema={"type": "null"}, render=lambda a, v: "text"),  # type: ignore[arg-type,return-value]
+        execute=lambda args: _none(),
+    )  # fmt: skip
+    result = await make_runtime(tool).execute(make_input("t"))
+    assert code(result) == "INVALID_TOOL_OUTPUT"
+
+
+async def test_presentation_meta_only_for_top_level_calls() -> None:
+    from dsh_core import ToolExecutionToken
+
+    tool = define_tool(
+        name="t", description="", parameters={},
+        output=ToolOutput(schema={"type": "null"}, presentation_meta=lambda a, v: {"shown": True}),
+        execute=lambda args: _none(),
+    )  # fmt: skip
+    runtime = make_runtime(tool)
+    top = await runtime.execute(make_input("t"))
+    nested = await runtime.execute(make_input("t", parent=ToolExecutionToken()))
+    assert top.meta == {"shown": True}
+    assert nested.meta is None
+
+
+async def test_presentation_meta_failure_is_invalid_output() -> None:
+    tool = define_tool(
+        name="t", description="", parameters={},
+        output=ToolOutput(schema={"type": "null"}, presentation_meta=lambda a, v: {1, 2}),
+        execute=lambda args: _none(),
+    )  # fmt: skip
+    result = await make_runtime(tool).execute(make_input("t"))
+    assert "output.presentation_meta returned non-lossless JSON" in result.error.message  # type: ignore[union-attr]
+
+
+# -- post-execute ----------------------------------------------------------------------------
+
+
+class Post:
+    def __init__(self, decide: Callable[[ToolExecutionResult], Any]) -> None:
+        self.decide = decide
+
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: ToolExecutionResult, next: Next) -> Any:
+        await next()
+        return self.decide(result)
+
+
+async def test_accept_content_keeps_value_and_meta() -> None:
+    tool = define_tool(
+        name="t", description="", parameters={},
+        output=ToolOutput(schema={"type": "integer"}, presentation_meta=lambda a, v: {"m": v}),
+        execute=lambda args: _seven(),
+    )  # fmt: skip
+    runtime = make_runtime(tool, plugins=[Post(lambda r: Accept(content=[TextBlock("redacted")]))])
+    result = await runtime.execute(make_input("t"))
+    assert isinstance(result, ToolExecutionSuccess)
+    assert result.value == 7 and result.meta == {"m": 7} and result.content == (TextBlock("redacted"),)
+
+
+async def _seven() -> int:
+    return 7
+
+
+async def test_accept_value_is_revalidated_and_rerendered() -> None:
+    runtime = make_runtime(add_tool(), plugins=[Post(lambda r: Accept(value=100))])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert isinstance(result, ToolExecutionSuccess)
+    assert result.value == 100 and result.content == (TextBlock("100"),)
+
+
+async def test_accept_invalid_value_is_invalid_output() -> None:
+    runtime = make_runtime(add_tool(), plugins=[Post(lambda r: Accept(value="x"))])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "INVALID_TOOL_OUTPUT" and not hasattr(result, "value")
+
+
+async def test_accept_value_on_failure_is_refused() -> None:
+    runtime = make_runtime(plugins=[Post(lambda r: Accept(value=1))])
+    runtime.register(add_tool())
+    runtime.guard(lambda e: "denied")
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert code(result) == "POLICY_ERROR"
+    assert "cannot replace the value of a failed result" in result.error.message  # type: ignore[union-attr]
+
+
+async def test_block_turns_success_into_failure_with_feedback() -> None:
+    feedback = [TextBlock("try"), TextBlock("again")]
+    runtime = make_runtime(add_tool(), plugins=[Post(lambda r: Block(feedback=feedback))])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.content == tuple(feedback)
+    assert result.error.message == "try\nagain"
+
+
+async def test_block_with_empty_feedback_uses_default_message() -> None:
+    runtime = make_runtime(add_tool(), plugins=[Post(lambda r: Block(feedback=[]))])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert result.error.message == "tool result blocked by post-execute policy"  # type: ignore[union-attr]
+
+
+async def test_raising_post_listener_is_contained() -> None:
+    def boom(result: ToolExecutionResult) -> Any:
+        raise RuntimeError("post hook broke")
+
+    runtime = make_runtime(add_tool(), plugins=[Post(boom)])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert result.content == (TextBlock("Error: post hook broke"),)
+
+
+async def test_post_execute_sees_frozen_results() -> None:
+    def mutate(result: ToolExecutionResult) -> Any:
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            result.content = ()  # type: ignore[misc]
+        return Accept()
+
+    runtime = make_runtime(add_tool(), plugins=[Post(mutate)])
+    assert not (await runtime.execute(make_input("add", {"a": 1, "b": 2}))).is_error
+
+
+# -- contexts and conclude_turn ------------------------------------------------------------
+
+
+def ctx(text: str) -> UserMessage:
+    return UserMessage([TextBlock(text)], source="test")
+
+
+async def test_context_order_deferred_then_wrapper_then_post() -> None:
+    async def body(args: Any, run: ToolRunContext) -> None:
+        run.defer_context(ctx("deferred-1"))
+        run.defer_context(ctx("deferred-2"))
+
+    class Wrap:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            result = await next()
+            return attrs.evolve(result, additional_contexts=(*result.additional_contexts, ctx("wrapper")))
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "null"}))
+    runtime.plugins.register(Wrap())
+    runtime.plugins.register(Post(lambda r: Accept(additional_contexts=[ctx("post")])))
+    result = await runtime.execute(make_input("t"))
+    assert [c.content[0].text for c in result.additional_contexts] == [  # type: ignore[union-attr]
+        "deferred-1",
+        "deferred-2",
+        "wrapper",
+        "post",
+    ]
+
+
+async def test_deferred_contexts_survive_a_failing_body() -> None:
+    async def body(args: Any, run: ToolRunContext) -> None:
+        run.defer_context(ctx("kept"))
+        raise RuntimeError("body failed")
+
+    result = await make_runtime(json_tool("t", body)).execute(make_input("t"))
+    assert result.is_error
+    assert [c.content[0].text for c in result.additional_contexts] == ["kept"]  # type: ignore[union-attr]
+
+
+async def test_block_discards_deferred_contexts_and_keeps_its_own() -> None:
+    async def body(args: Any, run: ToolRunContext) -> None:
+        run.defer_context(ctx("dropped"))
+
+    runtime = make_runtime(
+        json_tool("t", body, output={"type": "null"}),
+        plugins=[Post(lambda r: Block(feedback=[TextBlock("no")], additional_contexts=[ctx("own")]))],
+    )
+    result = await runtime.execute(make_input("t"))
+    assert [c.content[0].text for c in result.additional_contexts] == ["own"]  # type: ignore[union-attr]
+
+
+async def test_conclude_turn_marks_success_only() -> None:
+    async def body(args: Any, run: ToolRunContext) -> None:
+        run.conclude_turn()
+
+    runtime = make_runtime(json_tool("ok", body, output={"type": "null"}))
+    assert (await runtime.execute(make_input("ok"))).concludes_turn is True
+
+    runtime_block = make_runtime(
+        json_tool("ok", body, output={"type": "null"}), plugins=[Post(lambda r: Block(feedback=[TextBlock("x")]))]
+    )
+    assert (await runtime_block.execute(make_input("ok"))).concludes_turn is False
+
+    async def failing(args: Any, run: ToolRunContext) -> None:
+        run.conclude_turn()
+        raise RuntimeError("no")
+
+    assert (await make_runtime(json_tool("bad", failing)).execute(make_input("bad"))).concludes_turn is False
+
+
+async def test_content_replacement_keeps_conclude_turn() -> None:
+    async def body(args: Any, run: ToolRunContext) -> None:
+        run.conclude_turn()
+
+    runtime = make_runtime(
+        json_tool("ok", body, output={"type": "null"}),
+        plugins=[Post(lambda r: Accept(content=[TextBlock("replaced")]))],
+    )
+    assert (await runtime.execute(make_input("ok"))).concludes_turn is True
+
+
+# -- finalize_content ------------------------------------------------------------------------
+
+
+def counting_finalizer(calls: list[ToolExecutionResult], replacement: Any = None) -> Callable[..., Any]:
+    def finalize(execution: ToolExecution, result: ToolExecutionResult) -> Any:
+        calls.append(result)
+        return replacement
+
+    return finalize
+
+
+@pytest.mark.parametrize(
+    ("scenario", "arguments"),
+    [("success", {"a": 1, "b": 2}), ("denial", {"a": 1, "b": 2}), ("invalid-args", {"a": "x"}),
+     ("invalid-output", {"a": 1, "b": 2}), ("non-json-args", {"a": float("nan")})],
+)  # fmt: skip
+async def test_finalize_content_runs_exactly_once_for_every_outcome(scenario: str, arguments: Any) -> None:
+    calls: list[ToolExecutionResult] = []
+
+    async def add(args: Any) -> object:
+        return "not an int" if scenario == "invalid-output" else args["a"] + args["b"]
+
+    tool = define_tool(
+        name="add", description="",
+        parameters={"a": {"type": "integer", "required": True}, "b": {"type": "integer", "required": True}},
+        output={"type": "integer"}, execute=add, finalize_content=counting_finalizer(calls),
+    )  # fmt: skip
+    runtime = make_runtime(tool)
+    if scenario == "denial":
+        runtime.guard(lambda e: "no")
+    result = await runtime.execute(make_input("add", arguments))
+    assert len(calls) == 1
+    assert calls[0].is_error == (scenario != "success")
+    assert result.is_error == (scenario != "success")
+
+
+async def test_finalize_content_replaces_only_content() -> None:
+    calls: list[ToolExecutionResult] = []
+    tool = add_tool(finalize_content=counting_finalizer(calls, [TextBlock("final")]))
+    result = await make_runtime(tool).execute(make_input("add", {"a": 1, "b": 2}))
+    assert isinstance(result, ToolExecutionSuccess)
+    assert result.content == (TextBlock("final"),) and result.value == 3
+
+
+async def test_raising_finalizer_is_contained_and_not_called_twice() -> None:
+    calls: list[int] = []
+
+    def finalize(execution: ToolExecution, result: ToolExecutionResult) -> Any:
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    result = await make_runtime(add_tool(finalize_content=finalize)).execute(make_input("add", {"a": 1, "b": 2}))
+    assert calls == [1]
+    assert result.is_error and "finalize_content violated its total contract" in result.error.message  # type: ignore[union-attr]
+
+
+async def test_finalizer_returning_garbage_is_contained() -> None:
+    result = await make_runtime(add_tool(finalize_content=lambda e, r: "garbage")).execute(
+        make_input("add", {"a": 1, "b": 2})
+    )
+    assert result.is_error and "finalize_content" in result.error.message  # type: ignore[union-attr]
+
+
+async def test_finalizer_is_captured_before_policy_runs() -> None:
+    calls: list[ToolExecutionResult] = []
+    runtime = make_runtime()
+    dispose = runtime.register(add_tool(finalize_content=counting_finalizer(calls)))
+
+    class Unregister:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            dispose()
+            raise RuntimeError("unregistered then threw")
+
+    runtime.plugins.register(Unregister())
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert result.is_error and len(calls) == 1 and calls[0].is_error
+
+
+# -- observers -------------------------------------------------------------------------------
+
+
+async def test_observers_receive_the_identical_frozen_result() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    (execution, observed), = recorder.results
+    assert observed is result
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        observed.value = 5  # type: ignore[misc]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        execution.name = "other"  # type: ignore[misc]
+
+
+async def test_raising_observer_is_logged_and_others_still_run(caplog: pytest.LogCaptureFixture) -> None:
+    class Bad:
+        @hookimpl
+        def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+            raise RuntimeError("observer broke")
+
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+    runtime.plugins.register(Bad(), name="bad-observer")
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert not result.is_error and len(recorder.results) == 1
+    assert "bad-observer failed: observer broke" in caplog.text
+
+
+async def test_async_observers_are_awaited() -> None:
+    seen: list[str] = []
+
+    class AsyncObserver:
+        @hookimpl
+        async def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+            seen.append(execution.call_id)
+
+    runtime = make_runtime(add_tool(), plugins=[AsyncObserver()])
+    await runtime.execute(make_input("add", {"a": 1, "b": 2}, call_id="c"))
+    assert seen == ["c"]
+
+
+async def test_exactly_one_notification_per_call_on_every_path() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+    await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    await runtime.execute(make_input("add", {"a": "bad"}))
+    await runtime.execute(make_input("nope"))
+    assert recorder.hooks.count("dsh_result") == 3
+
+
+# -- execution_mode ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("classifier", "expected"),
+    [(None, "exclusive"), (lambda a: True, "parallel"), (lambda a: False, "exclusive"),
+     (lambda a: "yes", "exclusive"), (lambda a: 1, "exclusive"), (lambda a: 1 / 0, "exclusive")],
+)  # fmt: skip
+def test_execution_mode_is_parallel_only_for_exact_true(classifier: Any, expected: str) -> None:
+    runtime = make_runtime(add_tool(is_concurrency_safe=classifier))
+    assert runtime.execution_mode(make_input("add", {"a": 1, "b": 2})).kind == expected
+
+
+def test_execution_mode_unknown_hidden_or_invalid_args_is_exclusive() -> None:
+    runtime = make_runtime(add_tool(is_concurrency_safe=lambda a: True))
+    assert runtime.execution_mode(make_input("nope")).kind == "exclusive"
+    assert runtime.execution_mode(make_input("add", {"a": "x"})).kind == "exclusive"
+    agent = Agent("a")
+    runtime.restrict(__import__("dsh_core").ToolRestriction(deny=["add"]), agent)
+    assert runtime.execution_mode(make_input("add", {"a": 1, "b": 2}, agent=agent)).kind == "exclusive"
+
+
+def test_runtime_rejects_foreign_plugin_manager() -> None:
+    import pluggy
+
+    with pytest.raises(ValueError, match='PluginManager\\("dsh"\\)'):
+        ToolRuntime(plugins=pluggy.PluginManager("other"))

@@ -1,0 +1,376 @@
+"""Registry rules: scopes, shadowing, restrictions, reserved names, disposers, tools-change."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import pytest
+
+from dsh_core import (
+    Agent,
+    JsonSchemaError,
+    RegistrationError,
+    ToolDefinition,
+    ToolOutput,
+    ToolRestriction,
+    ToolRuntime,
+    define_tool,
+    hookimpl,
+)
+from dsh_core.testing import Recorder, json_tool, make_input
+
+
+def raw_tool(name: str, **overrides: object) -> ToolDefinition:
+    async def body(args: object, run: object) -> object:
+        return None
+
+    fields: dict[str, object] = {
+        "name": name,
+        "description": f"raw {name}",
+        "parameters": {"type": "object", "properties": {}},
+        "output": ToolOutput(schema={}),
+        "execute": body,
+    }
+    fields.update(overrides)
+    return ToolDefinition(**fields)  # type: ignore[arg-type]
+
+
+def test_register_and_get_returns_the_same_definition() -> None:
+    runtime = ToolRuntime()
+    tool = json_tool("echo")
+    runtime.register(tool)
+    assert runtime.get("echo") is tool
+    assert runtime.get("missing") is None
+
+
+def test_duplicate_in_global_layer_is_refused() -> None:
+    runtime = ToolRuntime()
+    runtime.register(json_tool("echo"))
+    with pytest.raises(RegistrationError, match='tool "echo" is already registered'):
+        runtime.register(json_tool("echo"))
+
+
+def test_duplicate_in_one_scope_is_refused_but_other_layers_may_shadow() -> None:
+    runtime = ToolRuntime()
+    agent = Agent("a")
+    runtime.register(json_tool("echo"))
+    runtime.register(json_tool("echo"), agent)
+    with pytest.raises(RegistrationError, match="already registered in this scope"):
+        runtime.register(json_tool("echo"), agent)
+
+
+@pytest.mark.parametrize("scoped_first", [True, False])
+def test_scoped_registration_shadows_global_in_either_order(scoped_first: bool) -> None:
+    runtime = ToolRuntime()
+    agent = Agent("a")
+    global_tool, scoped_tool = json_tool("echo"), json_tool("echo")
+    if scoped_first:
+        runtime.register(scoped_tool, agent)
+        runtime.register(global_tool)
+    else:
+        runtime.register(global_tool)
+        runtime.register(scoped_tool, agent)
+    assert runtime.get("echo", agent) is scoped_tool
+    assert runtime.get("echo") is global_tool
+    assert [s.name for s in runtime.schemas(agent)] == ["echo"]
+
+
+def test_scoped_tool_is_invisible_to_other_scopes_and_globally() -> None:
+    runtime = ToolRuntime()
+    a, b = Agent("a"), Agent("b")
+    runtime.register(json_tool("mine"), a)
+    assert runtime.get("mine", b) is None
+    assert runtime.get("mine") is None
+
+
+async def test_other_scopes_tool_executes_as_unknown() -> None:
+    runtime = ToolRuntime()
+    a, b = Agent("a"), Agent("b")
+    runtime.register(json_tool("mine"), a)
+    result = await runtime.execute(make_input("mine", agent=b))
+    assert result.is_error and result.error.info is not None
+    assert result.error.info.code == "UNKNOWN_TOOL"
+    assert result.error.message == 'unknown tool "mine"'
+
+
+def test_child_scope_inherits_parent_scope_registrations() -> None:
+    runtime = ToolRuntime()
+    preset = Agent("preset")
+    child = Agent("child", parent=preset)
+    tool = json_tool("shared")
+    runtime.register(tool, preset)
+    assert runtime.get("shared", child) is tool
+
+
+@pytest.mark.parametrize("scope", [None, Agent("a")])
+def test_run_code_is_reserved_everywhere(scope: Agent | None) -> None:
+    runtime = ToolRuntime()
+    with pytest.raises(RegistrationError, match='"run_code" is reserved'):
+        runtime.register(json_tool("run_code"), scope)
+
+
+def test_restrict_requires_a_scope() -> None:
+    runtime = ToolRuntime()
+    runtime.register(json_tool("a"))
+    with pytest.raises(RegistrationError, match="requires a scope"):
+        runtime.restrict(ToolRestriction(deny=["a"]), None)
+
+
+def test_restrict_rejects_empty_filter() -> None:
+    runtime = ToolRuntime()
+    with pytest.raises(RegistrationError, match="no-op"):
+        runtime.restrict(ToolRestriction(), Agent("a"))
+
+
+def test_restrict_rejects_run_code() -> None:
+    runtime = ToolRuntime()
+    with pytest.raises(RegistrationError, match='reserved Code Mode transport "run_code"'):
+        runtime.restrict(ToolRestriction(deny=["run_code"]), Agent("a"))
+
+
+def test_restrict_rejects_unknown_names_listing_known_ones() -> None:
+    runtime = ToolRuntime()
+    runtime.register(json_tool("beta"))
+    runtime.register(json_tool("alpha"))
+    with pytest.raises(RegistrationError) as caught:
+        runtime.restrict(ToolRestriction(allow=["nope", "zilch"]), Agent("a"))
+    message = str(caught.value)
+    assert 'tools "nope", "zilch"' in message
+    assert "known inherited tools: alpha, beta" in message
+
+
+def test_restrict_rejects_unknown_name_with_none_known() -> None:
+    runtime = ToolRuntime()
+    with pytest.raises(RegistrationError, match=r'tool "x"; known inherited tools: \(none\)'):
+        runtime.restrict(ToolRestriction(deny=["x"]), Agent("a"))
+
+
+def test_restrict_rejects_scope_local_names() -> None:
+    runtime = ToolRuntime()
+    agent = Agent("a")
+    runtime.register(json_tool("local"), agent)
+    with pytest.raises(RegistrationError, match='unknown inherited tool "local"'):
+        runtime.restrict(ToolRestriction(deny=["local"]), agent)
+
+
+def test_allow_filter_keeps_only_listed_and_excludes_later_globals() -> None:
+    runtime = ToolRuntime()
+    agent = Agent("a")
+    runtime.register(json_tool("a"))
+    runtime.register(json_tool("b"))
+    runtime.restrict(ToolRestriction(allow=["a"]), agent)
+    runtime.register(json_tool("later"))
+    assert [s.name for s in runtime.schemas(agent)] == ["a"]
+
+
+def test_deny_only_filter_admits_later_globals() -> None:
+    runtime = ToolRuntime()
+    agent = Agent("a")
+    runtime.register(json_tool("a"))
+    runtime.register(json_tool("b"))
+    runtime.restrict(ToolRestriction(deny=["b"]), agent)
+    runtime.register(json_tool("later"))
+    assert [s.name for s in runtime.schemas(agent)] == ["a", "later"]
+
+
+def test_restrictions_intersect_and_lift_independently() -> None:
+    runtime = ToolRuntime()
+    agent = Agent("a")
+    for name in ("a", "b", "c"):
+        runtime.register(json_tool(name))
+    lift_first = runtime.restrict(ToolRestriction(allow=["a", "b"]), agent)
+    runtime.restrict(ToolRestriction(allow=["b", "c"]), agent)
+    assert runtime.names(agent) == ["b"]
+    lift_first()
+    assert runtime.names(agent) == ["b", "c"]
+
+
+def test_scope_local_tools_stay_visible_under_allow_filter() -> None:
+    runtime = ToolRuntime()
+    agent = Agent("a")
+    runtime.register(json_tool("g"))
+    runtime.register(json_tool("mine"), agent)
+    runtime.restrict(ToolRestriction(allow=[]), agent)
+    assert runtime.names(agent) == ["mine"]
+
+
+def test_parent_restriction_applies_to_children_and_child_restriction_not_to_parent() -> None:
+    runtime = ToolRuntime()
+    parent = Agent("p")
+    child = Agent("c", parent=parent)
+    for name in ("a", "b"):
+        runtime.register(json_tool(name))
+    runtime.restrict(ToolRestriction(deny=["a"]), parent)
+    runtime.restrict(ToolRestriction(deny=["b"]), child)
+    assert runtime.names(parent) == ["b"]
+    assert runtime.names(child) == []
+
+
+def test_restriction_filter_is_copied() -> None:
+    runtime = ToolRuntime()
+    agent = Agent("a")
+    runtime.register(json_tool("a"))
+    runtime.register(json_tool("b"))
+    names = ["a"]
+    runtime.restrict(ToolRestriction(allow=names), agent)
+    names.append("b")
+    assert runtime.names(agent) == ["a"]
+
+
+def test_schemas_expose_only_name_description_parameters() -> None:
+    runtime = ToolRuntime()
+
+    async def body(args: object) -> int:
+        return 1
+
+    runtime.register(
+        define_tool(
+            name="add",
+            description="adds",
+            parameters={"a": {"type": "integer", "required": True}},
+            output={"type": "integer"},
+            execute=body,
+            timeout_ms=5,
+            is_concurrency_safe=lambda args: True,
+            finalize_content=lambda e, r: None,
+        )
+    )
+    (schema,) = runtime.schemas()
+    assert schema.to_dict() == {
+        "name": "add",
+        "description": "adds",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "required": ["a"],
+        },
+    }
+    assert {field.name for field in attrs.fields(type(schema))} == {"name", "description", "parameters"}
+
+
+def test_returned_schemas_cannot_be_mutated_and_lists_are_fresh() -> None:
+    runtime = ToolRuntime()
+    runtime.register(json_tool("a", parameters={"x": {"type": "string"}}))
+    first = runtime.schemas()
+    with pytest.raises(TypeError):
+        first[0].parameters["properties"]["x"]["type"] = "number"  # type: ignore[index]
+    first.clear()
+    assert [s.name for s in runtime.schemas()] == ["a"]
+
+
+def test_schemas_cache_is_invalidated_by_changes() -> None:
+    runtime = ToolRuntime()
+    dispose = runtime.register(json_tool("a"))
+    assert runtime.names() == ["a"]
+    dispose()
+    assert runtime.names() == []
+
+
+def test_disposer_is_idempotent_and_a_context_manager() -> None:
+    runtime = ToolRuntime()
+    recorder = Recorder()
+    runtime.plugins.register(recorder)
+    with runtime.register(json_tool("a")) as dispose:
+        assert runtime.get("a") is not None
+    assert runtime.get("a") is None
+    changes = recorder.changes
+    dispose()
+    dispose()
+    assert recorder.changes == changes
+
+
+def test_disposer_removes_only_its_own_registration() -> None:
+    runtime = ToolRuntime()
+    dispose = runtime.register(json_tool("a"))
+    dispose()
+    replacement = json_tool("a")
+    runtime.register(replacement)
+    dispose()
+    assert runtime.get("a") is replacement
+
+
+def test_every_change_fires_tools_change_unfiltered() -> None:
+    runtime = ToolRuntime()
+    recorder = Recorder()
+    runtime.plugins.register(recorder)
+    agent = Agent("a")
+    dispose = runtime.register(json_tool("g"))
+    assert recorder.changes == 1
+    scoped = runtime.register(json_tool("s"), agent)
+    assert recorder.changes == 2
+    lift = runtime.restrict(ToolRestriction(deny=["g"]), agent)
+    assert recorder.changes == 3
+    lift()
+    scoped()
+    dispose()
+    assert recorder.changes == 6
+    runtime.guard(lambda execution: None)
+    assert recorder.changes == 6  # guards do not change the visible set
+
+
+def test_failing_tools_change_listener_rolls_registration_back() -> None:
+    runtime = ToolRuntime()
+
+    class Refuse:
+        @hookimpl
+        def dsh_tools_change(self) -> None:
+            raise RuntimeError("listener refuses")
+
+    runtime.plugins.register(Refuse())
+    with pytest.raises(RuntimeError, match="listener refuses"):
+        runtime.register(json_tool("a"))
+    assert runtime.get("a") is None
+    assert runtime.schemas() == []
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.inf, math.nan, "5", True])
+def test_timeout_ms_must_be_positive_finite(bad: object) -> None:
+    with pytest.raises(TypeError, match="timeout_ms must be a positive finite number"):
+        raw_tool("t", timeout_ms=bad)
+
+
+def test_register_refuses_non_definitions() -> None:
+    runtime = ToolRuntime()
+    with pytest.raises(RegistrationError, match="takes a ToolDefinition"):
+        runtime.register({"name": "x"})  # type: ignore[arg-type]
+
+
+def test_output_must_be_declared() -> None:
+    with pytest.raises(TypeError, match="must declare output=ToolOutput"):
+        raw_tool("t", output=None)
+
+
+def test_register_validates_output_schema_with_every_violation() -> None:
+    runtime = ToolRuntime()
+    tool = raw_tool("t", output=ToolOutput(schema={"type": "weird", "pattern": "x"}))
+    with pytest.raises(JsonSchemaError) as caught:
+        runtime.register(tool)
+    assert len(caught.value.violations) == 2
+    assert all(v.startswith('tool "t" output:') for v in caught.value.violations)
+
+
+def test_register_validates_parameters_are_object_rooted() -> None:
+    runtime = ToolRuntime()
+    with pytest.raises(JsonSchemaError, match='tool "t" parameters'):
+        runtime.register(raw_tool("t", parameters={"type": "string"}))
+
+
+def test_present_as_requires_scope_and_one_declaration_per_scope() -> None:
+    runtime = ToolRuntime()
+    agent = Agent("a")
+    with pytest.raises(RegistrationError, match="requires a scope"):
+        runtime.present_as("both", None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mode must be one of"):
+        runtime.present_as("weird", agent)  # type: ignore[arg-type]
+
+
+def test_scoped_view_binds_scope() -> None:
+    runtime = ToolRuntime()
+    agent = Agent("a")
+    view = runtime.scoped(agent)
+    tool = json_tool("mine")
+    view.register(tool)
+    assert view.get("mine") is tool
+    assert runtime.get("mine") is None
+    assert [s.name for s in view.schemas()] == ["mine"]
