@@ -60,6 +60,10 @@ def text_of(blocks: Iterable[ContentBlock]) -> str:
 
 
 
+def _message_content(value: object) -> tuple[ContentBlock, ...]:
+    return as_content(value, what="UserMessage.content")
+
+
 @attrs.frozen(slots=True)
 class UserMessage:
     """A context deferred until after the tool result (``ToolRunContext.defer_context``).
@@ -68,6 +72,6 @@ class UserMessage:
     lossless JSON the host wants to keep with it.
     """
 
-    content: tuple[ContentBlock, ...] = attrs.field(converter=lambda v: as_content(v, what="UserMessage.content"))
+    content: tuple[ContentBlock, ...] = attrs.field(converter=_message_content)
     source: str = attrs.field(default="tool", validator=_str_field)
     meta: JsonValue = attrs.field(default=None, converter=snapshot_json)

@@ -98,7 +98,7 @@ class ToolOutput:
 def _positive_timeout(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
-    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type]
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
         name = getattr(instance, "name", "?")
         raise TypeError(f'tool "{name}" timeout_ms must be a positive finite number, got {value!r}')
 

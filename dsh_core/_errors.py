@@ -6,7 +6,7 @@ import enum
 from collections.abc import Sequence
 
 
-class ErrorCode(str, enum.Enum):
+class ErrorCode(enum.StrEnum):
     """Machine-readable codes a failed tool result can carry in ``ToolErrorInfo.code``."""
 
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
@@ -24,9 +24,6 @@ class ErrorCode(str, enum.Enum):
     NON_JSON_VALUE = "NON_JSON_VALUE"
     REGISTRATION_ERROR = "REGISTRATION_ERROR"
     CONFIG_ERROR = "CONFIG_ERROR"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class DshError(Exception):

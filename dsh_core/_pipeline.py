@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ._content import ContentBlock, UserMessage, as_content, text_of
+from ._content import UserMessage, as_content, text_of
 from ._decisions import POST_DECISION_TYPES, PRE_DECISION_TYPES, UNSET, Accept, Allow, Ask, Block, Deny
 from ._definition import ToolDefinition
 from ._errors import ErrorCode, NonJsonValueError, ToolArgsError, ToolNotFoundError, ToolOutputError

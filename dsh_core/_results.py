@@ -131,7 +131,7 @@ def error_message(exc: BaseException) -> str:
     """A message for any raised value; never raises itself."""
     try:
         text = str(exc)
-    except BaseException:  # noqa: BLE001 - a hostile __str__ must not escape
+    except BaseException:
         return "<unprintable exception>"
     return text or type(exc).__name__
 
@@ -144,10 +144,7 @@ def failure_from_exception(
     additional_contexts: tuple[UserMessage, ...] = (),
 ) -> ToolExecutionFailure:
     """Normalise a raised exception: a ``DshError`` keeps its code, others get ``default_code``."""
-    if isinstance(exc, DshError):
-        code = exc.code
-    else:
-        code = default_code.value
+    code = exc.code if isinstance(exc, DshError) else default_code.value
     return failure_result(
         error_message(exc),
         code,

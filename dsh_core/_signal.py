@@ -14,6 +14,7 @@ deadline directly, so no timer task is needed.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Callable, Iterable
@@ -173,10 +174,8 @@ class CancelSignal:
         listeners.append(listener)
 
         def remove() -> None:
-            try:
+            with contextlib.suppress(ValueError):
                 listeners.remove(listener)
-            except ValueError:
-                pass
 
         return remove
 

@@ -79,7 +79,7 @@ class Listener:
         """Call with the spec's arguments in spec order (a hookimpl may take a subset, by name)."""
         if self.positional:
             return self.fn(*ordered)
-        return self.fn(**{name: ordered[index] for name, index in zip(self.argnames, self.positions)})
+        return self.fn(**{name: ordered[index] for name, index in zip(self.argnames, self.positions, strict=True)})
 
 
 @attrs.frozen(slots=True)

@@ -78,6 +78,7 @@ async def dsh_pre_execute(
     (``POLICY_ERROR`` unless it raised a ``DshError`` with its own code) and
     post-execute does not run.
     """
+    raise NotImplementedError
 
 
 @hookspec
@@ -96,6 +97,7 @@ async def dsh_execute(
     re-rendered against the tool's output contract. A raising wrapper fails the
     call and post-execute does not run.
     """
+    raise NotImplementedError
 
 
 @hookspec
@@ -114,6 +116,7 @@ async def dsh_post_execute(
     and the tool's deferred contexts are dropped; the call fails with the
     feedback). Any of them may add ``additional_contexts``.
     """
+    raise NotImplementedError
 
 
 @hookspec
@@ -126,6 +129,7 @@ async def dsh_code_dispatch_log(dispatch: Any, next: Callable[[], Awaitable[list
     changes: the program already has the value and the model sees neither. A
     raising listener is contained and the original content is logged.
     """
+    raise NotImplementedError
 
 
 @hookspec
@@ -136,6 +140,7 @@ def dsh_result(execution: ToolExecution, result: ToolExecutionResult) -> None:
     ``execution`` can be changed. Observers may be ``async def`` (awaited in
     order). A raising observer is logged and the others still run.
     """
+    raise NotImplementedError
 
 
 @hookspec
@@ -146,6 +151,7 @@ def dsh_tools_change() -> None:
     A listener that raises during ``register()`` rolls that registration back and
     the error propagates to the caller of ``register()``.
     """
+    raise NotImplementedError
 
 
 @hookspec

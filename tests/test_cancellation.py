@@ -1,0 +1,454 @@
+"""Cancellation at every stage, on trio's virtual clock (no real sleeps)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from dsh_core import (
+    Agent,
+    Ask,
+    CancelSignal,
+    TextBlock,
+    ToolDispatchExecution,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolRunContext,
+    UserMessage,
+    hookimpl,
+)
+from dsh_core._decisions import Deny
+from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
+
+Next = Callable[[], Awaitable[Any]]
+
+
+def code(result: ToolExecutionResult) -> str | None:
+    assert isinstance(result, ToolExecutionFailure), result
+    return result.error.info.code if result.error.info else None
+
+
+def sleeper(seconds: float, log: list[str] | None = None) -> Any:
+    async def body(args: Any, run: ToolRunContext) -> str:
+        if log is not None:
+            log.append("started")
+        await trio.sleep(seconds)
+        if log is not None:
+            log.append("finished")
+        return "done"
+
+    return json_tool("sleep", body, output={"type": "string"})
+
+
+async def cancel_after(signal: CancelSignal, seconds: float, reason: str = "user pressed stop") -> None:
+    await trio.sleep(seconds)
+    signal.cancel(reason)
+
+
+async def test_pre_cancelled_signal_skips_everything_but_still_snapshots_and_notifies() -> None:
+    recorder = Recorder()
+    log: list[str] = []
+    runtime = make_runtime(sleeper(1, log), plugins=[recorder])
+    signal = CancelSignal()
+    signal.cancel()
+    result = await runtime.execute(make_input("sleep", {"x": [1]}, signal=signal))
+    assert code(result) == "ABORTED_BEFORE_DISPATCH"
+    assert result.content == (TextBlock("Error: tool call aborted before dispatch"),)
+    assert log == []
+    assert recorder.hooks == ["dsh_result"]
+    execution, _ = recorder.results[0]
+    assert execution.arguments == {"x": (1,)}
+
+
+async def test_pre_cancelled_unknown_tool_reports_aborted_not_unknown() -> None:
+    signal = CancelSignal()
+    signal.cancel()
+    result = await make_runtime().execute(make_input("nope", signal=signal))
+    assert code(result) == "ABORTED_BEFORE_DISPATCH"
+
+
+async def test_non_json_arguments_win_over_pre_cancellation() -> None:
+    signal = CancelSignal()
+    signal.cancel()
+    result = await make_runtime(sleeper(1)).execute(make_input("sleep", {"x": {1, 2}}, signal=signal))
+    assert code(result) == "INVALID_ARGS"
+
+
+async def test_cancel_during_body_interrupts_it_and_reports_aborted(autojump_clock: trio.testing.MockClock) -> None:
+    log: list[str] = []
+    runtime = make_runtime(sleeper(100, log))
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 3)
+        result = await runtime.execute(make_input("sleep", signal=signal))
+    assert code(result) == "ABORTED"
+    assert result.content == (TextBlock("Error: tool call aborted"),)
+    assert log == ["started"]
+    assert trio.current_time() == pytest.approx(3)
+
+
+async def test_started_body_is_drained_before_the_result(autojump_clock: trio.testing.MockClock) -> None:
+    cleanup: list[float] = []
+
+    async def stubborn(args: Any, run: ToolRunContext) -> str:
+        try:
+            await trio.sleep(100)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(2)
+                cleanup.append(trio.current_time())
+        return "never"
+
+    runtime = make_runtime(json_tool("stubborn", stubborn, output={"type": "string"}))
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 1)
+        result = await runtime.execute(make_input("stubborn", signal=signal))
+    assert cleanup == [pytest.approx(3)]
+    assert trio.current_time() == pytest.approx(3)
+    assert code(result) == "ABORTED"
+
+
+async def test_cooperative_body_that_returns_after_cancel_is_aborted(autojump_clock: trio.testing.MockClock) -> None:
+    async def cooperative(args: Any, run: ToolRunContext) -> str:
+        with trio.CancelScope(shield=True):
+            await run.signal.wait()
+        return "finished anyway"
+
+    runtime = make_runtime(json_tool("coop", cooperative, output={"type": "string"}))
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 1)
+        result = await runtime.execute(make_input("coop", signal=signal))
+    assert code(result) == "ABORTED"
+
+
+async def test_tool_owned_failure_survives_cancellation(autojump_clock: trio.testing.MockClock) -> None:
+    async def fails_on_cancel(args: Any, run: ToolRunContext) -> str:
+        try:  # noqa: SIM105 - a misbehaving tool that swallows its cancellation, spelled out
+            await trio.sleep(100)
+        except trio.Cancelled:
+            pass
+        raise RuntimeError("tool noticed and failed")
+
+    runtime = make_runtime(json_tool("t", fails_on_cancel, output={"type": "string"}))
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 1)
+        result = await runtime.execute(make_input("t", signal=signal))
+    assert code(result) == "TOOL_ERROR"
+    assert result.error.message == "tool noticed and failed"  # type: ignore[union-attr]
+
+
+async def test_cancel_during_pre_execute_is_aborted_before_dispatch(autojump_clock: trio.testing.MockClock) -> None:
+    log: list[str] = []
+
+    class SlowGate:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            await trio.sleep(50)  # ignores the signal: the runtime's scope interrupts it
+            return await next()
+
+    runtime = make_runtime(sleeper(1, log), plugins=[SlowGate()])
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 2)
+        result = await runtime.execute(make_input("sleep", signal=signal))
+    assert code(result) == "ABORTED_BEFORE_DISPATCH"
+    assert log == []
+    assert trio.current_time() == pytest.approx(2)
+
+
+async def test_gate_that_watches_the_signal_then_allows_is_aborted_before_dispatch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log: list[str] = []
+
+    class Watcher:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            with trio.CancelScope(shield=True):
+                await execution.signal.wait()
+            return await next()
+
+    runtime = make_runtime(sleeper(1, log), plugins=[Watcher()])
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 1)
+        result = await runtime.execute(make_input("sleep", signal=signal))
+    assert code(result) == "ABORTED_BEFORE_DISPATCH" and log == []
+
+
+async def test_denial_is_kept_even_if_cancelled_while_deciding(autojump_clock: trio.testing.MockClock) -> None:
+    class SlowDeny:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            with trio.CancelScope(shield=True):
+                await execution.signal.wait()
+            return Deny("no, and also cancelled")
+
+    runtime = make_runtime(sleeper(1), plugins=[SlowDeny()])
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 1)
+        result = await runtime.execute(make_input("sleep", signal=signal))
+    assert code(result) == "DENIED"
+
+
+async def test_cancel_during_approval_is_aborted_before_dispatch(autojump_clock: trio.testing.MockClock) -> None:
+    class SlowHuman:
+        async def request(self, execution: ToolExecution, reason: str | None) -> str:
+            await trio.sleep(1000)
+            return "allowed-once"
+
+    class AskAlways:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            return Ask()
+
+    runtime = make_runtime(sleeper(1), plugins=[AskAlways()], approval=SlowHuman())
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 5)
+        result = await runtime.execute(make_input("sleep", signal=signal, agent=Agent("a")))
+    assert code(result) == "ABORTED_BEFORE_DISPATCH"
+
+
+async def test_approval_reporting_cancelled_after_signal_is_aborted_before_dispatch() -> None:
+    signal = CancelSignal()
+
+    class Approver:
+        async def request(self, execution: ToolExecution, reason: str | None) -> str:
+            signal.cancel()
+            return "cancelled"
+
+    class AskAlways:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            return Ask()
+
+    recorder = Recorder()
+    runtime = make_runtime(sleeper(1), plugins=[AskAlways(), recorder], approval=Approver())
+    result = await runtime.execute(make_input("sleep", signal=signal, agent=Agent("a")))
+    assert code(result) == "ABORTED_BEFORE_DISPATCH"
+    assert "dsh_post_execute" in recorder.hooks  # routed as a post-result
+
+
+async def test_wrapper_signal_replacement_cannot_detach_caller_cancellation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[CancelSignal] = []
+
+    class Detacher:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            saved = execution.signal
+            execution.signal = CancelSignal()  # a fresh signal nobody will fire
+            try:
+                return await next()
+            finally:
+                execution.signal = saved
+
+    async def body(args: Any, run: ToolRunContext) -> str:
+        seen.append(run.signal)
+        await trio.sleep(100)
+        return "late"
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "string"}), plugins=[Detacher()])
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 1)
+        result = await runtime.execute(make_input("t", signal=signal))
+    assert code(result) == "ABORTED"
+    assert trio.current_time() == pytest.approx(1)
+    assert seen[0].cancelled
+
+
+async def test_body_without_wrappers_sees_the_callers_signal_object() -> None:
+    seen: list[CancelSignal] = []
+
+    async def body(args: Any, run: ToolRunContext) -> None:
+        seen.append(run.signal)
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "null"}))
+    signal = CancelSignal()
+    await runtime.execute(make_input("t", signal=signal))
+    assert seen == [signal]
+
+
+async def test_wrapper_deadline_interrupts_body(autojump_clock: trio.testing.MockClock) -> None:
+    class Deadline:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            saved = execution.signal
+            execution.signal = CancelSignal.any(saved, CancelSignal.after(2, reason="mine"))
+            try:
+                return await next()
+            finally:
+                execution.signal = saved
+
+    runtime = make_runtime(sleeper(100), plugins=[Deadline()])
+    result = await runtime.execute(make_input("sleep"))
+    assert code(result) == "ABORTED"
+    assert trio.current_time() == pytest.approx(2)
+
+
+async def test_already_fired_wrapper_signal_skips_the_body() -> None:
+    log: list[str] = []
+
+    class Fired:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            fired = CancelSignal()
+            fired.cancel()
+            execution.signal = fired
+            return await next()
+
+    runtime = make_runtime(sleeper(1, log), plugins=[Fired()])
+    result = await runtime.execute(make_input("sleep"))
+    assert code(result) == "ABORTED_BEFORE_DISPATCH" and log == []
+
+
+async def test_wrapper_short_circuit_success_after_cancel_is_aborted_before_dispatch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from dsh_core import ToolExecutionSuccess
+
+    class WaitThenAnswer:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            with trio.CancelScope(shield=True):
+                await execution.signal.wait()
+            return ToolExecutionSuccess(value="cached", content=())
+
+    runtime = make_runtime(sleeper(1), plugins=[WaitThenAnswer()])
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 1)
+        result = await runtime.execute(make_input("sleep", signal=signal))
+    assert code(result) == "ABORTED_BEFORE_DISPATCH"
+
+
+async def test_cancel_during_post_execute_turns_success_into_aborted(autojump_clock: trio.testing.MockClock) -> None:
+    class SlowPost:
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+            await trio.sleep(10)
+            return await next()
+
+    runtime = make_runtime(sleeper(1), plugins=[SlowPost()])
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 5)
+        result = await runtime.execute(make_input("sleep", signal=signal))
+    assert code(result) == "ABORTED"
+
+
+async def test_failure_in_post_stage_is_not_replaced_by_cancellation(autojump_clock: trio.testing.MockClock) -> None:
+    async def fails(args: Any) -> None:
+        raise RuntimeError("tool failed")
+
+    class SlowPost:
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+            await trio.sleep(10)
+            return await next()
+
+    runtime = make_runtime(json_tool("t", fails), plugins=[SlowPost()])
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 5)
+        result = await runtime.execute(make_input("t", signal=signal))
+    assert code(result) == "TOOL_ERROR"
+
+
+async def test_deferred_contexts_stay_on_the_aborted_result(autojump_clock: trio.testing.MockClock) -> None:
+    async def body(args: Any, run: ToolRunContext) -> None:
+        run.defer_context(UserMessage([TextBlock("kept")], source="t"))
+        await trio.sleep(100)
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "null"}))
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 1)
+        result = await runtime.execute(make_input("t", signal=signal))
+    assert code(result) == "ABORTED"
+    assert [c.content[0].text for c in result.additional_contexts] == ["kept"]  # type: ignore[union-attr]
+
+
+async def test_outer_trio_cancellation_propagates_after_the_body_drained(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cleanup: list[float] = []
+    recorder = Recorder()
+
+    async def body(args: Any, run: ToolRunContext) -> None:
+        try:
+            await trio.sleep(100)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(1)
+                cleanup.append(trio.current_time())
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "null"}), plugins=[recorder])
+    with trio.move_on_after(2) as outer:
+        await runtime.execute(make_input("t"))
+    assert outer.cancelled_caught
+    assert cleanup == [pytest.approx(3)]
+    assert recorder.results == []  # the caller's own scope cancelled execute() itself
+
+
+async def test_exactly_one_result_per_call_when_cancelled_at_each_point(autojump_clock: trio.testing.MockClock) -> None:
+    recorder = Recorder()
+
+    class SlowPre:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            await trio.sleep(1)
+            return await next()
+
+    class SlowPost:
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+            await trio.sleep(1)
+            return await next()
+
+    runtime = make_runtime(sleeper(1), plugins=[SlowPre(), SlowPost(), recorder])
+    expected = {0.5: "ABORTED_BEFORE_DISPATCH", 1.5: "ABORTED", 2.5: "ABORTED", 10: None}
+    for at, expected_code in expected.items():
+        signal = CancelSignal()
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_after, signal, at)
+            result = await runtime.execute(make_input("sleep", signal=signal))
+            nursery.cancel_scope.cancel()
+        assert (result.error.info.code if result.is_error and result.error.info else None) == expected_code
+        assert trio.current_time() - start <= max(at, 3) + 1e-9
+    assert recorder.hooks.count("dsh_result") == len(expected)
+
+
+def test_cancel_signal_reason_and_fusion() -> None:
+    a, b = CancelSignal(), CancelSignal()
+    fused = CancelSignal.any(a, b)
+    assert not fused.cancelled and fused.reason is None
+    b.cancel("b first")
+    a.cancel("a second")
+    assert fused.cancelled and fused.reason == "b first"
+    assert CancelSignal.any(a) is a
+    with pytest.raises(TypeError, match="fires through its sources"):
+        fused.cancel()
+
+
+async def test_cancel_signal_wait_and_deadline(autojump_clock: trio.testing.MockClock) -> None:
+    signal = CancelSignal.after(5, reason="too slow")
+    await signal.wait()
+    assert trio.current_time() == pytest.approx(5)
+    assert signal.cancelled and signal.reason == "too slow"
+    fused = CancelSignal.any(CancelSignal(), CancelSignal.after(1))
+    await fused.wait()
+    assert trio.current_time() == pytest.approx(6)

@@ -1,0 +1,141 @@
+"""run_tool_calls: bounded overlap of parallel calls, exclusive barriers, model order."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from dsh_core import CancelSignal, ToolExecution, hookimpl, run_tool_calls
+from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
+
+Next = Callable[[], Awaitable[Any]]
+
+
+def timed_tool(name: str, seconds: float, spans: dict[str, tuple[float, float]], *, parallel: bool) -> Any:
+    async def body(args: Any) -> str:
+        start = trio.current_time()
+        await trio.sleep(seconds)
+        spans[args["id"]] = (start, trio.current_time())
+        return args["id"]
+
+    return json_tool(
+        name,
+        body,
+        parameters={"id": {"type": "string", "required": True}},
+        output={"type": "string"},
+        is_concurrency_safe=(lambda args: True) if parallel else None,
+    )
+
+
+async def test_ten_parallel_calls_of_one_second_finish_at_one_second(autojump_clock: trio.testing.MockClock) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+    runtime = make_runtime(timed_tool("read", 1, spans, parallel=True))
+    results = await run_tool_calls(runtime, [make_input("read", {"id": str(i)}) for i in range(10)])
+    assert [r.value for r in results] == [str(i) for i in range(10)]  # type: ignore[union-attr]
+    assert trio.current_time() == pytest.approx(1)
+
+
+async def test_exclusive_call_in_the_middle_splits_the_pool(autojump_clock: trio.testing.MockClock) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+    runtime = make_runtime(timed_tool("read", 1, spans, parallel=True), timed_tool("write", 1, spans, parallel=False))
+    inputs = [make_input("read", {"id": f"r{i}"}) for i in range(5)]
+    inputs.append(make_input("write", {"id": "w"}))
+    inputs += [make_input("read", {"id": f"s{i}"}) for i in range(5)]
+    results = await run_tool_calls(runtime, inputs)
+    assert trio.current_time() == pytest.approx(3)
+    assert spans["w"] == (pytest.approx(1), pytest.approx(2))
+    assert all(spans[f"r{i}"][1] <= spans["w"][0] for i in range(5))
+    assert all(spans[f"s{i}"][0] >= spans["w"][1] for i in range(5))
+    assert [r.value for r in results] == [i.arguments["id"] for i in inputs]  # type: ignore[union-attr, index]
+
+
+async def test_pool_is_bounded_by_max_parallel(autojump_clock: trio.testing.MockClock) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+    runtime = make_runtime(timed_tool("read", 1, spans, parallel=True))
+    await run_tool_calls(runtime, [make_input("read", {"id": str(i)}) for i in range(10)], max_parallel=3)
+    assert trio.current_time() == pytest.approx(4)  # ceil(10 / 3) rounds of a rolling pool
+
+
+async def test_max_parallel_one_is_serial(autojump_clock: trio.testing.MockClock) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+    runtime = make_runtime(timed_tool("read", 1, spans, parallel=True))
+    await run_tool_calls(runtime, [make_input("read", {"id": str(i)}) for i in range(4)], max_parallel=1)
+    assert trio.current_time() == pytest.approx(4)
+
+
+async def test_results_and_observers_keep_model_order_when_completion_order_differs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def body(args: Any) -> int:
+        await trio.sleep(args["delay"])
+        return int(args["delay"])
+
+    recorder = Recorder()
+    runtime = make_runtime(
+        json_tool("t", body, output={"type": "integer"}, is_concurrency_safe=lambda a: True), plugins=[recorder]
+    )
+    delays = [5, 1, 3, 2, 4]
+    inputs = [make_input("t", {"delay": d}, call_id=f"c{i}") for i, d in enumerate(delays)]
+    results = await run_tool_calls(runtime, inputs)
+    assert [r.value for r in results] == delays  # type: ignore[union-attr]
+    observed = [call_id for hook, call_id in recorder.events if hook == "dsh_result"]
+    assert observed == [f"c{i}" for i in range(5)]
+    pre = [call_id for hook, call_id in recorder.events if hook == "dsh_pre_execute"]
+    assert pre == [f"c{i}" for i in range(5)]
+
+
+async def test_policies_are_decided_in_model_order_even_when_slow(autojump_clock: trio.testing.MockClock) -> None:
+    decided: list[str] = []
+
+    class SlowFirst:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            if execution.call_id == "c0":
+                await trio.sleep(5)
+            decided.append(execution.call_id)
+            return await next()
+
+    runtime = make_runtime(json_tool("t", is_concurrency_safe=lambda a: True), plugins=[SlowFirst()])
+    await run_tool_calls(runtime, [make_input("t", call_id=f"c{i}") for i in range(3)])
+    assert decided == ["c0", "c1", "c2"]
+
+
+async def test_every_call_gets_a_result_when_the_signal_fires(autojump_clock: trio.testing.MockClock) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+    recorder = Recorder()
+    runtime = make_runtime(timed_tool("read", 10, spans, parallel=True), plugins=[recorder])
+    signal = CancelSignal()
+    inputs = [make_input("read", {"id": str(i)}, signal=signal) for i in range(6)]
+
+    async def stop() -> None:
+        await trio.sleep(1)
+        signal.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop)
+        results = await run_tool_calls(runtime, inputs, max_parallel=2)
+    codes = [r.error.info.code for r in results if r.is_error and r.error.info]  # type: ignore[union-attr]
+    assert codes == ["ABORTED", "ABORTED"] + ["ABORTED_BEFORE_DISPATCH"] * 4
+    assert recorder.hooks.count("dsh_result") == 6
+    assert trio.current_time() == pytest.approx(1)
+
+
+async def test_reclassification_before_each_start_honours_registry_changes() -> None:
+    runtime = make_runtime()
+    runtime.register(json_tool("t", is_concurrency_safe=lambda a: True))
+    results = await run_tool_calls(runtime, [make_input("t"), make_input("missing"), make_input("t")])
+    assert [r.is_error for r in results] == [False, True, False]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2"])
+async def test_max_parallel_must_be_positive_integer(bad: Any) -> None:
+    with pytest.raises(ValueError, match="max_parallel must be a positive integer"):
+        await run_tool_calls(make_runtime(), [], max_parallel=bad)
+
+
+async def test_empty_batch() -> None:
+    assert await run_tool_calls(make_runtime(), []) == []
