@@ -112,7 +112,7 @@ def structure_args(cls: type[T], args: Mapping[str, object]) -> T:
             :func:`schema_from_attrs_class`).
         ToolArgsError: the arguments do not structure (including a failing attrs
             validator of the class); ``violations`` are path-qualified, e.g.
-            ``expected an integer, got str @ $.count``.
+            ``expected an integer, got a string @ $.count``.
     """
     derived = _derive(cls)
     try:
@@ -122,10 +122,12 @@ def structure_args(cls: type[T], args: Mapping[str, object]) -> T:
 
 
 def _derive(cls: type) -> _Derived:
+    if not isinstance(cls, type):
+        raise SchemaSpecError([f"{cls!r} is not an attrs class"])
     cached = _CACHE.get(cls)
     if cached is not None:
         return cached
-    if not isinstance(cls, type) or not attrs.has(cls):
+    if not attrs.has(cls):
         raise SchemaSpecError([f"{cls!r} is not an attrs class"])
     deriver = _Deriver()
     schema = deriver.class_schema(cls, cls.__qualname__, frozenset({cls}))
@@ -133,7 +135,9 @@ def _derive(cls: type) -> _Derived:
         raise SchemaSpecError(deriver.errors)
     try:
         assert_supported_json_schema(schema)
-    except JsonSchemaError as exc:  # pragma: no cover - a safety net: the derivation only emits the subset
+    except JsonSchemaError as exc:
+        # A safety net: the derivation only emits the subset. Reported as the
+        # same error type as every other problem of the class.
         raise SchemaSpecError(exc.violations) from exc
     frozen = snapshot_json(schema)
     assert isinstance(frozen, FrozenDict)
@@ -192,7 +196,7 @@ class _Deriver:
         # Built from our own resolved attributes: cattrs would otherwise resolve the
         # class's string annotations with typing.get_type_hints, which mutates the
         # class and cannot evaluate JsonValue's inner forward references.
-        generated = cattrs.gen.make_dict_structure_fn_from_attrs(
+        generated: Callable[[Mapping[str, Any], Any], Any] = cattrs.gen.make_dict_structure_fn_from_attrs(
             fields, cls, self.converter, _cattrs_forbid_extra_keys=True, _cattrs_detailed_validation=True
         )
 
@@ -239,7 +243,7 @@ class _Deriver:
             annotation = self._evaluate(annotation.__forward_arg__, owner, path)
             if annotation is _FAILED:
                 return None
-        if annotation is JsonValue or annotation is Any:
+        if annotation is Any or _is_json_value(annotation):
             return {}, Any
         try:
             scalar = _SCALARS.get(annotation)
@@ -306,7 +310,7 @@ class _Deriver:
         schema, resolved = derived
         if resolved is Any:
             return schema, Any
-        resolved_optional = typing.Optional[resolved]  # noqa: UP045 - built at run time from a variable
+        resolved_optional: Any = typing.Optional[resolved]  # noqa: UP045 - built at run time from a variable
         if _admits_null(schema):
             return schema, resolved_optional
         return {"oneOf": [schema, {"type": "null"}]}, resolved_optional
@@ -361,6 +365,17 @@ _SCALARS: dict[object, tuple[str, type]] = {
     _NoneType: ("null", _NoneType),
 }
 _LITERAL_KINDS: dict[type, str] = {str: "string", bool: "boolean", int: "integer", _NoneType: "null"}
+
+
+def _is_json_value(annotation: object) -> bool:
+    # ``JsonValue | None`` flattens into a new Union equal to JsonValue (it already
+    # holds None); Union equality compares the member sets.
+    if annotation is JsonValue:
+        return True
+    try:
+        return get_origin(annotation) is Union and annotation == JsonValue
+    except TypeError:
+        return False
 
 
 def _declaring_class(cls: type, name: str) -> type:
@@ -424,30 +439,30 @@ def _describe(value: object) -> str:
 def _structure_str(value: object, _: object) -> str:
     if type(value) is not str:
         _mismatch("a string", value)
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _structure_bool(value: object, _: object) -> bool:
     if type(value) is not bool:
         _mismatch("a boolean", value)
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _structure_int(value: object, _: object) -> int:
     if type(value) is int:
-        return value  # type: ignore[return-value]
+        return value
     # The schema's integer is "an integral number", so 2.0 passed validation.
-    if type(value) is float and value.is_integer():  # type: ignore[attr-defined]
-        return int(value)  # type: ignore[call-overload, no-any-return]
+    if type(value) is float and value.is_integer():
+        return int(value)
     _mismatch("an integer", value)
 
 
 def _structure_float(value: object, _: object) -> float:
     if type(value) is float:
-        return value  # type: ignore[return-value]
+        return value
     if type(value) is int:
         try:
-            converted = float(value)  # type: ignore[arg-type]
+            converted = float(value)
         except OverflowError:
             converted = None
         if converted is not None and int(converted) == value:
