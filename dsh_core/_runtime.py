@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -24,7 +24,7 @@ from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, Registry, Tool
 from ._results import ToolExecutionResult
 from ._schema._validate import compile_validator
 
-__all__ = ["ApprovalService", "ScopedToolRuntime", "ToolRuntime"]
+__all__ = ["ApprovalService", "ModelTools", "ScopedToolRuntime", "ToolRuntime"]
 
 
 @runtime_checkable
@@ -36,6 +36,14 @@ class ApprovalService(Protocol):
     """
 
     async def request(self, execution: ToolExecution, reason: str | None) -> str: ...
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ModelTools:
+    """The tools part of one model request: schemas and the instructions that go with them."""
+
+    schemas: tuple[ToolSchema, ...]
+    instructions: str
 
 
 @attrs.frozen(slots=True)
@@ -54,7 +62,10 @@ class ToolRuntime:
     with ``runtime.plugins.register(obj)``). ``approval`` answers ``Ask``
     decisions; without it they deny. ``mode`` is the deployment-wide
     presentation (``"native"``, ``"code"`` or ``"both"``); Code Mode also needs
-    ``code_runtime`` (see :mod:`dsh_core.code_mode`).
+    ``code_runtime`` (see :mod:`dsh_core.code_mode`), whose sub-calls overlap up
+    to ``max_parallel_sub_calls``. ``trace_decisions`` records on every result
+    which listener, approval, guard and finaliser decided it. ``event_sink``
+    receives Code Mode's durable dispatch events (e.g. a ``SessionLog``'s ``append``).
     """
 
     def __init__(
@@ -66,6 +77,7 @@ class ToolRuntime:
         code_runtime: Any = None,
         max_parallel_sub_calls: int = 10,
         trace_decisions: bool = False,
+        event_sink: Callable[[str, Mapping[str, Any]], None] | None = None,
     ) -> None:
         from ._waterfall import DshPluginManager, HookChains
 
@@ -82,6 +94,8 @@ class ToolRuntime:
         self.trace_decisions = trace_decisions
         self.max_parallel_sub_calls = max_parallel_sub_calls
         self.code_runtime = code_runtime
+        # Receives durable side events (``tool/code-dispatch-start``, ``tool/code-dispatch``).
+        self.event_sink = event_sink
         self._registry = Registry(default_mode=mode, on_change=self._notify_change)
         self._chains = HookChains(plugins)
         self._contracts: weakref.WeakKeyDictionary[ToolDefinition, _Contract] = weakref.WeakKeyDictionary()
@@ -149,6 +163,30 @@ class ToolRuntime:
         any registry change invalidates.
         """
         return list(self._registry.view(scope).schemas)
+
+    def model_tools(self, scope: ScopeKey | None = None) -> ModelTools:
+        """What a model request for ``scope`` carries: tool schemas and prompt instructions.
+
+        ``native``: every visible schema, no instructions. ``code``: only the
+        ``run_code`` schema, plus the SDK text and the rule that ``run_code`` is
+        the only directly callable tool. ``both``: every schema and the SDK text.
+        The SDK text is byte-identical while the visible tool set is unchanged.
+        """
+        view = self._registry.view(scope)
+        if view.mode == "native":
+            return ModelTools(schemas=view.schemas, instructions="")
+        from .code_mode import render_python_sdk
+
+        tools = [tool for name, tool in view.tools.items() if name != RUN_CODE_NAME]
+        sdk = render_python_sdk(tools)
+        if view.mode == "code":
+            rule = (
+                f"`{RUN_CODE_NAME}` is the only tool you can call directly. Calling any other tool by name fails; "
+                f"reach the tools below from inside a `{RUN_CODE_NAME}` program."
+            )
+            run_code = view.tools[RUN_CODE_NAME].schema
+            return ModelTools(schemas=(run_code,), instructions=rule + "\n\n" + sdk)
+        return ModelTools(schemas=view.schemas, instructions=sdk)
 
     def names(self, scope: ScopeKey | None = None) -> list[str]:
         """The visible tool names, in the order ``schemas()`` lists them."""

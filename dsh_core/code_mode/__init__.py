@@ -3,9 +3,13 @@
 :func:`render_python_sdk` turns the visible tools into the typed stubs the model
 programs against; :class:`SubprocessPythonRuntime` runs the program in a fresh
 Python process and serves its tool calls through host *bindings*. The
-``run_code`` bridge that joins the two to the tool pipeline builds on these.
+``run_code`` transport (``ToolRuntime(mode="code", code_runtime=...)`` or
+``present_as``) joins the two to the tool pipeline: every call a program makes
+runs the full pipeline as a sub-call, and is published to the
+``dsh_code_dispatch_log`` waterfall and the runtime's ``event_sink``.
 """
 
+from ._bridge import CodeDispatchLog, render_run_code_value
 from ._runtime import (
     Binding,
     CodeRunError,
@@ -26,12 +30,14 @@ __all__ = [
     "RUN_CODE_DESCRIPTION",
     "RUN_CODE_NAME",
     "Binding",
+    "CodeDispatchLog",
     "CodeRunError",
     "CodeRunErrorKind",
     "CodeRunResult",
     "CodeRuntime",
     "SubprocessPythonRuntime",
     "render_python_sdk",
+    "render_run_code_value",
     "run_code_output_spec",
     "run_code_parameters_spec",
 ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import builtins
+import contextlib
 import inspect
 import io
 import json
@@ -31,8 +32,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
-from json.decoder import scanstring
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, BinaryIO, Final, NoReturn
 
 # A log entry is cut after this many characters so that every log frame stays
 # far below the host's frame cap (12 bytes per character in the worst case).
@@ -97,6 +97,8 @@ def decode_json(text: str) -> Any:
         return _decode_deep(text)
 
 
+# The C string scanner the json module itself uses (typeshed does not declare it).
+_scanstring: Final[Callable[[str, int, bool], tuple[str, int]]] = json.decoder.scanstring  # type: ignore[attr-defined]
 _SPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _WORDS = {"true": True, "false": False, "null": None}
@@ -115,7 +117,7 @@ def _decode_deep(text: str) -> Any:
     def key_at(position: int) -> tuple[str, int]:
         if text[position : position + 1] != '"':
             raise ValueError(f"expected an object key at {position}")
-        key, position = scanstring(text, position + 1, True)
+        key, position = _scanstring(text, position + 1, True)
         position = skip(position)
         if text[position : position + 1] != ":":
             raise ValueError(f"expected ':' at {position}")
@@ -141,7 +143,7 @@ def _decode_deep(text: str) -> Any:
                 continue
             value, position = [], position + 1
         elif char == '"':
-            value, position = scanstring(text, position + 1, True)
+            value, position = _scanstring(text, position + 1, True)
         elif (number := _NUMBER.match(text, position)) is not None:
             value = float(number.group()) if number.group(1) or number.group(2) else int(number.group())
             position = number.end()
@@ -196,9 +198,10 @@ def json_problem(value: object) -> str | None:
         if item is None or kind is str or kind is int or kind is bool:
             continue
         if kind is float:
-            if not math.isfinite(item):  # type: ignore[arg-type]
+            assert isinstance(item, float)
+            if not math.isfinite(item):
                 return f"{path}: {item!r} is not a finite JSON number"
-            if item == 0.0 and math.copysign(1.0, item) < 0:  # type: ignore[arg-type]
+            if item == 0.0 and math.copysign(1.0, item) < 0:
                 return f"{path}: -0.0 has no lossless JSON form"
             continue
         if kind is dict or kind is list or kind is tuple:
@@ -206,13 +209,13 @@ def json_problem(value: object) -> str | None:
                 return f"{path}: the value contains itself"
             on_path.add(id(item))
             pending.append((item, path, True))
-            if kind is dict:
-                for key, child in item.items():  # type: ignore[attr-defined]
+            if isinstance(item, dict):
+                for key, child in item.items():
                     if type(key) is not str:
                         return f"{path}: object key {key!r} is not a str"
                     pending.append((child, f"{path}[{json.dumps(key)}]", False))
-            else:
-                for index, child in enumerate(item):  # type: ignore[call-overload]
+            elif isinstance(item, (list, tuple)):
+                for index, child in enumerate(item):
                     pending.append((child, f"{path}[{index}]", False))
             continue
         return f"{path}: {kind.__module__}.{kind.__qualname__} is not a JSON value".replace("builtins.", "")
@@ -244,6 +247,8 @@ class _LogWriter(io.TextIOBase):
     than ``_LOG_CHUNK`` characters is sent in several entries.
     """
 
+    encoding = "utf-8"
+
     def __init__(self, channel: _Channel) -> None:
         super().__init__()
         self._channel = channel
@@ -255,10 +260,6 @@ class _LogWriter(io.TextIOBase):
 
     def isatty(self) -> bool:
         return False
-
-    @property
-    def encoding(self) -> str:
-        return "utf-8"
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):
@@ -419,7 +420,7 @@ class _Run:
         problem = json_problem(args)
         if problem is not None:
             raise self.error_class(
-                name, f"tool arguments must be lossless JSON (call the tool with an arguments dict, e.g. `{{}}`): {problem}"
+                name, f"tool arguments must be lossless JSON (pass an arguments dict, e.g. `{{}}`): {problem}"
             )
         call_id = self.next_id
         self.next_id += 1
@@ -464,10 +465,8 @@ class _Run:
             pass
         except RuntimeError:
             return  # the loop is gone
-        try:
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self.receive, None)
-        except RuntimeError:
-            pass
 
     async def outcome(self) -> dict[str, Any]:
         """Run the program; the ``done`` frame describing how it ended."""

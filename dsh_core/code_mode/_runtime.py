@@ -47,13 +47,15 @@ side and never sent as frames.
 
 from __future__ import annotations
 
+import contextlib
+import keyword
 import math
 import os
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -82,7 +84,9 @@ CodeRunErrorKind: TypeAlias = Literal[
     "exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "protocol"
 ]
 
-_KINDS: Final = frozenset(("exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "protocol"))
+_KINDS: Final = frozenset(
+    ("exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "protocol")
+)
 _CHILD_KINDS: Final = frozenset(("exception", "invalid-output", "output-limit"))
 _CHILD_PATH: Final = str(Path(__file__).with_name("_child.py"))
 
@@ -104,6 +108,10 @@ class CodeRunError:
     message: str = attrs.field(validator=attrs.validators.instance_of(str))
 
 
+def _to_logs(logs: Iterable[str]) -> tuple[str, ...]:
+    return tuple(logs)
+
+
 def _check_result(instance: CodeRunResult, attribute: object, value: object) -> None:
     if instance.has_value and instance.error is not None:
         raise ValueError("a failed run has no value")
@@ -120,7 +128,7 @@ class CodeRunResult:
     Logs are kept on failure too, up to the point the run stopped.
     """
 
-    logs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    logs: tuple[str, ...] = attrs.field(default=(), converter=_to_logs)
     value: JsonValue = attrs.field(default=None, converter=snapshot_json)
     has_value: bool = attrs.field(default=False, validator=_check_result)
     error: CodeRunError | None = None
@@ -155,15 +163,14 @@ class CodeRuntime(Protocol):
 # any backend: reserved words of Python (soft keywords included) and of
 # ECMAScript, and globals the runtimes themselves need.
 _PORTABLE_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RESERVED_WORDS: Final = frozenset(
-    """
-    False None True and as assert async await break class continue def del elif else except finally for from
-    global if import in is lambda nonlocal not or pass raise return try while with yield match case type _
-    catch const debugger default delete do enum export extends false function instanceof new null super switch
-    this throw true typeof var void let static implements interface package private protected public
-    console __dsh_main__ __builtins__ __name__ __debug__
-    """.split()
-)
+_RESERVED_WORDS: Final = frozenset(keyword.kwlist) | {
+    *("match", "case", "type", "_"),
+    *("catch", "const", "debugger", "default", "delete", "do", "enum", "export", "extends", "false"),
+    *("function", "instanceof", "new", "null", "super", "switch", "this", "throw", "true", "typeof"),
+    *("var", "void", "let", "static", "implements", "interface", "package", "private", "protected"),
+    *("public", "arguments", "eval"),
+    *("console", "__dsh_main__", "__builtins__", "__name__", "__debug__"),
+}
 
 
 def _check_namespace(global_name: str, error_class_name: str) -> None:
@@ -184,6 +191,10 @@ def _output_cap(instance: object, attribute: attrs.Attribute[int], value: int) -
         raise ValueError(f"{attribute.name} must be an int of at least 4, not {value!r}")
 
 
+def _interpreter(python: str | None) -> str:
+    return sys.executable if python is None else str(python)
+
+
 def _default_env(env: Mapping[str, str] | None) -> Mapping[str, str]:
     if env is None:
         # Windows cannot start Python without SYSTEMROOT.
@@ -202,6 +213,10 @@ class SubprocessPythonRuntime:
     (default: the host's own); ``env`` the child's whole environment (default:
     empty).
 
+    Each line the program prints is one log entry (a line longer than 32 KiB
+    characters arrives as several); a last line without a newline is kept when
+    the program finishes. Returning ``None`` (or nothing) means no value.
+
     Cancelling the surrounding trio scope kills the child and reaps it before
     ``Cancelled`` propagates. Binding calls still in flight when a run ends are
     cancelled.
@@ -212,8 +227,8 @@ class SubprocessPythonRuntime:
 
     wall_budget_s: float = attrs.field(default=30.0, validator=_positive_budget)
     max_output_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_output_cap)
-    python: str = attrs.field(default=None, converter=lambda value: sys.executable if value is None else str(value))
-    env: Mapping[str, str] = attrs.field(default=None, converter=_default_env)
+    python: str = attrs.field(default=None, converter=_interpreter)
+    env: Mapping[str, str] = attrs.field(default=None, converter=_default_env, repr=False)
 
     @property
     def max_frame_bytes(self) -> int:
@@ -272,7 +287,9 @@ class SubprocessPythonRuntime:
                 with trio.move_on_after(self.wall_budget_s) as deadline:
                     result = await session.drive(process, (encode_json(run_frame) + "\n").encode("ascii"))
                 if deadline.cancelled_caught:
-                    result = session.fail("timeout", f"the program ran out of its {self.wall_budget_s:g} s wall-clock budget")
+                    result = session.fail(
+                        "timeout", f"the program ran out of its {self.wall_budget_s:g} s wall-clock budget"
+                    )
             finally:
                 # Synchronous, so it happens even while Cancelled is on its way
                 # out; run_process then reaps the child before the nursery exits.
@@ -299,10 +316,8 @@ def _kill(process: trio.Process) -> None:
             return
         except (ProcessLookupError, PermissionError):
             pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
         process.kill()
-    except ProcessLookupError:
-        pass
 
 
 async def _deliver_cancel(process: trio.Process) -> None:
@@ -460,7 +475,8 @@ class _Session:
                 line = await reader.receive_line()
             except _LineTooLong as exc:
                 return self.fail(
-                    "protocol", f"the child sent a line longer than {self._max_frame} bytes, starting {_show(exc.prefix)}"
+                    "protocol",
+                    f"the child sent a line longer than {self._max_frame} bytes, starting {_show(exc.prefix)}",
                 )
             if line is None:
                 return await self._worker_exit(process)
@@ -515,7 +531,9 @@ class _Session:
         try:
             data = encode_json(reply)
         except (ValueError, TypeError) as exc:
-            data = encode_json({"type": "reply", "id": call.id, "ok": False, "message": f"result cannot be sent: {exc}"})
+            data = encode_json(
+                {"type": "reply", "id": call.id, "ok": False, "message": f"result cannot be sent: {exc}"}
+            )
         await self._send(stdin, (data + "\n").encode("ascii"))
 
     async def _call_binding(self, call: _Call) -> dict[str, Any]:
@@ -525,7 +543,12 @@ class _Session:
         try:
             args = snapshot_json(call.args)
         except NonJsonValueError as exc:
-            return {"type": "reply", "id": call.id, "ok": False, "message": f"tool arguments must be lossless JSON: {exc}"}
+            return {
+                "type": "reply",
+                "id": call.id,
+                "ok": False,
+                "message": f"tool arguments must be lossless JSON: {exc}",
+            }
         try:
             value = await binding(args)
         except Exception as exc:
@@ -533,15 +556,19 @@ class _Session:
         try:
             value = snapshot_json(value)
         except NonJsonValueError as exc:
-            return {"type": "reply", "id": call.id, "ok": False, "message": f"the tool returned a non-JSON value: {exc}"}
+            return {
+                "type": "reply",
+                "id": call.id,
+                "ok": False,
+                "message": f"the tool returned a non-JSON value: {exc}",
+            }
         return {"type": "reply", "id": call.id, "ok": True, "value": value}
 
     async def _send(self, stdin: trio.abc.SendStream, data: bytes) -> None:
         async with self._send_lock:
-            try:
+            # A child that is gone shows up as end of stream on the reader.
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await stdin.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the child is gone; the reader sees end of stream
 
     async def _drain_stderr(self, stderr: trio.abc.ReceiveStream) -> None:
         try:

@@ -124,25 +124,22 @@ _TYPING_ORDER: Final = ("Any", "Literal", "NotRequired", "Protocol", "TypedDict"
 # past this many nested ``list[`` the item type degrades to ``Any``.
 _MAX_LIST_NESTING: Final = 180
 _MAX_CLASS_NAME: Final = 120
-# A schema (counting shared sub-schemas once per reference) larger than this is
-# rendered as Any: it bounds the work a hostile DAG of shared nodes can cause.
-_MAX_SCHEMA_NODES: Final = 1_000_000
+# A schema with more nodes than this (a shared sub-schema counts once per
+# reference) renders as Any: it bounds the work, and the text, that a hostile
+# DAG of shared nodes could otherwise blow up exponentially.
+_MAX_SCHEMA_NODES: Final = 200_000
 # Ints beyond this many bits are not lossless JSON numbers and would brush
 # against CPython's int-to-str digit limit.
 _MAX_INT_BITS: Final = 4096
 
 _SCALAR_TYPES: Final = {"string": "str", "number": "float", "integer": "int", "boolean": "bool", "null": "None"}
-_STRUCTURAL: Final = ("properties", "required", "additionalProperties", "items", "enum", "const")
-_KEYWORDS: Final = frozenset(
-    ("type", "oneOf", "description", "title", "default", "examples", *_STRUCTURAL),
-)
-_ALLOWED_ON: Final = {
-    "properties": ("object",),
-    "required": ("object",),
-    "additionalProperties": ("object",),
-    "items": ("array",),
-    "enum": ("string", "number", "integer", "boolean", "null"),
-    "const": ("string", "number", "integer", "boolean", "null"),
+_STRUCTURAL: Final = frozenset(("properties", "required", "additionalProperties", "items", "enum", "const"))
+_KEYWORDS: Final = _STRUCTURAL | {"type", "oneOf", "description", "title", "default", "examples"}
+# Per ``type``: the structural keywords it may not carry.
+_FORBIDDEN: Final = {
+    "object": _STRUCTURAL - {"properties", "required", "additionalProperties"},
+    "array": _STRUCTURAL - {"items"},
+    **{scalar: _STRUCTURAL - {"enum", "const"} for scalar in _SCALAR_TYPES},
 }
 
 
@@ -217,9 +214,7 @@ def _describe(description: object) -> str | None:
         return None
     if collapsed.isprintable():
         return collapsed
-    return "".join(
-        _escape_char(char) if unicodedata.category(char) in ("Cc", "Cs") else char for char in collapsed
-    )
+    return "".join(_escape_char(char) if unicodedata.category(char) in ("Cc", "Cs") else char for char in collapsed)
 
 
 def _docstring(description: object) -> str | None:
@@ -311,7 +306,9 @@ class _Array:
 class _Object:
     __slots__ = ("children", "closed", "descriptions", "names", "required")
 
-    def __init__(self, names: list[str], descriptions: list[str | None], required: frozenset[str], closed: bool) -> None:
+    def __init__(
+        self, names: list[str], descriptions: list[str | None], required: frozenset[str], closed: bool
+    ) -> None:
         self.names = names
         self.descriptions = descriptions
         self.children: list[_Node | None] = [None] * len(names)
@@ -359,7 +356,7 @@ def _parse(root: object) -> _Node:
             on_path.discard(leaving)
             continue
         budget -= 1
-        if budget < 0 or not isinstance(raw, Mapping):
+        if budget < 0 or (type(raw) is not dict and not isinstance(raw, Mapping)):
             raise _Unsupported
         key = id(raw)
         if key in on_path:
@@ -379,29 +376,26 @@ def _parse(root: object) -> _Node:
 
 def _parse_node(raw: Mapping[Any, Any]) -> tuple[_Node, list[object]]:
     """One schema node's own checks, and the raw child schemas its ``children`` take in order."""
-    for name in raw:
-        if name not in _KEYWORDS:
-            raise _Unsupported
+    if not _KEYWORDS.issuperset(raw):
+        raise _Unsupported
     for name in ("description", "title"):
         if name in raw and not isinstance(raw[name], str):
             raise _Unsupported
     if "oneOf" in raw:
         branches = raw["oneOf"]
-        if "type" in raw or any(name in raw for name in _STRUCTURAL):
+        if "type" in raw or not _STRUCTURAL.isdisjoint(raw):
             raise _Unsupported
         if not isinstance(branches, (list, tuple)) or len(branches) < 2:
             raise _Unsupported
         return _Union(len(branches)), list(branches)
     if "type" not in raw:
-        if any(name in raw for name in _STRUCTURAL):
+        if not _STRUCTURAL.isdisjoint(raw):
             raise _Unsupported
         return _ANY, []
     kind = raw["type"]
-    if not isinstance(kind, str) or (kind not in _SCALAR_TYPES and kind not in ("array", "object")):
+    forbidden = _FORBIDDEN.get(kind) if isinstance(kind, str) else None
+    if forbidden is None or not forbidden.isdisjoint(raw):
         raise _Unsupported
-    for name, kinds in _ALLOWED_ON.items():
-        if name in raw and kind not in kinds:
-            raise _Unsupported
     if kind == "array":
         return (_Array(), [raw["items"]]) if "items" in raw else (_LIST_ANY, [])
     if kind == "object":
@@ -516,7 +510,12 @@ class _Sdk:
         elif isinstance(node, _Union):
             # A union opens no bracket, so branches keep the enclosing depth.
             for position in range(len(node.children) - 1, -1, -1):
-                tasks.append(("node", node.children[position], _child_base(base, str(position + 1)), depth))
+                branch = node.children[position]
+                if isinstance(branch, _Leaf):
+                    tasks.append(("text", branch.text))
+                    self.typing.update(branch.typing)
+                else:
+                    tasks.append(("node", branch, _child_base(base, str(position + 1)), depth))
                 if position:
                     tasks.append(("text", " | "))
         elif isinstance(node, _Array):

@@ -1,0 +1,433 @@
+"""The ``run_code`` transport: one program's tool calls, each through the full pipeline.
+
+Every SDK call the program makes becomes a sub-call ``<outer id>:code:<n>``
+(numbered in submission order) carrying the outer execution's token as
+``parent``. Sub-calls start in submission order; consecutive parallel-safe calls
+overlap up to ``max_parallel_sub_calls``; an exclusive call waits for the pool
+to drain, runs alone and holds later calls back until it has committed.
+Post-execute and finalisation (the commit) also run in submission order.
+
+Sub-calls run in a nursery the bridge owns, not in the code runtime's tasks,
+so a program that stops waiting for a call cannot orphan it: when the run
+settles, a run-scoped signal fires, queued calls are abandoned (they log
+nothing), started ones are cancelled and drained, and their logs are written,
+before ``run_code`` returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .. import _pipeline
+from .._content import ContentBlock, ImageBlock, TextBlock, UserMessage, as_content
+from .._definition import ToolDefinition, ToolOutput, define_tool
+from .._errors import CodeRunFailedError, DshError, NonJsonValueError
+from .._execution import Exclusive, ToolExecution, ToolExecutionInput, ToolRunContext
+from .._json import JsonValue, json_text, snapshot_json
+from .._results import ToolExecutionResult, ToolExecutionSuccess, error_message
+from .._signal import CancelSignal
+from .._waterfall import Chain, is_fatal
+from ._sdk import RUN_CODE_DESCRIPTION, RUN_CODE_NAME, run_code_output_spec, run_code_parameters_spec
+
+if TYPE_CHECKING:
+    from .._runtime import ToolRuntime
+
+__all__ = ["CodeDispatchLog", "build_run_code_tool", "render_run_code_value"]
+
+logger = logging.getLogger("dsh_core.code_mode")
+
+_INDENT_CAP_DEPTH = 5  # containers deeper than this render compactly (indentation capped at 10)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class CodeDispatchLog:
+    """One settled ``run_code`` sub-call about to be logged (the ``dsh_code_dispatch_log`` payload).
+
+    ``content`` is the sub-call's final model-facing content: what a native
+    result would carry. Listeners may only change the *logged copy*.
+    """
+
+    execution: ToolExecution
+    agent: Any
+    sub_call_id: str
+    name: str
+    is_error: bool
+    content: tuple[ContentBlock, ...]
+
+
+class _ProgramFacingError(Exception):
+    """Raised into the program as ``ToolCallError(tool_name, message)``."""
+
+
+class _Ticket:
+    __slots__ = ("call", "done", "error", "exclusive", "name", "number", "request", "started", "sub_call_id", "value")
+
+    def __init__(self, number: int, sub_call_id: str, name: str, request: ToolExecutionInput) -> None:
+        self.number = number
+        self.sub_call_id = sub_call_id
+        self.name = name
+        self.request = request
+        self.exclusive = False
+        self.started = False
+        self.call: _pipeline.PreparedCall | None = None
+        self.done = trio.Event()
+        self.value: JsonValue = None
+        self.error: str | None = None
+
+
+class _Lane:
+    """The per-run scheduler state; every change wakes the waiting tickets."""
+
+    def __init__(self, runtime: ToolRuntime, cap: int, run_signal: CancelSignal) -> None:
+        self.runtime = runtime
+        self.cap = cap
+        self.run_signal = run_signal
+        self.pending: deque[_Ticket] = deque()
+        self.commits: deque[_Ticket] = deque()
+        self.starting = False
+        self.in_flight = 0
+        self.exclusive_active = False
+        self._changed = trio.Event()
+        self.log_slots = trio.CapacityLimiter(cap)
+
+    def notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            await self._changed.wait()
+
+    def may_start(self, ticket: _Ticket) -> bool:
+        if self.run_signal.cancelled:
+            return True  # the worker abandons it
+        if not self.pending or self.pending[0] is not ticket or self.starting or self.exclusive_active:
+            return False
+        ticket.exclusive = isinstance(self.runtime.execution_mode(ticket.request), Exclusive)
+        if ticket.exclusive:
+            return self.in_flight == 0 and not self.commits
+        return self.in_flight < self.cap
+
+
+def _describe_reason(reason: object) -> str:
+    return reason if isinstance(reason, str) else repr(reason)
+
+
+class _Bridge:
+    """The state of one ``run_code`` execution."""
+
+    def __init__(self, runtime: ToolRuntime, run: ToolRunContext, nursery: trio.Nursery) -> None:
+        self.runtime = runtime
+        self.run = run
+        self.nursery = nursery
+        self.run_signal = CancelSignal()
+        self.unsubscribe = run.signal.subscribe(lambda: self.run_signal.cancel(run.signal.reason))
+        if run.signal.cancelled:
+            self.run_signal.cancel(run.signal.reason)
+        self.lane = _Lane(runtime, runtime.max_parallel_sub_calls, self.run_signal)
+        self.numbers = itertools.count(1)
+
+    def binding(self, name: str) -> Callable[[JsonValue], Awaitable[JsonValue]]:
+        async def call_tool(raw_args: JsonValue) -> JsonValue:
+            return await self.submit(name, raw_args)
+
+        call_tool.__name__ = f"tools.{name}"
+        return call_tool
+
+    async def submit(self, name: str, raw_args: object) -> JsonValue:
+        if self.run_signal.cancelled:
+            raise _ProgramFacingError(
+                f"run_code run is over ({_describe_reason(self.run_signal.reason)}); {name} not dispatched"
+            )
+        try:
+            arguments = snapshot_json(raw_args)
+        except NonJsonValueError as exc:
+            raise _ProgramFacingError(f"tool arguments must be lossless JSON: {exc}") from None
+        outer = self.run
+        number = next(self.numbers)
+        sub_call_id = f"{outer.call_id}:code:{number}"
+        request = ToolExecutionInput(
+            call_id=sub_call_id,
+            root_call_id=outer.root_call_id,
+            name=name,
+            arguments=arguments,
+            agent=outer.agent,
+            parent=outer.token,
+            signal=self.run_signal,
+        )
+        ticket = _Ticket(number, sub_call_id, name, request)
+        self.lane.pending.append(ticket)
+        self.nursery.start_soon(self.work, ticket, arguments)
+        await ticket.done.wait()
+        if ticket.error is not None:
+            raise _ProgramFacingError(ticket.error)
+        return ticket.value
+
+    async def work(self, ticket: _Ticket, logged_arguments: JsonValue) -> None:
+        # Shielded from the outer call's trio cancellation: a started sub-call must
+        # still settle (as ABORTED, through the run signal) and be logged.
+        with trio.CancelScope(shield=True):
+            await self._work(ticket, logged_arguments)
+
+    async def _work(self, ticket: _Ticket, logged_arguments: JsonValue) -> None:
+        lane = self.lane
+        runtime = self.runtime
+        try:
+            await lane.wait_until(lambda: lane.may_start(ticket))
+            if self.run_signal.cancelled and not ticket.started:
+                if ticket in lane.pending:
+                    lane.pending.remove(ticket)
+                ticket.error = (
+                    f"run_code run is over ({_describe_reason(self.run_signal.reason)}); "
+                    f"{ticket.name} tool call abandoned"
+                )
+                return
+            lane.pending.popleft()
+            ticket.started = True
+            lane.starting = True
+            lane.in_flight += 1
+            lane.commits.append(ticket)
+            if ticket.exclusive:
+                lane.exclusive_active = True
+            lane.notify()
+            started_at = trio.current_time()
+            self.emit(
+                "tool/code-dispatch-start",
+                {**self.ids(ticket), "name": ticket.name, "arguments": logged_arguments},
+            )
+            try:
+                call = await _pipeline.prepare(runtime, ticket.request)
+            finally:
+                lane.starting = False
+                lane.notify()
+            try:
+                await _pipeline.dispatch(runtime, call)
+            finally:
+                lane.in_flight -= 1
+                lane.notify()
+            await lane.wait_until(lambda: lane.commits[0] is ticket)
+            try:
+                result = await _pipeline.finalize(runtime, call)
+            finally:
+                lane.commits.popleft()
+                if ticket.exclusive:
+                    lane.exclusive_active = False
+                lane.notify()
+            self.commit(ticket, result)
+            await lane.log_slots.acquire_on_behalf_of(ticket)
+            self.nursery.start_soon(self.log, ticket, logged_arguments, result, started_at)
+        finally:
+            ticket.done.set()
+
+    def commit(self, ticket: _Ticket, result: ToolExecutionResult) -> None:
+        run = self.run
+        if isinstance(result, ToolExecutionSuccess):
+            if any(isinstance(block, ImageBlock) for block in result.content):
+                run.defer_context(UserMessage(result.content, source="code-mode"))
+            for context in result.additional_contexts:
+                run.defer_context(context)
+            if result.concludes_turn:
+                run.conclude_turn()
+            if self.run_signal.cancelled:
+                ticket.error = (
+                    f"run_code run is over ({_describe_reason(self.run_signal.reason)}); {ticket.name} result discarded"
+                )
+            else:
+                ticket.value = result.value
+        else:
+            for context in result.additional_contexts:
+                run.defer_context(context)
+            ticket.error = result.error.message
+
+    def ids(self, ticket: _Ticket) -> dict[str, str]:
+        return {
+            "root_call_id": self.run.root_call_id,
+            "parent_call_id": self.run.call_id,
+            "sub_call_id": ticket.sub_call_id,
+        }
+
+    async def log(
+        self, ticket: _Ticket, arguments: JsonValue, result: ToolExecutionResult, started_at: float
+    ) -> None:
+        try:
+            with trio.CancelScope(shield=True):
+                content = await self.logged_content(ticket, result)
+            self.emit(
+                "tool/code-dispatch",
+                {
+                    **self.ids(ticket),
+                    "name": ticket.name,
+                    "arguments": arguments,
+                    "is_error": result.is_error,
+                    "content": content,
+                    "duration_s": trio.current_time() - started_at,
+                },
+            )
+        finally:
+            self.lane.log_slots.release_on_behalf_of(ticket)
+
+    async def logged_content(self, ticket: _Ticket, result: ToolExecutionResult) -> tuple[ContentBlock, ...]:
+        listeners = self.runtime._chains.listeners("dsh_code_dispatch_log", self.run.agent)
+        if not listeners:
+            return result.content
+        dispatch = CodeDispatchLog(
+            execution=self.run.execution,
+            agent=self.run.agent,
+            sub_call_id=ticket.sub_call_id,
+            name=ticket.name,
+            is_error=result.is_error,
+            content=result.content,
+        )
+
+        async def base() -> tuple[ContentBlock, ...]:
+            return result.content
+
+        def check(outcome: object) -> str | None:
+            try:
+                as_content(outcome)
+            except TypeError as exc:
+                return f"dsh_code_dispatch_log must return content blocks: {exc}"
+            return None
+
+        chain = Chain(listeners, (dispatch,), base, check)
+        try:
+            return as_content(await chain.run())
+        except BaseException as exc:
+            if is_fatal(exc):
+                raise
+            logger.warning(
+                "code-dispatch-log listener %s failed for %s: %s; logging the original settled content",
+                chain.blame_for(exc),
+                ticket.name,
+                error_message(exc),
+            )
+            return result.content
+
+    def emit(self, event_type: str, data: dict[str, Any]) -> None:
+        sink = self.runtime.event_sink
+        if sink is None:
+            return
+        try:
+            sink(event_type, data)
+        except Exception as exc:
+            logger.warning("event sink failed for %s: %s", event_type, error_message(exc))
+
+    def settle(self) -> None:
+        self.run_signal.cancel("run_code settled")
+        self.lane.notify()
+        self.unsubscribe()
+
+
+def render_run_code_value(args: object, value: JsonValue) -> list[ContentBlock]:
+    """Printed lines, then the return value (strings raw, other JSON pretty-printed)."""
+    assert isinstance(value, dict)
+    raw_logs = value.get("logs")
+    logs = tuple(str(line) for line in raw_logs) if isinstance(raw_logs, tuple) else ()
+    parts = ["\n".join(logs)] if logs else []
+    if "result" in value:
+        result = value["result"]
+        parts.append(result if isinstance(result, str) else pretty_json(result))
+    text = "\n".join(part for part in parts if part)
+    return [TextBlock(text or "(run_code completed with no output)")]
+
+
+def pretty_json(value: JsonValue) -> str:
+    """Two-space indented JSON whose indentation stops at depth 5 (deeper containers are compact).
+
+    Iterative, so values nested thousands of levels deep render.
+    """
+    out: list[str] = []
+    work: list[tuple[int, Any, int]] = [(0, value, 0)]  # (kind 0=value 1=literal, payload, depth)
+    while work:
+        kind, item, depth = work.pop()
+        if kind == 1:
+            out.append(item)
+            continue
+        if isinstance(item, (dict, list, tuple)) and depth >= _INDENT_CAP_DEPTH:
+            out.append(json_text(item))  # type: ignore[arg-type]  # a container of JSON
+            continue
+        if isinstance(item, dict):
+            if not item:
+                out.append("{}")
+                continue
+            pad = "  " * (depth + 1)
+            entries = list(item.items())
+            work.append((1, "\n" + "  " * depth + "}", depth))
+            for index in range(len(entries) - 1, -1, -1):
+                key, child = entries[index]
+                work.append((0, child, depth + 1))
+                work.append((1, ("," if index else "") + "\n" + pad + json_text(key) + ": ", depth))
+            work.append((1, "{", depth))
+        elif isinstance(item, (list, tuple)):
+            if not item:
+                out.append("[]")
+                continue
+            pad = "  " * (depth + 1)
+            work.append((1, "\n" + "  " * depth + "]", depth))
+            for index in range(len(item) - 1, -1, -1):
+                work.append((0, item[index], depth + 1))
+                work.append((1, ("," if index else "") + "\n" + pad, depth))
+            work.append((1, "[", depth))
+        else:
+            out.append(json_text(item))
+    return "".join(out)
+
+
+def _present_call(args: Any) -> Any:
+    try:
+        from ..presentation import GenericCallView
+    except ImportError:  # pragma: no cover - presentation ships with the package
+        return None
+    return GenericCallView(title=args["description"], kind="execute", raw_input=args["code"])
+
+
+def build_run_code_tool(runtime: ToolRuntime) -> ToolDefinition:
+    """The ``run_code`` definition bound to ``runtime`` (its code runtime and registry)."""
+
+    async def run_code(args: Any, run: ToolRunContext) -> dict[str, Any]:
+        code_runtime = runtime.code_runtime
+        if code_runtime is None:
+            raise DshError(
+                f'mode "{runtime.effective_mode(run.agent)}" requires a code runtime: '
+                "pass ToolRuntime(code_runtime=SubprocessPythonRuntime()) or use mode=\"native\"",
+                code="CODE_RUNTIME_MISSING",
+            )
+        description = args["description"]
+        if not description.strip():
+            raise ValueError("invalid description: expected a non-empty string")
+        names = [name for name in runtime.names(run.agent) if name != RUN_CODE_NAME]
+        async with trio.open_nursery() as nursery:
+            bridge = _Bridge(runtime, run, nursery)
+            try:
+                outcome = await code_runtime.run(
+                    args["code"], {name: bridge.binding(name) for name in names}
+                )
+            finally:
+                bridge.settle()
+        if outcome.error is not None:
+            message = f"code run failed ({outcome.error.kind}): {outcome.error.message}"
+            if outcome.logs:
+                message += "\nCaptured output:\n" + "\n".join(outcome.logs)
+            raise CodeRunFailedError(message)
+        value: dict[str, Any] = {"logs": list(outcome.logs)}
+        if outcome.has_value:
+            value["result"] = outcome.value
+        return value
+
+    tool = define_tool(
+        name=RUN_CODE_NAME,
+        description=RUN_CODE_DESCRIPTION,
+        parameters=run_code_parameters_spec(),
+        output=ToolOutput(schema=run_code_output_spec(), render=render_run_code_value),
+        execute=run_code,
+        present_call=_present_call,
+    )
+    return tool
+

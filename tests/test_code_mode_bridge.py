@@ -1,0 +1,536 @@
+"""Code Mode: the run_code transport, its sub-call scheduling, events and rendering.
+
+Scheduling logic runs against a fake in-process code runtime on trio's virtual
+clock; a few end-to-end tests run real programs in the subprocess runtime on
+the real clock with short budgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from dsh_core import (
+    Accept,
+    Agent,
+    CancelSignal,
+    Deny,
+    ImageBlock,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolRunContext,
+    ToolRuntime,
+    UserMessage,
+    define_tool,
+    hookimpl,
+)
+from dsh_core.code_mode import CodeRunError, CodeRunResult, SubprocessPythonRuntime
+from dsh_core.code_mode._bridge import pretty_json, render_run_code_value
+from dsh_core.testing import Recorder, json_tool, make_input
+
+Next = Callable[[], Awaitable[Any]]
+Program = Callable[[Mapping[str, Callable[[Any], Awaitable[Any]]]], Awaitable[CodeRunResult]]
+
+
+class FakeRuntime:
+    """A code runtime whose 'program' is a Python coroutine function over the bindings."""
+
+    language = "python"
+    isolation = "in-process-fake"
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.seen_names: list[str] = []
+
+    async def run(self, program: str, bindings: Mapping[str, Any], **_: Any) -> CodeRunResult:
+        self.seen_names = list(bindings)
+        return await self.program(bindings)
+
+
+def code(result: ToolExecutionResult) -> str | None:
+    assert isinstance(result, ToolExecutionFailure), result
+    return result.error.info.code if result.error.info else None
+
+
+def sleepy(name: str, seconds: float, spans: dict[str, tuple[float, float]], *, parallel: bool) -> Any:
+    async def body(args: Any) -> str:
+        start = trio.current_time()
+        await trio.sleep(seconds)
+        spans[args["id"]] = (start, trio.current_time())
+        return args["id"]
+
+    return json_tool(
+        name,
+        body,
+        parameters={"id": {"type": "string", "required": True}},
+        output={"type": "string"},
+        is_concurrency_safe=(lambda a: True) if parallel else None,
+    )
+
+
+def code_runtime(program: Program, *tools: Any, **options: Any) -> tuple[ToolRuntime, list[tuple[str, Any]]]:
+    events: list[tuple[str, Any]] = []
+    runtime = ToolRuntime(
+        mode="code", code_runtime=FakeRuntime(program), event_sink=lambda t, d: events.append((t, d)), **options
+    )
+    for tool in tools:
+        runtime.register(tool)
+    return runtime, events
+
+
+def run_code(call_id: str = "outer", **options: Any) -> Any:
+    return make_input("run_code", {"code": "...", "description": "do things"}, call_id=call_id, **options)
+
+
+def gather(*calls: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[list[Any]]]:
+    async def run_all() -> list[Any]:
+        results: list[Any] = [None] * len(calls)
+
+        async def one(index: int) -> None:
+            try:
+                results[index] = await calls[index]()
+            except Exception as exc:
+                results[index] = exc
+
+        async with trio.open_nursery() as nursery:
+            for index in range(len(calls)):
+                nursery.start_soon(one, index)
+                await trio.sleep(0)  # submission order = start order
+        return results
+
+    return run_all
+
+
+async def test_sub_calls_get_ordered_ids_parent_token_and_root(autojump_clock: trio.testing.MockClock) -> None:
+    recorder = Recorder()
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        first = await tools["echo"]({"n": 1})
+        second = await tools["echo"]({"n": 2})
+        return CodeRunResult(logs=["ok"], value=[first, second], has_value=True)
+
+    runtime, events = code_runtime(program, json_tool("echo"))
+    runtime.plugins.register(recorder)
+    result = await runtime.execute(run_code("outer", agent=Agent("a"), root_call_id="root"))
+    assert isinstance(result, ToolExecutionSuccess)
+    assert result.value == {"logs": ("ok",), "result": ({"n": 1}, {"n": 2})}
+    nested = [(e.call_id, e.root_call_id, e.parent) for e, _ in recorder.results if e.parent is not None]
+    outer = next(e for e, _ in recorder.results if e.parent is None)
+    assert [n[0] for n in nested] == ["outer:code:1", "outer:code:2"]
+    assert all(root == "root" and parent is outer.token for _, root, parent in nested)
+    assert [t for t, _ in events] == ["tool/code-dispatch-start", "tool/code-dispatch"] * 2
+    assert events[1][1]["content"] == (TextBlock('{"n": 1}'),)
+
+
+async def test_run_code_is_never_a_binding_and_sees_the_agents_visible_set() -> None:
+    agent = Agent("a")
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        return CodeRunResult()
+
+    fake = FakeRuntime(program)
+    runtime = ToolRuntime(mode="code", code_runtime=fake)
+    runtime.register(json_tool("global"))
+    runtime.register(json_tool("mine"), agent)
+    await runtime.execute(run_code(agent=agent))
+    assert fake.seen_names == ["global", "mine"]
+
+
+async def test_parallel_sub_calls_overlap_up_to_the_cap(autojump_clock: trio.testing.MockClock) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        await gather(*[lambda i=i: tools["read"]({"id": str(i)}) for i in range(6)])()
+        return CodeRunResult()
+
+    runtime, _ = code_runtime(program, sleepy("read", 1, spans, parallel=True), max_parallel_sub_calls=2)
+    result = await runtime.execute(run_code())
+    assert not result.is_error
+    assert trio.current_time() == pytest.approx(3)
+
+
+async def test_exclusive_sub_call_is_a_barrier(autojump_clock: trio.testing.MockClock) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        await gather(
+            lambda: tools["read"]({"id": "r1"}),
+            lambda: tools["read"]({"id": "r2"}),
+            lambda: tools["write"]({"id": "w"}),
+            lambda: tools["read"]({"id": "r3"}),
+        )()
+        return CodeRunResult()
+
+    runtime, _ = code_runtime(
+        program, sleepy("read", 1, spans, parallel=True), sleepy("write", 1, spans, parallel=False)
+    )
+    await runtime.execute(run_code())
+    assert spans["r1"][0] == spans["r2"][0] == pytest.approx(0)
+    assert spans["w"] == (pytest.approx(1), pytest.approx(2))
+    assert spans["r3"][0] == pytest.approx(2)
+
+
+async def test_denied_sub_call_reaches_the_program_as_an_error() -> None:
+    class DenyWrites:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            if execution.name == "write":
+                return Deny("writes are not allowed here")
+            return await next()
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        try:
+            await tools["write"]({})
+        except Exception as exc:
+            return CodeRunResult(value=str(exc), has_value=True)
+        return CodeRunResult()
+
+    runtime, events = code_runtime(program, json_tool("write"))
+    runtime.plugins.register(DenyWrites())
+    result = await runtime.execute(run_code(agent=Agent("a")))
+    assert result.value == {"logs": (), "result": "writes are not allowed here"}  # type: ignore[union-attr]
+    assert events[-1][1]["is_error"] is True
+
+
+async def test_non_json_binding_arguments_fail_that_call_without_a_number() -> None:
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        try:
+            await tools["echo"]({"x": float("nan")})
+        except Exception as exc:
+            message = str(exc)
+        await tools["echo"]({})
+        return CodeRunResult(value=message, has_value=True)
+
+    recorder = Recorder()
+    runtime, _ = code_runtime(program, json_tool("echo"))
+    runtime.plugins.register(recorder)
+    result = await runtime.execute(run_code())
+    assert "tool arguments must be lossless JSON" in result.value["result"]  # type: ignore[union-attr, index]
+    assert [e.call_id for e, _ in recorder.results if e.parent] == ["outer:code:1"]
+
+
+async def test_post_execute_value_replacement_is_what_the_program_sees() -> None:
+    class Replace:
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+            await next()
+            return Accept(value={"replaced": True}) if execution.parent else Accept()
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        return CodeRunResult(value=await tools["echo"]({"orig": 1}), has_value=True)
+
+    runtime, _ = code_runtime(program, json_tool("echo"))
+    runtime.plugins.register(Replace())
+    result = await runtime.execute(run_code())
+    assert result.value["result"] == {"replaced": True}  # type: ignore[union-attr, index]
+
+
+async def test_outer_cancellation_cancels_in_flight_and_abandons_queued(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+    body_exits: list[float] = []
+
+    async def slow(args: Any) -> str:
+        try:
+            await trio.sleep(100)
+        finally:
+            body_exits.append(trio.current_time())
+        return "late"
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        results = await gather(lambda: tools["slow"]({}), lambda: tools["write"]({"id": "w"}))()
+        return CodeRunResult(value=[str(r) for r in results], has_value=True)
+
+    runtime, events = code_runtime(
+        program, json_tool("slow", slow, is_concurrency_safe=lambda a: True), sleepy("write", 1, spans, parallel=False)
+    )
+    signal = CancelSignal()
+
+    async def stop() -> None:
+        await trio.sleep(2)
+        signal.cancel("user stop")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop)
+        result = await runtime.execute(run_code(signal=signal, agent=Agent("a")))
+    assert code(result) == "ABORTED"
+    assert body_exits == [pytest.approx(2)]
+    assert "w" not in spans
+    starts = [d["sub_call_id"] for t, d in events if t == "tool/code-dispatch-start"]
+    settles = [(d["sub_call_id"], d["is_error"]) for t, d in events if t == "tool/code-dispatch"]
+    assert starts == ["outer:code:1"]  # the queued exclusive call never started and logs nothing
+    assert settles == [("outer:code:1", True)]
+
+
+async def test_run_settling_cancels_calls_the_program_did_not_await(autojump_clock: trio.testing.MockClock) -> None:
+    drained: list[float] = []
+
+    async def slow(args: Any) -> str:
+        try:
+            await trio.sleep(100)
+        finally:
+            drained.append(trio.current_time())
+        return "late"
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        with trio.move_on_after(1):
+            await tools["slow"]({})
+        return CodeRunResult(logs=["gave up"])
+
+    recorder = Recorder()
+    runtime, events = code_runtime(program, json_tool("slow", slow))
+    runtime.plugins.register(recorder)
+    result = await runtime.execute(run_code(agent=Agent("a")))
+    assert not result.is_error and drained == [pytest.approx(1)]
+    nested = [r for e, r in recorder.results if e.parent is not None]
+    assert len(nested) == 1 and code(nested[0]) == "ABORTED"
+    assert [t for t, _ in events] == ["tool/code-dispatch-start", "tool/code-dispatch"]
+
+
+async def test_dispatch_log_waterfall_changes_only_the_logged_copy() -> None:
+    class Shorten:
+        @hookimpl
+        async def dsh_code_dispatch_log(self, dispatch: Any, next: Next) -> Any:
+            await next()
+            return [TextBlock(f"[{dispatch.name} {dispatch.sub_call_id} logged]")]
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        return CodeRunResult(value=await tools["echo"]({"big": "x" * 100}), has_value=True)
+
+    runtime, events = code_runtime(program, json_tool("echo"))
+    runtime.plugins.register(Shorten())
+    result = await runtime.execute(run_code())
+    assert result.value["result"] == {"big": "x" * 100}  # type: ignore[union-attr, index]
+    assert events[-1][1]["content"] == (TextBlock("[echo outer:code:1 logged]"),)
+
+
+async def test_raising_dispatch_log_listener_falls_back_to_original(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken:
+        @hookimpl
+        async def dsh_code_dispatch_log(self, dispatch: Any, next: Next) -> Any:
+            raise RuntimeError("log listener broke")
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        await tools["echo"]({"a": 1})
+        return CodeRunResult()
+
+    runtime, events = code_runtime(program, json_tool("echo"))
+    runtime.plugins.register(Broken())
+    await runtime.execute(run_code())
+    assert events[-1][1]["content"] == (TextBlock('{"a": 1}'),)
+    assert "logging the original settled content" in caplog.text
+
+
+async def test_images_and_sub_contexts_are_deferred_to_the_outer_result() -> None:
+    async def picture(args: Any, run: ToolRunContext) -> str:
+        run.defer_context(UserMessage([TextBlock("sub context")], source="pic"))
+        return "png"
+
+    tool = define_tool(
+        name="pic",
+        description="",
+        parameters={},
+        output={"type": "string"},
+        execute=picture,
+    )
+    tool = __import__("attrs").evolve(
+        tool,
+        output=__import__("dsh_core").ToolOutput(
+            schema=tool.output.schema, render=lambda a, v: [ImageBlock(data="AAAA", mime_type="image/png")]
+        ),
+    )
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        await tools["pic"]({})
+        return CodeRunResult()
+
+    runtime, _ = code_runtime(program, tool)
+    result = await runtime.execute(run_code())
+    sources = [c.source for c in result.additional_contexts]
+    assert sources == ["code-mode", "pic"]
+    assert isinstance(result.additional_contexts[0].content[0], ImageBlock)
+
+
+async def test_failed_run_is_code_run_failed_with_captured_output() -> None:
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        return CodeRunResult(logs=["captured before failure"], error=CodeRunError(kind="exception", message="boom"))
+
+    runtime, _ = code_runtime(program)
+    result = await runtime.execute(run_code())
+    assert code(result) == "CODE_RUN_FAILED"
+    assert result.content == (
+        TextBlock("Error: code run failed (exception): boom\nCaptured output:\ncaptured before failure"),
+    )
+
+
+async def test_blank_description_is_refused() -> None:
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        raise AssertionError("must not run")
+
+    runtime, _ = code_runtime(program)
+    result = await runtime.execute(make_input("run_code", {"code": "", "description": "   "}))
+    assert result.is_error and "invalid description" in result.error.message  # type: ignore[union-attr]
+
+
+async def test_code_mode_without_a_runtime_fails_clearly() -> None:
+    runtime = ToolRuntime(mode="code")
+    result = await runtime.execute(run_code())
+    assert result.is_error and 'mode "code" requires a code runtime' in result.error.message  # type: ignore[union-attr]
+
+
+async def test_model_direct_call_under_code_is_unknown_with_route_back() -> None:
+    runtime, _ = code_runtime(lambda tools: None, json_tool("echo"))  # type: ignore[arg-type, return-value]
+    result = await runtime.execute(make_input("echo"))
+    assert code(result) == "UNKNOWN_TOOL"
+    assert "call `echo` from inside a `run_code` program" in result.error.message  # type: ignore[union-attr]
+
+
+def test_model_tools_per_mode() -> None:
+    native = ToolRuntime()
+    native.register(json_tool("echo"))
+    assert [s.name for s in native.model_tools().schemas] == ["echo"]
+    assert native.model_tools().instructions == ""
+
+    code_only = ToolRuntime(mode="code")
+    code_only.register(json_tool("echo"))
+    tools = code_only.model_tools()
+    assert [s.name for s in tools.schemas] == ["run_code"]
+    assert "`run_code` is the only tool you can call directly" in tools.instructions
+    assert "echo" in tools.instructions
+    assert code_only.model_tools().instructions == tools.instructions  # byte-identical, cacheable
+
+    both = ToolRuntime(mode="both")
+    both.register(json_tool("echo"))
+    assert [s.name for s in both.model_tools().schemas] == ["echo", "run_code"]
+    assert "only tool you can call directly" not in both.model_tools().instructions
+
+
+def test_present_as_scopes_code_mode_and_disposer_restores() -> None:
+    runtime = ToolRuntime()
+    runtime.register(json_tool("echo"))
+    agent = Agent("coder")
+    child = Agent("child", parent=agent)
+    dispose = runtime.present_as("code", agent)
+    assert runtime.effective_mode(child) == "code"
+    assert runtime.names(agent) == ["echo", "run_code"]
+    assert runtime.names() == ["echo"]
+    dispose()
+    assert runtime.effective_mode(agent) == "native" and runtime.names(agent) == ["echo"]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ({"logs": ("printed",)}, "printed"),
+        ({"logs": (), "result": "returned"}, "returned"),
+        ({"logs": ("printed",), "result": "returned"}, "printed\nreturned"),
+        ({"logs": ()}, "(run_code completed with no output)"),
+        ({"logs": (), "result": {"n": 42, "ok": True}}, '{\n  "n": 42,\n  "ok": true\n}'),
+        ({"logs": (), "result": ["x", 2]}, '[\n  "x",\n  2\n]'),
+        ({"logs": (), "result": None}, "null"),
+    ],
+)
+def test_run_code_rendering(value: Any, text: str) -> None:
+    assert render_run_code_value({}, value) == [TextBlock(text)]
+
+
+def test_pretty_json_caps_indentation_and_survives_deep_values() -> None:
+    nested: Any = [1, 2]
+    for _ in range(6):
+        nested = [nested]
+    rendered = pretty_json(nested)
+    assert max(len(line) - len(line.lstrip()) for line in rendered.splitlines()) <= 10
+    assert "[[1,2]]" in rendered.replace(" ", "")
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    assert len(pretty_json(deep)) < 11000
+
+
+# -- end to end in a real subprocess (real clock, short budgets) --------------------------
+
+
+def add_tool() -> Any:
+    async def add(args: Any) -> int:
+        return args["a"] + args["b"]
+
+    return define_tool(
+        name="add",
+        description="Add two integers",
+        parameters={"a": {"type": "integer", "required": True}, "b": {"type": "integer", "required": True}},
+        output={"type": "integer"},
+        execute=add,
+        is_concurrency_safe=lambda a: True,
+    )
+
+
+async def test_end_to_end_program_with_gather_and_caught_tool_error() -> None:
+    runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=10))
+    runtime.register(add_tool())
+    program = (
+        "import asyncio\n"
+        "sums = await asyncio.gather(tools.add({'a': 1, 'b': 2}), tools['add']({'a': 3, 'b': 4}))\n"
+        "print('sums', sums)\n"
+        "try:\n"
+        "    await tools.add({'a': 'x', 'b': 1})\n"
+        "except ToolCallError as exc:\n"
+        "    print('caught', exc.tool_name)\n"
+        "return sum(sums)\n"
+    )
+    result = await runtime.execute(make_input("run_code", {"code": program, "description": "Add numbers"}))
+    assert isinstance(result, ToolExecutionSuccess), result
+    assert result.value == {"logs": ("sums [3, 7]", "caught add"), "result": 10}
+
+
+async def test_end_to_end_infinite_loop_hits_the_budget() -> None:
+    runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=1.0))
+    start = trio.current_time()
+    result = await runtime.execute(make_input("run_code", {"code": "while True:\n    pass\n", "description": "spin"}))
+    assert code(result) == "CODE_RUN_FAILED"
+    assert "(timeout)" in result.error.message  # type: ignore[union-attr]
+    assert trio.current_time() - start < 8
+
+
+async def test_end_to_end_outer_cancellation_reaps_the_child() -> None:
+    import os
+
+    runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=30))
+    signal = CancelSignal()
+    program = "import os\nprint(os.getpid())\nimport time\nwhile True:\n    time.sleep(0.05)\n"
+
+    async def stop() -> None:
+        await trio.sleep(1.0)
+        signal.cancel("stop")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop)
+        result = await runtime.execute(make_input("run_code", {"code": program, "description": "wait"}, signal=signal))
+    assert code(result) == "ABORTED"
+    # The child is gone (reaped): no process with that pid belongs to us any more.
+    for pid in _children_of(os.getpid()):
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            assert b"_child.py" not in handle.read()
+
+
+def _children_of(pid: int) -> list[int]:
+    import os
+
+    children: list[int] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    children.append(int(entry))
+            except OSError:
+                continue
+    return children

@@ -1,0 +1,544 @@
+"""SubprocessPythonRuntime: real child processes, real clock, short budgets."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_core import FrozenDict
+from dsh_core.code_mode import CodeRunError, CodeRunResult, SubprocessPythonRuntime
+from dsh_core.code_mode._child import decode_json, encode_json, json_problem
+from dsh_core.code_mode._runtime import _Call, _Done, _FrameError, _Log, _parse_frame
+
+RUNTIME = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=64 * 1024)
+
+
+def writable_protocol_fd_program(payload: bytes | str) -> str:
+    """A program that writes ``payload`` (bytes, or a bytes expression) straight onto the protocol channel, then idles.
+
+    The channel is the only pipe above stderr that accepts a write (the copy of
+    stdin is a read end, asyncio's self-pipe is a socket).
+    """
+    return (
+        "import os, stat\n"
+        "for fd in range(3, 256):\n"
+        "    try:\n"
+        "        if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        f"            os.write(fd, {payload if isinstance(payload, str) else repr(payload)})\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "import time\n"
+        "time.sleep(3)\n"
+    )
+
+
+async def echo(args: Any) -> Any:
+    return args
+
+
+async def fail(args: Any) -> Any:
+    raise RuntimeError("the tool broke")
+
+
+def assert_error(result: CodeRunResult, kind: str, *fragments: str) -> None:
+    assert result.error is not None, result
+    assert result.error.kind == kind, result.error
+    for fragment in fragments:
+        assert fragment in result.error.message, result.error.message
+    assert not result.has_value
+    assert result.value is None
+
+
+# ---------------------------------------------------------------------------
+# Values and logs
+
+
+async def test_returned_value_comes_back_as_a_snapshot() -> None:
+    result = await RUNTIME.run("return {'n': 42, 'items': [1, 2.5, None, True, 'x']}", {})
+    assert result == CodeRunResult(value={"n": 42, "items": [1, 2.5, None, True, "x"]}, has_value=True)
+    assert isinstance(result.value, FrozenDict)
+
+
+@pytest.mark.parametrize("program", ["x = 1", "return None"])
+async def test_no_return_value_means_no_value(program: str) -> None:
+    result = await RUNTIME.run(program, {})
+    assert result == CodeRunResult()
+    assert not result.has_value
+
+
+async def test_print_and_stderr_become_log_lines() -> None:
+    program = (
+        "import sys\n"
+        "print('hello')\n"
+        "print('a', 'b', sep='-', end='')\n"
+        "print(' joined')\n"
+        "print(file=sys.stderr)\n"
+        "sys.stderr.write('to stderr\\n')\n"
+        "print('tail without newline', end='')\n"
+        "return 'done'"
+    )
+    result = await RUNTIME.run(program, {})
+    assert result.logs == ("hello", "a-b joined", "", "to stderr", "tail without newline")
+    assert result.value == "done"
+
+
+async def test_top_level_await_works_and_line_numbers_are_the_programs() -> None:
+    result = await RUNTIME.run("import asyncio\nawait asyncio.sleep(0)\n\n1 / 0", {})
+    assert_error(result, "exception", "ZeroDivisionError: division by zero", "line 4")
+
+
+# ---------------------------------------------------------------------------
+# Bindings
+
+
+async def test_binding_round_trip() -> None:
+    seen: list[Any] = []
+
+    async def record(args: Any) -> Any:
+        seen.append(args)
+        return {"echo": args, "extra": [1, 2]}
+
+    result = await RUNTIME.run("r = await tools.record({'q': 'x', 'n': [1]})\nreturn r", {"record": record})
+    assert seen == [{"q": "x", "n": [1]}]
+    assert isinstance(seen[0], FrozenDict)
+    assert result.value == {"echo": {"q": "x", "n": [1]}, "extra": [1, 2]}
+
+
+async def test_exotic_names_by_subscript_and_unknown_names() -> None:
+    program = (
+        "a = await tools['my-tool']({'v': 1})\n"
+        "b = await tools['__proto__']({'v': 2})\n"
+        "names = sorted(tools)\n"
+        "try:\n"
+        "    tools.missing\n"
+        "except AttributeError as exc:\n"
+        "    c = str(exc)\n"
+        "try:\n"
+        "    tools['missing']\n"
+        "except KeyError:\n"
+        "    d = 'KeyError'\n"
+        "return [a, b, names, c, d, 'my-tool' in tools]"
+    )
+    result = await RUNTIME.run(program, {"my-tool": echo, "__proto__": echo})
+    assert result.value == ({"v": 1}, {"v": 2}, ("__proto__", "my-tool"), "no tool named 'missing'", "KeyError", True)
+
+
+async def test_failing_binding_raises_tool_call_error_in_the_program() -> None:
+    program = (
+        "try:\n"
+        "    await tools.fail({})\n"
+        "except ToolCallError as exc:\n"
+        "    return [exc.tool_name, str(exc), isinstance(exc, Exception)]"
+    )
+    result = await RUNTIME.run(program, {"fail": fail})
+    assert result.value == ("fail", "the tool broke", True)
+
+
+async def test_uncaught_tool_call_error_is_an_exception_naming_the_tool() -> None:
+    result = await RUNTIME.run("print('before')\nawait tools.fail({})", {"fail": fail})
+    assert_error(result, "exception", "ToolCallError: the tool broke", "'fail'", "line 2")
+    assert result.logs == ("before",)
+
+
+async def test_custom_global_and_error_class_names() -> None:
+    program = "try:\n    await api.fail({})\nexcept Failure as exc:\n    return exc.tool_name"
+    result = await RUNTIME.run(program, {"fail": fail}, global_name="api", error_class_name="Failure")
+    assert result.value == "fail"
+
+
+@pytest.mark.parametrize(
+    ("global_name", "error_class_name"),
+    [
+        ("tools", "tools"),
+        ("class", "E"),
+        ("match", "E"),
+        ("function", "E"),
+        ("t", "__name__"),
+        ("t-x", "E"),
+        ("t", "É"),
+    ],
+)
+async def test_non_portable_namespace_names_are_misuse(global_name: str, error_class_name: str) -> None:
+    with pytest.raises(ValueError, match=r"portable identifier|both"):
+        await RUNTIME.run("return 1", {}, global_name=global_name, error_class_name=error_class_name)
+
+
+async def test_non_json_arguments_fail_in_the_program_without_a_call() -> None:
+    calls: list[Any] = []
+
+    async def record(args: Any) -> Any:
+        calls.append(args)
+        return None
+
+    program = (
+        "out = []\n"
+        "for bad in ({1, 2}, {'x': float('nan')}, {'x': -0.0}, {1: 'int key'}):\n"
+        "    try:\n"
+        "        await tools.record(bad)\n"
+        "    except ToolCallError as exc:\n"
+        "        out.append(str(exc))\n"
+        "return out"
+    )
+    result = await RUNTIME.run(program, {"record": record})
+    assert calls == []
+    assert isinstance(result.value, tuple)
+    assert len(result.value) == 4
+    assert all(isinstance(message, str) and "lossless JSON" in message for message in result.value)
+
+
+async def test_binding_returning_non_json_fails_the_call() -> None:
+    async def bad(args: Any) -> Any:
+        return {"when": object()}
+
+    program = "try:\n    await tools.bad({})\nexcept ToolCallError as exc:\n    return str(exc)"
+    result = await RUNTIME.run(program, {"bad": bad})
+    assert isinstance(result.value, str)
+    assert "non-JSON" in result.value
+
+
+async def test_concurrent_calls_overlap() -> None:
+    arrived = 0
+    both_arrived = trio.Event()
+
+    async def meet(args: Any) -> Any:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 2:
+            both_arrived.set()
+        # Deadlocks (and the run times out) unless the second call is served
+        # while the first is still waiting.
+        await both_arrived.wait()
+        return args["who"]
+
+    program = "import asyncio\nreturn list(await asyncio.gather(tools.a({'who': 'a'}), tools.b({'who': 'b'})))"
+    runtime = SubprocessPythonRuntime(wall_budget_s=3.0)
+    result = await runtime.run(program, {"a": meet, "b": meet})
+    assert result.value == ("a", "b")
+
+
+async def test_calls_still_in_flight_are_cancelled_when_the_run_ends() -> None:
+    started = trio.Event()
+    cancelled = False
+
+    async def slow(args: Any) -> Any:
+        nonlocal cancelled
+        started.set()
+        try:
+            await trio.sleep(30)
+        except trio.Cancelled:
+            cancelled = True
+            raise
+        return None
+
+    async def ready(args: Any) -> Any:
+        await started.wait()
+        return None
+
+    program = "import asyncio\nasyncio.ensure_future(tools.slow({}))\nawait tools.ready({})\nreturn 'left'"
+    start = time.monotonic()
+    result = await RUNTIME.run(program, {"slow": slow, "ready": ready})
+    assert result.value == "left"
+    assert cancelled
+    assert time.monotonic() - start < 3
+
+
+async def test_deep_values_cross_the_channel_intact() -> None:
+    program = (
+        "x = []\n"
+        "for _ in range(2000):\n"
+        "    x = [x]\n"
+        "y = (await tools.echo({'x': x}))['x']\n"
+        "depth = 0\n"
+        "while y:\n"
+        "    y = y[0]\n"
+        "    depth += 1\n"
+        "print(depth)\n"
+        "return x"
+    )
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0)
+    result = await runtime.run(program, {"echo": echo})
+    assert result.logs == ("2000",)
+    depth, value = 0, result.value
+    while value:
+        assert isinstance(value, tuple)
+        value = value[0]
+        depth += 1
+    assert depth == 2000
+
+
+# ---------------------------------------------------------------------------
+# Failures
+
+
+@pytest.mark.parametrize(
+    ("program", "fragments"),
+    [
+        ("raise ValueError('bad input')", ("ValueError: bad input", "line 1")),
+        ("def f(:\n    pass", ("SyntaxError",)),
+        ("yield 1", ("SyntaxError", "yield")),
+        ("import sys\nsys.exit(3)", ("SystemExit: 3",)),
+        (
+            "import asyncio\nasync def boom():\n    raise KeyError('k')\nasync with asyncio.TaskGroup() as g:\n"
+            "    g.create_task(boom())",
+            ("ExceptionGroup", "KeyError: 'k'"),
+        ),
+    ],
+)
+async def test_program_exceptions(program: str, fragments: tuple[str, ...]) -> None:
+    assert_error(await RUNTIME.run(program, {}), "exception", *fragments)
+
+
+@pytest.mark.parametrize("value", ["{1, 2}", "(lambda: [l := [], l.append(l), l][-1])()"])
+async def test_non_json_return_is_invalid_output(value: str) -> None:
+    assert_error(await RUNTIME.run(f"return {value}", {}), "invalid-output", "lossless JSON")
+
+
+async def test_infinite_loop_times_out_within_budget() -> None:
+    runtime = SubprocessPythonRuntime(wall_budget_s=1.0)
+    start = time.monotonic()
+    result = await runtime.run("print('spinning')\nwhile True:\n    pass", {})
+    elapsed = time.monotonic() - start
+    assert_error(result, "timeout", "1 s")
+    assert result.logs == ("spinning",)
+    assert 1.0 <= elapsed < 2.5
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "for _ in range(100_000):\n    print('x' * 1000)",
+        "print('y' * 100_000_000)",
+    ],
+)
+async def test_output_flood_stops_at_the_limit(program: str) -> None:
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=10_000)
+    start = time.monotonic()
+    result = await runtime.run(program, {})
+    assert_error(result, "output-limit", "10000 bytes")
+    assert time.monotonic() - start < 3
+    # The logs kept are the prefix that fitted.
+    assert sum(len(line.encode()) + 1 for line in result.logs) <= 10_000
+    assert sum(len(line) for line in result.logs) > 9_000
+
+
+async def test_logs_and_value_share_the_output_limit() -> None:
+    runtime = SubprocessPythonRuntime(max_output_bytes=100)
+    fits = await runtime.run("print('x' * 40)\nreturn 'y' * 40", {})
+    assert fits.value == "y" * 40
+    over = await runtime.run("print('x' * 40)\nreturn 'y' * 60", {})
+    assert_error(over, "output-limit")
+    assert over.logs == ("x" * 40,)
+
+
+async def test_child_crash_is_worker_exit_with_stderr() -> None:
+    result = await RUNTIME.run("import os\nprint('last words')\nos.write(2, b'crashing now')\nos._exit(3)", {})
+    assert_error(result, "worker-exit", "exited with code 3", "crashing now")
+    assert result.logs == ("last words",)
+
+
+async def test_child_killed_by_a_signal_is_worker_exit() -> None:
+    result = await RUNTIME.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", {})
+    assert_error(result, "worker-exit", "killed by signal 9")
+
+
+async def test_unusable_interpreter_is_worker_exit() -> None:
+    result = await SubprocessPythonRuntime(python="/nonexistent/python").run("return 1", {})
+    assert_error(result, "worker-exit", "/nonexistent/python")
+
+
+async def test_stray_writes_to_fd_1_do_not_touch_the_protocol() -> None:
+    result = await RUNTIME.run(
+        "import os\nos.write(1, b'not a frame\\n')\nos.system('echo from a subprocess')\nreturn 5", {}
+    )
+    assert result == CodeRunResult(value=5, has_value=True)
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        (b"garbage\n", "'garbage'"),
+        (b'{"type": "done", "value": 1, "error": {"kind": "exception", "message": "m"}}\n', "not both"),
+    ],
+)
+async def test_hostile_frames_are_protocol_errors(payload: bytes, fragment: str) -> None:
+    start = time.monotonic()
+    result = await RUNTIME.run(writable_protocol_fd_program(payload), {"echo": echo})
+    assert_error(result, "protocol", fragment)
+    assert time.monotonic() - start < 2.5
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        (b"garbage", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b'{"type": "done", "value": NaN}', "not JSON"),
+        (b"[1]", "not a JSON object"),
+        (b'{"type": "surprise"}', "unknown frame type 'surprise'"),
+        (b'{"text": "no type"}', "unknown frame type None"),
+        (b'{"type": "call", "id": true, "name": "echo", "args": {}}', "int id"),
+        (b'{"type": "call", "id": -1, "name": "echo", "args": {}}', "int id"),
+        (b'{"type": "call", "id": 1.0, "name": "echo", "args": {}}', "int id"),
+        (b'{"type": "call", "id": 1, "name": 7, "args": {}}', "str name"),
+        (b'{"type": "call", "id": 1, "name": "echo"}', "exactly"),
+        (b'{"type": "call", "id": 1, "name": "echo", "args": {}, "extra": 1}', "exactly"),
+        (b'{"type": "log", "text": 1}', "str text"),
+        (b'{"type": "log", "text": "x", "truncated": true}', "str text"),
+        (b'{"type": "done", "value": 1, "error": {"kind": "exception", "message": "m"}}', "not both"),
+        (b'{"type": "done", "error": {"kind": "timeout", "message": "m"}}', "known kind"),
+        (b'{"type": "done", "error": {"kind": "exception"}}', "known kind"),
+        (b'{"type": "done", "error": "boom"}', "known kind"),
+        (b'{"type": "done", "extra": 1}', "not both"),
+    ],
+)
+def test_frame_validator_rejects_every_malformed_shape(line: bytes, fragment: str) -> None:
+    with pytest.raises(_FrameError, match=re.escape(fragment)):
+        _parse_frame(line)
+
+
+def test_frame_validator_accepts_the_documented_frames() -> None:
+    assert _parse_frame(b'{"type": "call", "id": 3, "name": "x", "args": null}') == _Call(3, "x", None)
+    assert _parse_frame(b'{"type": "log", "text": "hi"}') == _Log("hi")
+    assert _parse_frame(b'{"type": "done"}') == _Done(None, False, None)
+    assert _parse_frame(b'{"type": "done", "value": null}') == _Done(None, True, None)
+    error = CodeRunError(kind="output-limit", message="m")
+    assert _parse_frame(b'{"type": "done", "error": {"kind": "output-limit", "message": "m"}}') == _Done(
+        None, False, error
+    )
+
+
+async def test_overlong_line_is_a_protocol_error() -> None:
+    runtime = SubprocessPythonRuntime(max_output_bytes=100)
+    result = await runtime.run(writable_protocol_fd_program(f"b'{{' * {runtime.max_frame_bytes + 10}"), {})
+    assert_error(result, "protocol", "longer than", "'{{{{")
+
+
+async def test_forged_done_value_is_still_checked() -> None:
+    result = await RUNTIME.run(writable_protocol_fd_program(b'{"type": "done", "value": -0.0}\n'), {})
+    assert_error(result, "invalid-output", "-0.0")
+
+
+# ---------------------------------------------------------------------------
+# Processes
+
+
+async def test_outer_cancellation_kills_and_reaps_the_child() -> None:
+    pids: list[int] = []
+    reported = trio.Event()
+
+    async def report(args: Any) -> Any:
+        pids.append(args["pid"])
+        reported.set()
+        return None
+
+    # A blocking sleep: the child would outlive the test unless it is killed.
+    program = "import os, time\nawait tools.report({'pid': os.getpid()})\ntime.sleep(10)"
+    start = time.monotonic()
+    with trio.move_on_after(5) as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(RUNTIME.run, program, {"report": report})
+            await reported.wait()
+            await trio.sleep(0.3)  # let the reply land; the program is now in time.sleep
+            nursery.cancel_scope.cancel()
+    assert not scope.cancelled_caught
+    assert time.monotonic() - start < 3
+    # Reaped, not a zombie: the pid no longer exists at all.
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
+
+
+async def test_cancellation_during_a_binding_call_reaps_the_child() -> None:
+    pids: list[int] = []
+    in_call = trio.Event()
+
+    async def hang(args: Any) -> Any:
+        pids.append(args["pid"])
+        in_call.set()
+        await trio.sleep_forever()
+
+    # Closing the channel fails the pending call; the program shrugs that off.
+    program = (
+        "import os, time\ntry:\n    await tools.hang({'pid': os.getpid()})\nexcept ToolCallError:\n    time.sleep(10)"
+    )
+    start = time.monotonic()
+    with trio.move_on_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(RUNTIME.run, program, {"hang": hang})
+            await in_call.wait()
+            nursery.cancel_scope.cancel()
+    assert time.monotonic() - start < 3
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
+
+
+async def test_every_run_gets_a_fresh_process() -> None:
+    program = (
+        "import os, builtins\nseen = getattr(builtins, 'marker', None)\nbuiltins.marker = 1\nreturn [os.getpid(), seen]"
+    )
+    first = await RUNTIME.run(program, {})
+    second = await RUNTIME.run(program, {})
+    assert isinstance(first.value, tuple) and isinstance(second.value, tuple)
+    assert first.value[1] is None and second.value[1] is None
+    assert first.value[0] != second.value[0]
+
+
+async def test_environment_is_empty_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSH_HOST_SECRET", "hunter2")
+    program = "import os\nreturn [os.environ.get('DSH_HOST_SECRET'), os.environ.get('GIVEN')]"
+    assert (await RUNTIME.run(program, {})).value == (None, None)
+    given = SubprocessPythonRuntime(env={"GIVEN": "yes"})
+    assert (await given.run(program, {})).value == (None, "yes")
+
+
+# ---------------------------------------------------------------------------
+# Values without a process
+
+
+def test_runtime_options_are_validated() -> None:
+    for bad in ({"wall_budget_s": 0}, {"wall_budget_s": math.inf}, {"wall_budget_s": True}, {"max_output_bytes": 3}):
+        with pytest.raises(ValueError):
+            SubprocessPythonRuntime(**bad)
+    runtime = SubprocessPythonRuntime()
+    assert (runtime.language, runtime.isolation, runtime.wall_budget_s) == ("python", "process", 30.0)
+    assert runtime.max_output_bytes == 64 * 1024 * 1024
+    assert dict(runtime.env) == {}
+
+
+def test_result_invariants() -> None:
+    with pytest.raises(ValueError, match="no value"):
+        CodeRunResult(value=1, has_value=True, error=CodeRunError(kind="exception", message="m"))
+    with pytest.raises(ValueError, match="has_value"):
+        CodeRunResult(value=1)
+    with pytest.raises(ValueError):
+        CodeRunError(kind="nope", message="m")  # type: ignore[arg-type]
+    assert CodeRunResult(logs=["a"]).logs == ("a",)
+
+
+def test_codec_round_trips_deep_values_and_rejects_nan() -> None:
+    value: Any = {"k": "v\u2028\ud800"}
+    for _ in range(3000):  # well past the C codec's recursion limit
+        value = [value, {"n": 1.5}]
+    text = encode_json(value)
+    assert text.isascii()
+    # Compared through the text: == itself would recurse 40 000 levels.
+    assert encode_json(decode_json(text)) == text
+    with pytest.raises(ValueError):
+        decode_json('{"x": NaN}')
+    with pytest.raises(ValueError):
+        decode_json("[" * 3000 + "]" * 2999)
+    with pytest.raises(ValueError):
+        encode_json(math.inf)
+
+
+def test_json_problem_names_the_path() -> None:
+    assert json_problem({"a": [1, {"b": -0.0}]}) == '$["a"][1]["b"]: -0.0 has no lossless JSON form'
+    assert json_problem({"a": (1, None, True, "s", 2.5)}) is None
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    assert json_problem(cycle) == "$[0]: the value contains itself"
