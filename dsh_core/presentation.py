@@ -493,12 +493,11 @@ def _strict_array(kind: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any
     return structure
 
 
-def _tag_error(owner: type | str, tag: str, message: str) -> ClassValidationError:
+def _tag_error(owner: str, tag: str, message: str) -> ClassValidationError:
     # Shaped like cattrs' own errors so transform_error reports it at ``$.<tag>``.
-    name = owner if isinstance(owner, str) else owner.__name__
     error = _WireError(message)
-    error.__notes__ = [AttributeValidationNote(f"Structuring {name} @ attribute {tag}", tag, str)]
-    return ClassValidationError(f"While structuring {name}", [error], object)
+    error.__notes__ = [AttributeValidationNote(f"Structuring {owner} @ attribute {tag}", tag, str)]
+    return ClassValidationError(f"While structuring {owner}", [error], object)
 
 
 def _read_tag(value: Any, owner: str, tag: str, known: Sequence[str]) -> str:
@@ -573,7 +572,7 @@ def _configure_content(conv: cattrs.Converter) -> None:
 
 
 def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True, unstruct_collection_overrides={Sequence: list})
+    conv = cattrs.Converter(forbid_extra_keys=True)
     _configure_strict(conv)
     _configure_content(conv)
     for cls in _VALUE_CLASSES:

@@ -1,0 +1,498 @@
+"""The durable session log: append, read back, survive a torn tail, refuse corruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dsh_core._session_log as session_log_module
+from dsh_core._content import ImageBlock, TextBlock
+from dsh_core._errors import NonJsonValueError
+from dsh_core._json import FrozenDict
+from dsh_core._session_log import (
+    SessionLog,
+    SessionLogError,
+    read_session_log,
+    structure_content,
+)
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    return tmp_path / "session.jsonl"
+
+
+def nested(depth: int, leaf: object = "leaf") -> object:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def depth_of(value: object) -> tuple[int, object]:
+    depth = 0
+    while isinstance(value, (list, tuple)):
+        value = value[0]
+        depth += 1
+    return depth, value
+
+
+def write_three(path: Path, **options: Any) -> None:
+    with SessionLog(path, **options) as log:
+        for n in range(3):
+            log.append({"type": "note", "data": {"n": n}})
+
+
+# --- round trip ---------------------------------------------------------------------------
+
+
+def test_tool_events_round_trip_with_camel_case_data(log_path: Path) -> None:
+    """Each typed helper writes its event with camelCase data that reads back unchanged."""
+    with SessionLog(log_path) as log:
+        seqs = [
+            log.append_call("c1", "read_file", {"path": "é.txt", "lines": [1, 2]}, agent="main"),
+            log.append_result(
+                "c1",
+                content=[TextBlock(text="hello"), ImageBlock(data="AAAA", mime_type="image/png")],
+                is_error=False,
+                meta={"diffs": []},
+            ),
+            log.append_dispatch_start("root", "c2", "c2:code:1", "grep", {"q": "x"}),
+            log.append_dispatch("root", "c2", "c2:code:1", "grep", {"q": "x"}, content=[], is_error=True),
+            log.append_result(
+                "c2",
+                content=[TextBlock(text="Error: boom")],
+                is_error=True,
+                error={"name": "ToolError", "code": "TOOL_ERROR", "message": "boom"},
+            ),
+        ]
+    assert seqs == [1, 2, 3, 4, 5]
+    read = read_session_log(log_path)
+    assert read.torn is None
+    assert [(e.seq, e.type) for e in read.events] == [
+        (1, "tool/call"),
+        (2, "tool/result"),
+        (3, "tool/code-dispatch-start"),
+        (4, "tool/code-dispatch"),
+        (5, "tool/result"),
+    ]
+    assert [e.data for e in read.events] == [
+        {"callId": "c1", "name": "read_file", "arguments": {"path": "é.txt", "lines": [1, 2]}, "agent": "main"},
+        {
+            "callId": "c1",
+            "content": [{"type": "text", "text": "hello"}, {"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+            "isError": False,
+            "error": None,
+            "meta": {"diffs": []},
+        },
+        {"rootCallId": "root", "parentCallId": "c2", "subCallId": "c2:code:1", "name": "grep", "arguments": {"q": "x"}},
+        {
+            "rootCallId": "root",
+            "parentCallId": "c2",
+            "subCallId": "c2:code:1",
+            "name": "grep",
+            "arguments": {"q": "x"},
+            "isError": True,
+            "content": [],
+        },
+        {
+            "callId": "c2",
+            "content": [{"type": "text", "text": "Error: boom"}],
+            "isError": True,
+            "error": {"name": "ToolError", "code": "TOOL_ERROR", "message": "boom"},
+            "meta": None,
+        },
+    ]
+    assert all(type(e.data) is FrozenDict for e in read.events)
+
+
+def test_each_line_is_compact_utf8_json_with_seq_type_data(log_path: Path) -> None:
+    """The file is one JSON object per line, non-ASCII kept as UTF-8, ending in a newline."""
+    with SessionLog(log_path) as log:
+        log.append({"type": "note", "data": {"text": "héllo"}})
+    raw = log_path.read_bytes()
+    assert raw == '{"seq":1,"type":"note","data":{"text":"héllo"}}\n'.encode()
+
+
+def test_logged_content_structures_back_into_blocks(log_path: Path) -> None:
+    """Replay can turn a logged content list back into the blocks the model saw."""
+    blocks = (TextBlock(text="a"), ImageBlock(data="b", mime_type="image/gif"))
+    with SessionLog(log_path) as log:
+        log.append_result("c", content=blocks, is_error=False)
+    (event,) = read_session_log(log_path).events
+    assert structure_content(event.data["content"]) == blocks
+
+
+def test_structure_content_names_the_bad_path() -> None:
+    """Malformed logged content is a SessionLogError with the JSON path of each problem."""
+    with pytest.raises(SessionLogError) as info:
+        structure_content([{"type": "text", "text": "a"}, {"type": "text", "text": 3}])
+    assert "$[1].text" in str(info.value)
+
+
+def test_lone_surrogates_survive_the_round_trip(log_path: Path) -> None:
+    """A string with no UTF-8 form is written as a JSON escape, not lost or crashed on."""
+    with SessionLog(log_path) as log:
+        log.append_call("c", "t", {"s": "a\ud800b"})
+    (event,) = read_session_log(log_path).events
+    assert event.data["arguments"] == {"s": "a\ud800b"}
+
+
+def test_each_event_is_one_write_including_its_newline(log_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line reaches the OS in a single write call, so a crash tears at most that one line."""
+    writes: list[bytes] = []
+    real_open = open
+
+    class Recording:
+        def __init__(self, file: Any) -> None:
+            self._file = file
+
+        def write(self, data: Any) -> int:
+            writes.append(bytes(data))
+            written: int = self._file.write(data)
+            return written
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._file, name)
+
+    def recording_open(*args: Any, **kwargs: Any) -> Any:
+        return Recording(real_open(*args, **kwargs))
+
+    monkeypatch.setattr(session_log_module, "open", recording_open, raising=False)
+    with SessionLog(log_path) as log:
+        log.append({"type": "a", "data": {}})
+        log.append_call("c", "t", {"x": "y" * 10_000})
+    assert len(writes) == 2
+    assert all(w.endswith(b"\n") and w.count(b"\n") == 1 for w in writes)
+
+
+# --- validation before writing ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("append", "error"),
+    [
+        (lambda log: log.append({"type": "x", "data": {"bad": float("nan")}}), NonJsonValueError),
+        (lambda log: log.append({"type": "", "data": {}}), TypeError),
+        (lambda log: log.append({"type": "x"}), TypeError),
+        (lambda log: log.append({"type": "x", "data": [1]}), TypeError),
+        (lambda log: log.append_call("c", "t", {"s": {1, 2}}), NonJsonValueError),
+        (lambda log: log.append_call(1, "t", {}), TypeError),
+        (lambda log: log.append_result("c", content="text", is_error=False), TypeError),
+        (lambda log: log.append_result("c", content=[], is_error=True), ValueError),
+        (
+            lambda log: log.append_result(
+                "c", content=[], is_error=False, error={"name": "E", "code": "C", "message": "m"}
+            ),
+            ValueError,
+        ),
+        (lambda log: log.append_result("c", content=[], is_error=True, error={"name": "E"}), ValueError),
+        (lambda log: log.append_dispatch("r", "p", "s", "n", {}, content=[], is_error=0), TypeError),
+    ],
+)
+def test_invalid_events_are_refused_before_anything_is_written(
+    log_path: Path, append: Any, error: type[Exception]
+) -> None:
+    """A bad event raises and leaves the file and the numbering untouched."""
+    with SessionLog(log_path) as log:
+        log.append({"type": "ok", "data": {}})
+        with pytest.raises(error):
+            append(log)
+        assert log.next_seq == 2
+    assert [e.seq for e in read_session_log(log_path).events] == [1]
+
+
+def test_appending_to_a_closed_log_fails(log_path: Path) -> None:
+    """After close the log refuses events instead of reopening silently."""
+    log = SessionLog(log_path)
+    log.close()
+    log.close()
+    assert log.closed
+    with pytest.raises(ValueError, match="closed"):
+        log.append({"type": "x", "data": {}})
+
+
+def test_unknown_fsync_policy_is_refused(log_path: Path) -> None:
+    """A typo in the policy is an error, not a silent default."""
+    with pytest.raises(ValueError, match="fsync must be one of"):
+        SessionLog(log_path, fsync="sometimes")  # type: ignore[arg-type]
+
+
+def test_a_failed_write_stops_further_appends(log_path: Path) -> None:
+    """After a write that may have left half a line, appending would bury it mid-log, so it is refused."""
+
+    class HalfWriter:
+        def __init__(self, file: Any) -> None:
+            self._file = file
+
+        def write(self, data: Any) -> int:
+            self._file.write(bytes(data)[:5])
+            raise OSError(28, "No space left on device")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._file, name)
+
+    log = SessionLog(log_path, fsync="never")
+    log.append({"type": "ok", "data": {}})
+    log._file = HalfWriter(log._file)  # type: ignore[assignment]
+    with pytest.raises(OSError, match="No space"):
+        log.append({"type": "lost", "data": {}})
+    with pytest.raises(SessionLogError, match="reopen the log to repair it"):
+        log.append({"type": "ok", "data": {}})
+    log.close()
+    with SessionLog(log_path) as reopened:
+        assert reopened.torn is not None
+        assert reopened.append({"type": "ok", "data": {}}) == 2
+    assert [e.seq for e in read_session_log(log_path).events] == [1, 2]
+
+
+# --- reopening ----------------------------------------------------------------------------
+
+
+def test_reopening_continues_the_sequence(log_path: Path) -> None:
+    """A second writer session picks up numbering where the first stopped."""
+    write_three(log_path)
+    with SessionLog(log_path) as log:
+        assert log.torn is None
+        assert log.next_seq == 4
+        assert log.append({"type": "note", "data": {}}) == 4
+    assert [e.seq for e in read_session_log(log_path).events] == [1, 2, 3, 4]
+
+
+def test_empty_existing_file_starts_at_one(log_path: Path) -> None:
+    """An empty file is a log with no events."""
+    log_path.touch()
+    with SessionLog(log_path) as log:
+        assert log.next_seq == 1
+    assert read_session_log(log_path).events == ()
+
+
+# --- torn and garbled lines ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tail", "reason"),
+    [
+        (b'{"seq":4,"type":"note","da', "has no newline"),
+        (b'{"seq":4,"type":"note","data":{}}', "has no newline"),
+        (b'{"seq":4,"type":"no\x00\x00\x00\n', "is not valid JSON"),
+        (b"\xff\xfe\n", "is not UTF-8"),
+        (b"\n", "is empty"),
+    ],
+)
+def test_torn_last_line_is_skipped_and_reported(log_path: Path, tail: bytes, reason: str) -> None:
+    """A crash mid-write damages only the last line: the reader keeps every earlier event and says what it skipped."""
+    write_three(log_path)
+    size = log_path.stat().st_size
+    with open(log_path, "ab") as file:
+        file.write(tail)
+    read = read_session_log(log_path)
+    assert [e.seq for e in read.events] == [1, 2, 3]
+    assert read.torn is not None
+    assert (read.torn.line, read.torn.offset, read.torn.size) == (4, size, len(tail))
+    assert reason in read.torn.reason
+    assert str(read.torn).startswith(f"line 4 (byte {size}, {len(tail)} bytes) {reason}")
+
+
+@pytest.mark.parametrize("tail", [b'{"seq":4,"ty', b"garbage\n"])
+def test_reopening_cuts_off_a_torn_tail_and_reports_it(log_path: Path, tail: bytes) -> None:
+    """The next append starts on a clean line after the torn one is removed, reusing its seq."""
+    write_three(log_path)
+    clean = log_path.read_bytes()
+    with open(log_path, "ab") as file:
+        file.write(tail)
+    with SessionLog(log_path) as log:
+        assert log.torn is not None
+        assert log.torn.line == 4
+        assert log_path.read_bytes() == clean
+        assert log.append({"type": "after", "data": {}}) == 4
+    read = read_session_log(log_path)
+    assert read.torn is None
+    assert [(e.seq, e.type) for e in read.events][-1] == (4, "after")
+
+
+def test_reopening_a_log_that_is_only_a_torn_line_starts_over(log_path: Path) -> None:
+    """A crash during the very first write leaves nothing committed."""
+    log_path.write_bytes(b'{"seq":1,"type"')
+    with SessionLog(log_path) as log:
+        assert log.torn is not None
+        assert log.append({"type": "x", "data": {}}) == 1
+    assert [e.seq for e in read_session_log(log_path).events] == [1]
+
+
+def test_garbled_middle_line_is_an_error_naming_it(log_path: Path) -> None:
+    """Damage before the last line is corruption, not a crash artefact."""
+    write_three(log_path)
+    lines = log_path.read_bytes().splitlines(keepends=True)
+    lines[1] = b'{"seq":2,"type":"note","data":{\n'
+    log_path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionLogError) as info:
+        read_session_log(log_path)
+    assert info.value.line == 2
+    assert "line 2: is not valid JSON" in str(info.value)
+
+
+def test_reopening_a_log_garbled_before_its_last_line_is_an_error(log_path: Path) -> None:
+    """The writer refuses to append after corruption rather than hide it behind new events."""
+    write_three(log_path)
+    lines = log_path.read_bytes().splitlines(keepends=True)
+    lines[1] = b"not json\n"
+    lines[2] = b"also not json\n"
+    log_path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionLogError) as info:
+        SessionLog(log_path)
+    assert info.value.line == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b'{"seq":2,"type":"note","data":{},"extra":1}\n', "is not an event object"),
+        (b'{"seq":true,"type":"note","data":{}}\n', "invalid seq"),
+        (b'{"seq":2,"type":7,"data":{}}\n', "invalid type"),
+        (b'{"seq":2,"type":"note","data":[]}\n', "data that is not an object"),
+        (b'{"seq":2,"type":"note","data":{"x":NaN}}\n', "NaN is not JSON"),
+        (b'{"seq":2,"type":"note","data":{"x":1e400}}\n', "not lossless JSON"),
+    ],
+)
+def test_lines_that_are_json_but_not_events_are_damage(log_path: Path, line: bytes, reason: str) -> None:
+    """Only exact {seq, type, data} objects with lossless JSON data count as events."""
+    write_three(log_path)
+    lines = log_path.read_bytes().splitlines(keepends=True)
+    lines[1] = line
+    log_path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionLogError, match=reason):
+        read_session_log(log_path)
+
+
+def test_a_gap_in_seq_is_an_error(log_path: Path) -> None:
+    """Numbering runs 1, 2, 3 without gaps; a gap means lines were lost or spliced."""
+    write_three(log_path)
+    lines = log_path.read_bytes().splitlines(keepends=True)
+    del lines[1]
+    log_path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionLogError, match="line 2: seq 3 where 2 was expected"):
+        read_session_log(log_path)
+
+
+# --- deep nesting -------------------------------------------------------------------------
+
+
+def test_deeply_nested_arguments_are_logged_and_read_back(log_path: Path) -> None:
+    """5 000-deep arguments (beyond json's recursion limit) are written and read back intact."""
+    with SessionLog(log_path) as log:
+        log.append_call("c", "deep_args", {"nested": nested(5000)})
+        log.append({"type": "after", "data": {}})
+    read = read_session_log(log_path)
+    assert read.torn is None
+    assert depth_of(read.events[0].data["arguments"]["nested"]) == (5000, "leaf")  # type: ignore[index]
+    assert read.events[1].seq == 2
+
+
+def test_deep_json_written_by_others_does_not_crash_the_reader(log_path: Path) -> None:
+    """A 20 000-deep line (twenty times json's limit) parses without RecursionError."""
+    depth = 20_000
+    body = "[" * depth + "1" + "]" * depth
+    log_path.write_text('{"seq":1,"type":"x","data":{"v":' + body + "}}\n", encoding="utf-8")
+    (event,) = read_session_log(log_path).events
+    assert depth_of(event.data["v"]) == (depth, 1)
+
+
+@pytest.mark.parametrize("newline", [b"", b"\n"])
+def test_deep_torn_last_line_is_reported_not_raised(log_path: Path, newline: bytes) -> None:
+    """An unterminated deep line at the end is a torn tail, not a RecursionError."""
+    write_three(log_path)
+    with open(log_path, "ab") as file:
+        file.write(b'{"seq":4,"type":"x","data":{"v":' + b"[" * 50_000 + newline)
+    read = read_session_log(log_path)
+    assert [e.seq for e in read.events] == [1, 2, 3]
+    assert read.torn is not None
+    assert read.torn.line == 4
+
+
+def test_deep_garbled_middle_line_is_a_session_log_error(log_path: Path) -> None:
+    """Deep garbage in the middle is reported as corruption of that line."""
+    write_three(log_path)
+    lines = log_path.read_bytes().splitlines(keepends=True)
+    lines[0] = b'{"seq":1,"type":"x","data":{"v":' + b"[" * 50_000 + b"}}\n"
+    log_path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionLogError) as info:
+        read_session_log(log_path)
+    assert info.value.line == 1
+
+
+def test_reverse_scan_finds_the_tail_across_chunk_boundaries(log_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reopening reads the file backwards in chunks; tiny chunks must find the same last line."""
+    monkeypatch.setattr(session_log_module, "_CHUNK", 7)
+    write_three(log_path)
+    with open(log_path, "ab") as file:
+        file.write(b'{"seq":4,"type":"long-torn-line-spanning-chunks"')
+    with SessionLog(log_path) as log:
+        assert log.torn is not None
+        assert log.torn.line == 4
+        assert log.next_seq == 4
+
+
+# --- fsync policies -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every os.fsync as "file" or "dir" (and still perform it)."""
+    calls: list[str] = []
+    real = os.fsync
+
+    def recording(fd: int) -> None:
+        calls.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [("never", []), ("always", ["file", "file", "file"]), ("close", ["file"])],
+)
+def test_fsync_policy_on_an_existing_log(log_path: Path, fsyncs: list[str], policy: Any, expected: list[str]) -> None:
+    """never: no fsync; always: one per line; close: one when closed."""
+    log_path.touch()
+    with SessionLog(log_path, fsync=policy) as log:
+        for n in range(3):
+            log.append({"type": "n", "data": {"n": n}})
+        during = list(fsyncs)
+    assert fsyncs == expected
+    assert during == ([] if policy == "close" else expected)
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"), [("never", []), ("always", ["file", "dir", "file"]), ("close", ["file", "dir"])]
+)
+def test_a_new_log_also_syncs_its_directory(
+    log_path: Path, fsyncs: list[str], policy: Any, expected: list[str]
+) -> None:
+    """Creating the file is only durable once the directory entry is synced, once."""
+    with SessionLog(log_path, fsync=policy) as log:
+        log.append({"type": "n", "data": {}})
+    assert fsyncs == expected
+
+
+def test_close_policy_without_writes_does_not_sync(log_path: Path, fsyncs: list[str]) -> None:
+    """Opening and closing an intact log changes nothing, so there is nothing to sync."""
+    write_three(log_path, fsync="never")
+    with SessionLog(log_path, fsync="close"):
+        pass
+    assert fsyncs == []
+
+
+def test_read_events_are_json_equal_to_what_was_logged(log_path: Path) -> None:
+    """The file is standard JSON lines: any JSON reader agrees with read_session_log."""
+    write_three(log_path)
+    parsed = [json.loads(line) for line in log_path.read_text(encoding="utf-8").splitlines()]
+    read = read_session_log(log_path)
+    assert parsed == [{"seq": e.seq, "type": e.type, "data": e.data} for e in read.events]
