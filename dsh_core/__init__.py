@@ -6,6 +6,7 @@ one ordered pipeline of pluggy hooks, run on trio. See :mod:`dsh_core.hookspecs`
 for the plugin contract.
 """
 
+from ._config import DshConfig, load_config, structure_table
 from ._content import ContentBlock, ImageBlock, TextBlock, UserMessage
 from ._decisions import UNSET, Accept, Allow, Ask, Block, Deny, PostToolDecision, PreToolDecision
 from ._definition import ToolDefinition, ToolOutput, ToolSchema, default_render, define_tool
@@ -38,7 +39,16 @@ from ._execution import (
     ToolRunContext,
 )
 from ._json import FrozenDict, FrozenList, JsonValue, json_equal, json_text, snapshot_json, thaw
+from ._plugins import (
+    FailedPlugin,
+    LoadedPlugin,
+    PluginReport,
+    RefusedRegistration,
+    discover_entry_points,
+    load_plugins,
+)
 from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, ToolGuard, ToolRestriction
+from ._replay import ReplayedCall, SessionRecorder, ToolResult, replay
 from ._results import (
     ToolErrorInfo,
     ToolExecutionFailure,
@@ -46,8 +56,9 @@ from ._results import (
     ToolExecutionSuccess,
     ToolFailure,
 )
-from ._runtime import ApprovalService, ScopedToolRuntime, ToolRuntime
+from ._runtime import ApprovalService, ModelTools, ScopedToolRuntime, ToolRuntime
 from ._scheduling import run_tool_calls
+from ._session_log import SessionEvent, SessionLog, SessionLogError, SessionLogRead, TornLine, read_session_log
 from ._signal import CancelSignal
 from ._waterfall import DshPluginManager
 from .hookspecs import hookimpl
@@ -70,25 +81,37 @@ __all__ = [
     "ContentBlock",
     "Deny",
     "Disposer",
+    "DshConfig",
     "DshError",
     "DshPluginManager",
     "ErrorCode",
     "Exclusive",
+    "FailedPlugin",
     "FrozenDict",
     "FrozenList",
     "ImageBlock",
     "JsonSchemaError",
     "JsonValue",
+    "LoadedPlugin",
+    "ModelTools",
     "NonJsonValueError",
     "Parallel",
+    "PluginReport",
     "PolicyError",
     "PostToolDecision",
     "PreToolDecision",
     "PresentationMode",
+    "RefusedRegistration",
     "RegistrationError",
+    "ReplayedCall",
     "SchemaSpecError",
     "ScopeKey",
     "ScopedToolRuntime",
+    "SessionEvent",
+    "SessionLog",
+    "SessionLogError",
+    "SessionLogRead",
+    "SessionRecorder",
     "TextBlock",
     "ToolArgsError",
     "ToolDefinition",
@@ -107,18 +130,26 @@ __all__ = [
     "ToolOutput",
     "ToolOutputError",
     "ToolRestriction",
+    "ToolResult",
     "ToolRunContext",
     "ToolRuntime",
     "ToolSchema",
     "ToolTimeoutError",
+    "TornLine",
     "UserMessage",
     "__version__",
     "default_render",
     "define_tool",
+    "discover_entry_points",
     "hookimpl",
     "json_equal",
     "json_text",
+    "load_config",
+    "load_plugins",
+    "read_session_log",
+    "replay",
     "run_tool_calls",
     "snapshot_json",
+    "structure_table",
     "thaw",
 ]

@@ -209,6 +209,22 @@ class ToolRuntime:
             return EXCLUSIVE
         return PARALLEL if verdict is True else EXCLUSIVE
 
+    def present_call(self, name: str, arguments: Any, scope: ScopeKey | None = None) -> Any:
+        """The pending UI card for a call, via the scope-visible tool's presenter (generic fallback)."""
+        from ._replay import present_call
+
+        return present_call(self, name, arguments, scope)
+
+    def present_result(self, name: str, arguments: Any, result: Any, scope: ScopeKey | None = None) -> Any:
+        """The completed UI card (``None``: keep the pending title and show the raw content).
+
+        ``result`` is a ``ToolExecutionResult`` or the durable ``ToolResult`` projection.
+        """
+        from ._replay import ToolResult, present_result
+
+        durable = result if isinstance(result, ToolResult) else ToolResult.of(result)
+        return present_result(self, name, arguments, durable, scope)
+
     def scoped(self, scope: ScopeKey) -> ScopedToolRuntime:
         """A view of this runtime whose methods are bound to ``scope``."""
         return ScopedToolRuntime(self, scope)

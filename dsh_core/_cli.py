@@ -1,0 +1,712 @@
+"""The ``dsh-tools`` command line: inspect, call and check the tools a host's plugins provide.
+
+Every command builds a :class:`~dsh_core.ToolRuntime` the way a host would:
+the configuration (``--config``, else ``dsh.toml``, else ``[tool.dsh]`` in
+``pyproject.toml``), its ``mode``, an approval service (non-interactive: every
+``Ask`` is denied; ``--interactive``: a prompt on the terminal), then the
+plugins of the ``dsh`` entry-point group (``--no-plugins`` skips them;
+``--plugin [NAME=]MODULE[:ATTR]`` adds one that is not installed as an entry
+point, e.g. while writing it). Plugins that fail to load are reported on
+stderr and left out; ``check`` and ``plugins`` report them in full.
+
+Exit status: 0 on success; 1 when ``call`` ran a call that failed or ``check``
+found problems; 2 for usage errors (bad options, invalid JSON arguments, an
+unreadable or invalid configuration or batch file). ``run`` exits 0 once the
+batch ran, whatever the calls' outcomes: each result line says ``is_error``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import attrs
+import click
+import trio
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from . import hookspecs
+from ._config import DshConfig, load_config
+from ._content import ContentBlock, ImageBlock, TextBlock
+from ._definition import ToolDefinition
+from ._errors import ConfigError, JsonSchemaError
+from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
+from ._json import thaw
+from ._plugins import PluginReport, discover_entry_points, load_plugins, unknown_hooks
+from ._registry import RUN_CODE_NAME
+from ._results import ToolExecutionResult
+from ._runtime import ApprovalService, ToolRuntime
+from ._scheduling import run_tool_calls
+from ._signal import CancelSignal
+from .hookspecs import hookimpl
+
+__all__ = ["main"]
+
+TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""Tool names every major model provider accepts; others are a ``check`` warning."""
+
+
+DEFAULT_AGENT = "cli"
+"""The agent the CLI acts as without ``--agent``: ``Ask`` decisions need one to be approved."""
+
+
+class _UsageProblem(click.ClickException):
+    """A usage error that is not about one option (configuration, batch file): exit 2."""
+
+    exit_code = 2
+
+
+@attrs.frozen(kw_only=True)
+class _Options:
+    config_path: Path | None
+    no_plugins: bool
+    extra_plugins: tuple[str, ...]
+    interactive: bool
+    group: str
+
+
+@attrs.frozen(kw_only=True)
+class _Host:
+    runtime: ToolRuntime
+    report: PluginReport
+    config: DshConfig
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _stdout() -> Console:
+    return Console(highlight=False)
+
+
+# -- building the host -------------------------------------------------------------------
+
+
+def _approval(interactive: bool, err: Console) -> ApprovalService | None:
+    try:
+        from dsh_plugins.approval import NonInteractiveApproval, TerminalApproval
+    except ImportError:
+        if interactive:
+            err.print(
+                "warning: interactive approval is unavailable (dsh_plugins.approval is missing); Ask denies",
+                soft_wrap=True,
+            )
+        return None
+    if interactive:
+        return TerminalApproval(prompt=_prompt_on_stderr)
+    return NonInteractiveApproval()
+
+
+def _prompt_on_stderr(question: str) -> str:
+    # stdout carries results (``run`` writes JSON lines there): ask on stderr.
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line
+
+
+def _extra_entry_point(spec: str, group: str) -> importlib.metadata.EntryPoint:
+    name, sep, value = spec.partition("=")
+    if not sep:
+        name, value = spec, spec
+    name, value = name.strip(), value.strip()
+    if not name or not value:
+        raise click.BadParameter(f"expected [NAME=]MODULE[:ATTR], got {spec!r}", param_hint="--plugin")
+    return importlib.metadata.EntryPoint(name=name, value=value, group=group)
+
+
+def _build_host(ctx: click.Context, *, quiet: bool = False) -> _Host:
+    options: _Options = ctx.find_object(_Options)  # type: ignore[assignment]
+    err = _stderr()
+    try:
+        config = load_config(options.config_path)
+    except ConfigError as exc:
+        raise _UsageProblem("\n  ".join(["invalid configuration:", *exc.violations])) from exc
+    approval = _approval(options.interactive, err)
+    try:
+        code_runtime = None
+        if config.mode != "native":
+            from .code_mode import SubprocessPythonRuntime
+
+            code_runtime = SubprocessPythonRuntime()
+        runtime = ToolRuntime(approval=approval, mode=config.mode, code_runtime=code_runtime)
+    except Exception as exc:  # e.g. Code Mode requested but unavailable
+        raise _UsageProblem(f'cannot create a runtime with mode "{config.mode}": {exc}') from exc
+    if approval is not None and hasattr(approval, "runtime"):
+        approval.runtime = runtime  # lets the prompt show the tools' own call titles
+    points = [] if options.no_plugins else discover_entry_points(options.group)
+    points += [_extra_entry_point(spec, options.group) for spec in options.extra_plugins]
+    report = load_plugins(runtime, options.group, config, entry_points=points)
+    if not quiet:
+        for failed in report.failed:
+            err.print(
+                f"warning: plugin {escape(failed.name)} failed ({failed.stage}): {escape(failed.error)}", soft_wrap=True
+            )
+    return _Host(runtime=runtime, report=report, config=config)
+
+
+def _scope(runtime: ToolRuntime, agent: str | None) -> ScopeKey | None:
+    """The scope ``--agent`` names: a registered scope with that id, else a fresh ``Agent``."""
+    if agent is None:
+        return None
+    for scope, _ in runtime.registrations():
+        if (isinstance(scope, Agent) and scope.id == agent) or scope == agent:
+            return scope
+    return Agent(id=agent)
+
+
+def _scope_label(scope: object) -> str | None:
+    if scope is None:
+        return None
+    if isinstance(scope, Agent):
+        return scope.id
+    return str(scope)
+
+
+def _visible(runtime: ToolRuntime, scope: ScopeKey | None) -> list[tuple[ToolDefinition, str | None]]:
+    defined_in = {id(definition): s for s, definition in runtime.registrations()}
+    out = []
+    for name in runtime.names(scope):
+        definition = runtime.get(name, scope)
+        if definition is not None:
+            out.append((definition, _scope_label(defined_in.get(id(definition)))))
+    return out
+
+
+def _agent_id(scope: ScopeKey | None) -> str | None:
+    return scope.id if isinstance(scope, Agent) else None
+
+
+agent_option = click.option(
+    "--agent",
+    metavar="ID",
+    default=DEFAULT_AGENT,
+    show_default=True,
+    help="Act as this agent: its scope's tools and policies (approval needs an agent).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+session_option = click.option(
+    "--session",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append the calls and results to this session log (default: the config's session_log).",
+)
+
+
+# -- the command group -------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Configuration file (default: ./dsh.toml, else [tool.dsh] in ./pyproject.toml).",
+)
+@click.option("--no-plugins", is_flag=True, help="Do not load the dsh entry-point plugins (debugging).")
+@click.option(
+    "--plugin",
+    "extra_plugins",
+    multiple=True,
+    metavar="[NAME=]MODULE[:ATTR]",
+    help="Also load this plugin, as if it were an entry point (repeatable).",
+)
+@click.option("--interactive", is_flag=True, help="Ask on the terminal when a policy says Ask (default: deny).")
+@click.option("--group", default="dsh", hidden=True, help="Entry-point group to load plugins from.")
+@click.version_option(package_name="dsh-tools", prog_name="dsh-tools")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    config_path: Path | None,
+    no_plugins: bool,
+    extra_plugins: tuple[str, ...],
+    interactive: bool,
+    group: str,
+) -> None:
+    """Inspect, call and check the tools of a dsh-tools host."""
+    ctx.obj = _Options(
+        config_path=config_path,
+        no_plugins=no_plugins,
+        extra_plugins=extra_plugins,
+        interactive=interactive,
+        group=group,
+    )
+
+
+@cli.command("list")
+@agent_option
+@json_option
+@click.pass_context
+def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
+    """List the tools visible to the model."""
+    host = _build_host(ctx)
+    scope = _scope(host.runtime, agent)
+    rows = []
+    for definition, defined_in in _visible(host.runtime, scope):
+        rows.append(
+            {
+                "name": definition.name,
+                "description": (definition.description.strip().splitlines() or [""])[0],
+                "scope": defined_in,
+                "parallel": definition.is_concurrency_safe is not None,
+                "timeout_ms": definition.timeout_ms,
+            }
+        )
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    table = Table(title=f"{len(rows)} tool{'s' if len(rows) != 1 else ''} (mode: {host.runtime.effective_mode(scope)})")
+    table.add_column("tool", overflow="fold", style="bold")
+    table.add_column("description")
+    table.add_column("scope", no_wrap=True)
+    table.add_column("parallel", no_wrap=True)
+    table.add_column("timeout", no_wrap=True, justify="right")
+    for row in rows:
+        timeout = row["timeout_ms"]
+        table.add_row(
+            escape(str(row["name"])),
+            escape(str(row["description"])),
+            escape(str(row["scope"] or "global")),
+            "per call" if row["parallel"] else "no",
+            f"{timeout:g} ms" if isinstance(timeout, int | float) else "-",
+        )
+    _stdout().print(table)
+
+
+@cli.command("schemas")
+@agent_option
+@json_option
+@click.pass_context
+def schemas_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
+    """Print the schemas the model is given, as JSON."""
+    host = _build_host(ctx)
+    schemas = [schema.to_dict() for schema in host.runtime.schemas(_scope(host.runtime, agent))]
+    text = json.dumps(schemas, indent=2, ensure_ascii=False)
+    if as_json:
+        click.echo(text)
+    else:
+        _stdout().print_json(text)
+
+
+@cli.command("sdk")
+@agent_option
+@click.pass_context
+def sdk_command(ctx: click.Context, agent: str | None) -> None:
+    """Print the Code Mode Python SDK generated for the visible tools."""
+    try:
+        from .code_mode import render_python_sdk
+    except ImportError as exc:
+        raise _UsageProblem(f"Code Mode is not available in this installation: {exc}") from exc
+    host = _build_host(ctx)
+    scope = _scope(host.runtime, agent)
+    tools = [definition for definition, _ in _visible(host.runtime, scope) if definition.name != RUN_CODE_NAME]
+    click.echo(render_python_sdk(tools), nl=False)
+
+
+# -- executing calls -------------------------------------------------------------------------
+
+
+def _content_json(content: Sequence[ContentBlock]) -> list[dict[str, str]]:
+    out = []
+    for block in content:
+        if isinstance(block, TextBlock):
+            out.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageBlock):
+            out.append({"type": "image", "data": block.data, "mimeType": block.mime_type})
+    return out
+
+
+def _render(content: Sequence[ContentBlock]) -> str:
+    return "\n".join(
+        block.text if isinstance(block, TextBlock) else f"[image {block.mime_type}]"
+        for block in content
+        if isinstance(block, TextBlock | ImageBlock)
+    )
+
+
+def _error_json(result: ToolExecutionResult) -> dict[str, str | None] | None:
+    if not result.is_error:
+        return None
+    info = result.error.info
+    return {
+        "message": result.error.message,
+        "code": info.code if info else None,
+        "name": info.name if info else None,
+        "plugin": info.plugin if info else None,
+    }
+
+
+class _Session:
+    """Records calls and results in a session log, when one was asked for."""
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+
+    def call(self, request: ToolExecutionInput) -> None:
+        if self._log is not None:
+            self._log.append_call(request.call_id, request.name, request.arguments, agent=_agent_id(request.agent))
+
+    def result(self, call_id: str, result: ToolExecutionResult) -> None:
+        if self._log is None:
+            return
+        error = None
+        if result.is_error:
+            info = result.error.info
+            error = {
+                "name": info.name if info else "ToolError",
+                "code": info.code if info else "TOOL_ERROR",
+                "message": result.error.message,
+            }
+        self._log.append_result(
+            call_id, content=result.content, is_error=result.is_error, error=error, meta=result.meta
+        )
+
+
+@contextmanager
+def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
+    target = path if path is not None else (Path(config.session_log) if config.session_log else None)
+    if target is None:
+        yield _Session(None)
+        return
+    try:
+        from ._session_log import SessionLog
+    except ImportError as exc:
+        raise _UsageProblem(f"--session is not available in this installation: {exc}") from exc
+    try:
+        log_cm: AbstractContextManager[Any] = SessionLog(target)
+    except (OSError, ValueError) as exc:
+        raise _UsageProblem(f"cannot open session log {target}: {exc}") from exc
+    with log_cm as log:
+        yield _Session(log)
+
+
+@cli.command("call")
+@click.argument("name")
+@click.argument("json_args", default="{}", metavar="[JSON_ARGS]")
+@agent_option
+@session_option
+@click.pass_context
+def call_command(ctx: click.Context, name: str, json_args: str, agent: str | None, session: Path | None) -> None:
+    """Call one tool through the full pipeline and print what the model would see.
+
+    JSON_ARGS is the arguments object as JSON (default: {}). Exit status 1
+    when the call failed (its error code is printed on stderr).
+    """
+    try:
+        arguments = json.loads(json_args)
+    except (ValueError, RecursionError) as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON_ARGS") from exc
+    host = _build_host(ctx)
+    scope = _scope(host.runtime, agent)
+    request = ToolExecutionInput(call_id="cli-1", name=name, arguments=arguments, signal=CancelSignal(), agent=scope)
+    with _session(session, host.config) as log:
+        log.call(request)
+        result = trio.run(host.runtime.execute, request)
+        log.result(request.call_id, result)
+    text = _render(result.content)
+    if text:
+        click.echo(text)
+    if result.is_error:
+        error = _error_json(result) or {}
+        where = f" (plugin {error['plugin']})" if error.get("plugin") else ""
+        click.echo(f"error: {error.get('code') or 'unknown'}{where}", err=True)
+        ctx.exit(1)
+
+
+def _parse_batch(path: Path) -> list[ToolExecutionInput]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _UsageProblem(f"cannot read {path}: {exc}") from exc
+    calls: list[ToolExecutionInput] = []
+    problems: list[str] = []
+    ids: set[str] = set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            problems.append(f"{where}: not valid JSON: {exc}")
+            continue
+        if not isinstance(record, dict):
+            problems.append(f"{where}: expected an object with id, name and arguments")
+            continue
+        unknown = sorted(set(record) - {"id", "name", "arguments"})
+        call_id, name = record.get("id"), record.get("name")
+        line_problems = []
+        if unknown:
+            line_problems.append(f"unknown key(s) {', '.join(unknown)}")
+        if not isinstance(call_id, str) or not call_id:
+            line_problems.append('"id" must be a non-empty string')
+        elif call_id in ids:
+            line_problems.append(f'duplicate id "{call_id}"')
+        if not isinstance(name, str) or not name:
+            line_problems.append('"name" must be a non-empty string')
+        if line_problems:
+            problems.append(f"{where}: " + "; ".join(line_problems))
+            continue
+        assert isinstance(call_id, str) and isinstance(name, str)
+        ids.add(call_id)
+        arguments = record.get("arguments", {})
+        if isinstance(arguments, str):
+            # As a model emits them: a JSON text. An unparsable one is passed on
+            # as is, so the tool's argument validation reports it to the model.
+            if not arguments.strip():
+                arguments = {}
+            else:
+                with suppress(ValueError, RecursionError):
+                    arguments = json.loads(arguments)
+        calls.append(ToolExecutionInput(call_id=call_id, name=name, arguments=arguments, signal=CancelSignal()))
+    if problems:
+        raise _UsageProblem("\n  ".join([f"invalid batch file {path}:", *problems]))
+    return calls
+
+
+class _ProgressObserver:
+    """Advances the progress bar as each top-level call of the batch settles."""
+
+    def __init__(self, progress: Progress, task: Any, call_ids: set[str]) -> None:
+        self._progress = progress
+        self._task = task
+        self._call_ids = call_ids
+
+    @hookimpl
+    def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        if execution.parent is None and execution.call_id in self._call_ids:
+            self._progress.advance(self._task)
+
+
+@cli.command("run")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--max-parallel", default=10, show_default=True, type=click.IntRange(min=1), help="Parallel pool size.")
+@agent_option
+@session_option
+@click.pass_context
+def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | None, session: Path | None) -> None:
+    """Run a batch of model tool calls from a JSON-lines file.
+
+    Each line is {"id": ..., "name": ..., "arguments": {...} or "<json text>"}.
+    The calls run like one model turn (consecutive parallel-safe calls overlap);
+    one JSON result line per call is written to stdout, in input order. Exit
+    status 0 once the batch ran, even when calls failed.
+    """
+    calls = _parse_batch(file)
+    host = _build_host(ctx)
+    scope = _scope(host.runtime, agent)
+    if scope is not None:
+        calls = [attrs.evolve(call, agent=scope) for call in calls]
+    err = _stderr()
+    progress = Progress(
+        TextColumn("running tool calls"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    task = progress.add_task("calls", total=len(calls))
+    observer = _ProgressObserver(progress, task, {call.call_id for call in calls})
+    with _session(session, host.config) as log:
+        for call in calls:
+            log.call(call)
+        host.runtime.plugins.register(observer, name="dsh-tools-progress")
+        try:
+            with progress:
+                results = trio.run(run_tool_calls, host.runtime, calls, max_parallel)
+        finally:
+            host.runtime.plugins.unregister(observer)
+        for call, result in zip(calls, results, strict=True):
+            log.result(call.call_id, result)
+    for call, result in zip(calls, results, strict=True):
+        line = {
+            "id": call.call_id,
+            "name": call.name,
+            "is_error": result.is_error,
+            "content": _content_json(result.content),
+            "error": _error_json(result),
+            "meta": thaw(result.meta),
+        }
+        click.echo(json.dumps(line, ensure_ascii=False))
+
+
+# -- diagnostics -------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Findings:
+    problems: list[str] = attrs.field(factory=list)
+    warnings: list[str] = attrs.field(factory=list)
+
+
+def _check_tool(definition: ToolDefinition, owner: str, findings: _Findings) -> None:
+    """Schemas against the enforced subset (problems) and a provider-safe name (warning)."""
+    from .schema import assert_object_json_schema, assert_supported_json_schema
+
+    for what, schema, check in (
+        ("parameters", definition.parameters, assert_object_json_schema),
+        ("output", definition.output.schema, assert_supported_json_schema),
+    ):
+        try:
+            check(schema)
+        except JsonSchemaError as exc:
+            for violation in exc.violations:
+                findings.problems.append(f'{owner}: tool "{definition.name}" {what}: {violation}')
+    if not TOOL_NAME_PATTERN.match(definition.name):
+        findings.warnings.append(
+            f'{owner}: tool name "{definition.name}" does not match {TOOL_NAME_PATTERN.pattern} '
+            "(some model providers will refuse it)"
+        )
+
+
+def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
+    from ._waterfall import WATERFALLS, HookChains
+
+    runtime, report = host.runtime, host.report
+    pm = runtime.plugins
+    findings = _Findings()
+    for failed in report.failed:
+        origin = f" from {failed.distribution} {failed.version}" if failed.distribution else ""
+        findings.problems.append(
+            f"plugin {failed.name} ({failed.value}{origin}) failed at {failed.stage}: {failed.error}"
+        )
+
+    for refusal in report.refused:
+        tool = f'tool "{refusal.tool}"' if refusal.tool else "a registration"
+        owner = f"plugin {refusal.plugin}"
+        if refusal.conflicts_with is not None:
+            holder = "the host" if refusal.conflicts_with == "<host>" else f"plugin {refusal.conflicts_with}"
+            findings.problems.append(f"{owner}: {tool} is already registered by {holder} (duplicate tool name)")
+            # Refused for its name alone: the rest of its checks still apply.
+            if refusal.definition is not None:
+                _check_tool(refusal.definition, owner, findings)
+        else:
+            findings.problems.append(f"{owner}: {tool} was refused: {refusal.error}")
+
+    plugin_of_tool = {name: loaded.name for loaded in report.loaded for name in loaded.tools}
+    registrations = runtime.registrations()
+    for _scope_key, definition in registrations:
+        name = definition.name
+        _check_tool(definition, f"plugin {plugin_of_tool[name]}" if name in plugin_of_tool else "host", findings)
+
+    chains = HookChains(pm)
+    scopes: list[Any] = [None]
+    for plugin in pm.get_plugins():
+        scope = getattr(plugin, "dsh_scope", None)
+        if scope is not None and all(scope is not s for s in scopes):
+            scopes.append(scope)
+    for hook_name in WATERFALLS:
+        seen: set[tuple[str, int]] = set()
+        for scope in scopes:
+            for listener in chains.listeners(hook_name, scope):
+                key = (listener.plugin_name, id(listener.fn))
+                if listener.problem is not None and key not in seen:
+                    seen.add(key)
+                    findings.problems.append(f"plugin {listener.problem}")
+
+    loaded_names = {loaded.name for loaded in report.loaded}
+    for plugin, message in unknown_hooks(pm):
+        findings.problems.append(f"plugin {pm.get_name(plugin)}: {message}")
+
+    spec_names = {name for name in dir(hookspecs) if name.startswith("dsh_")}
+    for plugin in pm.get_plugins():
+        name = pm.get_name(plugin) or "?"
+        for attribute in sorted(spec_names):
+            value = getattr(plugin, attribute, None)
+            if callable(value) and pm.parse_hookimpl_opts(plugin, attribute) is None:
+                findings.warnings.append(
+                    f"plugin {name}: {attribute} is not marked with @hookimpl, so it is never called"
+                )
+
+    known = {ep.name for ep in importlib.metadata.entry_points(group=options.group)} | loaded_names
+    known |= {f.name for f in report.failed}
+    for disabled in host.config.disabled_plugins:
+        if disabled not in known and disabled not in report.disabled:
+            findings.warnings.append(f'disabled_plugins names "{disabled}", but no such plugin is installed')
+    return findings, len(registrations)
+
+
+@cli.command("check")
+@click.option("--strict", is_flag=True, help="Treat warnings as problems.")
+@click.pass_context
+def check_command(ctx: click.Context, strict: bool) -> None:
+    """Load the plugins and report every problem found (plugin author's doctor).
+
+    Exit status 1 when there is any problem (or, with --strict, any warning).
+    """
+    host = _build_host(ctx, quiet=True)
+    options: _Options = ctx.find_object(_Options)  # type: ignore[assignment]
+    findings, tool_count = _diagnose(host, options)
+    out = _stdout()
+    for problem in findings.problems:
+        out.print(f"[red]problem:[/red] {escape(problem)}", soft_wrap=True)
+    for warning in findings.warnings:
+        out.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
+    report = host.report
+    summary = (
+        f"{len(report.loaded)} plugin(s) loaded, {len(report.failed)} failed, {len(report.disabled)} disabled; "
+        f"{tool_count} tool(s) registered; "
+        f"{len(findings.problems)} problem(s), {len(findings.warnings)} warning(s)"
+    )
+    out.print(summary, soft_wrap=True)
+    if findings.problems or (strict and findings.warnings):
+        ctx.exit(1)
+
+
+@cli.command("plugins")
+@json_option
+@click.pass_context
+def plugins_command(ctx: click.Context, as_json: bool) -> None:
+    """Show which plugins loaded, which failed (and why) and which are disabled."""
+    report = _build_host(ctx, quiet=True).report
+    if as_json:
+        data = {
+            "loaded": [attrs.asdict(p) for p in report.loaded],
+            "failed": [attrs.asdict(p, filter=lambda a, _: a.name != "traceback") for p in report.failed],
+            "disabled": list(report.disabled),
+        }
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    out = _stdout()
+    table = Table(title="loaded plugins")
+    for column in ("plugin", "entry point", "distribution", "version", "tools"):
+        table.add_column(column, overflow="fold")
+    for loaded in report.loaded:
+        table.add_row(
+            escape(loaded.name),
+            escape(loaded.value),
+            escape(loaded.distribution or "-"),
+            escape(loaded.version or "-"),
+            escape(", ".join(loaded.tools) or "-"),
+        )
+    out.print(table)
+    for failed in report.failed:
+        out.print(
+            f"[red]failed:[/red] {escape(failed.name)} ({escape(failed.value)}) at {failed.stage}: {escape(failed.error)}",
+            soft_wrap=True,
+        )
+    for name in report.disabled:
+        out.print(f"disabled: {escape(name)}")
+    if not report.loaded and not report.failed and not report.disabled:
+        out.print("no plugins found")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the ``dsh-tools`` command line (the console-script entry point)."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="dsh-tools")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,417 @@
+"""Host configuration: the ``dsh.toml`` file and strict structuring of plugin tables.
+
+Two things live here:
+
+* :func:`structure_table` turns a plain TOML table (or any ``dict`` of plain
+  values) into an attrs class with a *strict* cattrs converter, so that a
+  plugin's ``[plugins.<name>]`` table is checked the same way everywhere.
+* :class:`DshConfig` and :func:`load_config`: the host's own settings, read from
+  ``dsh.toml`` or ``[tool.dsh]`` in ``pyproject.toml``.
+
+The layout of a configuration file::
+
+    mode = "native"                 # "native" | "code" | "both"
+    disabled_plugins = ["timeout"]  # entry-point names not to load
+    strict_capabilities = false
+    session_log = "calls.jsonl"
+
+    [plugins.permissions]           # handed, as a dict, to that plugin's dsh_setup
+    rules = [{ tool = "shell", action = "ask" }]
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import attrs
+import cattrs
+import cattrs.cols
+import cattrs.gen
+from cattrs.errors import ForbiddenExtraKeysError
+
+from ._errors import ConfigError
+
+__all__ = ["DshConfig", "load_config", "structure_table"]
+
+T = TypeVar("T")
+
+_NoneType = type(None)
+
+# Separates a formatted message from the path ``cattrs.transform_error`` appends
+# (``"<message> @ <path>"``). Values are rendered with ``json.dumps``, which
+# escapes NUL, so no message can contain the marker.
+_END = "\x00"
+
+
+class _Mismatch(TypeError):
+    """A value of the wrong kind; its message is shown to the user as is."""
+
+
+# -- rendering values in messages --------------------------------------------------
+
+
+def _show(value: object) -> str:
+    """A short TOML-flavoured rendering of ``value`` for an error message."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        return text if len(text) <= 60 else text[:56] + '..."'
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, datetime.date | datetime.time):
+        return f"a date/time ({value.isoformat()})"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "a table"
+    if value is None:
+        return "nothing (None)"
+    return f"a {type(value).__name__}"
+
+
+def _mismatch(expected: str, value: object) -> typing.NoReturn:
+    raise _Mismatch(f"expected {expected}, got {_show(value)}")
+
+
+# -- strict scalar hooks --------------------------------------------------------------
+
+
+def _structure_str(value: object, _: object) -> str:
+    if type(value) is not str:
+        _mismatch("a string", value)
+    return value
+
+
+def _structure_bool(value: object, _: object) -> bool:
+    if type(value) is not bool:
+        _mismatch("a boolean (true or false)", value)
+    return value
+
+
+def _structure_int(value: object, _: object) -> int:
+    if type(value) is not int:
+        _mismatch("an integer", value)
+    return value
+
+
+def _structure_float(value: object, _: object) -> float:
+    if type(value) is float:
+        return value
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:
+            raise _Mismatch(f"the integer {value} is too large for a float") from None
+    _mismatch("a number", value)
+
+
+def _structure_none(value: object, _: object) -> None:
+    if value is not None:
+        _mismatch("nothing (None)", value)
+
+
+def _passthrough(value: object, _: object) -> object:
+    return value
+
+
+# -- strict hook factories ------------------------------------------------------------
+
+
+def _is_literal(annotation: Any) -> bool:
+    return get_origin(annotation) is Literal
+
+
+def _literal_hook(annotation: Any) -> Callable[[object, object], object]:
+    members = get_args(annotation)
+    if all(type(member) is str for member in members):
+        expected = "one of " + "/".join(members)
+    else:
+        expected = "one of " + "/".join(_show(member) for member in members)
+
+    def structure_literal(value: object, _: object) -> object:
+        for member in members:
+            # Type-strict: true is not 1, 1 is not "1".
+            if type(member) is type(value) and member == value:
+                return member
+        _mismatch(expected, value)
+
+    return structure_literal
+
+
+def _is_union(annotation: Any) -> bool:
+    return get_origin(annotation) in (typing.Union, types.UnionType)
+
+
+def _describe_type(annotation: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", _NoneType: "nothing"}
+    if annotation in names:
+        return names[annotation]
+    if attrs.has(annotation) or get_origin(annotation) in (dict, Mapping):
+        return "a table"
+    if get_origin(annotation) in (list, tuple):
+        return "an array"
+    if _is_literal(annotation):
+        return "one of " + "/".join(str(m) if type(m) is str else _show(m) for m in get_args(annotation))
+    return str(annotation)
+
+
+def _union_hook(annotation: Any, converter: cattrs.BaseConverter) -> Callable[[object, object], object]:
+    members = get_args(annotation)
+    optional = _NoneType in members
+    others = [member for member in members if member is not _NoneType]
+    if len(others) == 1:
+        # ``X | None``: structure as X so nested problems keep their own paths.
+        (only,) = others
+
+        def structure_optional(value: object, _: object) -> object:
+            if value is None and optional:
+                return None
+            return converter.structure(value, only)
+
+        return structure_optional
+
+    expected = " or ".join(_describe_type(member) for member in members)
+
+    def structure_union(value: object, _: object) -> object:
+        if value is None and optional:
+            return None
+        # First member that structures strictly wins, in declaration order.
+        for member in others:
+            try:
+                return converter.structure(value, member)
+            except Exception:
+                continue
+        _mismatch(expected, value)
+
+    return structure_union
+
+
+def _checked(
+    accepted: tuple[type, ...], expected: str, factory: Callable[[Any, Any], Any]
+) -> Callable[[Any, cattrs.BaseConverter], Callable[[object, object], object]]:
+    """Wrap a cattrs container factory so it refuses values of the wrong shape.
+
+    cattrs iterates any iterable (a string would become a list of characters)
+    and would try to read any object's ``keys()``.
+    """
+
+    def make(annotation: Any, converter: cattrs.BaseConverter) -> Callable[[object, object], object]:
+        inner = factory(annotation, converter)
+
+        def structure_checked(value: object, _: object) -> object:
+            if not isinstance(value, accepted):
+                _mismatch(expected, value)
+            return inner(value, annotation)
+
+        return structure_checked
+
+    return make
+
+
+def _origin_in(*origins: Any) -> Callable[[Any], bool]:
+    return lambda annotation: get_origin(annotation) in origins
+
+
+def _is_homogeneous_tuple(annotation: Any) -> bool:
+    return get_origin(annotation) is tuple and get_args(annotation)[-1:] == (Ellipsis,)
+
+
+def _attrs_factory(cls: Any, converter: cattrs.BaseConverter) -> Any:
+    return cattrs.gen.make_dict_structure_fn(cls, converter)
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    converter.register_structure_hook(str, _structure_str)
+    converter.register_structure_hook(bool, _structure_bool)
+    converter.register_structure_hook(int, _structure_int)
+    converter.register_structure_hook(float, _structure_float)
+    converter.register_structure_hook(_NoneType, _structure_none)
+    converter.register_structure_hook(Any, _passthrough)
+    converter.register_structure_hook_factory(_is_literal, _literal_hook)
+    converter.register_structure_hook_factory(_is_union, _union_hook)
+    converter.register_structure_hook_factory(
+        _origin_in(list), _checked((list, tuple), "an array", cattrs.cols.list_structure_factory)
+    )
+    converter.register_structure_hook_factory(
+        _is_homogeneous_tuple,
+        _checked((list, tuple), "an array", cattrs.cols.homogenous_tuple_structure_factory),
+    )
+    converter.register_structure_hook_factory(
+        _origin_in(dict, Mapping, typing.Mapping),
+        _checked((Mapping,), "a table", cattrs.cols.mapping_structure_factory),
+    )
+    converter.register_structure_hook_factory(attrs.has, _checked((Mapping,), "a table", _attrs_factory))
+    return converter
+
+
+_converter = _make_converter()
+
+
+def _format(exc: BaseException, annotation: Any) -> str:
+    if isinstance(exc, _Mismatch):
+        message = str(exc)
+    elif isinstance(exc, ForbiddenExtraKeysError):
+        keys = ", ".join(json.dumps(key, ensure_ascii=False) for key in sorted(exc.extra_fields))
+        allowed = ", ".join(a.alias for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else ""
+        message = f"unknown key{'s' if len(exc.extra_fields) > 1 else ''} {keys}"
+        message += f" (allowed: {allowed})" if allowed else " (no keys allowed)"
+    elif isinstance(exc, KeyError):
+        message = "missing required key"
+    elif isinstance(exc, ValueError | TypeError) and annotation is None and str(exc):
+        # Raised by the class itself (an attrs validator): its own words say most.
+        message = f"invalid value ({exc})"
+    else:
+        message = cattrs.v.format_exception(exc, annotation)
+    return message + _END
+
+
+def structure_table(cls: type[T], data: object, where: str) -> T:
+    """Structure the plain table ``data`` into the attrs class ``cls``, strictly.
+
+    ``where`` names the table in messages (``"[plugins.permissions]"``); paths
+    below it follow (``[plugins.permissions].rules[2].action``). Nothing is
+    coerced: ``"1"`` is not an integer, ``1`` is not a boolean, an integer is
+    accepted for a ``float`` field. Unknown keys are refused. Supported field
+    types: ``str``, ``int``, ``float``, ``bool``, ``Any``, ``Literal[...]``,
+    ``X | None`` (and other unions, first matching member wins), ``list``,
+    ``tuple[X, ...]``, ``dict``/``Mapping`` with ``str`` keys and nested attrs
+    classes. An attrs validator that raises is reported as an invalid value.
+
+    Raises:
+        ConfigError: ``violations`` lists *every* problem, each as
+            ``<path>: <message>``, e.g.
+            ``[plugins.permissions].rules[2].action: expected one of allow/deny/ask, got "maybe"``.
+    """
+    try:
+        return _converter.structure(data, cls)
+    except Exception as exc:
+        lines = cattrs.transform_error(exc, path=where, format_exception=_format)
+        raise ConfigError([_reorder(line, where) for line in lines]) from exc
+
+
+def _reorder(line: str, where: str) -> str:
+    """``"<message>␀ @ <path>"`` → ``"<path>: <message>"``."""
+    message, marker, path = line.partition(_END + " @ ")
+    if not marker:  # Not formatted by ``_format`` (defensive): keep cattrs' words.
+        return line
+    if not where:
+        path = path.removeprefix(".")
+    return f"{path}: {message}" if path else message
+
+
+# -- the host configuration -------------------------------------------------------------
+
+
+def _plain_tables(value: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
+    return types.MappingProxyType({name: types.MappingProxyType(dict(table)) for name, table in value.items()})
+
+
+@attrs.frozen(kw_only=True)
+class DshConfig:
+    """The host's settings (``dsh.toml`` or ``[tool.dsh]``); every field has a default.
+
+    ``plugins`` maps an entry-point name to that plugin's raw table: the loader
+    hands a plain ``dict`` copy of it to the plugin's ``dsh_setup`` as ``config``
+    (``{}`` when the file has no table for it), and the plugin structures it
+    (:func:`structure_table`). The mapping itself is read-only.
+    """
+
+    mode: Literal["native", "code", "both"] = "native"
+    disabled_plugins: tuple[str, ...] = ()
+    strict_capabilities: bool = False
+    plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_plain_tables, hash=False)
+    session_log: str | None = None
+
+    def plugin_config(self, name: str) -> dict[str, Any]:
+        """A fresh, deep plain-``dict`` copy of ``[plugins.<name>]`` (``{}`` when absent)."""
+        table: dict[str, Any] = _deep_copy(self.plugins.get(name, {}))
+        return table
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _deep_copy(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_deep_copy(item) for item in value]
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class _ConfigFile:
+    """The file layout; ``plugins`` tables stay raw (each plugin checks its own)."""
+
+    mode: Literal["native", "code", "both"] = "native"
+    disabled_plugins: tuple[str, ...] = ()
+    strict_capabilities: bool = False
+    plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    session_log: str | None = None
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.PathLike[str] | None = None) -> DshConfig:
+    """Read the host configuration.
+
+    Lookup: the explicit ``path`` (a missing file is an error); else
+    ``dsh.toml`` in ``cwd`` (default: the current directory); else the
+    ``[tool.dsh]`` table of ``pyproject.toml`` there; else all defaults. Only the
+    first file found is read: settings are not merged across files. A relative
+    ``session_log`` is resolved against the directory of the file it came from.
+
+    Raises:
+        ConfigError: the file is missing (explicit ``path`` only), unreadable, not
+            valid TOML (the message names the file, line and column) or has
+            invalid settings (every problem listed, each with its key path).
+    """
+    base = Path(os.fspath(cwd)) if cwd is not None else Path.cwd()
+    if path is not None:
+        file = base / os.fspath(path)
+        if not file.is_file():
+            raise ConfigError([f"{file}: configuration file not found"])
+        return _parse(file, _read_toml(file), where="")
+    candidate = base / "dsh.toml"
+    if candidate.is_file():
+        return _parse(candidate, _read_toml(candidate), where="")
+    pyproject = base / "pyproject.toml"
+    if pyproject.is_file():
+        table = _read_toml(pyproject).get("tool", {})
+        if isinstance(table, Mapping) and "dsh" in table:
+            return _parse(pyproject, table["dsh"], where="[tool.dsh]")
+    return DshConfig()
+
+
+def _read_toml(file: Path) -> dict[str, Any]:
+    try:
+        with file.open("rb") as stream:
+            data: dict[str, Any] = tomllib.load(stream)
+            return data
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message already ends with "(at line L, column C)".
+        raise ConfigError([f"{file}: invalid TOML: {exc}"]) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{file}: cannot read: {exc}"]) from exc
+
+
+def _parse(file: Path, table: object, *, where: str) -> DshConfig:
+    try:
+        raw = structure_table(_ConfigFile, table, where)
+    except ConfigError as exc:
+        raise ConfigError([f"{file}: {violation}" for violation in exc.violations]) from exc
+    session_log = raw.session_log
+    if session_log is not None:
+        session_log = str(file.parent / session_log)
+    return DshConfig(
+        mode=raw.mode,
+        disabled_plugins=raw.disabled_plugins,
+        strict_capabilities=raw.strict_capabilities,
+        plugins=raw.plugins,
+        session_log=session_log,
+    )

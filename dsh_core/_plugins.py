@@ -1,0 +1,500 @@
+"""Discovering and loading third-party plugins from the ``dsh`` entry-point group.
+
+A distribution offers plugins by declaring entry points::
+
+    [project.entry-points.dsh]
+    permissions = "acme_dsh.permissions"          # a module
+    audit = "acme_dsh.audit:plugin"               # an object in a module
+    metrics = "acme_dsh.metrics:MetricsPlugin"    # a class: instantiated with no arguments
+
+:func:`load_plugins` loads them one at a time, each contained: a plugin that
+fails to import, register or set up is reported (:class:`PluginReport`) and
+leaves nothing behind; the host keeps running. For every entry point, in
+sorted (distribution name, entry-point name) order so hook order is the same
+on every machine:
+
+1. skip it when its name is in ``config.disabled_plugins`` (reported as
+   disabled) or already taken by an earlier entry point or a plugin the host
+   registered itself (reported as failed, stage ``"register"``; first wins);
+2. ``ep.load()`` (stage ``"import"``); a class is instantiated with no
+   arguments. Everything the import raises is caught, ``SystemExit`` included;
+   only ``KeyboardInterrupt`` propagates;
+3. ``runtime.plugins.register(obj, name=ep.name)`` (stage ``"register"``);
+   pluggy validates every hookimpl first, so a refused plugin leaves nothing;
+4. the plugin's *own* ``dsh_setup(runtime, config)`` hookimpl, if it has one
+   (stage ``"setup"``), with a fresh ``dict`` copy of its
+   ``[plugins.<name>]`` table (``{}`` when there is none). If it raises, the
+   plugin is rolled back: see *Rollback* below;
+5. once all are loaded, every loaded plugin is checked for hookimpls of hooks
+   that do not exist (a typo such as ``dsh_pre_exec``; what pluggy's
+   ``check_pending`` finds, stage ``"validate"``). The offender is rolled back.
+
+**Two plugin shapes.** A *stateless* plugin is a module whose functions are
+marked with ``@dsh_core.hookimpl``. A plugin with *state* (per-runtime
+caches, configuration, a handle to the runtime) should not keep it at module
+level, because the module is shared by every runtime in the process. Its
+entry-point module instead exposes a ``dsh_setup`` hookimpl that registers a
+fresh instance for this runtime::
+
+    @hookimpl
+    def dsh_setup(runtime, config):
+        settings = structure_table(Settings, config, "[plugins.permissions]")
+        runtime.plugins.register(PermissionPolicy(runtime, settings), name="permissions-policy")
+
+**Rollback.** While a plugin's ``dsh_setup`` runs, the loader records what it
+adds to the runtime: every registration, restriction, guard and presentation
+(through the ``runtime``'s own methods, including ``runtime.scoped(...)``
+views; the recorder is removed again when setup returns) and every plugin
+object it registers with ``runtime.plugins``. When setup fails, or the
+plugin later fails validation, all of it is undone in reverse order and the
+entry-point plugin itself is unregistered. Registrations a plugin makes later
+(outside ``dsh_setup``) are its own business.
+
+Registrations the runtime refused during setup (a duplicate tool name, an
+unsupported schema) are listed in :attr:`PluginReport.refused`, attributed to
+the plugin that tried and, for a duplicate name, to the one that holds it,
+whether or not the plugin caught the error.
+
+Nothing in-process protects the host from a plugin that hangs or crashes the
+interpreter at import time. After adding or renaming entry points of an
+*editable* install, reinstall it: the entry points live in its installed
+metadata, not in ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import inspect
+import re
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import pluggy
+
+from . import hookspecs
+from ._config import DshConfig
+from ._definition import ToolDefinition
+from ._errors import RegistrationError
+from ._registry import Disposer
+
+if TYPE_CHECKING:
+    from ._execution import ScopeKey
+    from ._runtime import ToolRuntime
+
+__all__ = [
+    "FailedPlugin",
+    "LoadedPlugin",
+    "PluginReport",
+    "RefusedRegistration",
+    "discover_entry_points",
+    "load_plugins",
+    "unknown_hooks",
+]
+
+Stage = Literal["import", "register", "setup", "validate"]
+
+_RECORDED_METHODS = ("register", "restrict", "guard", "present_as")
+
+
+@attrs.frozen(kw_only=True)
+class LoadedPlugin:
+    """An entry point that loaded, registered and set up.
+
+    ``tools`` names the tools its ``dsh_setup`` registered (in order);
+    ``plugins`` the pluggy names of the plugin objects it registered (itself first).
+    """
+
+    name: str
+    value: str
+    distribution: str | None
+    version: str | None
+    tools: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class FailedPlugin:
+    """An entry point that did not load; nothing of it stays registered.
+
+    ``stage`` says how far it got; ``error`` is one line (``"ModuleNotFoundError:
+    No module named 'x'"``); ``traceback`` the formatted traceback, when there was one.
+    """
+
+    name: str
+    value: str
+    distribution: str | None
+    version: str | None
+    stage: Stage
+    error: str
+    traceback: str | None = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class RefusedRegistration:
+    """A registration the runtime refused while a plugin's ``dsh_setup`` ran.
+
+    ``conflicts_with`` names the plugin that already holds the tool name (``None``
+    when the refusal had another reason, ``"<host>"`` when the host registered it).
+    """
+
+    plugin: str
+    tool: str | None
+    scope: Any
+    error: str
+    conflicts_with: str | None = None
+    definition: ToolDefinition | None = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class PluginReport:
+    """What :func:`load_plugins` did, entry point by entry point, in load order."""
+
+    loaded: tuple[LoadedPlugin, ...] = ()
+    failed: tuple[FailedPlugin, ...] = ()
+    disabled: tuple[str, ...] = ()
+    refused: tuple[RefusedRegistration, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """No entry point failed (disabled ones and caught refusals do not count)."""
+        return not self.failed
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _dist_of(ep: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
+    dist = ep.dist
+    if dist is None:
+        return None, None
+    return dist.name, dist.version
+
+
+def discover_entry_points(group: str = "dsh") -> list[importlib.metadata.EntryPoint]:
+    """The entry points of ``group``, sorted by (distribution name, entry-point name).
+
+    ``importlib.metadata`` lists them in file-system order, which differs
+    between machines; sorting makes the hook order reproducible.
+    """
+
+    def key(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
+        dist_name, _ = _dist_of(ep)
+        return (_normalize(dist_name) if dist_name else "", ep.name)
+
+    return sorted(importlib.metadata.entry_points(group=group), key=key)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): the plugin tried to exit the host"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _format_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))
+
+
+class _Ownership:
+    """Everything one entry-point plugin added to the runtime, in order."""
+
+    def __init__(self, name: str, plugin: object) -> None:
+        self.name = name
+        self.plugin = plugin
+        self.plugins: list[object] = [plugin]
+        self.disposers: list[Disposer] = []
+        self.tools: list[tuple[ScopeKey | None, str]] = []
+
+
+class _Loader:
+    def __init__(self, runtime: ToolRuntime, config: DshConfig) -> None:
+        self.runtime = runtime
+        self.pm: pluggy.PluginManager = runtime.plugins
+        self.config = config
+        self.loaded: list[tuple[importlib.metadata.EntryPoint, _Ownership]] = []
+        self.failed: list[FailedPlugin] = []
+        self.disabled: list[str] = []
+        self.refused: list[RefusedRegistration] = []
+        # Who registered a tool name, per scope, for duplicate attribution.
+        self.holders: dict[tuple[Any, str], str] = {}
+        for scope, definition in runtime.registrations():
+            self.holders[(scope, definition.name)] = "<host>"
+
+    def fail(
+        self, ep: importlib.metadata.EntryPoint, stage: Stage, error: str, exc: BaseException | None = None
+    ) -> None:
+        dist, version = _dist_of(ep)
+        self.failed.append(
+            FailedPlugin(
+                name=ep.name,
+                value=ep.value,
+                distribution=dist,
+                version=version,
+                stage=stage,
+                error=error,
+                traceback=_format_traceback(exc) if exc is not None else None,
+            )
+        )
+
+    # -- one entry point ----------------------------------------------------------
+
+    def load(self, ep: importlib.metadata.EntryPoint, seen: dict[str, importlib.metadata.EntryPoint]) -> None:
+        if ep.name in self.config.disabled_plugins:
+            if ep.name not in self.disabled:
+                self.disabled.append(ep.name)
+            return
+        first = seen.get(ep.name)
+        if first is not None:
+            first_dist, _ = _dist_of(first)
+            self.fail(
+                ep,
+                "register",
+                f'duplicate plugin name "{ep.name}": already provided by '
+                f"{first_dist or 'an entry point'} ({first.value}); this one was skipped",
+            )
+            return
+        seen[ep.name] = ep
+        if self.pm.is_blocked(ep.name):
+            self.disabled.append(ep.name)
+            return
+        if self.pm.has_plugin(ep.name):
+            holder = self.pm.get_plugin(ep.name)
+            owner = next((o.name for _, o in self.loaded if any(p is holder for p in o.plugins)), None)
+            by = f"by plugin {owner}'s dsh_setup" if owner else "by the host"
+            self.fail(ep, "register", f'a plugin named "{ep.name}" is already registered {by}; skipped')
+            return
+
+        try:
+            plugin = ep.load()
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self.fail(ep, "import", _one_line(exc), exc)
+            return
+        if isinstance(plugin, type):
+            try:
+                plugin = plugin()
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self.fail(
+                    ep,
+                    "import",
+                    f"the entry point names the class {plugin.__qualname__}, which could not be "
+                    f"instantiated without arguments: {_one_line(exc)}",
+                    exc,
+                )
+                return
+
+        try:
+            registered = self.pm.register(plugin, name=ep.name)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self.fail(ep, "register", _one_line(exc), exc)
+            return
+        if registered is None:  # blocked between the check and now
+            self.disabled.append(ep.name)
+            return
+
+        owned = _Ownership(ep.name, plugin)
+        try:
+            with self.recording(owned):
+                self.setup(plugin, self.config.plugin_config(ep.name))
+        except BaseException as exc:
+            self.rollback(owned)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self.fail(ep, "setup", f"dsh_setup failed: {_one_line(exc)}", exc)
+            return
+        self.loaded.append((ep, owned))
+
+    def setup(self, plugin: object, table: dict[str, Any]) -> None:
+        # Only this plugin's own hookimpls: broadcasting pm.hook.dsh_setup would
+        # set up every earlier plugin again.
+        arguments = {"runtime": self.runtime, "config": table}
+        impls = [impl for impl in self.pm.hook.dsh_setup.get_hookimpls() if impl.plugin is plugin]
+        for impl in reversed(impls):  # pluggy's call order
+            outcome = impl.function(**{name: arguments[name] for name in impl.argnames})
+            if inspect.isawaitable(outcome) or inspect.isgenerator(outcome):
+                close = getattr(outcome, "close", None)
+                if close is not None:
+                    close()
+                raise TypeError("dsh_setup must be a plain (synchronous) function; it runs once at load time")
+
+    @contextmanager
+    def recording(self, owned: _Ownership) -> Iterator[None]:
+        """Record what the plugin adds to the runtime while the block runs."""
+        runtime = self.runtime
+        before = {id(obj) for obj in self.pm.get_plugins()}
+        shadowed = {name: runtime.__dict__[name] for name in _RECORDED_METHODS if name in runtime.__dict__}
+        for name in _RECORDED_METHODS:
+            setattr(runtime, name, self._recorder(owned, name, getattr(runtime, name)))
+        try:
+            yield
+        finally:
+            for name in _RECORDED_METHODS:
+                if name in shadowed:
+                    setattr(runtime, name, shadowed[name])
+                else:
+                    delattr(runtime, name)
+            owned.plugins.extend(
+                obj for obj in self.pm.get_plugins() if id(obj) not in before and obj is not owned.plugin
+            )
+
+    def _recorder(self, owned: _Ownership, method: str, original: Callable[..., Disposer]) -> Callable[..., Disposer]:
+        def recorded(*args: Any, **kwargs: Any) -> Disposer:
+            try:
+                disposer = original(*args, **kwargs)
+            except Exception as exc:
+                if method == "register":
+                    self.note_refusal(owned, args, kwargs, exc)
+                raise
+            owned.disposers.append(disposer)
+            if method == "register":
+                definition, scope = _register_arguments(args, kwargs)
+                name = getattr(definition, "name", None)
+                if isinstance(name, str):
+                    owned.tools.append((scope, name))
+                    self.holders.setdefault((scope, name), owned.name)
+            return disposer
+
+        return recorded
+
+    def note_refusal(self, owned: _Ownership, args: tuple[Any, ...], kwargs: dict[str, Any], exc: Exception) -> None:
+        definition, scope = _register_arguments(args, kwargs)
+        name = getattr(definition, "name", None)
+        tool = name if isinstance(name, str) else None
+        holder = None
+        if tool is not None and isinstance(exc, RegistrationError) and "already registered" in str(exc):
+            holder = self.holders.get((scope, tool))
+        self.refused.append(
+            RefusedRegistration(
+                plugin=owned.name,
+                tool=tool,
+                scope=scope,
+                error=str(exc),
+                conflicts_with=holder,
+                definition=definition if isinstance(definition, ToolDefinition) else None,
+            )
+        )
+
+    def rollback(self, owned: _Ownership) -> None:
+        """Undo what ``owned`` added, newest first; a failing undo does not stop the rest."""
+        for disposer in reversed(owned.disposers):
+            with suppress(Exception):
+                disposer()
+        for plugin in reversed(owned.plugins):
+            with suppress(Exception):
+                if self.pm.is_registered(plugin):
+                    self.pm.unregister(plugin)
+        for key, holder in list(self.holders.items()):
+            if holder == owned.name:
+                del self.holders[key]
+
+    # -- after all entry points -----------------------------------------------------
+
+    def validate(self) -> None:
+        """Roll back loaded plugins that implement hooks with no spec (pluggy's check_pending)."""
+        problems: dict[int, list[str]] = {}
+        for plugin, message in unknown_hooks(self.pm):
+            problems.setdefault(id(plugin), []).append(message)
+        if not problems:
+            return
+        kept: list[tuple[importlib.metadata.EntryPoint, _Ownership]] = []
+        for ep, owned in self.loaded:
+            messages = [m for obj in owned.plugins for m in problems.pop(id(obj), [])]
+            if messages:
+                self.rollback(owned)
+                self.fail(ep, "validate", "; ".join(messages))
+            else:
+                kept.append((ep, owned))
+        self.loaded = kept
+
+    def report(self) -> PluginReport:
+        loaded = []
+        for ep, owned in self.loaded:
+            dist, version = _dist_of(ep)
+            loaded.append(
+                LoadedPlugin(
+                    name=ep.name,
+                    value=ep.value,
+                    distribution=dist,
+                    version=version,
+                    tools=tuple(name for _, name in owned.tools),
+                    plugins=tuple(self.pm.get_name(obj) or "?" for obj in owned.plugins if self.pm.is_registered(obj)),
+                )
+            )
+        return PluginReport(
+            loaded=tuple(loaded),
+            failed=tuple(self.failed),
+            disabled=tuple(self.disabled),
+            # Kept for rolled-back plugins too: a refusal often explains the failure.
+            refused=tuple(self.refused),
+        )
+
+
+def unknown_hooks(pm: pluggy.PluginManager) -> list[tuple[object, str]]:
+    """Every hookimpl of a hook that has no spec, as ``(plugin, message)``.
+
+    What ``pm.check_pending()`` checks, but listing all offenders instead of
+    raising for the first; ``optionalhook=True`` impls are exempt.
+    """
+    spec_names = [name for name in dir(hookspecs) if name.startswith("dsh_")]
+    found: list[tuple[object, str]] = []
+    for hook_name in list(vars(pm.hook)):
+        if hook_name.startswith("_"):
+            continue
+        caller = getattr(pm.hook, hook_name)
+        if caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.optionalhook:
+                continue
+            hint = difflib.get_close_matches(hook_name, spec_names, n=1)
+            found.append(
+                (impl.plugin, f'unknown hook "{hook_name}"' + (f' (did you mean "{hint[0]}"?)' if hint else ""))
+            )
+    return found
+
+
+def _register_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, Any]:
+    definition = args[0] if args else kwargs.get("definition")
+    scope = args[1] if len(args) > 1 else kwargs.get("scope")
+    return definition, scope
+
+
+def load_plugins(
+    runtime: ToolRuntime,
+    group: str = "dsh",
+    config: DshConfig | None = None,
+    *,
+    entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
+) -> PluginReport:
+    """Load every plugin of the entry-point ``group`` into ``runtime``, each contained.
+
+    ``config`` supplies ``disabled_plugins`` and each plugin's
+    ``[plugins.<name>]`` table. ``entry_points`` replaces discovery with an
+    explicit list, loaded in the order given (for hosts that add their own,
+    and for tests); by default :func:`discover_entry_points` is used.
+
+    Never raises for a plugin's fault: every failure is in the returned
+    report, and a failed plugin leaves nothing registered (see the module
+    documentation). Only ``KeyboardInterrupt`` propagates, after the plugin
+    being loaded has been rolled back.
+    """
+    loader = _Loader(runtime, config if config is not None else DshConfig())
+    points = discover_entry_points(group) if entry_points is None else list(entry_points)
+    seen: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in points:
+        loader.load(ep, seen)
+    loader.validate()
+    # The loaded plugins are clean now; a remaining offender belongs to the host.
+    with suppress(pluggy.PluginValidationError):
+        runtime.plugins.check_pending()
+    return loader.report()

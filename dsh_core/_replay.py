@@ -1,0 +1,212 @@
+"""Presenting calls live and from a session log, with the same presenters.
+
+Presenters depend only on the call's arguments and the *durable* result
+projection (content, failure state, meta), never on the canonical value, so a
+session log alone reproduces what a UI showed live. A missing or raising
+presenter falls back to the generic card; presentation never breaks a call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .hookspecs import hookimpl
+from ._content import ContentBlock
+from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
+from ._json import JsonValue, thaw
+from ._results import ToolExecutionResult, error_message
+from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_content
+from ._waterfall import is_fatal
+from .presentation import GenericCallView, ToolCallView, ToolResultView
+
+if TYPE_CHECKING:
+    from ._runtime import ToolRuntime
+
+__all__ = ["ReplayedCall", "SessionRecorder", "ToolResult", "present_call", "present_result", "replay"]
+
+logger = logging.getLogger("dsh_core.presentation")
+
+_CALL_VIEWS = ToolCallView.__args__
+_RESULT_VIEWS = ToolResultView.__args__
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ToolResult:
+    """The durable projection of a result a result presenter sees: what a log keeps."""
+
+    content: tuple[ContentBlock, ...]
+    is_error: bool
+    meta: JsonValue = None
+
+    @classmethod
+    def of(cls, result: ToolExecutionResult) -> ToolResult:
+        return cls(content=result.content, is_error=result.is_error, meta=result.meta)
+
+
+def present_call(runtime: ToolRuntime, name: str, arguments: JsonValue, scope: ScopeKey | None = None) -> ToolCallView:
+    """The pending card for a call: the visible tool's ``present_call``, else the generic card."""
+    fallback = GenericCallView(title=name, raw_input=arguments)
+    tool = runtime.get(name, scope)
+    if tool is None or tool.present_call is None:
+        return fallback
+    try:
+        view = tool.present_call(arguments)
+    except BaseException as exc:
+        if is_fatal(exc):
+            raise
+        logger.warning('tool "%s": present_call failed: %s; using the generic card', name, error_message(exc))
+        return fallback
+    if view is None:
+        return fallback
+    if not isinstance(view, _CALL_VIEWS):
+        logger.warning('tool "%s": present_call returned %r, not a ToolCallView; using the generic card', name, view)
+        return fallback
+    checked: ToolCallView = view
+    return checked
+
+
+def present_result(
+    runtime: ToolRuntime, name: str, arguments: JsonValue, result: ToolResult, scope: ScopeKey | None = None
+) -> ToolResultView | None:
+    """The completed card, or ``None`` to keep the pending title and show the raw content."""
+    tool = runtime.get(name, scope)
+    if tool is None or tool.present_result is None:
+        return None
+    try:
+        view = tool.present_result(arguments, result)
+    except BaseException as exc:
+        if is_fatal(exc):
+            raise
+        logger.warning('tool "%s": present_result failed: %s; showing the raw content', name, error_message(exc))
+        return None
+    if view is not None and not isinstance(view, _RESULT_VIEWS):
+        logger.warning('tool "%s": present_result returned %r, not a ToolResultView', name, view)
+        return None
+    return view
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ReplayedCall:
+    """One model-requested call as a session log tells it, with its cards."""
+
+    call_id: str
+    name: str
+    arguments: JsonValue
+    agent: str | None
+    call_view: ToolCallView
+    result: ToolResult | None
+    result_view: ToolResultView | None
+    error: Mapping[str, Any] | None
+    dispatches: tuple[Mapping[str, Any], ...] = ()
+
+
+def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -> list[ReplayedCall]:
+    """Rebuild every call's presentation from a session log alone.
+
+    Cards come from the tools registered in ``runtime`` now (the presenters are
+    pure), resolved in the global view. A call whose result was never logged
+    (the host stopped mid-call) has ``result=None``. Code Mode sub-calls are
+    attached to their outer call as ``dispatches``.
+    """
+    events = log.events if isinstance(log, SessionLogRead) else tuple(log)
+    calls: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    for event in events:
+        data = event.data
+        if event.type == "tool/call":
+            call_id = str(data["callId"])
+            calls[call_id] = {"data": data, "result": None, "dispatches": []}
+            order.append(call_id)
+        elif event.type == "tool/result":
+            entry = calls.get(str(data["callId"]))
+            if entry is not None:
+                entry["result"] = data
+        elif event.type == "tool/code-dispatch":
+            entry = calls.get(str(data.get("parentCallId")))
+            if entry is not None:
+                entry["dispatches"].append(data)
+    out: list[ReplayedCall] = []
+    for call_id in order:
+        entry = calls[call_id]
+        data = entry["data"]
+        name = str(data["name"])
+        arguments = data.get("arguments")
+        durable: ToolResult | None = None
+        view: ToolResultView | None = None
+        error = None
+        if entry["result"] is not None:
+            logged = entry["result"]
+            durable = ToolResult(
+                content=structure_content(logged["content"]), is_error=bool(logged["isError"]), meta=logged.get("meta")
+            )
+            view = present_result(runtime, name, arguments, durable)
+            error = logged.get("error")
+        out.append(
+            ReplayedCall(
+                call_id=call_id,
+                name=name,
+                arguments=arguments,
+                agent=data.get("agent"),
+                call_view=present_call(runtime, name, arguments),
+                result=durable,
+                result_view=view,
+                error=error,
+                dispatches=tuple(entry["dispatches"]),
+            )
+        )
+    return out
+
+
+def _agent_id(agent: object) -> str | None:
+    if agent is None:
+        return None
+    return str(getattr(agent, "id", agent))
+
+
+class SessionRecorder:
+    """Records model-requested calls and their durable results into a :class:`SessionLog`.
+
+    Register it as a plugin (it observes ``dsh_result``), call :meth:`record_call`
+    before executing each model call so the call is durable before it runs, and
+    pass :meth:`event_sink` as ``ToolRuntime(event_sink=...)`` for Code Mode's
+    dispatch events.
+    """
+
+    def __init__(self, log: SessionLog) -> None:
+        self.log = log
+
+    def record_call(self, request: ToolExecutionInput) -> int:
+        arguments: Any = request.arguments
+        try:
+            return self.log.append_call(request.call_id, request.name, arguments, agent=_agent_id(request.agent))
+        except (TypeError, ValueError):
+            # The arguments are not JSON (the call will fail INVALID_ARGS): log what can be logged.
+            return self.log.append_call(request.call_id, request.name, None, agent=_agent_id(request.agent))
+
+    @hookimpl
+    def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        if execution.parent is not None:
+            return
+        error = None
+        if result.is_error:
+            info = result.error.info
+            error = {
+                "message": result.error.message,
+                "name": info.name if info else "ToolError",
+                "code": info.code if info else "",
+            }
+        self.log.append_result(
+            execution.call_id, content=result.content, is_error=result.is_error, error=error, meta=result.meta
+        )
+
+    def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
+        ids = (data["root_call_id"], data["parent_call_id"], data["sub_call_id"], data["name"])
+        arguments = thaw(data["arguments"])
+        if event_type == "tool/code-dispatch-start":
+            self.log.append_dispatch_start(*ids, arguments)
+        elif event_type == "tool/code-dispatch":
+            self.log.append_dispatch(*ids, arguments, content=data["content"], is_error=data["is_error"])

@@ -1,0 +1,535 @@
+"""The ``dsh-tools`` command line, through click's CliRunner and as a real subprocess.
+
+Tools come from a small plugin module written to a temporary directory and
+loaded with ``--no-plugins --plugin cli=<module>`` (or through a throw-away
+distribution's entry points), so the installed plugins do not interfere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+# Shared with the loader tests: builds throw-away distributions on sys.path.
+from test_plugin_loading import Dists
+
+from dsh_core._cli import cli
+from dsh_core._session_log import read_session_log
+
+PLUGIN = """
+from dsh_core import Ask, ImageBlock, ToolOutput, define_tool, hookimpl
+
+async def _echo(args):
+    return args
+
+async def _boom(args):
+    raise RuntimeError("it broke")
+
+async def _picture(args):
+    return "iVBORw0KGgo="
+
+async def _slow(args):
+    import trio
+    await trio.sleep(0.01)
+    return args.get("n")
+
+TOOLS = [
+    define_tool(
+        name="echo", description="Echo the arguments.\\nSecond line is not shown.", parameters={},
+        output={"type": "json"}, execute=_echo, timeout_ms=5000, is_concurrency_safe=lambda args: True),
+    define_tool(name="boom", description="Always fails.", parameters={}, output={"type": "json"}, execute=_boom),
+    define_tool(
+        name="picture", description="An image.", parameters={}, execute=_picture,
+        output=ToolOutput(schema={"type": "string"}, render=lambda args, value: [ImageBlock(value, "image/png")])),
+    define_tool(
+        name="guarded", description="Needs approval.", parameters={}, output={"type": "json"}, execute=_echo),
+    define_tool(
+        name="slow", description="Sleeps.", parameters={"n": {"type": "integer", "required": True}},
+        output={"type": "integer"}, execute=_slow, is_concurrency_safe=lambda args: True),
+]
+
+class AskForGuarded:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        if execution.name == "guarded":
+            return Ask("guarded needs a yes")
+        return await next()
+
+@hookimpl
+def dsh_setup(runtime, config):
+    for tool in TOOLS:
+        runtime.register(tool)
+    runtime.plugins.register(AskForGuarded(), name="cli-ask-policy")
+"""
+
+
+@pytest.fixture
+def dists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dists]:
+    root = tmp_path / "site"
+    root.mkdir()
+    factory = Dists(root)
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.chdir(tmp_path)  # no dsh.toml / pyproject.toml of the checkout
+    monkeypatch.setenv("COLUMNS", "200")
+    yield factory
+    for name in [m for m in sys.modules if m.startswith(factory.prefix)]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def tools(dists: Dists) -> list[str]:
+    """Global options that load the test tools and nothing else."""
+    module = dists.module("clitools", PLUGIN)
+    return ["--no-plugins", "--plugin", f"cli={module}"]
+
+
+def invoke(args: list[str], input: str | None = None) -> Result:
+    return CliRunner().invoke(cli, args, input=input, catch_exceptions=False)
+
+
+# -- list / schemas / sdk -------------------------------------------------------------
+
+
+def test_list_shows_visible_tools(tools: list[str]) -> None:
+    result = invoke([*tools, "list"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for name in ("echo", "boom", "picture", "guarded", "slow"):
+        assert name in out
+    assert "Echo the arguments." in out
+    assert "Second line" not in out
+    assert "5000 ms" in out
+    assert "per call" in out
+    assert "5 tools" in out
+
+
+def test_list_json(tools: list[str]) -> None:
+    result = invoke([*tools, "list", "--json"])
+    assert result.exit_code == 0
+    rows = json.loads(result.stdout)
+    assert [row["name"] for row in rows] == ["echo", "boom", "picture", "guarded", "slow"]
+    assert rows[0] == {
+        "name": "echo",
+        "description": "Echo the arguments.",
+        "scope": None,
+        "parallel": True,
+        "timeout_ms": 5000,
+    }
+    assert rows[1]["parallel"] is False and rows[1]["timeout_ms"] is None
+
+
+def test_list_without_plugins_is_empty() -> None:
+    result = invoke(["--no-plugins", "list", "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == []
+
+
+def test_schemas_json(tools: list[str]) -> None:
+    result = invoke([*tools, "schemas", "--json"])
+    assert result.exit_code == 0
+    schemas = json.loads(result.stdout)
+    slow = next(s for s in schemas if s["name"] == "slow")
+    assert slow == {
+        "name": "slow",
+        "description": "Sleeps.",
+        "parameters": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+        },
+    }
+    assert set(schemas[0]) == {"name", "description", "parameters"}
+
+
+def test_schemas_pretty_is_json_too(tools: list[str]) -> None:
+    result = invoke([*tools, "schemas"])
+    assert result.exit_code == 0
+    assert [s["name"] for s in json.loads(result.stdout)][:2] == ["echo", "boom"]
+
+
+def test_sdk_renders_the_visible_tools(tools: list[str]) -> None:
+    result = invoke([*tools, "sdk"])
+    assert result.exit_code == 0, result.output
+    assert "async def echo" in result.stdout
+    assert "async def slow" in result.stdout
+
+
+def test_sdk_without_code_mode_is_a_clear_error(tools: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "dsh_core.code_mode", None)  # makes the import fail
+    result = invoke([*tools, "sdk"])
+    assert result.exit_code == 2
+    assert "Code Mode is not available" in result.stderr
+
+
+def test_code_mode_from_config(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('mode = "code"\n')
+    listed = json.loads(invoke([*tools, "list", "--json"]).stdout)
+    assert [row["name"] for row in listed][-1] == "run_code"
+    direct = invoke([*tools, "call", "echo", "{}"])
+    assert direct.exit_code == 1 and "UNKNOWN_TOOL" in direct.stderr
+    program = json.dumps({"code": "return await tools.echo({'k': 2})", "description": "echo via code"})
+    result = invoke([*tools, "call", "run_code", program])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"k": 2}
+
+
+# -- call ------------------------------------------------------------------------------
+
+
+def test_call_success_prints_content(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "echo", '{"x": 1}'])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {"x": 1}
+    assert result.stderr == ""
+
+
+def test_call_defaults_to_empty_arguments(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "echo"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {}
+
+
+def test_call_image_content(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "picture"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "[image image/png]"
+
+
+def test_call_failure_exits_1_with_the_code_on_stderr(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "boom", "{}"])
+    assert result.exit_code == 1
+    assert result.stdout.strip() == "Error: it broke"
+    assert "TOOL_ERROR" in result.stderr
+
+
+def test_call_unknown_tool(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "nope"])
+    assert result.exit_code == 1
+    assert "UNKNOWN_TOOL" in result.stderr
+
+
+def test_call_invalid_arguments_fail_validation(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "slow", '{"n": "x"}'])
+    assert result.exit_code == 1
+    assert "INVALID_ARGS" in result.stderr
+
+
+def test_call_bad_json_is_a_usage_error(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "echo", "{not json"])
+    assert result.exit_code == 2
+    assert "JSON_ARGS" in result.stderr
+    assert "not valid JSON" in result.stderr
+
+
+def test_ask_is_denied_without_interactive(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "guarded", "{}"])
+    assert result.exit_code == 1
+    assert "DENIED" in result.stderr
+
+
+def test_interactive_approval_prompts_on_stderr(tools: list[str]) -> None:
+    allowed = invoke([*tools, "--interactive", "call", "guarded", '{"a": 1}'], input="y\n")
+    assert allowed.exit_code == 0, allowed.output
+    assert json.loads(allowed.stdout) == {"a": 1}
+    assert "Allow guarded" in allowed.stderr
+    denied = invoke([*tools, "--interactive", "call", "guarded", "{}"], input="n\n")
+    assert denied.exit_code == 1
+    assert "DENIED" in denied.stderr
+
+
+def test_call_records_a_session(tools: list[str], tmp_path: Path) -> None:
+    log = tmp_path / "session.jsonl"
+    result = invoke([*tools, "call", "boom", "{}", "--session", str(log)])
+    assert result.exit_code == 1
+    events = read_session_log(log).events
+    assert [e.type for e in events] == ["tool/call", "tool/result"]
+    assert events[0].data["name"] == "boom"
+    assert events[1].data["isError"] is True
+    assert events[1].data["error"]["code"] == "TOOL_ERROR"
+
+
+def test_session_log_from_config(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('session_log = "from-config.jsonl"\n')
+    result = invoke([*tools, "call", "echo", "{}"])
+    assert result.exit_code == 0
+    assert len(read_session_log(tmp_path / "from-config.jsonl").events) == 2
+
+
+# -- run -------------------------------------------------------------------------------
+
+
+def write_batch(path: Path, *records: object) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return path
+
+
+def test_run_writes_one_result_line_per_call(tools: list[str], tmp_path: Path) -> None:
+    batch = write_batch(
+        tmp_path / "calls.jsonl",
+        {"id": "c1", "name": "slow", "arguments": {"n": 1}},
+        {"id": "c2", "name": "slow", "arguments": '{"n": 2}'},
+        {"id": "c3", "name": "echo", "arguments": ""},
+        {"id": "c4", "name": "boom", "arguments": {}},
+        {"id": "c5", "name": "echo", "arguments": "{broken"},
+        "",
+        {"id": "c6", "name": "picture"},
+    )
+    result = invoke([*tools, "run", str(batch), "--max-parallel", "2"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["id"] for line in lines] == ["c1", "c2", "c3", "c4", "c5", "c6"]
+    assert lines[0] == {
+        "id": "c1",
+        "name": "slow",
+        "is_error": False,
+        "content": [{"type": "text", "text": "1"}],
+        "error": None,
+        "meta": None,
+    }
+    assert lines[1]["content"] == [{"type": "text", "text": "2"}]
+    assert lines[2]["is_error"] is False and json.loads(lines[2]["content"][0]["text"]) == {}
+    assert lines[3]["is_error"] is True
+    assert lines[3]["error"] == {"message": "it broke", "code": "TOOL_ERROR", "name": "RuntimeError", "plugin": None}
+    # An unparsable arguments string reaches the tool as a string; echo accepts anything... but
+    # the open parameter root is an object, so validation reports it.
+    assert lines[4]["is_error"] is True and lines[4]["error"]["code"] == "INVALID_ARGS"
+    assert lines[5]["content"] == [{"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]
+
+
+def test_run_records_a_session(tools: list[str], tmp_path: Path) -> None:
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "a", "name": "echo"}, {"id": "b", "name": "boom"})
+    log = tmp_path / "s.jsonl"
+    assert invoke([*tools, "run", str(batch), "--session", str(log)]).exit_code == 0
+    events = read_session_log(log).events
+    assert [(e.type, e.data["callId"]) for e in events] == [
+        ("tool/call", "a"),
+        ("tool/call", "b"),
+        ("tool/result", "a"),
+        ("tool/result", "b"),
+    ]
+
+
+def test_run_reports_every_bad_line_and_runs_nothing(tools: list[str], tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    batch = write_batch(
+        tmp_path / "bad.jsonl",
+        {"id": "ok", "name": "echo"},
+        "{nope",
+        {"id": 3, "name": "echo"},
+        {"id": "ok", "name": "echo"},
+        ["not", "an", "object"],
+        {"id": "x", "name": "echo", "args": {}},
+    )
+    result = invoke([*tools, "run", str(batch), "--session", str(log)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    err = result.stderr
+    assert f"{batch}:2: not valid JSON" in err
+    assert f'{batch}:3: "id" must be a non-empty string' in err
+    assert f'{batch}:4: duplicate id "ok"' in err
+    assert f"{batch}:5: expected an object" in err
+    assert f"{batch}:6: unknown key(s) args" in err
+    assert not log.exists()
+
+
+def test_run_missing_file_is_a_usage_error(tools: list[str], tmp_path: Path) -> None:
+    result = invoke([*tools, "run", str(tmp_path / "absent.jsonl")])
+    assert result.exit_code == 2
+    assert "cannot read" in result.stderr
+
+
+def test_run_max_parallel_must_be_positive(tools: list[str], tmp_path: Path) -> None:
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "a", "name": "echo"})
+    assert invoke([*tools, "run", str(batch), "--max-parallel", "0"]).exit_code == 2
+
+
+# -- plugins / check -------------------------------------------------------------------------
+
+BROKEN_IMPORT = "import missing_dependency_for_cli_test\n"
+
+LINT_BAIT = """
+from dsh_core import define_tool, hookimpl
+
+async def _body(args):
+    return None
+
+def _tool(name):
+    return define_tool(name=name, description="", parameters={}, output={"type": "json"}, execute=_body)
+
+class SyncPolicy:
+    @hookimpl
+    def dsh_pre_execute(self, execution, next):  # not async: a problem
+        return next()
+
+class Unmarked:
+    def dsh_result(self, execution, result):  # forgot @hookimpl: a warning
+        pass
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(_tool("bad.name"))
+    try:
+        runtime.register(_tool("echo"))  # taken by the "cli" plugin
+    except Exception:
+        pass
+    runtime.plugins.register(SyncPolicy(), name="lint-sync-policy")
+    runtime.plugins.register(Unmarked(), name="lint-unmarked")
+"""
+
+
+def test_plugins_command(tools: list[str], dists: Dists) -> None:
+    broken = dists.module("broken", BROKEN_IMPORT)
+    result = invoke([*tools, "--plugin", f"broken={broken}", "plugins", "--json"])
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert [(p["name"], p["tools"]) for p in data["loaded"]] == [
+        ("cli", ["echo", "boom", "picture", "guarded", "slow"])
+    ]
+    (failed,) = data["failed"]
+    assert failed["name"] == "broken" and failed["stage"] == "import"
+    assert "missing_dependency_for_cli_test" in failed["error"]
+    assert "traceback" not in failed
+    table = invoke([*tools, "--plugin", f"broken={broken}", "plugins"])
+    assert table.exit_code == 0
+    assert "cli" in table.stdout and "failed: broken" in table.stdout
+
+
+def test_entry_point_plugins_are_loaded_and_disabled_by_config(dists: Dists, tmp_path: Path) -> None:
+    dists.module("clitools", PLUGIN)
+    dists.module("broken", BROKEN_IMPORT)
+    dists.dist("dsh-cli-test", {"cli": "{p}clitools", "broken": "{p}broken"}, version="0.7")
+    result = invoke(["--group", dists.group, "plugins", "--json"])
+    data = json.loads(result.stdout)
+    assert [(p["name"], p["distribution"], p["version"]) for p in data["loaded"]] == [("cli", "dsh-cli-test", "0.7")]
+    assert [p["name"] for p in data["failed"]] == ["broken"]
+    # Ordinary commands warn about the failed plugin on stderr and carry on.
+    listed = invoke(["--group", dists.group, "list", "--json"])
+    assert listed.exit_code == 0
+    assert "warning: plugin broken failed (import)" in listed.stderr
+    (tmp_path / "dsh.toml").write_text('disabled_plugins = ["broken"]\n')
+    data = json.loads(invoke(["--group", dists.group, "plugins", "--json"]).stdout)
+    assert data["disabled"] == ["broken"] and data["failed"] == []
+
+
+def test_check_clean_exits_0(tools: list[str]) -> None:
+    result = invoke([*tools, "check"])
+    assert result.exit_code == 0, result.output
+    assert "1 plugin(s) loaded, 0 failed" in result.stdout
+    assert "5 tool(s) registered" in result.stdout
+    assert "0 problem(s)" in result.stdout
+
+
+def test_check_lists_every_problem(tools: list[str], dists: Dists) -> None:
+    broken = dists.module("broken", BROKEN_IMPORT)
+    bait = dists.module("bait", LINT_BAIT)
+    typo = dists.module("typo", "from dsh_core import hookimpl\n\n@hookimpl\ndef dsh_tools_chnage():\n    pass\n")
+    result = invoke(
+        [*tools, "--plugin", f"broken={broken}", "--plugin", f"bait={bait}", "--plugin", f"typo={typo}", "check"]
+    )
+    assert result.exit_code == 1
+    out = result.stdout
+    assert "problem: plugin broken" in out and "failed at import" in out
+    assert 'problem: plugin bait: tool "echo" is already registered by plugin cli (duplicate tool name)' in out
+    assert "problem: plugin lint-sync-policy: dsh_pre_execute listeners must be async def" in out
+    assert "problem: plugin typo" in out and 'unknown hook "dsh_tools_chnage"' in out
+    assert 'warning: plugin bait: tool name "bad.name" does not match' in out
+    assert "warning: plugin lint-unmarked: dsh_result is not marked with @hookimpl" in out
+    assert "4 problem(s), 2 warning(s)" in out
+
+
+def test_check_strict_fails_on_warnings(tools: list[str], dists: Dists, tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('disabled_plugins = ["no-such-plugin"]\n')
+    relaxed = invoke([*tools, "check"])
+    assert relaxed.exit_code == 0
+    assert 'warning: disabled_plugins names "no-such-plugin"' in relaxed.stdout
+    assert invoke([*tools, "check", "--strict"]).exit_code == 1
+
+
+# -- configuration and usage errors ----------------------------------------------------------
+
+
+def test_invalid_config_is_a_usage_error(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('mode = "fast"\n')
+    result = invoke([*tools, "list"])
+    assert result.exit_code == 2
+    assert 'mode: expected one of native/code/both, got "fast"' in result.stderr
+
+
+def test_missing_config_file_is_a_usage_error(tools: list[str], tmp_path: Path) -> None:
+    result = invoke(["--config", str(tmp_path / "none.toml"), *tools, "list"])
+    assert result.exit_code == 2
+    assert "configuration file not found" in result.stderr
+
+
+def test_plugin_tables_reach_setup(dists: Dists, tmp_path: Path) -> None:
+    module = dists.module(
+        "configured",
+        """
+        import attrs
+        from dsh_core import define_tool, hookimpl
+        from dsh_core._config import structure_table
+
+        @attrs.frozen
+        class Settings:
+            greeting: str
+
+        @hookimpl
+        def dsh_setup(runtime, config):
+            settings = structure_table(Settings, config, "[plugins.hello]")
+
+            async def body(args):
+                return settings.greeting
+
+            runtime.register(define_tool(
+                name="hello", description="", parameters={}, output={"type": "string"}, execute=body))
+        """,
+    )
+    config = tmp_path / "custom.toml"
+    config.write_text('[plugins.hello]\ngreeting = "hi there"\n')
+    ok = invoke(["--config", str(config), "--no-plugins", "--plugin", f"hello={module}", "call", "hello"])
+    assert ok.exit_code == 0 and ok.stdout.strip() == "hi there"
+    config.write_text("[plugins.hello]\ngreeting = 1\n")
+    bad = invoke(["--config", str(config), "--no-plugins", "--plugin", f"hello={module}", "plugins", "--json"])
+    (failed,) = json.loads(bad.stdout)["failed"]
+    assert failed["stage"] == "setup"
+    assert "[plugins.hello].greeting: expected a string, got 1" in failed["error"]
+
+
+def test_bad_plugin_option(tools: list[str]) -> None:
+    result = invoke([*tools, "--plugin", "=x", "list"])
+    assert result.exit_code == 2
+    assert "--plugin" in result.stderr
+
+
+# -- the installed script ------------------------------------------------------------------------
+
+
+def test_real_subprocess_run(tools: list[str], dists: Dists, tmp_path: Path) -> None:
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "s1", "name": "echo", "arguments": '{"v": true}'})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(dists.root), os.environ.get("PYTHONPATH", "")]))
+    script = Path(sys.executable).with_name("dsh-tools")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "dsh_core._cli"]
+    done = subprocess.run(
+        [*command, *tools, "run", str(batch)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = [json.loads(text) for text in done.stdout.splitlines()]
+    assert line["id"] == "s1" and line["is_error"] is False
+    assert json.loads(line["content"][0]["text"]) == {"v": True}
+    failing = subprocess.run(
+        [sys.executable, "-m", "dsh_core._cli", *tools, "call", "boom"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert failing.returncode == 1
+    assert "TOOL_ERROR" in failing.stderr

@@ -1,0 +1,310 @@
+"""Configuration: strict structuring of plugin tables and the dsh.toml / [tool.dsh] lookup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import pytest
+
+from dsh_core import ConfigError
+from dsh_core._config import DshConfig, load_config, structure_table
+
+
+@attrs.frozen
+class Rule:
+    tool: str
+    action: Literal["allow", "deny", "ask"]
+
+
+@attrs.frozen
+class Limits:
+    calls: int = 10
+
+
+@attrs.frozen
+class PermissionsSettings:
+    rules: list[Rule] = attrs.field(factory=list)
+    ratio: float = 1.0
+    verbose: bool = False
+    limits: Limits | None = None
+    weights: dict[str, int] = attrs.field(factory=dict)
+    tags: tuple[str, ...] = ()
+    note: str | None = None
+
+
+def violations(cls: type, data: object, where: str = "[plugins.permissions]") -> tuple[str, ...]:
+    with pytest.raises(ConfigError) as info:
+        structure_table(cls, data, where)
+    return info.value.violations
+
+
+# -- structure_table ---------------------------------------------------------------
+
+
+def test_structure_table_builds_nested_classes() -> None:
+    data = {
+        "rules": [{"tool": "shell", "action": "ask"}],
+        "ratio": 0.5,
+        "verbose": True,
+        "limits": {"calls": 3},
+        "weights": {"a": 1},
+        "tags": ["x", "y"],
+    }
+    settings = structure_table(PermissionsSettings, data, "[plugins.permissions]")
+    assert settings == PermissionsSettings(
+        rules=[Rule("shell", "ask")], ratio=0.5, verbose=True, limits=Limits(3), weights={"a": 1}, tags=("x", "y")
+    )
+
+
+def test_structure_table_defaults_for_an_empty_table() -> None:
+    assert structure_table(PermissionsSettings, {}, "[plugins.permissions]") == PermissionsSettings()
+
+
+def test_int_is_accepted_for_a_float_field() -> None:
+    settings = structure_table(PermissionsSettings, {"ratio": 2}, "[plugins.permissions]")
+    assert settings.ratio == 2.0
+    assert type(settings.ratio) is float
+
+
+def test_the_documented_message_shape() -> None:
+    data = {
+        "rules": [{"tool": "a", "action": "allow"}, {"tool": "b", "action": "deny"}, {"tool": "c", "action": "maybe"}]
+    }
+    assert violations(PermissionsSettings, data) == (
+        '[plugins.permissions].rules[2].action: expected one of allow/deny/ask, got "maybe"',
+    )
+
+
+def test_every_problem_is_listed_at_once_with_its_path() -> None:
+    data = {
+        "rules": [{"tool": 1, "action": "allow"}, {"action": "ask", "extra": True}, "shell"],
+        "ratio": "1.5",
+        "verbose": 1,
+        "limits": {"calls": "3"},
+        "weights": {"a": True},
+        "tags": "x",
+        "bogus": 1,
+    }
+    assert set(violations(PermissionsSettings, data)) == {
+        "[plugins.permissions].rules[0].tool: expected a string, got 1",
+        "[plugins.permissions].rules[1].tool: missing required key",
+        '[plugins.permissions].rules[1]: unknown key "extra" (allowed: tool, action)',
+        '[plugins.permissions].rules[2]: expected a table, got "shell"',
+        '[plugins.permissions].ratio: expected a number, got "1.5"',
+        "[plugins.permissions].verbose: expected a boolean (true or false), got 1",
+        '[plugins.permissions].limits.calls: expected an integer, got "3"',
+        "[plugins.permissions].weights['a']: expected an integer, got true",
+        '[plugins.permissions].tags: expected an array, got "x"',
+        '[plugins.permissions]: unknown key "bogus" (allowed: rules, ratio, verbose, limits, weights, tags, note)',
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("ratio", True),  # a bool is not a number
+        ("ratio", "1"),
+        ("verbose", "true"),
+        ("verbose", 0),
+        ("note", 3),
+        ("note", ["a"]),
+        ("tags", ["a", 1]),
+        ("rules", {"tool": "a", "action": "allow"}),  # a table is not an array of tables
+    ],
+)
+def test_nothing_is_coerced(field: str, value: object) -> None:
+    problems = violations(PermissionsSettings, {field: value})
+    assert len(problems) == 1
+    assert problems[0].startswith(f"[plugins.permissions].{field}")
+
+
+def test_literal_membership_is_type_strict() -> None:
+    @attrs.frozen
+    class Level:
+        level: Literal[1, 2]
+
+    assert structure_table(Level, {"level": 2}, "[x]") == Level(2)
+    assert violations(Level, {"level": True}, "[x]") == ("[x].level: expected one of 1/2, got true",)
+
+
+def test_a_non_table_is_refused() -> None:
+    assert violations(PermissionsSettings, ["a"]) == ("[plugins.permissions]: expected a table, got an array",)
+
+
+def test_an_attrs_validator_failure_is_reported() -> None:
+    @attrs.frozen
+    class Positive:
+        n: int = attrs.field(validator=attrs.validators.gt(0))
+
+    (problem,) = violations(Positive, {"n": -1}, "[plugins.p]")
+    assert problem.startswith("[plugins.p]: invalid value (")
+    assert "-1" in problem
+
+
+def test_an_empty_where_gives_bare_paths() -> None:
+    assert violations(PermissionsSettings, {"ratio": "x"}, "") == ('ratio: expected a number, got "x"',)
+
+
+def test_union_of_scalars_takes_the_first_matching_member() -> None:
+    @attrs.frozen
+    class Either:
+        value: int | str
+
+    assert structure_table(Either, {"value": "a"}, "[e]").value == "a"
+    assert structure_table(Either, {"value": 3}, "[e]").value == 3
+    assert violations(Either, {"value": 1.5}, "[e]") == ("[e].value: expected an integer or a string, got 1.5",)
+
+
+def test_any_fields_pass_values_through() -> None:
+    @attrs.frozen
+    class Loose:
+        anything: Any = None
+
+    assert structure_table(Loose, {"anything": {"deep": [1]}}, "[l]").anything == {"deep": [1]}
+
+
+# -- DshConfig ---------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    config = DshConfig()
+    assert (config.mode, config.disabled_plugins, config.strict_capabilities, config.session_log) == (
+        "native",
+        (),
+        False,
+        None,
+    )
+    assert dict(config.plugins) == {}
+
+
+def test_plugin_config_is_a_fresh_plain_dict() -> None:
+    config = DshConfig(plugins={"p": {"rules": [{"a": 1}]}})
+    first = config.plugin_config("p")
+    assert type(first) is dict and first == {"rules": [{"a": 1}]}
+    first["rules"][0]["a"] = 2
+    assert config.plugin_config("p") == {"rules": [{"a": 1}]}
+    assert config.plugin_config("absent") == {}
+
+
+def test_plugins_mapping_is_read_only() -> None:
+    config = DshConfig(plugins={"p": {}})
+    with pytest.raises(TypeError):
+        config.plugins["q"] = {}  # type: ignore[index]
+
+
+def test_config_is_hashable_and_frozen() -> None:
+    config = DshConfig(mode="code")
+    hash(config)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        config.mode = "native"  # type: ignore[misc]
+
+
+# -- load_config -------------------------------------------------------------------
+
+FULL = """
+mode = "both"
+disabled_plugins = ["timeout"]
+strict_capabilities = true
+session_log = "logs/session.jsonl"
+
+[plugins.permissions]
+rules = [{ tool = "shell", action = "ask" }]
+"""
+
+
+def test_load_dsh_toml(tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text(FULL)
+    config = load_config(cwd=tmp_path)
+    assert config.mode == "both"
+    assert config.disabled_plugins == ("timeout",)
+    assert config.strict_capabilities is True
+    assert config.session_log == str(tmp_path / "logs" / "session.jsonl")
+    assert config.plugin_config("permissions") == {"rules": [{"tool": "shell", "action": "ask"}]}
+
+
+def test_explicit_path_wins_over_discovery(tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('mode = "code"\n')
+    (tmp_path / "other.toml").write_text('mode = "both"\n')
+    assert load_config("other.toml", cwd=tmp_path).mode == "both"
+    assert load_config(tmp_path / "other.toml").mode == "both"
+
+
+def test_dsh_toml_wins_over_pyproject(tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('mode = "code"\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.dsh]\nmode = "both"\n')
+    assert load_config(cwd=tmp_path).mode == "code"
+
+
+def test_pyproject_tool_dsh_is_used_without_dsh_toml(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.dsh]\nmode = "both"\n\n[tool.dsh.plugins.audit]\npath = "a.log"\n'
+    )
+    config = load_config(cwd=tmp_path)
+    assert config.mode == "both"
+    assert config.plugin_config("audit") == {"path": "a.log"}
+
+
+def test_pyproject_without_tool_dsh_gives_defaults(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert load_config(cwd=tmp_path) == DshConfig()
+
+
+def test_no_file_gives_defaults(tmp_path: Path) -> None:
+    assert load_config(cwd=tmp_path) == DshConfig()
+
+
+def test_cwd_defaults_to_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "dsh.toml").write_text('mode = "code"\n')
+    monkeypatch.chdir(tmp_path)
+    assert load_config().mode == "code"
+
+
+def test_missing_explicit_path_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="configuration file not found") as info:
+        load_config(tmp_path / "nope.toml")
+    assert str(tmp_path / "nope.toml") in str(info.value)
+
+
+def test_toml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('mode = "native"\n\nstrict_capabilities = = true\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    (problem,) = info.value.violations
+    assert problem.startswith(f"{tmp_path / 'dsh.toml'}: invalid TOML: ")
+    assert "line 3" in problem
+
+
+def test_bad_settings_are_all_reported_with_the_file(tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text(
+        'mode = "fast"\ndisabled_plugins = "timeout"\nstrict_capabilities = "yes"\ncolour = 1\nplugins = 3\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    prefix = f"{tmp_path / 'dsh.toml'}: "
+    assert set(info.value.violations) == {
+        prefix + 'mode: expected one of native/code/both, got "fast"',
+        prefix + 'disabled_plugins: expected an array, got "timeout"',
+        prefix + 'strict_capabilities: expected a boolean (true or false), got "yes"',
+        prefix + "plugins: expected a table, got 3",
+        prefix + 'unknown key "colour" (allowed: mode, disabled_plugins, strict_capabilities, plugins, session_log)',
+    }
+
+
+def test_pyproject_paths_are_qualified_with_tool_dsh(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.dsh]\nmode = 1\n\n[tool.dsh.plugins]\naudit = 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    prefix = f"{tmp_path / 'pyproject.toml'}: [tool.dsh]"
+    assert set(info.value.violations) == {
+        prefix + ".mode: expected one of native/code/both, got 1",
+        prefix + ".plugins['audit']: expected a table, got 2",
+    }
+
+
+def test_config_error_carries_its_code(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "missing.toml")
+    assert info.value.code == "CONFIG_ERROR"
+    assert str(info.value).startswith("invalid configuration: ")

@@ -1,0 +1,616 @@
+"""Entry-point plugin loading: containment, ordering, setup rollback and validation.
+
+Each test builds throw-away distributions (a package plus a ``*.dist-info``
+with ``METADATA`` and ``entry_points.txt``) in a temporary directory on
+``sys.path``; ``importlib.metadata`` discovers them there like installed ones.
+Every test uses its own entry-point group and module prefix, so nothing leaks
+between tests and the real ``dsh`` group of this checkout does not interfere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import itertools
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dsh_core import ToolRuntime
+from dsh_core._config import DshConfig
+from dsh_core._plugins import PluginReport, discover_entry_points, load_plugins
+from dsh_core.testing import make_input
+
+_counter = itertools.count()
+
+
+class Dists:
+    """Builds distributions whose entry points live in a group private to one test."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        serial = next(_counter)
+        self.group = f"dsh_test_{serial}"
+        self.prefix = f"dshtest{serial}_"
+
+    def module(self, name: str, source: str) -> str:
+        """Write ``<prefix><name>.py`` and return its importable name."""
+        full = self.prefix + name
+        (self.root / f"{full}.py").write_text(textwrap.dedent(source))
+        return full
+
+    def dist(self, name: str, entry_points: dict[str, str], *, version: str = "1.0", group: str | None = None) -> None:
+        """Declare distribution ``name`` with ``entry_points`` (values may use ``{p}`` for the module prefix)."""
+        info = self.root / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        lines = [f"[{group or self.group}]"] + [
+            f"{ep} = {value.format(p=self.prefix)}" for ep, value in entry_points.items()
+        ]
+        (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+        importlib.invalidate_caches()
+
+    def load(
+        self, runtime: ToolRuntime | None = None, config: DshConfig | None = None
+    ) -> tuple[ToolRuntime, PluginReport]:
+        runtime = runtime or ToolRuntime()
+        return runtime, load_plugins(runtime, self.group, config)
+
+
+@pytest.fixture
+def dists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dists]:
+    factory = Dists(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield factory
+    for name in [m for m in sys.modules if m.startswith(factory.prefix)]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+GOOD_MODULE = """
+from dsh_core import hookimpl, define_tool
+
+async def _echo(args):
+    return args
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(
+        name="echo", description="echo it", parameters={}, output={"type": "json"}, execute=_echo))
+"""
+
+
+# -- the good shapes ---------------------------------------------------------------
+
+
+async def test_module_plugin_registers_its_tools(dists: Dists) -> None:
+    dists.module("good", GOOD_MODULE)
+    dists.dist("dsh-good", {"good": "{p}good"}, version="2.3")
+    runtime, report = dists.load()
+    assert report.ok
+    (loaded,) = report.loaded
+    assert (loaded.name, loaded.value, loaded.distribution, loaded.version) == (
+        "good",
+        dists.prefix + "good",
+        "dsh-good",
+        "2.3",
+    )
+    assert loaded.tools == ("echo",)
+    assert runtime.plugins.has_plugin("good")
+    result = await runtime.execute(make_input("echo", {"x": 1}))
+    assert not result.is_error
+
+
+def test_setup_receives_its_own_table_as_a_plain_dict(dists: Dists) -> None:
+    dists.module(
+        "cfg",
+        """
+        from dsh_core import hookimpl
+        SEEN = []
+
+        @hookimpl
+        def dsh_setup(config):
+            SEEN.append(config)
+        """,
+    )
+    dists.dist("dsh-cfg", {"cfg": "{p}cfg", "other": "{p}cfg:Other"})
+    (dists.root / f"{dists.prefix}cfg.py").write_text(
+        (dists.root / f"{dists.prefix}cfg.py").read_text()
+        + "\nclass Other:\n    @hookimpl\n    def dsh_setup(self, config):\n        SEEN.append(('other', config))\n"
+    )
+    config = DshConfig(plugins={"cfg": {"level": 3, "nested": {"a": [1]}}})
+    _, report = dists.load(config=config)
+    assert report.ok
+    module = sys.modules[dists.prefix + "cfg"]
+    # Each plugin's dsh_setup ran exactly once, with its own table ({} when it has none).
+    assert module.SEEN == [{"level": 3, "nested": {"a": [1]}}, ("other", {})]
+    assert type(module.SEEN[0]) is dict
+
+
+def test_instance_plugin_and_per_runtime_state(dists: Dists) -> None:
+    dists.module(
+        "stateful",
+        """
+        from dsh_core import hookimpl
+
+        class Policy:
+            def __init__(self, runtime):
+                self.runtime = runtime
+
+            @hookimpl
+            def dsh_tools_change(self):
+                pass
+
+        @hookimpl
+        def dsh_setup(runtime, config):
+            runtime.plugins.register(Policy(runtime), name="stateful-policy")
+        """,
+    )
+    dists.dist("dsh-stateful", {"stateful": "{p}stateful"})
+    first, report_a = dists.load()
+    second, report_b = dists.load()
+    assert report_a.ok and report_b.ok
+    assert report_a.loaded[0].plugins == ("stateful", "stateful-policy")
+    policy_a = first.plugins.get_plugin("stateful-policy")
+    policy_b = second.plugins.get_plugin("stateful-policy")
+    assert policy_a is not policy_b
+    assert policy_a.runtime is first and policy_b.runtime is second
+
+
+def test_object_entry_point(dists: Dists) -> None:
+    dists.module(
+        "obj",
+        """
+        from dsh_core import hookimpl
+
+        class Observer:
+            @hookimpl
+            def dsh_result(self, execution, result):
+                pass
+
+        plugin = Observer()
+        """,
+    )
+    dists.dist("dsh-obj", {"obj": "{p}obj:plugin"})
+    runtime, report = dists.load()
+    assert report.ok
+    assert runtime.plugins.get_plugin("obj") is sys.modules[dists.prefix + "obj"].plugin
+
+
+def test_class_entry_point_is_instantiated(dists: Dists) -> None:
+    dists.module(
+        "cls",
+        """
+        from dsh_core import hookimpl
+
+        class Observer:
+            @hookimpl
+            def dsh_result(self, execution, result):
+                pass
+        """,
+    )
+    dists.dist("dsh-cls", {"cls": "{p}cls:Observer"})
+    runtime, report = dists.load()
+    assert report.ok
+    plugin = runtime.plugins.get_plugin("cls")
+    assert isinstance(plugin, sys.modules[dists.prefix + "cls"].Observer)
+
+
+def test_class_needing_arguments_is_rejected_clearly(dists: Dists) -> None:
+    dists.module(
+        "needy",
+        """
+        class Needy:
+            def __init__(self, runtime):
+                pass
+        """,
+    )
+    dists.dist("dsh-needy", {"needy": "{p}needy:Needy"})
+    runtime, report = dists.load()
+    (failed,) = report.failed
+    assert failed.stage == "import"
+    assert "names the class Needy, which could not be instantiated without arguments" in failed.error
+    assert not runtime.plugins.has_plugin("needy")
+
+
+# -- containment -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "value", "expected"),
+    [
+        ("import this_dependency_is_not_installed_xyz\n", "{p}mod", "ModuleNotFoundError: No module named"),
+        ("x = 1\n", "{p}mod:missing", "AttributeError:"),
+        ("raise RuntimeError('boom at import')\n", "{p}mod", "RuntimeError: boom at import"),
+        ("import sys\nsys.exit(3)\n", "{p}mod", "SystemExit(3): the plugin tried to exit the host"),
+        ("def broken(:\n", "{p}mod", "SyntaxError"),
+    ],
+    ids=["missing-dependency", "missing-attribute", "raises", "system-exit", "syntax-error"],
+)
+def test_import_failures_are_reported_and_others_still_load(
+    dists: Dists, source: str, value: str, expected: str
+) -> None:
+    dists.module("mod", source)
+    dists.module("good", GOOD_MODULE)
+    dists.dist("dsh-a-bad", {"bad": value})
+    dists.dist("dsh-b-good", {"good": "{p}good"})
+    runtime, report = dists.load()
+    assert not report.ok
+    (failed,) = report.failed
+    assert (failed.name, failed.stage, failed.distribution, failed.version) == ("bad", "import", "dsh-a-bad", "1.0")
+    assert expected in failed.error
+    assert failed.traceback is not None
+    assert [p.name for p in report.loaded] == ["good"]
+    assert runtime.get("echo") is not None
+
+
+def test_keyboard_interrupt_at_import_propagates(dists: Dists) -> None:
+    dists.module("ctrlc", "raise KeyboardInterrupt\n")
+    dists.dist("dsh-ctrlc", {"ctrlc": "{p}ctrlc"})
+    with pytest.raises(KeyboardInterrupt):
+        dists.load()
+
+
+def test_invalid_hookimpl_fails_registration(dists: Dists) -> None:
+    dists.module(
+        "badargs",
+        """
+        from dsh_core import hookimpl
+
+        @hookimpl
+        def dsh_result(execution, outcome):
+            pass
+        """,
+    )
+    dists.dist("dsh-badargs", {"badargs": "{p}badargs"})
+    runtime, report = dists.load()
+    (failed,) = report.failed
+    assert failed.stage == "register"
+    assert failed.error.startswith("PluginValidationError:")
+    assert "outcome" in failed.error
+    assert not runtime.plugins.has_plugin("badargs")
+
+
+def test_unknown_hook_is_reported_and_unregistered(dists: Dists) -> None:
+    dists.module(
+        "typo",
+        """
+        from dsh_core import hookimpl
+
+        @hookimpl
+        def dsh_setup(runtime, config):
+            from dsh_core import define_tool
+            async def body(args):
+                return None
+            runtime.register(define_tool(
+                name="typo_tool", description="", parameters={}, output={"type": "json"}, execute=body))
+
+        @hookimpl
+        async def dsh_pre_exec(execution, next):
+            return await next()
+        """,
+    )
+    dists.dist("dsh-typo", {"typo": "{p}typo"})
+    runtime, report = dists.load()
+    assert report.loaded == ()
+    (failed,) = report.failed
+    assert failed.stage == "validate"
+    assert failed.error == 'unknown hook "dsh_pre_exec" (did you mean "dsh_pre_execute"?)'
+    assert not runtime.plugins.has_plugin("typo")
+    assert runtime.get("typo_tool") is None
+    runtime.plugins.check_pending()  # nothing pending is left behind
+
+
+def test_unknown_hook_in_a_setup_registered_instance_rolls_back_its_owner(dists: Dists) -> None:
+    dists.module(
+        "owner",
+        """
+        from dsh_core import hookimpl
+
+        class Inner:
+            @hookimpl
+            def dsh_resutl(self, execution, result):
+                pass
+
+        @hookimpl
+        def dsh_setup(runtime, config):
+            runtime.plugins.register(Inner(), name="owner-inner")
+        """,
+    )
+    dists.dist("dsh-owner", {"owner": "{p}owner"})
+    runtime, report = dists.load()
+    (failed,) = report.failed
+    assert (failed.name, failed.stage) == ("owner", "validate")
+    assert "dsh_resutl" in failed.error
+    assert not runtime.plugins.has_plugin("owner")
+    assert not runtime.plugins.has_plugin("owner-inner")
+
+
+def test_optional_unknown_hooks_are_allowed(dists: Dists) -> None:
+    dists.module(
+        "optional",
+        """
+        from dsh_core import hookimpl
+
+        @hookimpl(optionalhook=True)
+        def dsh_future_hook():
+            pass
+        """,
+    )
+    dists.dist("dsh-optional", {"optional": "{p}optional"})
+    _, report = dists.load()
+    assert report.ok
+
+
+FAILING_SETUP = """
+from dsh_core import ToolRestriction, Agent, define_tool, hookimpl
+
+async def _body(args):
+    return None
+
+def tool(name):
+    return define_tool(name=name, description="", parameters={}, output={"type": "json"}, execute=_body)
+
+class Helper:
+    @hookimpl
+    def dsh_result(self, execution, result):
+        pass
+
+AGENT = Agent(id="worker")
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(tool("kept_before_failure"))
+    runtime.scoped(AGENT).register(tool("scoped_tool"))
+    runtime.guard(lambda execution: None)
+    runtime.plugins.register(Helper(), name="failing-helper")
+    raise RuntimeError("setup exploded")
+"""
+
+
+async def test_failing_setup_rolls_back_tools_guards_and_plugins(dists: Dists) -> None:
+    dists.module("failing", FAILING_SETUP)
+    dists.module("good", GOOD_MODULE)
+    dists.dist("dsh-failing", {"failing": "{p}failing"})
+    dists.dist("dsh-good", {"good": "{p}good"})
+    runtime, report = dists.load()
+    (failed,) = report.failed
+    assert (failed.name, failed.stage) == ("failing", "setup")
+    assert failed.error == "dsh_setup failed: RuntimeError: setup exploded"
+    agent = sys.modules[dists.prefix + "failing"].AGENT
+    assert runtime.get("kept_before_failure") is None
+    assert runtime.get("scoped_tool", agent) is None
+    assert [definition.name for _, definition in runtime.registrations()] == ["echo"]
+    assert not runtime.plugins.has_plugin("failing")
+    assert not runtime.plugins.has_plugin("failing-helper")
+    # The guard is gone too: the good plugin's tool still runs.
+    result = await runtime.execute(make_input("echo", {}))
+    assert not result.is_error
+    # The runtime's own methods are back (no recorder left on the instance).
+    assert "register" not in vars(runtime)
+
+
+def test_async_setup_is_a_setup_failure(dists: Dists) -> None:
+    dists.module(
+        "asyncsetup",
+        """
+        from dsh_core import hookimpl
+
+        @hookimpl
+        async def dsh_setup(runtime, config):
+            pass
+        """,
+    )
+    dists.dist("dsh-asyncsetup", {"asyncsetup": "{p}asyncsetup"})
+    runtime, report = dists.load()
+    (failed,) = report.failed
+    assert failed.stage == "setup"
+    assert "plain (synchronous) function" in failed.error
+    assert not runtime.plugins.has_plugin("asyncsetup")
+
+
+def test_setup_calls_only_the_new_plugins_hookimpl(dists: Dists) -> None:
+    dists.module(
+        "counter",
+        """
+        from dsh_core import hookimpl
+        CALLS = []
+
+        class Counting:
+            def __init__(self, label):
+                self.label = label
+
+            @hookimpl
+            def dsh_setup(self, runtime, config):
+                CALLS.append(self.label)
+
+        first = Counting("first")
+        second = Counting("second")
+        third = Counting("third")
+        """,
+    )
+    dists.dist("dsh-counter", {"a": "{p}counter:first", "b": "{p}counter:second", "c": "{p}counter:third"})
+    _, report = dists.load()
+    assert report.ok
+    assert sys.modules[dists.prefix + "counter"].CALLS == ["first", "second", "third"]
+
+
+def test_duplicate_tool_name_is_refused_and_attributed(dists: Dists) -> None:
+    source = """
+    from dsh_core import define_tool, hookimpl
+
+    async def _body(args):
+        return None
+
+    @hookimpl
+    def dsh_setup(runtime, config):
+        try:
+            runtime.register(define_tool(
+                name="shared", description="", parameters={}, output={"type": "json"}, execute=_body))
+        except Exception:
+            if config.get("reraise"):
+                raise
+    """
+    # One module per plugin: pluggy refuses to register the same object twice.
+    dists.module("dup", source)
+    dists.module("dup2", source)
+    dists.dist("dsh-a", {"first": "{p}dup"})
+    dists.dist("dsh-b", {"second": "{p}dup2"})
+    config = DshConfig(plugins={"second": {"reraise": True}})
+    _runtime, report = dists.load(config=config)
+    assert [p.name for p in report.loaded] == ["first"]
+    (failed,) = report.failed
+    assert (failed.name, failed.stage) == ("second", "setup")
+    assert 'tool "shared" is already registered' in failed.error
+    (refusal,) = report.refused
+    assert (refusal.plugin, refusal.tool, refusal.conflicts_with) == ("second", "shared", "first")
+
+
+def test_refused_registration_is_recorded_even_when_caught(dists: Dists) -> None:
+    dists.module(
+        "badschema",
+        """
+        from dsh_core import define_tool, hookimpl
+        import dsh_core
+
+        async def _body(args):
+            return None
+
+        @hookimpl
+        def dsh_setup(runtime, config):
+            try:
+                runtime.register(define_tool(
+                    name="loose", description="", parameters={}, output={"type": "json"}, execute=_body))
+                runtime.register(define_tool(
+                    name="loose", description="", parameters={}, output={"type": "json"}, execute=_body))
+            except dsh_core.RegistrationError:
+                pass
+        """,
+    )
+    dists.dist("dsh-badschema", {"badschema": "{p}badschema"})
+    _, report = dists.load()
+    assert report.ok
+    (refusal,) = report.refused
+    assert refusal.tool == "loose"
+    assert refusal.conflicts_with == "badschema"
+    assert refusal.definition is not None
+
+
+# -- selection and order -----------------------------------------------------------
+
+
+def test_disabled_plugins_are_not_imported(dists: Dists) -> None:
+    dists.module("never", "raise RuntimeError('must not be imported')\n")
+    dists.module("good", GOOD_MODULE)
+    dists.dist("dsh-x", {"never": "{p}never", "good": "{p}good"})
+    _runtime, report = dists.load(config=DshConfig(disabled_plugins=("never",)))
+    assert report.ok
+    assert report.disabled == ("never",)
+    assert [p.name for p in report.loaded] == ["good"]
+    assert dists.prefix + "never" not in sys.modules
+
+
+def test_blocked_names_count_as_disabled(dists: Dists) -> None:
+    dists.module("good", GOOD_MODULE)
+    dists.dist("dsh-x", {"good": "{p}good"})
+    runtime = ToolRuntime()
+    runtime.plugins.set_blocked("good")
+    _, report = dists.load(runtime)
+    assert report.disabled == ("good",)
+    assert report.loaded == ()
+
+
+def test_order_is_sorted_by_distribution_then_name(dists: Dists) -> None:
+    dists.module(
+        "order",
+        """
+        from dsh_core import hookimpl
+        ORDER = []
+
+        class P:
+            def __init__(self, label):
+                self.label = label
+
+            @hookimpl
+            def dsh_setup(self):
+                ORDER.append(self.label)
+
+        a1, a2, b1, c1 = P("a1"), P("a2"), P("b1"), P("c1")
+        """,
+    )
+    # Created in scrambled order: the file system may list them any way.
+    dists.dist("zeta-dist", {"c1": "{p}order:c1"})
+    dists.dist("Alpha-Dist", {"z_second": "{p}order:a2", "a_first": "{p}order:a1"})
+    dists.dist("beta-dist", {"b1": "{p}order:b1"})
+    _, report = dists.load()
+    assert [p.name for p in report.loaded] == ["a_first", "z_second", "b1", "c1"]
+    assert sys.modules[dists.prefix + "order"].ORDER == ["a1", "a2", "b1", "c1"]
+    assert [ep.name for ep in discover_entry_points(dists.group)] == ["a_first", "z_second", "b1", "c1"]
+
+
+def test_duplicate_entry_point_names_first_wins(dists: Dists) -> None:
+    dists.module("good", GOOD_MODULE)
+    dists.module("other", "from dsh_core import hookimpl\n")
+    dists.dist("dsh-b", {"same": "{p}other"})
+    dists.dist("dsh-a", {"same": "{p}good"})
+    _runtime, report = dists.load()
+    (loaded,) = report.loaded
+    assert (loaded.name, loaded.distribution) == ("same", "dsh-a")
+    (failed,) = report.failed
+    assert (failed.name, failed.distribution, failed.stage) == ("same", "dsh-b", "register")
+    assert (
+        failed.error
+        == f'duplicate plugin name "same": already provided by dsh-a ({dists.prefix}good); this one was skipped'
+    )
+    assert dists.prefix + "other" not in sys.modules
+
+
+def test_name_taken_by_a_host_plugin(dists: Dists) -> None:
+    dists.module("good", GOOD_MODULE)
+    dists.dist("dsh-x", {"good": "{p}good"})
+    runtime = ToolRuntime()
+    host_plugin = object()
+    runtime.plugins.register(host_plugin, name="good")
+    _, report = dists.load(runtime)
+    (failed,) = report.failed
+    assert failed.stage == "register"
+    assert "already registered by the host" in failed.error
+    assert runtime.plugins.get_plugin("good") is host_plugin
+
+
+def test_name_taken_by_an_earlier_plugins_setup(dists: Dists) -> None:
+    dists.module(
+        "grabber",
+        """
+        from dsh_core import hookimpl
+
+        @hookimpl
+        def dsh_setup(runtime):
+            runtime.plugins.register(object(), name="zz_victim")
+        """,
+    )
+    dists.module("victim", "x = 1\n")
+    dists.dist("dsh-x", {"grabber": "{p}grabber", "zz_victim": "{p}victim"})
+    _, report = dists.load()
+    (failed,) = report.failed
+    assert failed.error == 'a plugin named "zz_victim" is already registered by plugin grabber\'s dsh_setup; skipped'
+    assert dists.prefix + "victim" not in sys.modules
+
+
+def test_no_entry_points_is_an_empty_ok_report(dists: Dists) -> None:
+    _, report = dists.load()
+    assert report == PluginReport()
+    assert report.ok
+
+
+def test_explicit_entry_points_replace_discovery(dists: Dists) -> None:
+    dists.module("good", GOOD_MODULE)
+    runtime = ToolRuntime()
+    point = importlib.metadata.EntryPoint(name="adhoc", value=dists.prefix + "good", group=dists.group)
+    report = load_plugins(runtime, dists.group, entry_points=[point])
+    (loaded,) = report.loaded
+    assert (loaded.name, loaded.distribution, loaded.version) == ("adhoc", None, None)
+    assert runtime.get("echo") is not None

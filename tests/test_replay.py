@@ -1,0 +1,119 @@
+"""Presentation through the registry, session recording and replay from the log alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_core import (
+    SessionLog,
+    SessionRecorder,
+    TextBlock,
+    ToolOutput,
+    ToolResult,
+    define_tool,
+    read_session_log,
+    replay,
+)
+from dsh_core.presentation import GenericCallView, ReadFileLine, ReadResultView, TerminalCallView
+from dsh_core.testing import json_tool, make_input, make_runtime
+
+
+def read_tool() -> Any:
+    async def read(args: Any) -> dict[str, Any]:
+        return {"path": args["path"], "lines": ["alpha", "beta"]}
+
+    def present_result(args: Any, result: ToolResult) -> ReadResultView | None:
+        if result.is_error:
+            return None
+        lines = result.content[0].text.splitlines()  # type: ignore[union-attr]
+        return ReadResultView(
+            path=args["path"],
+            offset=1,
+            lines=tuple(ReadFileLine(number=i + 1, text=t) for i, t in enumerate(lines)),
+            total_lines=len(lines),
+        )
+
+    return define_tool(
+        name="read",
+        description="read a file",
+        parameters={"path": {"type": "string", "required": True}},
+        output=ToolOutput(
+            schema={"type": "json"}, render=lambda a, v: [TextBlock("\n".join(v["lines"]))]
+        ),
+        execute=read,
+        present_call=lambda args: TerminalCallView(title=f"cat {args['path']}"),
+        present_result=present_result,
+    )
+
+
+def test_missing_presenter_falls_back_to_generic_card() -> None:
+    runtime = make_runtime(json_tool("plain"))
+    view = runtime.present_call("plain", {"x": 1})
+    assert view == GenericCallView(title="plain", raw_input={"x": 1})
+    assert runtime.present_call("unknown", None) == GenericCallView(title="unknown")
+
+
+def test_raising_or_wrong_presenter_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    def boom(args: Any) -> Any:
+        raise RuntimeError("presenter broke")
+
+    runtime = make_runtime(json_tool("a", present_call=boom), json_tool("b", present_call=lambda args: "not a view"))
+    assert runtime.present_call("a", {}) == GenericCallView(title="a", raw_input={})
+    assert runtime.present_call("b", {}) == GenericCallView(title="b", raw_input={})
+    assert "presenter broke" in caplog.text
+
+
+def test_present_call_with_invalid_args_is_soft() -> None:
+    runtime = make_runtime(read_tool())
+    assert runtime.present_call("read", {"path": 3}) == GenericCallView(title="read", raw_input={"path": 3})
+
+
+async def test_replay_of_a_recorded_session_equals_the_live_presentation(tmp_path: Path) -> None:
+    log_path = tmp_path / "session.jsonl"
+    runtime = make_runtime(read_tool())
+    live: list[tuple[Any, Any]] = []
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log)
+        runtime.plugins.register(recorder)
+        for args in ({"path": "a.txt"}, {"path": 5}):
+            request = make_input("read", args)
+            recorder.record_call(request)
+            result = await runtime.execute(request)
+            live.append(
+                (runtime.present_call("read", request.arguments), runtime.present_result("read", args, result))
+            )
+    replayed = replay(read_session_log(log_path), make_runtime(read_tool()))
+    assert [(r.call_view, r.result_view) for r in replayed] == live
+    assert replayed[0].result is not None and not replayed[0].result.is_error
+    assert replayed[1].error is not None and replayed[1].error["code"] == "INVALID_ARGS"
+
+
+async def test_recorder_never_logs_the_canonical_value(tmp_path: Path) -> None:
+    log_path = tmp_path / "s.jsonl"
+
+    async def secret(args: Any) -> dict[str, str]:
+        return {"token": "s3cr3t"}
+
+    tool = define_tool(
+        name="secret", description="", parameters={},
+        output=ToolOutput(schema={"type": "json"}, render=lambda a, v: [TextBlock("[redacted]")]), execute=secret,
+    )  # fmt: skip
+    runtime = make_runtime(tool)
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log)
+        runtime.plugins.register(recorder)
+        request = make_input("secret")
+        recorder.record_call(request)
+        await runtime.execute(request)
+    assert "s3cr3t" not in log_path.read_text()
+
+
+async def test_replay_keeps_a_call_whose_result_was_never_logged(tmp_path: Path) -> None:
+    log_path = tmp_path / "s.jsonl"
+    with SessionLog(log_path) as log:
+        log.append_call("c1", "read", {"path": "x"})
+    (call,) = replay(read_session_log(log_path), make_runtime(read_tool()))
+    assert call.result is None and call.call_view == TerminalCallView(title="cat x")
