@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .hookspecs import hookimpl
 from ._content import ContentBlock
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import JsonValue, thaw
 from ._results import ToolExecutionResult, error_message
 from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_content
 from ._waterfall import is_fatal
+from .hookspecs import hookimpl
 from .presentation import GenericCallView, ToolCallView, ToolResultView
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ with generated schemas and values.
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
@@ -47,14 +48,55 @@ _CACHE_LIMIT: Final = 4096
 
 
 def _is_lossless(value: object) -> bool:
+    """Whether ``snapshot_json(value)`` would succeed, found without building the snapshot."""
     kind = type(value)
-    if kind is FrozenDict or kind is str or kind is int or kind is bool or value is None:
+    if kind is str or kind is int or kind is bool or value is None or kind is FrozenDict:
         return True
-    try:
-        snapshot_json(value)
-    except NonJsonValueError:
+    if kind is float:
+        return _is_json_float(value)  # type: ignore[arg-type]
+    if kind is not dict and kind is not list and kind is not tuple:
         return False
+    # A frame is (entries, id of the container, is it an object); ``on_path``
+    # holds the containers being walked, so a container inside itself is a cycle.
+    on_path = {id(value)}
+    stack: list[tuple[Iterator[Any], int, bool]] = [_entries(value)]
+    while stack:
+        entries, ident, is_object = stack[-1]
+        for entry in entries:
+            if is_object:
+                key, item = entry
+                if type(key) is not str:
+                    return False
+            else:
+                item = entry
+            item_kind = type(item)
+            if item_kind is str or item_kind is int or item_kind is bool or item is None or item_kind is FrozenDict:
+                continue
+            if item_kind is float:
+                if not _is_json_float(item):
+                    return False
+                continue
+            if item_kind is dict or item_kind is list or item_kind is tuple:
+                if id(item) in on_path:
+                    return False
+                on_path.add(id(item))
+                stack.append(_entries(item))
+                break
+            return False
+        else:
+            stack.pop()
+            on_path.discard(ident)
     return True
+
+
+def _entries(container: Any) -> tuple[Iterator[Any], int, bool]:
+    if type(container) is dict:
+        return iter(container.items()), id(container), True
+    return iter(container), id(container), False
+
+
+def _is_json_float(number: float) -> bool:
+    return math.isfinite(number) and not (number == 0.0 and math.copysign(1.0, number) < 0)
 
 
 def _label(path: str) -> str:
@@ -336,6 +378,9 @@ class CompiledValidator:
 
 
 _cache: dict[str, CompiledValidator] = {}
+# Immutable schemas are also found by identity, which skips the key computation;
+# each entry keeps its schema alive, so an id is never reused while it is here.
+_by_identity: dict[int, tuple[FrozenDict, CompiledValidator]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -353,6 +398,10 @@ def compile_validator(schema: object) -> CompiledValidator:
         JsonSchemaError: the schema is outside the enforced subset (see
             :func:`~dsh_core.schema.assert_supported_json_schema`).
     """
+    if type(schema) is FrozenDict:
+        known = _by_identity.get(id(schema))
+        if known is not None and known[0] is schema:
+            return known[1]
     try:
         snapshot = snapshot_json(schema)
     except NonJsonValueError:
@@ -361,16 +410,21 @@ def compile_validator(schema: object) -> CompiledValidator:
         raise JsonSchemaError(["schema must be lossless JSON data"]) from None
     key = _canonical_text(snapshot)
     with _cache_lock:
-        cached = _cache.pop(key, None)
-        if cached is not None:
-            _cache[key] = cached  # most recently used goes last
-            return cached
-    assert_supported_json_schema(snapshot)
-    validator = CompiledValidator(snapshot)  # type: ignore[arg-type]
-    with _cache_lock:
-        validator = _cache.setdefault(key, validator)
-        while len(_cache) > _CACHE_LIMIT:
-            del _cache[next(iter(_cache))]
+        validator = _cache.pop(key, None)
+        if validator is not None:
+            _cache[key] = validator  # most recently used goes last
+    if validator is None:
+        assert_supported_json_schema(snapshot)
+        validator = CompiledValidator(snapshot)  # type: ignore[arg-type]
+        with _cache_lock:
+            validator = _cache.setdefault(key, validator)
+            while len(_cache) > _CACHE_LIMIT:
+                del _cache[next(iter(_cache))]
+    if snapshot is schema and isinstance(snapshot, FrozenDict):
+        with _cache_lock:
+            _by_identity[id(snapshot)] = (snapshot, validator)
+            while len(_by_identity) > _CACHE_LIMIT:
+                del _by_identity[next(iter(_by_identity))]
     return validator
 
 
