@@ -21,8 +21,9 @@ import importlib.metadata
 import json
 import re
 import sys
+import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,11 @@ from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import thaw
 from ._plugins import PluginReport, discover_entry_points, load_plugins, unknown_hooks
 from ._registry import RUN_CODE_NAME
+from ._replay import SessionRecorder, replay
 from ._results import ToolExecutionResult
 from ._runtime import ApprovalService, ToolRuntime
 from ._scheduling import run_tool_calls
+from ._session_log import SessionLog, SessionLogError, read_session_log
 from ._signal import CancelSignal
 from .hookspecs import hookimpl
 
@@ -348,29 +351,19 @@ def _error_json(result: ToolExecutionResult) -> dict[str, str | None] | None:
 
 
 class _Session:
-    """Records calls and results in a session log, when one was asked for."""
+    """Records calls (before they run) and results (as they settle) when a log was asked for."""
 
-    def __init__(self, log: Any) -> None:
-        self._log = log
+    def __init__(self, recorder: SessionRecorder | None) -> None:
+        self.recorder = recorder
+
+    def attach(self, runtime: ToolRuntime) -> None:
+        if self.recorder is not None:
+            runtime.plugins.register(self.recorder, name="dsh-tools-session")
+            runtime.event_sink = self.recorder.event_sink
 
     def call(self, request: ToolExecutionInput) -> None:
-        if self._log is not None:
-            self._log.append_call(request.call_id, request.name, request.arguments, agent=_agent_id(request.agent))
-
-    def result(self, call_id: str, result: ToolExecutionResult) -> None:
-        if self._log is None:
-            return
-        error = None
-        if result.is_error:
-            info = result.error.info
-            error = {
-                "name": info.name if info else "ToolError",
-                "code": info.code if info else "TOOL_ERROR",
-                "message": result.error.message,
-            }
-        self._log.append_result(
-            call_id, content=result.content, is_error=result.is_error, error=error, meta=result.meta
-        )
+        if self.recorder is not None:
+            self.recorder.record_call(request)
 
 
 @contextmanager
@@ -380,15 +373,11 @@ def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
         yield _Session(None)
         return
     try:
-        from ._session_log import SessionLog
-    except ImportError as exc:
-        raise _UsageProblem(f"--session is not available in this installation: {exc}") from exc
-    try:
-        log_cm: AbstractContextManager[Any] = SessionLog(target)
+        log_cm = SessionLog(target)
     except (OSError, ValueError) as exc:
         raise _UsageProblem(f"cannot open session log {target}: {exc}") from exc
     with log_cm as log:
-        yield _Session(log)
+        yield _Session(SessionRecorder(log))
 
 
 @cli.command("call")
@@ -409,11 +398,11 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON_ARGS") from exc
     host = _build_host(ctx)
     scope = _scope(host.runtime, agent)
-    request = ToolExecutionInput(call_id="cli-1", name=name, arguments=arguments, signal=CancelSignal(), agent=scope)
+    request = ToolExecutionInput(call_id=f"cli-{uuid.uuid4().hex[:12]}", name=name, arguments=arguments, signal=CancelSignal(), agent=scope)
     with _session(session, host.config) as log:
+        log.attach(host.runtime)
         log.call(request)
         result = trio.run(host.runtime.execute, request)
-        log.result(request.call_id, result)
     text = _render(result.content)
     if text:
         click.echo(text)
@@ -520,6 +509,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
     task = progress.add_task("calls", total=len(calls))
     observer = _ProgressObserver(progress, task, {call.call_id for call in calls})
     with _session(session, host.config) as log:
+        log.attach(host.runtime)
         for call in calls:
             log.call(call)
         host.runtime.plugins.register(observer, name="dsh-tools-progress")
@@ -528,8 +518,6 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
                 results = trio.run(run_tool_calls, host.runtime, calls, max_parallel)
         finally:
             host.runtime.plugins.unregister(observer)
-        for call, result in zip(calls, results, strict=True):
-            log.result(call.call_id, result)
     for call, result in zip(calls, results, strict=True):
         line = {
             "id": call.call_id,
@@ -663,6 +651,32 @@ def check_command(ctx: click.Context, strict: bool) -> None:
     out.print(summary, soft_wrap=True)
     if findings.problems or (strict and findings.warnings):
         ctx.exit(1)
+
+
+@cli.command("replay")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.pass_context
+def replay_command(ctx: click.Context, file: Path) -> None:
+    """Render a recorded session in the terminal, from the log alone.
+
+    Cards come from the installed tools' presenters (pure functions of the
+    arguments and the durable result), so the replay matches what was shown live.
+    """
+    from ._terminal_cards import render_replayed_call
+
+    try:
+        read = read_session_log(file)
+    except (OSError, SessionLogError) as exc:
+        raise _UsageProblem(f"cannot read session log {file}: {exc}") from exc
+    host = _build_host(ctx, quiet=True)
+    out = _stdout()
+    if read.torn is not None:
+        _stderr().print(f"warning: skipped a torn last line: {escape(str(read.torn))}")
+    calls = replay(read, host.runtime)
+    if not calls:
+        out.print("(no tool calls in this session)")
+    for call in calls:
+        out.print(render_replayed_call(call))
 
 
 @cli.command("plugins")

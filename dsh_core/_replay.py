@@ -113,25 +113,27 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
     attached to their outer call as ``dispatches``.
     """
     events = log.events if isinstance(log, SessionLogRead) else tuple(log)
-    calls: dict[str, dict[str, Any]] = {}
-    order: list[str] = []
+    # A call id may recur (two sessions appended to one file): results and
+    # dispatches belong to the latest call with that id.
+    latest: dict[str, dict[str, Any]] = {}
+    entries: list[dict[str, Any]] = []
     for event in events:
         data = event.data
         if event.type == "tool/call":
-            call_id = str(data["callId"])
-            calls[call_id] = {"data": data, "result": None, "dispatches": []}
-            order.append(call_id)
+            entry = {"call_id": str(data["callId"]), "data": data, "result": None, "dispatches": []}
+            latest[entry["call_id"]] = entry
+            entries.append(entry)
         elif event.type == "tool/result":
-            entry = calls.get(str(data["callId"]))
-            if entry is not None:
-                entry["result"] = data
+            target = latest.get(str(data["callId"]))
+            if target is not None:
+                target["result"] = data
         elif event.type == "tool/code-dispatch":
-            entry = calls.get(str(data.get("parentCallId")))
-            if entry is not None:
-                entry["dispatches"].append(data)
+            target = latest.get(str(data.get("parentCallId")))
+            if target is not None:
+                target["dispatches"].append(data)
     out: list[ReplayedCall] = []
-    for call_id in order:
-        entry = calls[call_id]
+    for entry in entries:
+        call_id = entry["call_id"]
         data = entry["data"]
         name = str(data["name"])
         arguments = data.get("arguments")

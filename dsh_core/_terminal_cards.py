@@ -1,0 +1,145 @@
+"""Rendering presentation cards in a terminal with rich (used by ``dsh-tools replay``).
+
+Each card kind gets the rendering a person expects: generic cards as panels,
+terminal cards with an exit-status pill, diffs as coloured unified diffs, reads
+with line numbers and syntax highlighting, searches grouped by file with the
+truncation stated, so a partial result never looks complete.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.markup import escape
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from ._content import ContentBlock, TextBlock
+from ._json import thaw
+from ._replay import ReplayedCall
+from .presentation import (
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    GenericCallView,
+    GenericResultView,
+    ReadResultView,
+    SearchResultView,
+    TerminalCallView,
+    TerminalResultView,
+    ToolCallView,
+    WebResultView,
+)
+
+__all__ = ["render_replayed_call"]
+
+
+def _content_text(content: Sequence[ContentBlock] | None) -> str:
+    if not content:
+        return ""
+    return "\n".join(b.text if isinstance(b, TextBlock) else f"[{b.type} {b.mime_type}]" for b in content)
+
+
+def _raw_input(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(thaw(value), ensure_ascii=False, indent=2)  # type: ignore[arg-type]
+
+
+def _diff(diffs: Sequence[FileDiff]) -> RenderableType:
+    lines = Text()
+    for diff in diffs:
+        old = (diff.old_text or "").splitlines(keepends=True)
+        new = diff.new_text.splitlines(keepends=True)
+        source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
+        for line in difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{diff.path}"):
+            style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
+            lines.append(line if line.endswith("\n") else line + "\n", style=style)
+    return lines
+
+
+def _call_card(view: ToolCallView) -> tuple[str, RenderableType | None]:
+    if isinstance(view, TerminalCallView):
+        body = Text(f"$ {view.title}", style="bold")
+        if view.cwd:
+            body.append(f"\n(in {view.cwd})", style="dim")
+        return (view.description or "shell"), body
+    if isinstance(view, DiffCallView):
+        return view.title, _diff(view.diffs)
+    assert isinstance(view, GenericCallView)
+    detail = _content_text(view.content) or (_raw_input(view.raw_input) if view.raw_input is not None else "")
+    return view.title, Text(detail) if detail else None
+
+
+def _result_card(call: ReplayedCall) -> RenderableType:
+    view = call.result_view
+    result = call.result
+    assert result is not None
+    if isinstance(view, TerminalResultView):
+        if view.exit_code is not None:
+            pill = Text(f" exit {view.exit_code} ", style="white on green" if view.exit_code == 0 else "white on red")
+        elif view.signal is not None:
+            pill = Text(f" {view.signal} ", style="white on red")
+        else:
+            pill = Text(" running ", style="black on yellow")
+        return Group(pill, Text(view.output or ""))
+    if isinstance(view, DiffResultView):
+        return _diff(view.diffs)
+    if isinstance(view, ReadResultView):
+        code = "\n".join(line.text for line in view.lines)
+        header = Text(f"{view.path}  lines {view.offset}-{view.offset + max(len(view.lines) - 1, 0)} of {view.total_lines}")
+        if not view.lines:
+            return Group(header, Text("(no lines in this window)", style="dim"))
+        syntax = Syntax(code, view.lang or "text", line_numbers=True, start_line=view.lines[0].number, word_wrap=True)
+        return Group(header, syntax)
+    if isinstance(view, SearchResultView):
+        table = Table(show_header=False, box=None, pad_edge=False)
+        if view.shape == "matches":
+            for file in view.files or ():
+                table.add_row(Text(file.path, style="bold magenta"))
+                for match in file.matches:
+                    table.add_row(Text(f"  {match.line_number}: {match.line}"))
+        else:
+            for path in view.paths or ():
+                table.add_row(Text(path))
+        shown = sum(len(f.matches) for f in view.files or ()) if view.shape == "matches" else len(view.paths or ())
+        note = f"{shown} of {view.total} shown" + (" (truncated)" if view.truncated else "")
+        return Group(table, Text(note, style="yellow" if view.truncated else "dim"))
+    if isinstance(view, WebResultView):
+        if view.kind == "fetch":
+            return Text(f"{view.url} → {view.status_code}" + (" (truncated)" if view.truncated else ""))
+        lines = [f"• {source.title or source.url}  {source.url}" for source in view.sources or ()]
+        if view.answer:
+            lines.insert(0, view.answer)
+        return Text("\n".join(lines) + ("\n(truncated)" if view.truncated else ""))
+    if isinstance(view, GenericResultView) and view.content is not None:
+        return Text(_content_text(view.content))
+    return Text(_content_text(result.content))
+
+
+def render_replayed_call(call: ReplayedCall) -> RenderableType:
+    """One call as a panel: the pending card, then the completed one (or a pending marker)."""
+    title, detail = _call_card(call.call_view)
+    parts: list[RenderableType] = []
+    if detail is not None:
+        parts.append(detail)
+    if call.result is None:
+        parts.append(Text("(no result recorded)", style="yellow"))
+        border = "yellow"
+    else:
+        parts.append(_result_card(call))
+        border = "red" if call.result.is_error else "green"
+        if call.error:
+            code = call.error.get("code") or "error"
+            parts.append(Text(f"{code}", style="bold red"))
+    for dispatch in call.dispatches:
+        state = "error" if dispatch.get("isError") else "ok"
+        parts.append(Text(f"  ↳ {dispatch.get('subCallId')} {dispatch.get('name')} [{state}]", style="dim"))
+    result_title = call.result_view.title if call.result_view is not None and getattr(call.result_view, "title", None) else None
+    heading = f"{escape(call.name)} · {escape(result_title or title)}  [dim]{escape(call.call_id)}[/dim]"
+    return Panel(Group(*parts), title=heading, title_align="left", border_style=border)

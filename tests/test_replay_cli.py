@@ -1,0 +1,136 @@
+"""`dsh-tools replay`: every card kind rendered in the terminal, checked through rich's recording."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+from rich.console import Console
+
+from dsh_core import TextBlock, ToolResult, define_tool, hookimpl
+from dsh_core._cli import cli
+from dsh_core._replay import ReplayedCall
+from dsh_core._terminal_cards import render_replayed_call
+from dsh_core.presentation import (
+    DiffResultView,
+    FileDiff,
+    GenericCallView,
+    ReadFileLine,
+    ReadResultView,
+    SearchFileMatches,
+    SearchMatch,
+    SearchResultView,
+    TerminalCallView,
+    TerminalResultView,
+)
+
+
+def rendered(call: ReplayedCall) -> str:
+    console = Console(record=True, width=100, color_system=None)
+    console.print(render_replayed_call(call))
+    return console.export_text()
+
+
+def replayed(result_view: Any, *, call_view: Any = None, is_error: bool = False, text: str = "raw") -> ReplayedCall:
+    return ReplayedCall(
+        call_id="c1",
+        name="tool",
+        arguments={},
+        agent=None,
+        call_view=call_view or GenericCallView(title="tool"),
+        result=ToolResult(content=(TextBlock(text),), is_error=is_error),
+        result_view=result_view,
+        error={"code": "TOOL_ERROR"} if is_error else None,
+    )
+
+
+def test_terminal_card_shows_exit_status_pill() -> None:
+    out = rendered(
+        replayed(TerminalResultView(output="hello\n", exit_code=3), call_view=TerminalCallView(title="echo hello"))
+    )
+    assert "$ echo hello" in out and "exit 3" in out and "hello" in out
+
+
+def test_read_card_has_line_numbers() -> None:
+    view = ReadResultView(
+        path="a.py", offset=10, lines=(ReadFileLine(number=10, text="x = 1"), ReadFileLine(number=11, text="y = 2")),
+        total_lines=40, lang="python",
+    )  # fmt: skip
+    out = rendered(replayed(view))
+    assert "a.py  lines 10-11 of 40" in out
+    assert "10 x = 1" in out.replace("│", "").replace("  ", " ")
+
+
+def test_search_card_groups_by_file_and_says_when_truncated() -> None:
+    view = SearchResultView(
+        shape="matches",
+        files=(SearchFileMatches(path="a.py", matches=(SearchMatch(line_number=3, line="needle"),)),),
+        truncated=True,
+        total=57,
+    )
+    out = rendered(replayed(view))
+    assert "a.py" in out and "3: needle" in out and "1 of 57 shown (truncated)" in out
+
+
+def test_diff_card_is_a_unified_diff() -> None:
+    view = DiffResultView(diffs=(FileDiff(path="f.txt", old_text="a\nb\n", new_text="a\nc\n"),))
+    out = rendered(replayed(view))
+    assert "-b" in out and "+c" in out and "b/f.txt" in out
+
+
+def test_failed_generic_result_shows_raw_content_and_code() -> None:
+    out = rendered(replayed(None, is_error=True, text="Error: boom"))
+    assert "Error: boom" in out and "TOOL_ERROR" in out
+
+
+async def shout(args: Any) -> str:
+    return args["text"].upper()
+
+
+class CardsPlugin:
+    @hookimpl
+    def dsh_setup(self, runtime: Any, config: Any) -> None:
+        runtime.register(
+            define_tool(
+                name="shout",
+                description="Shout",
+                parameters={"text": {"type": "string", "required": True}},
+                output={"type": "string"},
+                execute=shout,
+                present_call=lambda args: TerminalCallView(title=f"shout {args['text']}"),
+                present_result=lambda args, result: TerminalResultView(
+                    output=result.content[0].text, exit_code=0
+                ),
+            )
+        )
+
+
+plugin = CardsPlugin()
+
+
+def test_replay_command_renders_a_recorded_session(tmp_path: Path) -> None:
+    session = tmp_path / "session.jsonl"
+    runner = CliRunner()
+    base = ["--no-plugins", "--plugin", "cards=test_replay_cli:plugin"]
+    first = runner.invoke(cli, [*base, "call", "shout", json.dumps({"text": "hi"}), "--session", str(session)])
+    assert first.exit_code == 0, first.output
+    second = runner.invoke(cli, [*base, "call", "nope", "--session", str(session)])
+    assert second.exit_code == 1
+    shown = runner.invoke(cli, [*base, "replay", str(session)])
+    assert shown.exit_code == 0, shown.output
+    assert "$ shout hi" in shown.output and "exit 0" in shown.output and "HI" in shown.output
+    assert "UNKNOWN_TOOL" in shown.output
+
+
+def test_replay_reports_a_torn_last_line(tmp_path: Path) -> None:
+    session = tmp_path / "session.jsonl"
+    runner = CliRunner()
+    base = ["--no-plugins", "--plugin", "cards=test_replay_cli:plugin"]
+    assert runner.invoke(cli, [*base, "call", "shout", '{"text": "a"}', "--session", str(session)]).exit_code == 0
+    with session.open("ab") as handle:
+        handle.write(b'{"seq": 3, "type": "tool/ca')
+    shown = runner.invoke(cli, [*base, "replay", str(session)])
+    assert shown.exit_code == 0
+    assert "torn" in shown.output
