@@ -120,7 +120,7 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
     for event in events:
         data = event.data
         if event.type == "tool/call":
-            entry = {"call_id": str(data["callId"]), "data": data, "result": None, "dispatches": []}
+            entry: dict[str, Any] = {"call_id": str(data["callId"]), "data": data, "result": None, "dispatches": []}
             latest[entry["call_id"]] = entry
             entries.append(entry)
         elif event.type == "tool/result":
