@@ -46,9 +46,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on dsh_core (the public, typed surface)."""
+    """mypy --strict on dsh_core and dsh_plugins."""
     session.install("-e", ".[test]", "mypy==2.4.1")
-    session.run("mypy", "--strict", "dsh_core")
+    session.run("mypy", "--strict", "dsh_core", "dsh_plugins")
 
 
 @nox.session(python="3.11")

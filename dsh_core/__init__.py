@@ -55,6 +55,7 @@ from ._results import (
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolFailure,
+    failure_result,
 )
 from ._runtime import ApprovalService, ModelTools, ScopedToolRuntime, ToolRuntime
 from ._scheduling import run_tool_calls
@@ -141,6 +142,7 @@ __all__ = [
     "default_render",
     "define_tool",
     "discover_entry_points",
+    "failure_result",
     "hookimpl",
     "json_equal",
     "json_text",

@@ -62,7 +62,7 @@ logger = logging.getLogger("dsh_core")
 
 ABORTED_MESSAGE = "tool call aborted"
 ABORTED_BEFORE_DISPATCH_MESSAGE = "tool call aborted before dispatch"
-APPROVAL_OUTCOMES = ("allowed-once", "denied", "cancelled")
+APPROVAL_OUTCOMES = ("allowed-once", "denied", "cancelled", "unavailable")
 
 
 def aborted_result(*, body_invoked: bool, contexts: tuple[UserMessage, ...] = ()) -> ToolExecutionFailure:
@@ -415,6 +415,8 @@ async def _resolve_ask(runtime: ToolRuntime, execution: ToolExecution, ask: Ask)
         return Deny(f'the user denied tool "{name}"'), False
     if answer == "cancelled":
         return Deny(f'approval for tool "{name}" was cancelled'), True
+    if answer == "unavailable":
+        return Deny(f'tool "{name}" requires approval, but no approval channel is available'), False
     raise _approval_error(answer)
 
 

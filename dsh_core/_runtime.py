@@ -29,7 +29,10 @@ __all__ = ["ApprovalService", "ModelTools", "ScopedToolRuntime", "ToolRuntime"]
 
 @runtime_checkable
 class ApprovalService(Protocol):
-    """Answers ``Ask`` decisions: ``"allowed-once"``, ``"denied"`` or ``"cancelled"``.
+    """Answers ``Ask`` decisions: ``"allowed-once"``, ``"denied"``, ``"cancelled"`` or ``"unavailable"``.
+
+    Only ``"allowed-once"`` lets the call continue; ``"unavailable"`` says no one
+    can answer (a non-interactive run) and denies with that reason.
 
     ``request`` runs inside the call's cancel scope: when the caller's signal
     fires, it is cancelled like any other stage.

@@ -399,7 +399,11 @@ async def test_ask_allowed_once_runs_the_call() -> None:
 
 @pytest.mark.parametrize(
     ("answer", "expected"),
-    [("denied", 'the user denied tool "add"'), ("cancelled", 'approval for tool "add" was cancelled')],
+    [
+        ("denied", 'the user denied tool "add"'),
+        ("cancelled", 'approval for tool "add" was cancelled'),
+        ("unavailable", 'tool "add" requires approval, but no approval channel is available'),
+    ],
 )
 async def test_ask_other_answers_deny(answer: str, expected: str) -> None:
     runtime = make_runtime(add_tool(), approval=StaticApproval(answer))

@@ -1,0 +1,153 @@
+"""Approval services for ``Ask`` decisions: a terminal prompt and a non-interactive refusal.
+
+These are services, not hooks: a host picks one and passes it as
+``ToolRuntime(approval=...)`` (the CLI uses :class:`TerminalApproval` with
+``--interactive`` and :class:`NonInteractiveApproval` otherwise). So this module has
+no ``dsh_setup`` and no entry point: loading it as a plugin could not choose
+between them, and an approval channel is a property of how the host runs, not
+something a configuration table should switch on behind the host's back.
+
+Both implement :class:`dsh_core.ApprovalService`: ``request`` returns
+``"allowed-once"``, ``"denied"`` or ``"cancelled"``.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from typing import Final
+
+import trio
+
+from dsh_core import ToolExecution, ToolRuntime, json_text
+from dsh_core.presentation import DiffCallView, GenericCallView, TerminalCallView
+
+__all__ = ["NonInteractiveApproval", "TerminalApproval", "short_call"]
+
+SHORT_LIMIT: Final = 80
+
+
+def _printable(text: str) -> str:
+    """Escape control and format characters, so arguments cannot drive the terminal.
+
+    Model-chosen arguments may contain ANSI escapes, carriage returns or bidi
+    overrides that would make the prompt say something other than what runs.
+    """
+    out: list[str] = []
+    for char in text:
+        if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _shorten(text: str, limit: int = SHORT_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def short_call(execution: ToolExecution, runtime: ToolRuntime | None = None) -> str:
+    """``<tool> <short args>``: the call's presentation title when its tool has one, else compact JSON.
+
+    The title comes from the visible definition's ``present_call`` (a raising or
+    absent presenter falls back to the arguments). Always one line, at most
+    about 80 characters of arguments, with control characters escaped.
+    """
+    detail: str | None = None
+    definition = runtime.get(execution.name, execution.agent) if runtime is not None else None
+    if definition is not None and definition.present_call is not None:
+        try:
+            view = definition.present_call(execution.arguments)
+        except Exception:
+            view = None
+        if isinstance(view, (GenericCallView, TerminalCallView, DiffCallView)):
+            detail = view.title
+    if detail is None:
+        detail = json_text(execution.arguments)
+    return f"{_printable(execution.name)} {_shorten(_printable(detail))}"
+
+
+class TerminalApproval:
+    """Ask the person at the terminal: ``Allow <tool> <short args>? [y/N/a]``.
+
+    ``y`` (or ``yes``) allows this call, ``a`` (or ``always``) allows it and
+    every later call of that tool name through this service object (for the
+    process, when the host makes one service per process, as the CLI does);
+    anything else, an empty line, end of input or an unreadable terminal
+    denies. The ``reason`` of the ``Ask``, when given, is shown on the line
+    above the question.
+
+    ``prompt`` is the blocking line reader (default :func:`input`); it runs in a
+    worker thread (``trio.to_thread.run_sync``) so the event loop keeps
+    serving other calls, and prompts are serialised, one question at a time.
+    Pass ``runtime`` to have the question use the tools' ``present_call``
+    titles.
+
+    Cancellation: a call whose signal has already fired gets ``"cancelled"``
+    without a question, and so does one cancelled while the answer was being
+    typed (the late answer is discarded). When the call's cancel scope fires
+    during the question, ``trio.Cancelled`` propagates as trio requires and the
+    call resolves as ``ABORTED_BEFORE_DISPATCH`` at once; the thread blocked in
+    ``input()`` cannot be interrupted and is left to finish on its own (its
+    answer is ignored) — the one piece of work here that cannot be drained.
+    """
+
+    def __init__(
+        self,
+        runtime: ToolRuntime | None = None,
+        *,
+        prompt: Callable[[str], str] = input,
+    ) -> None:
+        self.runtime = runtime
+        self.prompt = prompt
+        self.always: set[str] = set()
+        self._lock = trio.Lock()
+
+    def question(self, execution: ToolExecution, reason: str | None) -> str:
+        """The text shown for one request (the reason line, if any, then the question)."""
+        line = f"Allow {short_call(execution, self.runtime)}? [y/N/a] "
+        return f"{_printable(reason)}\n{line}" if reason else line
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        """Ask, and answer ``"allowed-once"``, ``"denied"`` or ``"cancelled"``."""
+        name = execution.name
+        if execution.signal.cancelled:
+            return "cancelled"
+        if name in self.always:
+            return "allowed-once"
+        async with self._lock:
+            # Another prompt may have answered "always" while this one waited.
+            if name in self.always:
+                return "allowed-once"
+            if execution.signal.cancelled:
+                return "cancelled"
+            try:
+                answer = await trio.to_thread.run_sync(
+                    self.prompt, self.question(execution, reason), abandon_on_cancel=True
+                )
+            except (EOFError, OSError):
+                return "denied"
+        if execution.signal.cancelled:
+            return "cancelled"
+        choice = answer.strip().lower()
+        if choice in ("a", "always"):
+            self.always.add(name)
+            return "allowed-once"
+        if choice in ("y", "yes"):
+            return "allowed-once"
+        return "denied"
+
+
+class NonInteractiveApproval:
+    """The approval service of a run nobody can answer (a pipe, CI, a batch file): always ``"unavailable"``.
+
+    With it, an ``Ask`` never waits on a prompt that no one will see: the call
+    fails at once as a denial (code ``DENIED``, the decider ``approval``) whose
+    text tells the model the truth:
+    ``tool "<name>" requires approval, but no approval channel is available``.
+    """
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        """Always ``"unavailable"``; never blocks."""
+        return "unavailable"

@@ -1,0 +1,280 @@
+"""The audit log: one JSON line per tool call, appended to a file.
+
+Configure it in ``[plugins.audit]``::
+
+    [plugins.audit]
+    path = "dsh-audit.jsonl"   # relative to the working directory at load time
+
+Every call that reaches ``ToolRuntime.execute`` produces exactly one line
+(denied, invalid and unknown calls included), written when its final result is
+observed (``dsh_result``)::
+
+    {"ts": "2026-05-01T12:00:00.123+00:00", "call_id": "c1", "root_call_id": "c1",
+     "tool": "read_file", "agent": "main", "arguments": {"path": "README.md"},
+     "outcome": "error", "error_code": "DENIED", "error_message": "...",
+     "plugin": "permissions", "duration_ms": null}
+
+``agent`` is the :class:`dsh_core.Agent` id (another scope key as ``str()``;
+``null`` without one); ``arguments`` is ``null`` when the call's arguments were
+not JSON; ``plugin`` is the plugin the failure is blamed on. ``duration_ms`` is
+the dispatch time (wrappers, body and output checks), measured on trio's clock
+by an outermost (``tryfirst``) ``dsh_execute`` wrapper; it is ``null`` for a
+call that was never dispatched (denied, invalid arguments, unknown tool), so
+time spent waiting for an approval never counts as tool time.
+
+The log never blocks or breaks the pipeline. Each line is one ``os.write`` on a
+descriptor opened with ``O_APPEND`` (lines of concurrent writers do not
+interleave; a small write to a local file does not stall the event loop). A
+failed write (full disk, ``ENOSPC``; a vanished mount) is logged as a warning
+once per kind of error and the call goes on; a line cut short by a failure is
+terminated before the next one, so later lines stay parseable. Arguments
+nested deeper than :data:`MAX_DEPTH` levels, or that cannot be serialised at
+all, are written as ``null`` with an ``"arguments_omitted"`` note saying why.
+The file is created ``0600``: arguments may contain secrets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import json
+import logging
+import os
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import attrs
+import trio
+
+from dsh_core import (
+    Agent,
+    ConfigError,
+    ToolDispatchExecution,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolExecutionToken,
+    ToolRuntime,
+    hookimpl,
+    structure_table,
+    thaw,
+)
+
+__all__ = ["MAX_DEPTH", "PLUGIN_NAME", "AuditLog", "AuditSettings", "audit_record"]
+
+PLUGIN_NAME: Final = "audit-log"
+
+logger = logging.getLogger("dsh_plugins.audit")
+
+_OPEN_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+
+
+@attrs.frozen(kw_only=True)
+class AuditSettings:
+    """The ``[plugins.audit]`` table."""
+
+    path: str | None = attrs.field(default=None)
+
+    @path.validator
+    def _check(self, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+        if value is not None and not value:
+            raise ValueError("path must be a non-empty file name")
+
+
+def _agent_id(agent: object) -> str | None:
+    if agent is None:
+        return None
+    if isinstance(agent, Agent):
+        return agent.id
+    try:
+        return str(agent)
+    except Exception:
+        return f"<unprintable {type(agent).__name__} scope>"
+
+
+MAX_DEPTH: Final = 200
+"""Arguments nested deeper than this are omitted from the line.
+
+``json.dumps`` raises ``RecursionError`` on deep values on some Python versions
+and not on others; a fixed limit makes every version write the same line.
+"""
+
+
+def _too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, dict):
+            children: Any = current.values()
+        elif isinstance(current, (list, tuple)):
+            children = current
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
+    return False
+
+
+def audit_record(
+    execution: ToolExecution, result: ToolExecutionResult, *, duration_ms: float | None, now: datetime.datetime
+) -> dict[str, Any]:
+    """The audit entry of one call as plain JSON-ready data."""
+    info = result.error.info if result.is_error and result.error is not None else None
+    arguments = execution.arguments
+    omitted: dict[str, str] = {}
+    if _too_deep(arguments):  # checked on the frozen value, before paying for a copy
+        arguments = None
+        omitted["arguments_omitted"] = f"arguments nested deeper than {MAX_DEPTH} levels"
+    return {
+        "ts": now.astimezone(datetime.UTC).isoformat(timespec="milliseconds"),
+        "call_id": execution.call_id,
+        "root_call_id": execution.root_call_id,
+        "tool": execution.name,
+        "agent": _agent_id(execution.agent),
+        "arguments": None if arguments is None else thaw(arguments),
+        "outcome": "error" if result.is_error else "success",
+        "error_code": info.code if info is not None else None,
+        "error_message": result.error.message if result.error is not None else None,
+        "plugin": info.plugin if info is not None else None,
+        "duration_ms": duration_ms,
+        **omitted,
+    }
+
+
+def _dumps(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, allow_nan=False)
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    """One line of UTF-8 JSON; never raises.
+
+    Lone surrogates (legal in Python strings, not in UTF-8) are written as
+    ``\\udXXX`` escapes, which is still valid JSON since they only occur inside
+    JSON strings.
+    """
+    try:
+        text = _dumps(record)
+    except Exception as exc:  # RecursionError (deep arguments), ValueError, TypeError
+        note = f"{type(exc).__name__}: arguments could not be serialised ({exc})"
+        record = {**record, "arguments": None, "arguments_omitted": note}
+        try:
+            text = _dumps(record)
+        except Exception:
+            safe = {key: value if value is None or type(value) in (str, int, float, bool) else repr(value)
+                    for key, value in record.items()}  # fmt: skip
+            text = json.dumps(safe, ensure_ascii=True, default=repr)
+    return (text + "\n").encode("utf-8", "backslashreplace")
+
+
+class AuditLog:
+    """The audit observer of one runtime, writing to one file.
+
+    ``path`` is made absolute at construction (a later ``chdir`` does not move
+    the log) and checked: its directory must exist and be writable, else
+    :class:`ConfigError`. The file itself is opened (created ``0600``) at the
+    first line, so a host that runs no call leaves no empty log behind; a
+    failure to open it then is reported like a failed write. The descriptor is
+    closed by :meth:`close` or when the object is collected; :meth:`reopen`
+    supports log rotation.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        _check_writable(self.path)
+        self._fd: int | None = None
+        self._closed = False
+        self._closer: weakref.finalize[Any, Any] | None = None
+        self._durations: weakref.WeakKeyDictionary[ToolExecutionToken, float] = weakref.WeakKeyDictionary()
+        self._warned: set[str] = set()
+        self._broken_line = False
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, _OPEN_FLAGS, 0o600)
+            self._closer = weakref.finalize(self, _close_quietly, self._fd)
+        return self._fd
+
+    def close(self) -> None:
+        """Close the file; later results are not recorded. Idempotent."""
+        self._closed = True
+        self._release()
+
+    def reopen(self) -> None:
+        """Close the file and write to ``path`` afresh (after a log rotation moved it away)."""
+        self._release()
+        self._closed = False
+        self._broken_line = False
+
+    def _release(self) -> None:
+        if self._closer is not None:
+            self._closer()
+        self._fd = None
+        self._closer = None
+
+    @hookimpl(tryfirst=True)
+    async def dsh_execute(
+        self, execution: ToolDispatchExecution, next: Callable[[], Awaitable[ToolExecutionResult]]
+    ) -> ToolExecutionResult:
+        start = trio.current_time()
+        try:
+            return await next()
+        finally:
+            self._durations[execution.token] = (trio.current_time() - start) * 1000
+
+    @hookimpl
+    def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        duration = self._durations.pop(execution.token, None)
+        record = audit_record(execution, result, duration_ms=duration, now=datetime.datetime.now(datetime.UTC))
+        self.write(_encode(record))
+
+    def write(self, line: bytes) -> None:
+        """Append one encoded line; failures are logged (once per kind) and swallowed."""
+        if self._closed:
+            return
+        if self._broken_line:
+            line = b"\n" + line
+        try:
+            fd = self._descriptor()
+            written = os.write(fd, line)
+            while written < len(line):  # a short write: finish the line, so it is not joined to the next
+                self._broken_line = True
+                more = os.write(fd, line[written:])
+                if more <= 0:
+                    raise OSError(errno.EIO, "the file accepted no more bytes")
+                written += more
+            self._broken_line = False
+        except OSError as exc:
+            self._broken_line = True
+            kind = errno.errorcode.get(exc.errno, type(exc).__name__) if exc.errno else type(exc).__name__
+            if kind not in self._warned:
+                self._warned.add(kind)
+                logger.warning("audit log %s: cannot write (%s): %s; calls continue unrecorded", self.path, kind, exc)
+
+
+def _check_writable(path: str) -> None:
+    directory = os.path.dirname(path)
+    if os.path.exists(path):
+        if os.path.isdir(path) or not os.access(path, os.W_OK):
+            raise ConfigError([f"[plugins.audit].path: {path!r} is not a writable file"])
+    elif not os.path.isdir(directory):
+        raise ConfigError([f"[plugins.audit].path: cannot create {path!r}: the directory {directory!r} does not exist"])
+    elif not os.access(directory, os.W_OK):
+        raise ConfigError([f"[plugins.audit].path: cannot create {path!r}: the directory is not writable"])
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+@hookimpl
+def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
+    """Register a fresh :class:`AuditLog` for ``runtime`` (named ``audit-log``; the entry-point module itself is ``audit``)."""
+    settings = structure_table(AuditSettings, config, "[plugins.audit]")
+    if settings.path is None:
+        # Opt-in: installing the package must not start writing files in every
+        # working directory; configure [plugins.audit] path = "..." to audit.
+        return
+    runtime.plugins.register(AuditLog(settings.path), name=PLUGIN_NAME)

@@ -1,0 +1,282 @@
+"""Rule-based permissions: allow, deny or ask for approval, from the configuration file.
+
+Configure it in ``[plugins.permissions]``::
+
+    [plugins.permissions]
+    default = "allow"                        # "allow" | "deny" | "ask" when no rule matches
+
+    [[plugins.permissions.rules]]
+    tool = "read_*"                          # fnmatch glob on the tool name
+    action = "allow"
+
+    [[plugins.permissions.rules]]
+    tool = "write_file"
+    args = { path = "/etc/*" }               # JSON path -> glob on that argument
+    action = "deny"
+    reason = "never write under /etc"
+
+    [[plugins.permissions.rules]]
+    tool = "shell"
+    agent = "reviewer-*"                     # optional: glob on the calling Agent's id
+    action = "ask"
+
+Rules are tried in order and the **first match wins**. A rule matches when its
+``tool`` glob matches the tool name, its optional ``agent`` glob matches the id
+of the calling :class:`dsh_core.Agent` (a call without an ``Agent`` never
+matches a rule that names one), and every ``args`` entry matches. Globs use
+:func:`fnmatch.fnmatchcase` (``*``, ``?``, ``[seq]``; case-sensitive on every
+platform).
+
+``args`` keys are JSON paths into the (already validated) arguments: ``path``,
+``config.host``, ``items[0]``, ``headers["X-Token"]`` (a bracketed JSON string
+for keys that contain ``.`` or ``[``). A string argument is matched as is; any
+other value by its compact JSON text (``true``, ``3``, ``null``,
+``["rm","-rf"]``), so a deny rule cannot be dodged by wrapping a value in a
+list. A path that leads nowhere does not match.
+
+Decisions: ``deny`` and ``ask`` are final for the call (inner pre-execute
+listeners do not run); the message names the rule, numbered from 1 in file
+order (``denied by permissions rule #2 (tool "write_*")``) unless the rule
+gives a ``reason``. ``allow`` means "no objection": the call continues down the
+waterfall, so inner policies (a rate limit, say) and guards still apply. An
+``ask`` goes to the host's :class:`~dsh_core.ApprovalService`; without one (or
+for a call without an agent) the runtime denies it.
+
+The listener is registered plainly (no ``tryfirst``/``trylast``): like any
+policy plugin, its place among other plain listeners follows load order.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Literal, TypeAlias
+
+import attrs
+
+from dsh_core import (
+    Agent,
+    Ask,
+    Deny,
+    JsonValue,
+    PreToolDecision,
+    ToolExecution,
+    ToolRuntime,
+    hookimpl,
+    json_text,
+    structure_table,
+)
+
+__all__ = [
+    "PLUGIN_NAME",
+    "PathSyntaxError",
+    "Permissions",
+    "PermissionsSettings",
+    "Rule",
+    "parse_path",
+    "resolve_path",
+]
+
+PLUGIN_NAME: Final = "permissions-policy"
+
+Action: TypeAlias = Literal["allow", "deny", "ask"]
+Segment: TypeAlias = str | int
+
+
+class _Missing:
+    """Marks a path that leads nowhere (distinct from a JSON ``null``)."""
+
+    __slots__ = ()
+
+
+_MISSING: Final = _Missing()
+
+
+class PathSyntaxError(ValueError):
+    """An ``args`` key is not a JSON path this plugin understands."""
+
+
+def parse_path(text: str) -> tuple[Segment, ...]:
+    """Split ``config.items[0]["a.b"]`` into ``("config", "items", 0, "a.b")``.
+
+    Raises :class:`PathSyntaxError` for an empty path, an empty name, an
+    unclosed bracket or a bracket holding neither a non-negative integer nor a
+    JSON string.
+    """
+    segments: list[Segment] = []
+    index = 0
+    length = len(text)
+    expect_name = True  # at the start and after ".", a name must follow
+    while index < length:
+        char = text[index]
+        if char == "[":
+            close, segment = _bracket(text, index)
+            segments.append(segment)
+            index = close + 1
+            expect_name = False
+        elif char == "." and not expect_name:
+            index += 1
+            expect_name = True
+        elif char in ".]":
+            raise PathSyntaxError(f"unexpected {char!r} at position {index} in {text!r}")
+        else:
+            end = index
+            while end < length and text[end] not in ".[]":
+                end += 1
+            segments.append(text[index:end])
+            index = end
+            expect_name = False
+    if expect_name:
+        raise PathSyntaxError(f"{text!r} is not a path: it is empty or ends with '.'")
+    return tuple(segments)
+
+
+def _bracket(text: str, start: int) -> tuple[int, Segment]:
+    if text.startswith('"', start + 1):
+        decoder = json.JSONDecoder()
+        try:
+            key, end = decoder.raw_decode(text, start + 1)
+        except json.JSONDecodeError:
+            raise PathSyntaxError(f"bad quoted key at position {start} in {text!r}") from None
+        if not text.startswith("]", end):
+            raise PathSyntaxError(f"expected ']' at position {end} in {text!r}")
+        return end, key
+    close = text.find("]", start)
+    if close < 0:
+        raise PathSyntaxError(f"unclosed '[' at position {start} in {text!r}")
+    inner = text[start + 1 : close]
+    if not (inner.isascii() and inner.isdigit()):
+        raise PathSyntaxError(
+            f'[{inner}] in {text!r} must be a non-negative index like [0] or a quoted key like ["a.b"]'
+        )
+    return close, int(inner)
+
+
+def resolve_path(value: JsonValue, path: tuple[Segment, ...]) -> JsonValue | _Missing:
+    """The value at ``path`` inside ``value``, or a private sentinel when there is none."""
+    current: JsonValue = value
+    for segment in path:
+        if isinstance(segment, int):
+            if not isinstance(current, (tuple, list)) or segment >= len(current):
+                return _MISSING
+            current = current[segment]
+        else:
+            if not isinstance(current, Mapping) or segment not in current:
+                return _MISSING
+            current = current[segment]
+    return current
+
+
+def _match_text(value: JsonValue) -> str:
+    return value if isinstance(value, str) else json_text(value)
+
+
+def _check_args(instance: object, attribute: attrs.Attribute[Any], value: dict[str, str] | None) -> None:
+    for key in value or {}:
+        try:
+            parse_path(key)
+        except PathSyntaxError as exc:
+            raise ValueError(f"args: {exc}") from None
+
+
+def _check_glob(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and not value:
+        raise ValueError(f"{attribute.name} must be a non-empty glob")
+
+
+@attrs.frozen(kw_only=True)
+class Rule:
+    """One ``[[plugins.permissions.rules]]`` entry."""
+
+    tool: str = attrs.field(validator=_check_glob)
+    action: Action
+    args: dict[str, str] | None = attrs.field(default=None, validator=_check_args)
+    agent: str | None = attrs.field(default=None, validator=_check_glob)
+    reason: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PermissionsSettings:
+    """The ``[plugins.permissions]`` table."""
+
+    default: Action = "allow"
+    rules: tuple[Rule, ...] = ()
+
+
+@attrs.frozen(slots=True)
+class _CompiledRule:
+    number: int  # 1-based, as messages show it
+    rule: Rule
+    args: tuple[tuple[tuple[Segment, ...], str], ...]
+
+    def matches(self, execution: ToolExecution) -> bool:
+        rule = self.rule
+        if not fnmatch.fnmatchcase(execution.name, rule.tool):
+            return False
+        if rule.agent is not None:
+            agent = execution.agent
+            if not isinstance(agent, Agent) or not fnmatch.fnmatchcase(agent.id, rule.agent):
+                return False
+        for path, glob in self.args:
+            found = resolve_path(execution.arguments, path)
+            if isinstance(found, _Missing) or not fnmatch.fnmatchcase(_match_text(found), glob):
+                return False
+        return True
+
+    def label(self) -> str:
+        return f'permissions rule #{self.number} (tool "{self.rule.tool}")'
+
+
+class Permissions:
+    """The ``dsh_pre_execute`` listener of one runtime, built from :class:`PermissionsSettings`."""
+
+    def __init__(self, settings: PermissionsSettings | None = None) -> None:
+        self.settings = settings or PermissionsSettings()
+        self._rules = tuple(
+            _CompiledRule(
+                number,
+                rule,
+                tuple((parse_path(key), glob) for key, glob in (rule.args or {}).items()),
+            )
+            for number, rule in enumerate(self.settings.rules, start=1)
+        )
+
+    def decide(self, execution: ToolExecution) -> tuple[Action, str | None]:
+        """The action for this call and the reason to give (``None`` for allow)."""
+        for compiled in self._rules:
+            if compiled.matches(execution):
+                action = compiled.rule.action
+                if action == "allow":
+                    return action, None
+                if compiled.rule.reason is not None:
+                    return action, compiled.rule.reason
+                verb = "denied by" if action == "deny" else "approval required by"
+                return action, f"{verb} {compiled.label()}"
+        default = self.settings.default
+        if default == "deny":
+            return default, f'denied by the permissions default: no rule matched tool "{execution.name}"'
+        if default == "ask":
+            return default, f'approval required by the permissions default: no rule matched tool "{execution.name}"'
+        return default, None
+
+    @hookimpl
+    async def dsh_pre_execute(
+        self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
+    ) -> PreToolDecision:
+        action, reason = self.decide(execution)
+        match action:
+            case "deny":
+                assert reason is not None
+                return Deny(reason)
+            case "ask":
+                return Ask(reason)
+            case _:
+                return await next()
+
+
+@hookimpl
+def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
+    """Register a fresh :class:`Permissions` listener for ``runtime`` (named ``permissions-policy``; the entry-point module itself is ``permissions``)."""
+    settings = structure_table(PermissionsSettings, config, "[plugins.permissions]")
+    runtime.plugins.register(Permissions(settings), name=PLUGIN_NAME)

@@ -1,0 +1,277 @@
+"""Approval services (dsh_plugins.approval): the terminal prompt and the non-interactive refusal."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_core import (
+    Agent,
+    Ask,
+    CancelSignal,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionToken,
+    ToolRuntime,
+    define_tool,
+    hookimpl,
+    snapshot_json,
+)
+from dsh_core.presentation import GenericCallView, TerminalCallView
+from dsh_core.testing import json_tool, make_input, make_runtime
+from dsh_plugins import approval as approval_module
+from dsh_plugins.approval import NonInteractiveApproval, TerminalApproval
+
+MAIN = Agent("main")
+
+
+class AskEverything:
+    def __init__(self, reason: str | None = None) -> None:
+        self.reason = reason
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+        return Ask(self.reason)
+
+
+def shell_tool() -> Any:
+    async def run(args: Any) -> str:
+        return "ran"
+
+    return define_tool(
+        name="shell",
+        description="Run a command",
+        parameters={"command": {"type": "string", "required": True}},
+        output={"type": "string"},
+        execute=run,
+        present_call=lambda args: TerminalCallView(title=args["command"]),
+    )
+
+
+class Answers:
+    """A scripted ``prompt``: records each question and gives the next answer (or raises it)."""
+
+    def __init__(self, *answers: str | BaseException) -> None:
+        self.answers = list(answers)
+        self.questions: list[str] = []
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self, question: str) -> str:
+        self.questions.append(question)
+        self.threads.append(threading.current_thread())
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def runtime_with(service: Any, *tools: Any, reason: str | None = None) -> ToolRuntime:
+    runtime = make_runtime(*(tools or (shell_tool(), json_tool("add"))), plugins=[AskEverything(reason)])
+    runtime.approval = service
+    if isinstance(service, TerminalApproval):
+        service.runtime = runtime
+    return runtime
+
+
+def code(result: ToolExecutionResult) -> str | None:
+    assert isinstance(result, ToolExecutionFailure), result
+    return result.code
+
+
+async def test_question_uses_the_tools_call_presentation() -> None:
+    answers = Answers("y")
+    runtime = runtime_with(TerminalApproval(prompt=answers))
+    result = await runtime.execute(make_input("shell", {"command": "ls -la"}, agent=MAIN))
+    assert not result.is_error
+    assert answers.questions == ["Allow shell ls -la? [y/N/a] "]
+
+
+async def test_question_falls_back_to_compact_json_arguments() -> None:
+    answers = Answers("y")
+    runtime = runtime_with(TerminalApproval(prompt=answers))
+    await runtime.execute(make_input("add", {"a": 1, "b": "ü"}, agent=MAIN))
+    assert answers.questions == ['Allow add {"a": 1, "b": "ü"}? [y/N/a] ']
+
+
+async def test_generic_card_title_is_used_too() -> None:
+    async def body(args: Any) -> str:
+        return "x"
+
+    tool = define_tool(
+        name="fetch",
+        description="d",
+        parameters={"url": {"type": "string"}},
+        output={"type": "string"},
+        execute=body,
+        present_call=lambda args: GenericCallView(title=f"GET {args['url']}", kind="fetch"),
+    )
+    answers = Answers("y")
+    runtime = runtime_with(TerminalApproval(prompt=answers), tool)
+    await runtime.execute(make_input("fetch", {"url": "https://example.com"}, agent=MAIN))
+    assert answers.questions == ["Allow fetch GET https://example.com? [y/N/a] "]
+
+
+async def test_reason_is_shown_above_the_question() -> None:
+    answers = Answers("y")
+    runtime = runtime_with(TerminalApproval(prompt=answers), reason="shell needs a human")
+    await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN))
+    assert answers.questions == ["shell needs a human\nAllow shell ls? [y/N/a] "]
+
+
+async def test_control_characters_in_arguments_are_escaped() -> None:
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers))
+    await runtime.execute(make_input("shell", {"command": "ls\r\x1b[2Krm -rf /\u202e"}, agent=MAIN))
+    (question,) = answers.questions
+    assert question == "Allow shell ls\\x0d\\x1b[2Krm -rf /\\u202e? [y/N/a] "
+
+
+async def test_long_arguments_are_shortened() -> None:
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers))
+    await runtime.execute(make_input("shell", {"command": "x" * 500}, agent=MAIN))
+    (question,) = answers.questions
+    assert question == "Allow shell " + "x" * 79 + "…? [y/N/a] "
+
+
+@pytest.mark.parametrize(
+    ("answer", "allowed"),
+    [("y", True), ("Y", True), (" yes ", True), ("n", False), ("", False), ("maybe", False), ("no", False)],
+)
+async def test_answers(answer: str, allowed: bool) -> None:
+    runtime = runtime_with(TerminalApproval(prompt=Answers(answer)))
+    result = await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN))
+    if allowed:
+        assert not result.is_error
+    else:
+        assert code(result) == "DENIED"
+        assert isinstance(result, ToolExecutionFailure)
+        assert result.error.message == 'the user denied tool "shell"'
+
+
+@pytest.mark.parametrize("error", [EOFError(), OSError("terminal went away")])
+async def test_end_of_input_denies(error: BaseException) -> None:
+    runtime = runtime_with(TerminalApproval(prompt=Answers(error)))
+    assert code(await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN))) == "DENIED"
+
+
+async def test_always_allows_later_calls_of_that_tool_without_asking() -> None:
+    answers = Answers("a", "n")
+    service = TerminalApproval(prompt=answers)
+    runtime = runtime_with(service)
+    for command in ("ls", "pwd", "whoami"):
+        assert not (await runtime.execute(make_input("shell", {"command": command}, agent=MAIN))).is_error
+    assert len(answers.questions) == 1
+    assert service.always == {"shell"}
+    # another tool is still asked
+    assert code(await runtime.execute(make_input("add", {}, agent=MAIN))) == "DENIED"
+    assert len(answers.questions) == 2
+
+
+async def test_prompt_runs_in_a_worker_thread() -> None:
+    answers = Answers("y")
+    runtime = runtime_with(TerminalApproval(prompt=answers))
+    await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN))
+    assert answers.threads and answers.threads[0] is not threading.main_thread()
+
+
+async def test_concurrent_requests_are_asked_one_at_a_time() -> None:
+    inside = 0
+    most = 0
+    lock = threading.Lock()
+
+    def slow_prompt(question: str) -> str:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        threading.Event().wait(0.02)
+        with lock:
+            inside -= 1
+        return "y"
+
+    runtime = runtime_with(TerminalApproval(prompt=slow_prompt))
+    async with trio.open_nursery() as nursery:
+        for index in range(3):
+            nursery.start_soon(runtime.execute, make_input("shell", {"command": f"echo {index}"}, agent=MAIN))
+    assert most == 1
+
+
+def execution_of(name: str, arguments: Any, signal: CancelSignal) -> ToolExecution:
+    return ToolExecution(
+        call_id="c1", root_call_id="c1", name=name, arguments=snapshot_json(arguments),
+        signal=signal, token=ToolExecutionToken(), agent=MAIN,
+    )  # fmt: skip
+
+
+async def test_already_cancelled_call_is_not_asked() -> None:
+    answers = Answers()
+    signal = CancelSignal()
+    signal.cancel()
+    service = TerminalApproval(prompt=answers)
+    assert await service.request(execution_of("shell", {"command": "ls"}, signal), None) == "cancelled"
+    assert answers.questions == []
+
+
+async def test_answer_arriving_after_cancellation_is_discarded() -> None:
+    signal = CancelSignal()
+
+    def answer_then_cancelled(question: str) -> str:
+        trio.from_thread.run_sync(signal.cancel)  # the caller gave up while the person was typing
+        return "y"
+
+    service = TerminalApproval(prompt=answer_then_cancelled)
+    assert await service.request(execution_of("shell", {"command": "ls"}, signal), None) == "cancelled"
+    assert service.always == set()
+
+
+async def test_cancelling_the_call_during_the_question_aborts_it_promptly() -> None:
+    release = threading.Event()
+    asked = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def blocking_prompt(question: str) -> str:
+        token.run_sync_soon(asked.set)
+        release.wait(10)
+        return "y"
+
+    runtime = runtime_with(TerminalApproval(prompt=blocking_prompt))
+    signal = CancelSignal()
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_when_asked() -> None:
+                await asked.wait()
+                signal.cancel("user hit Ctrl-C")
+
+            nursery.start_soon(cancel_when_asked)
+            with trio.fail_after(5):
+                result = await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN, signal=signal))
+    finally:
+        release.set()  # let the abandoned input() thread finish
+    assert code(result) == "ABORTED_BEFORE_DISPATCH"
+
+
+async def test_non_interactive_approval_always_denies() -> None:
+    runtime = runtime_with(NonInteractiveApproval())
+    result = await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN))
+    assert code(result) == "DENIED"
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.plugin == "approval"
+    assert result.error.message == 'tool "shell" requires approval, but no approval channel is available'
+
+
+def test_approval_services_satisfy_the_protocol() -> None:
+    from dsh_core import ApprovalService
+
+    assert isinstance(TerminalApproval(), ApprovalService)
+    assert isinstance(NonInteractiveApproval(), ApprovalService)
+
+
+def test_approval_module_is_not_a_plugin() -> None:
+    assert not hasattr(approval_module, "dsh_setup")

@@ -1,0 +1,314 @@
+"""The audit log (dsh_plugins.audit): one JSON line per call, never breaking the pipeline."""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import json
+import logging
+import os
+import stat
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from dsh_core import Agent, ConfigError, Deny, ToolExecution, ToolExecutionResult, ToolRuntime, hookimpl
+from dsh_core.testing import json_tool, make_input, make_runtime
+from dsh_plugins import audit
+from dsh_plugins.audit import AuditLog
+
+FIELDS = [
+    "ts",
+    "call_id",
+    "root_call_id",
+    "tool",
+    "agent",
+    "arguments",
+    "outcome",
+    "error_code",
+    "error_message",
+    "plugin",
+    "duration_ms",
+]
+
+
+def audited(tmp_path: Path, *tools: Any) -> tuple[ToolRuntime, Path]:
+    path = tmp_path / "audit.jsonl"
+    runtime = make_runtime(*(tools or (json_tool("echo"),)))
+    audit.dsh_setup(runtime, {"path": str(path)})
+    return runtime, path
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+async def test_one_line_per_successful_call_with_every_field(tmp_path: Path) -> None:
+    runtime, path = audited(tmp_path)
+    await runtime.execute(make_input("echo", {"x": [1, "ü"]}, call_id="c1", agent=Agent("main")))
+    (record,) = lines(path)
+    assert list(record) == FIELDS
+    assert record["call_id"] == "c1" and record["root_call_id"] == "c1"
+    assert record["tool"] == "echo"
+    assert record["agent"] == "main"
+    assert record["arguments"] == {"x": [1, "ü"]}
+    assert record["outcome"] == "success"
+    assert record["error_code"] is None and record["error_message"] is None and record["plugin"] is None
+    ts = datetime.datetime.fromisoformat(record["ts"])
+    assert ts.utcoffset() == datetime.timedelta(0)
+    assert "ü" in path.read_text(encoding="utf-8")  # ensure_ascii=False
+
+
+async def test_failures_are_recorded_with_code_message_and_blame(tmp_path: Path) -> None:
+    class NoShell:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            return Deny("no shell") if execution.name == "shell" else await next()
+
+    runtime, path = audited(tmp_path, json_tool("shell"), json_tool("typed", parameters={"n": {"type": "integer"}}))
+    runtime.plugins.register(NoShell(), name="no-shell")
+    await runtime.execute(make_input("shell", {}, call_id="denied"))
+    await runtime.execute(make_input("typed", {"n": "x"}, call_id="invalid"))
+    await runtime.execute(make_input("nope", {}, call_id="unknown"))
+    denied, invalid, unknown = lines(path)
+    assert (denied["outcome"], denied["error_code"], denied["error_message"], denied["plugin"]) == (
+        "error",
+        "DENIED",
+        "no shell",
+        "no-shell",
+    )
+    assert invalid["error_code"] == "INVALID_ARGS" and invalid["agent"] is None
+    assert unknown["error_code"] == "UNKNOWN_TOOL" and unknown["error_message"] == 'unknown tool "nope"'
+    assert denied["duration_ms"] is None and invalid["duration_ms"] is None
+
+
+async def test_duration_is_the_dispatch_time_on_trios_clock(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async def slow(args: Any) -> str:
+        await trio.sleep(1.5)
+        return "ok"
+
+    runtime, path = audited(tmp_path, json_tool("slow", slow))
+    await runtime.execute(make_input("slow"))
+    (record,) = lines(path)
+    assert record["duration_ms"] == pytest.approx(1500)
+
+
+async def test_a_raising_observer_does_not_cost_the_audit_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken:
+        @hookimpl
+        def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+            raise RuntimeError("observer broke")
+
+    path = tmp_path / "audit.jsonl"
+    runtime = make_runtime(json_tool("echo"), plugins=[Broken()])
+    audit.dsh_setup(runtime, {"path": str(path)})
+    runtime.plugins.register(Broken(), name="broken-after")  # one before, one after the audit observer
+    for index in range(3):
+        result = await runtime.execute(make_input("echo", {"i": index}))
+        assert not result.is_error
+    assert [record["arguments"] for record in lines(path)] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert "observer broke" in caplog.text
+
+
+def failing_write(monkeypatch: pytest.MonkeyPatch, log: AuditLog, error: int) -> list[bytes]:
+    """Make ``os.write`` fail with ``error`` on the audit descriptor only; returns what was attempted."""
+    real_write = os.write
+    attempted: list[bytes] = []
+
+    def write(fd: int, data: Any) -> int:
+        if fd == log._fd:
+            attempted.append(bytes(data))
+            raise OSError(error, os.strerror(error))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return attempted
+
+
+async def test_full_disk_logs_one_warning_and_calls_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime, path = audited(tmp_path)
+    log = runtime.plugins.get_plugin("audit-log")
+    assert isinstance(log, AuditLog)
+    attempted = failing_write(monkeypatch, log, errno.ENOSPC)
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.audit"):
+        for _ in range(3):
+            assert not (await runtime.execute(make_input("echo", {"n": 1}))).is_error
+    assert len(attempted) == 3
+    warnings = [r for r in caplog.records if r.name == "dsh_plugins.audit"]
+    assert len(warnings) == 1 and "ENOSPC" in warnings[0].getMessage()
+    # The disk has room again: logging resumes and the file stays parseable.
+    monkeypatch.undo()
+    await runtime.execute(make_input("echo", {"n": 2}, call_id="after"))
+    assert [record["call_id"] for record in lines(path)] == ["after"]
+
+
+async def test_each_kind_of_error_is_warned_about_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime, _ = audited(tmp_path)
+    log = runtime.plugins.get_plugin("audit-log")
+    assert isinstance(log, AuditLog)
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.audit"):
+        for error in (errno.ENOSPC, errno.EIO, errno.ENOSPC, errno.EIO):
+            failing_write(monkeypatch, log, error)
+            await runtime.execute(make_input("echo"))
+            monkeypatch.undo()
+    kinds = [r.getMessage() for r in caplog.records if r.name == "dsh_plugins.audit"]
+    assert len(kinds) == 2 and "ENOSPC" in kinds[0] and "EIO" in kinds[1]
+
+
+async def test_a_line_cut_short_is_terminated_before_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime, path = audited(tmp_path)
+    log = runtime.plugins.get_plugin("audit-log")
+    assert isinstance(log, AuditLog)
+    real_write = os.write
+    calls = 0
+
+    def short_then_full_disk(fd: int, data: Any) -> int:
+        nonlocal calls
+        if fd != log._fd:
+            return real_write(fd, data)
+        calls += 1
+        if calls == 1:
+            return real_write(fd, bytes(data)[:10])  # a short write...
+        raise OSError(errno.ENOSPC, "No space left on device")  # ...then the disk is full
+
+    monkeypatch.setattr(os, "write", short_then_full_disk)
+    await runtime.execute(make_input("echo", call_id="cut"))
+    monkeypatch.undo()
+    await runtime.execute(make_input("echo", call_id="whole"))
+    raw = path.read_text(encoding="utf-8").splitlines()
+    assert len(raw) == 2
+    assert json.loads(raw[1])["call_id"] == "whole"
+
+
+async def test_deep_arguments_are_summarised_not_fatal(tmp_path: Path) -> None:
+    deep: Any = "leaf"
+    for _ in range(10_000):
+        deep = [deep]
+    runtime, path = audited(tmp_path)
+    result = await runtime.execute(make_input("echo", {"deep": deep}, call_id="deep"))
+    assert not result.is_error
+    (record,) = lines(path)
+    assert record["call_id"] == "deep"
+    assert record["arguments"] is None
+    assert "nested deeper than 200 levels" in record["arguments_omitted"]
+
+
+async def test_moderately_nested_arguments_are_kept(tmp_path: Path) -> None:
+    nested: Any = 1
+    for _ in range(150):
+        nested = {"n": nested}
+    runtime, path = audited(tmp_path)
+    await runtime.execute(make_input("echo", {"v": nested}))
+    (record,) = lines(path)
+    assert record["arguments"] == {"v": nested}
+
+
+async def test_lone_surrogates_still_give_valid_json(tmp_path: Path) -> None:
+    runtime, path = audited(tmp_path)
+    await runtime.execute(make_input("echo", {"s": "a\ud800b"}))
+    (record,) = lines(path)
+    assert record["arguments"] == {"s": "a\ud800b"}
+
+
+def test_file_is_created_private_and_appended_to(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_text('{"old": true}\n', encoding="utf-8")
+    path.chmod(0o600)
+    log = AuditLog(path)
+    log.write(b'{"new": true}\n')
+    log.close()
+    assert path.read_text(encoding="utf-8") == '{"old": true}\n{"new": true}\n'
+    fresh = tmp_path / "fresh.jsonl"
+    log = AuditLog(fresh)
+    assert not fresh.exists()  # nothing is created before the first line
+    log.write(b"{}\n")
+    log.close()
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+
+
+async def test_closed_log_records_nothing_and_raises_nothing(tmp_path: Path) -> None:
+    runtime, path = audited(tmp_path)
+    log = runtime.plugins.get_plugin("audit-log")
+    assert isinstance(log, AuditLog)
+    log.close()
+    log.close()
+    assert not (await runtime.execute(make_input("echo"))).is_error
+    assert not path.exists()
+
+
+def test_path_in_a_missing_directory_is_a_config_error(tmp_path: Path) -> None:
+    runtime = make_runtime()
+    with pytest.raises(ConfigError, match="does not exist"):
+        audit.dsh_setup(runtime, {"path": str(tmp_path / "missing-dir" / "audit.jsonl")})
+    assert runtime.plugins.get_plugin("audit-log") is None
+
+
+def test_a_directory_is_not_a_log_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a writable file"):
+        audit.dsh_setup(make_runtime(), {"path": str(tmp_path)})
+
+
+async def test_a_file_that_cannot_be_opened_later_is_a_warning_not_a_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    runtime, _ = audited(directory)
+    directory.rename(tmp_path / "moved")  # the directory vanished after setup
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.audit"):
+        assert not (await runtime.execute(make_input("echo"))).is_error
+    assert "ENOENT" in caplog.text
+
+
+async def test_reopen_after_rotation_writes_a_fresh_file(tmp_path: Path) -> None:
+    runtime, path = audited(tmp_path)
+    await runtime.execute(make_input("echo", call_id="before"))
+    path.rename(tmp_path / "audit.jsonl.1")
+    log = runtime.plugins.get_plugin("audit-log")
+    assert isinstance(log, AuditLog)
+    log.reopen()
+    await runtime.execute(make_input("echo", call_id="after"))
+    assert [r["call_id"] for r in lines(path)] == ["after"]
+    assert [r["call_id"] for r in lines(tmp_path / "audit.jsonl.1")] == ["before"]
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [({"path": 3}, "expected a string"), ({"path": ""}, "non-empty"), ({"file": "x"}, 'unknown key "file"')],
+)
+def test_bad_config_is_refused(config: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=r"\[plugins\.audit\]") as caught:
+        audit.dsh_setup(make_runtime(), config)
+    assert fragment in str(caught.value)
+
+
+def test_audit_is_opt_in_without_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    runtime = make_runtime()
+    audit.dsh_setup(runtime, {})
+    assert runtime.plugins.get_plugin("audit-log") is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_relative_path_is_fixed_at_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    runtime = make_runtime()
+    audit.dsh_setup(runtime, {"path": "dsh-audit.jsonl"})
+    log = runtime.plugins.get_plugin("audit-log")
+    assert isinstance(log, AuditLog)
+    monkeypatch.chdir(tmp_path.parent)  # a later chdir does not move the log
+    log.write(b"{}\n")
+    log.close()
+    assert (tmp_path / "dsh-audit.jsonl").exists()

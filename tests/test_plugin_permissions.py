@@ -1,0 +1,261 @@
+"""The permissions plugin (dsh_plugins.permissions): ordered rules, argument globs, defaults, ask."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from dsh_core import (
+    Agent,
+    ConfigError,
+    Deny,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolRuntime,
+    hookimpl,
+)
+from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
+from dsh_plugins import permissions
+from dsh_plugins.permissions import PathSyntaxError, parse_path
+
+TOOLS = ("read_file", "write_file", "write_config", "shell")
+
+
+def runtime_with(config: dict[str, Any], *, approval: StaticApproval | None = None) -> ToolRuntime:
+    runtime = make_runtime(*(json_tool(name) for name in TOOLS), approval=approval)
+    permissions.dsh_setup(runtime, config)
+    return runtime
+
+
+def denial(result: ToolExecutionResult) -> str:
+    assert isinstance(result, ToolExecutionFailure), result
+    assert result.code == "DENIED"
+    assert result.error.info is not None
+    return result.error.message
+
+
+async def test_first_matching_rule_wins() -> None:
+    runtime = runtime_with(
+        {
+            "rules": [
+                {"tool": "write_config", "action": "allow"},
+                {"tool": "write_*", "action": "deny"},
+            ]
+        }
+    )
+    assert not (await runtime.execute(make_input("write_config"))).is_error
+    assert denial(await runtime.execute(make_input("write_file"))) == 'denied by permissions rule #2 (tool "write_*")'
+
+
+async def test_rule_order_matters() -> None:
+    runtime = runtime_with(
+        {
+            "rules": [
+                {"tool": "write_*", "action": "deny"},
+                {"tool": "write_config", "action": "allow"},
+            ]
+        }
+    )
+    assert denial(await runtime.execute(make_input("write_config"))) == 'denied by permissions rule #1 (tool "write_*")'
+
+
+async def test_denial_is_blamed_on_the_permissions_plugin() -> None:
+    runtime = runtime_with({"rules": [{"tool": "shell", "action": "deny"}]})
+    result = await runtime.execute(make_input("shell"))
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.error.info is not None and result.error.info.plugin == "permissions-policy"
+
+
+async def test_rule_reason_replaces_the_default_message() -> None:
+    runtime = runtime_with({"rules": [{"tool": "shell", "action": "deny", "reason": "no shell in CI"}]})
+    assert denial(await runtime.execute(make_input("shell"))) == "no shell in CI"
+
+
+async def test_tool_globs_are_case_sensitive() -> None:
+    runtime = runtime_with({"rules": [{"tool": "SHELL", "action": "deny"}]})
+    assert not (await runtime.execute(make_input("shell"))).is_error
+
+
+@pytest.mark.parametrize(
+    ("glob", "arguments", "denied"),
+    [
+        ("/etc/*", {"path": "/etc/passwd"}, True),
+        ("/etc/*", {"path": "/home/me/notes"}, False),
+        ("/etc/*", {}, False),  # a missing path never matches
+        ("/etc/*", {"path": None}, False),  # null is matched as its JSON text "null"
+        ("null", {"path": None}, True),
+        ("true", {"path": True}, True),
+        ("4?", {"path": 42}, True),
+        ('*"rm"*', {"path": ["rm", "-rf"]}, True),  # containers by their compact JSON text
+    ],
+)
+async def test_argument_globs(glob: str, arguments: dict[str, Any], denied: bool) -> None:
+    runtime = runtime_with({"rules": [{"tool": "write_file", "args": {"path": glob}, "action": "deny"}]})
+    result = await runtime.execute(make_input("write_file", arguments))
+    assert result.is_error is denied
+
+
+async def test_nested_and_indexed_argument_paths() -> None:
+    runtime = runtime_with(
+        {
+            "rules": [
+                {"tool": "shell", "args": {"config.host": "*.prod.example.com", "argv[0]": "ssh"}, "action": "deny"},
+            ]
+        }
+    )
+    prod = {"config": {"host": "db.prod.example.com"}, "argv": ["ssh", "root@db"]}
+    assert (await runtime.execute(make_input("shell", prod))).is_error
+    staging = {"config": {"host": "db.staging.example.com"}, "argv": ["ssh"]}
+    assert not (await runtime.execute(make_input("shell", staging))).is_error
+    # every args entry must match (AND)
+    other_command = {"config": {"host": "db.prod.example.com"}, "argv": ["ls"]}
+    assert not (await runtime.execute(make_input("shell", other_command))).is_error
+    # an index past the end, or into a non-array, does not match
+    assert not (
+        await runtime.execute(make_input("shell", {"config": {"host": "x.prod.example.com"}, "argv": []}))
+    ).is_error
+    assert not (await runtime.execute(make_input("shell", {"config": "x.prod.example.com", "argv": ["ssh"]}))).is_error
+
+
+async def test_quoted_keys_reach_keys_with_dots() -> None:
+    runtime = runtime_with({"rules": [{"tool": "shell", "args": {'env["A.B"]': "secret*"}, "action": "deny"}]})
+    assert (await runtime.execute(make_input("shell", {"env": {"A.B": "secret-1"}}))).is_error
+    assert not (await runtime.execute(make_input("shell", {"env": {"A": {"B": "secret-1"}}}))).is_error
+
+
+@pytest.mark.parametrize(
+    ("text", "segments"),
+    [
+        ("path", ("path",)),
+        ("config.host", ("config", "host")),
+        ("items[0]", ("items", 0)),
+        ("items[12].name", ("items", 12, "name")),
+        ('headers["X-Token"]', ("headers", "X-Token")),
+        ('["a.b"][1]', ("a.b", 1)),
+    ],
+)
+def test_parse_path(text: str, segments: tuple[Any, ...]) -> None:
+    assert parse_path(text) == segments
+
+
+@pytest.mark.parametrize("text", ["", ".", "a.", ".a", "a..b", "a[", "a[x]", "a[-1]", "a]", 'a["b]', 'a["b"x]'])
+def test_parse_path_rejects_malformed_paths(text: str) -> None:
+    with pytest.raises(PathSyntaxError):
+        parse_path(text)
+
+
+async def test_agent_glob_matches_the_calling_agents_id() -> None:
+    runtime = runtime_with({"rules": [{"tool": "shell", "agent": "reviewer-*", "action": "deny"}]})
+    assert (await runtime.execute(make_input("shell", agent=Agent("reviewer-1")))).is_error
+    assert not (await runtime.execute(make_input("shell", agent=Agent("builder")))).is_error
+    # a call without an Agent never matches a rule that names one
+    assert not (await runtime.execute(make_input("shell"))).is_error
+    assert not (await runtime.execute(make_input("shell", agent="reviewer-1"))).is_error
+
+
+@pytest.mark.parametrize(
+    ("default", "expected"),
+    [
+        ("allow", None),
+        ("deny", 'denied by the permissions default: no rule matched tool "shell"'),
+    ],
+)
+async def test_default_applies_when_no_rule_matches(default: str, expected: str | None) -> None:
+    runtime = runtime_with({"default": default, "rules": [{"tool": "read_*", "action": "allow"}]})
+    assert not (await runtime.execute(make_input("read_file"))).is_error
+    result = await runtime.execute(make_input("shell"))
+    if expected is None:
+        assert not result.is_error
+    else:
+        assert denial(result) == expected
+
+
+async def test_ask_goes_to_the_approval_service_with_the_rule_as_reason() -> None:
+    approval = StaticApproval("allowed-once")
+    runtime = runtime_with({"rules": [{"tool": "shell", "action": "ask"}]}, approval=approval)
+    result = await runtime.execute(make_input("shell", {"cmd": "ls"}, agent=Agent("main")))
+    assert not result.is_error
+    assert approval.requests == [("shell", 'approval required by permissions rule #1 (tool "shell")')]
+
+
+async def test_ask_denied_by_the_user_is_a_denial() -> None:
+    approval = StaticApproval("denied")
+    runtime = runtime_with(
+        {"rules": [{"tool": "shell", "action": "ask", "reason": "shell needs a human"}]}, approval=approval
+    )
+    assert denial(await runtime.execute(make_input("shell", agent=Agent("main")))) == 'the user denied tool "shell"'
+    assert approval.requests == [("shell", "shell needs a human")]
+
+
+async def test_default_ask_without_an_approval_service_denies_with_the_reason() -> None:
+    runtime = runtime_with({"default": "ask"})
+    message = denial(await runtime.execute(make_input("shell", agent=Agent("main"))))
+    assert message == 'approval required by the permissions default: no rule matched tool "shell"'
+
+
+async def test_allow_leaves_inner_policies_their_say() -> None:
+    class InnerDeny:
+        @hookimpl(trylast=True)
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            return Deny("inner policy says no")
+
+    runtime = runtime_with({"rules": [{"tool": "*", "action": "allow"}]})
+    runtime.plugins.register(InnerDeny())
+    assert denial(await runtime.execute(make_input("shell"))) == "inner policy says no"
+
+
+async def test_deny_short_circuits_inner_policies() -> None:
+    seen: list[str] = []
+
+    class Inner:
+        @hookimpl(trylast=True)
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            seen.append(execution.name)
+            return await next()
+
+    runtime = runtime_with({"rules": [{"tool": "shell", "action": "deny"}]})
+    runtime.plugins.register(Inner())
+    await runtime.execute(make_input("shell"))
+    await runtime.execute(make_input("read_file"))
+    assert seen == ["read_file"]
+
+
+@pytest.mark.parametrize(
+    ("config", "fragments"),
+    [
+        ({"default": "maybe"}, ["[plugins.permissions].default: expected one of allow/deny/ask"]),
+        ({"rules": [{"tool": "x", "action": "block"}]}, ["rules[0].action: expected one of allow/deny/ask"]),
+        ({"rules": [{"action": "deny"}]}, ["rules[0].tool: missing required key"]),
+        ({"rules": [{"tool": "x", "action": "deny", "args": {"a[": "*"}}]}, ["rules[0]", "unclosed '['"]),
+        ({"rules": [{"tool": "x", "action": "deny", "args": {"a": 1}}]}, ["rules[0].args", "expected a string, got 1"]),
+        ({"rules": [{"tool": "", "action": "deny"}]}, ["tool must be a non-empty glob"]),
+        ({"rule": []}, ['unknown key "rule"']),
+    ],
+)
+def test_bad_config_lists_the_offending_path(config: dict[str, Any], fragments: list[str]) -> None:
+    runtime = make_runtime()
+    with pytest.raises(ConfigError) as caught:
+        permissions.dsh_setup(runtime, config)
+    for fragment in fragments:
+        assert fragment in str(caught.value)
+    assert runtime.plugins.get_plugin("permissions-policy") is None
+
+
+def test_every_bad_rule_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as caught:
+        permissions.dsh_setup(
+            make_runtime(), {"rules": [{"tool": "a", "action": "nope"}, {"tool": 3, "action": "deny"}]}
+        )
+    assert len(caught.value.violations) == 2
+
+
+def test_each_runtime_gets_its_own_listener() -> None:
+    first, second = make_runtime(), make_runtime()
+    permissions.dsh_setup(first, {"default": "deny"})
+    permissions.dsh_setup(second, {})
+    a, b = first.plugins.get_plugin("permissions-policy"), second.plugins.get_plugin("permissions-policy")
+    assert isinstance(a, permissions.Permissions) and isinstance(b, permissions.Permissions)
+    assert a is not b and a.settings.default == "deny" and b.settings.default == "allow"
