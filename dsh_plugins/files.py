@@ -1,0 +1,1083 @@
+"""First-party file tools, confined to one workspace root: read, write, edit, glob, grep.
+
+Enable them through the ``files`` entry point; configure the root in
+``[plugins.files]``::
+
+    [plugins.files]
+    root = "."        # default: the working directory when the plugin loads
+
+**Confinement.** Every path a tool receives is taken relative to the root (an
+absolute path is taken as is), resolved with ``os.path.realpath`` (so ``..``
+and symlinks are followed) and refused, with a ``OUTSIDE_WORKSPACE`` tool
+error naming the path, unless the result is the root or below it
+(``os.path.commonpath``). A symlink inside the workspace that points inside it
+is fine; one that points out is refused like any other escape. The check is
+made when the call runs, not atomically with the I/O: a process that swaps a
+directory for a symlink between the check and the open can still race it, so
+this is a guard against model mistakes and honest paths, not a sandbox.
+
+**Tools** (all paths in results are workspace-relative, ``/``-separated):
+
+- ``read_file(path, offset=1, limit=2000)``: a window of numbered lines and
+  the file's total line count; lines over 2000 characters are cut. Parallel-safe.
+- ``write_file(path, content)``: create or overwrite a file, creating parents.
+- ``edit_file(path, old_string, new_string, replace_all=False)``: exact string
+  replacement; refuses a missing or (without ``replace_all``) repeated
+  ``old_string``, saying how many times it occurs.
+- ``glob(pattern, path=".", limit=200)``: matching *files*, most recently
+  modified first (ties by path), ``.git`` skipped. Parallel-safe.
+- ``grep(pattern, path=".", glob=None, ignore_case=False, limit=100)``: matching
+  lines grouped by file in path order, with ``total`` and ``truncated``. Uses
+  ``rg --json`` when ``shutil.which("rg")`` finds ripgrep (which honours
+  ``.gitignore``); otherwise a built-in search (Python ``re``, no ``.gitignore``
+  support). Both skip hidden and binary files and never follow symlinks.
+  Parallel-safe.
+
+All file I/O runs in worker threads (``trio.to_thread.run_sync``) that check
+for cancellation between files, so the event loop is never blocked and a
+cancelled search stops promptly instead of being abandoned.
+
+**Presentation.** Each tool's presentation meta is its value, so its result
+presenter works from the durable ``{content, isError, meta}`` record alone
+(live or replayed): ``ReadResultView``, ``DiffCallView``/``DiffResultView`` and
+``SearchResultView`` (``shape="paths"`` for glob, ``"matches"`` for grep).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from typing import Any, Final
+
+import attrs
+import trio
+
+from dsh_core import (
+    ConfigError,
+    DshError,
+    TextBlock,
+    ToolDefinition,
+    ToolOutput,
+    ToolRuntime,
+    define_tool,
+    hookimpl,
+    structure_table,
+)
+from dsh_core.presentation import (
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    FileLocation,
+    GenericCallView,
+    ReadFileLine,
+    ReadResultView,
+    SearchFileMatches,
+    SearchMatch,
+    SearchResultView,
+)
+
+__all__ = [
+    "DEFAULT_GLOB_LIMIT",
+    "DEFAULT_GREP_LIMIT",
+    "DEFAULT_READ_LIMIT",
+    "MAX_LINE_CHARS",
+    "FileToolError",
+    "FilesSettings",
+    "Workspace",
+    "WorkspaceError",
+    "compile_glob",
+    "file_tools",
+    "language_of",
+]
+
+DEFAULT_READ_LIMIT: Final = 2000
+DEFAULT_GLOB_LIMIT: Final = 200
+DEFAULT_GREP_LIMIT: Final = 100
+MAX_LINE_CHARS: Final = 2000
+"""Lines of ``read_file`` longer than this are cut (minified files would flood the context)."""
+MAX_MATCH_CHARS: Final = 500
+"""Matching lines of ``grep`` longer than this are cut."""
+MAX_BEFORE_IMAGE_BYTES: Final = 256 * 1024
+"""``write_file`` keeps the replaced text for the diff card only up to this size."""
+_BINARY_SNIFF_BYTES: Final = 8192
+_SKIPPED_DIRS: Final = frozenset({".git"})
+
+
+class WorkspaceError(DshError):
+    """A path resolves outside the workspace root."""
+
+    code = "OUTSIDE_WORKSPACE"
+
+
+class FileToolError(DshError):
+    """A file tool cannot do what was asked: missing file, not text, ambiguous edit, bad pattern."""
+
+    code = "FILE_ERROR"
+
+
+# --- the workspace ------------------------------------------------------------------------
+
+
+def _realpath(value: str | os.PathLike[str]) -> str:
+    return os.path.realpath(os.fspath(value))
+
+
+@attrs.frozen
+class Workspace:
+    """The directory the tools are confined to; ``root`` is stored resolved (``realpath``)."""
+
+    root: str = attrs.field(converter=_realpath)
+
+    def resolve(self, path: str) -> str:
+        """The real path of ``path`` (relative to the root, or absolute), refusing escapes.
+
+        Blocks on the file system (``realpath`` reads symlinks): call it from a
+        worker thread. Raises :class:`WorkspaceError` naming ``path`` when the
+        result is not the root or inside it.
+        """
+        if "\x00" in path:
+            raise WorkspaceError(f"path {path!r} contains a NUL character")
+        real = os.path.realpath(os.path.join(self.root, path))
+        if os.path.commonpath([self.root, real]) != self.root:
+            raise WorkspaceError(
+                f"path {path!r} resolves to {real!r}, outside the workspace root {self.root!r}; "
+                "only files inside the workspace can be used"
+            )
+        return real
+
+    def contains(self, real: str) -> bool:
+        """Whether the already resolved ``real`` is the root or inside it."""
+        return os.path.commonpath([self.root, real]) == self.root
+
+    def display(self, real: str) -> str:
+        """``real`` relative to the root, ``/``-separated (``"."`` for the root itself)."""
+        relative = os.path.relpath(real, self.root)
+        return "." if relative == os.curdir else relative.replace(os.sep, "/")
+
+
+# --- shared helpers -----------------------------------------------------------------------
+
+
+def _check_cancelled() -> None:
+    # Raises trio.Cancelled inside the worker thread when the calling task was cancelled.
+    trio.from_thread.check_cancelled()
+
+
+def _is_binary(head: bytes) -> bool:
+    return b"\x00" in head
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [line cut: {len(text)} characters]"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _count_lines(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def _positive(value: float, name: str) -> int:
+    if value < 1:
+        raise FileToolError(f"{name} must be at least 1, got {value}")
+    return int(value)  # the schema's integer admits 2.0
+
+
+def _os_error(exc: OSError, path: str) -> FileToolError:
+    if isinstance(exc, FileNotFoundError):
+        return FileToolError(f"{path!r} does not exist (use glob to find files)")
+    if isinstance(exc, IsADirectoryError):
+        return FileToolError(f"{path!r} is a directory")
+    if isinstance(exc, NotADirectoryError):
+        return FileToolError(f"a parent of {path!r} is not a directory")
+    if isinstance(exc, PermissionError):
+        return FileToolError(f"permission denied for {path!r}")
+    return FileToolError(f"cannot access {path!r}: {exc.strerror or exc}")
+
+
+def _check_regular(real: str, path: str) -> bool:
+    """Whether ``real`` exists; raises unless it is a regular file (opening a FIFO would block forever)."""
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(mode):
+        raise FileToolError(f"{path!r} is a directory")
+    if not stat.S_ISREG(mode):
+        raise FileToolError(f"{path!r} is not a regular file")
+    return True
+
+
+async def _in_thread(fn: Callable[[], Any]) -> Any:
+    return await trio.to_thread.run_sync(fn)
+
+
+def _settled_meta(result: object) -> Mapping[str, Any] | None:
+    """The presentation meta of a successful result: a live result or a durable ``{content, isError, meta}`` record."""
+    if isinstance(result, Mapping):
+        if result.get("isError", False):
+            return None
+        meta = result.get("meta")
+    else:
+        if getattr(result, "is_error", True):
+            return None
+        meta = getattr(result, "meta", None)
+    return meta if isinstance(meta, Mapping) else None
+
+
+def _value_as_meta(args: Any, value: Any) -> Any:
+    return value
+
+
+_LANGS: Final[Mapping[str, str]] = {
+    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
+    ".jsx": "jsx", ".ts": "typescript", ".tsx": "tsx", ".json": "json", ".jsonl": "json", ".md": "markdown",
+    ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".rs": "rust", ".go": "go", ".c": "c", ".h": "c",
+    ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".java": "java", ".kt": "kotlin", ".rb": "ruby", ".php": "php",
+    ".sh": "shell", ".bash": "shell", ".zsh": "shell", ".html": "html", ".css": "css", ".scss": "scss",
+    ".sql": "sql", ".swift": "swift", ".lua": "lua", ".xml": "xml", ".ini": "ini", ".cfg": "ini", ".txt": "text",
+}  # fmt: skip
+_LANG_NAMES: Final[Mapping[str, str]] = {"Makefile": "makefile", "Dockerfile": "dockerfile"}
+
+
+def language_of(path: str) -> str | None:
+    """A syntax-highlighting hint for ``path`` from its extension (or well-known name), else ``None``."""
+    name = path.rsplit("/", 1)[-1]
+    if name in _LANG_NAMES:
+        return _LANG_NAMES[name]
+    _, ext = os.path.splitext(name)
+    return _LANGS.get(ext.lower())
+
+
+# --- glob patterns ------------------------------------------------------------------------
+
+
+def _closing_bracket(pattern: str, start: int) -> int:
+    """Index of the ``]`` closing the class opened at ``start``, or -1."""
+    i = start + 1
+    if i < len(pattern) and pattern[i] in "!^":
+        i += 1
+    if i < len(pattern) and pattern[i] == "]":
+        i += 1
+    end = pattern.find("]", i)
+    return end
+
+
+def _brace_alternatives(pattern: str, start: int) -> tuple[list[str], int] | None:
+    """The top-level comma-separated alternatives of the ``{...}`` opened at ``start`` and its end index."""
+    depth = 0
+    pieces: list[str] = []
+    piece_start = start + 1
+    for i in range(start, len(pattern)):
+        char = pattern[i]
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                pieces.append(pattern[piece_start:i])
+                return pieces, i
+        elif char == "," and depth == 1:
+            pieces.append(pattern[piece_start:i])
+            piece_start = i + 1
+    return None
+
+
+def _translate(pattern: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")  # any number of directories, including none
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[" and (end := _closing_bracket(pattern, i)) != -1:
+            body = pattern[i + 1 : end]
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            body = body.replace("\\", "\\\\")
+            out.append(f"[{'^/' if negate else ''}{body}]")
+            i = end + 1
+            continue
+        elif char == "{" and (braces := _brace_alternatives(pattern, i)) is not None:
+            alternatives, end = braces
+            out.append("(?:" + "|".join(_translate(alt) for alt in alternatives) + ")")
+            i = end + 1
+            continue
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "".join(out)
+
+
+def compile_glob(pattern: str) -> re.Pattern[str]:
+    """A regex matching ``/``-separated relative paths against a glob pattern.
+
+    ``*`` and ``?`` stay within one path segment, ``**`` crosses segments
+    (``**/`` also matches no directory at all), ``[abc]``/``[!abc]`` are
+    character classes and ``{a,b}`` alternatives (nesting allowed).
+    """
+    return re.compile(f"(?s:{_translate(pattern)})\\Z")
+
+
+def _check_pattern(pattern: str) -> None:
+    if not pattern:
+        raise FileToolError("pattern must not be empty")
+    if pattern.startswith("/") or any(part == ".." for part in pattern.split("/")):
+        raise WorkspaceError(
+            f"glob pattern {pattern!r} must be relative and must not contain '..'; choose the directory with path"
+        )
+
+
+# --- read_file ----------------------------------------------------------------------------
+
+
+def _read_window(workspace: Workspace, path: str, offset: int, limit: int) -> dict[str, Any]:
+    real = workspace.resolve(path)
+    lines: list[dict[str, Any]] = []
+    total = 0
+    last = offset + limit - 1
+    try:
+        if not _check_regular(real, path):
+            raise FileNotFoundError(real)
+        with open(real, "rb") as stream:
+            if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
+                raise FileToolError(
+                    f"{path!r} looks like a binary file (it contains NUL bytes); it cannot be read as text"
+                )
+            stream.seek(0)
+            for total, raw in enumerate(stream, start=1):
+                if total % 4096 == 0:
+                    _check_cancelled()
+                if offset <= total <= last:
+                    text = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", errors="replace")
+                    lines.append({"number": total, "text": _cut(text, MAX_LINE_CHARS)})
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+    return {"path": workspace.display(real), "offset": offset, "lines": lines, "total_lines": total}
+
+
+def _render_read(args: Any, value: Any) -> list[TextBlock]:
+    lines = value["lines"]
+    if not lines:
+        return [
+            TextBlock(
+                f"{value['path']}: no lines from line {value['offset']} (the file has {value['total_lines']} lines)"
+            )
+        ]
+    first, last = lines[0]["number"], lines[-1]["number"]
+    header = f"{value['path']} (lines {first}-{last} of {value['total_lines']})"
+    body = "\n".join(f"{line['number']:>6}\t{line['text']}" for line in lines)
+    more = ""
+    if last < value["total_lines"]:
+        more = f"\n[{value['total_lines'] - last} more lines; continue with offset={last + 1}]"
+    return [TextBlock(f"{header}\n{body}{more}")]
+
+
+def _read_file_tool(workspace: Workspace) -> ToolDefinition:
+    async def read_file(args: Any) -> dict[str, Any]:
+        offset = _positive(args.get("offset", 1), "offset")
+        limit = _positive(args.get("limit", DEFAULT_READ_LIMIT), "limit")
+        value: dict[str, Any] = await _in_thread(partial(_read_window, workspace, args["path"], offset, limit))
+        return value
+
+    def present_call(args: Any) -> GenericCallView:
+        line = args.get("offset")
+        return GenericCallView(
+            title=f"Read {args['path']}", kind="read", locations=[FileLocation(path=args["path"], line=line)]
+        )
+
+    def present_result(args: Any, result: Any) -> ReadResultView | None:
+        meta = _settled_meta(result)
+        if meta is None:
+            return None
+        return ReadResultView(
+            path=meta["path"],
+            offset=meta["offset"],
+            lines=[ReadFileLine(number=line["number"], text=line["text"]) for line in meta["lines"]],
+            total_lines=meta["total_lines"],
+            lang=language_of(meta["path"]),
+        )
+
+    return define_tool(
+        name="read_file",
+        description=(
+            "Read a UTF-8 text file in the workspace. Returns numbered lines starting at 1-based line `offset` "
+            f"(default 1), at most `limit` lines (default {DEFAULT_READ_LIMIT}), and the file's total line count. "
+            f"Lines longer than {MAX_LINE_CHARS} characters are cut. For a long file, read it in windows by "
+            "calling again with a larger offset. Paths are relative to the workspace root; paths outside it are "
+            "refused, and binary files cannot be read."
+        ),
+        parameters={
+            "path": {"type": "string", "required": True, "description": "File path, relative to the workspace root."},
+            "offset": {"type": "integer", "description": "First line to return, 1-based (default 1)."},
+            "limit": {"type": "integer", "description": f"Maximum number of lines (default {DEFAULT_READ_LIMIT})."},
+        },
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "path": {"type": "string", "required": True},
+                    "offset": {"type": "integer", "required": True},
+                    "lines": {
+                        "type": "array",
+                        "required": True,
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "number": {"type": "integer", "required": True},
+                                "text": {"type": "string", "required": True},
+                            },
+                        },
+                    },
+                    "total_lines": {"type": "integer", "required": True},
+                },
+            },
+            render=_render_read,
+            presentation_meta=_value_as_meta,
+        ),
+        execute=read_file,
+        is_concurrency_safe=lambda args: True,
+        present_call=present_call,
+        present_result=present_result,
+    )
+
+
+# --- write_file ---------------------------------------------------------------------------
+
+
+def _before_image(real: str, path: str) -> tuple[bool, str | None]:
+    """Whether ``real`` exists, and its text when it is small UTF-8 text (for the diff card)."""
+    if not _check_regular(real, path):
+        return False, None
+    if os.stat(real).st_size > MAX_BEFORE_IMAGE_BYTES:
+        return True, None
+    try:
+        with open(real, "rb") as stream:
+            return True, stream.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return True, None
+
+
+def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FileToolError("content is not valid Unicode text (it contains a lone surrogate)") from None
+    real = workspace.resolve(path)
+    try:
+        existed, old_text = _before_image(real, path)
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        with open(real, "wb") as stream:
+            stream.write(data)
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+    return {"path": workspace.display(real), "created": not existed, "bytes_written": len(data), "old_text": old_text}
+
+
+def _render_write(args: Any, value: Any) -> list[TextBlock]:
+    verb = "Created" if value["created"] else "Overwrote"
+    lines = _count_lines(args["content"])
+    return [TextBlock(f"{verb} {value['path']} ({value['bytes_written']} bytes, {_plural(lines, 'line')})")]
+
+
+def _write_file_tool(workspace: Workspace) -> ToolDefinition:
+    async def write_file(args: Any) -> dict[str, Any]:
+        value: dict[str, Any] = await _in_thread(partial(_write, workspace, args["path"], args["content"]))
+        return value
+
+    def present_call(args: Any) -> DiffCallView:
+        # Pending cards are pure: the before-image is not read here, so the diff is whole-file.
+        return DiffCallView(
+            title=f"Write {args['path']}",
+            diffs=[FileDiff(path=args["path"], old_text=None, new_text=args["content"])],
+            locations=[FileLocation(path=args["path"])],
+        )
+
+    def present_result(args: Any, result: Any) -> DiffResultView | None:
+        meta = _settled_meta(result)
+        if meta is None:
+            return None
+        verb = "Created" if meta["created"] else "Overwrote"
+        return DiffResultView(
+            title=f"{verb} {meta['path']}",
+            diffs=[FileDiff(path=meta["path"], old_text=meta["old_text"], new_text=args["content"])],
+        )
+
+    return define_tool(
+        name="write_file",
+        description=(
+            "Create or overwrite a text file in the workspace with exactly `content` (written as UTF-8, line "
+            "endings kept as given). Missing parent directories are created. Overwriting replaces the whole "
+            "file: to change part of an existing file, use edit_file instead. Paths outside the workspace are refused."
+        ),
+        parameters={
+            "path": {"type": "string", "required": True, "description": "File path, relative to the workspace root."},
+            "content": {"type": "string", "required": True, "description": "The complete new file content."},
+        },
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "path": {"type": "string", "required": True},
+                    "created": {"type": "boolean", "required": True, "description": "False when a file was replaced."},
+                    "bytes_written": {"type": "integer", "required": True},
+                    "old_text": {
+                        "oneOf": [{"type": "string"}, {"type": "null"}],
+                        "required": True,
+                        "description": "The replaced text, when it was UTF-8 text of at most 256 KiB (for diffs).",
+                    },
+                },
+            },
+            render=_render_write,
+            presentation_meta=_value_as_meta,
+        ),
+        execute=write_file,
+        present_call=present_call,
+        present_result=present_result,
+    )
+
+
+# --- edit_file ----------------------------------------------------------------------------
+
+
+def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool) -> dict[str, Any]:
+    if not old:
+        raise FileToolError("old_string must not be empty; use write_file to create or replace a whole file")
+    if old == new:
+        raise FileToolError("old_string and new_string are identical; there is nothing to change")
+    real = workspace.resolve(path)
+    try:
+        if not _check_regular(real, path):
+            raise FileNotFoundError(real)
+        with open(real, "rb") as stream:
+            raw = stream.read()
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FileToolError(f"{path!r} is not UTF-8 text; edit_file only edits text files") from None
+    count = text.count(old)
+    if count == 0:
+        hint = ""
+        if "\r\n" in text and "\n" in old and "\r\n" not in old:
+            hint = " (the file uses CRLF line endings; include the \\r characters)"
+        raise FileToolError(
+            f"old_string was not found in {path!r}{hint}; it must match exactly, including whitespace. "
+            "Read the file first to copy the exact text."
+        )
+    if count > 1 and not replace_all:
+        raise FileToolError(
+            f"old_string occurs {count} times in {path!r}; include more surrounding text to make it unique, "
+            "or pass replace_all=true to replace every occurrence"
+        )
+    updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+    try:
+        data = updated.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FileToolError("new_string is not valid Unicode text (it contains a lone surrogate)") from None
+    try:
+        with open(real, "wb") as stream:
+            stream.write(data)
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+    return {"path": workspace.display(real), "replacements": count}
+
+
+def _render_edit(args: Any, value: Any) -> list[TextBlock]:
+    count = value["replacements"]
+    return [TextBlock(f"Edited {value['path']}: replaced {_plural(count, 'occurrence')}")]
+
+
+def _edit_file_tool(workspace: Workspace) -> ToolDefinition:
+    async def edit_file(args: Any) -> dict[str, Any]:
+        value: dict[str, Any] = await _in_thread(
+            partial(
+                _edit, workspace, args["path"], args["old_string"], args["new_string"], args.get("replace_all", False)
+            )
+        )
+        return value
+
+    def hunk(args: Any) -> FileDiff:
+        return FileDiff(path=args["path"], old_text=args["old_string"], new_text=args["new_string"])
+
+    def present_call(args: Any) -> DiffCallView:
+        return DiffCallView(
+            title=f"Edit {args['path']}", diffs=[hunk(args)], locations=[FileLocation(path=args["path"])]
+        )
+
+    def present_result(args: Any, result: Any) -> DiffResultView | None:
+        meta = _settled_meta(result)
+        if meta is None:
+            return None
+        count = meta["replacements"]
+        title = f"Edited {meta['path']}" + (f" ({count} replacements)" if count != 1 else "")
+        return DiffResultView(title=title, diffs=[hunk(args)])
+
+    return define_tool(
+        name="edit_file",
+        description=(
+            "Replace an exact string in a UTF-8 text file in the workspace. `old_string` must occur exactly once "
+            "(include enough surrounding lines to make it unique) unless `replace_all` is true, which replaces "
+            "every occurrence. Matching is literal, not a regex, and must reproduce whitespace and indentation "
+            "exactly, so read the file first. When `old_string` is missing or ambiguous the file is left unchanged "
+            "and the error says how many times it occurs."
+        ),
+        parameters={
+            "path": {"type": "string", "required": True, "description": "File path, relative to the workspace root."},
+            "old_string": {"type": "string", "required": True, "description": "The exact text to replace."},
+            "new_string": {"type": "string", "required": True, "description": "The replacement text."},
+            "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."},
+        },
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "path": {"type": "string", "required": True},
+                    "replacements": {"type": "integer", "required": True},
+                },
+            },
+            render=_render_edit,
+            presentation_meta=_value_as_meta,
+        ),
+        execute=edit_file,
+        present_call=present_call,
+        present_result=present_result,
+    )
+
+
+# --- glob ---------------------------------------------------------------------------------
+
+
+def _sorted_entries(directory: str) -> Iterator[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+    except OSError:
+        entries = []  # an unreadable directory is skipped, as rg and find do
+    return iter(entries)
+
+
+def _walk_files(base: str, *, hidden_dirs: bool) -> Iterator[str]:
+    """Every file below ``base`` in path order (each directory's entries by name, descending where met).
+
+    Symlinked directories are not followed; ``.git`` is never entered, nor
+    other hidden directories unless ``hidden_dirs``.
+    """
+    stack = [_sorted_entries(base)]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            _check_cancelled()
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in _SKIPPED_DIRS and (hidden_dirs or not entry.name.startswith(".")):
+                    stack.append(_sorted_entries(entry.path))
+            elif entry.is_file(follow_symlinks=True):
+                yield entry.path
+        except OSError:
+            continue
+
+
+def _glob(workspace: Workspace, pattern: str, path: str, limit: int) -> dict[str, Any]:
+    _check_pattern(pattern)
+    base = workspace.resolve(path)
+    if not os.path.isdir(base):
+        raise FileToolError(f"{path!r} is not a directory")
+    matcher = compile_glob(pattern)
+    found: list[tuple[float, str]] = []
+    for file in _walk_files(base, hidden_dirs=True):
+        relative = os.path.relpath(file, base).replace(os.sep, "/")
+        if not matcher.match(relative):
+            continue
+        real = os.path.realpath(file)
+        if not workspace.contains(real):
+            continue  # a symlink pointing out of the workspace
+        try:
+            mtime = os.stat(real).st_mtime
+        except OSError:
+            continue
+        found.append((mtime, workspace.display(file)))
+    found.sort(key=lambda item: (-item[0], item[1]))
+    paths = [shown for _, shown in found[:limit]]
+    return {"paths": paths, "total": len(found), "truncated": len(found) > limit}
+
+
+def _render_glob(args: Any, value: Any) -> list[TextBlock]:
+    if not value["paths"]:
+        return [TextBlock(f"No files match {args['pattern']!r}")]
+    text = "\n".join(value["paths"])
+    if value["truncated"]:
+        text += f"\n[showing {len(value['paths'])} of {value['total']} files; narrow the pattern or raise limit]"
+    return [TextBlock(text)]
+
+
+def _glob_tool(workspace: Workspace) -> ToolDefinition:
+    async def glob(args: Any) -> dict[str, Any]:
+        limit = _positive(args.get("limit", DEFAULT_GLOB_LIMIT), "limit")
+        value: dict[str, Any] = await _in_thread(
+            partial(_glob, workspace, args["pattern"], args.get("path", "."), limit)
+        )
+        return value
+
+    def present_result(args: Any, result: Any) -> SearchResultView | None:
+        meta = _settled_meta(result)
+        if meta is None:
+            return None
+        return SearchResultView(
+            shape="paths",
+            title=f"Glob {args['pattern']}",
+            paths=list(meta["paths"]),
+            truncated=meta["truncated"],
+            total=meta["total"],
+        )
+
+    return define_tool(
+        name="glob",
+        description=(
+            "Find files in the workspace by path pattern, relative to directory `path` (default: the workspace "
+            "root). `*` and `?` match within one path segment, `**` matches across directories (use `**/*.py` "
+            "for every Python file at any depth; `*.py` only matches directly in `path`), `[abc]` is a character "
+            "class and `{a,b}` an alternative. Returns file paths (not directories), most recently modified first, "
+            f"at most `limit` (default {DEFAULT_GLOB_LIMIT}), with the total count. The .git directory is skipped."
+        ),
+        parameters={
+            "pattern": {"type": "string", "required": True, "description": "Glob pattern, e.g. `src/**/*.ts`."},
+            "path": {"type": "string", "description": "Directory to search from, relative to the workspace root."},
+            "limit": {"type": "integer", "description": f"Maximum number of paths (default {DEFAULT_GLOB_LIMIT})."},
+        },
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "paths": {"type": "array", "required": True, "items": {"type": "string"}},
+                    "total": {"type": "integer", "required": True},
+                    "truncated": {"type": "boolean", "required": True},
+                },
+            },
+            render=_render_glob,
+            presentation_meta=_value_as_meta,
+        ),
+        execute=glob,
+        is_concurrency_safe=lambda args: True,
+        present_call=lambda args: GenericCallView(title=f"Glob {args['pattern']}", kind="search"),
+        present_result=present_result,
+    )
+
+
+# --- grep ---------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Matches:
+    """Matches grouped by file in first-seen order, keeping at most ``limit`` lines and counting all."""
+
+    limit: int
+    files: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict)
+    total: int = 0
+
+    def add(self, path: str, line_number: int, line: str) -> None:
+        self.total += 1
+        if self.total <= self.limit:
+            self.files.setdefault(path, []).append({"line_number": line_number, "line": _cut(line, MAX_MATCH_CHARS)})
+
+    def value(self) -> dict[str, Any]:
+        return {
+            "files": [{"path": path, "matches": matches} for path, matches in self.files.items()],
+            "total": self.total,
+            "truncated": self.total > self.limit,
+        }
+
+
+def _grep_python(
+    workspace: Workspace, pattern: str, path: str, file_glob: str | None, ignore_case: bool, limit: int
+) -> dict[str, Any]:
+    try:
+        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+    except re.error as exc:
+        raise FileToolError(f"invalid regular expression {pattern!r}: {exc}") from None
+    base = workspace.resolve(path)
+    matcher = compile_glob(file_glob) if file_glob else None
+    if os.path.isdir(base):
+        candidates: Iterator[str] = _walk_files(base, hidden_dirs=False)
+    elif os.path.isfile(base):
+        candidates = iter([base])
+    else:
+        raise FileToolError(f"{path!r} does not exist (use glob to find files)")
+    found = _Matches(limit)
+    # Like rg's --glob: a pattern without "/" matches the file name at any depth, and
+    # a hidden file is searched only when the glob names it (hidden dirs never are).
+    by_name = file_glob is not None and "/" not in file_glob
+    for file in candidates:
+        _check_cancelled()
+        if file != base:
+            relative = os.path.relpath(file, base).replace(os.sep, "/")
+            name = relative.rsplit("/", 1)[-1]
+            selected = matcher is not None and bool(matcher.match(name if by_name else relative))
+            if not selected and (matcher is not None or name.startswith(".")):
+                continue
+        real = os.path.realpath(file)
+        if not workspace.contains(real):
+            continue
+        shown = workspace.display(real) if file == base else workspace.display(file)
+        try:
+            with open(real, "rb") as stream:
+                if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
+                    continue
+                stream.seek(0)
+                for number, raw in enumerate(stream, start=1):
+                    line = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", errors="replace")
+                    if regex.search(line):
+                        found.add(shown, number, line)
+        except OSError:
+            continue
+    return found.value()
+
+
+def _rg_text(field: Mapping[str, Any]) -> str:
+    if "text" in field:
+        text: str = field["text"]
+        return text
+    return os.fsdecode(base64.b64decode(field.get("bytes", "")))
+
+
+async def _grep_rg(
+    rg: str, workspace: Workspace, pattern: str, path: str, file_glob: str | None, ignore_case: bool, limit: int
+) -> dict[str, Any]:
+    base = await _in_thread(partial(workspace.resolve, path))
+    if not await trio.Path(base).exists():
+        raise FileToolError(f"{path!r} does not exist (use glob to find files)")
+    # --sort path makes the file order deterministic (and equal to the fallback's).
+    argv = [rg, "--json", "--no-config", "--sort", "path", "--no-messages"]
+    if ignore_case:
+        argv.append("--ignore-case")
+    if file_glob:
+        argv += ["--glob", file_glob]
+    argv += ["-e", pattern, "--", base]
+    found = _Matches(limit)
+    errors = bytearray()
+
+    async def read_matches(stream: trio.abc.ReceiveStream) -> None:
+        pending = b""
+        async with stream:
+            async for chunk in stream:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    parse(line)
+            parse(pending)
+
+    def parse(line: bytes) -> None:
+        if not line.strip():
+            return
+        message = json.loads(line)
+        if message.get("type") != "match":
+            return
+        data = message["data"]
+        # rg prints paths as given: below the absolute ``base``, so absolute too.
+        shown = workspace.display(os.path.join(base, _rg_text(data["path"])))
+        found.add(shown, data["line_number"], _rg_text(data["lines"]).rstrip("\n").rstrip("\r"))
+
+    async def read_errors(stream: trio.abc.ReceiveStream) -> None:
+        async with stream:
+            async for chunk in stream:
+                if len(errors) < 4096:
+                    errors.extend(chunk)
+
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            partial(
+                trio.run_process,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=workspace.root,
+                check=False,
+            )
+        )
+        assert process.stdout is not None and process.stderr is not None
+        nursery.start_soon(read_matches, process.stdout)
+        nursery.start_soon(read_errors, process.stderr)
+    # rg: 0 = matches, 1 = none, 2 = an error (possibly after some matches, e.g. one unreadable file).
+    if process.returncode == 2 and found.total == 0:
+        message = errors.decode("utf-8", errors="replace").strip() or "ripgrep failed"
+        raise FileToolError(f"grep failed: {message}")
+    return found.value()
+
+
+def _render_grep(args: Any, value: Any) -> list[TextBlock]:
+    if not value["files"]:
+        return [TextBlock(f"No matches for {args['pattern']!r}")]
+    parts: list[str] = []
+    for file in value["files"]:
+        parts.append(file["path"])
+        parts.extend(f"  {match['line_number']}: {match['line']}" for match in file["matches"])
+    if value["truncated"]:
+        shown = sum(len(file["matches"]) for file in value["files"])
+        parts.append(
+            f"[showing {shown} of {value['total']} matching lines; narrow the pattern, path or glob, or raise limit]"
+        )
+    return [TextBlock("\n".join(parts))]
+
+
+def _grep_tool(workspace: Workspace) -> ToolDefinition:
+    async def grep(args: Any) -> dict[str, Any]:
+        limit = _positive(args.get("limit", DEFAULT_GREP_LIMIT), "limit")
+        pattern: str = args["pattern"]
+        path: str = args.get("path", ".")
+        file_glob: str | None = args.get("glob")
+        ignore_case: bool = args.get("ignore_case", False)
+        if not pattern:
+            raise FileToolError("pattern must not be empty")
+        if file_glob is not None:
+            _check_pattern(file_glob)
+        rg = shutil.which("rg")
+        if rg is not None:
+            return await _grep_rg(rg, workspace, pattern, path, file_glob, ignore_case, limit)
+        value: dict[str, Any] = await _in_thread(
+            partial(_grep_python, workspace, pattern, path, file_glob, ignore_case, limit)
+        )
+        return value
+
+    def present_result(args: Any, result: Any) -> SearchResultView | None:
+        meta = _settled_meta(result)
+        if meta is None:
+            return None
+        files = [
+            SearchFileMatches(
+                path=file["path"],
+                matches=[SearchMatch(line_number=m["line_number"], line=m["line"]) for m in file["matches"]],
+            )
+            for file in meta["files"]
+        ]
+        return SearchResultView(
+            shape="matches",
+            title=f"Grep {args['pattern']}",
+            files=files,
+            truncated=meta["truncated"],
+            total=meta["total"],
+        )
+
+    match_schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "line_number": {"type": "integer", "required": True},
+            "line": {"type": "string", "required": True},
+        },
+    }
+    return define_tool(
+        name="grep",
+        description=(
+            "Search the contents of workspace files for a regular expression. Returns matching lines grouped by "
+            f"file (with 1-based line numbers), at most `limit` lines (default {DEFAULT_GREP_LIMIT}), plus the "
+            "total number of matching lines. `path` is a file or directory (default: the workspace root); `glob` "
+            "keeps only files whose name matches (e.g. `*.py`; a pattern with `/` such as `src/**/*.ts` matches "
+            "the path below `path`). Hidden and binary files are skipped, and so are files ignored by .gitignore "
+            "when ripgrep is installed. Use plain regex syntax (classes, `\\b`, `|`, groups; no look-around or "
+            "backreferences), and escape literal characters such as `(` or `.`."
+        ),
+        parameters={
+            "pattern": {"type": "string", "required": True, "description": "Regular expression to search for."},
+            "path": {"type": "string", "description": "File or directory to search, relative to the workspace root."},
+            "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.py`."},
+            "ignore_case": {"type": "boolean", "description": "Match case-insensitively (default false)."},
+            "limit": {"type": "integer", "description": f"Maximum matching lines (default {DEFAULT_GREP_LIMIT})."},
+        },
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "files": {
+                        "type": "array",
+                        "required": True,
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "path": {"type": "string", "required": True},
+                                "matches": {"type": "array", "required": True, "items": match_schema},
+                            },
+                        },
+                    },
+                    "total": {"type": "integer", "required": True},
+                    "truncated": {"type": "boolean", "required": True},
+                },
+            },
+            render=_render_grep,
+            presentation_meta=_value_as_meta,
+        ),
+        execute=grep,
+        is_concurrency_safe=lambda args: True,
+        present_call=lambda args: GenericCallView(title=f"Grep {args['pattern']}", kind="search"),
+        present_result=present_result,
+    )
+
+
+# --- the plugin ---------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class FilesSettings:
+    """The ``[plugins.files]`` table: ``root`` is the workspace; without it the plugin registers nothing."""
+
+    root: str | None = None
+
+
+def file_tools(root: str | os.PathLike[str] | None = None) -> list[ToolDefinition]:
+    """The five file tools confined to ``root`` (default: the current directory), for hosts that register by hand."""
+    workspace = Workspace(os.getcwd() if root is None else root)
+    return [
+        _read_file_tool(workspace),
+        _write_file_tool(workspace),
+        _edit_file_tool(workspace),
+        _glob_tool(workspace),
+        _grep_tool(workspace),
+    ]
+
+
+@hookimpl
+def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
+    """Register ``read_file``, ``write_file``, ``edit_file``, ``glob`` and ``grep`` for the configured root.
+
+    Opt-in: without ``[plugins.files] root`` nothing is registered, so installing
+    dsh-tools never hands a model file access a host did not ask for.
+    """
+    settings = structure_table(FilesSettings, config, "[plugins.files]")
+    if settings.root is None:
+        return
+    root = os.path.abspath(settings.root)
+    if not os.path.isdir(root):
+        raise ConfigError([f"[plugins.files].root: {root!r} is not a directory"])
+    for tool in file_tools(root):
+        runtime.register(tool)

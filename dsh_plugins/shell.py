@@ -1,0 +1,406 @@
+"""The ``bash`` tool: run a shell command in the workspace, and leave no process behind.
+
+Enable it through the ``shell`` entry point; configure it in ``[plugins.shell]``::
+
+    [plugins.shell]
+    root = "."                  # the workspace (default: the working directory at load)
+    timeout_ms = 120000         # default and maximum per-call deadline; also the tool's timeout_ms
+    max_output_bytes = 262144   # output kept per call (head and tail), default 256 KiB
+    kill_grace_ms = 2000        # SIGTERM -> SIGKILL grace when stopping a command
+
+Each call runs ``bash -c <command>`` through ``trio.run_process`` in a **new
+session** (``start_new_session=True``), so the command and everything it starts
+share one process group that the tool can end as a whole. Standard input is
+``/dev/null``; standard output and standard error are merged into one stream,
+of which the first and last ``max_output_bytes / 2`` bytes are kept (with a
+marker saying how much was left out between them). The value is::
+
+    {"exit_code": 0 | null, "signal": "SIGTERM" | null, "output": "...",
+     "truncated": false, "timed_out": false}
+
+``exit_code`` is set when the command exited, ``signal`` when it was killed by
+one (never both).
+
+**Deadlines.** The call's ``timeout_ms`` argument (default and maximum: the
+configured ``timeout_ms``; larger values are capped) is the tool's own
+deadline: when it passes, the process group is stopped and the call *succeeds*
+with ``timed_out: true``, the signal that ended the command and the output
+captured so far, so the model can see how far it got. The definition also
+declares ``timeout_ms``, so with the ``timeout`` plugin loaded the same budget
+is enforced from outside as well (``TOOL_TIMEOUT``): both budgets are equal, so
+which one reports a command that runs the full budget is a race; a shorter
+per-call deadline always reports ``timed_out``.
+
+**No survivors.** However the call ends (the command exited, the deadline
+passed, the caller cancelled, the timeout plugin fired), the tool sends
+SIGTERM to the whole process group, waits up to ``kill_grace_ms`` for it to
+go, then sends SIGKILL, and only then returns. Background jobs therefore do
+not outlive the call (start a daemon with ``setsid`` if it must; it then
+leaves the group and the tool's control). Zombie members waiting for a reaper
+count as gone (some container inits never reap orphans).
+
+The tool is exclusive (never runs alongside other calls) and its presenters
+give a ``TerminalCallView`` (the command, its ``description`` and ``cwd``) and
+a ``TerminalResultView`` (output, exit code or signal) built from the durable
+result meta.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import math
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping
+from functools import partial
+from typing import Any, Final
+
+import attrs
+import trio
+
+from dsh_core import (
+    ConfigError,
+    DshError,
+    TextBlock,
+    ToolDefinition,
+    ToolOutput,
+    ToolRuntime,
+    define_tool,
+    hookimpl,
+    structure_table,
+)
+from dsh_core.presentation import TerminalCallView, TerminalResultView
+
+from .files import Workspace
+
+__all__ = ["ShellError", "ShellSettings", "bash_tool", "group_alive", "stop_group"]
+
+_POLL_S: Final = 0.02
+_DRAIN_S: Final = 0.5
+"""After the group is gone, how long to wait for a process outside it (``setsid``) to release the pipe."""
+
+
+class ShellError(DshError):
+    """The command could not be started (bad ``cwd``, no ``bash``)."""
+
+    code = "SHELL_ERROR"
+
+
+def _at_least(minimum: int) -> Any:
+    def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if value < minimum:
+            raise ValueError(f"{attribute.name} must be at least {minimum}, got {value}")
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class ShellSettings:
+    """The ``[plugins.shell]`` table."""
+
+    root: str | None = None
+    timeout_ms: int = attrs.field(default=120_000, validator=_at_least(1))
+    max_output_bytes: int = attrs.field(default=256 * 1024, validator=_at_least(2))
+    kill_grace_ms: int = attrs.field(default=2_000, validator=_at_least(0))
+    shell: str = "bash"
+
+
+# --- the process group ---------------------------------------------------------------------
+
+
+def _has_live_member(pgid: int) -> bool:
+    """Whether a non-zombie process of group ``pgid`` is listed in ``/proc`` (True where there is no ``/proc``)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stream:
+                data = stream.read()
+        except OSError:
+            continue  # exited meanwhile
+        # "pid (comm) state ppid pgrp ...": comm may contain anything, so split after its last ")".
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+async def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` still has a member that is not a zombie."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    alive: bool = await trio.to_thread.run_sync(_has_live_member, pgid)
+    return alive
+
+
+def _signal_group(pgid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signum)
+
+
+async def stop_group(pgid: int, grace_s: float) -> None:
+    """SIGTERM every process of group ``pgid``, then SIGKILL whatever is left after ``grace_s`` seconds.
+
+    Returns at once when the group is already gone. Call it shielded from
+    cancellation when it is cleanup.
+    """
+    if not await group_alive(pgid):
+        return
+    _signal_group(pgid, signal.SIGTERM)
+    with trio.move_on_after(grace_s):
+        while await group_alive(pgid):
+            await trio.sleep(_POLL_S)
+        return
+    _signal_group(pgid, signal.SIGKILL)
+
+
+# --- output capture ------------------------------------------------------------------------
+
+
+class _Capture:
+    """The merged output: the first and last bytes within the cap, and how many there were."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap = (cap + 1) // 2
+        self.tail_cap = cap // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.closed = trio.Event()
+
+    def add(self, chunk: bytes | bytearray) -> None:
+        self.total += len(chunk)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.tail_cap:
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    async def pump(self, stream: trio.abc.ReceiveStream) -> None:
+        try:
+            async with stream:
+                async for chunk in stream:
+                    self.add(chunk)
+        finally:
+            self.closed.set()
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self.tail)
+
+    def text(self) -> str:
+        if not self.truncated:
+            return bytes(self.head + self.tail).decode("utf-8", errors="replace")
+        # Cut on character boundaries: an incomplete sequence at the head's end stays
+        # buffered in the decoder, continuation bytes at the tail's start are skipped.
+        head = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(bytes(self.head), final=False)
+        start = 0
+        while start < min(3, len(self.tail)) and 0x80 <= self.tail[start] <= 0xBF:
+            start += 1
+        tail = bytes(self.tail[start:]).decode("utf-8", errors="replace")
+        omitted = self.total - len(head.encode("utf-8", errors="surrogatepass")) - (len(self.tail) - start)
+        return f"{head}\n[... {omitted} bytes of output omitted ...]\n{tail}"
+
+
+# --- the tool ------------------------------------------------------------------------------
+
+
+def _resolve_cwd(workspace: Workspace, cwd: str | None) -> str:
+    real = workspace.resolve(cwd) if cwd is not None else workspace.root
+    if not os.path.isdir(real):
+        raise ShellError(f"cwd {cwd!r} is not a directory")
+    return real
+
+
+class _Bash:
+    def __init__(self, workspace: Workspace, settings: ShellSettings) -> None:
+        self.workspace = workspace
+        self.settings = settings
+        self.grace_s = settings.kill_grace_ms / 1000
+
+    async def deliver_cancel(self, process: trio.Process) -> None:
+        # trio.run_process calls this when the call is cancelled; it stops waiting
+        # for us as soon as the leader exits, so the finally in run() finishes the job.
+        await stop_group(process.pid, self.grace_s)
+
+    async def run(self, args: Any) -> dict[str, Any]:
+        command: str = args["command"]
+        requested = args.get("timeout_ms")
+        if requested is not None and not (requested >= 1 and math.isfinite(requested)):
+            raise ShellError(f"timeout_ms must be at least 1, got {requested!r}")
+        budget_ms = self.settings.timeout_ms if requested is None else min(int(requested), self.settings.timeout_ms)
+        shell = shutil.which(self.settings.shell)
+        if shell is None:
+            raise ShellError(f"cannot run commands: {self.settings.shell!r} was not found on PATH")
+        cwd: str = await trio.to_thread.run_sync(_resolve_cwd, self.workspace, args.get("cwd"))
+
+        capture = _Capture(self.settings.max_output_bytes)
+        process: trio.Process | None = None
+        exited = False
+        try:
+            with trio.move_on_after(budget_ms / 1000) as deadline:
+                async with trio.open_nursery() as nursery:
+                    process = await nursery.start(
+                        partial(
+                            trio.run_process,
+                            [shell, "-c", command],
+                            stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT,
+                            cwd=cwd,
+                            start_new_session=True,
+                            check=False,
+                            deliver_cancel=self.deliver_cancel,
+                        )
+                    )
+                    assert process.stdout is not None
+                    nursery.start_soon(capture.pump, process.stdout)
+                    await process.wait()
+                    exited = True
+                    # Background jobs still hold the pipe open: end them, then drain.
+                    await stop_group(process.pid, self.grace_s)
+                    with trio.move_on_after(_DRAIN_S):
+                        await capture.closed.wait()
+                    nursery.cancel_scope.cancel()
+        except* OSError as group:
+            raise ShellError(f"cannot start {self.settings.shell}: {group.exceptions[0]}") from None
+        finally:
+            if process is not None:
+                with trio.CancelScope(shield=True):
+                    await stop_group(process.pid, self.grace_s)
+
+        assert process is not None and process.returncode is not None
+        code = process.returncode
+        return {
+            "exit_code": code if code >= 0 else None,
+            "signal": _signal_name(-code) if code < 0 else None,
+            "output": capture.text(),
+            "truncated": capture.truncated,
+            "timed_out": deadline.cancelled_caught and not exited,
+            "timeout_ms": budget_ms,
+        }
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _render(args: Any, value: Any) -> list[TextBlock]:
+    output = value["output"] or "(no output)"
+    if value["timed_out"]:
+        status = (
+            f"[timed out after {value['timeout_ms']} ms; the command and its child processes were stopped"
+            f" ({value['signal'] or 'exited'})]"
+        )
+    elif value["signal"] is not None:
+        status = f"[killed by {value['signal']}]"
+    else:
+        status = f"[exit code {value['exit_code']}]"
+    return [TextBlock(f"{output.rstrip(chr(10))}\n{status}")]
+
+
+def _settled_meta(result: object) -> Mapping[str, Any] | None:
+    if isinstance(result, Mapping):
+        meta = None if result.get("isError", False) else result.get("meta")
+    else:
+        meta = None if getattr(result, "is_error", True) else getattr(result, "meta", None)
+    return meta if isinstance(meta, Mapping) else None
+
+
+def _present_call(args: Any) -> TerminalCallView:
+    return TerminalCallView(title=args["command"], description=args.get("description"), cwd=args.get("cwd"))
+
+
+def _present_result(args: Any, result: Any) -> TerminalResultView | None:
+    meta = _settled_meta(result)
+    if meta is None:
+        return None
+    return TerminalResultView(output=meta["output"], exit_code=meta["exit_code"], signal=meta["signal"])
+
+
+def _nullable(kind: str) -> dict[str, Any]:
+    return {"oneOf": [{"type": kind}, {"type": "null"}], "required": True}
+
+
+def bash_tool(workspace: Workspace, settings: ShellSettings | None = None) -> ToolDefinition:
+    """The ``bash`` definition running commands in ``workspace`` with ``settings`` (defaults when omitted)."""
+    settings = settings or ShellSettings()
+    bash = _Bash(workspace, settings)
+    half = settings.max_output_bytes // 2
+    return define_tool(
+        name="bash",
+        description=(
+            "Run a bash command (`bash -c`) in the workspace and return its combined stdout and stderr with its "
+            "exit code. Standard input is empty, so interactive prompts fail instead of waiting: pass flags such "
+            "as `-y` or `--no-pager`. The command stops after `timeout_ms` (default and maximum "
+            f"{settings.timeout_ms} ms); then it and every process it started are killed and the result says "
+            f"timed_out. Output over {settings.max_output_bytes} bytes keeps only its first and last {half} "
+            "bytes, so redirect long output to a file and search it. Background jobs are ended when the command "
+            "returns. `cwd` is a directory inside the workspace (default: the workspace root)."
+        ),
+        parameters={
+            "command": {"type": "string", "required": True, "description": "The bash command line to run."},
+            "description": {
+                "type": "string",
+                "description": "What the command does, in a few words (shown to the user).",
+            },
+            "cwd": {"type": "string", "description": "Working directory, relative to the workspace root."},
+            "timeout_ms": {
+                "type": "integer",
+                "description": f"Deadline in milliseconds (default and maximum {settings.timeout_ms}).",
+            },
+        },
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "exit_code": _nullable("integer"),
+                    "signal": _nullable("string"),
+                    "output": {"type": "string", "required": True},
+                    "truncated": {"type": "boolean", "required": True},
+                    "timed_out": {"type": "boolean", "required": True},
+                    "timeout_ms": {"type": "integer", "required": True, "description": "The deadline applied."},
+                },
+            },
+            render=_render,
+            presentation_meta=lambda args, value: value,
+        ),
+        execute=bash.run,
+        timeout_ms=settings.timeout_ms,
+        present_call=_present_call,
+        present_result=_present_result,
+    )
+
+
+@hookimpl
+def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
+    """Register the ``bash`` tool for the configured workspace.
+
+    Opt-in: without ``[plugins.shell] root`` nothing is registered (a shell tool
+    must never appear just because the package is installed).
+    """
+    settings = structure_table(ShellSettings, config, "[plugins.shell]")
+    if settings.root is None:
+        return
+    root = os.path.abspath(settings.root)
+    if not os.path.isdir(root):
+        raise ConfigError([f"[plugins.shell].root: {root!r} is not a directory"])
+    runtime.register(bash_tool(Workspace(root), settings))

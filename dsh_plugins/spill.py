@@ -1,0 +1,287 @@
+"""The spill policy: move oversized text results out of the model's context into files.
+
+Enable it through the ``spill`` entry point; configure it in ``[plugins.spill]``::
+
+    [plugins.spill]
+    max_inline_bytes = 32768          # UTF-8 bytes; omit it and the plugin does nothing
+    directory = "/var/tmp/dsh-spill"  # default: <system temp dir>/dsh-spill
+
+Without ``max_inline_bytes`` the plugin registers nothing. A value that is not
+a non-negative integer fails the load with a ``ConfigError``.
+
+**What is bounded.** The model-facing content of a *top-level* call
+(``execution.parent is None``) whose accepted decision keeps the value (an
+``Accept`` without ``value=``; never a ``Block``), when every content block is
+text and their texts (joined by newlines) exceed ``max_inline_bytes``. Also,
+through ``dsh_code_dispatch_log``, the *logged copy* of each ``run_code``
+sub-call's content. Images, mixed content and content within the cap are left
+alone, and so are nested calls in post-execute (their content is not model
+context: the program gets the value).
+
+**What it becomes.** The full text is written to
+``<directory>/<call id>-<tool>.txt`` (the sub-call id for the dispatch log;
+unsafe characters become ``_``, and ``-2``, ``-3``, ... are appended instead of
+overwriting an existing file; files are created ``0600`` in a ``0700``
+directory, since results may hold secrets). The content is replaced by one
+text block: the head of the text, a notice, and its tail::
+
+    <head>
+
+    [41877 of 52000 bytes omitted here. The full output (1311 lines, 52000 bytes)
+    is saved at /tmp/dsh-spill/call-7-grep.txt; read it in parts (a range of lines,
+    or a search) rather than all at once.]
+
+    <tail>
+
+The replacement never exceeds ``max_inline_bytes`` (head and tail are cut on
+UTF-8 character boundaries); if even the notice alone does not fit, the
+original content is kept, the file is removed and a warning is logged. The
+canonical value, the meta and the decision's ``additional_contexts`` are never
+touched. A failure of the spill machinery (``OSError`` while saving) is logged
+as a warning and keeps the original content: spilling never turns a success
+into an error.
+
+**Order.** Both listeners are ``tryfirst`` (outermost) and call ``next()``
+first, so they bound whatever inner listeners and tools produced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import attrs
+import trio
+
+from dsh_core import (
+    UNSET,
+    Accept,
+    ContentBlock,
+    PostToolDecision,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolRuntime,
+    hookimpl,
+    structure_table,
+)
+from dsh_core.code_mode._bridge import CodeDispatchLog
+
+__all__ = ["PLUGIN_NAME", "SpillPolicy", "SpillSettings", "SpillStore", "bounded_replacement"]
+
+PLUGIN_NAME: Final = "spill-policy"
+
+logger = logging.getLogger("dsh_plugins.spill")
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_MAX_NAME: Final = 120
+_FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is not None and value < 0:
+        raise ValueError(f"max_inline_bytes must be a non-negative integer (got {value})")
+
+
+@attrs.frozen(kw_only=True)
+class SpillSettings:
+    """The ``[plugins.spill]`` table."""
+
+    max_inline_bytes: int | None = attrs.field(default=None, validator=_non_negative)
+    directory: str | None = None
+
+
+# --- sizes and previews --------------------------------------------------------------------
+
+
+def _utf8(text: str) -> bytes:
+    # surrogatepass: a lone surrogate (JSON allows "\ud800") is sized, not an error.
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+def _is_continuation(byte: int) -> bool:
+    return 0x80 <= byte <= 0xBF
+
+
+def _head(data: bytes, size: int) -> bytes:
+    cut = min(size, len(data))
+    while 0 < cut < len(data) and _is_continuation(data[cut]):
+        cut -= 1
+    return data[:cut]
+
+
+def _tail(data: bytes, size: int) -> bytes:
+    start = max(0, len(data) - size)
+    while start < len(data) and _is_continuation(data[start]):
+        start += 1
+    return data[start:]
+
+
+def _count_lines(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def bounded_replacement(text: str, cap: int, locator: str) -> str | None:
+    """Head, notice and tail of ``text`` within ``cap`` UTF-8 bytes, or ``None`` when the notice alone does not fit.
+
+    The notice names ``locator``, the total size in bytes and lines, and how
+    many bytes were left out between head and tail.
+    """
+    data = _utf8(text)
+    total = len(data)
+    lines = _count_lines(text)
+
+    def notice(omitted: int) -> str:
+        return (
+            f"[{omitted} of {total} bytes omitted here. The full output ({lines} lines, {total} bytes) is saved "
+            f"at {locator}; read it in parts (a range of lines, or a search) rather than all at once.]"
+        )
+
+    # Price the notice with the largest omitted count it can show, plus both "\n\n" joins.
+    budget = cap - len(_utf8(notice(total))) - 4
+    head = _head(data, (budget + 1) // 2) if budget > 0 else b""
+    tail = _tail(data, budget // 2) if budget > 0 else b""
+    parts = [part.decode("utf-8", errors="surrogatepass") for part in (head, tail)]
+    middle = notice(total - len(head) - len(tail))
+    replacement = "\n\n".join(part for part in (parts[0], middle, parts[1]) if part)
+    if len(_utf8(replacement)) > cap:
+        return None
+    return replacement
+
+
+def _all_text(content: Sequence[ContentBlock]) -> str | None:
+    if not content or not all(isinstance(block, TextBlock) for block in content):
+        return None
+    return "\n".join(block.text for block in content if isinstance(block, TextBlock))
+
+
+# --- the store -----------------------------------------------------------------------------
+
+
+def _safe_name(call_id: str, tool: str) -> str:
+    name = _UNSAFE.sub("_", f"{call_id}-{tool}").lstrip(".")[:_MAX_NAME]
+    return name or "result"
+
+
+@attrs.frozen
+class SpillStore:
+    """Writes spilled texts as files in ``directory`` (created ``0700`` on first use).
+
+    The directory must belong to the current user and must not be a symlink.
+    """
+
+    directory: str
+
+    def save(self, call_id: str, tool: str, text: str) -> str:
+        """Write ``text`` to a new file named after the call and tool; returns its path. Blocks: run it in a thread.
+
+        Raises ``OSError`` when the directory or file cannot be created or written
+        (a partly written file is removed).
+        """
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        info = os.lstat(self.directory)
+        if stat.S_ISLNK(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
+            # In a shared temp dir another user could have planted it to read our spills.
+            raise PermissionError(f"spill directory {self.directory!r} is a symlink or owned by another user")
+        base = _safe_name(call_id, tool)
+        data = _utf8(text)
+        for attempt in range(1, 1000):
+            path = os.path.join(self.directory, f"{base}.txt" if attempt == 1 else f"{base}-{attempt}.txt")
+            try:
+                fd = os.open(path, _FILE_FLAGS, 0o600)
+            except FileExistsError:
+                continue  # never overwrite an earlier spill: its notice may still be in a transcript
+            try:
+                with os.fdopen(fd, "wb") as stream:
+                    stream.write(data)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                raise
+            return path
+        raise FileExistsError(f"no free spill file name for {base!r} in {self.directory!r}")
+
+    def discard(self, path: str) -> None:
+        """Remove a spill file nobody will point at (best effort)."""
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+# --- the policy ----------------------------------------------------------------------------
+
+
+class SpillPolicy:
+    """The ``dsh_post_execute`` and ``dsh_code_dispatch_log`` listeners of one runtime."""
+
+    def __init__(self, max_inline_bytes: int, store: SpillStore) -> None:
+        self.max_inline_bytes = max_inline_bytes
+        self.store = store
+
+    async def bound(self, content: Sequence[ContentBlock], call_id: str, tool: str, label: str) -> str | None:
+        """The replacement text for ``content``, or ``None`` to keep it (within the cap, not all text, or a fallback)."""
+        text = _all_text(content)
+        if text is None or len(_utf8(text)) <= self.max_inline_bytes:
+            return None
+        try:
+            path: str = await trio.to_thread.run_sync(self.store.save, call_id, tool, text)
+        except OSError as exc:
+            logger.warning(
+                "spill-policy: cannot save the %s of %s (%s): %s; keeping the inline content", label, tool, call_id, exc
+            )
+            return None
+        replacement = bounded_replacement(text, self.max_inline_bytes, path)
+        if replacement is None:
+            logger.warning(
+                "spill-policy: the spill notice for the %s of %s (%s) exceeds max_inline_bytes=%d; keeping the inline content",
+                label,
+                tool,
+                call_id,
+                self.max_inline_bytes,
+            )
+            await trio.to_thread.run_sync(self.store.discard, path)
+        return replacement
+
+    @hookimpl(tryfirst=True)
+    async def dsh_post_execute(
+        self,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        next: Callable[[], Awaitable[PostToolDecision]],
+    ) -> PostToolDecision:
+        decision = await next()
+        if not isinstance(decision, Accept) or decision.value is not UNSET or execution.parent is not None:
+            return decision
+        content = decision.content if decision.content is not None else result.content
+        replacement = await self.bound(content, execution.call_id, execution.name, "result")
+        if replacement is None:
+            return decision
+        return Accept(content=[TextBlock(replacement)], additional_contexts=decision.additional_contexts)
+
+    @hookimpl(tryfirst=True)
+    async def dsh_code_dispatch_log(
+        self, dispatch: CodeDispatchLog, next: Callable[[], Awaitable[Sequence[ContentBlock]]]
+    ) -> list[ContentBlock]:
+        content = list(await next())
+        replacement = await self.bound(content, dispatch.sub_call_id, dispatch.name, "dispatch")
+        return content if replacement is None else [TextBlock(replacement)]
+
+
+def default_directory() -> str:
+    """``<system temp dir>/dsh-spill``."""
+    return os.path.join(tempfile.gettempdir(), "dsh-spill")
+
+
+@hookimpl
+def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
+    """Register a :class:`SpillPolicy` (named ``spill-policy``) when ``max_inline_bytes`` is configured."""
+    settings = structure_table(SpillSettings, config, "[plugins.spill]")
+    if settings.max_inline_bytes is None:
+        return
+    directory = os.path.abspath(settings.directory) if settings.directory is not None else default_directory()
+    runtime.plugins.register(SpillPolicy(settings.max_inline_bytes, SpillStore(directory)), name=PLUGIN_NAME)

@@ -1,0 +1,508 @@
+"""The first-party file tools (dsh_plugins.files): confinement, each tool through the pipeline, presenters."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_core import (
+    ConfigError,
+    Exclusive,
+    Parallel,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolRuntime,
+)
+from dsh_core.presentation import (
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    FileLocation,
+    GenericCallView,
+    ReadFileLine,
+    ReadResultView,
+    SearchFileMatches,
+    SearchMatch,
+    SearchResultView,
+)
+from dsh_core.testing import make_input, make_runtime
+from dsh_plugins import files
+from dsh_plugins.files import MAX_LINE_CHARS, compile_glob, file_tools
+
+REAL_RG = shutil.which("rg")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "main.py").write_text("".join(f"line {n}\n" for n in range(1, 11)))
+    (root / "README.md").write_text("# title\nhello world\n")
+    (tmp_path / "outside.txt").write_text("secret\n")
+    return root
+
+
+def runtime_for(root: Path) -> ToolRuntime:
+    return make_runtime(*file_tools(root))
+
+
+async def run(root: Path, name: str, arguments: dict[str, Any]) -> ToolExecutionResult:
+    return await runtime_for(root).execute(make_input(name, arguments))
+
+
+def ok(result: ToolExecutionResult) -> Any:
+    assert isinstance(result, ToolExecutionSuccess), result
+    return result.value
+
+
+def failed(result: ToolExecutionResult, code: str) -> str:
+    assert isinstance(result, ToolExecutionFailure), result
+    assert result.code == code, result.error
+    return result.error.message
+
+
+def tool(root: Path, name: str) -> Any:
+    return next(t for t in file_tools(root) if t.name == name)
+
+
+# --- confinement -------------------------------------------------------------------------
+
+ESCAPES = {
+    "read_file": lambda p: {"path": p},
+    "write_file": lambda p: {"path": p, "content": "x"},
+    "edit_file": lambda p: {"path": p, "old_string": "secret", "new_string": "x"},
+    "glob": lambda p: {"pattern": "*", "path": p},
+    "grep": lambda p: {"pattern": "secret", "path": p},
+}
+
+
+@pytest.fixture(params=["dotdot", "absolute", "symlink"])
+def escape(request: pytest.FixtureRequest, workspace: Path) -> str:
+    outside = workspace.parent / "outside.txt"
+    if request.param == "dotdot":
+        return "../outside.txt"
+    if request.param == "absolute":
+        return str(outside)
+    (workspace / "link.txt").symlink_to(outside)
+    return "link.txt"
+
+
+@pytest.mark.parametrize("name", sorted(ESCAPES))
+async def test_paths_outside_the_workspace_are_refused(workspace: Path, escape: str, name: str) -> None:
+    arguments = ESCAPES[name](escape)
+    message = failed(await run(workspace, name, arguments), "OUTSIDE_WORKSPACE")
+    assert repr(escape) in message and "outside the workspace root" in message
+    assert (workspace.parent / "outside.txt").read_text() == "secret\n"
+
+
+async def test_a_symlink_out_through_a_directory_is_refused_for_new_files(workspace: Path, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (workspace / "out").symlink_to(tmp_path / "elsewhere")
+    failed(await run(workspace, "write_file", {"path": "out/new.txt", "content": "x"}), "OUTSIDE_WORKSPACE")
+    assert not (tmp_path / "elsewhere" / "new.txt").exists()
+
+
+async def test_dotdot_that_stays_inside_and_symlinks_inside_are_fine(workspace: Path) -> None:
+    (workspace / "alias.py").symlink_to(workspace / "src" / "main.py")
+    assert ok(await run(workspace, "read_file", {"path": "src/../src/main.py", "limit": 1}))["path"] == "src/main.py"
+    assert ok(await run(workspace, "read_file", {"path": "alias.py", "limit": 1}))["lines"] == (
+        {"number": 1, "text": "line 1"},
+    )
+    assert ok(await run(workspace, "read_file", {"path": str(workspace / "README.md")}))["path"] == "README.md"
+
+
+async def test_glob_patterns_cannot_climb_out(workspace: Path) -> None:
+    message = failed(await run(workspace, "glob", {"pattern": "../*"}), "OUTSIDE_WORKSPACE")
+    assert "'../*'" in message
+
+
+# --- read_file -----------------------------------------------------------------------------
+
+
+async def test_read_file_returns_a_numbered_window_and_the_total(workspace: Path) -> None:
+    result = await run(workspace, "read_file", {"path": "src/main.py", "offset": 3, "limit": 2})
+    assert ok(result) == {
+        "path": "src/main.py",
+        "offset": 3,
+        "lines": ({"number": 3, "text": "line 3"}, {"number": 4, "text": "line 4"}),
+        "total_lines": 10,
+    }
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert text.startswith("src/main.py (lines 3-4 of 10)\n     3\tline 3")
+    assert "continue with offset=5" in text
+
+
+async def test_integral_floats_are_taken_as_integers(workspace: Path) -> None:
+    arguments = {"path": "src/main.py", "offset": 2.0, "limit": 1.0}
+    result = await run(workspace, "read_file", arguments)
+    assert ok(result)["offset"] == 2 and type(ok(result)["offset"]) is int
+    assert tool(workspace, "read_file").present_result(arguments, result).offset == 2
+
+
+async def test_read_file_past_the_end_keeps_the_offset(workspace: Path) -> None:
+    value = ok(await run(workspace, "read_file", {"path": "src/main.py", "offset": 50}))
+    assert value["lines"] == () and value["offset"] == 50 and value["total_lines"] == 10
+
+
+async def test_read_file_defaults_to_2000_lines(workspace: Path) -> None:
+    (workspace / "big.txt").write_text("x\n" * 2500)
+    value = ok(await run(workspace, "read_file", {"path": "big.txt"}))
+    assert len(value["lines"]) == 2000 and value["total_lines"] == 2500
+
+
+async def test_read_file_cuts_very_long_lines(workspace: Path) -> None:
+    (workspace / "min.js").write_text("a" * (MAX_LINE_CHARS + 10) + "\r\n")
+    line = ok(await run(workspace, "read_file", {"path": "min.js"}))["lines"][0]["text"]
+    assert line.startswith("a" * MAX_LINE_CHARS) and f"{MAX_LINE_CHARS + 10} characters" in line
+
+
+@pytest.mark.parametrize(
+    ("setup", "arguments", "fragment"),
+    [
+        (lambda root: (root / "blob.bin").write_bytes(b"\x00\x01"), {"path": "blob.bin"}, "binary"),
+        (lambda root: None, {"path": "missing.txt"}, "does not exist"),
+        (lambda root: None, {"path": "src"}, "is a directory"),
+        (lambda root: None, {"path": "README.md", "offset": 0}, "offset must be at least 1"),
+        (lambda root: None, {"path": "README.md", "limit": 0}, "limit must be at least 1"),
+    ],
+)
+async def test_read_file_errors_say_what_is_wrong(
+    workspace: Path, setup: Any, arguments: dict[str, Any], fragment: str
+) -> None:
+    setup(workspace)
+    assert fragment in failed(await run(workspace, "read_file", arguments), "FILE_ERROR")
+
+
+# --- write_file / edit_file ------------------------------------------------------------------
+
+
+async def test_write_file_creates_parents_and_reports_a_new_file(workspace: Path) -> None:
+    value = ok(await run(workspace, "write_file", {"path": "a/b/c.txt", "content": "héllo\n"}))
+    assert value == {"path": "a/b/c.txt", "created": True, "bytes_written": 7, "old_text": None}
+    assert (workspace / "a" / "b" / "c.txt").read_bytes() == "héllo\n".encode()
+
+
+async def test_write_file_overwrite_keeps_the_before_image_and_line_endings(workspace: Path) -> None:
+    value = ok(await run(workspace, "write_file", {"path": "README.md", "content": "new\r\n"}))
+    assert value["created"] is False and value["old_text"] == "# title\nhello world\n"
+    assert (workspace / "README.md").read_bytes() == b"new\r\n"
+
+
+async def test_write_file_refuses_a_directory(workspace: Path) -> None:
+    assert "is a directory" in failed(await run(workspace, "write_file", {"path": "src", "content": "x"}), "FILE_ERROR")
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("read_file", {"path": "pipe"}),
+        ("write_file", {"path": "pipe", "content": "x"}),
+        ("edit_file", {"path": "pipe", "old_string": "a", "new_string": "b"}),
+    ],
+)
+async def test_special_files_are_refused_instead_of_blocking(
+    workspace: Path, name: str, arguments: dict[str, Any]
+) -> None:
+    os.mkfifo(workspace / "pipe")
+    with trio.fail_after(5):
+        assert "not a regular file" in failed(await run(workspace, name, arguments), "FILE_ERROR")
+
+
+async def test_edit_file_replaces_a_unique_string(workspace: Path) -> None:
+    value = ok(await run(workspace, "edit_file", {"path": "README.md", "old_string": "hello", "new_string": "bye"}))
+    assert value == {"path": "README.md", "replacements": 1}
+    assert (workspace / "README.md").read_text() == "# title\nbye world\n"
+
+
+async def test_edit_file_refuses_an_ambiguous_string_and_says_how_many(workspace: Path) -> None:
+    before = (workspace / "src" / "main.py").read_text()
+    arguments = {"path": "src/main.py", "old_string": "line 1", "new_string": "x"}
+    message = failed(await run(workspace, "edit_file", arguments), "FILE_ERROR")
+    assert "occurs 2 times" in message and "replace_all" in message  # "line 1" and "line 10"
+    assert (workspace / "src" / "main.py").read_text() == before
+
+
+async def test_edit_file_replace_all_replaces_every_occurrence(workspace: Path) -> None:
+    arguments = {"path": "src/main.py", "old_string": "line", "new_string": "row", "replace_all": True}
+    assert ok(await run(workspace, "edit_file", arguments))["replacements"] == 10
+    assert "line" not in (workspace / "src" / "main.py").read_text()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        ({"old_string": "absent", "new_string": "x"}, "was not found"),
+        ({"old_string": "", "new_string": "x"}, "must not be empty"),
+        ({"old_string": "hello", "new_string": "hello"}, "identical"),
+    ],
+)
+async def test_edit_file_refusals(workspace: Path, arguments: dict[str, Any], fragment: str) -> None:
+    message = failed(await run(workspace, "edit_file", {"path": "README.md", **arguments}), "FILE_ERROR")
+    assert fragment in message
+    assert (workspace / "README.md").read_text() == "# title\nhello world\n"
+
+
+async def test_edit_file_hints_at_crlf_line_endings(workspace: Path) -> None:
+    (workspace / "dos.txt").write_bytes(b"one\r\ntwo\r\n")
+    arguments = {"path": "dos.txt", "old_string": "one\ntwo", "new_string": "x"}
+    assert "CRLF" in failed(await run(workspace, "edit_file", arguments), "FILE_ERROR")
+
+
+async def test_edit_file_refuses_non_utf8_files(workspace: Path) -> None:
+    (workspace / "latin1.txt").write_bytes(b"caf\xe9\n")
+    arguments = {"path": "latin1.txt", "old_string": "caf", "new_string": "x"}
+    assert "not UTF-8" in failed(await run(workspace, "edit_file", arguments), "FILE_ERROR")
+
+
+# --- glob ----------------------------------------------------------------------------------
+
+
+def touch(path: Path, mtime: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("x\n")
+    os.utime(path, (mtime, mtime))
+
+
+async def test_glob_sorts_newest_first_and_recurses_with_double_star(tmp_path: Path) -> None:
+    touch(tmp_path / "old.py", 1_000)
+    touch(tmp_path / "pkg" / "new.py", 3_000)
+    touch(tmp_path / "pkg" / "deep" / "mid.py", 2_000)
+    touch(tmp_path / "notes.txt", 4_000)
+    value = ok(await run(tmp_path, "glob", {"pattern": "**/*.py"}))
+    assert value == {"paths": ("pkg/new.py", "pkg/deep/mid.py", "old.py"), "total": 3, "truncated": False}
+    assert ok(await run(tmp_path, "glob", {"pattern": "*.py"}))["paths"] == ("old.py",)
+    assert ok(await run(tmp_path, "glob", {"pattern": "*.py", "path": "pkg"}))["paths"] == ("pkg/new.py",)
+
+
+async def test_glob_limit_reports_truncation_and_total(tmp_path: Path) -> None:
+    for n in range(5):
+        touch(tmp_path / f"f{n}.txt", 1_000 + n)
+    value = ok(await run(tmp_path, "glob", {"pattern": "*.txt", "limit": 2}))
+    assert value == {"paths": ("f4.txt", "f3.txt"), "total": 5, "truncated": True}
+    assert "showing 2 of 5 files" in (await run(tmp_path, "glob", {"pattern": "*", "limit": 2})).content[0].text  # type: ignore[union-attr]
+
+
+async def test_glob_skips_git_and_symlinks_out_and_returns_only_files(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    touch(root / ".git" / "config.py", 1)
+    touch(root / "a.py", 1)
+    touch(tmp_path / "outside.py", 1)
+    (root / "link.py").symlink_to(tmp_path / "outside.py")
+    (root / "dir.py").mkdir()
+    assert ok(await run(root, "glob", {"pattern": "**/*.py"}))["paths"] == ("a.py",)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "expected"),
+    [
+        ("*.py", "a.py", True),
+        ("*.py", "d/a.py", False),
+        ("**/*.py", "a.py", True),
+        ("**/*.py", "d/e/a.py", True),
+        ("src/**", "src/x/y", True),
+        ("*.{ts,tsx}", "a.tsx", True),
+        ("*.{ts,tsx}", "a.js", False),
+        ("file?.txt", "file1.txt", True),
+        ("file[!0-9].txt", "file1.txt", False),
+        ("file[ab].txt", "fileb.txt", True),
+        ("a+b.txt", "a+b.txt", True),
+        ("a+b.txt", "aab.txt", False),
+    ],
+)
+def test_glob_syntax(pattern: str, path: str, expected: bool) -> None:
+    assert bool(compile_glob(pattern).match(path)) is expected
+
+
+# --- grep ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["rg", "python"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "rg":
+        if REAL_RG is None:
+            pytest.skip("ripgrep (rg) is not installed")
+    else:
+        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    yield request.param
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    (root / "a").mkdir(parents=True)
+    (root / "c").mkdir()
+    (root / "a" / "x.py").write_text("needle one\nhay\nNeedle two\n")
+    (root / "b.txt").write_text("hay\nneedle three\n")
+    (root / "c" / "y.py").write_text("needle four\nneedle five\n")
+    (root / ".hidden.py").write_text("needle hidden\n")
+    (root / "blob.bin").write_bytes(b"\x00needle binary\n")
+    return root
+
+
+async def test_grep_groups_matches_by_file_in_path_order(tree: Path, backend: str) -> None:
+    value = ok(await run(tree, "grep", {"pattern": "needle"}))
+    assert value == {
+        "files": (
+            {"path": "a/x.py", "matches": ({"line_number": 1, "line": "needle one"},)},
+            {"path": "b.txt", "matches": ({"line_number": 2, "line": "needle three"},)},
+            {
+                "path": "c/y.py",
+                "matches": ({"line_number": 1, "line": "needle four"}, {"line_number": 2, "line": "needle five"}),
+            },
+        ),
+        "total": 4,
+        "truncated": False,
+    }
+
+
+async def test_grep_limit_keeps_the_first_matches_and_counts_all(tree: Path, backend: str) -> None:
+    result = await run(tree, "grep", {"pattern": "needle", "limit": 2, "ignore_case": True})
+    value = ok(result)
+    assert value["total"] == 5 and value["truncated"] is True
+    assert value["files"] == (
+        {
+            "path": "a/x.py",
+            "matches": ({"line_number": 1, "line": "needle one"}, {"line_number": 3, "line": "Needle two"}),
+        },
+    )
+    assert "showing 2 of 5 matching lines" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_grep_glob_filter_and_single_file(tree: Path, backend: str) -> None:
+    by_glob = ok(await run(tree, "grep", {"pattern": "needle", "glob": "*.py"}))
+    # As in rg, a glob that names a hidden file searches it.
+    assert [f["path"] for f in by_glob["files"]] == [".hidden.py", "a/x.py", "c/y.py"] and by_glob["total"] == 4
+    nested = ok(await run(tree, "grep", {"pattern": "needle", "glob": "c/*.py"}))
+    assert [f["path"] for f in nested["files"]] == ["c/y.py"]
+    one = ok(await run(tree, "grep", {"pattern": "needle", "path": "b.txt"}))
+    assert one["files"] == ({"path": "b.txt", "matches": ({"line_number": 2, "line": "needle three"},)},)
+
+
+async def test_grep_without_matches(tree: Path, backend: str) -> None:
+    result = await run(tree, "grep", {"pattern": "absent"})
+    assert ok(result) == {"files": (), "total": 0, "truncated": False}
+    assert result.content[0].text == "No matches for 'absent'"  # type: ignore[union-attr]
+
+
+async def test_grep_invalid_regex_is_a_tool_error(tree: Path, backend: str) -> None:
+    failed(await run(tree, "grep", {"pattern": "needle("}), "FILE_ERROR")
+
+
+async def test_grep_missing_path(tree: Path, backend: str) -> None:
+    assert "does not exist" in failed(await run(tree, "grep", {"pattern": "x", "path": "nope"}), "FILE_ERROR")
+
+
+async def test_grep_asks_for_rg_and_falls_back_without_it(monkeypatch: pytest.MonkeyPatch, tree: Path) -> None:
+    asked: list[str] = []
+
+    def which(name: str, *args: Any, **kwargs: Any) -> None:
+        asked.append(name)
+
+    monkeypatch.setattr(shutil, "which", which)
+    assert ok(await run(tree, "grep", {"pattern": "needle"}))["total"] == 4
+    assert asked == ["rg"]
+
+
+# --- presenters and scheduling ---------------------------------------------------------------
+
+
+async def test_read_file_presents_a_read_card_from_the_durable_meta(workspace: Path) -> None:
+    arguments = {"path": "src/main.py", "limit": 1}
+    result = await run(workspace, "read_file", arguments)
+    view = ReadResultView(
+        path="src/main.py", offset=1, lines=[ReadFileLine(number=1, text="line 1")], total_lines=10, lang="python"
+    )
+    read = tool(workspace, "read_file")
+    assert read.present_result(arguments, result) == view
+    durable = {"content": [], "isError": False, "meta": result.meta}
+    assert read.present_result(arguments, durable) == view
+    assert read.present_result({"path": "x"}, await run(workspace, "read_file", {"path": "x"})) is None
+    assert isinstance(read.present_call(arguments), GenericCallView)
+
+
+async def test_write_and_edit_present_diffs(workspace: Path) -> None:
+    write, edit = tool(workspace, "write_file"), tool(workspace, "edit_file")
+    new = {"path": "n.txt", "content": "hi\n"}
+    assert write.present_call(new) == DiffCallView(
+        title="Write n.txt",
+        diffs=[FileDiff(path="n.txt", old_text=None, new_text="hi\n")],
+        locations=[FileLocation(path="n.txt")],
+    )
+    created = write.present_result(new, await run(workspace, "write_file", new))
+    assert created == DiffResultView(
+        title="Created n.txt", diffs=[FileDiff(path="n.txt", old_text=None, new_text="hi\n")]
+    )
+    again = {"path": "n.txt", "content": "ho\n"}
+    replaced = write.present_result(again, await run(workspace, "write_file", again))
+    assert replaced.diffs == (FileDiff(path="n.txt", old_text="hi\n", new_text="ho\n"),)
+
+    change = {"path": "n.txt", "old_string": "ho", "new_string": "hey"}
+    hunk = FileDiff(path="n.txt", old_text="ho", new_text="hey")
+    assert edit.present_call(change).diffs == (hunk,)
+    assert edit.present_result(change, await run(workspace, "edit_file", change)) == DiffResultView(
+        title="Edited n.txt", diffs=[hunk]
+    )
+
+
+async def test_glob_and_grep_present_search_cards(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    arguments = {"pattern": "*.txt"}
+    assert tool(tree, "glob").present_result(arguments, await run(tree, "glob", arguments)) == SearchResultView(
+        shape="paths", title="Glob *.txt", paths=["b.txt"], truncated=False, total=1
+    )
+    arguments = {"pattern": "three"}
+    assert tool(tree, "grep").present_result(arguments, await run(tree, "grep", arguments)) == SearchResultView(
+        shape="matches",
+        title="Grep three",
+        files=[SearchFileMatches(path="b.txt", matches=[SearchMatch(line_number=2, line="needle three")])],
+        truncated=False,
+        total=1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "mode"),
+    [
+        ("read_file", {"path": "x"}, Parallel()),
+        ("glob", {"pattern": "*"}, Parallel()),
+        ("grep", {"pattern": "x"}, Parallel()),
+        ("write_file", {"path": "x", "content": "y"}, Exclusive()),
+        ("edit_file", {"path": "x", "old_string": "a", "new_string": "b"}, Exclusive()),
+    ],
+)
+def test_reads_are_parallel_safe_and_writes_exclusive(
+    tmp_path: Path, name: str, arguments: dict[str, Any], mode: Any
+) -> None:
+    assert runtime_for(tmp_path).execution_mode(make_input(name, arguments)) == mode
+
+
+# --- the plugin entry point ------------------------------------------------------------------
+
+
+def test_dsh_setup_registers_the_five_tools_for_the_root(tmp_path: Path) -> None:
+    runtime = make_runtime()
+    files.dsh_setup(runtime, {"root": str(tmp_path)})
+    unconfigured = ToolRuntime()
+    files.dsh_setup(unconfigured, {})
+    assert unconfigured.names() == []  # opt-in: no root, no file tools
+    assert sorted(runtime.names()) == ["edit_file", "glob", "grep", "read_file", "write_file"]
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"root": "/definitely/not/here"}, "is not a directory"),
+        ({"roots": "."}, "unknown key"),
+        ({"root": 1}, "string"),
+    ],
+)
+def test_dsh_setup_rejects_bad_config(config: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        files.dsh_setup(make_runtime(), config)

@@ -1,0 +1,250 @@
+"""The bash tool (dsh_plugins.shell): real subprocesses on the real clock, with short budgets.
+
+trio's MockClock would jump over real pipe waits and kill grace periods, so
+nothing here uses it. "Alive" means a process that exists and is not a zombie:
+this machine's init may never reap orphans, so a killed grandchild can linger
+as a zombie forever.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_core import (
+    CancelSignal,
+    ConfigError,
+    Exclusive,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolRuntime,
+)
+from dsh_core.presentation import TerminalCallView, TerminalResultView
+from dsh_core.testing import make_input, make_runtime
+from dsh_plugins import shell, timeout
+from dsh_plugins.files import Workspace
+from dsh_plugins.shell import ShellSettings, bash_tool
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="process checks read /proc")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            data = stream.read()
+    except FileNotFoundError:
+        return False
+    return data[data.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stream:
+                data = stream.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(name))
+    return members
+
+
+def runtime(root: Path, **settings: Any) -> ToolRuntime:
+    options = {"kill_grace_ms": 200, **settings}
+    return make_runtime(bash_tool(Workspace(root), ShellSettings(**options)))
+
+
+async def bash(root: Path, arguments: dict[str, Any], **settings: Any) -> ToolExecutionResult:
+    return await runtime(root, **settings).execute(make_input("bash", arguments))
+
+
+def ok(result: ToolExecutionResult) -> Any:
+    assert isinstance(result, ToolExecutionSuccess), result
+    return result.value
+
+
+async def wait_for_file(path: Path, lines: int = 1) -> list[int]:
+    with trio.fail_after(5):
+        while not path.exists() or len(path.read_text().split()) < lines:
+            await trio.sleep(0.01)
+    return [int(word) for word in path.read_text().split()]
+
+
+# --- outcomes ------------------------------------------------------------------------------
+
+
+async def test_exit_code_and_merged_output(tmp_path: Path) -> None:
+    result = await bash(tmp_path, {"command": "echo out; echo err >&2; exit 3"})
+    value = ok(result)
+    assert value["exit_code"] == 3 and value["signal"] is None
+    assert value["output"] == "out\nerr\n" and value["truncated"] is False and value["timed_out"] is False
+    assert result.content[0].text == "out\nerr\n[exit code 3]"  # type: ignore[union-attr]
+
+
+async def test_a_command_killed_by_a_signal_reports_the_signal(tmp_path: Path) -> None:
+    value = ok(await bash(tmp_path, {"command": "kill -KILL $$"}))
+    assert value["exit_code"] is None and value["signal"] == "SIGKILL"
+
+
+async def test_output_over_the_cap_keeps_head_and_tail(tmp_path: Path) -> None:
+    command = "printf 'HEAD'; head -c 5000 /dev/zero | tr '\\0' x; printf 'TAIL'"
+    value = ok(await bash(tmp_path, {"command": command}, max_output_bytes=100))
+    assert value["truncated"] is True
+    head, marker, tail = value["output"].split("\n")
+    assert head == "HEAD" + "x" * 46 and tail == "x" * 46 + "TAIL"
+    assert marker == "[... 4908 bytes of output omitted ...]"
+
+
+async def test_output_cap_cuts_on_character_boundaries(tmp_path: Path) -> None:
+    value = ok(await bash(tmp_path, {"command": "for i in $(seq 100); do printf 'é'; done"}, max_output_bytes=11))
+    head, marker, tail = value["output"].split("\n")
+    # 6 head bytes are 3 whole characters; of 5 tail bytes the split first one is dropped.
+    assert head == "é" * 3 and tail == "é" * 2
+    assert marker == "[... 190 bytes of output omitted ...]"
+
+
+async def test_cwd_is_resolved_inside_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    assert ok(await bash(tmp_path, {"command": "pwd", "cwd": "sub"}))["output"] == f"{tmp_path / 'sub'}\n"
+    assert ok(await bash(tmp_path, {"command": "pwd"}))["output"] == f"{tmp_path}\n"
+
+
+@pytest.mark.parametrize(
+    ("cwd", "code"), [("..", "OUTSIDE_WORKSPACE"), ("/", "OUTSIDE_WORKSPACE"), ("nope", "SHELL_ERROR")]
+)
+async def test_bad_cwd_is_refused(tmp_path: Path, cwd: str, code: str) -> None:
+    (tmp_path / "ws").mkdir()
+    result = await bash(tmp_path / "ws", {"command": "pwd", "cwd": cwd})
+    assert isinstance(result, ToolExecutionFailure) and result.code == code
+
+
+async def test_stdin_is_empty(tmp_path: Path) -> None:
+    assert ok(await bash(tmp_path, {"command": "cat; echo done"}))["output"] == "done\n"
+
+
+# --- deadlines -----------------------------------------------------------------------------
+
+
+async def test_the_tools_own_deadline_stops_the_command_and_succeeds(tmp_path: Path) -> None:
+    start = trio.current_time()
+    result = await bash(tmp_path, {"command": "echo started; sleep 30", "timeout_ms": 300})
+    value = ok(result)
+    assert trio.current_time() - start < 5
+    assert value["timed_out"] is True and value["signal"] == "SIGTERM" and value["exit_code"] is None
+    assert value["output"] == "started\n" and value["timeout_ms"] == 300
+    assert "timed out after 300 ms" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_the_deadline_argument_is_capped_by_the_configured_maximum(tmp_path: Path) -> None:
+    value = ok(await bash(tmp_path, {"command": "sleep 30", "timeout_ms": 600_000}, timeout_ms=300))
+    assert value["timed_out"] is True and value["timeout_ms"] == 300
+
+
+async def test_a_fast_command_is_not_timed_out(tmp_path: Path) -> None:
+    value = ok(await bash(tmp_path, {"command": "true", "timeout_ms": 5_000}))
+    assert value["timed_out"] is False and value["exit_code"] == 0
+
+
+async def test_with_the_timeout_plugin_the_budget_fails_the_call_with_tool_timeout(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    rt = runtime(tmp_path, timeout_ms=400)
+    timeout.dsh_setup(rt, {})
+    result = await rt.execute(make_input("bash", {"command": f"echo $$ > {pids}; sleep 30 & sleep 30"}))
+    assert isinstance(result, ToolExecutionFailure) and result.code == "TOOL_TIMEOUT"
+    (pgid,) = await wait_for_file(pids)
+    assert group_members(pgid) == []
+
+
+# --- no survivors ----------------------------------------------------------------------------
+
+
+async def test_cancellation_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    signal = CancelSignal()
+    rt = runtime(tmp_path)
+    command = f"sleep 30 & echo $$ $! > {pids}; sleep 30"
+    outcome: list[ToolExecutionResult] = []
+
+    async def call() -> None:
+        outcome.append(await rt.execute(make_input("bash", {"command": command}, signal=signal)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        pgid, background = await wait_for_file(pids, lines=2)
+        assert group_members(pgid) != [] and pid_alive(background)
+        signal.cancel("user pressed stop")
+    (result,) = outcome
+    assert isinstance(result, ToolExecutionFailure) and result.code == "ABORTED"
+    assert group_members(pgid) == [] and not pid_alive(background)
+
+
+async def test_children_that_ignore_sigterm_are_killed_after_the_grace(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    command = f"trap '' TERM; sleep 30 & echo $$ $! > {pids}; sleep 30"
+    start = trio.current_time()
+    value = ok(await bash(tmp_path, {"command": command, "timeout_ms": 300}, kill_grace_ms=300))
+    assert value["timed_out"] is True and value["signal"] == "SIGKILL"
+    assert trio.current_time() - start < 5
+    pgid, background = await wait_for_file(pids, lines=2)
+    assert group_members(pgid) == [] and not pid_alive(background)
+
+
+async def test_background_jobs_do_not_outlive_a_normal_exit(tmp_path: Path) -> None:
+    start = trio.current_time()
+    value = ok(await bash(tmp_path, {"command": "sleep 30 & echo $!"}))
+    assert trio.current_time() - start < 5
+    assert value["exit_code"] == 0 and not pid_alive(int(value["output"]))
+
+
+# --- presentation, scheduling, configuration ------------------------------------------------
+
+
+async def test_presenters_give_terminal_cards(tmp_path: Path) -> None:
+    tool = bash_tool(Workspace(tmp_path))
+    arguments = {"command": "echo hi; exit 2", "description": "Say hi", "cwd": "."}
+    assert tool.present_call is not None and tool.present_result is not None
+    assert tool.present_call(arguments) == TerminalCallView(title="echo hi; exit 2", description="Say hi", cwd=".")
+    result = await make_runtime(tool).execute(make_input("bash", arguments))
+    assert tool.present_result(arguments, result) == TerminalResultView(output="hi\n", exit_code=2)
+    killed = await make_runtime(tool).execute(make_input("bash", {"command": "kill -TERM $$"}))
+    assert tool.present_result({"command": "kill -TERM $$"}, killed) == TerminalResultView(output="", signal="SIGTERM")
+
+
+def test_bash_is_exclusive_and_declares_its_budget(tmp_path: Path) -> None:
+    rt = make_runtime()
+    shell.dsh_setup(rt, {"root": str(tmp_path), "timeout_ms": 5_000})
+    unconfigured = ToolRuntime()
+    shell.dsh_setup(unconfigured, {})
+    assert unconfigured.names() == []  # opt-in: no root, no shell
+    definition = rt.get("bash")
+    assert definition is not None and definition.timeout_ms == 5_000
+    assert rt.execution_mode(make_input("bash", {"command": "ls"})) == Exclusive()
+
+
+def test_the_default_budget_is_two_minutes(tmp_path: Path) -> None:
+    assert bash_tool(Workspace(tmp_path)).timeout_ms == 120_000
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"timeout_ms": 0}, "timeout_ms must be at least 1"),
+        ({"max_output_bytes": "big"}, "expected an integer"),
+        ({"kill_grace_ms": -1}, "kill_grace_ms must be at least 0"),
+        ({"root": "/definitely/not/here"}, "is not a directory"),
+        ({"timeout": 5}, "unknown key"),
+    ],
+)
+def test_bad_config_is_refused(config: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        shell.dsh_setup(make_runtime(), config)

@@ -1,0 +1,312 @@
+"""The spill policy (dsh_plugins.spill): oversized text moves to a file; the value never changes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsh_core import (
+    Accept,
+    Block,
+    ConfigError,
+    ImageBlock,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolExecutionToken,
+    ToolRuntime,
+    UserMessage,
+    hookimpl,
+)
+from dsh_core.code_mode import CodeRunResult
+from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
+from dsh_plugins import spill
+from dsh_plugins.spill import SpillPolicy, SpillStore, bounded_replacement
+
+Next = Callable[[], Awaitable[Any]]
+CAP = 1000
+BIG = "".join(f"line {n:05d} of a long result\n" for n in range(1, 501))  # 14 000 bytes, 500 lines
+
+
+def text_tool(name: str, text: str) -> Any:
+    async def body(args: Any) -> str:
+        return text
+
+    return json_tool(name, body, output={"type": "string"})
+
+
+def with_spill(directory: Path, *tools: Any, cap: int = CAP, plugins: tuple[object, ...] = ()) -> ToolRuntime:
+    runtime = make_runtime(*tools, plugins=plugins)
+    spill.dsh_setup(runtime, {"max_inline_bytes": cap, "directory": str(directory)})
+    return runtime
+
+
+def only_text(result: ToolExecutionResult) -> str:
+    (block,) = result.content
+    assert isinstance(block, TextBlock)
+    return block.text
+
+
+def locator(text: str) -> Path:
+    match = re.search(r"saved at (\S+);", text)
+    assert match, text
+    return Path(match.group(1))
+
+
+# --- the model-facing copy ---------------------------------------------------------------
+
+
+async def test_oversized_text_is_spilled_with_a_locator_and_the_value_kept(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    result = await runtime.execute(make_input("dump", call_id="call-7"))
+    assert isinstance(result, ToolExecutionSuccess) and result.value == BIG
+    text = only_text(result)
+    assert len(text.encode()) <= CAP
+    path = locator(text)
+    assert path == tmp_path / "spill" / "call-7-dump.txt" and path.read_text() == BIG
+    assert "(500 lines, 14000 bytes)" in text
+    assert text.startswith("line 00001") and text.endswith("long result\n")
+    omitted = int(re.search(r"\[(\d+) of 14000 bytes omitted", text).group(1))  # type: ignore[union-attr]
+    head, tail = text.partition("\n\n[")[0], text.rpartition("]\n\n")[2]
+    assert omitted == 14000 - len(head.encode()) - len(tail.encode())
+
+
+async def test_spill_files_are_private(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    path = locator(only_text(await runtime.execute(make_input("dump"))))
+    assert path.stat().st_mode & 0o777 == 0o600 and (tmp_path / "spill").stat().st_mode & 0o777 == 0o700
+
+
+async def test_content_within_the_cap_is_untouched(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("small", "x" * CAP))
+    assert only_text(await runtime.execute(make_input("small"))) == "x" * CAP
+    assert not (tmp_path / "spill").exists()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        [ImageBlock("A" * 5000, "image/png")],
+        [TextBlock("x" * 5000), ImageBlock("AAAA", "image/png")],
+    ],
+)
+async def test_content_that_is_not_all_text_is_untouched(tmp_path: Path, content: list[Any]) -> None:
+    tool = json_tool("pic", output={"type": "json"}, finalize_content=None)
+    runtime = with_spill(tmp_path / "spill", tool, plugins=(ContentReplacer(content),))
+    result = await runtime.execute(make_input("pic"))
+    assert result.content == tuple(content)
+
+
+async def test_a_nested_call_is_untouched_in_post_execute(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    result = await runtime.execute(make_input("dump", parent=ToolExecutionToken(), root_call_id="outer"))
+    assert only_text(result) == BIG
+
+
+class ContentReplacer:
+    """An inner post-execute listener replacing the content (and adding a context)."""
+
+    def __init__(self, content: list[Any]) -> None:
+        self.content = content
+
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+        await next()
+        return Accept(content=self.content, additional_contexts=[UserMessage([TextBlock("note")], source="inner")])
+
+
+class ValueReplacer:
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+        await next()
+        return Accept(value="v" * 5000)
+
+
+class Blocker:
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+        await next()
+        return Block(feedback=[TextBlock("no " * 2000)])
+
+
+async def test_an_inner_listeners_content_is_bounded_and_its_contexts_kept(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("t", "small"), plugins=(ContentReplacer([TextBlock(BIG)]),))
+    result = await runtime.execute(make_input("t"))
+    assert isinstance(result, ToolExecutionSuccess) and result.value == "small"
+    assert locator(only_text(result)).read_text() == BIG
+    assert [m.source for m in result.additional_contexts] == ["inner"]
+
+
+@pytest.mark.parametrize(("listener", "expected"), [(ValueReplacer(), "v" * 5000), (Blocker(), "no " * 2000)])
+async def test_value_replacements_and_blocks_pass_through(tmp_path: Path, listener: object, expected: str) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("t", "small"), plugins=(listener,))
+    assert only_text(await runtime.execute(make_input("t"))) == expected
+
+
+async def test_a_large_failure_message_is_bounded_too(tmp_path: Path) -> None:
+    async def body(args: Any) -> str:
+        raise ValueError(BIG)
+
+    runtime = with_spill(tmp_path / "spill", json_tool("boom", body))
+    result = await runtime.execute(make_input("boom"))
+    assert isinstance(result, ToolExecutionFailure) and result.error.message == BIG
+    assert len(only_text(result).encode()) <= CAP and locator(only_text(result)).read_text() == f"Error: {BIG}"
+
+
+async def test_multiple_text_blocks_are_joined_by_newlines(tmp_path: Path) -> None:
+    blocks = [TextBlock("a" * 600), TextBlock("b" * 600)]
+    runtime = with_spill(tmp_path / "spill", text_tool("t", "small"), plugins=(ContentReplacer(blocks),))
+    assert locator(only_text(await runtime.execute(make_input("t")))).read_text() == "a" * 600 + "\n" + "b" * 600
+
+
+# --- fallbacks ---------------------------------------------------------------------------
+
+
+async def test_a_save_failure_keeps_the_original_and_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    runtime = with_spill(blocker / "spill", text_tool("dump", BIG))
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.spill"):
+        result = await runtime.execute(make_input("dump"))
+    assert isinstance(result, ToolExecutionSuccess) and only_text(result) == BIG
+    assert "cannot save the result of dump" in caplog.text and "keeping the inline content" in caplog.text
+
+
+async def test_a_cap_too_small_for_the_notice_keeps_the_original(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), cap=40)
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.spill"):
+        assert only_text(await runtime.execute(make_input("dump"))) == BIG
+    assert "exceeds max_inline_bytes=40" in caplog.text
+    assert os.listdir(tmp_path / "spill") == []  # no orphan left behind
+
+
+async def test_an_earlier_spill_is_never_overwritten(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    first = locator(only_text(await runtime.execute(make_input("dump", call_id="c1"))))
+    second = locator(only_text(await runtime.execute(make_input("dump", call_id="c1"))))
+    assert first.name == "c1-dump.txt" and second.name == "c1-dump-2.txt"
+
+
+def test_file_names_are_made_safe(tmp_path: Path) -> None:
+    path = SpillStore(str(tmp_path)).save("../a:b/c", "we ird", "x")
+    assert os.path.dirname(path) == str(tmp_path) and os.path.basename(path) == "_a_b_c-we_ird.txt"
+
+
+def test_a_symlinked_spill_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(PermissionError):
+        SpillStore(str(tmp_path / "link")).save("c", "t", "x")
+
+
+# --- the dispatch-log copy ---------------------------------------------------------------
+
+
+class FakeRuntime:
+    """A code runtime whose program is a coroutine function over the tool bindings."""
+
+    language = "python"
+    isolation = "in-process-fake"
+
+    def __init__(self, program: Callable[[Mapping[str, Any]], Awaitable[CodeRunResult]]) -> None:
+        self.program = program
+
+    async def run(self, program: str, bindings: Mapping[str, Any], **_: Any) -> CodeRunResult:
+        return await self.program(bindings)
+
+
+async def test_a_large_sub_result_is_spilled_in_the_dispatch_log_only(tmp_path: Path) -> None:
+    huge = "z" * 1_000_000
+    received: list[Any] = []
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        received.append(await tools["big"]({}))
+        return CodeRunResult(value=len(received[0]), has_value=True)
+
+    events: list[tuple[str, Any]] = []
+    recorder = Recorder()
+    runtime = ToolRuntime(
+        mode="code", code_runtime=FakeRuntime(program), event_sink=lambda kind, data: events.append((kind, data))
+    )
+    runtime.register(text_tool("big", huge))
+    runtime.plugins.register(recorder)
+    spill.dsh_setup(runtime, {"max_inline_bytes": CAP, "directory": str(tmp_path / "spill")})
+
+    outer = await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="outer"))
+    assert isinstance(outer, ToolExecutionSuccess) and outer.value == {"logs": (), "result": 1_000_000}
+    assert received == [huge]  # the program got the whole value
+    nested = [result for execution, result in recorder.results if execution.parent is not None]
+    assert [r.content for r in nested] == [(TextBlock(huge),)]  # post-execute leaves the sub-call alone
+
+    (logged,) = [data["content"] for kind, data in events if kind == "tool/code-dispatch"]
+    (block,) = logged
+    assert isinstance(block, TextBlock) and len(block.text.encode()) <= CAP
+    path = locator(block.text)
+    assert path.name == "outer_code_1-big.txt" and path.read_text() == huge
+
+
+async def test_small_or_non_text_dispatch_logs_are_untouched(tmp_path: Path) -> None:
+    policy = SpillPolicy(CAP, SpillStore(str(tmp_path)))
+    for content in ([TextBlock("short")], [ImageBlock("A" * 5000, "image/png")]):
+
+        async def next_(content: list[Any] = content) -> list[Any]:
+            return content
+
+        dispatch: Any = SimpleNamespace(sub_call_id="outer:code:1", name="t")
+        assert await policy.dsh_code_dispatch_log(dispatch, next_) == content
+    assert os.listdir(tmp_path) == []
+
+
+# --- configuration and the bound itself ----------------------------------------------------
+
+
+def test_without_max_inline_bytes_nothing_is_registered(tmp_path: Path) -> None:
+    runtime = make_runtime()
+    before = set(runtime.plugins.get_plugins())
+    spill.dsh_setup(runtime, {"directory": str(tmp_path)})
+    assert set(runtime.plugins.get_plugins()) == before
+
+
+def test_the_policy_registers_under_its_name(tmp_path: Path) -> None:
+    runtime = make_runtime()
+    spill.dsh_setup(runtime, {"max_inline_bytes": 0})
+    assert isinstance(runtime.plugins.get_plugin("spill-policy"), SpillPolicy)
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [(-1, "must be a non-negative integer \\(got -1\\)"), (1.5, "expected an integer"), (True, "expected an integer")],
+)
+def test_an_invalid_max_inline_bytes_fails_the_load(value: object, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        spill.dsh_setup(make_runtime(), {"max_inline_bytes": value})
+
+
+@given(text=st.text(min_size=1, max_size=400), cap=st.integers(min_value=0, max_value=600))
+def test_a_replacement_never_exceeds_the_cap(text: str, cap: int) -> None:
+    replacement = bounded_replacement(text, cap, "/tmp/x.txt")
+    if replacement is not None:
+        assert len(replacement.encode("utf-8", "surrogatepass")) <= cap
+        assert "/tmp/x.txt" in replacement
+
+
+def test_previews_cut_on_character_boundaries() -> None:
+    text = "é" * 1000
+    replacement = bounded_replacement(text, 400, "/x")
+    assert replacement is not None
+    head, _, rest = replacement.partition("\n\n")
+    tail = rest.rpartition("\n\n")[2]
+    assert set(head) == {"é"} and set(tail) == {"é"}
