@@ -32,7 +32,7 @@ os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")  # never fetch CPython bui
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The test suite on each supported Python (slow tests excluded unless -- -m slow)."""
-    session.install("-e", ".[test]")
+    session.install("-e", ".[test,mcp]")
     session.install("-e", "examples/dsh-example-tools", "-e", "examples/dsh-example-policy")
     session.run("pytest", "-q", *(session.posargs or ["-m", "not slow"]))
 
@@ -47,7 +47,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on dsh_core and dsh_plugins."""
-    session.install("-e", ".[test]", "mypy==2.4.1")
+    session.install("-e", ".[test,mcp]", "mypy==2.4.1")
     session.run("mypy", "--strict", "dsh_core", "dsh_plugins")
 
 

@@ -9,10 +9,17 @@ plugins of the ``dsh`` entry-point group (``--no-plugins`` skips them;
 point, e.g. while writing it). Plugins that fail to load are reported on
 stderr and left out; ``check`` and ``plugins`` report them in full.
 
-Exit status: 0 on success; 1 when ``call`` ran a call that failed or ``check``
-found problems; 2 for usage errors (bad options, invalid JSON arguments, an
-unreadable or invalid configuration or batch file). ``run`` exits 0 once the
-batch ran, whatever the calls' outcomes: each result line says ``is_error``.
+Sessions recorded by ``call`` and ``run`` (``--session`` or the config's
+``session_log``) include each call's decision trace, which ``explain`` shows;
+``simulate`` replays a session through a new policy stack without running any
+tool.
+
+Exit status: 0 on success; 1 when ``call`` ran a call that failed, ``check``
+found problems, ``explain`` found no trace, or ``simulate`` found calls the new
+policies decide differently; 2 for usage errors (bad options, invalid JSON
+arguments, an unreadable or invalid configuration, batch file or session log,
+an unknown call id). ``run`` exits 0 once the batch ran, whatever the calls'
+outcomes: each result line says ``is_error``.
 """
 
 from __future__ import annotations
@@ -48,8 +55,9 @@ from ._replay import SessionRecorder, replay
 from ._results import ToolExecutionResult
 from ._runtime import ApprovalService, ToolRuntime
 from ._scheduling import run_tool_calls
-from ._session_log import SessionLog, SessionLogError, read_session_log
+from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log
 from ._signal import CancelSignal
+from ._trace import DecisionTrace
 from .hookspecs import hookimpl
 
 __all__ = ["main"]
@@ -130,21 +138,34 @@ def _extra_entry_point(spec: str, group: str) -> importlib.metadata.EntryPoint:
     return importlib.metadata.EntryPoint(name=name, value=value, group=group)
 
 
-def _build_host(ctx: click.Context, *, quiet: bool = False) -> _Host:
+def _build_host(
+    ctx: click.Context,
+    *,
+    quiet: bool = False,
+    config_path: Path | None = None,
+    runtime_class: type[ToolRuntime] = ToolRuntime,
+) -> _Host:
+    """The host the options describe; ``config_path`` overrides ``--config``.
+
+    ``runtime_class`` other than ``ToolRuntime`` (the simulator's) always gets
+    a native-mode runtime without an approval service.
+    """
     options: _Options = ctx.find_object(_Options)  # type: ignore[assignment]
     err = _stderr()
     try:
-        config = load_config(options.config_path)
+        config = load_config(config_path if config_path is not None else options.config_path)
     except ConfigError as exc:
         raise _UsageProblem("\n  ".join(["invalid configuration:", *exc.violations])) from exc
-    approval = _approval(options.interactive, err)
+    simulated = runtime_class is not ToolRuntime
+    approval = None if simulated else _approval(options.interactive, err)
     try:
         code_runtime = None
-        if config.mode != "native":
+        if config.mode != "native" and not simulated:
             from .code_mode import SubprocessPythonRuntime
 
             code_runtime = SubprocessPythonRuntime()
-        runtime = ToolRuntime(approval=approval, mode=config.mode, code_runtime=code_runtime)
+        mode = "native" if simulated else config.mode
+        runtime = runtime_class(approval=approval, mode=mode, code_runtime=code_runtime)
     except Exception as exc:  # e.g. Code Mode requested but unavailable
         raise _UsageProblem(f'cannot create a runtime with mode "{config.mode}": {exc}') from exc
     if approval is not None and hasattr(approval, "runtime"):
@@ -360,6 +381,8 @@ class _Session:
         if self.recorder is not None:
             runtime.plugins.register(self.recorder, name="dsh-tools-session")
             runtime.event_sink = self.recorder.event_sink
+            # A recorded session keeps each call's decision trace, for ``explain`` and ``simulate``.
+            runtime.trace_decisions = True
 
     def call(self, request: ToolExecutionInput) -> None:
         if self.recorder is not None:
@@ -398,7 +421,9 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON_ARGS") from exc
     host = _build_host(ctx)
     scope = _scope(host.runtime, agent)
-    request = ToolExecutionInput(call_id=f"cli-{uuid.uuid4().hex[:12]}", name=name, arguments=arguments, signal=CancelSignal(), agent=scope)
+    request = ToolExecutionInput(
+        call_id=f"cli-{uuid.uuid4().hex[:12]}", name=name, arguments=arguments, signal=CancelSignal(), agent=scope
+    )
     with _session(session, host.config) as log:
         log.attach(host.runtime)
         log.call(request)
@@ -618,6 +643,28 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
                     f"plugin {name}: {attribute} is not marked with @hookimpl, so it is never called"
                 )
 
+    if host.config.strict_capabilities:
+        for loaded in report.loaded:
+            if loaded.capabilities is None:
+                findings.warnings.append(
+                    f"plugin {loaded.name} declares no DSH_CAPABILITIES: under strict_capabilities it may "
+                    "register no tools and decide no calls"
+                )
+
+    # Plugins may report their own findings (e.g. the MCP client's schema downgrades).
+    for plugin in pm.get_plugins():
+        diagnostics = getattr(plugin, "diagnostics", None)
+        if not callable(diagnostics) or isinstance(plugin, type):
+            continue
+        try:
+            items = list(diagnostics())
+        except Exception as exc:
+            findings.problems.append(f"plugin {pm.get_name(plugin)}: diagnostics() failed: {exc}")
+            continue
+        for item in items:
+            target = findings.problems if getattr(item, "level", "warning") == "problem" else findings.warnings
+            target.append(f"plugin {pm.get_name(plugin)}: {item}")
+
     known = {ep.name for ep in importlib.metadata.entry_points(group=options.group)} | loaded_names
     known |= {f.name for f in report.failed}
     for disabled in host.config.disabled_plugins:
@@ -653,6 +700,25 @@ def check_command(ctx: click.Context, strict: bool) -> None:
         ctx.exit(1)
 
 
+@cli.command("serve-mcp")
+@click.option("--http", is_flag=True, help="Serve streamable HTTP instead of stdio.")
+@click.option("--port", default=None, type=click.IntRange(1, 65535), help="HTTP port (127.0.0.1 only).")
+@agent_option
+@click.pass_context
+def serve_mcp_command(ctx: click.Context, http: bool, port: int | None, agent: str | None) -> None:
+    """Serve the visible tools over MCP; every call runs the full pipeline.
+
+    stdio by default (nothing else is written to stdout), or streamable HTTP
+    bound to 127.0.0.1 with --http.
+    """
+    try:
+        from ._mcp_server import DEFAULT_HTTP_PORT, run_serve_mcp
+    except ImportError as exc:
+        raise _UsageProblem(f"serve-mcp needs the MCP extra: pip install 'dsh-tools[mcp]' ({exc})") from exc
+    host = _build_host(ctx, quiet=True)
+    run_serve_mcp(host.runtime, http=http, port=port or DEFAULT_HTTP_PORT, agent=agent)
+
+
 @cli.command("replay")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.pass_context
@@ -679,12 +745,193 @@ def replay_command(ctx: click.Context, file: Path) -> None:
         out.print(render_replayed_call(call))
 
 
-@cli.command("plugins")
+def _read_log(file: Path) -> SessionLogRead:
+    try:
+        read = read_session_log(file)
+    except (OSError, SessionLogError) as exc:
+        raise _UsageProblem(f"cannot read session log {file}: {exc}") from exc
+    if read.torn is not None:
+        _stderr().print(f"warning: skipped a torn last line: {escape(str(read.torn))}")
+    return read
+
+
+@cli.command("explain")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("call_id")
+@json_option
+def explain_command(file: Path, call_id: str, as_json: bool) -> None:
+    """Show how the policy stack decided one recorded call: its decision trace.
+
+    Sessions recorded by ``call`` and ``run`` carry traces; a host records them
+    with ``ToolRuntime(trace_decisions=True)`` and a ``SessionRecorder``. Exit
+    status 1 when the call's result has no trace, 2 when the log has no such call.
+    """
+    read = _read_log(file)
+    call: Any = None
+    result: Any = None
+    for event in read.events:  # the latest call with this id, as replay does
+        if event.type == "tool/call" and event.data.get("callId") == call_id:
+            call, result = event.data, None
+        elif event.type == "tool/result" and event.data.get("callId") == call_id and call is not None:
+            result = event.data
+    if call is None:
+        raise _UsageProblem(f'no tool call "{call_id}" in {file}')
+    trace = None
+    if result is not None and result.get("trace") is not None:
+        try:
+            trace = DecisionTrace.from_json(thaw(result["trace"]))
+        except ValueError as exc:
+            raise _UsageProblem(f"{file}: call {call_id}: {exc}") from exc
+    error = result.get("error") if result is not None else None
+    if as_json:
+        data = {
+            "callId": call_id,
+            "name": call.get("name"),
+            "agent": call.get("agent"),
+            "isError": result.get("isError") if result is not None else None,
+            "error": thaw(error),
+            "trace": trace.to_json() if trace is not None else None,
+        }
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        out = _stdout()
+        agent = f" (agent {escape(str(call['agent']))})" if call.get("agent") else ""
+        if result is None:
+            outcome = "[yellow]no result recorded[/yellow]"
+        elif result.get("isError"):
+            outcome = f"[red]failed {escape(str((error or {}).get('code')))}[/red]: {escape(str((error or {}).get('message')))}"
+        else:
+            outcome = "[green]succeeded[/green]"
+        out.print(f"call {escape(call_id)}: {escape(str(call.get('name')))}{agent}: {outcome}", soft_wrap=True)
+        if trace is not None:
+            table = Table(title="decision trace")
+            table.add_column("#", justify="right", no_wrap=True)
+            table.add_column("stage", no_wrap=True)
+            table.add_column("actor", overflow="fold")
+            table.add_column("outcome", overflow="fold")
+            for number, step in enumerate(trace, start=1):
+                style = "red" if step.outcome.startswith(("deny", "block", "error", "fail")) else ""
+                style = style or ("yellow" if step.outcome.startswith("ask") else "")
+                text = f"[{style}]{escape(step.outcome)}[/{style}]" if style else escape(step.outcome)
+                table.add_row(str(number), step.stage, escape(step.actor), text)
+            out.print(table)
+    if trace is None:
+        _stderr().print(
+            f"no decision trace was recorded for {escape(call_id)} (record with trace_decisions=True)", soft_wrap=True
+        )
+        sys.exit(1)
+
+
+@cli.command("simulate")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The configuration whose policy stack to try (default: the global --config, else the usual lookup).",
+)
 @json_option
 @click.pass_context
-def plugins_command(ctx: click.Context, as_json: bool) -> None:
+def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, as_json: bool) -> None:
+    """Replay a recorded session's calls through a new policy stack, running no tool.
+
+    Plugins are loaded from the configuration as usual, but their tools are set
+    aside: each recorded tool gets a stand-in, and every dispatch is answered
+    from the log. Prints each call whose decision (allow, deny, ask) would
+    change. Exit status 1 when any would, 0 otherwise (usable in CI).
+    """
+    from ._simulate import SimulationRuntime, simulate
+
+    read = _read_log(file)
+    host = _build_host(ctx, quiet=as_json, config_path=config_path, runtime_class=SimulationRuntime)
+    try:
+        report = trio.run(simulate, read, host.runtime)
+    except SessionLogError as exc:
+        raise _UsageProblem(f"cannot simulate {file}: {exc}") from exc
+    if as_json:
+        rows = [
+            {
+                "callId": call.call_id,
+                "name": call.name,
+                "agent": call.agent,
+                "recorded": attrs.asdict(call.recorded) if call.recorded else None,
+                "simulated": attrs.asdict(call.simulated) if call.simulated else None,
+                "changed": call.changed,
+                "summary": call.summary,
+            }
+            for call in report.calls
+        ]
+        click.echo(json.dumps({"changed": report.changed, "calls": rows}, indent=2, ensure_ascii=False))
+    else:
+        out = _stdout()
+        changes = report.changes
+        if changes:
+            table = Table(title=f"{len(changes)} of {len(report.calls)} call(s) would be decided differently")
+            table.add_column("call", overflow="fold")
+            table.add_column("tool", overflow="fold")
+            table.add_column("agent", overflow="fold")
+            table.add_column("change", overflow="fold")
+            table.add_column("by", overflow="fold")
+            for call in changes:
+                by = call.simulated.actor if call.simulated is not None else None
+                table.add_row(
+                    escape(call.call_id), escape(call.name), escape(call.agent or "-"),
+                    escape(call.summary), escape(by or "-"),
+                )  # fmt: skip
+            out.print(table)
+        skipped = [call for call in report.calls if call.recorded is None or call.simulated is None]
+        for call in skipped:
+            out.print(
+                f"[dim]{escape(call.call_id)} ({escape(call.name)}): {escape(call.summary)}[/dim]", soft_wrap=True
+            )
+        compared = len(report.calls) - len(skipped)
+        out.print(
+            f"{compared} call(s) compared, {len(changes)} would change, {len(skipped)} not compared", soft_wrap=True
+        )
+    if report.changed:
+        sys.exit(1)
+
+
+def _print_capabilities(host: _Host, as_json: bool) -> None:
+    report, strict = host.report, host.config.strict_capabilities
+    if as_json:
+        rows = [
+            {
+                "plugin": loaded.name,
+                "declared": loaded.capabilities is not None,
+                "tools": list(loaded.capabilities.tools) if loaded.capabilities else [],
+                "affects": list(loaded.capabilities.affects) if loaded.capabilities else [],
+                "registered": list(loaded.tools),
+            }
+            for loaded in report.loaded
+        ]
+        click.echo(json.dumps({"strict": strict, "plugins": rows}, indent=2, ensure_ascii=False))
+        return
+    table = Table(title=f"plugin capabilities (strict_capabilities: {'on' if strict else 'off'})")
+    for column in ("plugin", "tools", "affects", "registered"):
+        table.add_column(column, overflow="fold")
+    for loaded in report.loaded:
+        declared = loaded.capabilities
+        if declared is not None:
+            tools = escape(", ".join(declared.tools)) or "(none)"
+            affects = escape(", ".join(declared.affects)) or "(none)"
+        else:
+            tools = affects = "[yellow]not declared (none)[/yellow]" if strict else "[dim]not declared[/dim]"
+        table.add_row(escape(loaded.name), tools, affects, escape(", ".join(loaded.tools)) or "-")
+    _stdout().print(table)
+
+
+@cli.command("plugins")
+@click.option("--capabilities", is_flag=True, help="Show each plugin's DSH_CAPABILITIES manifest.")
+@json_option
+@click.pass_context
+def plugins_command(ctx: click.Context, capabilities: bool, as_json: bool) -> None:
     """Show which plugins loaded, which failed (and why) and which are disabled."""
-    report = _build_host(ctx, quiet=True).report
+    host = _build_host(ctx, quiet=True)
+    report = host.report
+    if capabilities:
+        _print_capabilities(host, as_json)
+        return
     if as_json:
         data = {
             "loaded": [attrs.asdict(p) for p in report.loaded],

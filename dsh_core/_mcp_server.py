@@ -1,0 +1,354 @@
+"""Serve a runtime's tools over MCP (the Model Context Protocol), on trio.
+
+Needs the ``mcp`` extra (``pip install 'dsh-tools[mcp]'``; :func:`serve_http`
+also uses its ``hypercorn``). :func:`serve_registry` builds an
+``mcp.server.Server`` (the SDK's low-level server) that exposes exactly what a
+model request for ``scope`` carries (:meth:`ToolRuntime.model_tools`): every
+visible tool's name, description and parameter schema, plus its output schema.
+MCP requires object-rooted output schemas, so a tool whose output is not an
+object is listed with ``{"type": "object", "properties": {"result": <schema>}}``
+and its structured content is ``{"result": <value>}``.
+
+Every ``tools/call`` runs ``runtime.execute`` with ``agent=scope``: the full
+pipeline, policies, guards and observers included. The result maps onto MCP as:
+
+- success: ``content`` = the rendered blocks (text, image), ``structuredContent``
+  = the value (wrapped as above when needed), ``isError: false``;
+- failure: ``content`` = the failure content (``Error: <message>``),
+  ``isError: true`` and ``_meta["dsh/error"] = {code, name, plugin}``.
+
+**Approval.** An ``Ask`` decision from an MCP call never reaches the host's own
+approval service (a terminal prompt would read the protocol's stdin). With
+``approval="elicit"`` the client is asked through MCP elicitation (a form with
+one boolean ``allow`` field) when it declared the capability and the
+connection can carry server-to-client requests (the handshake-era protocol;
+the 2026 per-request protocol cannot); otherwise, and with ``approval="deny"``,
+the call is denied with a message saying why. The pipeline denies any ``Ask``
+of a call without an agent before asking anyone, so pass a ``scope`` (an
+``Agent``) for approvals to be possible. To route approvals, serving installs
+a small router as ``runtime.approval`` that hands non-MCP calls to the service
+that was there before.
+
+**Cancellation.** When the client cancels a request (``notifications/cancelled``)
+the SDK cancels the handler; the handler turns that into firing the call's
+:class:`~dsh_core.CancelSignal` and lets the pipeline finish with its
+``ABORTED`` result (so observers such as the audit log see the call settle)
+before the cancellation continues. Deferred contexts (``additional_contexts``)
+have no MCP counterpart and are not sent.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import trio
+
+from ._content import ImageBlock, TextBlock
+from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
+from ._json import FrozenDict, json_text, thaw
+from ._results import ToolExecutionResult
+from ._signal import CancelSignal
+
+if TYPE_CHECKING:
+    import mcp_types
+    from mcp.server import Server
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.session import ServerSession
+
+    from ._runtime import ApprovalService, ToolRuntime
+
+__all__ = ["DEFAULT_HTTP_PORT", "ApprovalMode", "run_serve_mcp", "serve_http", "serve_registry", "serve_stdio"]
+
+ApprovalMode = Literal["deny", "elicit"]
+DEFAULT_HTTP_PORT: Final = 8765
+CANCELLED_REASON: Final = "the MCP client cancelled the request"
+_APPROVAL_SCHEMA: Final = {
+    "type": "object",
+    "properties": {"allow": {"type": "boolean", "title": "Allow this tool call"}},
+    "required": ["allow"],
+}
+
+_call_ids = itertools.count(1)
+
+
+class _McpCall:
+    """The MCP request a pipeline run is serving, for the approval router."""
+
+    __slots__ = ("approval", "denial", "request_id", "session")
+
+    def __init__(self, session: ServerSession, request_id: Any, approval: ApprovalMode) -> None:
+        self.session = session
+        self.request_id = request_id
+        self.approval = approval
+        self.denial: str | None = None  # why an Ask was denied without asking anyone
+
+    async def ask(self, execution: ToolExecution, reason: str | None) -> str:
+        name = execution.name
+        if self.approval == "deny":
+            self.denial = f'tool "{name}" requires approval, and this MCP server does not ask for it'
+            return "denied"
+        session = self.session
+        capabilities = session.client_capabilities
+        if capabilities is None or capabilities.elicitation is None or not session.can_send_request:
+            self.denial = f'tool "{name}" requires approval, but the MCP client cannot be asked (no elicitation)'
+            return "denied"
+        message = f'Allow the tool "{name}" to run?'
+        if reason:
+            message += f" {reason}"
+        message += f"\nArguments: {json_text(execution.arguments)}"
+        try:
+            answer = await session.elicit_form(message, _APPROVAL_SCHEMA, related_request_id=self.request_id)
+        except Exception as exc:
+            self.denial = f'tool "{name}" requires approval, but asking the MCP client failed: {exc}'
+            return "denied"
+        if answer.action == "accept" and isinstance(answer.content, Mapping) and answer.content.get("allow") is True:
+            return "allowed-once"
+        return "cancelled" if answer.action == "cancel" else "denied"
+
+
+_current_call: contextvars.ContextVar[_McpCall | None] = contextvars.ContextVar("dsh_mcp_call", default=None)
+
+
+class _ApprovalRouter:
+    """``runtime.approval`` while serving: MCP calls ask their client, others the previous service."""
+
+    def __init__(self, fallback: ApprovalService | None) -> None:
+        self.fallback = fallback
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        call = _current_call.get()
+        if call is not None:
+            return await call.ask(execution, reason)
+        if self.fallback is None:
+            return "denied"
+        return await self.fallback.request(execution, reason)
+
+
+def _install_router(runtime: ToolRuntime) -> None:
+    if not isinstance(runtime.approval, _ApprovalRouter):
+        runtime.approval = _ApprovalRouter(runtime.approval)
+
+
+def _needs_wrapping(schema: Mapping[str, Any]) -> bool:
+    return schema.get("type") != "object"
+
+
+def _output_schema(schema: FrozenDict) -> dict[str, Any]:
+    plain = thaw(schema)
+    assert isinstance(plain, dict)
+    if not _needs_wrapping(schema):
+        return plain
+    return {"type": "object", "properties": {"result": plain}, "required": ["result"], "additionalProperties": False}
+
+
+def _mcp_content(result: ToolExecutionResult) -> list[mcp_types.TextContent | mcp_types.ImageContent]:
+    import mcp_types
+
+    blocks: list[mcp_types.TextContent | mcp_types.ImageContent] = []
+    for block in result.content:
+        if isinstance(block, TextBlock):
+            blocks.append(mcp_types.TextContent(type="text", text=block.text))
+        elif isinstance(block, ImageBlock):
+            blocks.append(mcp_types.ImageContent(type="image", data=block.data, mime_type=block.mime_type))
+    return blocks
+
+
+def _mcp_result(
+    runtime: ToolRuntime, scope: ScopeKey | None, name: str, result: ToolExecutionResult, call: _McpCall
+) -> mcp_types.CallToolResult:
+    import mcp_types
+
+    if result.is_error:
+        failure = result.error
+        info = failure.info
+        content: list[Any] = _mcp_content(result)
+        if call.denial is not None and info is not None and info.code == "DENIED":
+            content = [mcp_types.TextContent(type="text", text=f"Error: {call.denial}")]
+        meta = {"dsh/error": {"code": info.code, "name": info.name, "plugin": info.plugin}} if info else None
+        return mcp_types.CallToolResult(content=content, is_error=True, _meta=meta)
+    value = thaw(result.value)
+    definition = runtime.get(name, scope)
+    if definition is not None and _needs_wrapping(definition.output.schema):
+        value = {"result": value}
+    structured = value if isinstance(value, dict) else None
+    return mcp_types.CallToolResult(content=list(_mcp_content(result)), structured_content=structured, is_error=False)
+
+
+async def _execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExecutionResult:
+    """``runtime.execute`` that turns a cancellation of this task into firing the call's signal.
+
+    The pipeline runs shielded, so it settles (``ABORTED``, observers notified)
+    before the task's own cancellation resumes at the nursery's exit.
+    """
+    result: ToolExecutionResult | None = None
+
+    async def forward_cancellation() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            if result is None:  # cancelled while the call ran, not because it finished
+                request.signal.cancel(CANCELLED_REASON)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(forward_cancellation)
+        with trio.CancelScope(shield=True):
+            result = await runtime.execute(request)
+        nursery.cancel_scope.cancel()
+    assert result is not None
+    return result
+
+
+def serve_registry(
+    runtime: ToolRuntime,
+    *,
+    scope: ScopeKey | None = None,
+    approval: ApprovalMode = "deny",
+    name: str = "dsh-tools",
+) -> Server[Any]:
+    """An MCP server (``mcp.server.Server``) exposing ``scope``'s tools; see the module docstring.
+
+    Serve it with :func:`serve_stdio` / :func:`serve_http`, or connect to it
+    in-process with ``mcp.Client(server)``. The tool list is read at every
+    ``tools/list``, so registrations made later show up (clients are not
+    notified of changes).
+    """
+    import mcp_types
+    from mcp.server import Server
+
+    from . import __version__
+
+    if approval not in ("deny", "elicit"):
+        raise ValueError(f'approval must be "deny" or "elicit", got {approval!r}')
+    _install_router(runtime)
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        tools: list[mcp_types.Tool] = []
+        for schema in runtime.model_tools(scope).schemas:
+            definition = runtime.get(schema.name, scope)
+            parameters = thaw(schema.parameters)
+            assert isinstance(parameters, dict)
+            tools.append(
+                mcp_types.Tool(
+                    name=schema.name,
+                    description=schema.description,
+                    input_schema=parameters,
+                    output_schema=_output_schema(definition.output.schema) if definition is not None else None,
+                )
+            )
+        return mcp_types.ListToolsResult(tools=tools)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        call = _McpCall(ctx.session, ctx.request_id, approval)
+        request = ToolExecutionInput(
+            call_id=f"mcp-{next(_call_ids)}",
+            name=params.name,
+            arguments=params.arguments if params.arguments is not None else {},
+            signal=CancelSignal(),
+            agent=scope,
+        )
+        token = _current_call.set(call)
+        try:
+            result = await _execute(runtime, request)
+        finally:
+            _current_call.reset(token)
+        return _mcp_result(runtime, scope, params.name, result, call)
+
+    instructions = runtime.model_tools(scope).instructions or None
+    return Server(
+        name,
+        version=__version__,
+        instructions=instructions,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def serve_stdio(
+    runtime: ToolRuntime, *, scope: ScopeKey | None = None, approval: ApprovalMode = "elicit"
+) -> None:
+    """Serve ``scope``'s tools over this process's stdin/stdout until the client closes stdin.
+
+    Nothing else may write to stdout meanwhile: it carries the protocol.
+    """
+    from mcp.server.stdio import stdio_server
+
+    server = serve_registry(runtime, scope=scope, approval=approval)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def serve_http(
+    runtime: ToolRuntime,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_HTTP_PORT,
+    *,
+    scope: ScopeKey | None = None,
+    approval: ApprovalMode = "elicit",
+    path: str = "/mcp",
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``scope``'s tools over streamable HTTP at ``http://host:port/mcp`` until cancelled.
+
+    Binds the loopback interface unless told otherwise; on a loopback host the
+    SDK's DNS-rebinding protection is on. ``port=0`` picks a free port;
+    ``await nursery.start(serve_http, runtime, ...)`` returns the bound base
+    URLs (``["http://127.0.0.1:49321"]``). Runs on hypercorn's trio worker.
+    """
+    try:
+        import hypercorn.config
+        import hypercorn.trio
+    except ImportError as exc:  # pragma: no cover - the mcp extra installs it
+        raise RuntimeError("serve_http needs hypercorn: pip install 'dsh-tools[mcp]'") from exc
+
+    server = serve_registry(runtime, scope=scope, approval=approval)
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    config = hypercorn.config.Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.graceful_timeout = 1.0
+    await hypercorn.trio.serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+
+
+def _resolve_scope(runtime: ToolRuntime, agent: str | None) -> ScopeKey | None:
+    """The scope an ``--agent`` id names: a registered scope with that id, else a fresh ``Agent``."""
+    if agent is None:
+        return None
+    for scope, _ in runtime.registrations():
+        if (isinstance(scope, Agent) and scope.id == agent) or scope == agent:
+            return scope
+    return Agent(id=agent)
+
+
+def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | None) -> None:
+    """Serve the runtime over MCP until interrupted: the ``dsh-tools serve-mcp`` command.
+
+    stdio by default, streamable HTTP on ``127.0.0.1:port`` with ``http=True``;
+    calls act as ``agent`` (its scope's tools and policies; approval needs an
+    agent) and ask for approval through elicitation. Plugins that own
+    background tasks (those with a ``dsh_lifespan()`` method returning an async
+    context manager, such as the MCP client) run inside it for the whole session.
+    """
+    scope = _resolve_scope(runtime, agent)
+    if type(port) is not int or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an integer between 0 and 65535, got {port!r}")
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            for plugin in list(runtime.plugins.get_plugins()):
+                lifespan = getattr(plugin, "dsh_lifespan", None)
+                if callable(lifespan):
+                    await stack.enter_async_context(lifespan())
+            if http:
+                await serve_http(runtime, port=port, scope=scope)
+            else:
+                await serve_stdio(runtime, scope=scope)
+
+    trio.run(main)

@@ -1,0 +1,1157 @@
+"""MCP client: register the tools of Model Context Protocol servers as dsh-tools tools.
+
+Needs the ``mcp`` extra (``pip install 'dsh-tools[mcp]'``). Configure servers in
+``[plugins.mcp]``::
+
+    [plugins.mcp]
+    timeout_ms = 30000                 # default budget of every MCP tool (timeout plugin)
+
+    [[plugins.mcp.servers]]
+    name = "demo"                      # how messages and diagnostics name the server
+    command = "python"                 # stdio: spawn this command ...
+    args = ["demo_server.py"]          # ... with these arguments
+    env = { DEMO_TOKEN = "x" }         # merged over the SDK's safe default environment
+    prefix = "demo"                    # register "demo__add" instead of "add"
+
+    [[plugins.mcp.servers]]
+    name = "local-http"
+    url = "http://127.0.0.1:8765/mcp"  # streamable HTTP; loopback hosts only
+    timeout_ms = 5000                  # this server's tools' budget
+
+Each tool a server lists becomes a raw :class:`~dsh_core.ToolDefinition` that
+runs the full pipeline like any other (policies, guards, approval, the timeout
+plugin): the permissions plugin sees ``demo__delete_everything`` like a local tool.
+
+**Schemas.** The registry only enforces its raw subset (see
+:mod:`dsh_core.schema`), and a keyword it would not enforce must never be
+silently ignored. MCP input schemas (pydantic-generated, mostly) go through
+:func:`downgrade_schema`:
+
+- *exact rewrites*: ``anyOf`` (or a ``type`` list) whose branches each declare
+  one distinct type (``Optional[int]`` → ``anyOf: [integer, null]``) is the
+  same as ``oneOf`` and is rewritten to it;
+- *downgrade*: keywords that only narrow the values of a node whose type stays
+  declared (``pattern``, ``format``, ``minimum``, ``maxLength``, ``minItems``,
+  ``uniqueItems``, ``additionalProperties`` given as a schema, ...) are stripped,
+  because the MCP server validates its own arguments; the registry then checks a
+  superset and never rejects a value the server accepts. The stripped
+  constraints are appended to that node's ``description`` so the model still
+  reads them, and each stripped tool gets a *warning* (``dsh-tools check``);
+- *refusal*: keywords that decide a value's shape (``$ref``, non-disjoint
+  ``anyOf``, ``allOf``, ``not``, ``if``/``then``/``else``, ``patternProperties``,
+  ``prefixItems``, ...) cannot be dropped without changing what the model is
+  told or what is accepted, so the tool is not registered and a *problem* is
+  reported.
+
+An output schema goes through the same rules; one that cannot be downgraded
+leaves the tool registered with an any-JSON output contract and a warning (the
+SDK itself validates structured content against the server's schema).
+
+**Values.** A tool with an ``output_schema`` returns its structured content as
+the value (rendered as JSON text). A tool without one returns the envelope
+:data:`ENVELOPE_SCHEMA`: ``{"content": [{"type": "text", "text": ...} |
+{"type": "image", "data": ..., "mime_type": ...} | {"type": <other>, ...}]}``,
+rendered back to text and image blocks. A result with ``isError`` fails the call
+(``TOOL_ERROR``, message = its text). A tool annotated ``readOnlyHint: true``
+is concurrency-safe (parallel in ``run_tool_calls``).
+
+**Connections and background tasks.** An MCP session needs a task that reads
+the server's messages for as long as the session lives, and trio allows no task
+without a nursery someone waits for. So the plugin never starts one on its own:
+
+- inside ``async with plugin.running():`` (or ``async with
+  McpClientPlugin.connect(runtime, config) as plugin:`` for hosts that do not
+  use entry points) the plugin owns a nursery. Every server is connected at
+  entry; a session lives in its own task there, and calls are sent from the
+  caller's task over that session. When a session is gone, the next call
+  reconnects *lazily, inside the caller's task* (``nursery.start``, so the
+  call's cancellation and timeout bound the start-up), serialised by a
+  per-server ``trio.Lock``. ``tools/list_changed`` notifications re-list the
+  server there and re-sync the registrations (removed tools disposed, new ones
+  registered; each change fires ``dsh_tools_change``);
+- outside it (the ``dsh-tools call`` / ``run`` commands), each call opens a
+  short-lived session in the caller's task and closes it before returning. No
+  notification can arrive then; the tool set is the one listed at setup.
+
+``dsh_setup`` runs synchronously at load time, so it lists every server once in
+a worker thread with its own ``trio.run`` (blocking the loader for the
+servers' start-up) and registers what it found: ``dsh-tools list`` and
+``check`` see MCP tools without any async host.
+
+**Failures.** A server that dies during a call fails it with
+``MCP_SERVER_DIED``; one that cannot be started or reached fails it with
+``MCP_SERVER_UNAVAILABLE``; an MCP protocol error is ``MCP_ERROR``. After the
+n-th consecutive failure the next start waits ``min(backoff_initial_s * 2**(n-1),
+backoff_max_s)`` (inside the calling task, so cancellation and the timeout
+plugin still apply). A successful response resets the count.
+
+**Cancellation.** A cancelled call (the caller's signal, the timeout plugin)
+cancels the MCP request; the SDK then sends ``notifications/cancelled`` so the
+server stops its work.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+
+import attrs
+import trio
+
+from dsh_core import (
+    ConfigError,
+    ContentBlock,
+    DshError,
+    ImageBlock,
+    JsonSchemaError,
+    JsonValue,
+    TextBlock,
+    ToolDefinition,
+    ToolOutput,
+    ToolRunContext,
+    ToolRuntime,
+    hookimpl,
+    json_text,
+    structure_table,
+    thaw,
+)
+
+from dsh_core.schema import assert_object_json_schema, assert_supported_json_schema
+
+if TYPE_CHECKING:
+    import mcp_types
+    from mcp import Client
+
+    from dsh_core import Disposer
+
+__all__ = [
+    "ENVELOPE_SCHEMA",
+    "MCP_ERROR",
+    "MCP_SERVER_DIED",
+    "MCP_SERVER_UNAVAILABLE",
+    "PLUGIN_NAME",
+    "McpClientError",
+    "McpClientPlugin",
+    "McpClientSettings",
+    "McpDiagnostic",
+    "McpServerSettings",
+    "McpToolError",
+    "SchemaDowngrade",
+    "downgrade_schema",
+]
+
+logger = logging.getLogger("dsh_plugins.mcp_client")
+
+PLUGIN_NAME: Final = "mcp-client"
+MCP_SERVER_DIED: Final = "MCP_SERVER_DIED"
+MCP_SERVER_UNAVAILABLE: Final = "MCP_SERVER_UNAVAILABLE"
+MCP_ERROR: Final = "MCP_ERROR"
+
+_LIST_PAGE_CAP: Final = 100
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+class McpClientError(DshError):
+    """A call could not be completed by its MCP server (code ``MCP_SERVER_DIED``, ``MCP_SERVER_UNAVAILABLE`` or ``MCP_ERROR``)."""
+
+
+class McpToolError(DshError):
+    """The MCP server answered the call with ``isError: true``; the message is the result's text."""
+
+
+# -- settings ---------------------------------------------------------------------------------
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _check_name(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and not _NAME.match(value):
+        raise ValueError(f"{attribute.name} must be letters, digits, '_' or '-', got {value!r}")
+
+
+def _check_timeout(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise ValueError(f"{attribute.name} must be a positive number of milliseconds, got {value!r}")
+
+
+def _check_positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+
+
+def _check_url(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        problem = loopback_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+
+
+def loopback_problem(url: str) -> str | None:
+    """Why ``url`` is not an ``http(s)`` URL on a loopback host, or ``None`` when it is.
+
+    Hosts are never resolved: only ``localhost`` and literal loopback addresses
+    (``127.0.0.0/8``, ``::1``) pass, so a DNS answer cannot redirect a call.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return f"url must be http:// or https://, got {url!r}"
+    host = parts.hostname
+    if host is None:
+        return f"url has no host: {url!r}"
+    if host == "localhost":
+        return None
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return f"url host {host!r} is not a loopback address (only localhost, 127.0.0.0/8 and ::1 are allowed)"
+    if not address.is_loopback:
+        return f"url host {host!r} is not a loopback address (only localhost, 127.0.0.0/8 and ::1 are allowed)"
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class McpServerSettings:
+    """One ``[[plugins.mcp.servers]]`` entry: a stdio ``command`` or a loopback ``url``."""
+
+    name: str = attrs.field(validator=_check_name)
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    url: str | None = attrs.field(default=None, validator=_check_url)
+    prefix: str | None = attrs.field(default=None, validator=_check_name)
+    timeout_ms: float | None = attrs.field(default=None, validator=_check_timeout)
+
+    def tool_name(self, mcp_name: str) -> str:
+        """The registered name of the server's tool ``mcp_name``."""
+        return f"{self.prefix}__{mcp_name}" if self.prefix else mcp_name
+
+
+def _check_servers(instance: object, attribute: attrs.Attribute[Any], value: tuple[McpServerSettings, ...]) -> None:
+    seen: set[str] = set()
+    for server in value:
+        if server.name in seen:
+            raise ValueError(f'two servers are named "{server.name}"')
+        seen.add(server.name)
+
+
+@attrs.frozen(kw_only=True)
+class McpClientSettings:
+    """The ``[plugins.mcp]`` table."""
+
+    servers: tuple[McpServerSettings, ...] = attrs.field(default=(), validator=_check_servers)
+    timeout_ms: float | None = attrs.field(default=None, validator=_check_timeout)
+    connect_timeout_s: float = attrs.field(default=30.0, validator=_check_positive)
+    backoff_initial_s: float = attrs.field(default=0.5, validator=_check_positive)
+    backoff_max_s: float = attrs.field(default=30.0, validator=_check_positive)
+
+
+@attrs.frozen(kw_only=True)
+class McpDiagnostic:
+    """Something ``dsh-tools check`` should show: a ``"warning"`` or a ``"problem"``."""
+
+    level: Literal["warning", "problem"]
+    server: str
+    message: str
+    tool: str | None = None
+
+    def __str__(self) -> str:
+        where = f'MCP server "{self.server}"' + (f', tool "{self.tool}"' if self.tool else "")
+        return f"{where}: {self.message}"
+
+
+# -- schema downgrade -----------------------------------------------------------------------------
+
+NARROWING_KEYWORDS: Final = frozenset(
+    {
+        "pattern",
+        "format",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "minProperties",
+        "maxProperties",
+        "propertyNames",
+        "dependentRequired",
+        "contentEncoding",
+        "contentMediaType",
+        "contentSchema",
+    }
+)
+"""Keywords that only narrow the values a typed node accepts: stripped (the server checks them)."""
+
+IGNORED_KEYWORDS: Final = frozenset(
+    {"$schema", "$id", "$comment", "$defs", "definitions", "deprecated", "readOnly", "writeOnly"}
+)
+"""Keywords that constrain nothing once ``$ref`` is refused: dropped without a warning."""
+
+STRUCTURAL_KEYWORDS: Final = frozenset(
+    {
+        "$ref",
+        "$dynamicRef",
+        "$anchor",
+        "$dynamicAnchor",
+        "anyOf",
+        "allOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "dependentSchemas",
+        "dependencies",
+        "patternProperties",
+        "prefixItems",
+        "additionalItems",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+    }
+)
+"""Keywords that decide a value's shape: a schema using them (beyond the exact rewrites) is refused."""
+
+_SCHEMA_VALUED_NARROWING: Final = frozenset({"contains", "propertyNames", "contentSchema"})
+_DISJOINT_TYPES: Final = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+
+
+@attrs.frozen(kw_only=True)
+class SchemaDowngrade:
+    """A schema made to fit the enforced subset, and what was changed to get there.
+
+    ``stripped`` names each removed narrowing keyword by path (warn about these);
+    ``rewritten`` each exact rewrite (``anyOf`` → ``oneOf``), which changes nothing.
+    """
+
+    schema: dict[str, Any]
+    stripped: tuple[str, ...] = ()
+    rewritten: tuple[str, ...] = ()
+
+
+class _Downgrader:
+    def __init__(self) -> None:
+        self.stripped: list[str] = []
+        self.rewritten: list[str] = []
+        self.refused: list[str] = []
+
+    def node(self, node: object, path: str) -> object:
+        if not isinstance(node, Mapping):
+            return node  # the subset check reports it
+        out: dict[str, Any] = {}
+        notes: list[str] = []
+        for key, value in node.items():
+            where = f"{path}.{key}"
+            if key in STRUCTURAL_KEYWORDS and key != "anyOf":
+                self.refused.append(f"{where}: {key} decides the value's shape and cannot be downgraded safely")
+            elif key in IGNORED_KEYWORDS:
+                continue
+            elif key in NARROWING_KEYWORDS:
+                self.stripped.append(where)
+                notes.append(key if key in _SCHEMA_VALUED_NARROWING else f"{key} {json_text(_plain(value))}")
+            elif key == "additionalProperties" and isinstance(value, Mapping):
+                self.stripped.append(where)
+                notes.append("additionalProperties " + json_text(_plain(value)))
+            elif key == "properties" and isinstance(value, Mapping):
+                out[key] = {name: self.node(item, f"{where}.{name}") for name, item in value.items()}
+            elif key == "items" and isinstance(value, Mapping):
+                out[key] = self.node(value, where)
+            elif key == "items" and isinstance(value, list):
+                self.refused.append(f"{where}: tuple-form items cannot be downgraded safely")
+            elif key in ("oneOf", "anyOf") and isinstance(value, list):
+                out[key] = [self.node(item, f"{where}[{index}]") for index, item in enumerate(value)]
+            else:
+                out[key] = value
+        if "anyOf" in out:
+            self.any_of(out, path)
+        if isinstance(out.get("type"), list):
+            self.type_list(out, path)
+        if notes:
+            described = out.get("description")
+            note = "(checked by the server: " + "; ".join(notes) + ")"
+            out["description"] = f"{described} {note}" if isinstance(described, str) and described else note
+        return out
+
+    def any_of(self, node: dict[str, Any], path: str) -> None:
+        branches = node["anyOf"]
+        if "type" in node or "oneOf" in node or not _disjoint(branches):
+            self.refused.append(
+                f"{path}.anyOf: only an anyOf whose branches each declare one distinct type "
+                "can be rewritten (overlapping branches cannot be downgraded safely)"
+            )
+            return
+        node["oneOf"] = node.pop("anyOf")
+        self.rewritten.append(f"{path}.anyOf")
+
+    def type_list(self, node: dict[str, Any], path: str) -> None:
+        types = node["type"]
+        typed = [
+            key for key in ("properties", "required", "additionalProperties", "items", "enum", "const") if key in node
+        ]
+        branches = [{"type": t} for t in types]
+        if typed or "oneOf" in node or len(types) < 2 or not _disjoint(branches):
+            self.refused.append(f"{path}.type: a list of types can only be rewritten when the types are disjoint")
+            return
+        del node["type"]
+        node["oneOf"] = branches
+        self.rewritten.append(f"{path}.type")
+
+
+def _disjoint(branches: object) -> bool:
+    if not isinstance(branches, list) or len(branches) < 2:
+        return False
+    seen: set[str] = set()
+    for branch in branches:
+        kind = branch.get("type") if isinstance(branch, Mapping) else None
+        if not isinstance(kind, str) or kind not in _DISJOINT_TYPES or kind in seen:
+            return False
+        seen.add(kind)
+    return not {"integer", "number"} <= seen
+
+
+def _plain(value: object) -> JsonValue:
+    from dsh_core import snapshot_json
+
+    try:
+        return snapshot_json(value)
+    except ValueError:
+        return repr(value)
+
+
+def downgrade_schema(schema: Mapping[str, Any], *, root: str = "schema", object_root: bool = False) -> SchemaDowngrade:
+    """Fit an MCP tool's JSON Schema into the enforced subset (see the module docstring).
+
+    ``root`` names the schema in paths (``"parameters"``); ``object_root``
+    requires ``type: "object"`` at the root, as parameters do.
+
+    Raises:
+        JsonSchemaError: ``violations`` lists every keyword that could not be
+            downgraded safely and every remaining violation of the subset.
+    """
+    downgrader = _Downgrader()
+    try:
+        result = downgrader.node(schema, root)
+    except RecursionError:
+        raise JsonSchemaError([f"{root}: nested too deeply to downgrade"]) from None
+    assert isinstance(result, dict)
+    if downgrader.refused:
+        raise JsonSchemaError(downgrader.refused)
+    check = assert_object_json_schema if object_root else assert_supported_json_schema
+    check(result)
+    return SchemaDowngrade(schema=result, stripped=tuple(downgrader.stripped), rewritten=tuple(downgrader.rewritten))
+
+
+# -- the result envelope ----------------------------------------------------------------------------
+
+_STRING: Final = {"type": "string"}
+ENVELOPE_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["content"],
+    "properties": {
+        "content": {
+            "type": "array",
+            "items": {
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["type", "text"],
+                        "properties": {"type": {"type": "string", "const": "text"}, "text": _STRING},
+                    },
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["type", "data", "mime_type"],
+                        "properties": {
+                            "type": {"type": "string", "const": "image"},
+                            "data": _STRING,
+                            "mime_type": _STRING,
+                        },
+                    },
+                    {
+                        "type": "object",
+                        "required": ["type"],
+                        "properties": {"type": {"type": "string", "enum": ["audio", "resource", "resource_link"]}},
+                    },
+                ]
+            },
+        }
+    },
+}
+"""The value of an MCP tool that declares no output schema: its content items, as JSON."""
+
+
+def _content_item(block: mcp_types.ContentBlock) -> dict[str, Any]:
+    import mcp_types
+
+    if isinstance(block, mcp_types.TextContent):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, mcp_types.ImageContent):
+        return {"type": "image", "data": block.data, "mime_type": block.mime_type}
+    item: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
+    return item
+
+
+def render_envelope(args: object, value: JsonValue) -> list[ContentBlock]:
+    """Text and image items as blocks; any other item as its JSON text."""
+    assert isinstance(value, Mapping)
+    items = value["content"]
+    assert isinstance(items, (list, tuple))
+    blocks: list[ContentBlock] = []
+    for item in items:
+        assert isinstance(item, Mapping)
+        if item["type"] == "text":
+            blocks.append(TextBlock(str(item["text"])))
+        elif item["type"] == "image":
+            blocks.append(ImageBlock(str(item["data"]), str(item["mime_type"])))
+        else:
+            blocks.append(TextBlock(json_text(item)))
+    return blocks
+
+
+def _result_text(result: mcp_types.CallToolResult) -> str:
+    import mcp_types
+
+    texts = [block.text for block in result.content if isinstance(block, mcp_types.TextContent)]
+    text = "\n".join(texts)
+    # A dsh-tools server (and many others) already prefix their failure text.
+    return text.removeprefix("Error: ") or "the MCP tool reported an error"
+
+
+def _always(args: object) -> bool:
+    return True
+
+
+# -- one server -------------------------------------------------------------------------------------
+
+
+class _ReadWatch:
+    """Wraps a transport's read stream and reports its end (the server closed the connection)."""
+
+    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_end = on_end
+
+    def __getattr__(self, name: str) -> Any:  # ``last_context`` and friends
+        return getattr(self._stream, name)
+
+    async def receive(self) -> Any:
+        import anyio
+
+        try:
+            return await self._stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> _ReadWatch:
+        return self
+
+    async def __anext__(self) -> Any:
+        import anyio
+
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _ReadWatch:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _Session:
+    """One connection attempt to a server: its client, once up, and what its reader noticed."""
+
+    def __init__(self) -> None:
+        self.client: Client | None = None
+        self.ended = False
+        self.list_changed = False
+        self.wake = trio.Event()
+
+    def end(self) -> None:
+        self.ended = True
+        self.wake.set()
+
+    def changed(self) -> None:
+        self.list_changed = True
+        self.wake.set()
+
+    @property
+    def live(self) -> bool:
+        return self.client is not None and not self.ended
+
+
+class _Server:
+    """A configured server: its settings, registrations, failures and current session."""
+
+    def __init__(
+        self, settings: McpServerSettings, in_process: object | None, default_timeout_ms: float | None
+    ) -> None:
+        self.settings = settings
+        self.in_process = in_process
+        self.timeout_ms = settings.timeout_ms if settings.timeout_ms is not None else default_timeout_ms
+        self.listed: dict[str, tuple[dict[str, Any], Disposer]] = {}  # registered name -> (tool dump, disposer)
+        self.notes: dict[str, list[McpDiagnostic]] = {}  # registered name -> its warnings and problems
+        self.connect_problem: McpDiagnostic | None = None
+        self.failures = 0
+        self.retry_at = -math.inf
+        self.session: _Session | None = None
+        self.lock = trio.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    def transport(self, session: _Session) -> Any:
+        """What ``mcp.Client`` connects to for ``session``."""
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+
+        if self.in_process is not None:
+            return self.in_process  # cannot die: no end watch needed
+        settings = self.settings
+        if settings.url is not None:
+            inner = streamable_http_client(settings.url)
+        else:
+            assert settings.command is not None
+            params = StdioServerParameters(
+                command=settings.command, args=list(settings.args), env=settings.env, cwd=settings.cwd
+            )
+            inner = stdio_client(params)
+        return _WatchedTransport(inner, session.end)
+
+
+class _WatchedTransport:
+    """A transport whose read side reports the end of the connection to the session."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        read, write = await self._inner.__aenter__()
+        return _ReadWatch(read, self._on_end), write
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        result: bool | None = await self._inner.__aexit__(*exc)
+        return result
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, looking inside exception groups (anyio task groups wrap)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in exc.exceptions)
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    import anyio
+    from mcp import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    if isinstance(exc, MCPError):
+        return exc.code == CONNECTION_CLOSED
+    return isinstance(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError))
+
+
+# -- the plugin -------------------------------------------------------------------------------------
+
+
+Body: TypeAlias = Callable[[Any, ToolRunContext], Awaitable[object]]
+
+
+class McpClientPlugin:
+    """The MCP client of one runtime: registers its servers' tools and carries their calls.
+
+    Construct it with the runtime and :class:`McpClientSettings`; ``in_process``
+    maps a server name to an in-process ``mcp.server.Server`` or ``MCPServer``
+    (tests, embedding) used instead of that entry's command or URL. Then either
+    :meth:`discover` (blocking, what ``dsh_setup`` does), :meth:`sync` (async),
+    or enter :meth:`running`, which connects every server and owns the
+    sessions' tasks until it exits.
+    """
+
+    def __init__(
+        self,
+        runtime: ToolRuntime,
+        settings: McpClientSettings | None = None,
+        *,
+        in_process: Mapping[str, object] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.settings = settings or McpClientSettings()
+        in_process = dict(in_process or {})
+        self._servers: list[_Server] = []
+        for server in self.settings.servers:
+            target = in_process.pop(server.name, None)
+            if target is None and (server.command is None) == (server.url is None):
+                raise ValueError(f'MCP server "{server.name}": give exactly one of command (stdio) or url (HTTP)')
+            self._servers.append(_Server(server, target, self.settings.timeout_ms))
+        if in_process:
+            raise ValueError(f"in_process names no configured server: {', '.join(sorted(in_process))}")
+        self._nursery: trio.Nursery | None = None
+        self._in_setup = False
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls,
+        runtime: ToolRuntime,
+        config: Mapping[str, Any] | McpClientSettings | None = None,
+        *,
+        in_process: Mapping[str, object] | None = None,
+    ) -> AsyncIterator[McpClientPlugin]:
+        """Register a plugin for ``runtime``, connect its servers, and tear everything down on exit.
+
+        For hosts that build the plugin themselves instead of loading the
+        ``mcp`` entry point. ``config`` is a ``[plugins.mcp]``-shaped table or
+        settings. On exit the sessions close, the tools are disposed and the
+        plugin is unregistered.
+        """
+        settings = config if isinstance(config, McpClientSettings) else _structure(config or {})
+        plugin = cls(runtime, settings, in_process=in_process)
+        runtime.plugins.register(plugin)
+        try:
+            async with plugin.running():
+                yield plugin
+        finally:
+            plugin.dispose()
+            runtime.plugins.unregister(plugin)
+
+    # -- discovery and registrations ----------------------------------------------------------
+
+    def discover(self) -> None:
+        """List every server once and register its tools, blocking (for ``dsh_setup``).
+
+        Runs its own ``trio.run`` in a worker thread, so it works with or
+        without a running event loop (which it blocks meanwhile). A server that
+        cannot be listed is reported in :meth:`diagnostics`.
+        """
+        listings: dict[str, list[mcp_types.Tool] | BaseException] = {}
+
+        async def list_all() -> None:
+            async with trio.open_nursery() as nursery:
+                for server in self._servers:
+                    nursery.start_soon(self._list_once, server, listings)
+
+        failure: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                trio.run(list_all)
+            except BaseException as exc:
+                failure.append(exc)
+
+        thread = threading.Thread(target=worker, name="dsh-mcp-discover", daemon=True)
+        thread.start()
+        thread.join()
+        if failure:
+            raise failure[0]
+        for server in self._servers:
+            self._apply_listing(server, listings[server.name])
+        # The worker's run has ended: nothing of it may be reused by the host's run.
+        for server in self._servers:
+            server.lock = trio.Lock()
+
+    async def sync(self) -> None:
+        """List every server once (a short-lived session each) and re-sync the registrations."""
+        listings: dict[str, list[mcp_types.Tool] | BaseException] = {}
+        async with trio.open_nursery() as nursery:
+            for server in self._servers:
+                nursery.start_soon(self._list_once, server, listings)
+        for server in self._servers:
+            self._apply_listing(server, listings[server.name])
+
+    async def _list_once(self, server: _Server, out: dict[str, list[mcp_types.Tool] | BaseException]) -> None:
+        session = _Session()
+        try:
+            with trio.fail_after(self.settings.connect_timeout_s):
+                async with self._client(server, session) as client:
+                    out[server.name] = await _list_tools(client)
+        except Exception as exc:
+            out[server.name] = exc
+
+    def _apply_listing(self, server: _Server, listing: list[mcp_types.Tool] | BaseException) -> None:
+        if isinstance(listing, BaseException):
+            message = f"could not be listed: {_describe(listing)}"
+            logger.warning('MCP server "%s" %s', server.name, message)
+            server.connect_problem = McpDiagnostic(level="problem", server=server.name, message=message)
+            return
+        server.connect_problem = None
+        self._sync(server, listing)
+
+    def _sync(self, server: _Server, listing: Sequence[mcp_types.Tool]) -> None:
+        """Make the registrations match ``listing``: dispose what went or changed, register what is new.
+
+        Each registration and disposal fires ``dsh_tools_change``. A tool that
+        was refused is retried at every sync.
+        """
+        wanted: dict[str, tuple[mcp_types.Tool, dict[str, Any]]] = {}
+        for tool in listing:
+            wanted[server.settings.tool_name(tool.name)] = (tool, tool.model_dump(mode="json", by_alias=True))
+        for name in list(server.listed):
+            dump, disposer = server.listed[name]
+            if name not in wanted or wanted[name][1] != dump:
+                disposer()
+                del server.listed[name]
+        server.notes = {name: notes for name, notes in server.notes.items() if name in server.listed}
+        for name, (tool, dump) in wanted.items():
+            if name in server.listed:
+                continue
+            definition, notes = self._definition(server, name, tool)
+            if definition is not None:
+                try:
+                    disposer = self.runtime.register(definition)
+                except Exception as exc:
+                    if not self._in_setup:  # the plugin loader reports refusals during setup itself
+                        notes.append(
+                            McpDiagnostic(level="problem", server=server.name, tool=name, message=f"refused: {exc}")
+                        )
+                    logger.warning('MCP server "%s": tool "%s" refused: %s', server.name, name, exc)
+                else:
+                    server.listed[name] = (dump, disposer)
+            if notes:
+                server.notes[name] = notes
+            for note in notes:
+                logger.warning("%s", note)
+
+    def _definition(
+        self, server: _Server, name: str, tool: mcp_types.Tool
+    ) -> tuple[ToolDefinition | None, list[McpDiagnostic]]:
+        notes: list[McpDiagnostic] = []
+
+        def note(level: Literal["warning", "problem"], message: str) -> None:
+            notes.append(McpDiagnostic(level=level, server=server.name, tool=name, message=message))
+
+        try:
+            parameters = downgrade_schema(tool.input_schema, root="parameters", object_root=True)
+        except JsonSchemaError as exc:
+            note("problem", "not registered: its input schema " + "; ".join(exc.violations))
+            return None, notes
+        if parameters.stripped:
+            note(
+                "warning",
+                "input schema downgraded: stripped " + ", ".join(parameters.stripped) + " (the MCP server checks them)",
+            )
+
+        structured = tool.output_schema is not None
+        if tool.output_schema is not None:
+            try:
+                result = downgrade_schema(tool.output_schema, root="output")
+                output = ToolOutput(schema=result.schema)
+                if result.stripped:
+                    note("warning", "output schema downgraded: stripped " + ", ".join(result.stripped))
+            except JsonSchemaError as exc:
+                output = ToolOutput(schema={"description": "structured content (validated by the MCP SDK)"})
+                note(
+                    "warning",
+                    "output schema not enforced by dsh-tools (" + "; ".join(exc.violations) + "); "
+                    "the MCP SDK still validates structured content against it",
+                )
+        else:
+            output = ToolOutput(schema=ENVELOPE_SCHEMA, render=render_envelope)
+
+        read_only = tool.annotations is not None and tool.annotations.read_only_hint is True
+        definition = ToolDefinition(
+            name=name,
+            description=tool.description or tool.title or "",
+            parameters=parameters.schema,
+            output=output,
+            execute=self._body(server, tool.name, structured),
+            timeout_ms=server.timeout_ms,
+            is_concurrency_safe=_always if read_only else None,
+        )
+        return definition, notes
+
+    def dispose(self) -> None:
+        """Unregister every tool this plugin registered."""
+        for server in self._servers:
+            for _, disposer in server.listed.values():
+                disposer()
+            server.listed.clear()
+
+    def diagnostics(self) -> list[McpDiagnostic]:
+        """Every warning and problem found so far (``dsh-tools check`` lists them)."""
+        out: list[McpDiagnostic] = []
+        for server in self._servers:
+            if server.connect_problem is not None:
+                out.append(server.connect_problem)
+            for notes in server.notes.values():
+                out.extend(notes)
+        return out
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _client(self, server: _Server, session: _Session) -> AsyncIterator[Client]:
+        from mcp import Client
+        from mcp_types import Implementation
+
+        from dsh_core import __version__
+
+        async def on_message(message: object) -> None:
+            import mcp_types
+
+            if isinstance(message, mcp_types.ToolListChangedNotification):
+                session.changed()
+
+        client = Client(
+            server.transport(session),
+            mode="legacy",
+            cache=None,
+            message_handler=on_message,
+            client_info=Implementation(name="dsh-tools", version=__version__),
+        )
+        async with client:
+            yield client
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[McpClientPlugin]:
+        """Own the servers' sessions until the block exits (see the module docstring).
+
+        At entry every server is connected (concurrently; one that fails is
+        reported in :meth:`diagnostics` and retried on its next call) and its
+        registrations re-synced with what it lists now. Not reentrant.
+        """
+        if self._nursery is not None:
+            raise RuntimeError("McpClientPlugin.running() is already active")
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for server in self._servers:
+                server.lock = trio.Lock()
+            try:
+                async with trio.open_nursery() as starting:
+                    for server in self._servers:
+                        starting.start_soon(self._connect_at_entry, server)
+                yield self
+            finally:
+                self._nursery = None
+                nursery.cancel_scope.cancel()
+
+    def dsh_lifespan(self) -> Any:
+        """The host lifespan protocol (``serve-mcp`` enters it): same as :meth:`running`."""
+        return self.running()
+
+    async def _connect_at_entry(self, server: _Server) -> None:
+        try:
+            await self._ensure_session(server)
+        except McpClientError as exc:
+            server.connect_problem = McpDiagnostic(level="problem", server=server.name, message=exc.message)
+
+    async def _ensure_session(self, server: _Server) -> Client:
+        """The live client of ``server``, connecting first (in the caller's task) if needed."""
+        nursery = self._nursery
+        assert nursery is not None
+        async with server.lock:
+            current = server.session
+            if current is not None and current.live:
+                assert current.client is not None
+                return current.client
+            await self._wait_backoff(server)
+            session = _Session()
+            try:
+                with trio.fail_after(self.settings.connect_timeout_s):
+                    client: Client = await nursery.start(self._serve, server, session)
+            except Exception as exc:
+                self._note_failure(server)
+                raise McpClientError(
+                    f'MCP server "{server.name}" is unavailable: {_describe(exc)}', code=MCP_SERVER_UNAVAILABLE
+                ) from exc
+            server.connect_problem = None
+            return client
+
+    async def _serve(
+        self, server: _Server, session: _Session, *, task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """One session's task: list and register, hand the client over, then follow notifications."""
+        started = False
+        try:
+            async with self._client(server, session) as client:
+                listing = await _list_tools(client)
+                session.client = client
+                server.session = session
+                self._sync(server, listing)
+                started = True
+                task_status.started(client)
+                while True:
+                    await session.wake.wait()
+                    session.wake = trio.Event()
+                    if session.ended:
+                        break
+                    if session.list_changed:
+                        session.list_changed = False
+                        self._sync(server, await _list_tools(client))
+        except Exception as exc:
+            if not started:
+                raise
+            # After start-up this task has no caller to fail; the next call reconnects.
+            logger.warning('MCP server "%s": session ended: %s', server.name, _describe(exc))
+        finally:
+            session.ended = True
+            if server.session is session:
+                server.session = None
+
+    async def _wait_backoff(self, server: _Server) -> None:
+        # The system clock, not trio's: a plugin outlives trio.run() calls, and
+        # each run's clock has its own offset.
+        delay = server.retry_at - time.monotonic()
+        if delay > 0:
+            await trio.sleep(delay)
+
+    def _note_failure(self, server: _Server) -> None:
+        server.failures += 1
+        delay = min(self.settings.backoff_initial_s * 2 ** (server.failures - 1), self.settings.backoff_max_s)
+        server.retry_at = time.monotonic() + delay
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    def _body(self, server: _Server, mcp_name: str, structured: bool) -> Body:
+        async def execute(args: Any, run: ToolRunContext) -> object:
+            arguments = thaw(args)
+            assert isinstance(arguments, dict)
+            result = await self._call(server, mcp_name, arguments)
+            if result.is_error:
+                raise McpToolError(_result_text(result))
+            if structured:
+                return result.structured_content  # snapshotted and validated by the pipeline
+            return {"content": [_content_item(block) for block in result.content]}
+
+        execute.__qualname__ = f"mcp:{server.name}:{mcp_name}"
+        return execute
+
+    async def _call(self, server: _Server, mcp_name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        if self._nursery is not None:
+            client = await self._ensure_session(server)
+            session = server.session
+            return await self._send(server, session, client, mcp_name, arguments)
+        return await self._call_once(server, mcp_name, arguments)
+
+    async def _call_once(self, server: _Server, mcp_name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        """A call over a session opened and closed in the caller's task (no ``running()`` block)."""
+        await self._wait_backoff(server)
+        session = _Session()
+        entered = False
+        outcome: mcp_types.CallToolResult | None = None
+        error: Exception | None = None
+        try:
+            with trio.fail_after(self.settings.connect_timeout_s) as connecting:
+                async with self._client(server, session) as client:
+                    entered = True
+                    connecting.deadline = math.inf  # the budget covers start-up, not the call
+                    try:
+                        outcome = await self._send(server, session, client, mcp_name, arguments)
+                    except Exception as exc:
+                        # Raised through the client's task groups it would come out wrapped.
+                        error = exc
+        except Exception as exc:
+            if not entered:
+                self._note_failure(server)
+                raise McpClientError(
+                    f'MCP server "{server.name}" is unavailable: {_describe(exc)}', code=MCP_SERVER_UNAVAILABLE
+                ) from exc
+            if error is None and outcome is None:
+                raise
+            logger.warning('MCP server "%s": closing the session failed: %s', server.name, _describe(exc))
+        if error is not None:
+            raise error
+        assert outcome is not None
+        return outcome
+
+    async def _send(
+        self,
+        server: _Server,
+        session: _Session | None,
+        client: Client,
+        mcp_name: str,
+        arguments: dict[str, Any],
+    ) -> mcp_types.CallToolResult:
+        from mcp import MCPError
+
+        try:
+            result = await client.call_tool(mcp_name, arguments)
+        except Exception as exc:
+            if _connection_lost(exc) or (session is not None and session.ended):
+                self._note_failure(server)
+                if session is not None:
+                    session.end()
+                raise McpClientError(
+                    f'MCP server "{server.name}" died during the call to "{mcp_name}"; '
+                    "it is restarted on the next call",
+                    code=MCP_SERVER_DIED,
+                ) from exc
+            if isinstance(exc, MCPError):
+                raise McpClientError(f'MCP server "{server.name}": {exc}', code=MCP_ERROR) from exc
+            raise McpToolError(f'MCP server "{server.name}": {exc}') from exc
+        server.failures = 0
+        server.retry_at = -math.inf
+        return result
+
+
+async def _list_tools(client: Client) -> list[mcp_types.Tool]:
+    tools: list[mcp_types.Tool] = []
+    cursor: str | None = None
+    for _ in range(_LIST_PAGE_CAP):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
+def _structure(config: Mapping[str, Any]) -> McpClientSettings:
+    return structure_table(McpClientSettings, dict(config), "[plugins.mcp]")
+
+
+@hookimpl
+def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
+    """Register an :class:`McpClientPlugin` (named ``mcp-client``) and the tools its servers list now.
+
+    Does nothing when no server is configured; raises ``ConfigError`` when
+    servers are configured but the ``mcp`` extra is missing.
+    """
+    settings = _structure(config)
+    if not settings.servers:
+        return  # nothing configured: works without the mcp extra too
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            [
+                "[plugins.mcp]: MCP servers are configured, but the mcp extra is not installed "
+                "(pip install 'dsh-tools[mcp]')"
+            ]
+        ) from None
+    plugin = McpClientPlugin(runtime, settings)
+    runtime.plugins.register(plugin, name=PLUGIN_NAME)
+    plugin._in_setup = True
+    try:
+        plugin.discover()
+    finally:
+        plugin._in_setup = False

@@ -1,0 +1,616 @@
+"""MCP interop: the client plugin (MCP tools as dsh tools) and serve_registry (dsh tools over MCP).
+
+Servers run in-process (the SDK's in-memory transport) where that is enough,
+and as real stdio subprocesses where the behaviour is about processes (start-up,
+death, restart). Subprocess tests use the real clock with short budgets. Run as
+a script, this module is the test MCP server (``python tests/test_mcp.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import sys
+import textwrap
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import anyio
+import trio
+from mcp import Client
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from dsh_core import Agent, Ask, ConfigError, Deny, Exclusive, JsonSchemaError, Parallel, ToolRuntime, hookimpl
+from dsh_core._config import load_config
+from dsh_core._mcp_server import serve_http, serve_registry
+from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
+from dsh_plugins import permissions
+from dsh_plugins.mcp_client import (
+    MCP_SERVER_DIED,
+    MCP_SERVER_UNAVAILABLE,
+    PLUGIN_NAME,
+    McpClientPlugin,
+    downgrade_schema,
+    dsh_setup,
+)
+from dsh_plugins.timeout import TimeoutPolicy
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parent.parent
+
+
+# -- the test server ---------------------------------------------------------------------------
+
+
+class Sum(BaseModel):
+    total: int
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+def build_test_server(events: list[str] | None = None) -> MCPServer:
+    """An MCP server with one tool per behaviour under test; ``events`` records what its tools saw."""
+    seen = events if events is not None else []
+    server = MCPServer("dsh-test")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def add(a: int, b: int) -> Sum:
+        """Add two integers."""
+        return Sum(total=a + b)
+
+    @server.tool(structured_output=False)
+    def shout(text: str) -> str:
+        """Upper-case the text."""
+        return text.upper()
+
+    @server.tool()
+    def fail() -> str:
+        """Always fails."""
+        raise ToolError("the tool broke on purpose")
+
+    @server.tool()
+    def pid() -> int:
+        """The server's process id."""
+        return os.getpid()
+
+    @server.tool()
+    async def slow(seconds: float) -> str:
+        """Sleep, then answer."""
+        try:
+            await anyio.sleep(seconds)  # the subprocess server runs on asyncio
+        except BaseException:
+            seen.append("slow cancelled")
+            raise
+        return "done"
+
+    @server.tool()
+    def constrained(code: Annotated[str, Field(pattern="^[a-z]+$", max_length=5)], n: int | None = None) -> str:
+        """Echo a short lower-case code."""
+        return code
+
+    @server.tool()
+    def nested(point: Point) -> str:
+        """Takes a nested model (its schema uses $ref)."""
+        return f"{point.x},{point.y}"
+
+    @server.tool()
+    async def grow(ctx: Context) -> str:
+        """Add the tool "extra", drop "shout", and tell the client."""
+        server.add_tool(lambda: "extra!", name="extra", description="Added at run time.")
+        server.remove_tool("shout")
+        await ctx.session.send_tool_list_changed()
+        return "grown"
+
+    return server
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+def mem_config(**options: Any) -> dict[str, Any]:
+    return {"servers": [{"name": "mem", "prefix": "mem"}], **options}
+
+
+def stdio_server_entry(**options: Any) -> dict[str, Any]:
+    return {"name": "proc", "command": sys.executable, "args": [str(HERE)], "prefix": "proc", **options}
+
+
+class DenyDeletes:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+        if "delete" in execution.name:
+            return Deny("nothing is deleted here")
+        return await next()
+
+
+class AskFirst:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+        if execution.name == "guarded":
+            return Ask("guarded needs a yes")
+        return await next()
+
+
+# -- schema downgrade ------------------------------------------------------------------------------
+
+
+def test_narrowing_keywords_are_stripped_and_kept_as_text() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5, "description": "A code."}},
+        "required": ["code"],
+    }
+    result = downgrade_schema(schema, root="parameters", object_root=True)
+    code = result.schema["properties"]["code"]
+    assert "pattern" not in code and "maxLength" not in code
+    assert code["description"] == 'A code. (checked by the server: pattern "^[a-z]+$"; maxLength 5)'
+    assert result.stripped == ("parameters.properties.code.pattern", "parameters.properties.code.maxLength")
+
+
+def test_disjoint_any_of_is_rewritten_exactly_to_one_of() -> None:
+    schema = {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None, "title": "N"}
+    result = downgrade_schema(schema)
+    assert result.schema == {"oneOf": [{"type": "integer"}, {"type": "null"}], "default": None, "title": "N"}
+    assert result.stripped == ()
+    assert result.rewritten == ("schema.anyOf",)
+
+
+def test_a_type_list_of_disjoint_types_becomes_one_of() -> None:
+    assert downgrade_schema({"type": ["string", "null"]}).schema == {"oneOf": [{"type": "string"}, {"type": "null"}]}
+
+
+@pytest.mark.parametrize(
+    ("schema", "fragment"),
+    [
+        ({"$ref": "#/$defs/Point", "$defs": {"Point": {"type": "object"}}}, "schema.$ref"),
+        ({"anyOf": [{"type": "integer"}, {"type": "number"}]}, "schema.anyOf"),
+        ({"anyOf": [{"type": "string", "maxLength": 3}, {"type": "string", "pattern": "x"}]}, "schema.anyOf"),
+        ({"allOf": [{"type": "string"}]}, "schema.allOf"),
+        ({"type": "object", "patternProperties": {"^x": {"type": "string"}}}, "schema.patternProperties"),
+        ({"type": "array", "prefixItems": [{"type": "string"}]}, "schema.prefixItems"),
+        ({"type": "string", "nullable": True}, "schema.nullable"),
+        ({"type": ["integer", "number"]}, "schema.type"),
+    ],
+)
+def test_shape_keywords_are_refused(schema: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(JsonSchemaError) as caught:
+        downgrade_schema(schema)
+    assert any(fragment in violation for violation in caught.value.violations), caught.value.violations
+
+
+def test_parameters_must_stay_object_rooted() -> None:
+    with pytest.raises(JsonSchemaError):
+        downgrade_schema({"type": "string"}, object_root=True)
+
+
+# -- settings ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["http://example.com/mcp", "http://10.0.0.1:8000/mcp", "ftp://127.0.0.1/x"])
+def test_non_loopback_urls_are_refused(url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        McpClientPlugin(ToolRuntime(), _settings({"servers": [{"name": "x", "url": url}]}))
+    assert "[plugins.mcp].servers[0]" in str(caught.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/mcp", "http://localhost/mcp", "http://[::1]:9/mcp"])
+def test_loopback_urls_are_accepted(url: str) -> None:
+    McpClientPlugin(ToolRuntime(), _settings({"servers": [{"name": "x", "url": url}]}))
+
+
+def test_a_server_needs_exactly_one_of_command_and_url() -> None:
+    with pytest.raises(ValueError, match="exactly one of command"):
+        McpClientPlugin(ToolRuntime(), _settings({"servers": [{"name": "x", "command": "a", "url": "http://[::1]/"}]}))
+
+
+def _settings(table: dict[str, Any]) -> Any:
+    from dsh_plugins.mcp_client import _structure
+
+    return _structure(table)
+
+
+# -- the client plugin, in memory -------------------------------------------------------------------
+
+
+async def test_server_tools_are_registered_with_their_prefix_and_called() -> None:
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server()}):
+        assert {"mem__add", "mem__shout", "mem__fail", "mem__grow"} <= set(runtime.names())
+        added = await runtime.execute(make_input("mem__add", {"a": 2, "b": 3}))
+        assert not added.is_error
+        assert added.value == {"total": 5}
+        assert [block.text for block in added.content] == ['{"total": 5}']
+
+        shouted = await runtime.execute(make_input("mem__shout", {"text": "hi"}))
+        assert shouted.value == {"content": ({"type": "text", "text": "HI"},)}
+        assert [block.text for block in shouted.content] == ["HI"]
+
+        failed = await runtime.execute(make_input("mem__fail"))
+        assert failed.is_error and failed.code == "TOOL_ERROR"
+        assert "the tool broke on purpose" in failed.error.message
+    assert "mem__add" not in runtime.names()  # connect() disposes what it registered
+
+
+async def test_invalid_arguments_never_reach_the_server() -> None:
+    events: list[str] = []
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server(events)}):
+        result = await runtime.execute(make_input("mem__add", {"a": "two"}))
+    assert result.code == "INVALID_ARGS"
+
+
+async def test_read_only_hint_makes_a_tool_concurrency_safe() -> None:
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server()}):
+        assert isinstance(runtime.execution_mode(make_input("mem__add", {"a": 1, "b": 2})), Parallel)
+        assert isinstance(runtime.execution_mode(make_input("mem__shout", {"text": "x"})), Exclusive)
+
+
+async def test_downgraded_tool_is_registered_with_a_warning_and_the_server_still_validates() -> None:
+    runtime = ToolRuntime()
+    server = build_test_server()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": server}) as plugin:
+        definition = runtime.get("mem__constrained")
+        assert definition is not None
+        code = definition.parameters["properties"]["code"]
+        assert "pattern" not in code and "maxLength" not in code
+        assert "checked by the server" in code["description"]
+        assert "oneOf" in definition.parameters["properties"]["n"]
+        warnings = [d for d in plugin.diagnostics() if d.tool == "mem__constrained"]
+        assert [d.level for d in warnings] == ["warning"]
+        assert "parameters.properties.code.pattern" in warnings[0].message
+
+        accepted = await runtime.execute(make_input("mem__constrained", {"code": "abc"}))
+        assert accepted.value == {"result": "abc"}
+        # Our validator let it through (pattern stripped); the server's own check refuses it.
+        refused = await runtime.execute(make_input("mem__constrained", {"code": "ABC"}))
+        assert refused.is_error and refused.code == "TOOL_ERROR"
+        assert "pattern" in refused.error.message
+
+
+async def test_a_tool_whose_schema_cannot_be_downgraded_is_refused_and_reported() -> None:
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server()}) as plugin:
+        assert runtime.get("mem__nested") is None
+        problems = [d for d in plugin.diagnostics() if d.tool == "mem__nested"]
+        assert [d.level for d in problems] == ["problem"]
+        assert "$ref" in problems[0].message
+        assert str(problems[0]).startswith('MCP server "mem", tool "mem__nested": not registered')
+
+
+async def test_list_changed_resyncs_registrations_and_fires_tools_change() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(plugins=[recorder])
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server()}):
+        before = recorder.changes
+        assert "mem__extra" not in runtime.names()
+        result = await runtime.execute(make_input("mem__grow"))
+        assert not result.is_error
+        await eventually(lambda: "mem__extra" in runtime.names())
+        await eventually(lambda: "mem__shout" not in runtime.names())
+        assert recorder.changes >= before + 2  # one registration, one disposal
+        extra = await runtime.execute(make_input("mem__extra"))
+        assert extra.content[0].text == "extra!"
+
+
+async def test_cancelling_the_call_cancels_the_server_request() -> None:
+    events: list[str] = []
+    recorder = Recorder()
+    runtime = make_runtime(plugins=[recorder])
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server(events)}):
+        request = make_input("mem__slow", {"seconds": 10})
+        async with trio.open_nursery() as nursery:
+            results: list[Any] = []
+
+            async def call() -> None:
+                results.append(await runtime.execute(request))
+
+            nursery.start_soon(call)
+            await trio.sleep(0.2)
+            request.signal.cancel()
+        assert results[0].code == "ABORTED"
+        await eventually(lambda: "slow cancelled" in events)
+
+
+async def test_the_timeout_plugin_bounds_mcp_calls() -> None:
+    events: list[str] = []
+    runtime = ToolRuntime()
+    runtime.plugins.register(TimeoutPolicy(runtime))
+    config = mem_config(timeout_ms=150)
+    async with McpClientPlugin.connect(runtime, config, in_process={"mem": build_test_server(events)}):
+        assert runtime.get("mem__slow").timeout_ms == 150
+        start = trio.current_time()
+        result = await runtime.execute(make_input("mem__slow", {"seconds": 10}))
+        assert result.code == "TOOL_TIMEOUT"
+        assert trio.current_time() - start < 5
+        await eventually(lambda: "slow cancelled" in events)
+
+
+# -- the client plugin, over stdio subprocesses ------------------------------------------------------
+
+
+async def test_stdio_server_is_listed_at_setup_and_restarted_after_dying_mid_call() -> None:
+    runtime = ToolRuntime()
+    config = {"servers": [stdio_server_entry()], "backoff_initial_s": 0.05, "connect_timeout_s": 60}
+    dsh_setup(runtime, config)  # blocking discovery (a worker thread), as load_plugins runs it
+    assert {"proc__add", "proc__slow", "proc__pid"} <= set(runtime.names())
+    plugin = runtime.plugins.get_plugin(PLUGIN_NAME)
+    assert isinstance(plugin, McpClientPlugin)
+
+    async with plugin.running():
+        assert (await runtime.execute(make_input("proc__add", {"a": 1, "b": 1}))).value == {"total": 2}
+        first_pid = (await runtime.execute(make_input("proc__pid"))).value["result"]
+
+        async with trio.open_nursery() as nursery:
+            results: list[Any] = []
+
+            async def call() -> None:
+                results.append(await runtime.execute(make_input("proc__slow", {"seconds": 30})))
+
+            nursery.start_soon(call)
+            await trio.sleep(0.3)
+            os.kill(first_pid, signal.SIGKILL)
+        died = results[0]
+        assert died.is_error and died.code == MCP_SERVER_DIED
+        assert died.error.info.name == "McpClientError"
+        assert 'MCP server "proc" died during the call to "slow"' in died.error.message
+
+        second_pid = (await runtime.execute(make_input("proc__pid"))).value["result"]
+        assert second_pid != first_pid
+
+
+async def test_without_running_each_call_uses_a_short_lived_session() -> None:
+    events: list[str] = []
+    runtime = ToolRuntime()
+    plugin = McpClientPlugin(runtime, _settings(mem_config()), in_process={"mem": build_test_server(events)})
+    await plugin.sync()
+    assert "mem__add" in runtime.names()
+    added = await runtime.execute(make_input("mem__add", {"a": 2, "b": 2}))
+    failed = await runtime.execute(make_input("mem__fail"))
+    assert added.value == {"total": 4}
+    assert (
+        failed.code == "TOOL_ERROR" and failed.error.message == "Error executing tool fail: the tool broke on purpose"
+    )
+
+
+async def test_an_unstartable_server_fails_calls_with_growing_backoff() -> None:
+    runtime = ToolRuntime()
+    entry = {"name": "gone", "command": str(REPO / "no-such-mcp-server"), "prefix": "gone"}
+    plugin = McpClientPlugin(runtime, _settings({"servers": [entry], "backoff_initial_s": 0.1}))
+    # Register one tool by hand, as if a previous listing had found it.
+    from dsh_plugins.mcp_client import _Server
+
+    server: _Server = plugin._servers[0]
+    fake = {"name": "ping", "inputSchema": {"type": "object"}}
+    import mcp_types
+
+    plugin._sync(server, [mcp_types.Tool.model_validate(fake)])
+    async with plugin.running():
+        assert [d.level for d in plugin.diagnostics()] == ["problem"]  # the connect at entry failed
+        durations = []
+        for _ in range(2):
+            start = trio.current_time()
+            result = await runtime.execute(make_input("gone__ping"))
+            durations.append(trio.current_time() - start)
+            assert result.code == MCP_SERVER_UNAVAILABLE
+            assert 'MCP server "gone" is unavailable' in result.error.message
+        assert durations[1] >= 0.18  # the second consecutive failure doubled the 0.1 s delay
+        assert durations[1] > durations[0]
+
+
+async def test_the_example_config_denies_delete_and_calls_add() -> None:
+    config = load_config(REPO / "examples" / "mcp" / "dsh.toml")
+    demo = runpy.run_path(str(REPO / "examples" / "mcp" / "demo_server.py"))["server"]
+    runtime = ToolRuntime()
+    permissions.dsh_setup(runtime, config.plugin_config("permissions"))
+    async with McpClientPlugin.connect(runtime, config.plugin_config("mcp"), in_process={"demo": demo}) as plugin:
+        assert set(runtime.names()) == {"demo__add", "demo__shout", "demo__delete_everything"}
+        assert plugin.diagnostics() == []
+        denied = await runtime.execute(make_input("demo__delete_everything"))
+        added = await runtime.execute(make_input("demo__add", {"a": 2, "b": 3}))
+        shouted = await runtime.execute(make_input("demo__shout", {"text": "hey"}))
+    assert denied.code == "DENIED"
+    assert denied.error.message == "the demo server's delete_everything is off limits"
+    assert added.value == {"total": 5}
+    assert shouted.content[0].text == "HEY!"
+    assert runtime.get("demo__add") is None
+
+
+# -- serve_registry ----------------------------------------------------------------------------------
+
+
+def serving_runtime(*plugins: object) -> tuple[ToolRuntime, list[str]]:
+    seen: list[str] = []
+
+    async def add(args: Any) -> int:
+        return args["a"] + args["b"]
+
+    async def wait(args: Any) -> str:
+        try:
+            await trio.sleep(10)
+        except trio.Cancelled:
+            seen.append("wait cancelled")
+            raise
+        return "waited"
+
+    runtime = make_runtime(
+        json_tool(
+            "add",
+            add,
+            parameters={"a": {"type": "integer", "required": True}, "b": {"type": "integer", "required": True}},
+            output={"type": "integer"},
+        ),
+        json_tool("delete_all"),
+        json_tool("guarded"),
+        json_tool("wait", wait, output={"type": "string"}),
+        plugins=plugins,
+    )
+    return runtime, seen
+
+
+async def test_serve_registry_lists_tools_with_their_schemas() -> None:
+    runtime, _ = serving_runtime()
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(tools) == {"add", "delete_all", "guarded", "wait"}
+    assert tools["add"].input_schema == json.loads(json.dumps(runtime.get("add").parameters))
+    # Not an object: wrapped, since MCP output schemas are object-rooted.
+    assert tools["add"].output_schema == {
+        "type": "object",
+        "properties": {"result": {"type": "integer"}},
+        "required": ["result"],
+        "additionalProperties": False,
+    }
+
+
+async def test_serve_registry_runs_an_allowed_call_through_the_pipeline() -> None:
+    recorder = Recorder()
+    runtime, _ = serving_runtime(recorder)
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        result = await client.call_tool("add", {"a": 2, "b": 40})
+    assert not result.is_error
+    assert result.structured_content == {"result": 42}
+    assert [block.text for block in result.content] == ["42"]
+    assert recorder.hooks == ["dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_result"]
+
+
+async def test_serve_registry_reports_a_policy_denial_as_an_error_result() -> None:
+    runtime, _ = serving_runtime(DenyDeletes())
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        result = await client.call_tool("delete_all", {})
+    assert result.is_error
+    assert [block.text for block in result.content] == ["Error: nothing is deleted here"]
+    assert result.meta is not None and result.meta["dsh/error"]["code"] == "DENIED"
+
+
+async def test_serve_registry_asks_through_elicitation_when_the_client_can_answer() -> None:
+    runtime, _ = serving_runtime(AskFirst())
+    asked: list[str] = []
+
+    async def answer(context: Any, params: Any) -> Any:
+        import mcp_types
+
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="accept", content={"allow": True})
+
+    server = serve_registry(runtime, scope=Agent(id="mcp-test"), approval="elicit")
+    async with Client(server, mode="legacy", elicitation_callback=answer) as client:
+        result = await client.call_tool("guarded", {"x": 1})
+    assert not result.is_error, result.content
+    assert len(asked) == 1 and 'Allow the tool "guarded" to run? guarded needs a yes' in asked[0]
+
+
+async def test_serve_registry_denies_an_ask_it_is_not_allowed_to_put_to_the_client() -> None:
+    runtime, _ = serving_runtime(AskFirst())
+    server = serve_registry(runtime, scope=Agent(id="mcp-test"), approval="deny")
+    async with Client(server, mode="legacy") as client:
+        result = await client.call_tool("guarded", {})
+    assert result.is_error
+    assert result.content[0].text == 'Error: tool "guarded" requires approval, and this MCP server does not ask for it'
+
+
+async def test_a_cancelled_mcp_request_cancels_the_call_signal() -> None:
+    recorder = Recorder()
+    runtime, seen = serving_runtime(recorder)
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        with trio.move_on_after(0.3):
+            await client.call_tool("wait", {})
+        await eventually(lambda: bool(recorder.results))
+    execution, result = recorder.results[0]
+    assert result.code == "ABORTED"
+    assert execution.signal.cancelled and execution.signal.reason == "the MCP client cancelled the request"
+    assert seen == ["wait cancelled"]
+
+
+async def test_serve_http_answers_an_sdk_client_on_loopback() -> None:
+    runtime, _ = serving_runtime()
+    async with trio.open_nursery() as nursery:
+        (base,) = await nursery.start(serve_http, runtime, "127.0.0.1", 0)
+        assert base.startswith("http://127.0.0.1:")
+        async with Client(base + "/mcp", mode="auto") as client:
+            result = await client.call_tool("add", {"a": 1, "b": 2})
+        nursery.cancel_scope.cancel()
+    assert result.structured_content == {"result": 3}
+
+
+async def test_serve_stdio_runs_as_a_subprocess(tmp_path: Path) -> None:
+    script = tmp_path / "serve.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from dsh_core._mcp_server import run_serve_mcp
+            from dsh_core.testing import json_tool, make_runtime
+
+            async def shout(args):
+                return args["text"].upper()
+
+            runtime = make_runtime(json_tool("shout", shout, parameters={"text": {"type": "string"}}, output={"type": "string"}))
+            run_serve_mcp(runtime, http=False, port=0, agent="stdio-test")
+            """
+        )
+    )
+    from mcp import StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=[str(script)], cwd=str(REPO))
+    with trio.fail_after(60):
+        async with Client(params, mode="legacy") as client:
+            result = await client.call_tool("shout", {"text": "over stdio"})
+    assert result.structured_content == {"result": "OVER STDIO"}
+
+
+if __name__ == "__main__":
+    build_test_server().run()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_round_trip_client_plugin_over_serve_http() -> None:
+    served, _ = serving_runtime(DenyDeletes())
+    runtime = ToolRuntime()
+    async with trio.open_nursery() as nursery:
+        (base,) = await nursery.start(serve_http, served, "127.0.0.1", 0)
+        config = {"servers": [{"name": "loop", "url": base + "/mcp", "prefix": "loop"}]}
+        async with McpClientPlugin.connect(runtime, config):
+            assert {"loop__add", "loop__delete_all"} <= set(runtime.names())
+            added = await runtime.execute(make_input("loop__add", {"a": 20, "b": 22}))
+            denied = await runtime.execute(make_input("loop__delete_all"))
+        nursery.cancel_scope.cancel()
+    assert added.value == {"result": 42}
+    assert denied.code == "TOOL_ERROR" and denied.error.message == "nothing is deleted here"
+
+
+async def test_cli_serve_mcp_over_stdio_runs_the_pipeline() -> None:
+    from mcp import StdioServerParameters
+
+    # The example tools come through entry points; the example policy's workspace
+    # guard denies a path escaping the workspace, and the denial reaches the client.
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "dsh_core._cli", "serve-mcp"], cwd=str(REPO)
+    )
+    with trio.fail_after(60):
+        async with Client(params, mode="legacy") as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            allowed = await client.call_tool("calc", {"op": "add", "a": 1, "b": 2})
+            denied = await client.call_tool("read_file", {"path": "../../../etc/passwd"})
+    assert {"calc", "read_file"} <= names
+    assert allowed.is_error is False
+    assert denied.is_error is True
+    assert "outside the workspace" in denied.content[0].text  # type: ignore[union-attr]
