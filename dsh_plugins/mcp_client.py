@@ -123,7 +123,6 @@ from dsh_core import (
     structure_table,
     thaw,
 )
-
 from dsh_core.schema import assert_object_json_schema, assert_supported_json_schema
 
 if TYPE_CHECKING:
