@@ -54,8 +54,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Benchmarks, printed as ratios against baselines measured in the same run."""
-    session.install("-e", ".[test]")
-    session.install("-e", "examples/dsh-example-tools")
+    session.install("-e", ".[test]", "-r", "benchmarks/requirements-peers.txt", "pyinstrument")
     session.run("python", "-m", "benchmarks", *session.posargs)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -43,9 +43,10 @@ def as_content(blocks: object, *, what: str = "content") -> tuple[ContentBlock, 
     Raises ``TypeError`` naming the first offending position; a ``str`` is refused
     (it is iterable, but almost always a forgotten ``[TextBlock(...)]``).
     """
-    if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Iterable):
+    kind = type(blocks)
+    if kind is not list and kind is not tuple and (isinstance(blocks, (str, bytes)) or not isinstance(blocks, Iterable)):
         raise TypeError(f"{what} must be a list of content blocks, got {type(blocks).__name__}")
-    out = tuple(blocks)
+    out: tuple[Any, ...] = blocks if kind is tuple else tuple(blocks)  # type: ignore[assignment, arg-type]
     for index, block in enumerate(out):
         if type(block) is not TextBlock and type(block) is not ImageBlock:
             raise TypeError(f"{what}[{index}] must be a TextBlock or ImageBlock, got {type(block).__name__}")

@@ -27,9 +27,21 @@ Execute: TypeAlias = Callable[[Any, "ToolRunContext"], Awaitable[object]]
 FinalizeContent: TypeAlias = Callable[["ToolExecution", "ToolExecutionResult"], Sequence[ContentBlock] | None]
 
 
+_SCALAR_TEXT = {True: "true", False: "false", None: "null"}
+
+
 def default_render(args: object, value: JsonValue) -> list[ContentBlock]:
     """One text block: a string value as is, anything else as compact JSON."""
-    return [TextBlock(value if isinstance(value, str) else json_text(value))]
+    kind = type(value)
+    if kind is str:
+        text = value
+    elif kind is int:
+        text = str(value)  # the JSON text of an int, without building an encoder
+    elif kind is bool or value is None:
+        text = _SCALAR_TEXT[value]  # type: ignore[index]
+    else:
+        text = json_text(value)
+    return [TextBlock(text)]  # type: ignore[arg-type]
 
 
 def _callable_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -130,6 +142,10 @@ class ToolDefinition:
     - ``present_call`` / ``present_result`` build UI cards; they must be pure.
     - ``resource_keys(args)`` may return ``{"read": [...], "write": [...]}`` for
       finer-grained scheduling in ``run_tool_calls``.
+    - ``inline`` declares that ``execute`` never suspends (``define_tool`` sets it
+      for a plain ``def`` body). A call of an inline tool with no listeners on
+      the waterfalls can then run without a per-call trio cancel scope: nothing
+      in it can be interrupted anyway.
     """
 
     name: str = attrs.field(validator=_name)
@@ -143,12 +159,20 @@ class ToolDefinition:
     present_call: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
     present_result: Callable[[Any, Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
     resource_keys: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
+    inline: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     schema: ToolSchema = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(
             self, "schema", ToolSchema(name=self.name, description=self.description, parameters=self.parameters)
         )
+
+
+def _is_async_callable(fn: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+    return call is not None and inspect.iscoroutinefunction(call)
 
 
 def _arity(fn: Callable[..., Any]) -> int:
@@ -184,7 +208,9 @@ def define_tool(
     structured instance instead of the frozen dict. ``output`` is a
     :class:`ToolOutput` whose schema is a DSL value spec, or just the DSL value
     spec (then the default renderer is used). ``execute`` may take ``(args)`` or
-    ``(args, run)``.
+    ``(args, run)``; an ``async def`` body can await and be cancelled, a plain
+    ``def`` body runs inline on the event loop (keep it quick: blocking work
+    belongs in ``async def`` with ``trio.to_thread.run_sync``).
 
     The runtime validates arguments against the compiled schema before any
     policy sees them (``INVALID_ARGS``) and validates the body's value against
@@ -222,12 +248,30 @@ def define_tool(
         return structure_args(params_class, args) if params_class is not None else args
 
     body_takes_run = _arity(execute) >= 2
+    inline = not _is_async_callable(execute)
 
-    async def run_body(args: Any, run: ToolRunContext) -> object:
-        typed_args = typed(args)
-        if body_takes_run:
-            return await execute(typed_args, run)
-        return await execute(typed_args)
+    if inline:
+
+        async def run_body(args: Any, run: ToolRunContext) -> object:
+            typed_args = typed(args)
+            value = execute(typed_args, run) if body_takes_run else execute(typed_args)
+            if inspect.isawaitable(value):
+                # Awaiting it here would run async work outside the cancel scope the
+                # runtime skips for inline tools: refuse instead of hiding the bug.
+                if inspect.iscoroutine(value):
+                    value.close()
+                raise TypeError(
+                    f'tool "{name}": a plain def execute returned an awaitable; declare it async def'
+                )
+            return value
+
+    else:
+
+        async def run_body(args: Any, run: ToolRunContext) -> object:
+            typed_args = typed(args)
+            if body_takes_run:
+                return await execute(typed_args, run)
+            return await execute(typed_args)
 
     def soft(fn: Callable[..., Any] | None, *, fallback: Any) -> Callable[..., Any] | None:
         if fn is None:
@@ -257,6 +301,7 @@ def define_tool(
         parameters=raw_parameters,
         output=raw_output,
         execute=run_body,
+        inline=inline,
         finalize_content=finalize_content,
         timeout_ms=timeout_ms,
         is_concurrency_safe=soft(is_concurrency_safe, fallback=False),

@@ -372,9 +372,15 @@ def json_text(value: JsonValue, *, indent: int | None = None) -> str:
     encoder (compact output), so serialising never raises ``RecursionError``.
     """
     try:
+        if indent is None:
+            return _COMPACT_ENCODER.encode(value)
         return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=indent)
     except RecursionError:
         return _iterative_json_text(value)
+
+
+# json.dumps builds an encoder per call; the common compact case reuses one.
+_COMPACT_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 
 def _iterative_json_text(root: JsonValue) -> str:

@@ -14,10 +14,9 @@ deadline directly, so no timer task is needed.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import trio
 
@@ -158,8 +157,9 @@ class CancelSignal:
         Deadlines do not call listeners (nothing runs at the deadline); use
         :meth:`link` to have a cancel scope honour both.
         """
-        targets: Iterable[CancelSignal] = self._sources or (self,)
-        removers = [target._add_listener(listener) for target in targets]
+        if not self._sources:
+            return self._add_listener(listener)
+        removers = [target._add_listener(listener) for target in self._sources]
 
         def unsubscribe() -> None:
             for remove in removers:
@@ -172,12 +172,7 @@ class CancelSignal:
             self._listeners = []
         listeners = self._listeners
         listeners.append(listener)
-
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                listeners.remove(listener)
-
-        return remove
+        return _Remover(listeners, listener)
 
     def link(self, scope: trio.CancelScope) -> Callable[[], None]:
         """Make ``scope`` cancel when this signal fires; returns the unlinker.
@@ -199,6 +194,22 @@ class CancelSignal:
 
 def _noop() -> None:
     return None
+
+
+class _Remover:
+    """Removes one listener (cheaper per call than a closure plus contextlib.suppress)."""
+
+    __slots__ = ("_listener", "_listeners")
+
+    def __init__(self, listeners: list[Callable[[], None]], listener: Callable[[], None]) -> None:
+        self._listeners = listeners
+        self._listener = listener
+
+    def __call__(self) -> None:
+        try:  # noqa: SIM105 - contextlib.suppress costs more on this per-call path
+            self._listeners.remove(self._listener)
+        except ValueError:
+            pass
 
 
 async def _wait_then_cancel(source: CancelSignal, scope: trio.CancelScope) -> None:

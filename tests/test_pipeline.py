@@ -623,7 +623,7 @@ async def test_render_failure_is_invalid_output() -> None:
 
     tool = define_tool(
         name="t", description="", parameters={}, output=ToolOutput(schema={"type": "null"}, render=render),
-        execute=lambda args: _none(),
+        execute=_none_body,
     )  # fmt: skip
     result = await make_runtime(tool).execute(make_input("t"))
     assert "output.render failed: bad render" in result.error.message  # type: ignore[union-attr]
@@ -633,14 +633,44 @@ async def _none() -> None:
     return None
 
 
+async def _none_body(args: Any) -> None:
+    return None
+
+
+async def _seven_body(args: Any) -> int:
+    return 7
+
+
 async def test_render_returning_non_blocks_is_invalid_output() -> None:
     tool = define_tool(
         name="t", description="", parameters={},
         output=ToolOutput(schema={"type": "null"}, render=lambda a, v: "text"),  # type: ignore[arg-type,return-value]
-        execute=lambda args: _none(),
+        execute=_none_body,
     )  # fmt: skip
     result = await make_runtime(tool).execute(make_input("t"))
     assert code(result) == "INVALID_TOOL_OUTPUT"
+
+
+async def test_plain_def_body_runs_inline() -> None:
+    def double(args: Any) -> int:
+        return args["n"] * 2
+
+    tool = define_tool(
+        name="double", description="", parameters={"n": {"type": "integer", "required": True}},
+        output={"type": "integer"}, execute=double,
+    )  # fmt: skip
+    assert tool.inline is True
+    result = await make_runtime(tool).execute(make_input("double", {"n": 21}))
+    assert result.value == 42  # type: ignore[union-attr]
+
+
+async def test_plain_def_body_returning_an_awaitable_is_refused() -> None:
+    tool = define_tool(
+        name="sneaky", description="", parameters={}, output={"type": "null"}, execute=lambda args: _none(),
+    )  # fmt: skip
+    result = await make_runtime(tool).execute(make_input("sneaky"))
+    assert code(result) == "TOOL_ERROR"
+    assert "declare it async def" in result.error.message  # type: ignore[union-attr]
 
 
 async def test_presentation_meta_only_for_top_level_calls() -> None:
@@ -649,7 +679,7 @@ async def test_presentation_meta_only_for_top_level_calls() -> None:
     tool = define_tool(
         name="t", description="", parameters={},
         output=ToolOutput(schema={"type": "null"}, presentation_meta=lambda a, v: {"shown": True}),
-        execute=lambda args: _none(),
+        execute=_none_body,
     )  # fmt: skip
     runtime = make_runtime(tool)
     top = await runtime.execute(make_input("t"))
@@ -662,7 +692,7 @@ async def test_presentation_meta_failure_is_invalid_output() -> None:
     tool = define_tool(
         name="t", description="", parameters={},
         output=ToolOutput(schema={"type": "null"}, presentation_meta=lambda a, v: {1, 2}),
-        execute=lambda args: _none(),
+        execute=_none_body,
     )  # fmt: skip
     result = await make_runtime(tool).execute(make_input("t"))
     assert "output.presentation_meta returned non-lossless JSON" in result.error.message  # type: ignore[union-attr]
@@ -685,7 +715,7 @@ async def test_accept_content_keeps_value_and_meta() -> None:
     tool = define_tool(
         name="t", description="", parameters={},
         output=ToolOutput(schema={"type": "integer"}, presentation_meta=lambda a, v: {"m": v}),
-        execute=lambda args: _seven(),
+        execute=_seven_body,
     )  # fmt: skip
     runtime = make_runtime(tool, plugins=[Post(lambda r: Accept(content=[TextBlock("redacted")]))])
     result = await runtime.execute(make_input("t"))

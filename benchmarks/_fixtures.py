@@ -1,0 +1,98 @@
+"""The tool, listeners and runtimes every group measures: ``add(a, b) -> int`` and no-op plugins."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Iterable
+from types import ModuleType
+from typing import Any
+
+from dsh_core import ToolDefinition, ToolExecution, ToolExecutionResult, ToolRuntime, define_tool, hookimpl
+from dsh_core.testing import make_input
+
+__all__ = [
+    "ADD_PARAMETERS",
+    "ADD_SCHEMA",
+    "ARGS",
+    "ARGS_TEXT",
+    "NoopListener",
+    "add_body",
+    "add_tool",
+    "make_input",
+    "optional_module",
+    "runtime_with",
+]
+
+ARGS: dict[str, int] = {"a": 1, "b": 2}
+ARGS_TEXT = '{"a": 1, "b": 2}'
+ADD_PARAMETERS: dict[str, Any] = {
+    "a": {"type": "integer", "required": True, "description": "The first addend."},
+    "b": {"type": "integer", "required": True, "description": "The second addend."},
+}
+# The JSON Schema define_tool derives from ADD_PARAMETERS, as fastjsonschema gets it.
+ADD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+}
+
+
+async def add_body(args: Any) -> int:
+    """The trivial tool body: the sum of the two validated arguments."""
+    return int(args["a"] + args["b"])
+
+
+def add_tool(name: str = "add", description: str = "Add two integers.", **options: Any) -> ToolDefinition:
+    """``add(a: int, b: int) -> int`` through ``define_tool``, the way a host declares a tool."""
+    return define_tool(
+        name=name, description=description, parameters=ADD_PARAMETERS, output={"type": "integer"},
+        execute=add_body, **options,
+    )  # fmt: skip
+
+
+class NoopListener:
+    """One pass-through listener on every waterfall, plus an async ``dsh_result`` observer."""
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+        return await next()
+
+    @hookimpl
+    async def dsh_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+        return await next()
+
+    @hookimpl
+    async def dsh_post_execute(
+        self, execution: ToolExecution, result: ToolExecutionResult, next: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        return await next()
+
+    @hookimpl
+    async def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        return None
+
+
+def runtime_with(
+    listeners: int = 0,
+    *,
+    tools: Iterable[ToolDefinition] | None = None,
+    trace: bool = False,
+    setups: Iterable[tuple[ModuleType, dict[str, Any]]] = (),
+) -> ToolRuntime:
+    """A runtime with ``tools`` (default: ``add``), ``listeners`` no-op plugins and plugin ``dsh_setup`` calls."""
+    runtime = ToolRuntime(trace_decisions=trace)
+    for tool in tools if tools is not None else (add_tool(),):
+        runtime.register(tool)
+    for _ in range(listeners):
+        runtime.plugins.register(NoopListener())
+    for module, config in setups:
+        module.dsh_setup(runtime=runtime, config=config)
+    return runtime
+
+
+def optional_module(name: str) -> tuple[ModuleType | None, str | None]:
+    """Import ``name`` if it is installed: ``(module, None)``, else ``(None, why)``."""
+    try:
+        return importlib.import_module(name), None
+    except ImportError as exc:
+        return None, f"{name} is not importable ({type(exc).__name__}: {exc})"

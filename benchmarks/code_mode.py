@@ -1,0 +1,90 @@
+"""Code Mode: the ``run_code`` bridge's start-up and its overhead per tool sub-call.
+
+Measured only when ``ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime())``
+exposes a working ``run_code`` tool; otherwise the rows are skipped with the
+reason. Start-up is a ``run_code`` of a program that only returns, compared
+with spawning ``python -I -c pass``; the per-sub-call overhead is a program
+making 1 000 sequential ``await tools.add(...)`` calls, minus start-up, per
+call, compared with one direct ``execute``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from dsh_core import ToolRuntime
+
+from ._fixtures import add_tool, make_input
+from ._harness import Bench, Case, Derived, Skipped, Timer, loop_timer
+
+GROUP = "code_mode"
+
+SUB_CALLS = 1000
+_EMPTY_PROGRAM = "return 1"
+_CALLS_PROGRAM = f'for _ in range({SUB_CALLS}):\n    await tools.add({{"a": 1, "b": 2}})\nreturn 1'
+
+
+def _runtime() -> ToolRuntime:
+    from dsh_core.code_mode import SubprocessPythonRuntime
+
+    runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime())
+    runtime.register(add_tool())
+    return runtime
+
+
+def _request(code: str) -> Any:
+    return make_input("run_code", {"code": code, "description": "benchmark program"})
+
+
+def _probe() -> str | None:
+    """Why the bridge cannot be measured here, or ``None`` when a program with one sub-call succeeds."""
+    try:
+        runtime = _runtime()
+        if runtime.get("run_code") is None:
+            return "ToolRuntime(mode='code') presents no run_code tool"
+        result = trio.run(runtime.execute, _request('return await tools.add({"a": 1, "b": 2})'))
+    except Exception as exc:
+        return f"the run_code bridge is not available ({type(exc).__name__}: {exc})"
+    if result.is_error:
+        return f"run_code failed: {result.error}"
+    return None
+
+
+def _run_code_timer(code: str) -> Timer:
+    runtime = _runtime()
+    return loop_timer("await runtime.execute(request)", {"runtime": runtime, "request": _request(code)}, "trio")
+
+
+def _spawn_timer() -> Timer:
+    namespace = {"run_process": trio.run_process, "ARGV": [sys.executable, "-I", "-c", "pass"],
+                 "DEVNULL": subprocess.DEVNULL}  # fmt: skip
+    return loop_timer("await run_process(ARGV, stdout=DEVNULL, stderr=DEVNULL)", namespace, "trio")
+
+
+def _per_call(stats: Mapping[str, float]) -> float:
+    return (stats["code_mode.calls"] - stats["code_mode.startup"]) / SUB_CALLS
+
+
+def cases(smoke: bool) -> list[Case]:
+    problem = _probe()
+    if problem is not None:
+        note = f"skipped: {problem}"
+        return [
+            Skipped(key="code_mode.startup", label="run_code start-up", note=note),
+            Skipped(key="code_mode.per_call", label="run_code bridge overhead per sub-call", note=note),
+        ]
+    return [
+        Bench(key="code_mode.spawn", label="floor: spawn python -I -c pass (trio.run_process)", setup=_spawn_timer,
+              wall_clock=True),
+        Bench(key="code_mode.startup", label="run_code start-up (program: return 1)",
+              setup=lambda: _run_code_timer(_EMPTY_PROGRAM), vs="code_mode.spawn", wall_clock=True),
+        Bench(key="code_mode.calls", label=f"run_code, program making {SUB_CALLS} sub-calls",
+              setup=lambda: _run_code_timer(_CALLS_PROGRAM), vs="code_mode.startup", wall_clock=True),
+        Derived(key="code_mode.per_call", label="run_code bridge cost per sub-call",
+                inputs=("code_mode.calls", "code_mode.startup"), compute=_per_call, vs="pipeline.l0"),
+    ]  # fmt: skip

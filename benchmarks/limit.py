@@ -1,0 +1,94 @@
+"""The physical limit: the unavoidable pieces of one ``add`` call, each measured alone.
+
+The pipeline cannot do less than: validate the arguments with the compiled
+fastjsonschema function, validate the output ``3``, await a trivial async body
+under trio, snapshot the arguments and the value, and make one no-op async call
+per configured hook layer. ``limit.kN`` is that sum with ``N`` hook layers, the
+loop overhead of each piece subtracted. Everything else the pipeline does
+(identity objects, cancel scopes, result classes, rendering) is measured as the
+distance from this limit.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import fastjsonschema
+
+from dsh_core import snapshot_json
+
+from ._fixtures import ADD_SCHEMA, ARGS, ARGS_TEXT, add_body
+from ._harness import Bench, Case, Derived, loop_timer
+
+GROUP = "limit"
+
+# Hook-layer counts the pipeline rows compare against: none, one per waterfall
+# (pre, execute, post, result), ten per waterfall, and the plugin rows.
+HOOK_LAYERS = (0, 1, 2, 3, 4, 40)
+
+_SUM_KEYS = ("limit.args", "limit.output", "limit.snap_args", "limit.snap_value")
+
+
+def _namespace() -> dict[str, Any]:
+    async def noop(value: object) -> object:
+        return value
+
+    return {
+        "validate_args": fastjsonschema.compile(ADD_SCHEMA, use_default=False, use_formats=False),
+        "validate_output": fastjsonschema.compile({"type": "integer"}, use_default=False, use_formats=False),
+        "snapshot_json": snapshot_json,
+        "body": add_body,
+        "noop": noop,
+        "loads": json.loads,
+        "ARGS": ARGS,
+        "TEXT": ARGS_TEXT,
+    }
+
+
+def _bench(key: str, label: str, stmt: str, runner: Any = "sync") -> Bench:
+    return Bench(key=key, label=label, setup=lambda: loop_timer(stmt, _namespace(), runner), vs="limit.k0")
+
+
+def limit_sum(stats: Mapping[str, float], hooks: int = 0) -> float:
+    """The limit with ``hooks`` no-op hook layers, loop overhead subtracted from every piece."""
+    sync = sum(stats[key] - stats["limit.loop"] for key in _SUM_KEYS)
+    body = stats["limit.body"] - stats["limit.aloop"]
+    hook = stats["limit.hook"] - stats["limit.aloop"]
+    return sync + body + hooks * hook
+
+
+def cases(smoke: bool) -> list[Case]:
+    out: list[Case] = [
+        _bench("limit.loop", "empty loop (sync)", "pass"),
+        _bench("limit.aloop", "empty loop (async, trio)", "pass", "trio"),
+        _bench("limit.args", "fastjsonschema: args {a:1,b:2} vs the 2-property schema", "validate_args(ARGS)"),
+        _bench("limit.output", 'fastjsonschema: output 3 vs {"type":"integer"}', "validate_output(3)"),
+        _bench("limit.snap_args", "snapshot_json(args)", "snapshot_json(ARGS)"),
+        _bench("limit.snap_value", "snapshot_json(3)", "snapshot_json(3)"),
+        _bench("limit.body", "trio: await body(args)", "await body(ARGS)", "trio"),
+        _bench("limit.hook", "trio: one no-op async hook call", "await noop(ARGS)", "trio"),
+        _bench("limit.loads", "json.loads(args text)", "loads(TEXT)"),
+    ]
+    for hooks in HOOK_LAYERS:
+        out.append(
+            Derived(
+                key=f"limit.k{hooks}",
+                label=f"physical limit, {hooks} hook layers" + (" (sum of the pieces)" if hooks == 0 else ""),
+                inputs=("limit.loop", "limit.aloop", *_SUM_KEYS, "limit.body", "limit.hook"),
+                compute=functools.partial(limit_sum, hooks=hooks),
+                vs=None if hooks == 0 else "limit.k0",
+            )
+        )
+    out.append(
+        Derived(
+            key="limit.k0.json",
+            label="physical limit, args arriving as JSON text (+ json.loads)",
+            inputs=("limit.k0", "limit.loads", "limit.loop"),
+            compute=lambda stats: stats["limit.k0"] + stats["limit.loads"] - stats["limit.loop"],
+            vs="limit.k0",
+        )
+    )
+    return out

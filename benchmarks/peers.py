@@ -1,0 +1,110 @@
+"""The same ``add`` tool through peer frameworks' own tool-execution paths; ratio peer / ours.
+
+The peers are bench-only dependencies (``benchmarks/requirements-peers.txt``),
+never runtime ones: each is imported lazily and its row is skipped with a note
+when it is missing. The recipes and versions are those of
+``/work/shared/PERF-ANCHORS.md``. Every peer gets ``async def add`` (its fast
+path: MCP, openai-agents and langchain run sync tools in a worker thread).
+openai-agents takes the arguments as JSON text, so it is compared with our
+row that parses JSON text too. asyncio peers run under ``asyncio.run`` (default
+loop), MCP under trio like us.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
+
+from ._fixtures import ARGS, optional_module
+from ._harness import Bench, Case, Skipped, Timer, loop_timer
+
+GROUP = "peers"
+
+
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def _mcp_timer(modules: dict[str, Any]) -> Timer:
+    server = modules["mcp.server.mcpserver"].MCPServer("bench")
+    server.tool()(add)
+    return loop_timer('await server.call_tool("add", ARGS)', {"server": server, "ARGS": ARGS}, "trio")
+
+
+def _pydantic_ai_timer(modules: dict[str, Any]) -> Timer:
+    ai = modules["pydantic_ai"]
+    toolset = modules["pydantic_ai.toolsets"].FunctionToolset([add])
+    context = ai.RunContext(deps=None, model=modules["pydantic_ai.models.test"].TestModel(),
+                            usage=modules["pydantic_ai.usage"].RunUsage())  # fmt: skip
+    manager_class = modules["pydantic_ai.tool_manager"].ToolManager
+    manager = asyncio.run(manager_class(toolset=toolset).for_run_step(context))
+    part = modules["pydantic_ai.messages"].ToolCallPart(tool_name="add", args=dict(ARGS))
+    return loop_timer("await manager.handle_call(part)", {"manager": manager, "part": part}, "asyncio")
+
+
+def _openai_agents_timer(modules: dict[str, Any]) -> Timer:
+    agents = modules["agents"]
+    agents.set_tracing_disabled(True)
+    tool = agents.function_tool(add)
+    text = '{"a": 1, "b": 2}'
+    context = modules["agents.tool_context"].ToolContext(
+        context=None, tool_name="add", tool_call_id="c1", tool_arguments=text
+    )
+    namespace = {"tool": tool, "context": context, "TEXT": text}
+    return loop_timer("await tool.on_invoke_tool(context, TEXT)", namespace, "asyncio")
+
+
+def _langchain_timer(modules: dict[str, Any]) -> Timer:
+    tool = modules["langchain_core.tools"].StructuredTool.from_function(coroutine=add)
+    return loop_timer("await tool.ainvoke(ARGS)", {"tool": tool, "ARGS": ARGS}, "asyncio")
+
+
+_PEERS: tuple[tuple[str, str, tuple[str, ...], Callable[[dict[str, Any]], Timer], str], ...] = (
+    ("peers.mcp", "mcp 2.3.0 MCPServer.call_tool (trio)", ("mcp.server.mcpserver",), _mcp_timer, "pipeline.l0"),
+    ("peers.pydantic_ai", "pydantic-ai 2.68.0 ToolManager.handle_call (asyncio)",
+     ("pydantic_ai", "pydantic_ai.toolsets", "pydantic_ai.models.test", "pydantic_ai.usage",
+      "pydantic_ai.tool_manager", "pydantic_ai.messages"), _pydantic_ai_timer, "pipeline.l0"),
+    ("peers.openai_agents", "openai-agents 0.24.0 FunctionTool.on_invoke_tool, JSON text (asyncio)",
+     ("agents", "agents.tool_context"), _openai_agents_timer, "pipeline.l0.json"),
+    ("peers.langchain", "langchain-core 1.8.3 StructuredTool.ainvoke (asyncio)",
+     ("langchain_core.tools",), _langchain_timer, "pipeline.l0"),
+)  # fmt: skip
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+_PINS = {"peers.mcp": ("mcp", "2.3.0"), "peers.pydantic_ai": ("pydantic-ai-slim", "2.68.0"),
+         "peers.openai_agents": ("openai-agents", "0.24.0"), "peers.langchain": ("langchain-core", "1.8.3")}  # fmt: skip
+
+
+def cases(smoke: bool) -> list[Case]:
+    out: list[Case] = []
+    for key, label, names, make, vs in _PEERS:
+        modules: dict[str, Any] = {}
+        missing = None
+        for name in names:
+            module, missing = optional_module(name)
+            if module is None:
+                break
+            modules[name] = module
+        if missing is not None:
+            out.append(
+                Skipped(
+                    key=key, label=label, note=f"skipped: {missing} (pip install -r benchmarks/requirements-peers.txt)"
+                )
+            )
+            continue
+        distribution, pinned = _PINS[key]
+        installed = _version(distribution)
+        note = None if installed == pinned else f"{distribution} {installed} is installed, the pin is {pinned}"
+        out.append(Bench(key=key, label=label, setup=functools.partial(make, modules), vs=vs, note=note))
+    return out
