@@ -21,11 +21,13 @@ from . import hookspecs
 from ._errors import PolicyError
 from ._execution import ScopeKey, scope_chain
 
-__all__ = ["Chain", "DshPluginManager", "HookChains", "Listener", "is_fatal"]
+__all__ = ["CallHooks", "Chain", "DshPluginManager", "HookChains", "Listener", "is_fatal"]
 
 _FATAL = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
 
 WATERFALLS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_code_dispatch_log")
+_PIPELINE_HOOKS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_result")
+_UNSCOPED = object()  # memo key shared by every agent when no listener is scoped
 
 
 def is_fatal(exc: BaseException) -> bool:
@@ -88,6 +90,20 @@ class _HookListeners:
     scoped: bool
 
 
+@attrs.frozen(slots=True)
+class CallHooks:
+    """The listeners one call sees on each pipeline hook, looked up once per call."""
+
+    pre: tuple[Listener, ...]
+    execute: tuple[Listener, ...]
+    post: tuple[Listener, ...]
+    result: tuple[Listener, ...]
+
+    @property
+    def waterfalls_empty(self) -> bool:
+        return not (self.pre or self.execute or self.post)
+
+
 class HookChains:
     """Per-hook listener lists in call order, cached while the plugin set is unchanged."""
 
@@ -96,11 +112,33 @@ class HookChains:
         self._cache: dict[str, _HookListeners] = {}
         self._version: int | None = None
         self._spec_args: dict[str, tuple[str, ...]] = {}
+        self._call_hooks: dict[object, CallHooks] = {}
+
+    def for_call(self, agent: ScopeKey | None) -> CallHooks:
+        """The four pipeline hooks' listeners for a call of ``agent`` (cached per plugin-set version)."""
+        version = getattr(self._plugins, "dsh_version", None)
+        if version is not None and version == self._version:
+            hooks = self._call_hooks.get(agent) or self._call_hooks.get(_UNSCOPED)
+            if hooks is not None:
+                return hooks
+        hooks = CallHooks(
+            self.listeners("dsh_pre_execute", agent),
+            self.listeners("dsh_execute", agent),
+            self.listeners("dsh_post_execute", agent),
+            self.listeners("dsh_result", agent),
+        )
+        if version is not None and version == self._version:
+            scoped = any(self._cache[name].scoped for name in _PIPELINE_HOOKS if name in self._cache)
+            if len(self._call_hooks) > 4096:
+                self._call_hooks.clear()  # agents may churn; keep the memo bounded
+            self._call_hooks[agent if scoped else _UNSCOPED] = hooks
+        return hooks
 
     def _hook_listeners(self, hook_name: str) -> _HookListeners:
         version = getattr(self._plugins, "dsh_version", None)
         if version is None or version != self._version:
             self._cache.clear()
+            self._call_hooks.clear()
             self._version = version
         cached = self._cache.get(hook_name) if version is not None else None
         if cached is None:
@@ -111,7 +149,10 @@ class HookChains:
 
     def listeners(self, hook_name: str, agent: ScopeKey | None) -> tuple[Listener, ...]:
         """The listeners of ``hook_name`` that see a call for ``agent``, outermost first."""
-        entry = self._hook_listeners(hook_name)
+        version = getattr(self._plugins, "dsh_version", None)
+        entry = self._cache.get(hook_name) if version is not None and version == self._version else None
+        if entry is None:
+            entry = self._hook_listeners(hook_name)
         if not entry.scoped:
             return entry.listeners
         chain = scope_chain(agent)
@@ -217,7 +258,10 @@ class Chain:
             raise error
         nxt = _Next(self, index + 1, listener)
         try:
-            outcome = await listener.call((*self._ordered, nxt))
+            if listener.positional:
+                outcome = await listener.fn(*self._ordered, nxt)
+            else:
+                outcome = await listener.call((*self._ordered, nxt))
         except BaseException as exc:
             if not is_fatal(exc):
                 self._blame(exc, listener)
