@@ -6,6 +6,7 @@ one ordered pipeline of pluggy hooks, run on trio. See :mod:`dsh_core.hookspecs`
 for the plugin contract.
 """
 
+from ._capabilities import Capabilities, CapabilityError
 from ._config import DshConfig, load_config, structure_table
 from ._content import ContentBlock, ImageBlock, TextBlock, UserMessage
 from ._decisions import UNSET, Accept, Allow, Ask, Block, Deny, PostToolDecision, PreToolDecision
@@ -49,6 +50,7 @@ from ._plugins import (
 )
 from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, ToolGuard, ToolRestriction
 from ._replay import ReplayedCall, SessionRecorder, ToolResult, replay
+from ._resources import ResourceClaim
 from ._results import (
     ToolErrorInfo,
     ToolExecutionFailure,
@@ -61,6 +63,8 @@ from ._runtime import ApprovalService, ModelTools, ScopedToolRuntime, ToolRuntim
 from ._scheduling import run_tool_calls
 from ._session_log import SessionEvent, SessionLog, SessionLogError, SessionLogRead, TornLine, read_session_log
 from ._signal import CancelSignal
+from ._simulate import SimulatedCall, SimulationReport, SimulationRuntime, Verdict, simulate
+from ._trace import DecisionTrace, TraceStage, TraceStep, trace_of
 from ._waterfall import DshPluginManager
 from .hookspecs import hookimpl
 
@@ -77,9 +81,12 @@ __all__ = [
     "Ask",
     "Block",
     "CancelSignal",
+    "Capabilities",
+    "CapabilityError",
     "CodeRunFailedError",
     "ConfigError",
     "ContentBlock",
+    "DecisionTrace",
     "Deny",
     "Disposer",
     "DshConfig",
@@ -105,6 +112,7 @@ __all__ = [
     "RefusedRegistration",
     "RegistrationError",
     "ReplayedCall",
+    "ResourceClaim",
     "SchemaSpecError",
     "ScopeKey",
     "ScopedToolRuntime",
@@ -113,6 +121,9 @@ __all__ = [
     "SessionLogError",
     "SessionLogRead",
     "SessionRecorder",
+    "SimulatedCall",
+    "SimulationReport",
+    "SimulationRuntime",
     "TextBlock",
     "ToolArgsError",
     "ToolDefinition",
@@ -137,7 +148,10 @@ __all__ = [
     "ToolSchema",
     "ToolTimeoutError",
     "TornLine",
+    "TraceStage",
+    "TraceStep",
     "UserMessage",
+    "Verdict",
     "__version__",
     "default_render",
     "define_tool",
@@ -151,7 +165,9 @@ __all__ = [
     "read_session_log",
     "replay",
     "run_tool_calls",
+    "simulate",
     "snapshot_json",
     "structure_table",
     "thaw",
+    "trace_of",
 ]

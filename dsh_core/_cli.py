@@ -759,7 +759,8 @@ def _read_log(file: Path) -> SessionLogRead:
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("call_id")
 @json_option
-def explain_command(file: Path, call_id: str, as_json: bool) -> None:
+@click.pass_context
+def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool) -> None:
     """Show how the policy stack decided one recorded call: its decision trace.
 
     Sessions recorded by ``call`` and ``run`` carry traces; a host records them
@@ -817,9 +818,11 @@ def explain_command(file: Path, call_id: str, as_json: bool) -> None:
             out.print(table)
     if trace is None:
         _stderr().print(
-            f"no decision trace was recorded for {escape(call_id)} (record with trace_decisions=True)", soft_wrap=True
+            f"no decision trace was recorded for {escape(call_id)}: the session was recorded without "
+            "trace_decisions, or the call failed before any policy ran",
+            soft_wrap=True,
         )
-        sys.exit(1)
+        ctx.exit(1)
 
 
 @cli.command("simulate")
@@ -889,7 +892,7 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
             f"{compared} call(s) compared, {len(changes)} would change, {len(skipped)} not compared", soft_wrap=True
         )
     if report.changed:
-        sys.exit(1)
+        ctx.exit(1)
 
 
 def _print_capabilities(host: _Host, as_json: bool) -> None:

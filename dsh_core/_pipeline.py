@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import types
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,8 @@ from ._results import (
     failure_result,
 )
 from ._signal import CancelSignal
-from ._waterfall import Chain, is_fatal
+from ._trace import TraceRecorder
+from ._waterfall import CallHooks, Chain, Listener, is_fatal
 
 if TYPE_CHECKING:
     from ._runtime import ToolRuntime
@@ -87,14 +89,15 @@ def _code_only_route(name: str) -> str:
 class _CallState:
     """What the pipeline knows about one call while it runs (for cancellation outcomes)."""
 
-    __slots__ = ("body_invoked", "deferred", "latest", "run", "trace")
+    __slots__ = ("body_invoked", "deferred", "hooks", "latest", "run", "trace")
 
-    def __init__(self) -> None:
+    def __init__(self, hooks: CallHooks) -> None:
+        self.hooks = hooks
         self.body_invoked = False
         self.deferred: list[UserMessage] = []
         self.latest: ToolExecutionResult | None = None
         self.run: ToolRunContext | None = None
-        self.trace: list[Any] | None = None
+        self.trace: TraceRecorder | None = None
 
 
 def _check_pre(outcome: object) -> str | None:
@@ -140,13 +143,14 @@ class PreparedCall:
     finishing).
     """
 
-    __slots__ = ("execution", "finalizer", "result", "state", "step", "tool")
+    __slots__ = ("execution", "finalizer", "hooks", "result", "state", "step", "tool")
 
-    def __init__(self, execution: ToolExecution, finalizer: Any) -> None:
+    def __init__(self, execution: ToolExecution, finalizer: Any, hooks: CallHooks) -> None:
         self.execution = execution
         self.finalizer = finalizer
+        self.hooks = hooks
         self.tool: ToolDefinition | None = None
-        self.state = _CallState()
+        self.state = _CallState(hooks)
         self.step = "final"
         self.result: ToolExecutionResult | None = None
 
@@ -190,13 +194,13 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
             )
         else:
             failure = failure_from_exception(exc, default_code=ErrorCode.INVALID_ARGS)
-        return PreparedCall(execution, finalizer)._settle("final", failure)
+        return PreparedCall(execution, finalizer, runtime._chains.for_call(agent))._settle("final", failure)
 
     execution = ToolExecution(
         call_id=call_id, root_call_id=root_call_id, name=name, arguments=arguments,
         signal=signal, token=token, agent=agent, parent=parent,
     )  # fmt: skip
-    call = PreparedCall(execution, finalizer)
+    call = PreparedCall(execution, finalizer, runtime._chains.for_call(agent))
     if collapsed:
         if signal.cancelled:
             return call._settle("final", aborted_result(body_invoked=False))
@@ -213,7 +217,7 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
         failure = failure_result(error.message, ErrorCode.INVALID_ARGS, name="ToolArgsError")
         return call._settle("final", failure)
     call.tool = visible
-    call.state.trace = [] if runtime.trace_decisions else None
+    call.state.trace = TraceRecorder() if runtime.trace_decisions else None
     return call._settle("policy", None)
 
 
@@ -221,6 +225,15 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
     """Run one call through the whole pipeline; see the module docstring for the stages."""
     call = begin(runtime, request)
     if call.step != "final":
+        if _cannot_suspend(runtime, call):
+            # Nothing in these stages can reach a checkpoint, so there is nothing a
+            # cancel scope could interrupt: skip its per-call cost.
+            await _policy_stage(runtime, call)
+            if call.step == "dispatch":
+                await _dispatch_stage(runtime, call)
+            if call.step == "post":
+                await _post_stage(runtime, call)
+            return await finish(runtime, call)
         # One cancel scope for every stage that can suspend.
         with trio.CancelScope() as scope:
             unlink = call.execution.signal.link(scope)
@@ -235,6 +248,12 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
         if scope.cancelled_caught:
             _resolve_cancelled(call)
     return await finish(runtime, call)
+
+
+def _cannot_suspend(runtime: ToolRuntime, call: PreparedCall) -> bool:
+    """An inline tool and no waterfall listener: every stage runs without awaiting anything."""
+    tool = call.tool
+    return tool is not None and tool.inline and call.hooks.waterfalls_empty
 
 
 def _resolve_cancelled(call: PreparedCall) -> None:
@@ -300,10 +319,11 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
 
     decision: object = _ALLOW
     decider: str | None = None
-    listeners = runtime._chains.listeners("dsh_pre_execute", agent)
+    listeners = call.hooks.pre
     if listeners:
         chain = Chain(listeners, (execution,), _allow, _check_pre)
-        chain.trace = state.trace
+        if state.trace is not None:
+            chain.trace = state.trace.chain("pre", _ALLOW)
         try:
             decision = await chain.run()
         except BaseException as exc:
@@ -315,6 +335,8 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
 
     approval_cancelled = False
     if isinstance(decision, Ask):
+        if state.trace is not None:
+            state.trace.enter("approval")
         try:
             decision, approval_cancelled = await _resolve_ask(runtime, execution, decision)
         except BaseException as exc:
@@ -325,7 +347,7 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
             return
         decider = "approval"
         if state.trace is not None:
-            state.trace.append(("approval", decision))
+            state.trace.add("approval", "approval", decision)
 
     if approval_cancelled and signal.cancelled:
         call._settle("post", _latest(state, aborted_result(body_invoked=False)))
@@ -335,6 +357,8 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
         denial = failure_result(decision.reason, ErrorCode.DENIED, name="PolicyDenial", plugin=decider)
         call._settle("post", _latest(state, denial))
         return
+    if state.trace is not None:
+        state.trace.enter("guard")
     for guard in runtime._registry.view(agent).guards:
         label = getattr(guard, "label", None)
         try:
@@ -346,7 +370,7 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
             call._settle("final", _final(state, failure))
             return
         if state.trace is not None:
-            state.trace.append((f"guard:{label}", reason))
+            state.trace.add("guard", label or guard, reason)
         if reason is None:
             continue
         if type(reason) is not str or not reason:
@@ -397,6 +421,8 @@ def _final(state: _CallState, result: ToolExecutionResult) -> ToolExecutionResul
     """A failure that bypasses post-execute; deferred contexts still ride it."""
     if state.deferred and isinstance(result, ToolExecutionFailure):
         result = attrs.evolve(result, additional_contexts=_dedupe(tuple(state.deferred) + result.additional_contexts))
+    if state.trace is not None and isinstance(result, ToolExecutionFailure):
+        state.trace.fail(result)
     state.latest = result
     return result
 
@@ -430,9 +456,11 @@ async def _dispatch(
     runtime: ToolRuntime, execution: ToolExecution, tool: ToolDefinition, state: _CallState
 ) -> ToolExecutionResult | None:
     """Run the wrappers and the body. ``None`` means a final failure is in ``state.latest``."""
-    listeners = runtime._chains.listeners("dsh_execute", execution.agent)
+    listeners = state.hooks.execute
     if not listeners:
         result = await _dispatch_body(runtime, execution, execution.signal, state)
+        if state.trace is not None:
+            state.trace.add("execute", execution.name, result)
         state.latest = result
         return _with_deferred(result, state)
 
@@ -440,11 +468,14 @@ async def _dispatch(
 
     async def base() -> ToolExecutionResult:
         outcome = await _dispatch_body(runtime, execution, view.signal, state)
+        if state.trace is not None:
+            state.trace.add("execute", execution.name, outcome)
         state.latest = outcome
         return outcome
 
     chain = Chain(listeners, (view,), base, _check_result)
-    chain.trace = state.trace
+    if state.trace is not None:
+        chain.trace = state.trace.chain("execute", None)
     try:
         result = await chain.run()
     except BaseException as exc:
@@ -565,7 +596,7 @@ async def _post_execute(
     state: _CallState,
 ) -> ToolExecutionResult:
     state.latest = result
-    listeners = runtime._chains.listeners("dsh_post_execute", execution.agent)
+    listeners = state.hooks.post
     if not listeners:
         return _after_post(execution, result, state)
 
@@ -573,7 +604,8 @@ async def _post_execute(
         return _ACCEPT
 
     chain = Chain(listeners, (execution, result), base, _check_post)
-    chain.trace = state.trace
+    if state.trace is not None:
+        chain.trace = state.trace.chain("post", _ACCEPT)
     try:
         decision = await chain.run()
     except BaseException as exc:
@@ -648,18 +680,18 @@ async def finish(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResul
                 name=type(exc).__name__,
             )
         if trace is not None:
-            trace.append(("finalize_content", None))
+            trace.add("finalize", "finalize_content", (call.result, result))
     if trace is not None:
-        result = attrs.evolve(result, trace=tuple(trace))
-    await _notify(runtime, execution, result)
+        result = trace.attach(result)
+    await _notify(call.hooks.result, execution, result)
     return result
 
 
-async def _notify(runtime: ToolRuntime, execution: ToolExecution, result: ToolExecutionResult) -> None:
-    for listener in runtime._chains.listeners("dsh_result", execution.agent):
+async def _notify(observers: tuple[Listener, ...], execution: ToolExecution, result: ToolExecutionResult) -> None:
+    for listener in observers:
         try:
             outcome = listener.call((execution, result))
-            if inspect.isawaitable(outcome):
+            if outcome is not None and (type(outcome) is types.CoroutineType or inspect.isawaitable(outcome)):
                 await outcome
         except BaseException as exc:
             if is_fatal(exc):

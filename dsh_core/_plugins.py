@@ -55,6 +55,15 @@ unsupported schema) are listed in :attr:`PluginReport.refused`, attributed to
 the plugin that tried and, for a duplicate name, to the one that holds it,
 whether or not the plugin caught the error.
 
+**Capabilities.** A plugin may declare ``DSH_CAPABILITIES = {"tools": [...],
+"affects": [...]}`` (see :mod:`dsh_core._capabilities`); a malformed manifest
+fails the plugin at stage ``"import"``. The manifest is reported in
+:attr:`LoadedPlugin.capabilities` and, with ``strict_capabilities = true``,
+enforced: registrations outside ``tools`` during ``dsh_setup`` are refused
+(listed in :attr:`PluginReport.refused`), and the plugin's listeners and
+guards are wrapped after its setup so that decisions on tools outside
+``affects`` fail the call with ``POLICY_ERROR``.
+
 Nothing in-process protects the host from a plugin that hangs or crashes the
 interpreter at import time. After adding or renaming entry points of an
 *editable* install, reinstall it: the entry points live in its installed
@@ -67,6 +76,7 @@ import difflib
 import importlib.metadata
 import inspect
 import re
+import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -76,6 +86,7 @@ import attrs
 import pluggy
 
 from . import hookspecs
+from ._capabilities import MANIFEST_NAME, Capabilities, capabilities_of, guard_guard, guard_listeners
 from ._config import DshConfig
 from ._definition import ToolDefinition
 from ._errors import RegistrationError
@@ -105,7 +116,8 @@ class LoadedPlugin:
     """An entry point that loaded, registered and set up.
 
     ``tools`` names the tools its ``dsh_setup`` registered (in order);
-    ``plugins`` the pluggy names of the plugin objects it registered (itself first).
+    ``plugins`` the pluggy names of the plugin objects it registered (itself first);
+    ``capabilities`` its ``DSH_CAPABILITIES`` manifest (``None`` when it declares none).
     """
 
     name: str
@@ -114,6 +126,7 @@ class LoadedPlugin:
     version: str | None
     tools: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
+    capabilities: Capabilities | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -203,9 +216,10 @@ def _format_traceback(exc: BaseException) -> str:
 class _Ownership:
     """Everything one entry-point plugin added to the runtime, in order."""
 
-    def __init__(self, name: str, plugin: object) -> None:
+    def __init__(self, name: str, plugin: object, capabilities: Capabilities | None = None) -> None:
         self.name = name
         self.plugin = plugin
+        self.capabilities = capabilities
         self.plugins: list[object] = [plugin]
         self.disposers: list[Disposer] = []
         self.tools: list[tuple[ScopeKey | None, str]] = []
@@ -292,6 +306,12 @@ class _Loader:
                 return
 
         try:
+            capabilities = capabilities_of(plugin, sys.modules.get(ep.module))
+        except ValueError as exc:
+            self.fail(ep, "import", str(exc))
+            return
+
+        try:
             registered = self.pm.register(plugin, name=ep.name)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
@@ -302,10 +322,15 @@ class _Loader:
             self.disabled.append(ep.name)
             return
 
-        owned = _Ownership(ep.name, plugin)
+        owned = _Ownership(ep.name, plugin, capabilities)
         try:
             with self.recording(owned):
                 self.setup(plugin, self.config.plugin_config(ep.name))
+            if self.config.strict_capabilities:
+                # Wrapped once here, so strict mode costs nothing per call when it is off.
+                granted = owned.capabilities or Capabilities()
+                for obj in owned.plugins:
+                    guard_listeners(self.pm, obj, owned.name, granted)
         except BaseException as exc:
             self.rollback(owned)
             if isinstance(exc, KeyboardInterrupt):
@@ -348,8 +373,15 @@ class _Loader:
             )
 
     def _recorder(self, owned: _Ownership, method: str, original: Callable[..., Disposer]) -> Callable[..., Disposer]:
+        strict = self.config.strict_capabilities
+        granted = owned.capabilities or Capabilities()
+
         def recorded(*args: Any, **kwargs: Any) -> Disposer:
+            if strict and method == "guard":
+                args, kwargs = _guarded_guard_arguments(args, kwargs, owned.name, granted)
             try:
+                if strict and method == "register":
+                    _check_registration(args, kwargs, owned.name, granted)
                 disposer = original(*args, **kwargs)
             except Exception as exc:
                 if method == "register":
@@ -428,6 +460,7 @@ class _Loader:
                     version=version,
                     tools=tuple(name for _, name in owned.tools),
                     plugins=tuple(self.pm.get_name(obj) or "?" for obj in owned.plugins if self.pm.is_registered(obj)),
+                    capabilities=owned.capabilities,
                 )
             )
         return PluginReport(
@@ -461,6 +494,27 @@ def unknown_hooks(pm: pluggy.PluginManager) -> list[tuple[object, str]]:
                 (impl.plugin, f'unknown hook "{hook_name}"' + (f' (did you mean "{hint[0]}"?)' if hint else ""))
             )
     return found
+
+
+def _check_registration(args: tuple[Any, ...], kwargs: dict[str, Any], plugin: str, granted: Capabilities) -> None:
+    definition, _ = _register_arguments(args, kwargs)
+    name = getattr(definition, "name", None)
+    if isinstance(name, str) and not granted.may_register(name):
+        declared = ", ".join(granted.tools) or "none"
+        raise RegistrationError(
+            f'plugin {plugin} may not register tool "{name}": its {MANIFEST_NAME} tools are {declared} '
+            "(strict_capabilities)"
+        )
+
+
+def _guarded_guard_arguments(
+    args: tuple[Any, ...], kwargs: dict[str, Any], plugin: str, granted: Capabilities
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if args and callable(args[0]):
+        return (guard_guard(args[0], plugin, granted), *args[1:]), kwargs
+    if callable(kwargs.get("guard")):
+        return args, {**kwargs, "guard": guard_guard(kwargs["guard"], plugin, granted)}
+    return args, kwargs
 
 
 def _register_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, Any]:

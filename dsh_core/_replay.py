@@ -19,6 +19,7 @@ from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import JsonValue, thaw
 from ._results import ToolExecutionResult, error_message
 from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_content
+from ._trace import trace_of
 from ._waterfall import is_fatal
 from .hookspecs import hookimpl
 from .presentation import GenericCallView, ToolCallView, ToolResultView
@@ -175,7 +176,8 @@ class SessionRecorder:
     Register it as a plugin (it observes ``dsh_result``), call :meth:`record_call`
     before executing each model call so the call is durable before it runs, and
     pass :meth:`event_sink` as ``ToolRuntime(event_sink=...)`` for Code Mode's
-    dispatch events.
+    dispatch events. A result's decision trace (``trace_decisions=True``) is
+    written into its ``tool/result`` event.
     """
 
     def __init__(self, log: SessionLog) -> None:
@@ -201,8 +203,14 @@ class SessionRecorder:
                 "name": info.name if info else "ToolError",
                 "code": info.code if info else "",
             }
+        trace = trace_of(result)
         self.log.append_result(
-            execution.call_id, content=result.content, is_error=result.is_error, error=error, meta=result.meta
+            execution.call_id,
+            content=result.content,
+            is_error=result.is_error,
+            error=error,
+            meta=result.meta,
+            trace=trace.to_json() if trace is not None else None,
         )
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:

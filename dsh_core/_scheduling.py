@@ -1,22 +1,45 @@
-"""``run_tool_calls``: execute one model turn's tool calls with bounded parallelism.
+"""``run_tool_calls``: execute one model turn's tool calls with bounded, conflict-aware parallelism.
 
-Calls are taken in model order. A run of consecutive ``Parallel`` calls forms a
-group that shares a rolling pool of ``max_parallel`` slots; each ``Exclusive``
-call waits for the pool to drain and runs alone, as a barrier. Within a group
-only the dispatch stage (wrappers and body) overlaps: policies are decided in
-model order before a call starts, and post-execute, finalisation and the
-``dsh_result`` observers run in model order as the calls settle.
+Calls are taken in model order and classified just before each would start
+(:func:`~dsh_core._resources.classify_call`):
+
+* **Exclusive** — an unkeyed call whose tool is not concurrency-safe (or whose
+  ``resource_keys`` raised or returned something malformed). It is a full
+  barrier: it waits until every earlier call has settled, runs alone, and
+  nothing after it starts before it is done. Exactly today's behaviour.
+* **Parallel** — an unkeyed call whose ``is_concurrency_safe(args)`` is
+  ``True``. It overlaps with every other non-exclusive call of its group.
+* **Keyed** — a call whose tool's ``resource_keys(args)`` returned
+  ``{"read": [...], "write": [...]}``. The keys replace ``is_concurrency_safe``
+  for it: it overlaps with parallel calls and with keyed calls it does not
+  conflict with, and its dispatch waits until every *earlier* keyed call it
+  conflicts with (write/write or read/write on a shared key) has settled. So
+  for every key, conflicting accesses happen in model order, and the turn has
+  the effects of running the calls one by one, while readers of one key, and
+  calls on disjoint keys, overlap. Empty key lists conflict with nothing.
+
+A run of consecutive non-exclusive calls forms a group that shares a rolling
+pool of ``max_parallel`` slots; a keyed call waiting for a conflicting one
+holds its slot (so a later, non-conflicting call may start before it). A tool
+without ``resource_keys`` is scheduled exactly as before.
+
+Within a group only the dispatch stage (wrappers and body) overlaps: policies
+are decided in model order before a call starts, and post-execute,
+finalisation and the ``dsh_result`` observers run in model order as the calls
+settle. A keyed call whose signal fires while it waits stops waiting and ends
+``ABORTED_BEFORE_DISPATCH``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
 
 from . import _pipeline
-from ._execution import Parallel, ToolExecutionInput
+from ._execution import Exclusive, Parallel, ToolExecutionInput
+from ._resources import ResourceClaim, classify_call
 from ._results import ToolExecutionResult
 
 if TYPE_CHECKING:
@@ -30,10 +53,11 @@ async def run_tool_calls(
 ) -> list[ToolExecutionResult]:
     """Execute ``inputs`` as a model turn; results come back in input order.
 
-    Each call is classified with ``runtime.execution_mode`` just before it would
-    start, so a registry change between calls is honoured. ``max_parallel=1``
-    runs everything serially. Every input yields exactly one result, including
-    calls whose signal fired before they started (``ABORTED_BEFORE_DISPATCH``).
+    Each call is classified (exclusive, parallel, or by its resource keys; see
+    the module documentation) just before it would start, so a registry change
+    between calls is honoured. ``max_parallel=1`` runs everything serially.
+    Every input yields exactly one result, including calls whose signal fired
+    before they started (``ABORTED_BEFORE_DISPATCH``).
     """
     if type(max_parallel) is not int or max_parallel < 1:
         raise ValueError(f"max_parallel must be a positive integer, got {max_parallel!r}")
@@ -41,27 +65,72 @@ async def run_tool_calls(
     results: list[ToolExecutionResult | None] = [None] * len(calls)
     index = 0
     while index < len(calls):
-        if isinstance(runtime.execution_mode(calls[index]), Parallel):
-            index = await _run_parallel_group(runtime, calls, index, results, max_parallel)
-        else:
+        kind = classify_call(runtime, calls[index])
+        if isinstance(kind, Exclusive):
             results[index] = await runtime.execute(calls[index])
             index += 1
+        else:
+            index = await _run_group(runtime, calls, index, kind, results, max_parallel)
     return [result for result in results if result is not None]
 
 
-async def _run_parallel_group(
+class _KeyIndex:
+    """Per key, the settle events of the last writer and of the readers since, within one group."""
+
+    __slots__ = ("_readers", "_writer")
+
+    def __init__(self) -> None:
+        self._writer: dict[str, trio.Event] = {}
+        self._readers: dict[str, list[trio.Event]] = {}
+
+    def claim(self, claim: ResourceClaim, settled: trio.Event) -> list[trio.Event]:
+        """Record a call's claim (in model order); returns what its dispatch must wait for."""
+        after: dict[trio.Event, None] = {}
+        for key in claim.write:
+            writer = self._writer.get(key)
+            if writer is not None:
+                after[writer] = None
+            after.update(dict.fromkeys(self._readers.pop(key, ())))
+            self._writer[key] = settled
+        for key in claim.read:
+            writer = self._writer.get(key)
+            if writer is not None:
+                after[writer] = None
+            self._readers.setdefault(key, []).append(settled)
+        return list(after)
+
+
+async def _wait_for(call: _pipeline.PreparedCall, after: Sequence[trio.Event]) -> None:
+    # Cancellable through the call's own signal: the dispatch that follows then
+    # sees the fired signal and ends the call before its body runs.
+    with trio.CancelScope() as scope:
+        unlink = call.execution.signal.link(scope)
+        try:
+            for event in after:
+                await event.wait()
+        finally:
+            unlink()
+
+
+async def _run_group(
     runtime: ToolRuntime,
     calls: list[ToolExecutionInput],
     start: int,
+    first: ResourceClaim | Parallel,
     results: list[ToolExecutionResult | None],
     max_parallel: int,
 ) -> int:
-    """Run the parallel group starting at ``start``; returns the index after it."""
+    """Run the group of non-exclusive calls starting at ``start``; returns the index after it."""
     limiter = trio.CapacityLimiter(max_parallel)
     send, receive = trio.open_memory_channel[tuple[int, _pipeline.PreparedCall, trio.Event]](max_parallel)
+    keys = _KeyIndex()
 
-    async def dispatch(call: _pipeline.PreparedCall, settled: trio.Event, slot: object) -> None:
+    async def dispatch(
+        call: _pipeline.PreparedCall, settled: trio.Event, slot: object, after: Sequence[trio.Event]
+    ) -> None:
         try:
+            if after:
+                await _wait_for(call, after)
             await _pipeline.dispatch(runtime, call)
         finally:
             limiter.release_on_behalf_of(slot)
@@ -80,14 +149,16 @@ async def _run_parallel_group(
         async with send:
             while index < len(calls):
                 request = calls[index]
-                if index != start and not isinstance(runtime.execution_mode(request), Parallel):
+                kind = first if index == start else classify_call(runtime, request)
+                if isinstance(kind, Exclusive):
                     break
                 slot = object()
                 await limiter.acquire_on_behalf_of(slot)
                 call = await _pipeline.prepare(runtime, request)
                 settled = trio.Event()
+                after = keys.claim(kind, settled) if isinstance(kind, ResourceClaim) else []
                 if call.step == "dispatch":
-                    nursery.start_soon(dispatch, call, settled, slot)
+                    nursery.start_soon(dispatch, call, settled, slot, after)
                 else:
                     limiter.release_on_behalf_of(slot)
                     settled.set()

@@ -14,7 +14,10 @@ presentation vocabulary:
 * ``tool/call`` — ``{callId, name, arguments, agent}``
 * ``tool/result`` — ``{callId, content, isError, error, meta}``, the durable
   projection of a result (never its canonical value); ``error`` is
-  ``{name, code, message}`` or ``null``, ``meta`` the presentation meta or ``null``
+  ``{name, code, message}`` or ``null``, ``meta`` the presentation meta or ``null``;
+  plus ``trace``, the decision trace (``[{stage, actor, outcome}, ...]``), when
+  the runtime traced the call. The key is written only then: readers treat an
+  absent ``trace`` as ``null``
 * ``tool/code-dispatch-start`` — ``{rootCallId, parentCallId, subCallId, name, arguments}``
 * ``tool/code-dispatch`` — the same plus ``isError`` and ``content``
 
@@ -545,22 +548,27 @@ class SessionLog:
         is_error: bool,
         error: Mapping[str, str] | None = None,
         meta: object = None,
+        trace: Sequence[Mapping[str, str]] | None = None,
     ) -> int:
         """Append ``tool/result``, the durable projection of a settled call; returns its ``seq``.
 
         ``content`` is what the model saw, ``error`` the failure's
         ``{name, code, message}`` (required exactly when ``is_error``), ``meta``
-        the presentation meta (``None`` for none). The canonical value is never
-        logged: replay presents results from this projection alone.
+        the presentation meta (``None`` for none), ``trace`` the decision trace
+        as ``DecisionTrace.to_json()`` gives it (``None``: no ``trace`` key is
+        written). The canonical value is never logged: replay presents results
+        from this projection alone.
         """
         _str(call_id, "call_id")
-        data = {
+        data: dict[str, Any] = {
             "callId": call_id,
             "content": _content_json(content, "content"),
             "isError": is_error,
             "error": _error_json(error, is_error),
             "meta": meta,
         }
+        if trace is not None:
+            data["trace"] = [dict(step) for step in trace]
         return self._write("tool/result", snapshot_json(data))
 
     def append_dispatch_start(

@@ -1,0 +1,86 @@
+"""Resource keys: what one call declares it reads and writes, for conflict scheduling.
+
+A tool opts in with ``resource_keys(args) -> {"read": [...], "write": [...]}``
+(either list may be left out; keys are non-empty strings such as a path, a
+URL or an account id, compared exactly). Two calls *conflict* when one writes
+a key the other reads or writes; a key in both lists of one call counts as a
+write. :func:`run_tool_calls <dsh_core.run_tool_calls>` uses this to overlap
+non-conflicting calls and serialise conflicting ones in model order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ._execution import EXCLUSIVE, Exclusive, Parallel, ToolExecutionInput
+from ._registry import RUN_CODE_NAME
+
+if TYPE_CHECKING:
+    from ._runtime import ToolRuntime
+
+__all__ = ["ResourceClaim", "classify_call"]
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ResourceClaim:
+    """The keys one call reads and writes (``write`` wins for a key in both)."""
+
+    read: frozenset[str] = frozenset()
+    write: frozenset[str] = frozenset()
+
+    def conflicts_with(self, other: ResourceClaim) -> bool:
+        """Write/write or read/write on a shared key."""
+        return not (
+            self.write.isdisjoint(other.write)
+            and self.write.isdisjoint(other.read)
+            and self.read.isdisjoint(other.write)
+        )
+
+
+def _keys(value: object) -> frozenset[str] | None:
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple | set | frozenset):
+        return None
+    keys = frozenset(value)
+    if any(type(key) is not str or not key for key in keys):
+        return None
+    return keys
+
+
+def parse_claim(declared: object) -> ResourceClaim | None:
+    """A claim from what ``resource_keys`` returned, or ``None`` when it is malformed."""
+    if not isinstance(declared, Mapping) or not set(declared) <= {"read", "write"}:
+        return None
+    read = _keys(declared.get("read", ()))
+    write = _keys(declared.get("write", ()))
+    if read is None or write is None:
+        return None
+    return ResourceClaim(read=read - write, write=write)
+
+
+def classify_call(runtime: ToolRuntime, request: ToolExecutionInput) -> ResourceClaim | Parallel | Exclusive:
+    """How ``run_tool_calls`` schedules ``request``: by its keys, or parallel/exclusive as before.
+
+    A visible tool with ``resource_keys`` that returns a well-formed mapping
+    gives a :class:`ResourceClaim`. ``None`` (no keys for these arguments; what
+    ``define_tool`` answers for invalid arguments) falls back to
+    ``runtime.execution_mode``, as for a tool without ``resource_keys``. A
+    classifier that raises or returns anything else makes the call
+    ``Exclusive``: it declared that it has resources but not which.
+    """
+    view = runtime._registry.view(request.agent)
+    tool = view.tools.get(request.name)
+    if tool is None or tool.resource_keys is None:
+        return runtime.execution_mode(request)
+    if request.parent is None and view.mode == "code" and request.name != RUN_CODE_NAME:
+        return EXCLUSIVE
+    try:
+        declared = tool.resource_keys(request.arguments)
+    except Exception:
+        return EXCLUSIVE
+    if declared is None:
+        return runtime.execution_mode(request)
+    claim = parse_claim(declared)
+    return EXCLUSIVE if claim is None else claim

@@ -1,0 +1,372 @@
+"""Policy dry-runs: replay a recorded session through a new policy stack, running no tool.
+
+:func:`simulate` takes the ``tool/call`` events of a session log and runs each
+call again through ``runtime.execute``, where ``runtime`` carries the policy
+stack to try (typically plugins loaded from a new configuration into a
+:class:`SimulationRuntime`). Nothing runs for real:
+
+* every recorded tool name gets a stand-in definition with open parameters
+  and an any-JSON output. A :class:`SimulationRuntime` registers the plugins'
+  own tools as such stand-ins (in their scopes); in any other runtime a tool
+  already visible under a recorded name is used as it is (its argument schema
+  applies), but its body never runs either;
+* an outermost ``dsh_execute`` short-circuit answers every dispatch from the
+  log, so neither the tool body nor any other ``dsh_execute`` wrapper runs.
+  Post-execute policies see the recorded content (a recorded tool failure
+  comes back as that failure; a call refused when recorded, whose body never
+  ran, comes back as an empty success);
+* ``Ask`` is answered ``"allowed-once"`` by a recording approval service, so
+  guards and post-execute policies after the approval are evaluated too.
+
+Each call's outcome is reduced to a :class:`Verdict`, the same way for the
+recorded and the simulated side:
+
+* ``deny`` — the result failed with ``DENIED`` (a pre-execute ``Deny``, a guard,
+  a denied approval, a post-execute ``Block``) or ``POLICY_ERROR`` (a policy
+  broke or refused its contract; the call never ran unguarded). For the
+  simulated side also ``UNKNOWN_TOOL``: every recorded name has a stand-in,
+  so only the new stack (a restriction) can hide it;
+* ``ask`` — the decision trace shows an approval step (the policy asked),
+  unless the denial came from a later stage; a recorded call has such a step
+  only when its session was recorded with ``trace_decisions`` on;
+* ``allow`` — any other outcome: a success, or a failure of the tool itself
+  (``TOOL_ERROR``, ``TOOL_TIMEOUT``, ``ABORTED``, ``INVALID_TOOL_OUTPUT``, ...);
+* no verdict (not compared) — the policy never decided the recorded call
+  (``INVALID_ARGS``, ``UNKNOWN_TOOL``, ``ABORTED_BEFORE_DISPATCH``, or no
+  ``tool/result`` at all), or the call is a Code Mode ``run_code`` program
+  (its sub-calls are not simulated).
+
+A call *changes* when both verdicts exist and their decisions differ; a
+different denial reason alone is not a change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal, TypeAlias
+
+import attrs
+
+from ._content import ContentBlock
+from ._definition import ToolDefinition, ToolOutput, define_tool
+from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
+from ._json import JsonValue
+from ._registry import RUN_CODE_NAME, Disposer, check_definition
+from ._results import (
+    ToolErrorInfo,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolFailure,
+)
+from ._runtime import ToolRuntime
+from ._session_log import SessionEvent, SessionLogError, SessionLogRead, structure_content
+from ._signal import CancelSignal
+from ._trace import DecisionTrace, trace_of
+from .hookspecs import hookimpl
+
+__all__ = ["SimulatedCall", "SimulationReport", "SimulationRuntime", "Verdict", "simulate"]
+
+Decision: TypeAlias = Literal["allow", "deny", "ask"]
+
+REFUSED_CODES: Final = frozenset({"DENIED", "POLICY_ERROR"})
+"""Failure codes that mean the pipeline refused the call."""
+UNDECIDED_CODES: Final = frozenset({"INVALID_ARGS", "UNKNOWN_TOOL", "ABORTED_BEFORE_DISPATCH"})
+"""Failure codes of recorded calls the policy never decided."""
+
+
+@attrs.frozen(kw_only=True)
+class Verdict:
+    """What the policy stack decided for one call: ``allow``, ``deny`` or ``ask``.
+
+    ``reason`` is the denial message or the ``Ask`` reason; ``actor`` the plugin,
+    guard or approval that decided, when known.
+    """
+
+    decision: Decision
+    reason: str | None = None
+    actor: str | None = None
+
+    def describe(self) -> str:
+        return self.decision + (f": {self.reason}" if self.reason else "")
+
+
+@attrs.frozen(kw_only=True)
+class SimulatedCall:
+    """One recorded call: its recorded and simulated verdicts (``None``: not compared, see ``note``)."""
+
+    call_id: str
+    name: str
+    agent: str | None
+    recorded: Verdict | None
+    simulated: Verdict | None
+    note: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return (
+            self.recorded is not None
+            and self.simulated is not None
+            and self.recorded.decision != self.simulated.decision
+        )
+
+    @property
+    def summary(self) -> str:
+        """``would now deny: <reason>``, ``would now ask: ...``, ``would now allow (was ...)``, or ``unchanged``."""
+        if self.recorded is None or self.simulated is None:
+            return f"not compared: {self.note}" if self.note else "not compared"
+        if not self.changed:
+            return "unchanged"
+        if self.simulated.decision == "allow":
+            return f"would now allow (was {self.recorded.describe()})"
+        return f"would now {self.simulated.describe()}"
+
+
+@attrs.frozen(kw_only=True)
+class SimulationReport:
+    """Every recorded call of a simulation, in log order."""
+
+    calls: tuple[SimulatedCall, ...]
+
+    @property
+    def changes(self) -> tuple[SimulatedCall, ...]:
+        return tuple(call for call in self.calls if call.changed)
+
+    @property
+    def changed(self) -> bool:
+        """Whether the new policy stack would decide any call differently (the CI signal)."""
+        return any(call.changed for call in self.calls)
+
+
+def _classify(
+    is_error: bool,
+    code: str | None,
+    message: str | None,
+    plugin: str | None,
+    trace: DecisionTrace | None,
+    *,
+    unknown_denies: bool,
+) -> Verdict | None:
+    if is_error and code in UNDECIDED_CODES and not (unknown_denies and code == "UNKNOWN_TOOL"):
+        return None
+    steps = tuple(trace) if trace is not None else ()
+    asked = next((step for step in steps if step.stage == "pre" and step.outcome.startswith("ask")), None)
+    approval = next((step for step in steps if step.stage == "approval"), None)
+    if is_error and code in REFUSED_CODES | {"UNKNOWN_TOOL"}:
+        decider = next((step for step in reversed(steps) if step.outcome.startswith(("deny", "block", "error"))), None)
+        if approval is not None and decider is approval:
+            return Verdict(decision="ask", reason=_ask_reason(asked), actor=asked.actor if asked else None)
+        return Verdict(decision="deny", reason=message, actor=plugin or (decider.actor if decider else None))
+    if approval is not None:
+        return Verdict(decision="ask", reason=_ask_reason(asked), actor=asked.actor if asked else None)
+    return Verdict(decision="allow")
+
+
+def _ask_reason(step: Any) -> str | None:
+    if step is None or not step.outcome.startswith("ask: "):
+        return None
+    reason: str = step.outcome.removeprefix("ask: ")
+    return reason
+
+
+def recorded_verdict(result: Mapping[str, Any] | None) -> Verdict | None:
+    """The verdict a logged ``tool/result`` event's data shows (``None``: no result, or not decided)."""
+    if result is None:
+        return None
+    is_error = bool(result.get("isError"))
+    error = result.get("error") or {}
+    raw_trace = result.get("trace")
+    trace = DecisionTrace.from_json(raw_trace) if raw_trace is not None else None
+    return _classify(is_error, error.get("code"), error.get("message"), None, trace, unknown_denies=False)
+
+
+def simulated_verdict(result: ToolExecutionResult) -> Verdict | None:
+    """The verdict of a simulated result (``UNKNOWN_TOOL`` counts as a denial: stand-ins cover every name)."""
+    if isinstance(result, ToolExecutionFailure):
+        info = result.error.info
+        code, plugin = (info.code, info.plugin) if info is not None else (None, None)
+        return _classify(True, code, result.error.message, plugin, trace_of(result), unknown_denies=True)
+    return _classify(False, None, None, None, trace_of(result), unknown_denies=True)
+
+
+class _Replayer:
+    """The outermost ``dsh_execute`` wrapper: answers each dispatch from the log, never calling ``next``."""
+
+    def __init__(self) -> None:
+        self.recorded: Mapping[str, Any] | None = None
+
+    def content(self) -> tuple[ContentBlock, ...]:
+        recorded = self.recorded
+        if recorded is None or recorded.get("content") is None:
+            return ()
+        return structure_content(recorded["content"])
+
+    @hookimpl(tryfirst=True)
+    async def dsh_execute(self, execution: Any, next: Any) -> ToolExecutionResult:
+        recorded = self.recorded
+        error = (recorded.get("error") if recorded is not None else None) or {}
+        code = error.get("code")
+        if recorded is not None and recorded.get("isError") and code not in REFUSED_CODES | UNDECIDED_CODES:
+            # The tool itself failed when recorded: hand post-execute that failure.
+            info = ToolErrorInfo(name=str(error.get("name") or "ToolError"), code=str(code or "TOOL_ERROR"))
+            return ToolExecutionFailure(
+                error=ToolFailure(message=str(error.get("message") or ""), info=info), content=self.content()
+            )
+        return ToolExecutionSuccess(value=None, content=())
+
+
+class _Approver:
+    """Answers every ``Ask`` with ``"allowed-once"`` (the trace keeps that it asked)."""
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        return "allowed-once"
+
+
+async def _never(args: Any) -> JsonValue:
+    raise AssertionError("a policy simulation never runs a tool body")
+
+
+def _stand_in(name: str, replayer: _Replayer) -> ToolDefinition:
+    return define_tool(
+        name=name,
+        description=f"stand-in for {name} in a policy simulation",
+        parameters={},
+        output=ToolOutput(schema={"type": "json"}, render=lambda args, value: replayer.content()),
+        execute=_never,
+    )
+
+
+class SimulationRuntime(ToolRuntime):
+    """A :class:`ToolRuntime` for dry-runs: every tool registered is replaced by its stand-in.
+
+    Load the policy plugins into it as into a real host: their listeners,
+    guards and restrictions take effect, and each tool they register is
+    checked as usual, kept in :attr:`set_aside` (``(scope, definition)``) and
+    registered, in the same scope, as a stand-in of the same name (open
+    parameters, any-JSON output, a body that never runs). Restrictions and
+    shadowing therefore see the same names as in the real host.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_aside: list[tuple[ScopeKey | None, ToolDefinition]] = []
+        self._replayer = _Replayer()
+
+    def register(self, definition: ToolDefinition, scope: ScopeKey | None = None) -> Disposer:
+        tool = check_definition(definition)
+        disposer = super().register(_stand_in(tool.name, self._replayer), scope)
+        entry = (scope, tool)
+        self.set_aside.append(entry)
+
+        def remove() -> None:
+            disposer()
+            if entry in self.set_aside:
+                self.set_aside.remove(entry)
+
+        return Disposer(remove)
+
+
+def _recorded_calls(events: Iterable[SessionEvent]) -> list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
+    # As replay does: a result belongs to the latest call with its id.
+    latest: dict[str, list[Any]] = {}
+    entries: list[list[Any]] = []
+    for event in events:
+        if event.type == "tool/call":
+            entry = [event.data, None]
+            latest[str(event.data["callId"])] = entry
+            entries.append(entry)
+        elif event.type == "tool/result":
+            target = latest.get(str(event.data["callId"]))
+            if target is not None:
+                target[1] = event.data
+    return [(entry[0], entry[1]) for entry in entries]
+
+
+class _Scopes:
+    """Recorded agent ids to scopes: a registered ``Agent`` with that id, else one fresh ``Agent`` per id."""
+
+    def __init__(self, runtime: ToolRuntime) -> None:
+        self._known: dict[str, ScopeKey] = {}
+        for scope, _ in runtime.registrations():
+            if isinstance(scope, Agent):
+                self._known.setdefault(scope.id, scope)
+
+    def __call__(self, agent: object) -> ScopeKey | None:
+        if agent is None:
+            return None
+        key = str(agent)
+        scope = self._known.get(key)
+        if scope is None:
+            scope = self._known[key] = Agent(id=key)
+        return scope
+
+
+async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -> SimulationReport:
+    """Replay every recorded ``tool/call`` through ``runtime``'s policies without running any tool.
+
+    See the module documentation for what runs, what is stood in, and how
+    verdicts are compared. ``runtime`` is left as it was: the stand-ins, the
+    short-circuit and the approval answerer are removed again, and its
+    ``approval`` and ``trace_decisions`` restored.
+
+    Raises:
+        SessionLogError: a logged result's content or trace is malformed.
+    """
+    events = log.events if isinstance(log, SessionLogRead) else tuple(log)
+    recorded_calls = _recorded_calls(events)
+    replayer = runtime._replayer if isinstance(runtime, SimulationRuntime) else _Replayer()
+    scopes = _Scopes(runtime)
+    disposers: list[Disposer] = []
+    notes: dict[str, str] = {}
+    for call, _ in recorded_calls:
+        name = str(call["name"])
+        if name == RUN_CODE_NAME or name in notes or runtime.get(name) is not None:
+            continue
+        try:
+            disposers.append(ToolRuntime.register(runtime, _stand_in(name, replayer)))
+        except Exception as exc:
+            notes[name] = f"cannot stand in for this tool: {exc}"
+
+    saved = (runtime.approval, runtime.trace_decisions)
+    runtime.approval, runtime.trace_decisions = _Approver(), True
+    runtime.plugins.register(replayer, name="dsh-simulate-replayer")
+    out: list[SimulatedCall] = []
+    try:
+        for call, result in recorded_calls:
+            call_id, name, agent = str(call["callId"]), str(call["name"]), call.get("agent")
+            agent_id = None if agent is None else str(agent)
+            try:
+                recorded = recorded_verdict(result)
+            except ValueError as exc:
+                raise SessionLogError(f"call {call_id}: {exc}") from exc
+            note = notes.get(name)
+            if name == RUN_CODE_NAME:
+                note = "a Code Mode program; its sub-calls are not simulated"
+            elif result is None:
+                note = "no result was recorded"
+            elif recorded is None:
+                note = f"the recorded call never reached policy ({(result.get('error') or {}).get('code')})"
+            simulated = None
+            if note is None:
+                replayer.recorded = result
+                request = ToolExecutionInput(
+                    call_id=call_id,
+                    name=name,
+                    arguments=call.get("arguments"),
+                    signal=CancelSignal(),
+                    agent=scopes(agent),
+                )
+                simulated = simulated_verdict(await runtime.execute(request))
+                if simulated is None:
+                    note = "the simulated call never reached policy"
+            out.append(
+                SimulatedCall(
+                    call_id=call_id, name=name, agent=agent_id, recorded=recorded, simulated=simulated, note=note
+                )
+            )
+    finally:
+        runtime.plugins.unregister(replayer)
+        runtime.approval, runtime.trace_decisions = saved
+        for disposer in reversed(disposers):
+            disposer()
+    return SimulationReport(calls=tuple(out))

@@ -1,0 +1,310 @@
+"""Policy dry-runs: a recorded session replayed through a new policy stack, running no tool."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from dsh_core import (
+    Agent,
+    Ask,
+    Block,
+    Deny,
+    SessionLog,
+    SessionRecorder,
+    TextBlock,
+    ToolExecution,
+    ToolRestriction,
+    ToolRuntime,
+    hookimpl,
+    read_session_log,
+)
+from dsh_core._cli import cli
+from dsh_core._simulate import SimulationRuntime, recorded_verdict, simulate
+from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
+
+# Tools whose bodies leave a mark: a simulation must never run them.
+TOOLS_PLUGIN = """
+import pathlib
+from dsh_core import define_tool, hookimpl
+
+async def _run(args):
+    with pathlib.Path("bodies-ran").open("a") as marks:
+        marks.write("x")
+    return "done"
+
+@hookimpl
+def dsh_setup(runtime, config):
+    params = {"path": {"type": "string"}, "cmd": {"type": "string"}}
+    for name in ("read_file", "write_file", "shell"):
+        runtime.register(define_tool(name=name, description=name, parameters=params, output={"type": "string"}, execute=_run))
+"""
+
+RECORDED_POLICY = """
+[plugins.permissions]
+default = "allow"
+
+[[plugins.permissions.rules]]
+tool = "write_file"
+args = { path = "/etc/*" }
+action = "deny"
+reason = "never write under /etc"
+"""
+
+# Two calls flip: writes under /tmp are now denied, and shell asks.
+NEW_POLICY = (
+    RECORDED_POLICY
+    + """
+[[plugins.permissions.rules]]
+tool = "write_file"
+args = { path = "/tmp/*" }
+action = "deny"
+reason = "no more scratch writes"
+
+[[plugins.permissions.rules]]
+tool = "shell"
+action = "ask"
+reason = "shell needs a human"
+"""
+)
+
+CALLS = [
+    {"id": "c1", "name": "read_file", "arguments": {"path": "a.txt"}},
+    {"id": "c2", "name": "write_file", "arguments": {"path": "/etc/passwd"}},
+    {"id": "c3", "name": "write_file", "arguments": {"path": "/tmp/scratch"}},
+    {"id": "c4", "name": "shell", "arguments": {"cmd": "ls"}},
+]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    (tmp_path / "dsh_sim_tools.py").write_text(TOOLS_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "250")
+    yield tmp_path
+    sys.modules.pop("dsh_sim_tools", None)
+
+
+PLUGINS = ["--no-plugins", "--plugin", "tools=dsh_sim_tools", "--plugin", "permissions=dsh_plugins.permissions"]
+
+
+def invoke(args: list[str]) -> Result:
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def record(workdir: Path, policy: str = RECORDED_POLICY) -> Path:
+    """Run CALLS under ``policy`` with the real tools, recording a session."""
+    (workdir / "recorded.toml").write_text(policy)
+    batch = workdir / "calls.jsonl"
+    batch.write_text("".join(json.dumps(call) + "\n" for call in CALLS))
+    log = workdir / "session.jsonl"
+    result = invoke(["--config", "recorded.toml", *PLUGINS, "run", str(batch), "--session", str(log)])
+    assert result.exit_code == 0, result.output
+    (workdir / "bodies-ran").unlink()  # the recording ran the allowed calls for real
+    return log
+
+
+def test_a_permissions_change_that_flips_two_calls_exits_1(workdir: Path) -> None:
+    log = record(workdir)
+    (workdir / "new.toml").write_text(NEW_POLICY)
+    result = invoke([*PLUGINS, "simulate", str(log), "--config", "new.toml"])
+    assert result.exit_code == 1, result.output
+    out = result.stdout
+    assert "2 of 4 call(s) would be decided differently" in out
+    assert "would now deny: no more scratch writes" in out
+    assert "would now ask: shell needs a human" in out
+    assert "4 call(s) compared, 2 would change" in out
+    assert not (workdir / "bodies-ran").exists()
+
+
+def test_simulate_json_reports_each_call(workdir: Path) -> None:
+    log = record(workdir)
+    (workdir / "new.toml").write_text(NEW_POLICY)
+    result = invoke([*PLUGINS, "simulate", str(log), "--config", "new.toml", "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["changed"] is True
+    assert [(c["callId"], c["changed"], c["summary"]) for c in data["calls"]] == [
+        ("c1", False, "unchanged"),
+        ("c2", False, "unchanged"),
+        ("c3", True, "would now deny: no more scratch writes"),
+        ("c4", True, "would now ask: shell needs a human"),
+    ]
+    assert data["calls"][2]["simulated"] == {
+        "decision": "deny",
+        "reason": "no more scratch writes",
+        "actor": "permissions-policy",
+    }
+
+
+def test_the_recorded_policy_changes_nothing_and_exits_0(workdir: Path) -> None:
+    log = record(workdir)
+    result = invoke([*PLUGINS, "simulate", str(log), "--config", "recorded.toml"])
+    assert result.exit_code == 0, result.output
+    assert "4 call(s) compared, 0 would change" in result.stdout
+    assert not (workdir / "bodies-ran").exists()
+
+
+def test_lifting_a_rule_reports_would_now_allow(workdir: Path) -> None:
+    log = record(workdir)
+    (workdir / "open.toml").write_text('[plugins.permissions]\ndefault = "allow"\n')
+    result = invoke([*PLUGINS, "simulate", str(log), "--config", "open.toml", "--json"])
+    assert result.exit_code == 1
+    changed = [c for c in json.loads(result.stdout)["calls"] if c["changed"]]
+    assert [(c["callId"], c["summary"]) for c in changed] == [
+        ("c2", "would now allow (was deny: never write under /etc)")
+    ]
+
+
+# -- the library function ----------------------------------------------------------------------
+
+
+class Policy:
+    def __init__(self, decide: Callable[[ToolExecution], Any]) -> None:
+        self.decide = decide
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Any) -> Any:
+        decision = self.decide(execution)
+        return decision if decision is not None else await next()
+
+
+async def write_session(path: Path, runtime: ToolRuntime, calls: list[Any]) -> Path:
+    with SessionLog(path) as log:
+        recorder = SessionRecorder(log)
+        runtime.plugins.register(recorder)
+        for request in calls:
+            recorder.record_call(request)
+            await runtime.execute(request)
+        runtime.plugins.unregister(recorder)
+    return path
+
+
+def never(args: Any) -> Any:
+    raise AssertionError("the body ran")
+
+
+async def test_calls_the_policy_never_decided_are_not_compared(tmp_path: Path) -> None:
+    runtime = make_runtime(json_tool("t", parameters={"n": {"type": "integer"}}))
+    log = await write_session(
+        tmp_path / "s.jsonl",
+        runtime,
+        [make_input("t", {"n": "x"}, call_id="bad-args"), make_input("gone", call_id="unknown")],
+    )
+    report = await simulate(read_session_log(log), SimulationRuntime())
+    assert [(c.call_id, c.recorded, c.simulated, c.changed) for c in report.calls] == [
+        ("bad-args", None, None, False),
+        ("unknown", None, None, False),
+    ]
+    assert "INVALID_ARGS" in (report.calls[0].note or "")
+    assert not report.changed
+
+
+async def test_simulate_leaves_the_runtime_as_it_was(tmp_path: Path) -> None:
+    recorded = make_runtime(json_tool("t"))
+    with SessionLog(tmp_path / "s.jsonl") as log:
+        recorder = SessionRecorder(log)
+        recorded.plugins.register(recorder)
+        request = make_input("t", call_id="c1")
+        recorder.record_call(request)
+        await recorded.execute(request)
+    approval = StaticApproval()
+    runtime = make_runtime(approval=approval, plugins=[Policy(lambda e: Deny("nope"))])
+    report = await simulate(read_session_log(tmp_path / "s.jsonl"), runtime)
+    assert [c.summary for c in report.calls] == ["would now deny: nope"]
+    assert runtime.names() == [] and runtime.approval is approval and runtime.trace_decisions is False
+    assert not any(runtime.plugins.get_name(p) == "dsh-simulate-replayer" for p in runtime.plugins.get_plugins())
+
+
+async def test_an_existing_tool_of_the_name_is_used_but_its_body_never_runs(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    async def body(args: Any) -> Any:
+        calls.append("ran")
+        return "x"
+
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "t", {})
+        session.append_result("c1", content=[TextBlock("x")], is_error=False)
+    runtime = make_runtime(json_tool("t", body))
+    report = await simulate(read_session_log(log), runtime)
+    assert [c.summary for c in report.calls] == ["unchanged"]
+    assert calls == []
+
+
+async def test_a_restriction_in_the_new_stack_is_a_denial(tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "t", {}, agent="worker")
+        session.append_result("c1", content=[TextBlock("x")], is_error=False)
+    runtime = SimulationRuntime()
+    worker = Agent(id="worker")
+    runtime.register(json_tool("t"))  # set aside: a stand-in takes its name
+    runtime.restrict(ToolRestriction(deny=["t"]), worker)
+    runtime.register(json_tool("other"), worker)  # makes "worker" a known scope
+    report = await simulate(read_session_log(log), runtime)
+    assert report.calls[0].simulated is not None and report.calls[0].simulated.decision == "deny"
+    assert report.calls[0].summary.startswith('would now deny: unknown tool "t"')
+
+
+async def test_post_execute_policies_see_the_recorded_content(tmp_path: Path) -> None:
+    class NoSecrets:
+        @hookimpl
+        async def dsh_post_execute(self, execution: Any, result: Any, next: Any) -> Any:
+            if any("secret" in getattr(block, "text", "") for block in result.content):
+                return Block(feedback=[TextBlock("redacted")])
+            return await next()
+
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        for call_id, text in (("c1", "the secret is 42"), ("c2", "nothing here")):
+            session.append_call(call_id, "read", {})
+            session.append_result(call_id, content=[TextBlock(text)], is_error=False)
+    runtime = SimulationRuntime()
+    runtime.plugins.register(NoSecrets())
+    report = await simulate(read_session_log(log), runtime)
+    assert [c.summary for c in report.calls] == ["would now deny: redacted", "unchanged"]
+
+
+async def test_a_recorded_trace_tells_an_approved_ask_from_a_plain_allow(tmp_path: Path) -> None:
+    recorded = make_runtime(
+        json_tool("shell"),
+        plugins=[Policy(lambda e: Ask("confirm"))],
+        approval=StaticApproval("allowed-once"),
+        trace_decisions=True,
+    )
+    log = await write_session(tmp_path / "s.jsonl", recorded, [make_input("shell", call_id="c1", agent=Agent(id="a"))])
+    result = read_session_log(log).events[1].data
+    verdict = recorded_verdict(result)
+    assert verdict is not None and (verdict.decision, verdict.reason) == ("ask", "confirm")
+    same = await simulate(read_session_log(log), make_runtime(plugins=[Policy(lambda e: Ask("confirm"))]))
+    assert [c.summary for c in same.calls] == ["unchanged"]
+    relaxed = await simulate(read_session_log(log), make_runtime())
+    assert [c.summary for c in relaxed.calls] == ["would now allow (was ask: confirm)"]
+
+
+@pytest.mark.parametrize(
+    ("result", "decision"),
+    [
+        ({"isError": False, "content": []}, "allow"),
+        ({"isError": True, "error": {"code": "DENIED", "message": "no", "name": "PolicyDenial"}}, "deny"),
+        ({"isError": True, "error": {"code": "POLICY_ERROR", "message": "bad", "name": "PolicyError"}}, "deny"),
+        ({"isError": True, "error": {"code": "TOOL_ERROR", "message": "boom", "name": "RuntimeError"}}, "allow"),
+        ({"isError": True, "error": {"code": "TOOL_TIMEOUT", "message": "slow", "name": "T"}}, "allow"),
+        ({"isError": True, "error": {"code": "INVALID_ARGS", "message": "x", "name": "ToolArgsError"}}, None),
+        ({"isError": True, "error": {"code": "UNKNOWN_TOOL", "message": "x", "name": "ToolNotFoundError"}}, None),
+        ({"isError": True, "error": {"code": "ABORTED_BEFORE_DISPATCH", "message": "x", "name": "AbortError"}}, None),
+        (None, None),
+    ],
+)
+def test_recorded_verdicts(result: Any, decision: str | None) -> None:
+    verdict = recorded_verdict(result)
+    assert (verdict.decision if verdict is not None else None) == decision

@@ -1,0 +1,399 @@
+"""Decision traces: what each layer did to a call, recorded only when asked for, and kept in session logs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from dsh_core import (
+    Accept,
+    Allow,
+    Ask,
+    Block,
+    Deny,
+    SessionLog,
+    SessionRecorder,
+    TextBlock,
+    ToolErrorInfo,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    ToolFailure,
+    _pipeline,
+    hookimpl,
+    read_session_log,
+    thaw,
+)
+from dsh_core._cli import cli
+from dsh_core._trace import DecisionTrace, TraceStep, trace_of
+from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
+
+Next = Callable[[], Awaitable[Any]]
+
+
+def steps(result: Any) -> list[tuple[str, str, str]]:
+    trace = trace_of(result)
+    assert trace is not None
+    return [(step.stage, step.actor, step.outcome) for step in trace]
+
+
+class Pre:
+    def __init__(self, decide: Callable[[ToolExecution], Any] | None = None) -> None:
+        self.decide = decide
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        decision = self.decide(execution) if self.decide else None
+        return decision if decision is not None else await next()
+
+
+class Post:
+    def __init__(self, decide: Callable[[Any], Any]) -> None:
+        self.decide = decide
+
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+        return self.decide(await next())
+
+
+class Wrapper:
+    def __init__(self, replace: Callable[[Any], Any] | None = None) -> None:
+        self.replace = replace
+
+    @hookimpl
+    async def dsh_execute(self, execution: Any, next: Next) -> Any:
+        result = await next()
+        return self.replace(result) if self.replace else result
+
+
+def traced(*tools: Any, plugins: tuple[tuple[str, object], ...] | list[tuple[str, object]] = (), **options: Any) -> Any:
+    runtime = make_runtime(*tools, trace_decisions=True, **options)
+    for name, plugin in plugins:
+        runtime.plugins.register(plugin, name=name)
+    return runtime
+
+
+async def test_nothing_is_recorded_when_tracing_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse() -> None:
+        raise AssertionError("a trace was recorded with trace_decisions off")
+
+    monkeypatch.setattr(_pipeline, "TraceRecorder", refuse)
+    runtime = make_runtime(json_tool("t"), plugins=[Pre(), Wrapper(), Post(lambda r: r)])
+    runtime.guard(lambda execution: None)
+    result = await runtime.execute(make_input("t"))
+    assert not result.is_error
+    assert result.trace is None
+
+
+async def test_a_plain_call_records_the_body() -> None:
+    result = await traced(json_tool("t")).execute(make_input("t"))
+    assert steps(result) == [("execute", "t (body)", "ok")]
+
+
+async def test_a_pre_execute_deny_is_attributed_to_its_plugin() -> None:
+    runtime = traced(json_tool("rm"), plugins=[("policy", Pre(lambda e: Deny("no rm")))])
+    result = await runtime.execute(make_input("rm"))
+    assert result.is_error and result.code == "DENIED"
+    assert steps(result) == [("pre", "policy", "deny: no rm")]
+
+
+async def test_waterfall_steps_run_outermost_first_and_pass_through_is_pass() -> None:
+    runtime = traced(
+        json_tool("t"),
+        plugins=[("inner", Pre(lambda e: Allow())), ("middle", Pre()), ("outer", Pre())],
+    )
+    result = await runtime.execute(make_input("t"))
+    assert steps(result) == [
+        ("pre", "outer", "pass"),
+        ("pre", "middle", "pass"),
+        ("pre", "inner", "allow"),
+        ("execute", "t (body)", "ok"),
+    ]
+
+
+async def test_a_listener_that_only_delegates_to_the_default_passes() -> None:
+    result = await traced(json_tool("t"), plugins=[("p", Pre())]).execute(make_input("t"))
+    assert steps(result)[0] == ("pre", "p", "pass")
+
+
+async def test_an_approved_ask_records_the_approval() -> None:
+    runtime = traced(
+        json_tool("t"), plugins=[("ask", Pre(lambda e: Ask("sure?")))], approval=StaticApproval("allowed-once")
+    )
+    result = await runtime.execute(make_input("t", agent="main"))
+    assert steps(result) == [
+        ("pre", "ask", "ask: sure?"),
+        ("approval", "approval", "allow"),
+        ("execute", "t (body)", "ok"),
+    ]
+
+
+async def test_a_denied_ask_records_the_approval_denial() -> None:
+    runtime = traced(json_tool("t"), plugins=[("ask", Pre(lambda e: Ask()))], approval=StaticApproval("denied"))
+    result = await runtime.execute(make_input("t", agent="main"))
+    assert steps(result) == [("pre", "ask", "ask"), ("approval", "approval", 'deny: the user denied tool "t"')]
+
+
+async def test_guards_are_recorded_by_label() -> None:
+    def allow_all(execution: ToolExecution) -> None:
+        return None
+
+    def no_secrets(execution: ToolExecution) -> str | None:
+        return "no secrets" if execution.arguments.get("secret") else None  # type: ignore[union-attr]
+
+    runtime = traced(json_tool("t"))
+    runtime.guard(allow_all)
+    runtime.guard(no_secrets)
+    result = await runtime.execute(make_input("t", {"secret": True}))
+    assert result.is_error and result.code == "DENIED"
+    assert steps(result) == [
+        ("guard", allow_all.__qualname__, "pass"),
+        ("guard", no_secrets.__qualname__, "deny: no secrets"),
+    ]
+
+
+async def test_wrappers_traversed_are_recorded_around_the_body() -> None:
+    runtime = traced(json_tool("t"), plugins=[("inner-wrap", Wrapper()), ("outer-wrap", Wrapper())])
+    result = await runtime.execute(make_input("t"))
+    assert steps(result) == [
+        ("execute", "outer-wrap", "pass"),
+        ("execute", "inner-wrap", "pass"),
+        ("execute", "t (body)", "ok"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("replace", "outcome"),
+    [
+        (lambda r: ToolExecutionSuccess(value=1, content=()), "replace"),
+        (
+            lambda r: ToolExecutionFailure(
+                error=ToolFailure(message="too slow", info=ToolErrorInfo(name="T", code="TOOL_TIMEOUT")),
+                content=(TextBlock("Error: too slow"),),
+            ),
+            "fail: TOOL_TIMEOUT: too slow",
+        ),
+    ],
+)
+async def test_a_wrapper_that_replaces_the_result_is_recorded(replace: Any, outcome: str) -> None:
+    runtime = traced(json_tool("t"), plugins=[("wrap", Wrapper(replace))])
+    result = await runtime.execute(make_input("t"))
+    assert steps(result)[:2] == [("execute", "wrap", outcome), ("execute", "t (body)", "ok")]
+
+
+async def test_a_failing_body_is_recorded_with_its_code() -> None:
+    async def boom(args: Any) -> Any:
+        raise RuntimeError("it broke")
+
+    result = await traced(json_tool("t", boom)).execute(make_input("t"))
+    assert steps(result) == [("execute", "t (body)", "fail: TOOL_ERROR: it broke")]
+
+
+@pytest.mark.parametrize(
+    ("decide", "outcome"),
+    [
+        (lambda r: Accept(), "accept"),
+        (lambda r: Accept(content=[TextBlock("redacted")]), "accept(content)"),
+        (lambda r: Accept(value={"x": 1}), "accept(value)"),
+        (lambda r: Block(feedback=[TextBlock("try again")]), "block: try again"),
+        (lambda r: r, "pass"),
+    ],
+)
+async def test_post_execute_decisions(decide: Any, outcome: str) -> None:
+    runtime = traced(json_tool("t"), plugins=[("post", Post(decide))])
+    result = await runtime.execute(make_input("t"))
+    assert steps(result)[-1] == ("post", "post", outcome)
+
+
+async def test_finalize_content_is_recorded() -> None:
+    replacing = json_tool("r", finalize_content=lambda execution, result: [TextBlock("final")])
+    keeping = json_tool("k", finalize_content=lambda execution, result: None)
+
+    def broken(execution: Any, result: Any) -> None:
+        raise ValueError("oops")
+
+    failing = json_tool("f", finalize_content=broken)
+    runtime = traced(replacing, keeping, failing)
+    assert steps(await runtime.execute(make_input("r")))[-1] == ("finalize", "finalize_content", "replace(content)")
+    assert steps(await runtime.execute(make_input("k")))[-1] == ("finalize", "finalize_content", "pass")
+    last = steps(await runtime.execute(make_input("f")))[-1]
+    assert last[:2] == ("finalize", "finalize_content") and last[2].startswith("error: TOOL_ERROR: finalize_content")
+
+
+async def test_a_raising_listener_ends_the_trace_with_an_error_step() -> None:
+    def explode(execution: ToolExecution) -> Any:
+        raise RuntimeError("policy crashed")
+
+    runtime = traced(json_tool("t"), plugins=[("broken", Pre(explode)), ("outer", Pre())])
+    result = await runtime.execute(make_input("t"))
+    assert result.is_error and result.code == "POLICY_ERROR"
+    assert steps(result) == [("pre", "broken", "error: POLICY_ERROR: policy crashed")]
+
+
+async def test_a_raising_guard_is_attributed_to_the_guard_stage() -> None:
+    def crashing(execution: ToolExecution) -> None:
+        raise RuntimeError("guard crashed")
+
+    runtime = traced(json_tool("t"), plugins=[("p", Pre())])
+    runtime.guard(crashing)
+    result = await runtime.execute(make_input("t"))
+    assert steps(result)[-1] == ("guard", crashing.__qualname__, "error: POLICY_ERROR: guard crashed")
+
+
+async def test_the_trace_is_not_part_of_equality_or_content() -> None:
+    plain = await make_runtime(json_tool("t")).execute(make_input("t", {"a": 1}))
+    traced_result = await traced(json_tool("t")).execute(make_input("t", {"a": 1}))
+    assert traced_result == plain
+    assert traced_result.content == plain.content
+
+
+def test_trace_json_round_trip() -> None:
+    trace = DecisionTrace(
+        [TraceStep(stage="pre", actor="p", outcome="deny: x"), TraceStep(stage="post", actor="q", outcome="pass")]
+    )
+    assert DecisionTrace.from_json(trace.to_json()) == trace
+    assert trace.stage("post") == (TraceStep(stage="post", actor="q", outcome="pass"),)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([{"stage": "later", "actor": "p", "outcome": "pass"}], "$[0].stage"),
+        ([{"stage": "pre", "actor": 3, "outcome": "pass"}], "$[0].actor"),
+        ([{"stage": "pre", "actor": "p"}], "$[0].outcome"),
+        ({"stage": "pre"}, "expected a list"),
+    ],
+)
+def test_malformed_trace_json_is_rejected_with_its_path(data: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("$", r"\$").replace("[", r"\[")):
+        DecisionTrace.from_json(data)
+
+
+def test_a_step_rejects_an_unknown_stage() -> None:
+    with pytest.raises(ValueError, match="stage"):
+        TraceStep(stage="later", actor="p", outcome="pass")  # type: ignore[arg-type]
+
+
+async def test_the_session_recorder_writes_the_trace_into_tool_result(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with SessionLog(path) as log:
+        recorder = SessionRecorder(log)
+        runtime = traced(json_tool("rm"), plugins=[("policy", Pre(lambda e: Deny("no rm"))), ("session", recorder)])
+        request = make_input("rm", call_id="c1")
+        recorder.record_call(request)
+        await runtime.execute(request)
+    result = read_session_log(path).events[1]
+    assert result.type == "tool/result"
+    assert thaw(result.data["trace"]) == [{"stage": "pre", "actor": "policy", "outcome": "deny: no rm"}]
+    assert "no rm" in result.data["content"][0]["text"] and "policy" not in result.data["content"][0]["text"]
+
+
+async def test_an_untraced_result_has_no_trace_key(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with SessionLog(path) as log:
+        recorder = SessionRecorder(log)
+        runtime = make_runtime(json_tool("t"), plugins=[recorder])
+        await runtime.execute(make_input("t", call_id="c1"))
+    assert "trace" not in read_session_log(path).events[0].data
+
+
+# -- dsh-tools explain --------------------------------------------------------------------
+
+EXPLAIN_PLUGIN = """
+from dsh_core import Deny, define_tool, hookimpl
+
+async def _echo(args):
+    return args
+
+class NoRm:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        if execution.name == "rm":
+            return Deny("rm is not allowed here")
+        return await next()
+
+@hookimpl
+def dsh_setup(runtime, config):
+    for name in ("rm", "ls"):
+        runtime.register(define_tool(name=name, description=name, parameters={}, output={"type": "json"}, execute=_echo))
+    runtime.plugins.register(NoRm(), name="no-rm-policy")
+"""
+
+
+@pytest.fixture
+def explain_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    (tmp_path / "dsh_explain_plugin.py").write_text(EXPLAIN_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")
+    yield ["--no-plugins", "--plugin", "explain=dsh_explain_plugin"]
+    sys.modules.pop("dsh_explain_plugin", None)
+
+
+def invoke(args: list[str]) -> Result:
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def call_id_of(log: Path, name: str) -> str:
+    return next(
+        str(e.data["callId"]) for e in read_session_log(log).events if e.type == "tool/call" and e.data["name"] == name
+    )
+
+
+def test_explain_shows_the_recorded_trace_of_a_cli_session(explain_tools: list[str], tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    assert invoke([*explain_tools, "call", "rm", "{}", "--session", str(log)]).exit_code == 1
+    result = invoke(["explain", str(log), call_id_of(log, "rm")])
+    assert result.exit_code == 0, result.output
+    assert "DENIED" in result.stdout
+    assert "no-rm-policy" in result.stdout and "deny: rm is not allowed here" in result.stdout
+    assert "pre" in result.stdout
+
+
+def test_explain_json(explain_tools: list[str], tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    invoke([*explain_tools, "call", "ls", "{}", "--session", str(log)])
+    result = invoke(["explain", str(log), call_id_of(log, "ls"), "--json"])
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["trace"] == [
+        {"stage": "pre", "actor": "no-rm-policy", "outcome": "pass"},
+        {"stage": "execute", "actor": "ls (body)", "outcome": "ok"},
+    ]
+
+
+def test_explain_without_a_trace_exits_1(tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "ls", {})
+        session.append_result("c1", content=[TextBlock("[]")], is_error=False)
+    result = invoke(["explain", str(log), "c1"])
+    assert result.exit_code == 1
+    assert "no decision trace" in result.stderr
+
+
+def test_explain_an_unknown_call_is_a_usage_error(tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "ls", {})
+    result = invoke(["explain", str(log), "nope"])
+    assert result.exit_code == 2
+    assert 'no tool call "nope"' in result.stderr
+
+
+async def test_a_malformed_guard_verdict_is_one_error_step() -> None:
+    def sloppy(execution: ToolExecution) -> Any:
+        return 42
+
+    runtime = traced(json_tool("t"))
+    runtime.guard(sloppy)
+    result = await runtime.execute(make_input("t"))
+    [(stage, actor, outcome)] = steps(result)
+    assert (stage, actor) == ("guard", sloppy.__qualname__)
+    assert outcome.startswith("error: POLICY_ERROR: guard") and "42" in outcome
