@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
 from ._content import ContentBlock, TextBlock, UserMessage
 from ._errors import DshError, ErrorCode
 from ._json import JsonValue
+
+if TYPE_CHECKING:
+    from ._trace import DecisionTrace
 
 __all__ = [
     "ToolErrorInfo",
@@ -48,6 +51,7 @@ class ToolExecutionSuccess:
 
     ``value`` is execution-local (durable logs keep only ``content`` and ``meta``).
     ``meta`` is ``None`` when the tool declared no presentation metadata.
+    ``trace`` is the decision trace when the runtime records them (not part of equality).
     """
 
     value: JsonValue
@@ -55,7 +59,7 @@ class ToolExecutionSuccess:
     meta: JsonValue = None
     additional_contexts: tuple[UserMessage, ...] = ()
     concludes_turn: bool = False
-    trace: tuple[tuple[str, Any], ...] | None = attrs.field(default=None, eq=False, repr=False)
+    trace: DecisionTrace | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def is_error(self) -> Literal[False]:
@@ -74,7 +78,7 @@ class ToolExecutionFailure:
     content: tuple[ContentBlock, ...]
     meta: JsonValue = None
     additional_contexts: tuple[UserMessage, ...] = ()
-    trace: tuple[tuple[str, Any], ...] | None = attrs.field(default=None, eq=False, repr=False)
+    trace: DecisionTrace | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def is_error(self) -> Literal[True]:

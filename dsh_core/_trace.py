@@ -169,7 +169,7 @@ class TraceRecorder:
     def attach(self, result: ToolExecutionResult) -> ToolExecutionResult:
         """``result`` carrying the built trace (``result.trace``)."""
         # ``trace`` is declared for the raw recording in ``_results``; it holds a DecisionTrace.
-        return attrs.evolve(result, trace=cast(Any, self.build()))
+        return attrs.evolve(result, trace=self.build())
 
     def build(self) -> DecisionTrace:
         """Format the recorded outcomes into a :class:`DecisionTrace`."""

@@ -63,6 +63,9 @@ from dsh_core import (
 
 __all__ = ["MAX_DEPTH", "PLUGIN_NAME", "AuditLog", "AuditSettings", "audit_record"]
 
+# Capability manifest (enforced under strict_capabilities): an observer: it registers no tools and decides nothing.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": []}
+
 PLUGIN_NAME: Final = "audit-log"
 
 logger = logging.getLogger("dsh_plugins.audit")

@@ -97,6 +97,9 @@ __all__ = [
     "language_of",
 ]
 
+# Capability manifest (enforced under strict_capabilities): the five file tools; it decides no calls.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": ["read_file", "write_file", "edit_file", "glob", "grep"], "affects": []}
+
 DEFAULT_READ_LIMIT: Final = 2000
 DEFAULT_GLOB_LIMIT: Final = 200
 DEFAULT_GREP_LIMIT: Final = 100

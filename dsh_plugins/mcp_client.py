@@ -147,6 +147,9 @@ __all__ = [
     "downgrade_schema",
 ]
 
+# Capability manifest (enforced under strict_capabilities): tool names come from the configured servers; it decides no calls.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": ["*"], "affects": []}
+
 logger = logging.getLogger("dsh_plugins.mcp_client")
 
 PLUGIN_NAME: Final = "mcp-client"

@@ -78,6 +78,9 @@ __all__ = [
     "resolve_path",
 ]
 
+# Capability manifest (enforced under strict_capabilities): its rules may allow, deny or ask for any tool.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
+
 PLUGIN_NAME: Final = "permissions-policy"
 
 Action: TypeAlias = Literal["allow", "deny", "ask"]

@@ -78,6 +78,9 @@ from .files import Workspace
 
 __all__ = ["ShellError", "ShellSettings", "bash_tool", "group_alive", "stop_group"]
 
+# Capability manifest (enforced under strict_capabilities): the bash tool; it decides no calls.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": ["bash"], "affects": []}
+
 _POLL_S: Final = 0.02
 _DRAIN_S: Final = 0.5
 """After the group is gone, how long to wait for a process outside it (``setsid``) to release the pipe."""

@@ -75,6 +75,9 @@ from dsh_core.code_mode._bridge import CodeDispatchLog
 
 __all__ = ["PLUGIN_NAME", "SpillPolicy", "SpillSettings", "SpillStore", "bounded_replacement"]
 
+# Capability manifest (enforced under strict_capabilities): it may replace the content of any oversized result.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
+
 PLUGIN_NAME: Final = "spill-policy"
 
 logger = logging.getLogger("dsh_plugins.spill")

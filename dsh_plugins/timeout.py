@@ -63,6 +63,9 @@ from dsh_core import (
 
 __all__ = ["MAX_TIMEOUT_MS", "PLUGIN_NAME", "TOOL_TIMEOUT", "TimeoutPolicy", "TimeoutReason", "TimeoutSettings"]
 
+# Capability manifest (enforced under strict_capabilities): it may replace any budgeted call's result with TOOL_TIMEOUT.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
+
 PLUGIN_NAME: Final = "timeout-policy"
 TOOL_TIMEOUT: Final = ErrorCode.TOOL_TIMEOUT.value
 

@@ -301,3 +301,13 @@ def test_check_warns_about_undeclared_plugins_in_strict_mode(cli_plugin: list[st
     result = CliRunner().invoke(cli, [*cli_plugin, "check"], catch_exceptions=False)
     assert "plugin plain declares no DSH_CAPABILITIES" in result.stdout
     assert "plugin policy declares no" not in result.stdout
+
+
+@pytest.mark.parametrize("module", ["timeout", "permissions", "audit", "files", "shell", "spill", "mcp_client"])
+def test_first_party_plugins_declare_a_valid_manifest(module: str) -> None:
+    import importlib
+
+    from dsh_core._capabilities import capabilities_of
+
+    loaded = importlib.import_module(f"dsh_plugins.{module}")
+    assert capabilities_of(loaded) is not None
