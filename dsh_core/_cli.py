@@ -83,6 +83,7 @@ class _Options:
     extra_plugins: tuple[str, ...]
     interactive: bool
     group: str
+    mode: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -156,6 +157,8 @@ def _build_host(
         config = load_config(config_path if config_path is not None else options.config_path)
     except ConfigError as exc:
         raise _UsageProblem("\n  ".join(["invalid configuration:", *exc.violations])) from exc
+    if options.mode is not None:
+        config = attrs.evolve(config, mode=options.mode)
     simulated = runtime_class is not ToolRuntime
     approval = None if simulated else _approval(options.interactive, err)
     try:
@@ -248,6 +251,12 @@ session_option = click.option(
 )
 @click.option("--interactive", is_flag=True, help="Ask on the terminal when a policy says Ask (default: deny).")
 @click.option("--group", default="dsh", hidden=True, help="Entry-point group to load plugins from.")
+@click.option(
+    "--mode",
+    type=click.Choice(["native", "code", "both"]),
+    default=None,
+    help="Presentation mode, overriding the configuration (code/both enable run_code).",
+)
 @click.version_option(package_name="dsh-tools", prog_name="dsh-tools")
 @click.pass_context
 def cli(
@@ -257,6 +266,7 @@ def cli(
     extra_plugins: tuple[str, ...],
     interactive: bool,
     group: str,
+    mode: str | None,
 ) -> None:
     """Inspect, call and check the tools of a dsh-tools host."""
     ctx.obj = _Options(
@@ -265,6 +275,7 @@ def cli(
         extra_plugins=extra_plugins,
         interactive=interactive,
         group=group,
+        mode=mode,
     )
 
 

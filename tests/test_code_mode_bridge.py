@@ -534,3 +534,76 @@ def _children_of(pid: int) -> list[int]:
             except OSError:
                 continue
     return children
+
+
+async def test_end_to_end_denied_tool_reaches_the_program_as_tool_call_error() -> None:
+    class DenyAdd:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            return Deny("adding is forbidden today") if execution.name == "add" else await next()
+
+    runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=10))
+    runtime.register(add_tool())
+    runtime.plugins.register(DenyAdd())
+    program = (
+        "try:\n"
+        "    await tools.add({'a': 1, 'b': 2})\n"
+        "except ToolCallError as exc:\n"
+        "    return [exc.tool_name, str(exc)]\n"
+    )
+    result = await runtime.execute(make_input("run_code", {"code": program, "description": "Try to add"}))
+    assert isinstance(result, ToolExecutionSuccess), result
+    name, message = result.value["result"]  # type: ignore[index, misc]
+    assert name == "add" and "adding is forbidden today" in message
+
+
+async def test_end_to_end_exclusive_call_waits_for_parallel_ones() -> None:
+    order: list[str] = []
+
+    async def read(args: Any) -> str:
+        order.append(f"start {args['id']}")
+        await trio.sleep(0.2)
+        order.append(f"end {args['id']}")
+        return args["id"]
+
+    async def write(args: Any) -> str:
+        order.append("write")
+        return "w"
+
+    runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=10))
+    runtime.register(json_tool("read", read, output={"type": "string"}, is_concurrency_safe=lambda a: True))
+    runtime.register(json_tool("write", write, output={"type": "string"}))
+    program = (
+        "import asyncio\n"
+        "await asyncio.gather(tools.read({'id': 'r1'}), tools.read({'id': 'r2'}), tools.write({}))\n"
+    )
+    result = await runtime.execute(make_input("run_code", {"code": program, "description": "Read then write"}))
+    assert not result.is_error, result
+    assert order.index("write") > max(order.index("end r1"), order.index("end r2"))
+    assert order.index("start r2") < order.index("end r1")  # the two reads overlapped
+
+
+async def test_end_to_end_huge_output_hits_the_output_limit_quickly() -> None:
+    runtime = ToolRuntime(
+        mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=20, max_output_bytes=1024 * 1024)
+    )
+    program = "chunk = 'x' * 1_000_000\nfor _ in range(100):\n    print(chunk)\n"
+    start = trio.current_time()
+    result = await runtime.execute(make_input("run_code", {"code": program, "description": "Print 100 MB"}))
+    assert code(result) == "CODE_RUN_FAILED"
+    assert "(output-limit)" in result.error.message  # type: ignore[union-attr]
+    assert trio.current_time() - start < 15
+
+
+def test_cli_call_run_code_in_both_mode() -> None:
+    import subprocess
+    import sys
+
+    program = "r = await tools.calc({'op': 'add', 'a': 2, 'b': 3})\nprint('calc says', r)\nreturn r"
+    completed = subprocess.run(
+        [sys.executable, "-m", "dsh_core._cli", "--mode", "both", "call", "run_code",
+         __import__("json").dumps({"code": program, "description": "Add two numbers"})],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == ["calc says 5", "5"]
