@@ -773,8 +773,7 @@ def test_iterative_cache_key_text_matches_json_dumps(value: object) -> None:
 
 def test_deep_schema_cache_key_falls_back_to_the_iterative_encoder() -> None:
     schema = nest(3000, "items", {"type": "string", "const": "deep-key"})
-    with pytest.raises(RecursionError):
-        json.dumps(schema)
+    # json.dumps raises RecursionError here on 3.11/3.12 (3.13 copes): the cache key must not care.
     validator = compile_validator(schema)
     assert compile_validator(nest(3000, "items", {"type": "string", "const": "deep-key"})) is validator
     assert compile_validator(nest(3000, "items", {"type": "string", "const": "deep-key-2"})) is not validator
