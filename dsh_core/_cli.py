@@ -158,7 +158,7 @@ def _build_host(
     except ConfigError as exc:
         raise _UsageProblem("\n  ".join(["invalid configuration:", *exc.violations])) from exc
     if options.mode is not None:
-        config = attrs.evolve(config, mode=options.mode)
+        config = attrs.evolve(config, mode=options.mode)  # type: ignore[arg-type]  # click.Choice checked it
     simulated = runtime_class is not ToolRuntime
     approval = None if simulated else _approval(options.interactive, err)
     try:

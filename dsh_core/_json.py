@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn, TypeAlias, Union
 
@@ -133,6 +135,19 @@ class FrozenDict(dict[str, "JsonValue"]):
 _EMPTY = FrozenDict._trusted({})
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = 80
+_REPR.maxother = 80
+
+
+def safe_repr(value: object) -> str:
+    """A bounded repr that survives hostile ``__repr__`` methods and values nested arbitrarily deep."""
+    try:
+        return _REPR.repr(value)
+    except Exception:
+        return f"<{_describe(value)}>"
+
+
 def _reject(message: str, keys: list[str | int]) -> NonJsonValueError:
     path = json_path(keys)
     return NonJsonValueError(f"{path}: {message}", path=path)
@@ -143,10 +158,23 @@ def _describe(value: object) -> str:
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
+# Python refuses to print (and so to serialise) ints with more digits than this,
+# so a larger int could never leave the process as JSON: it is not lossless.
+_MAX_JSON_INT = 10 ** (sys.get_int_max_str_digits() or 4300) - 1 if hasattr(sys, "get_int_max_str_digits") else None
+
+
+def _int_problem(value: int) -> str | None:
+    if _MAX_JSON_INT is not None and (value > _MAX_JSON_INT or value < -_MAX_JSON_INT):
+        return f"an int of {value.bit_length()} bits has more digits than JSON text can carry here"
+    return None
+
+
 def _scalar_problem(value: object) -> str | None:
     """Why a non-container value is not lossless JSON, or None when it is."""
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is int:
+        return _int_problem(value)  # type: ignore[arg-type]
+    if kind is str or kind is bool or value is None:
         return None
     if kind is float:
         if math.isnan(value) or math.isinf(value):  # type: ignore[arg-type]
@@ -179,9 +207,9 @@ def snapshot_json(value: object) -> JsonValue:
     a snapshot and is returned as is.
     """
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None or kind is FrozenDict:
+    if kind is str or kind is bool or value is None or kind is FrozenDict:
         return value  # type: ignore[return-value]
-    if kind is float:
+    if kind is int or kind is float:
         problem = _scalar_problem(value)
         if problem is not None:
             raise _reject(problem, [])
@@ -218,13 +246,13 @@ def _snapshot_container(root: object) -> JsonValue:
             if is_dict:
                 key, item = entry
                 if type(key) is not str:
-                    raise _reject(f"object key {key!r} is not a str", keys)
+                    raise _reject(f"object key {safe_repr(key)} is not a str", keys)
                 keys.append(key)
             else:
                 key, item = entry
                 keys.append(key)
             item_kind = type(item)
-            if item_kind is str or item_kind is int or item_kind is bool or item is None or item_kind is FrozenDict:
+            if item_kind is str or item_kind is bool or item is None or item_kind is FrozenDict:
                 snap: Any = item
             elif item_kind is dict or item_kind is list or item_kind is tuple:
                 ident = id(item)

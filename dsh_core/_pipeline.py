@@ -41,7 +41,7 @@ from ._execution import (
     ToolExecutionToken,
     ToolRunContext,
 )
-from ._json import JsonValue, snapshot_json
+from ._json import JsonValue, safe_repr, snapshot_json
 from ._registry import RUN_CODE_NAME
 from ._results import (
     ToolExecutionFailure,
@@ -100,22 +100,27 @@ class _CallState:
         self.trace: TraceRecorder | None = None
 
 
+def _kind(outcome: object) -> str:
+    """Describe a wrong return value; bounded, so a hostile or very deep value cannot break it."""
+    return safe_repr(outcome)
+
+
 def _check_pre(outcome: object) -> str | None:
     if isinstance(outcome, PRE_DECISION_TYPES):
         return None
-    return f"dsh_pre_execute must return Allow(), Deny(reason) or Ask(), got {outcome!r}"
+    return f"dsh_pre_execute must return Allow(), Deny(reason) or Ask(), got {_kind(outcome)}"
 
 
 def _check_post(outcome: object) -> str | None:
     if isinstance(outcome, POST_DECISION_TYPES):
         return None
-    return f"dsh_post_execute must return Accept(...) or Block(...), got {outcome!r}"
+    return f"dsh_post_execute must return Accept(...) or Block(...), got {_kind(outcome)}"
 
 
 def _check_result(outcome: object) -> str | None:
     if isinstance(outcome, (ToolExecutionSuccess, ToolExecutionFailure)):
         return None
-    return f"dsh_execute must return a ToolExecutionResult, got {outcome!r}"
+    return f"dsh_execute must return a ToolExecutionResult, got {_kind(outcome)}"
 
 
 _ALLOW = Allow()
@@ -692,7 +697,18 @@ async def _notify(observers: tuple[Listener, ...], execution: ToolExecution, res
         try:
             outcome = listener.call((execution, result))
             if outcome is not None and (type(outcome) is types.CoroutineType or inspect.isawaitable(outcome)):
-                await outcome
+                # An async observer must not hold the result back once the caller gave up.
+                with trio.CancelScope() as scope:
+                    unlink = execution.signal.link(scope)
+                    try:
+                        await outcome
+                    finally:
+                        unlink()
+                if scope.cancelled_caught:
+                    logger.warning(
+                        'tool "%s" (%s): dsh_result observer %s was cancelled with the call',
+                        execution.name, execution.call_id, listener.plugin_name,
+                    )  # fmt: skip
         except BaseException as exc:
             if is_fatal(exc):
                 raise

@@ -17,6 +17,7 @@ import attrs
 
 from ._execution import EXCLUSIVE, Exclusive, Parallel, ToolExecutionInput
 from ._registry import RUN_CODE_NAME
+from ._waterfall import is_fatal
 
 if TYPE_CHECKING:
     from ._runtime import ToolRuntime
@@ -43,10 +44,10 @@ class ResourceClaim:
 def _keys(value: object) -> frozenset[str] | None:
     if isinstance(value, str | bytes) or not isinstance(value, list | tuple | set | frozenset):
         return None
-    keys = frozenset(value)
-    if any(type(key) is not str or not key for key in keys):
-        return None
-    return keys
+    items = tuple(value)
+    if any(type(key) is not str or not key for key in items):
+        return None  # checked before hashing: an unhashable entry is malformed, not a crash
+    return frozenset(items)
 
 
 def parse_claim(declared: object) -> ResourceClaim | None:
@@ -78,7 +79,9 @@ def classify_call(runtime: ToolRuntime, request: ToolExecutionInput) -> Resource
         return EXCLUSIVE
     try:
         declared = tool.resource_keys(request.arguments)
-    except Exception:
+    except BaseException as exc:
+        if is_fatal(exc):
+            raise
         return EXCLUSIVE
     if declared is None:
         return runtime.execution_mode(request)

@@ -23,6 +23,7 @@ from ._execution import (
 from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, Registry, ToolGuard, ToolRestriction
 from ._results import ToolExecutionResult
 from ._schema._validate import compile_validator
+from ._waterfall import is_fatal
 
 __all__ = ["ApprovalService", "ModelTools", "ScopedToolRuntime", "ToolRuntime"]
 
@@ -208,7 +209,9 @@ class ToolRuntime:
             return EXCLUSIVE
         try:
             verdict = tool.is_concurrency_safe(request.arguments)
-        except Exception:
+        except BaseException as exc:
+            if is_fatal(exc):
+                raise
             return EXCLUSIVE
         return PARALLEL if verdict is True else EXCLUSIVE
 
