@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from dsh_core._json import safe_repr
 import trio
 import trio.testing
 from conftest_reliability import *  # noqa: F403 - fixtures and FIGURES
@@ -55,6 +53,7 @@ from dsh_core import (
     json_equal,
     run_tool_calls,
 )
+from dsh_core._json import safe_repr
 from dsh_core.presentation import GenericCallView, TerminalCallView
 from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
 
