@@ -134,6 +134,13 @@ async def _run_group(
             await _pipeline.dispatch(runtime, call)
         finally:
             limiter.release_on_behalf_of(slot)
+            if after:
+                # A call cancelled while it waited settles early; report it settled only
+                # once what it waited for has, so "after me" stays transitive for later
+                # conflicting calls. Those are earlier calls, always drained: no deadlock.
+                with trio.CancelScope(shield=True):
+                    for event in after:
+                        await event.wait()
             settled.set()
 
     async def commit() -> None:
@@ -156,10 +163,12 @@ async def _run_group(
                 await limiter.acquire_on_behalf_of(slot)
                 call = await _pipeline.prepare(runtime, request)
                 settled = trio.Event()
-                after = keys.claim(kind, settled) if isinstance(kind, ResourceClaim) else []
                 if call.step == "dispatch":
+                    after = keys.claim(kind, settled) if isinstance(kind, ResourceClaim) else []
                     nursery.start_soon(dispatch, call, settled, slot, after)
                 else:
+                    # Decided before dispatch (denied, aborted...): it touches no resource,
+                    # so it claims no key and later calls keep waiting on the real holders.
                     limiter.release_on_behalf_of(slot)
                     settled.set()
                 await send.send((index, call, settled))

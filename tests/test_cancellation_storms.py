@@ -395,12 +395,10 @@ async def test_storm_of_10000_calls(autojump_clock: trio.testing.MockClock, seed
 R11 = "R11: a keyed call aborted while waiting settles at once, so a later conflicting call skips the wait"
 
 
-@pytest.mark.xfail(reason=R11, strict=True)
 async def test_storm_keeps_conflicting_keyed_calls_in_model_order(autojump_clock: trio.testing.MockClock) -> None:
     await storm(3, turns=5, keyed_order=True)
 
 
-@pytest.mark.xfail(reason=R11, strict=True)
 async def test_writer_waits_for_a_reader_even_when_the_writer_between_them_was_aborted(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
