@@ -573,9 +573,14 @@ async def test_end_to_end_exclusive_call_waits_for_parallel_ones() -> None:
     runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=10))
     runtime.register(json_tool("read", read, output={"type": "string"}, is_concurrency_safe=lambda a: True))
     runtime.register(json_tool("write", write, output={"type": "string"}))
+    # The reads are submitted first (the short sleep lets both frames go out), then
+    # the write: the exclusive write must wait for both reads to finish.
     program = (
         "import asyncio\n"
-        "await asyncio.gather(tools.read({'id': 'r1'}), tools.read({'id': 'r2'}), tools.write({}))\n"
+        "reads = [asyncio.ensure_future(tools.read({'id': i})) for i in ('r1', 'r2')]\n"
+        "await asyncio.sleep(0.05)\n"
+        "await tools.write({})\n"
+        "await asyncio.gather(*reads)\n"
     )
     result = await runtime.execute(make_input("run_code", {"code": program, "description": "Read then write"}))
     assert not result.is_error, result
