@@ -1,4 +1,4 @@
-"""Routine tasks: ``nox -s tests`` (3.11-3.13), ``lint``, ``typecheck``, ``bench``, ``examples``, ``fuzz``."""
+"""Routine tasks: ``nox -s tests`` (3.11-3.13), ``lint``, ``typecheck``, ``bench``, ``slow``, ``fuzz``."""
 
 from __future__ import annotations
 
@@ -63,3 +63,10 @@ def slow(session: nox.Session) -> None:
     """The long reliability suites (cancellation storms, large corpora)."""
     session.install("-e", ".[test]")
     session.run("pytest", "-q", "-m", "slow", *session.posargs)
+
+
+@nox.session(python="3.11")
+def fuzz(session: nox.Session) -> None:
+    """A longer hypothesis fuzz session (``-- --seconds 600 --seed 1 --rounds 3`` to go further)."""
+    session.install("-e", ".[test]")
+    session.run("python", "tests/fuzz/run.py", *(session.posargs or ["--seconds", "60"]))

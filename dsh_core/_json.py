@@ -160,11 +160,17 @@ def _describe(value: object) -> str:
 
 # Python refuses to print (and so to serialise) ints with more digits than this,
 # so a larger int could never leave the process as JSON: it is not lossless.
-_MAX_JSON_INT = 10 ** (sys.get_int_max_str_digits() or 4300) - 1 if hasattr(sys, "get_int_max_str_digits") else None
+# (0 means the interpreter was configured without a limit.)
+_MAX_DIGITS = sys.get_int_max_str_digits()
+_MAX_JSON_INT = 10**_MAX_DIGITS - 1 if _MAX_DIGITS else None
+
+
+def _int_fits(value: int) -> bool:
+    return _MAX_JSON_INT is None or -_MAX_JSON_INT <= value <= _MAX_JSON_INT
 
 
 def _int_problem(value: int) -> str | None:
-    if _MAX_JSON_INT is not None and (value > _MAX_JSON_INT or value < -_MAX_JSON_INT):
+    if not _int_fits(value):
         return f"an int of {value.bit_length()} bits has more digits than JSON text can carry here"
     return None
 
@@ -221,8 +227,12 @@ def snapshot_json(value: object) -> JsonValue:
             item_kind = type(item)
             if type(key) is not str:
                 break
-            if (item_kind is str or item_kind is int or item_kind is bool or item is None) or (
-                item_kind is float and _scalar_problem(item) is None
+            if (
+                item_kind is str
+                or item_kind is bool
+                or item is None
+                or (item_kind is int and _int_fits(item))
+                or (item_kind is float and _scalar_problem(item) is None)
             ):
                 flat[key] = item
             else:

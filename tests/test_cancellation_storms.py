@@ -272,7 +272,7 @@ async def run_turn(storm: Storm, turn: Turn) -> list[ToolExecutionResult] | None
 def check_turn(
     storm: Storm, turn: Turn, results: list[ToolExecutionResult] | None, *, keyed_order: bool = True
 ) -> None:
-    """The oracle (see the module docstring); ``keyed_order=False`` skips the keyed-order check (R11)."""
+    """The oracle (see the module docstring); ``keyed_order=False`` skips the keyed-order check."""
     ids = [request.call_id for request in turn.inputs]
     seen = [storm.observed[call_id] for call_id in ids]
     problems: list[str] = []
@@ -362,7 +362,7 @@ def _conflict(a: Observed, b: Observed) -> bool:
     return bool(a.write & b.write or a.write & b.read or a.read & b.write)
 
 
-async def storm(seed: int, turns: int, *, outer_every: int = 0, keyed_order: bool = False) -> None:
+async def storm(seed: int, turns: int, *, outer_every: int = 0, keyed_order: bool = True) -> None:
     rng = random.Random(seed)
     state = Storm()
     for number in range(turns):
@@ -370,10 +370,6 @@ async def storm(seed: int, turns: int, *, outer_every: int = 0, keyed_order: boo
         turn = build_turn(state, rng, number, outer=outer)
         results = await run_turn(state, turn)
         check_turn(state, turn, results, keyed_order=keyed_order)
-
-
-# The keyed-order check is off in the big storms until R11 is fixed (it fails about one
-# turn in twenty); test_storm_keeps_conflicting_keyed_calls_in_model_order pins it.
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -390,9 +386,6 @@ async def test_storm_with_the_callers_own_scope_cancelled(autojump_clock: trio.t
 @pytest.mark.parametrize("seed", range(100, 110))
 async def test_storm_of_10000_calls(autojump_clock: trio.testing.MockClock, seed: int) -> None:
     await storm(seed, turns=20, outer_every=5)
-
-
-R11 = "R11: a keyed call aborted while waiting settles at once, so a later conflicting call skips the wait"
 
 
 async def test_storm_keeps_conflicting_keyed_calls_in_model_order(autojump_clock: trio.testing.MockClock) -> None:

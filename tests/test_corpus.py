@@ -209,21 +209,21 @@ def test_huge_int_const_is_a_schema_error() -> None:
         )
 
 
-@pytest.mark.xfail(reason="R5: a registered huge-int annotation makes execute() and schemas() raise", strict=True)
 async def test_huge_int_annotation_never_breaks_the_runtime() -> None:
     FIGURES.corpus_cases += 1
     rt = build_runtime()
-    definition = ToolDefinition(
-        name="huge",
-        description="",
-        parameters={"type": "object", "properties": {"n": {"type": "integer", "default": HUGE_INT}}},
-        output=ToolOutput(schema={}),
-        execute=_body,
-    )
     try:
-        rt.register(definition)
+        rt.register(
+            ToolDefinition(
+                name="huge",
+                description="",
+                parameters={"type": "object", "properties": {"n": {"type": "integer", "default": HUGE_INT}}},
+                output=ToolOutput(schema={}),
+                execute=_body,
+            )
+        )
     except (JsonSchemaError, NonJsonValueError):
-        pass  # refusing the registration is a fine outcome too
+        pass  # refusing the definition (or its registration) is the right outcome
     else:
         result = await rt.execute(make_input("huge", {}))
         assert result is not None

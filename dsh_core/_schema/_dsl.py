@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from .._errors import JsonSchemaError, NonJsonValueError, SchemaSpecError
-from .._json import FrozenDict, snapshot_json, thaw
+from .._json import FrozenDict, safe_repr, snapshot_json, thaw
 from ._subset import assert_supported_json_schema, same_scalar, scalar_matches
 
 __all__ = ["parameter_schema_to_json_schema", "value_schema_to_json_schema"]
@@ -294,7 +294,7 @@ def _record_problem(value: object) -> str | None:
     assert isinstance(value, dict)
     for key in value:
         if type(key) is not str:
-            return f" (key {key!r} is not a str)"
+            return f" (key {safe_repr(key)} is not a str)"
     return None
 
 
