@@ -34,6 +34,12 @@ waterfalls and are refused.
 **Scoping**: a plugin object with a ``dsh_scope`` attribute (an ``Agent`` or
 other scope key) only sees calls whose agent is that scope or a descendant.
 
+**Capabilities**: a plugin module may declare ``DSH_CAPABILITIES = {"tools":
+[...], "affects": [...]}`` (globs). With ``strict_capabilities = true`` the host
+refuses registrations outside ``tools`` and turns any decision a listener or
+guard makes on a tool outside ``affects`` into a ``POLICY_ERROR`` naming the
+plugin (see ``dsh_core._capabilities``).
+
 Listeners are same-process trusted code, but their failures are contained:
 only ``trio.Cancelled``, ``KeyboardInterrupt`` and ``SystemExit`` escape.
 """
