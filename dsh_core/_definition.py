@@ -72,7 +72,7 @@ def _schema_mapping(value: object) -> FrozenDict:
     return frozen
 
 
-@attrs.frozen(slots=True, kw_only=True)
+@attrs.frozen(slots=True)
 class ToolSchema:
     """The model-facing projection of a tool: all a model request ever carries.
 
@@ -91,7 +91,7 @@ class ToolSchema:
         return {"name": self.name, "description": self.description, "parameters": thaw(self.parameters)}
 
 
-@attrs.frozen(slots=True, kw_only=True)
+@attrs.frozen(slots=True)
 class ToolOutput:
     """A tool's canonical output contract.
 
@@ -124,7 +124,7 @@ def _output(instance: object, attribute: attrs.Attribute[Any], value: object) ->
         )
 
 
-@attrs.frozen(slots=True, kw_only=True, eq=False)
+@attrs.frozen(slots=True, eq=False)
 class ToolDefinition:
     """A registered tool: its model-facing schema, output contract, body and host-only metadata.
 

@@ -75,7 +75,7 @@ def scope_chain(scope: ScopeKey | None) -> tuple[Hashable, ...]:
     return tuple(chain)
 
 
-@attrs.frozen(slots=True, kw_only=True)
+@attrs.frozen(slots=True)
 class ToolExecutionInput:
     """One tool call as the caller (agent loop, CLI, Code Mode bridge) describes it.
 

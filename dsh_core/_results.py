@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 
-@attrs.frozen(slots=True, kw_only=True)
+@attrs.frozen(slots=True)
 class ToolErrorInfo:
     """Machine-readable identity of a failure: the error class name and its stable code.
 
@@ -37,7 +37,7 @@ class ToolErrorInfo:
     plugin: str | None = None
 
 
-@attrs.frozen(slots=True, kw_only=True)
+@attrs.frozen(slots=True)
 class ToolFailure:
     """Why a call failed: the message (without the ``Error: `` prefix) and its info."""
 
@@ -45,7 +45,7 @@ class ToolFailure:
     info: ToolErrorInfo | None = None
 
 
-@attrs.frozen(slots=True, kw_only=True)
+@attrs.frozen(slots=True)
 class ToolExecutionSuccess:
     """A successful call: the canonical ``value`` plus its model-facing ``content``.
 
@@ -70,7 +70,7 @@ class ToolExecutionSuccess:
         return None
 
 
-@attrs.frozen(slots=True, kw_only=True)
+@attrs.frozen(slots=True)
 class ToolExecutionFailure:
     """A failed call; it never carries a value and never concludes the turn."""
 
