@@ -33,7 +33,7 @@ import trio
 from ._content import UserMessage, as_content, text_of
 from ._decisions import POST_DECISION_TYPES, PRE_DECISION_TYPES, UNSET, Accept, Allow, Ask, Block, Deny
 from ._definition import ToolDefinition
-from ._errors import ErrorCode, NonJsonValueError, ToolArgsError, ToolNotFoundError, ToolOutputError
+from ._errors import ErrorCode, NonJsonValueError, PolicyError, ToolArgsError, ToolNotFoundError, ToolOutputError
 from ._execution import (
     ToolDispatchExecution,
     ToolExecution,
@@ -452,9 +452,9 @@ async def _resolve_ask(runtime: ToolRuntime, execution: ToolExecution, ask: Ask)
 
 
 def _approval_error(answer: object) -> Exception:
-    from ._errors import PolicyError
-
-    return PolicyError(f"approval service returned {answer!r}; expected one of {', '.join(APPROVAL_OUTCOMES)}")
+    return PolicyError(
+        f"approval service returned {safe_repr(answer)}; expected one of {', '.join(APPROVAL_OUTCOMES)}"
+    )
 
 
 async def _dispatch(

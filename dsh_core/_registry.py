@@ -11,7 +11,7 @@ lookups on the hot path are a dict access.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -19,9 +19,6 @@ from ._definition import ToolDefinition, ToolSchema
 from ._errors import JsonSchemaError, RegistrationError
 from ._execution import ScopeKey, ToolExecution, scope_chain
 from ._schema._subset import assert_object_json_schema, assert_supported_json_schema
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["RUN_CODE_NAME", "Disposer", "PresentationMode", "ToolGuard", "ToolRestriction"]
 
@@ -285,7 +282,7 @@ class Registry:
 
         def restore() -> None:
             current = self._layer(scope, create=False)
-            if current is not None and current.mode is mode:
+            if current is not None and current.mode == mode:
                 current.mode = None
                 self._reclaim(scope)
                 self._changed()
