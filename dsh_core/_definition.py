@@ -9,17 +9,18 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
-from ._content import ContentBlock, TextBlock
+from ._content import ContentBlock, TextBlock, text_block
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json
 from ._schema._attrs_params import schema_from_attrs_class, structure_args
 from ._schema._dsl import parameter_schema_to_json_schema, value_schema_to_json_schema
-from ._schema._validate import compile_validator
+from ._schema._validate import CompiledValidator, compile_validator
+from ._suspension import can_suspend
 
 if TYPE_CHECKING:
     from ._execution import ToolExecution, ToolRunContext
     from ._results import ToolExecutionResult
 
-__all__ = ["ToolDefinition", "ToolOutput", "ToolSchema", "default_render", "define_tool"]
+__all__ = ["ToolContract", "ToolDefinition", "ToolOutput", "ToolSchema", "contract_of", "default_render", "define_tool"]
 
 Render: TypeAlias = Callable[[Any, JsonValue], Sequence[ContentBlock]]
 PresentationMeta: TypeAlias = Callable[[Any, JsonValue], JsonValue]
@@ -32,6 +33,11 @@ _SCALAR_TEXT = {True: "true", False: "false", None: "null"}
 
 def default_render(args: object, value: JsonValue) -> list[ContentBlock]:
     """One text block: a string value as is, anything else as compact JSON."""
+    return [default_block(value)]
+
+
+def default_block(value: JsonValue) -> TextBlock:
+    """The one block :func:`default_render` makes (the pipeline calls this directly)."""
     kind = type(value)
     if kind is str:
         text = value
@@ -41,7 +47,7 @@ def default_render(args: object, value: JsonValue) -> list[ContentBlock]:
         text = _SCALAR_TEXT[value]  # type: ignore[index]
     else:
         text = json_text(value)
-    return [TextBlock(text)]  # type: ignore[arg-type]
+    return text_block(text)  # type: ignore[arg-type]
 
 
 def _callable_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -142,10 +148,11 @@ class ToolDefinition:
     - ``present_call`` / ``present_result`` build UI cards; they must be pure.
     - ``resource_keys(args)`` may return ``{"read": [...], "write": [...]}`` for
       finer-grained scheduling in ``run_tool_calls``.
-    - ``inline`` declares that ``execute`` never suspends (``define_tool`` sets it
-      for a plain ``def`` body). A call of an inline tool with no listeners on
-      the waterfalls can then run without a per-call trio cancel scope: nothing
-      in it can be interrupted anyway.
+    - ``inline`` declares that ``execute`` never suspends. ``define_tool`` sets
+      it for a plain ``def`` body and for an ``async def`` one that awaits
+      nothing; for a raw definition the runtime also reads ``execute`` itself
+      (see :func:`contract_of`). A call in which nothing can suspend runs
+      without a per-call trio cancel scope: nothing in it could be interrupted.
     """
 
     name: str = attrs.field(validator=_name)
@@ -161,11 +168,67 @@ class ToolDefinition:
     resource_keys: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
     inline: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     schema: ToolSchema = attrs.field(init=False)
+    # The compiled checks, built on the first call (compiling costs ~1 ms per schema,
+    # so registering many tools stays cheap); see contract_of.
+    _contract: ToolContract | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(
             self, "schema", ToolSchema(name=self.name, description=self.description, parameters=self.parameters)
         )
+
+
+class ToolContract:
+    """What the pipeline checks a definition's calls against, compiled once per definition.
+
+    ``args``/``output`` are the full validators (every violation, with paths);
+    ``args_fast``/``output_fast`` are their compiled fastjsonschema functions
+    (``None`` when a schema is beyond fastjsonschema), valid only for values
+    that are already lossless snapshots, which is all the pipeline passes them.
+    ``body_suspends`` says whether ``execute`` can give control back to trio.
+    """
+
+    __slots__ = ("args", "args_fast", "body_suspends", "output", "output_fast")
+
+    def __init__(self, definition: ToolDefinition) -> None:
+        self.args: CompiledValidator = compile_validator(definition.parameters)
+        self.output: CompiledValidator = compile_validator(definition.output.schema)
+        self.args_fast = self.args.fast_function
+        self.output_fast = self.output.fast_function
+        self.body_suspends = not definition.inline and can_suspend(definition.execute)
+
+    def argument_violations(self, arguments: JsonValue) -> tuple[str, ...]:
+        """Every violation of the parameter schema by the (snapshotted) ``arguments``; paths start at the root."""
+        fast = self.args_fast
+        if fast is not None:
+            try:
+                fast(arguments)
+            except Exception:
+                pass
+            else:
+                return ()
+        return self.args(arguments, "")
+
+    def output_violations(self, value: JsonValue) -> tuple[str, ...]:
+        """Every violation of the output schema by the (snapshotted) ``value``."""
+        fast = self.output_fast
+        if fast is not None:
+            try:
+                fast(value)
+            except Exception:
+                pass
+            else:
+                return ()
+        return self.output(value)
+
+
+def contract_of(definition: ToolDefinition) -> ToolContract:
+    """The compiled contract of ``definition`` (built on first use, then kept on it)."""
+    contract = definition._contract
+    if contract is None:
+        contract = ToolContract(definition)
+        object.__setattr__(definition, "_contract", contract)
+    return contract
 
 
 def _is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -248,9 +311,12 @@ def define_tool(
         return structure_args(params_class, args) if params_class is not None else args
 
     body_takes_run = _arity(execute) >= 2
-    inline = not _is_async_callable(execute)
+    body_is_async = _is_async_callable(execute)
+    # An async body that awaits nothing cannot suspend either: awaiting it inline is safe.
+    inline = not body_is_async or not can_suspend(execute)
 
-    if inline:
+    run_body: Execute
+    if not body_is_async:
 
         async def run_body(args: Any, run: ToolRunContext) -> object:
             typed_args = typed(args)
@@ -264,6 +330,14 @@ def define_tool(
                     f'tool "{name}": a plain def execute returned an awaitable; declare it async def'
                 )
             return value
+
+    elif params_class is None and body_takes_run:
+        # Already the definition's (args, run) signature: no adapter frame per call.
+        run_body = execute
+    elif params_class is None:
+
+        async def run_body(args: Any, run: ToolRunContext) -> object:
+            return await execute(args)
 
     else:
 
@@ -291,7 +365,10 @@ def define_tool(
         user_meta = raw_output.presentation_meta
         raw_output = ToolOutput(
             schema=raw_output.schema,
-            render=lambda args, value: user_render(typed(args), value),
+            # The default renderer ignores the arguments: do not structure them for it.
+            render=user_render
+            if user_render is default_render
+            else lambda args, value: user_render(typed(args), value),
             presentation_meta=(lambda args, value: user_meta(typed(args), value)) if user_meta else None,
         )
 

@@ -29,6 +29,7 @@ __all__ = [
     "ToolExecutionMode",
     "ToolExecutionToken",
     "ToolRunContext",
+    "new_execution",
     "scope_chain",
 ]
 
@@ -94,7 +95,9 @@ class ToolExecutionInput:
     parent: ToolExecutionToken | None = None
 
 
-@attrs.frozen(slots=True, kw_only=True, eq=False)
+# Not slotted: one is built per call, and a frozen attrs class writes its
+# instance dict directly, about twice as fast as its slotted form.
+@attrs.frozen(slots=False, kw_only=True, eq=False)
 class ToolExecution:
     """The pipeline-owned, immutable identity of one call, shared by every stage.
 
@@ -110,6 +113,37 @@ class ToolExecution:
     token: ToolExecutionToken
     agent: ScopeKey | None = None
     parent: ToolExecutionToken | None = None
+
+
+_new_object = object.__new__
+
+
+def new_execution(
+    call_id: str,
+    root_call_id: str,
+    name: str,
+    arguments: JsonValue,
+    signal: CancelSignal,
+    token: ToolExecutionToken,
+    agent: ScopeKey | None,
+    parent: ToolExecutionToken | None,
+) -> ToolExecution:
+    """The pipeline's :class:`ToolExecution` constructor, positional (keyword parsing costs ~0.4 µs a call).
+
+    The class has no validators or converters, so writing the instance dict
+    directly builds exactly what ``ToolExecution(...)`` builds.
+    """
+    execution: ToolExecution = _new_object(ToolExecution)
+    fields = execution.__dict__
+    fields["call_id"] = call_id
+    fields["root_call_id"] = root_call_id
+    fields["name"] = name
+    fields["arguments"] = arguments
+    fields["signal"] = signal
+    fields["token"] = token
+    fields["agent"] = agent
+    fields["parent"] = parent
+    return execution
 
 
 class _ExecutionView:
@@ -151,9 +185,6 @@ class _ExecutionView:
     @property
     def token(self) -> ToolExecutionToken:
         return self._execution.token
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__}.{name} is read-only")
 
 
 class ToolDispatchExecution(_ExecutionView):
@@ -208,10 +239,11 @@ class ToolRunContext(_ExecutionView):
     _concluded: bool
 
     def __init__(self, execution: ToolExecution, signal: CancelSignal, deferred: list[UserMessage]) -> None:
-        object.__setattr__(self, "_execution", execution)
-        object.__setattr__(self, "_signal", signal)
-        object.__setattr__(self, "_deferred", deferred)
-        object.__setattr__(self, "_concluded", False)
+        # Public fields are read-only properties; only these private slots are ever written.
+        self._execution = execution
+        self._signal = signal
+        self._deferred = deferred
+        self._concluded = False
 
     @property
     def signal(self) -> CancelSignal:
@@ -225,7 +257,7 @@ class ToolRunContext(_ExecutionView):
 
     def conclude_turn(self) -> None:
         """Mark a successful result as the last one of the agent's turn."""
-        object.__setattr__(self, "_concluded", True)
+        self._concluded = True
 
     @property
     def concluded(self) -> bool:

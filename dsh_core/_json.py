@@ -215,33 +215,47 @@ def snapshot_json(value: object) -> JsonValue:
     kind = type(value)
     if kind is str or kind is bool or value is None or kind is FrozenDict:
         return value  # type: ignore[return-value]
+    if kind is int and (_MAX_JSON_INT is None or -_MAX_JSON_INT <= value <= _MAX_JSON_INT):
+        return value  # type: ignore[return-value]
     if kind is int or kind is float:
         problem = _scalar_problem(value)
         if problem is not None:
             raise _reject(problem, [])
         return value  # type: ignore[return-value]
-    if kind is dict:
-        # Fast path for the common flat argument object: every value a plain scalar.
-        flat: dict[str, JsonValue] = {}
-        for key, item in value.items():  # type: ignore[attr-defined]
-            item_kind = type(item)
-            if type(key) is not str:
-                break
-            if (
-                item_kind is str
-                or item_kind is bool
-                or item is None
-                or (item_kind is int and _int_fits(item))
-                or (item_kind is float and _scalar_problem(item) is None)
-            ):
-                flat[key] = item
-            else:
-                break
-        else:
-            return FrozenDict._trusted(flat)
+    if kind is dict and _is_flat_object(value):  # type: ignore[arg-type]
+        # The common argument object, every value a plain scalar: copy it in one go.
+        return _frozen_copy(value)  # type: ignore[arg-type]
     if kind is dict or kind is list or kind is tuple:
         return _snapshot_container(value)
     raise _reject(_scalar_problem(value) or f"{_describe(value)} is not a JSON value", [])
+
+
+def _is_flat_object(value: dict[Any, Any]) -> bool:
+    """Whether every key is a ``str`` and every value a lossless scalar (no container)."""
+    limit = _MAX_JSON_INT
+    for key, item in value.items():
+        if type(key) is not str:
+            return False
+        item_kind = type(item)
+        if item_kind is str or item_kind is bool or item is None:
+            continue
+        if item_kind is int:
+            if limit is not None and not -limit <= item <= limit:
+                return False
+        elif item_kind is not float or _scalar_problem(item) is not None:
+            return False
+    return True
+
+
+def _frozen_copy(source: dict[str, JsonValue]) -> FrozenDict:
+    frozen = _dict_new(FrozenDict)
+    _dict_update(frozen, source)
+    frozen._hash = None
+    return frozen
+
+
+_dict_new = dict.__new__
+_dict_update = dict.update
 
 
 def _snapshot_container(root: object) -> JsonValue:
@@ -285,7 +299,7 @@ def _snapshot_container(root: object) -> JsonValue:
             # Frame exhausted: seal it and hand it to its parent.
             stack.pop()
             on_path.discard(frame[3])
-            sealed: JsonValue = FrozenDict._trusted(out) if is_dict else tuple(out)
+            sealed: JsonValue = _frozen_copy(out) if is_dict else tuple(out)
             if not stack:
                 return sealed
             key = keys.pop()

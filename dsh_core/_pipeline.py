@@ -17,14 +17,21 @@ prompt, the body) at its next checkpoint; the scope is only left once that
 work has unwound, so nothing is abandoned. What the cancellation interrupted
 decides the code: before the body ran, ``ABORTED_BEFORE_DISPATCH``; after, a
 success becomes ``ABORTED`` while any more specific failure stays.
+
+The scope is entered only for a call in which something can suspend: a body
+that can (see :mod:`dsh_core._suspension`), or a listener that can other than
+by awaiting ``next()``. Entering one costs more than a whole call of a body
+that cannot suspend, and in such a call nothing could be interrupted anyway:
+the signal is still checked after every stage, exactly as with the scope. An
+approval prompt, the one thing the pipeline itself awaits, then gets a scope of
+its own, and so does each ``dsh_result`` observer that can suspend.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-import types
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -32,7 +39,7 @@ import trio
 
 from ._content import UserMessage, as_content, text_of
 from ._decisions import POST_DECISION_TYPES, PRE_DECISION_TYPES, UNSET, Accept, Allow, Ask, Block, Deny
-from ._definition import ToolDefinition
+from ._definition import ToolContract, ToolDefinition, contract_of, default_block, default_render
 from ._errors import ErrorCode, NonJsonValueError, PolicyError, ToolArgsError, ToolNotFoundError, ToolOutputError
 from ._execution import (
     ToolDispatchExecution,
@@ -40,6 +47,7 @@ from ._execution import (
     ToolExecutionInput,
     ToolExecutionToken,
     ToolRunContext,
+    new_execution,
 )
 from ._json import JsonValue, safe_repr, snapshot_json
 from ._registry import RUN_CODE_NAME
@@ -86,20 +94,6 @@ def _code_only_route(name: str) -> str:
     )
 
 
-class _CallState:
-    """What the pipeline knows about one call while it runs (for cancellation outcomes)."""
-
-    __slots__ = ("body_invoked", "deferred", "hooks", "latest", "run", "trace")
-
-    def __init__(self, hooks: CallHooks) -> None:
-        self.hooks = hooks
-        self.body_invoked = False
-        self.deferred: list[UserMessage] = []
-        self.latest: ToolExecutionResult | None = None
-        self.run: ToolRunContext | None = None
-        self.trace: TraceRecorder | None = None
-
-
 def _kind(outcome: object) -> str:
     """Describe a wrong return value; bounded, so a hostile or very deep value cannot break it."""
     return safe_repr(outcome)
@@ -143,21 +137,34 @@ def _listener_failure(exc: BaseException, chain: Chain | None) -> ToolExecutionF
 class PreparedCall:
     """One call between stages: what ran, what runs next, and what finishes it.
 
-    ``step`` is ``"dispatch"`` (run the wrappers and the body next), ``"post"``
-    (``result`` goes to post-execute next) or ``"final"`` (``result`` only needs
-    finishing).
+    ``step`` is ``"policy"`` (stage 5 next), ``"dispatch"`` (run the wrappers
+    and the body next), ``"post"`` (``result`` goes to post-execute next) or
+    ``"final"`` (``result`` only needs finishing). ``latest`` is the most recent
+    result, which a cancellation keeps when it is a failure; ``scoped`` says
+    whether the running stage is inside a cancel scope linked to the signal.
     """
 
-    __slots__ = ("execution", "finalizer", "hooks", "result", "state", "step", "tool")
+    __slots__ = (
+        "body_invoked", "contract", "deferred", "execution", "finalizer", "hooks", "latest", "registry_version",
+        "result", "run", "scoped", "step", "suspends", "tool", "trace",
+    )  # fmt: skip
 
     def __init__(self, execution: ToolExecution, finalizer: Any, hooks: CallHooks) -> None:
         self.execution = execution
         self.finalizer = finalizer
         self.hooks = hooks
         self.tool: ToolDefinition | None = None
-        self.state = _CallState(hooks)
+        self.contract: ToolContract | None = None
+        self.registry_version = -1
         self.step = "final"
         self.result: ToolExecutionResult | None = None
+        self.latest: ToolExecutionResult | None = None
+        self.body_invoked = False
+        self.deferred: list[UserMessage] | None = None
+        self.run: ToolRunContext | None = None
+        self.trace: TraceRecorder | None = None
+        self.suspends = False
+        self.scoped = False
 
     def _settle(self, step: str, result: ToolExecutionResult | None) -> PreparedCall:
         self.step = step
@@ -173,24 +180,22 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
     parent = request.parent
     signal = request.signal
     root_call_id = request.root_call_id or call_id
-    token = ToolExecutionToken()
 
-    view = runtime._registry.view(agent)
+    registry = runtime._registry
+    view = registry.view(agent)
     visible = view.tools.get(name)
     collapsed = visible is not None and parent is None and view.mode == "code" and name != RUN_CODE_NAME
     # The finalizer is captured before anything else can run, so a later
     # unregistration cannot change which callback finalises this call.
     finalizer = visible.finalize_content if visible is not None else None
+    hooks = runtime._chains.for_call(agent)
 
     try:
         arguments = snapshot_json(request.arguments)
     except BaseException as exc:
         if is_fatal(exc):
             raise
-        execution = ToolExecution(
-            call_id=call_id, root_call_id=root_call_id, name=name, arguments=None,
-            signal=signal, token=token, agent=agent, parent=parent,
-        )  # fmt: skip
+        execution = new_execution(call_id, root_call_id, name, None, signal, ToolExecutionToken(), agent, parent)
         if isinstance(exc, NonJsonValueError):
             failure = failure_result(
                 f"tool execution arguments must be losslessly JSON-serializable: {exc}",
@@ -199,13 +204,10 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
             )
         else:
             failure = failure_from_exception(exc, default_code=ErrorCode.INVALID_ARGS)
-        return PreparedCall(execution, finalizer, runtime._chains.for_call(agent))._settle("final", failure)
+        return PreparedCall(execution, finalizer, hooks)._settle("final", failure)
 
-    execution = ToolExecution(
-        call_id=call_id, root_call_id=root_call_id, name=name, arguments=arguments,
-        signal=signal, token=token, agent=agent, parent=parent,
-    )  # fmt: skip
-    call = PreparedCall(execution, finalizer, runtime._chains.for_call(agent))
+    execution = new_execution(call_id, root_call_id, name, arguments, signal, ToolExecutionToken(), agent, parent)
+    call = PreparedCall(execution, finalizer, hooks)
     if collapsed:
         if signal.cancelled:
             return call._settle("final", aborted_result(body_invoked=False))
@@ -216,69 +218,90 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
     if visible is None:
         return call._settle("final", _unknown_tool(name))
 
-    violations = runtime._contract(visible).validate_args(arguments)
+    contract = contract_of(visible)
+    violations = contract.argument_violations(arguments)
     if violations:
         error = ToolArgsError(violations)
         failure = failure_result(error.message, ErrorCode.INVALID_ARGS, name="ToolArgsError")
         return call._settle("final", failure)
     call.tool = visible
-    call.state.trace = TraceRecorder() if runtime.trace_decisions else None
-    return call._settle("policy", None)
+    call.contract = contract
+    call.registry_version = registry.version
+    call.suspends = contract.body_suspends or hooks.pre_suspends or hooks.execute_suspends or hooks.post_suspends
+    if runtime.trace_decisions:
+        call.trace = TraceRecorder()
+    call.step = "policy"
+    return call
 
 
 async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExecutionResult:
-    """Run one call through the whole pipeline; see the module docstring for the stages."""
+    """Run one call through the pipeline and return its frozen result.
+
+    Every failure (unknown tool, invalid arguments, denial, a raising tool or
+    listener, cancellation) is a ``ToolExecutionFailure``, never an exception;
+    only a cancellation of the caller's own surrounding trio scope propagates,
+    after the work this call started has unwound.
+    """
     call = begin(runtime, request)
-    if call.step != "final":
-        if _cannot_suspend(runtime, call):
-            # Nothing in these stages can reach a checkpoint, so there is nothing a
-            # cancel scope could interrupt: skip its per-call cost.
-            await _policy_stage(runtime, call)
+    if call.step == "policy":
+        if call.suspends:
+            # One cancel scope for every stage that can suspend.
+            call.scoped = True
+            with trio.CancelScope() as scope:
+                unlink = call.execution.signal.link(scope)
+                try:
+                    await _stages(runtime, call)
+                finally:
+                    unlink()
+            call.scoped = False
+            if scope.cancelled_caught:
+                _resolve_cancelled(call)
+        elif call.hooks.waterfalls_empty:
+            # No listener, nothing that can suspend: the stages inline. The body's
+            # dispatch already looked at the signal after the body and nothing
+            # runs after it, so no later check could see anything new.
+            _decide(runtime, call, _ALLOW, None)
             if call.step == "dispatch":
-                await _dispatch_stage(runtime, call)
-            if call.step == "post":
-                await _post_stage(runtime, call)
-            return await finish(runtime, call)
-        # One cancel scope for every stage that can suspend.
-        with trio.CancelScope() as scope:
-            unlink = call.execution.signal.link(scope)
-            try:
-                await _policy_stage(runtime, call)
-                if call.step == "dispatch":
-                    await _dispatch_stage(runtime, call)
-                if call.step == "post":
-                    await _post_stage(runtime, call)
-            finally:
-                unlink()
-        if scope.cancelled_caught:
-            _resolve_cancelled(call)
+                dispatched = await _dispatch_body(runtime, call, call.execution.signal)
+                if call.trace is not None:
+                    call.trace.add("execute", call.execution.name, dispatched)
+                call._settle("final", _with_deferred(call, dispatched))
+            else:
+                call.step = "final"  # denied or aborted before dispatch: no post-execute listener to see it
+        else:
+            await _stages(runtime, call)
     return await finish(runtime, call)
 
 
-def _cannot_suspend(runtime: ToolRuntime, call: PreparedCall) -> bool:
-    """An inline tool and no waterfall listener: every stage runs without awaiting anything."""
-    tool = call.tool
-    return tool is not None and tool.inline and call.hooks.waterfalls_empty
+async def _stages(runtime: ToolRuntime, call: PreparedCall) -> None:
+    await _policy_stage(runtime, call)
+    if call.step == "dispatch":
+        await _dispatch_stage(runtime, call)
+    if call.step == "post":
+        await _post_stage(runtime, call)
 
 
 def _resolve_cancelled(call: PreparedCall) -> None:
     """The caller's signal interrupted a stage: keep a specific failure, else abort."""
-    state = call.state
-    latest = state.latest
+    latest = call.latest
     if latest is None or not latest.is_error:
-        contexts = tuple(state.deferred) + (latest.additional_contexts if latest is not None else ())
-        call._settle("final", aborted_result(body_invoked=state.body_invoked, contexts=_dedupe(contexts)))
+        contexts = tuple(call.deferred or ()) + (latest.additional_contexts if latest is not None else ())
+        call._settle("final", aborted_result(body_invoked=call.body_invoked, contexts=_dedupe(contexts)))
     else:
         call._settle("final", latest)
 
 
-async def _scoped_stage(runtime: ToolRuntime, call: PreparedCall, stage: Any) -> None:
+async def _scoped_stage(
+    runtime: ToolRuntime, call: PreparedCall, stage: Callable[[ToolRuntime, PreparedCall], Awaitable[None]]
+) -> None:
+    call.scoped = True
     with trio.CancelScope() as scope:
         unlink = call.execution.signal.link(scope)
         try:
             await stage(runtime, call)
         finally:
             unlink()
+    call.scoped = False
     if scope.cancelled_caught:
         _resolve_cancelled(call)
 
@@ -287,20 +310,31 @@ async def prepare(runtime: ToolRuntime, request: ToolExecutionInput) -> Prepared
     """Stages 1-5 for a scheduler: policy runs here, in the caller's order."""
     call = begin(runtime, request)
     if call.step == "policy":
-        await _scoped_stage(runtime, call, _policy_stage)
+        if call.hooks.pre_suspends:
+            await _scoped_stage(runtime, call, _policy_stage)
+        else:
+            await _policy_stage(runtime, call)
     return call
 
 
 async def dispatch(runtime: ToolRuntime, call: PreparedCall) -> None:
     """Stage 6 for a scheduler (the only stage that may overlap with other calls)."""
     if call.step == "dispatch":
-        await _scoped_stage(runtime, call, _dispatch_stage)
+        contract = call.contract
+        assert contract is not None
+        if call.hooks.execute_suspends or contract.body_suspends:
+            await _scoped_stage(runtime, call, _dispatch_stage)
+        else:
+            await _dispatch_stage(runtime, call)
 
 
 async def finalize(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResult:
     """Stages 7-8 for a scheduler, in the caller's order."""
     if call.step == "post":
-        await _scoped_stage(runtime, call, _post_stage)
+        if call.hooks.post_suspends:
+            await _scoped_stage(runtime, call, _post_stage)
+        else:
+            await _post_stage(runtime, call)
     return await finish(runtime, call)
 
 
@@ -316,55 +350,69 @@ def _dedupe(contexts: tuple[UserMessage, ...]) -> tuple[UserMessage, ...]:
 
 async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
     execution = call.execution
-    tool = call.tool
-    assert tool is not None
-    state = call.state
-    signal = execution.signal
-    agent = execution.agent
+    trace = call.trace
 
     decision: object = _ALLOW
     decider: str | None = None
     listeners = call.hooks.pre
     if listeners:
         chain = Chain(listeners, (execution,), _allow, _check_pre)
-        if state.trace is not None:
-            chain.trace = state.trace.chain("pre", _ALLOW)
+        if trace is not None:
+            chain.trace = trace.chain("pre", _ALLOW)
         try:
             decision = await chain.run()
         except BaseException as exc:
             if is_fatal(exc):
                 raise
-            call._settle("final", _final(state, _listener_failure(exc, chain)))
+            call._settle("final", _final(call, _listener_failure(exc, chain)))
             return
         decider = chain.decider
 
-    approval_cancelled = False
     if isinstance(decision, Ask):
-        if state.trace is not None:
-            state.trace.enter("approval")
+        if trace is not None:
+            trace.enter("approval")
         try:
-            decision, approval_cancelled = await _resolve_ask(runtime, execution, decision)
+            if call.scoped:
+                decision, approval_cancelled = await _resolve_ask(runtime, execution, decision)
+            else:
+                # The stages run without a scope (nothing else in them can suspend);
+                # the approval prompt can, so it gets one of its own.
+                with trio.CancelScope() as scope:
+                    unlink = execution.signal.link(scope)
+                    try:
+                        decision, approval_cancelled = await _resolve_ask(runtime, execution, decision)
+                    finally:
+                        unlink()
+                if scope.cancelled_caught:
+                    _resolve_cancelled(call)
+                    return
         except BaseException as exc:
             if is_fatal(exc):
                 raise
             failure = failure_from_exception(exc, default_code=ErrorCode.POLICY_ERROR, plugin="approval")
-            call._settle("final", _final(state, failure))
+            call._settle("final", _final(call, failure))
             return
         decider = "approval"
-        if state.trace is not None:
-            state.trace.add("approval", "approval", decision)
+        if trace is not None:
+            trace.add("approval", "approval", decision)
+        if approval_cancelled and execution.signal.cancelled:
+            call._settle("post", _latest(call, aborted_result(body_invoked=False)))
+            return
 
-    if approval_cancelled and signal.cancelled:
-        call._settle("post", _latest(state, aborted_result(body_invoked=False)))
-        return
+    _decide(runtime, call, decision, decider)
 
+
+def _decide(runtime: ToolRuntime, call: PreparedCall, decision: object, decider: str | None) -> None:
+    """The end of stage 5: a denial, the guards, then a last look at the signal."""
+    execution = call.execution
+    trace = call.trace
     if isinstance(decision, Deny):
         denial = failure_result(decision.reason, ErrorCode.DENIED, name="PolicyDenial", plugin=decider)
-        call._settle("post", _latest(state, denial))
+        call._settle("post", _latest(call, denial))
         return
-    if state.trace is not None:
-        state.trace.enter("guard")
-    for guard in runtime._registry.view(agent).guards:
+    if trace is not None:
+        trace.enter("guard")
+    for guard in runtime._registry.view(execution.agent).guards:
         label = getattr(guard, "label", None)
         try:
             reason = guard(execution)
@@ -372,10 +420,10 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
             if is_fatal(exc):
                 raise
             failure = failure_from_exception(exc, default_code=ErrorCode.POLICY_ERROR, plugin=label)
-            call._settle("final", _final(state, failure))
+            call._settle("final", _final(call, failure))
             return
-        if state.trace is not None:
-            state.trace.add("guard", label or guard, reason)
+        if trace is not None:
+            trace.add("guard", label or guard, reason)
         if reason is None:
             continue
         if type(reason) is not str or not reason:
@@ -385,50 +433,81 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
                 name="PolicyError",
                 plugin=label,
             )
-            call._settle("final", _final(state, problem))
+            call._settle("final", _final(call, problem))
             return
         denial = failure_result(reason, ErrorCode.DENIED, name="GuardDenial", plugin=label)
-        call._settle("post", _latest(state, denial))
+        call._settle("post", _latest(call, denial))
         return
-    if signal.cancelled:
-        call._settle("post", _latest(state, aborted_result(body_invoked=False)))
+    if execution.signal.cancelled:
+        call._settle("post", _latest(call, aborted_result(body_invoked=False)))
         return
-    call._settle("dispatch", None)
+    call.step = "dispatch"
 
 
-def _latest(state: _CallState, result: ToolExecutionResult) -> ToolExecutionResult:
-    state.latest = result
+def _latest(call: PreparedCall, result: ToolExecutionResult) -> ToolExecutionResult:
+    call.latest = result
     return result
 
 
 async def _dispatch_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
-    tool = call.tool
-    assert tool is not None
-    execution = call.execution
-    state = call.state
-    dispatched = await _dispatch(runtime, execution, tool, state)
-    if dispatched is None:
-        call._settle("final", state.latest)
+    if not call.hooks.execute:
+        _settle_dispatched(call, await _dispatch_body(runtime, call, call.execution.signal))
         return
-    if execution.signal.cancelled and not dispatched.is_error:
-        dispatched = aborted_result(body_invoked=state.body_invoked, contexts=dispatched.additional_contexts)
-    call._settle("post", _latest(state, dispatched))
+    dispatched = await _dispatch_chain(runtime, call)
+    if dispatched is None:
+        call._settle("final", call.latest)
+        return
+    _settle_dispatched(call, dispatched)
+
+
+def _with_deferred(call: PreparedCall, result: ToolExecutionResult) -> ToolExecutionResult:
+    if call.deferred:
+        return attrs.evolve(result, additional_contexts=tuple(call.deferred) + result.additional_contexts)
+    return result
+
+
+def _settle_dispatched(call: PreparedCall, dispatched: ToolExecutionResult) -> None:
+    """The wrappers and the body are done: the result heads for post-execute."""
+    if call.trace is not None and not call.hooks.execute:
+        call.trace.add("execute", call.execution.name, dispatched)
+    dispatched = _with_deferred(call, dispatched)
+    if call.execution.signal.cancelled and not dispatched.is_error:
+        dispatched = aborted_result(body_invoked=call.body_invoked, contexts=dispatched.additional_contexts)
+    call.step = "post"
+    call.result = call.latest = dispatched
 
 
 async def _post_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
-    tool = call.tool
-    assert tool is not None and call.result is not None
-    result = await _post_execute(runtime, call.execution, tool, call.result, call.state)
-    call._settle("final", result)
+    result = call.result
+    assert result is not None
+    execution = call.execution
+    listeners = call.hooks.post
+    if not listeners:
+        call._settle("final", _after_post(execution, result, call))
+        return
+
+    chain = Chain(listeners, (execution, result), _accept, _check_post)
+    if call.trace is not None:
+        chain.trace = call.trace.chain("post", _ACCEPT)
+    try:
+        decision = await chain.run()
+    except BaseException as exc:
+        if is_fatal(exc):
+            raise
+        call._settle("final", _final(call, _listener_failure(exc, chain)))
+        return
+    applied = _apply_post(runtime, execution, result, decision, chain.decider, call)
+    call.latest = applied
+    call._settle("final", _after_post(execution, applied, call))
 
 
-def _final(state: _CallState, result: ToolExecutionResult) -> ToolExecutionResult:
+def _final(call: PreparedCall, result: ToolExecutionResult) -> ToolExecutionResult:
     """A failure that bypasses post-execute; deferred contexts still ride it."""
-    if state.deferred and isinstance(result, ToolExecutionFailure):
-        result = attrs.evolve(result, additional_contexts=_dedupe(tuple(state.deferred) + result.additional_contexts))
-    if state.trace is not None and isinstance(result, ToolExecutionFailure):
-        state.trace.fail(result)
-    state.latest = result
+    if call.deferred and isinstance(result, ToolExecutionFailure):
+        result = attrs.evolve(result, additional_contexts=_dedupe(tuple(call.deferred) + result.additional_contexts))
+    if call.trace is not None and isinstance(result, ToolExecutionFailure):
+        call.trace.fail(result)
+    call.latest = result
     return result
 
 
@@ -457,80 +536,75 @@ def _approval_error(answer: object) -> Exception:
     )
 
 
-async def _dispatch(
-    runtime: ToolRuntime, execution: ToolExecution, tool: ToolDefinition, state: _CallState
-) -> ToolExecutionResult | None:
-    """Run the wrappers and the body. ``None`` means a final failure is in ``state.latest``."""
-    listeners = state.hooks.execute
-    if not listeners:
-        result = await _dispatch_body(runtime, execution, execution.signal, state)
-        if state.trace is not None:
-            state.trace.add("execute", execution.name, result)
-        state.latest = result
-        return _with_deferred(result, state)
-
+async def _dispatch_chain(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResult | None:
+    """Run the wrappers around the body. ``None`` means a final failure is in ``call.latest``."""
+    execution = call.execution
+    trace = call.trace
     view = ToolDispatchExecution(execution)
 
     async def base() -> ToolExecutionResult:
-        outcome = await _dispatch_body(runtime, execution, view.signal, state)
-        if state.trace is not None:
-            state.trace.add("execute", execution.name, outcome)
-        state.latest = outcome
+        outcome = await _dispatch_body(runtime, call, view.signal)
+        if trace is not None:
+            trace.add("execute", execution.name, outcome)
+        call.latest = outcome
         return outcome
 
-    chain = Chain(listeners, (view,), base, _check_result)
-    if state.trace is not None:
-        chain.trace = state.trace.chain("execute", None)
+    chain = Chain(call.hooks.execute, (view,), base, _check_result)
+    if trace is not None:
+        chain.trace = trace.chain("execute", None)
     try:
-        result = await chain.run()
+        result: ToolExecutionResult = await chain.run()
     except BaseException as exc:
         if is_fatal(exc):
             raise
-        _final(state, _listener_failure(exc, chain))
+        _final(call, _listener_failure(exc, chain))
         return None
-    if isinstance(result, ToolExecutionSuccess) and result is not state.latest:
+    if isinstance(result, ToolExecutionSuccess) and result is not call.latest:
         # A wrapper-authored success: its value goes through the tool's contract again.
         live = runtime._registry.view(execution.agent).tools.get(execution.name)
         if live is None:
-            _final(state, _unknown_tool(execution.name))
+            _final(call, _unknown_tool(execution.name))
             return None
-        rebuilt = _build_success(runtime, live, execution, result.value, state.run)
+        rebuilt = _build_success(live, contract_of(live), execution, result.value, call.run)
         if rebuilt.is_error:
-            _final(state, rebuilt)
+            _final(call, rebuilt)
             return None
         result = attrs.evolve(rebuilt, additional_contexts=result.additional_contexts)
-    state.latest = result
-    return _with_deferred(result, state)
-
-
-def _with_deferred(result: ToolExecutionResult, state: _CallState) -> ToolExecutionResult:
-    if state.deferred:
-        return attrs.evolve(result, additional_contexts=tuple(state.deferred) + result.additional_contexts)
+    call.latest = result
     return result
 
 
-async def _dispatch_body(
-    runtime: ToolRuntime, execution: ToolExecution, current: CancelSignal, state: _CallState
-) -> ToolExecutionResult:
+async def _dispatch_body(runtime: ToolRuntime, call: PreparedCall, current: CancelSignal) -> ToolExecutionResult:
+    execution = call.execution
     caller = execution.signal
     fused = caller if current is caller else CancelSignal.any(caller, current)
     if fused.cancelled:
         return aborted_result(body_invoked=False)
-    view = runtime._registry.view(execution.agent)
-    tool = view.tools.get(execution.name)
-    if tool is None or (
-        execution.parent is None and view.mode == "code" and execution.name != RUN_CODE_NAME
-    ):
-        return _unknown_tool(execution.name)
-    run = ToolRunContext(execution, fused, state.deferred)
-    state.run = run
-    state.body_invoked = True
+    registry = runtime._registry
+    tool = call.tool
+    contract = call.contract
+    if registry.version != call.registry_version:
+        # The registry changed since the call was resolved (a listener or guard
+        # unregistered or replaced the tool): dispatch what is visible now.
+        view = registry.view(execution.agent)
+        tool = view.tools.get(execution.name)
+        if tool is None or (execution.parent is None and view.mode == "code" and execution.name != RUN_CODE_NAME):
+            return _unknown_tool(execution.name)
+        contract = contract_of(tool)
+    assert tool is not None and contract is not None
+    deferred: list[UserMessage] = []
+    call.deferred = deferred
+    run = ToolRunContext(execution, fused, deferred)
+    call.run = run
+    call.body_invoked = True
     try:
-        if fused is caller:
+        if not contract.body_suspends or (fused is caller and call.scoped):
             value = await tool.execute(execution.arguments, run)
         else:
             # A wrapper installed its own signal (a deadline, say): interrupt the
-            # body when that fires too, not only when the caller's does.
+            # body when that fires too, not only when the caller's does. (Or the
+            # body suspends although the stages run unscoped: the tool was
+            # replaced after the call was resolved.)
             with trio.CancelScope() as body_scope:
                 unlink = fused.link(body_scope)
                 try:
@@ -543,49 +617,50 @@ async def _dispatch_body(
         if is_fatal(exc):
             raise
         return failure_from_exception(exc, default_code=ErrorCode.TOOL_ERROR)
-    result = _build_success(runtime, tool, execution, value, run)
+    result = _build_success(tool, contract, execution, value, run)
     if fused.cancelled and not result.is_error:
         return aborted_result(body_invoked=True)
     return result
 
 
 def _build_success(
-    runtime: ToolRuntime,
     tool: ToolDefinition,
+    contract: ToolContract,
     execution: ToolExecution,
     candidate: object,
     run: ToolRunContext | None,
 ) -> ToolExecutionResult:
     """Snapshot, validate, render and project a value into a success (or an output failure)."""
-    name = tool.name
     try:
         value = snapshot_json(candidate)
     except NonJsonValueError as exc:
-        return _output_failure(name, [f"value is not lossless JSON: {exc}"])
-    violations = runtime._contract(tool).validate_output(value)
+        return _output_failure(tool.name, [f"value is not lossless JSON: {exc}"])
+    violations = contract.output_violations(value)
     if violations:
-        return _output_failure(name, violations)
-    args = execution.arguments
-    try:
-        content = as_content(tool.output.render(args, value), what="output.render result")
-    except BaseException as exc:
-        if is_fatal(exc):
-            raise
-        return _output_failure(name, [f"output.render failed: {error_message(exc)}"])
-    meta: JsonValue = None
-    projector = tool.output.presentation_meta
-    if projector is not None and execution.parent is None:
+        return _output_failure(tool.name, violations)
+    output = tool.output
+    render = output.render
+    if render is default_render:
+        content: tuple[Any, ...] = (default_block(value),)
+    else:
         try:
-            meta = snapshot_json(projector(args, value))
-        except NonJsonValueError as exc:
-            return _output_failure(name, [f"output.presentation_meta returned non-lossless JSON: {exc}"])
+            content = as_content(render(execution.arguments, value), what="output.render result")
         except BaseException as exc:
             if is_fatal(exc):
                 raise
-            return _output_failure(name, [f"output.presentation_meta failed: {error_message(exc)}"])
-    return ToolExecutionSuccess(
-        value=value, content=content, meta=meta, concludes_turn=run is not None and run.concluded
-    )
+            return _output_failure(tool.name, [f"output.render failed: {error_message(exc)}"])
+    meta: JsonValue = None
+    projector = output.presentation_meta
+    if projector is not None and execution.parent is None:
+        try:
+            meta = snapshot_json(projector(execution.arguments, value))
+        except NonJsonValueError as exc:
+            return _output_failure(tool.name, [f"output.presentation_meta returned non-lossless JSON: {exc}"])
+        except BaseException as exc:
+            if is_fatal(exc):
+                raise
+            return _output_failure(tool.name, [f"output.presentation_meta failed: {error_message(exc)}"])
+    return ToolExecutionSuccess(value, content, meta, (), run is not None and run.concluded)
 
 
 def _output_failure(name: str, violations: Sequence[str]) -> ToolExecutionFailure:
@@ -593,38 +668,9 @@ def _output_failure(name: str, violations: Sequence[str]) -> ToolExecutionFailur
     return failure_result(error.message, ErrorCode.INVALID_TOOL_OUTPUT, name="ToolOutputError")
 
 
-async def _post_execute(
-    runtime: ToolRuntime,
-    execution: ToolExecution,
-    tool: ToolDefinition,
-    result: ToolExecutionResult,
-    state: _CallState,
-) -> ToolExecutionResult:
-    state.latest = result
-    listeners = state.hooks.post
-    if not listeners:
-        return _after_post(execution, result, state)
-
-    async def base() -> Accept:
-        return _ACCEPT
-
-    chain = Chain(listeners, (execution, result), base, _check_post)
-    if state.trace is not None:
-        chain.trace = state.trace.chain("post", _ACCEPT)
-    try:
-        decision = await chain.run()
-    except BaseException as exc:
-        if is_fatal(exc):
-            raise
-        return _final(state, _listener_failure(exc, chain))
-    applied = _apply_post(runtime, execution, result, decision, chain.decider, state)
-    state.latest = applied
-    return _after_post(execution, applied, state)
-
-
-def _after_post(execution: ToolExecution, result: ToolExecutionResult, state: _CallState) -> ToolExecutionResult:
+def _after_post(execution: ToolExecution, result: ToolExecutionResult, call: PreparedCall) -> ToolExecutionResult:
     if execution.signal.cancelled and not result.is_error:
-        return aborted_result(body_invoked=state.body_invoked, contexts=result.additional_contexts)
+        return aborted_result(body_invoked=call.body_invoked, contexts=result.additional_contexts)
     return result
 
 
@@ -634,7 +680,7 @@ def _apply_post(
     result: ToolExecutionResult,
     decision: Accept | Block,
     decider: str | None,
-    state: _CallState,
+    call: PreparedCall,
 ) -> ToolExecutionResult:
     if isinstance(decision, Block):
         message = text_of(decision.feedback) or "tool result blocked by post-execute policy"
@@ -655,7 +701,7 @@ def _apply_post(
         live = runtime._registry.view(execution.agent).tools.get(execution.name)
         if live is None:
             return _unknown_tool(execution.name)
-        rebuilt = _build_success(runtime, live, execution, decision.value, state.run)
+        rebuilt = _build_success(live, contract_of(live), execution, decision.value, call.run)
         return attrs.evolve(rebuilt, additional_contexts=contexts)
     if decision.content is not None:
         return attrs.evolve(result, content=decision.content, additional_contexts=contexts)
@@ -666,11 +712,21 @@ def _apply_post(
 
 async def finish(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResult:
     """Stage 8: ``finalize_content`` exactly once, then ``dsh_result`` observers."""
-    assert call.result is not None
-    execution = call.execution
     result = call.result
+    assert result is not None
+    if call.finalizer is not None or call.trace is not None:
+        result = _finalized(call, result)
+    observers = call.hooks.result
+    if observers:
+        await _notify(observers, call.execution, result)
+    return result
+
+
+def _finalized(call: PreparedCall, settled: ToolExecutionResult) -> ToolExecutionResult:
+    execution = call.execution
     finalizer = call.finalizer
-    trace = call.state.trace
+    trace = call.trace
+    result = settled
     if finalizer is not None:
         try:
             replacement = finalizer(execution, result)
@@ -685,30 +741,37 @@ async def finish(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResul
                 name=type(exc).__name__,
             )
         if trace is not None:
-            trace.add("finalize", "finalize_content", (call.result, result))
+            trace.add("finalize", "finalize_content", (settled, result))
     if trace is not None:
         result = trace.attach(result)
-    await _notify(call.hooks.result, execution, result)
     return result
 
 
 async def _notify(observers: tuple[Listener, ...], execution: ToolExecution, result: ToolExecutionResult) -> None:
+    ordered = (execution, result)
     for listener in observers:
         try:
-            outcome = listener.call((execution, result))
-            if outcome is not None and (type(outcome) is types.CoroutineType or inspect.isawaitable(outcome)):
-                # An async observer must not hold the result back once the caller gave up.
-                with trio.CancelScope() as scope:
-                    unlink = execution.signal.link(scope)
-                    try:
-                        await outcome
-                    finally:
-                        unlink()
-                if scope.cancelled_caught:
-                    logger.warning(
-                        'tool "%s" (%s): dsh_result observer %s was cancelled with the call',
-                        execution.name, execution.call_id, listener.plugin_name,
-                    )  # fmt: skip
+            outcome = listener.call(ordered)
+            if outcome is None:
+                continue
+            if not listener.suspends:
+                # An async def observer that awaits nothing: no checkpoint to interrupt.
+                await outcome
+                continue
+            if not inspect.isawaitable(outcome):
+                continue
+            # An async observer must not hold the result back once the caller gave up.
+            with trio.CancelScope() as scope:
+                unlink = execution.signal.link(scope)
+                try:
+                    await outcome
+                finally:
+                    unlink()
+            if scope.cancelled_caught:
+                logger.warning(
+                    'tool "%s" (%s): dsh_result observer %s was cancelled with the call',
+                    execution.name, execution.call_id, listener.plugin_name,
+                )  # fmt: skip
         except BaseException as exc:
             if is_fatal(exc):
                 raise

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
-from ._content import ContentBlock, TextBlock, UserMessage
+from ._content import ContentBlock, UserMessage, text_block
 from ._errors import DshError, ErrorCode
 from ._json import JsonValue
 
@@ -45,7 +45,9 @@ class ToolFailure:
     info: ToolErrorInfo | None = None
 
 
-@attrs.frozen(slots=True)
+# Results are not slotted: one is built per call, and a frozen attrs class
+# writes its instance dict directly, about twice as fast as its slotted form.
+@attrs.frozen(slots=False)
 class ToolExecutionSuccess:
     """A successful call: the canonical ``value`` plus its model-facing ``content``.
 
@@ -70,7 +72,7 @@ class ToolExecutionSuccess:
         return None
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=False)
 class ToolExecutionFailure:
     """A failed call; it never carries a value and never concludes the turn."""
 
@@ -112,7 +114,7 @@ def failure_result(
         info = ToolErrorInfo(name=name or _default_name(code_text), code=code_text, plugin=plugin)
     return ToolExecutionFailure(
         error=ToolFailure(message=message, info=info),
-        content=(TextBlock(f"Error: {message}"),),
+        content=(text_block(f"Error: {message}"),),
         additional_contexts=additional_contexts,
     )
 

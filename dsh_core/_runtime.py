@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,8 +19,6 @@ from ._execution import (
     ToolExecutionMode,
 )
 from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, Registry, ToolGuard, ToolRestriction
-from ._results import ToolExecutionResult
-from ._schema._validate import compile_validator
 from ._waterfall import is_fatal
 
 __all__ = ["ApprovalService", "ModelTools", "ScopedToolRuntime", "ToolRuntime"]
@@ -48,14 +44,6 @@ class ModelTools:
 
     schemas: tuple[ToolSchema, ...]
     instructions: str
-
-
-@attrs.frozen(slots=True)
-class _Contract:
-    """A definition's compiled argument and output validators."""
-
-    validate_args: Callable[[object], tuple[str, ...]]
-    validate_output: Callable[[object], tuple[str, ...]]
 
 
 class ToolRuntime:
@@ -102,7 +90,6 @@ class ToolRuntime:
         self.event_sink = event_sink
         self._registry = Registry(default_mode=mode, on_change=self._notify_change)
         self._chains = HookChains(plugins)
-        self._contracts: weakref.WeakKeyDictionary[ToolDefinition, _Contract] = weakref.WeakKeyDictionary()
         if code_runtime is not None or mode != "native":
             self._install_code_mode()
 
@@ -237,28 +224,10 @@ class ToolRuntime:
 
     # -- execution ---------------------------------------------------------------
 
-    async def execute(self, request: ToolExecutionInput) -> ToolExecutionResult:
-        """Run one call through the pipeline and return its frozen result.
-
-        Every failure (unknown tool, invalid arguments, denial, a raising tool or
-        listener, cancellation) is a ``ToolExecutionFailure``, never an exception;
-        only a cancellation of the caller's own surrounding trio scope propagates,
-        after the work this call started has unwound.
-        """
-        return await _pipeline.execute(self, request)
+    # The pipeline function itself is the method: a wrapper would add a coroutine frame to every call.
+    execute = _pipeline.execute
 
     # -- internals -----------------------------------------------------------------
-
-    def _contract(self, tool: ToolDefinition) -> _Contract:
-        contract = self._contracts.get(tool)
-        if contract is None:
-            # Argument paths are reported dot-less from the root (``config.host``).
-            contract = _Contract(
-                functools.partial(compile_validator(tool.parameters), path=""),
-                compile_validator(tool.output.schema),
-            )
-            self._contracts[tool] = contract
-        return contract
 
     def _notify_change(self) -> None:
         self.plugins.hook.dsh_tools_change()

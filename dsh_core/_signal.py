@@ -23,6 +23,7 @@ import trio
 __all__ = ["CancelSignal"]
 
 _fire_order = itertools.count(1)
+_INF = math.inf
 
 
 def _now() -> float:
@@ -88,11 +89,11 @@ class CancelSignal:
     @property
     def cancelled(self) -> bool:
         """Whether the signal has fired (explicitly, through a source, or by deadline)."""
-        if self._sources:
-            return any(source.cancelled for source in self._sources)
         if self._fired_at:
             return True
-        if self._deadline != math.inf and _now() >= self._deadline:
+        if self._sources:  # a fused signal never fires itself: it asks its sources
+            return any(source.cancelled for source in self._sources)
+        if self._deadline != _INF and _now() >= self._deadline:
             self._fire(self._deadline_reason)
             return True
         return False

@@ -10,7 +10,7 @@ changes, so a waterfall with no listeners costs nothing per call.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import attrs
@@ -20,6 +20,7 @@ import trio
 from . import hookspecs
 from ._errors import PolicyError
 from ._execution import ScopeKey, scope_chain
+from ._suspension import can_suspend, suspends_beyond_next
 
 __all__ = ["CallHooks", "Chain", "DshPluginManager", "HookChains", "Listener", "is_fatal"]
 
@@ -27,7 +28,6 @@ _FATAL = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
 
 WATERFALLS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_code_dispatch_log")
 _PIPELINE_HOOKS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_result")
-_UNSCOPED = object()  # memo key shared by every agent when no listener is scoped
 
 
 def is_fatal(exc: BaseException) -> bool:
@@ -76,6 +76,9 @@ class Listener:
     positional: bool
     scope: ScopeKey | None
     problem: str | None  # why the listener cannot run (e.g. not async); calls then fail
+    # Whether the listener can give control back to trio by itself (for a
+    # waterfall: other than by awaiting next()); see _suspension.
+    suspends: bool = True
 
     def call(self, ordered: tuple[Any, ...]) -> Any:
         """Call with the spec's arguments in spec order (a hookimpl may take a subset, by name)."""
@@ -90,18 +93,32 @@ class _HookListeners:
     scoped: bool
 
 
-@attrs.frozen(slots=True)
 class CallHooks:
-    """The listeners one call sees on each pipeline hook, looked up once per call."""
+    """The listeners one call sees on each pipeline hook, looked up once per call.
 
-    pre: tuple[Listener, ...]
-    execute: tuple[Listener, ...]
-    post: tuple[Listener, ...]
-    result: tuple[Listener, ...]
+    The flags are computed once per plugin-set version: ``waterfalls_empty``
+    (no listener on any waterfall) and, per waterfall, whether one of its
+    listeners can suspend by itself (so a cancel scope is worth entering).
+    """
 
-    @property
-    def waterfalls_empty(self) -> bool:
-        return not (self.pre or self.execute or self.post)
+    __slots__ = ("execute", "execute_suspends", "post", "post_suspends", "pre", "pre_suspends", "result",
+                 "waterfalls_empty")  # fmt: skip
+
+    def __init__(
+        self,
+        pre: tuple[Listener, ...],
+        execute: tuple[Listener, ...],
+        post: tuple[Listener, ...],
+        result: tuple[Listener, ...],
+    ) -> None:
+        self.pre = pre
+        self.execute = execute
+        self.post = post
+        self.result = result
+        self.waterfalls_empty = not (pre or execute or post)
+        self.pre_suspends = any(listener.suspends for listener in pre)
+        self.execute_suspends = any(listener.suspends for listener in execute)
+        self.post_suspends = any(listener.suspends for listener in post)
 
 
 class HookChains:
@@ -113,12 +130,14 @@ class HookChains:
         self._version: int | None = None
         self._spec_args: dict[str, tuple[str, ...]] = {}
         self._call_hooks: dict[object, CallHooks] = {}
+        # The hooks every agent sees when no listener is scoped (the common case): one attribute read per call.
+        self._shared: CallHooks | None = None
 
     def for_call(self, agent: ScopeKey | None) -> CallHooks:
         """The four pipeline hooks' listeners for a call of ``agent`` (cached per plugin-set version)."""
         version = getattr(self._plugins, "dsh_version", None)
         if version is not None and version == self._version:
-            hooks = self._call_hooks.get(agent) or self._call_hooks.get(_UNSCOPED)
+            hooks = self._shared or self._call_hooks.get(agent)
             if hooks is not None:
                 return hooks
         hooks = CallHooks(
@@ -129,9 +148,12 @@ class HookChains:
         )
         if version is not None and version == self._version:
             scoped = any(self._cache[name].scoped for name in _PIPELINE_HOOKS if name in self._cache)
-            if len(self._call_hooks) > 4096:
-                self._call_hooks.clear()  # agents may churn; keep the memo bounded
-            self._call_hooks[agent if scoped else _UNSCOPED] = hooks
+            if not scoped:
+                self._shared = hooks
+            else:
+                if len(self._call_hooks) > 4096:
+                    self._call_hooks.clear()  # agents may churn; keep the memo bounded
+                self._call_hooks[agent] = hooks
         return hooks
 
     def _hook_listeners(self, hook_name: str) -> _HookListeners:
@@ -139,6 +161,7 @@ class HookChains:
         if version is None or version != self._version:
             self._cache.clear()
             self._call_hooks.clear()
+            self._shared = None
             self._version = version
         cached = self._cache.get(hook_name) if version is not None else None
         if cached is None:
@@ -186,6 +209,14 @@ class HookChains:
             elif waterfall and not inspect.iscoroutinefunction(impl.function):
                 problem = f"{impl.plugin_name}: {hook_name} listeners must be async def"
             argnames = tuple(impl.argnames)
+            if problem is not None:
+                suspends = False  # it never runs: the chain fails when it reaches it
+            elif waterfall:
+                suspends = suspends_beyond_next(impl.function)
+            else:
+                # An observer: only an async def one is awaited without a scope,
+                # and only when it provably awaits nothing.
+                suspends = can_suspend(impl.function)
             unknown = [name for name in argnames if name not in spec_args]
             if unknown and problem is None:
                 problem = f"{impl.plugin_name}: {hook_name} has no argument(s) {', '.join(unknown)}"
@@ -198,29 +229,39 @@ class HookChains:
                     positional=argnames == spec_args,
                     scope=getattr(impl.plugin, "dsh_scope", None),
                     problem=problem,
+                    suspends=suspends,
                 )
             )
         return _HookListeners(tuple(out), any(listener.scope is not None for listener in out))
 
 
+_PENDING: Any = object()  # _Next.result before the inner step has returned
+
+
 class _Next:
-    """The ``next`` handed to one listener: runs the rest of the chain, at most once."""
+    """The ``next`` handed to one listener: starts the rest of the chain, at most once.
 
-    __slots__ = ("_chain", "_index", "_owner", "called", "result")
+    Calling it returns the inner step's coroutine instead of wrapping it in
+    one of its own, so a waterfall layer costs the listener's frame and one
+    step frame; the inner step reports its outcome back through ``result``.
+    """
 
-    def __init__(self, chain: Chain, index: int, owner: Listener) -> None:
+    __slots__ = ("_chain", "_index", "called", "result")
+
+    def __init__(self, chain: Chain, index: int) -> None:
         self._chain = chain
         self._index = index
-        self._owner = owner
         self.called = False
-        self.result: Any = None
+        # Not None: a listener that swallows next()'s exception and returns None
+        # must still have its None checked, not mistaken for a passed-through outcome.
+        self.result: Any = _PENDING
 
-    async def __call__(self) -> Any:
+    def __call__(self) -> Coroutine[Any, Any, Any]:
         if self.called:
-            raise PolicyError(f"{self._owner.plugin_name}: next() may be called at most once per listener")
+            owner = self._chain._listeners[self._index - 1]
+            raise PolicyError(f"{owner.plugin_name}: next() may be called at most once per listener")
         self.called = True
-        self.result = await self._chain.run(self._index)
-        return self.result
+        return self._chain._step(self._index, self)
 
 
 class Chain:
@@ -230,7 +271,7 @@ class Chain:
     (``None`` when the base did) and ``blame`` the listener an exception came from.
     """
 
-    __slots__ = ("_base", "_check", "_listeners", "_ordered", "blame", "blamed", "decider", "trace")
+    __slots__ = ("_base", "_check", "_count", "_listeners", "_ordered", "blame", "blamed", "decider", "trace")
 
     def __init__(
         self,
@@ -240,6 +281,7 @@ class Chain:
         check: Callable[[Any], str | None],
     ) -> None:
         self._listeners = listeners
+        self._count = len(listeners)
         self._ordered = ordered
         self._base = base
         self._check = check
@@ -248,33 +290,40 @@ class Chain:
         self.blamed: BaseException | None = None
         self.trace: list[tuple[str, Any]] | None = None
 
-    async def run(self, index: int = 0) -> Any:
-        if index == len(self._listeners):
-            return await self._base()
-        listener = self._listeners[index]
-        if listener.problem is not None:
-            error = PolicyError(listener.problem)
-            self._blame(error, listener)
-            raise error
-        nxt = _Next(self, index + 1, listener)
-        try:
-            if listener.positional:
-                outcome = await listener.fn(*self._ordered, nxt)
-            else:
-                outcome = await listener.call((*self._ordered, nxt))
-        except BaseException as exc:
-            if not is_fatal(exc):
-                self._blame(exc, listener)
-            raise
-        if not (nxt.called and outcome is nxt.result):
-            problem = self._check(outcome)
-            if problem is not None:
-                error = PolicyError(f"{listener.plugin_name}: {problem}")
+    def run(self) -> Coroutine[Any, Any, Any]:
+        """The whole chain, outermost listener first."""
+        return self._step(0, None)
+
+    async def _step(self, index: int, caller: _Next | None) -> Any:
+        if index == self._count:
+            outcome = await self._base()
+        else:
+            listener = self._listeners[index]
+            if listener.problem is not None:
+                error = PolicyError(listener.problem)
                 self._blame(error, listener)
                 raise error
-            self.decider = listener.plugin_name
-        if self.trace is not None:
-            self.trace.append((listener.plugin_name, outcome))
+            nxt = _Next(self, index + 1)
+            try:
+                if listener.positional:
+                    outcome = await listener.fn(*self._ordered, nxt)
+                else:
+                    outcome = await listener.call((*self._ordered, nxt))
+            except BaseException as exc:
+                if not is_fatal(exc):
+                    self._blame(exc, listener)
+                raise
+            if not nxt.called or outcome is not nxt.result:
+                problem = self._check(outcome)
+                if problem is not None:
+                    error = PolicyError(f"{listener.plugin_name}: {problem}")
+                    self._blame(error, listener)
+                    raise error
+                self.decider = listener.plugin_name
+            if self.trace is not None:
+                self.trace.append((listener.plugin_name, outcome))
+        if caller is not None:
+            caller.result = outcome
         return outcome
 
     def _blame(self, exc: BaseException, listener: Listener) -> None:

@@ -1022,3 +1022,54 @@ def test_runtime_rejects_foreign_plugin_manager() -> None:
 
     with pytest.raises(ValueError, match='PluginManager\\("dsh"\\)'):
         ToolRuntime(plugins=pluggy.PluginManager("other"))
+
+
+@pytest.mark.parametrize("hook", ["pre", "post"])
+async def test_a_listener_that_swallows_next_failure_and_returns_none_is_a_policy_error(hook: str) -> None:
+    ran: list[str] = []
+
+    class Swallower:
+        @hookimpl(tryfirst=True)
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            if hook != "pre":
+                return await next()
+            try:
+                return await next()
+            except DshError:
+                return None  # neither a decision nor next()'s outcome: must not read as "passed through"
+
+        @hookimpl(tryfirst=True)
+        async def dsh_post_execute(self, execution: ToolExecution, result: ToolExecutionResult, next: Next) -> Any:
+            if hook != "post":
+                return await next()
+            try:
+                return await next()
+            except DshError:
+                return None
+
+    class Raiser:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            if hook == "pre":
+                raise DshError("inner listener broke")
+            return await next()
+
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: ToolExecutionResult, next: Next) -> Any:
+            if hook == "post":
+                raise DshError("inner listener broke")
+            return await next()
+
+    async def body(args: Any) -> int:
+        ran.append("body")
+        return 3
+
+    tool = define_tool(
+        name="add", description="Add", parameters={}, output={"type": "integer"}, execute=body,
+    )  # fmt: skip
+    runtime = make_runtime(tool, plugins=[Raiser(), Swallower()])
+    result = await runtime.execute(make_input("add", {}))
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code == "POLICY_ERROR"
+    assert result.error.info is not None and result.error.info.plugin is not None
+    assert ran == ([] if hook == "pre" else ["body"])

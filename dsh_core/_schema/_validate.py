@@ -358,6 +358,15 @@ class CompiledValidator:
         """Whether a compiled fastjsonschema function answers valid values."""
         return self._fast is not None
 
+    @property
+    def fast_function(self) -> Callable[[Any], Any] | None:
+        """The compiled fastjsonschema function, for values already known to be lossless JSON.
+
+        It raises on an invalid value and says nothing about why (the full
+        checker does); ``None`` when the schema has no fast path.
+        """
+        return self._fast
+
     def __call__(self, value: object, path: str = "value") -> tuple[str, ...]:
         if self.fast_path_accepts(value):
             return ()
