@@ -76,7 +76,8 @@ def scope_chain(scope: ScopeKey | None) -> tuple[Hashable, ...]:
     return tuple(chain)
 
 
-@attrs.frozen(slots=True)
+# Not slotted: hosts build one per call, and the dict form constructs faster.
+@attrs.frozen(slots=False)
 class ToolExecutionInput:
     """One tool call as the caller (agent loop, CLI, Code Mode bridge) describes it.
 

@@ -53,6 +53,7 @@ from ._json import JsonValue, safe_repr, snapshot_json
 from ._registry import RUN_CODE_NAME
 from ._results import (
     ToolExecutionFailure,
+    new_success,
     ToolExecutionResult,
     ToolExecutionSuccess,
     error_message,
@@ -218,7 +219,7 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
     if visible is None:
         return call._settle("final", _unknown_tool(name))
 
-    contract = contract_of(visible)
+    contract = visible._contract or contract_of(visible)
     violations = contract.argument_violations(arguments)
     if violations:
         error = ToolArgsError(violations)
@@ -265,12 +266,21 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
                 dispatched = await _dispatch_body(runtime, call, call.execution.signal)
                 if call.trace is not None:
                     call.trace.add("execute", call.execution.name, dispatched)
-                call._settle("final", _with_deferred(call, dispatched))
+                call.step = "final"
+                call.result = _with_deferred(call, dispatched) if call.deferred else dispatched
             else:
                 call.step = "final"  # denied or aborted before dispatch: no post-execute listener to see it
         else:
             await _stages(runtime, call)
-    return await finish(runtime, call)
+    # finish(), inlined: most calls have no finaliser, trace or observer, and this is every call's path.
+    result = call.result
+    assert result is not None
+    if call.finalizer is not None or call.trace is not None:
+        result = _finalized(call, result)
+    observers = call.hooks.result
+    if observers:
+        await _notify(observers, call.execution, result)
+    return result
 
 
 async def _stages(runtime: ToolRuntime, call: PreparedCall) -> None:
@@ -660,7 +670,7 @@ def _build_success(
             if is_fatal(exc):
                 raise
             return _output_failure(tool.name, [f"output.presentation_meta failed: {error_message(exc)}"])
-    return ToolExecutionSuccess(value, content, meta, (), run is not None and run.concluded)
+    return new_success(value, content, meta, run is not None and run._concluded)
 
 
 def _output_failure(name: str, violations: Sequence[str]) -> ToolExecutionFailure:
@@ -716,9 +726,7 @@ async def finish(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResul
     assert result is not None
     if call.finalizer is not None or call.trace is not None:
         result = _finalized(call, result)
-    observers = call.hooks.result
-    if observers:
-        await _notify(observers, call.execution, result)
+    await _notify(call.hooks.result, call.execution, result)
     return result
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "ToolFailure",
     "failure_from_exception",
     "failure_result",
+    "new_success",
 ]
 
 
@@ -97,6 +98,23 @@ class ToolExecutionFailure:
 
 
 ToolExecutionResult: TypeAlias = ToolExecutionSuccess | ToolExecutionFailure
+
+_new_object = object.__new__
+
+
+def new_success(
+    value: JsonValue, content: tuple[ContentBlock, ...], meta: JsonValue, concludes_turn: bool
+) -> ToolExecutionSuccess:
+    """The pipeline's success constructor for checked values (the class has no validators to skip)."""
+    success: ToolExecutionSuccess = _new_object(ToolExecutionSuccess)
+    fields = success.__dict__
+    fields["value"] = value
+    fields["content"] = content
+    fields["meta"] = meta
+    fields["additional_contexts"] = ()
+    fields["concludes_turn"] = concludes_turn
+    fields["trace"] = None
+    return success
 
 
 def failure_result(

@@ -235,7 +235,11 @@ class HookChains:
         return _HookListeners(tuple(out), any(listener.scope is not None for listener in out))
 
 
-_PENDING: Any = object()  # _Next.result before the inner step has returned
+# States of _Next.result before the inner step has returned. Neither can be a
+# listener's outcome, so "outcome is not nxt.result" alone tells a listener that
+# returned its own outcome (or swallowed next()'s exception) from one that passed.
+_UNCALLED: Any = object()
+_PENDING: Any = object()
 
 
 class _Next:
@@ -246,21 +250,22 @@ class _Next:
     step frame; the inner step reports its outcome back through ``result``.
     """
 
-    __slots__ = ("_chain", "_index", "called", "result")
+    __slots__ = ("_chain", "_index", "result")
 
     def __init__(self, chain: Chain, index: int) -> None:
         self._chain = chain
         self._index = index
-        self.called = False
-        # Not None: a listener that swallows next()'s exception and returns None
-        # must still have its None checked, not mistaken for a passed-through outcome.
-        self.result: Any = _PENDING
+        self.result: Any = _UNCALLED
+
+    @property
+    def called(self) -> bool:
+        return self.result is not _UNCALLED
 
     def __call__(self) -> Coroutine[Any, Any, Any]:
-        if self.called:
+        if self.result is not _UNCALLED:
             owner = self._chain._listeners[self._index - 1]
             raise PolicyError(f"{owner.plugin_name}: next() may be called at most once per listener")
-        self.called = True
+        self.result = _PENDING
         return self._chain._step(self._index, self)
 
 
@@ -271,7 +276,10 @@ class Chain:
     (``None`` when the base did) and ``blame`` the listener an exception came from.
     """
 
-    __slots__ = ("_base", "_check", "_count", "_listeners", "_ordered", "blame", "blamed", "decider", "trace")
+    __slots__ = (
+        "_base", "_check", "_count", "_first", "_listeners", "_ordered", "_second", "blame", "blamed", "decider",
+        "trace",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -283,6 +291,10 @@ class Chain:
         self._listeners = listeners
         self._count = len(listeners)
         self._ordered = ordered
+        # Every waterfall takes one or two arguments before next: pass them without building a tuple per layer.
+        assert len(ordered) in (1, 2), ordered
+        self._first = ordered[0]
+        self._second = ordered[1] if len(ordered) == 2 else _UNCALLED
         self._base = base
         self._check = check
         self.decider: str | None = None
@@ -305,15 +317,17 @@ class Chain:
                 raise error
             nxt = _Next(self, index + 1)
             try:
-                if listener.positional:
-                    outcome = await listener.fn(*self._ordered, nxt)
-                else:
+                if not listener.positional:
                     outcome = await listener.call((*self._ordered, nxt))
+                elif self._second is _UNCALLED:
+                    outcome = await listener.fn(self._first, nxt)
+                else:
+                    outcome = await listener.fn(self._first, self._second, nxt)
             except BaseException as exc:
                 if not is_fatal(exc):
                     self._blame(exc, listener)
                 raise
-            if not nxt.called or outcome is not nxt.result:
+            if outcome is not nxt.result:
                 problem = self._check(outcome)
                 if problem is not None:
                     error = PolicyError(f"{listener.plugin_name}: {problem}")
