@@ -53,12 +53,12 @@ from ._json import JsonValue, safe_repr, snapshot_json
 from ._registry import RUN_CODE_NAME
 from ._results import (
     ToolExecutionFailure,
-    new_success,
     ToolExecutionResult,
     ToolExecutionSuccess,
     error_message,
     failure_from_exception,
     failure_result,
+    new_success,
 )
 from ._signal import CancelSignal
 from ._trace import TraceRecorder
