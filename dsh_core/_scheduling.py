@@ -32,6 +32,7 @@ settle. A keyed call whose signal fires while it waits stops waiting and ends
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -112,6 +113,11 @@ async def _wait_for(call: _pipeline.PreparedCall, after: Sequence[trio.Event]) -
             unlink()
 
 
+def _dispatch_may_suspend(call: _pipeline.PreparedCall) -> bool:
+    contract = call.contract
+    return call.hooks.execute_suspends or contract is None or contract.body_suspends
+
+
 async def _run_group(
     runtime: ToolRuntime,
     calls: list[ToolExecutionInput],
@@ -120,10 +126,21 @@ async def _run_group(
     results: list[ToolExecutionResult | None],
     max_parallel: int,
 ) -> int:
-    """Run the group of non-exclusive calls starting at ``start``; returns the index after it."""
+    """Run the group of non-exclusive calls starting at ``start``; returns the index after it.
+
+    Only a dispatch that can suspend gets a task and a slot for its whole
+    duration: one that cannot (an inline body, no wrapper that suspends) would
+    gain nothing from overlapping, so it runs right after its policy, in the
+    loop. Likewise a call is committed (post-execute, finalisation, observers)
+    by the loop itself when nothing before it waits to be committed (and its
+    commit is not expected to wait on anything), and through the in-order
+    commit task otherwise.
+    """
     limiter = trio.CapacityLimiter(max_parallel)
-    send, receive = trio.open_memory_channel[tuple[int, _pipeline.PreparedCall, trio.Event]](max_parallel)
+    # Unbounded: the limiter bounds the dispatches in flight; what waits here is settled or dispatching.
+    send, receive = trio.open_memory_channel[tuple[int, _pipeline.PreparedCall, trio.Event | None]](math.inf)
     keys = _KeyIndex()
+    uncommitted = 0
 
     async def dispatch(
         call: _pipeline.PreparedCall, settled: trio.Event, slot: object, after: Sequence[trio.Event]
@@ -145,10 +162,13 @@ async def _run_group(
 
     async def commit() -> None:
         # Finalise strictly in model order, whatever order the dispatches settle in.
+        nonlocal uncommitted
         async with receive:
             async for position, call, settled in receive:
-                await settled.wait()
+                if settled is not None:
+                    await settled.wait()
                 results[position] = await _pipeline.finalize(runtime, call)
+                uncommitted -= 1
 
     index = start
     async with trio.open_nursery() as nursery:
@@ -160,17 +180,37 @@ async def _run_group(
                 if isinstance(kind, Exclusive):
                     break
                 slot = object()
-                await limiter.acquire_on_behalf_of(slot)
+                try:
+                    # A free slot needs no checkpoint; only a full pool makes the loop wait.
+                    limiter.acquire_on_behalf_of_nowait(slot)
+                except trio.WouldBlock:
+                    await limiter.acquire_on_behalf_of(slot)
                 call = await _pipeline.prepare(runtime, request)
-                settled = trio.Event()
+                settled: trio.Event | None = None
                 if call.step == "dispatch":
-                    after = keys.claim(kind, settled) if isinstance(kind, ResourceClaim) else []
-                    nursery.start_soon(dispatch, call, settled, slot, after)
+                    claimed: trio.Event | None = None
+                    after: list[trio.Event] = []
+                    if isinstance(kind, ResourceClaim):
+                        claimed = trio.Event()
+                        after = keys.claim(kind, claimed)
+                    if not after and not _dispatch_may_suspend(call):
+                        try:
+                            await _pipeline.dispatch(runtime, call)
+                        finally:
+                            limiter.release_on_behalf_of(slot)
+                            if claimed is not None:
+                                claimed.set()
+                    else:
+                        settled = claimed if claimed is not None else trio.Event()
+                        nursery.start_soon(dispatch, call, settled, slot, after)
                 else:
                     # Decided before dispatch (denied, aborted...): it touches no resource,
                     # so it claims no key and later calls keep waiting on the real holders.
                     limiter.release_on_behalf_of(slot)
-                    settled.set()
-                await send.send((index, call, settled))
+                if settled is None and uncommitted == 0 and not call.hooks.finish_suspends:
+                    results[index] = await _pipeline.finalize(runtime, call)
+                else:
+                    uncommitted += 1
+                    send.send_nowait((index, call, settled))
                 index += 1
     return index

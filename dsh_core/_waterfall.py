@@ -101,8 +101,8 @@ class CallHooks:
     listeners can suspend by itself (so a cancel scope is worth entering).
     """
 
-    __slots__ = ("execute", "execute_suspends", "post", "post_suspends", "pre", "pre_suspends", "result",
-                 "waterfalls_empty")  # fmt: skip
+    __slots__ = ("execute", "execute_suspends", "finish_suspends", "post", "post_suspends", "pre", "pre_suspends",
+                 "result", "waterfalls_empty")  # fmt: skip
 
     def __init__(
         self,
@@ -119,6 +119,11 @@ class CallHooks:
         self.pre_suspends = any(listener.suspends for listener in pre)
         self.execute_suspends = any(listener.suspends for listener in execute)
         self.post_suspends = any(listener.suspends for listener in post)
+        # Whether post-execute or an async observer can hold the call's ending up (a
+        # scheduling hint: a plain def observer runs to its end when called).
+        self.finish_suspends = self.post_suspends or any(
+            listener.suspends and inspect.iscoroutinefunction(listener.fn) for listener in result
+        )
 
 
 class HookChains:

@@ -284,3 +284,29 @@ def test_ignoring_the_keys_breaks_serial_equivalence(monkeypatch: pytest.MonkeyP
     ignoring = run_against_store(specs, max_parallel=8)
     assert serial[0] == [{}, {"a": "c0"}]
     assert ignoring[0] == [{}, {"a": "initial"}]
+
+
+async def test_a_keyed_call_that_cannot_suspend_still_waits_for_an_earlier_conflicting_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    spans: Spans = {}
+    order: list[str] = []
+
+    async def instant(args: Any) -> str:
+        order.append(str(args["id"]))
+        spans[args["id"]] = (trio.current_time(), trio.current_time())
+        return str(args["id"])
+
+    quick = json_tool(
+        "q", instant, parameters={"id": {"type": "string", "required": True}, "keys": {"type": "json"}},
+        output={"type": "string"}, resource_keys=from_args,
+    )  # fmt: skip
+    runtime = make_runtime(keyed_tool("k", spans, from_args, seconds=2), quick)
+    assert runtime.get("q").inline
+    results = await run_tool_calls(
+        runtime, [call("a", write=("x",)), call("b", write=("x",), name="q"), call("c", write=("y",), name="q")]
+    )
+    assert [r.value for r in results] == ["a", "b", "c"]  # type: ignore[union-attr]
+    assert spans["b"][0] == pytest.approx(2)  # after the writer it conflicts with
+    assert spans["c"][0] == pytest.approx(0)  # a disjoint key does not wait
+    assert order == ["c", "b"]

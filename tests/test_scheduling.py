@@ -139,3 +139,72 @@ async def test_max_parallel_must_be_positive_integer(bad: Any) -> None:
 
 async def test_empty_batch() -> None:
     assert await run_tool_calls(make_runtime(), []) == []
+
+
+def mixed_runtime(log: list[str], recorder: Recorder) -> Any:
+    """``slow`` suspends for ``delay`` seconds; ``fast`` cannot suspend (the scheduler runs it in its loop)."""
+
+    async def slow(args: Any) -> str:
+        await trio.sleep(args["delay"])
+        log.append(f"slow {args['id']}")
+        return str(args["id"])
+
+    async def fast(args: Any) -> str:
+        log.append(f"fast {args['id']}")
+        return str(args["id"])
+
+    parameters = {"id": {"type": "string", "required": True}, "delay": {"type": "number"}}
+    return make_runtime(
+        json_tool("slow", slow, parameters=parameters, output={"type": "string"}, is_concurrency_safe=lambda a: True),
+        json_tool("fast", fast, parameters=parameters, output={"type": "string"}, is_concurrency_safe=lambda a: True),
+        plugins=[recorder],
+    )
+
+
+async def test_calls_that_cannot_suspend_still_commit_in_model_order_behind_slower_ones(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log: list[str] = []
+    recorder = Recorder()
+    runtime = mixed_runtime(log, recorder)
+    assert runtime.get("fast").inline and not runtime.get("slow").inline
+    inputs = [
+        make_input("slow", {"id": "c0", "delay": 2}, call_id="c0"),
+        make_input("fast", {"id": "c1"}, call_id="c1"),
+        make_input("slow", {"id": "c2", "delay": 1}, call_id="c2"),
+        make_input("fast", {"id": "c3"}, call_id="c3"),
+    ]
+    results = await run_tool_calls(runtime, inputs)
+    assert [r.value for r in results] == ["c0", "c1", "c2", "c3"]  # type: ignore[union-attr]
+    # The fast calls ran at once, overlapping the slow ones ...
+    assert log == ["fast c1", "fast c3", "slow c2", "slow c0"]
+    assert trio.current_time() == pytest.approx(2)
+    # ... but post-execute and the observers still saw every call in model order.
+    observed = [call_id for hook, call_id in recorder.events if hook == "dsh_result"]
+    assert observed == ["c0", "c1", "c2", "c3"]
+    post = [call_id for hook, call_id in recorder.events if hook == "dsh_post_execute"]
+    assert post == ["c0", "c1", "c2", "c3"]
+
+
+async def test_a_call_that_cannot_suspend_waits_for_a_free_slot_before_its_policy(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log: list[str] = []
+    recorder = Recorder()
+    runtime = mixed_runtime(log, recorder)
+    inputs = [
+        make_input("slow", {"id": "c0", "delay": 3}, call_id="c0"),
+        make_input("fast", {"id": "c1"}, call_id="c1"),
+    ]
+    decided: list[tuple[str, float]] = []
+
+    class Clocked:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            decided.append((execution.call_id, trio.current_time()))
+            return await next()
+
+    runtime.plugins.register(Clocked())
+    await run_tool_calls(runtime, inputs, max_parallel=1)
+    assert decided == [("c0", 0), ("c1", 3)]
+    assert log == ["slow c0", "fast c1"]
