@@ -612,3 +612,62 @@ def test_cli_call_run_code_in_both_mode() -> None:
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.splitlines() == ["calc says 5", "5"]
+
+
+async def test_a_binding_completes_at_once_only_when_idle_and_nothing_can_suspend(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def quiet_body(args: Any) -> str:
+        return "quiet"
+
+    async def loud_body(args: Any) -> str:
+        await trio.sleep(1)
+        return "loud"
+
+    seen: dict[str, bool] = {}
+
+    async def program(bindings: Mapping[str, Any]) -> CodeRunResult:
+        seen["quiet"] = bindings["quiet"].completes_at_once()
+        seen["loud"] = bindings["loud"].completes_at_once()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bindings["loud"], {})
+            await trio.testing.wait_all_tasks_blocked()
+            seen["quiet while another is in flight"] = bindings["quiet"].completes_at_once()
+        seen["quiet afterwards"] = bindings["quiet"].completes_at_once()
+        return CodeRunResult(value=await bindings["quiet"]({}), has_value=True)
+
+    runtime, _ = code_runtime(
+        program,
+        json_tool("quiet", quiet_body, output={"type": "string"}),
+        json_tool("loud", loud_body, output={"type": "string"}),
+    )
+    result = await runtime.execute(run_code())
+    assert result.value == {"logs": (), "result": "quiet"}  # type: ignore[union-attr]
+    assert seen == {"quiet": True, "loud": False, "quiet while another is in flight": False, "quiet afterwards": True}
+
+
+@pytest.mark.parametrize("approval", [False, True])
+async def test_a_listener_that_can_suspend_or_ask_makes_a_binding_not_complete_at_once(approval: bool) -> None:
+    from dsh_core.testing import StaticApproval
+
+    class Checkpointing:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            if not approval:
+                await trio.lowlevel.checkpoint()
+            return await next()
+
+    async def quiet_body(args: Any) -> str:
+        return "quiet"
+
+    seen: list[bool] = []
+
+    async def program(bindings: Mapping[str, Any]) -> CodeRunResult:
+        seen.append(bindings["quiet"].completes_at_once())
+        return CodeRunResult()
+
+    options: dict[str, Any] = {"approval": StaticApproval("allowed-once")} if approval else {}
+    runtime, _ = code_runtime(program, json_tool("quiet", quiet_body, output={"type": "string"}), **options)
+    runtime.plugins.register(Checkpointing())
+    await runtime.execute(run_code())
+    assert seen == [False]

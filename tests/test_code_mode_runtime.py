@@ -542,3 +542,93 @@ def test_json_problem_names_the_path() -> None:
     cycle: list[Any] = []
     cycle.append(cycle)
     assert json_problem(cycle) == "$[0]: the value contains itself"
+
+
+# -- the child's two drivers -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("program", "needs_loop"),
+    [
+        ("return 1", False),
+        ("x = await tools.add({'a': 1})\nfor i in range(3):\n    print(i)\nreturn x", False),
+        ("try:\n    await tools.t({})\nexcept ToolCallError as e:\n    return str(e)", False),
+        ("import asyncio\nawait asyncio.sleep(0)", True),
+        ("from asyncio import gather", True),
+        ("def f():\n    import json\nreturn 1", True),
+        ("m = __import__('asyncio')", True),
+        ("exec('import asyncio')", True),
+        ("eval('1')", True),
+        ("g = globals()", True),
+        ("b = __builtins__", True),
+        ("f = tools.add.__globals__", True),
+        ("class X:\n    def __await__(self):\n        yield 1\nawait X()", False),
+    ],
+)
+def test_only_a_program_that_can_reach_an_import_gets_an_event_loop(program: str, needs_loop: bool) -> None:
+    import ast
+
+    from dsh_core.code_mode._child import needs_event_loop
+
+    assert needs_event_loop(ast.parse(program)) is needs_loop
+
+
+async def test_awaiting_something_other_than_a_tool_without_asyncio_fails_clearly() -> None:
+    program = "class X:\n    def __await__(self):\n        yield 1\nawait X()"
+    result = await RUNTIME.run(program, {})
+    assert result.error is not None and result.error.kind == "exception"
+    assert "not a tool call" in result.error.message and "import asyncio" in result.error.message
+
+
+async def test_the_same_program_runs_alike_with_and_without_an_event_loop() -> None:
+    async def add(args: Any) -> Any:
+        if args["a"] < 0:
+            raise ValueError("negative")
+        return args["a"] + args["b"]
+
+    body = (
+        "total = 0\n"
+        "for a in range(5):\n"
+        "    total += await tools.add({'a': a, 'b': 1})\n"
+        "try:\n"
+        "    await tools.add({'a': -1, 'b': 0})\n"
+        "except ToolCallError as error:\n"
+        "    print('caught', error.tool_name, error)\n"
+        "return total\n"
+    )
+    direct = await RUNTIME.run(body, {"add": add})
+    looped = await RUNTIME.run("import asyncio\n" + body, {"add": add})
+    assert direct == looped
+    assert direct.value == 15 and direct.logs == ("caught add negative",)
+
+
+async def test_a_binding_that_completes_at_once_is_served_without_a_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsh_core.code_mode import _runtime
+
+    served: list[str] = []
+    tasks: list[trio.lowlevel.Task] = []
+
+    class AtOnce:
+        def __init__(self, at_once: bool) -> None:
+            self.at_once = at_once
+
+        def completes_at_once(self) -> bool:
+            return self.at_once
+
+        async def __call__(self, args: Any) -> Any:
+            served.append("called")
+            return 1
+
+    original = _runtime._Session._serve
+
+    async def tracking(self: Any, stdin: Any, call: Any) -> None:
+        tasks.append(trio.lowlevel.current_task())
+        await original(self, stdin, call)
+
+    monkeypatch.setattr(_runtime._Session, "_serve", tracking)
+    program = "return await tools.fast({}) + await tools.slow({})"
+    result = await RUNTIME.run(program, {"fast": AtOnce(True), "slow": AtOnce(False)})
+    assert result.value == 2 and served == ["called", "called"]
+    # The first call was served by the reader (this task, which drives the run), the second by a task of its own.
+    reader = trio.lowlevel.current_task()
+    assert tasks[0] is reader and tasks[1] is not reader

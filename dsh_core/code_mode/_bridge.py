@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -27,7 +27,7 @@ import trio
 
 from .. import _pipeline
 from .._content import ContentBlock, ImageBlock, TextBlock, UserMessage, as_content
-from .._definition import ToolDefinition, ToolOutput, define_tool
+from .._definition import ToolDefinition, ToolOutput, contract_of, define_tool
 from .._errors import CodeRunFailedError, DshError, NonJsonValueError
 from .._execution import Exclusive, ToolExecution, ToolExecutionInput, ToolRunContext
 from .._json import JsonValue, json_text, snapshot_json
@@ -77,7 +77,7 @@ class _Ticket:
         self.exclusive = False
         self.started = False
         self.call: _pipeline.PreparedCall | None = None
-        self.done = trio.Event()
+        self.done: trio.Event | None = None  # only a ticket run by a worker task is waited for
         self.value: JsonValue = None
         self.error: str | None = None
 
@@ -94,15 +94,18 @@ class _Lane:
         self.starting = False
         self.in_flight = 0
         self.exclusive_active = False
-        self._changed = trio.Event()
+        self._changed: trio.Event | None = None  # created only while someone waits for a change
         self.log_slots = trio.CapacityLimiter(cap)
 
     def notify(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     async def wait_until(self, condition: Callable[[], bool]) -> None:
         while not condition():
+            if self._changed is None:
+                self._changed = trio.Event()
             await self._changed.wait()
 
     def may_start(self, ticket: _Ticket) -> bool:
@@ -114,6 +117,28 @@ class _Lane:
         if ticket.exclusive:
             return self.in_flight == 0 and not self.commits
         return self.in_flight < self.cap
+
+
+class _ToolBinding:
+    """``tools.<name>`` for one run: awaited with the arguments, it runs one sub-call.
+
+    ``completes_at_once()`` tells the code runtime whether a call made now
+    would finish without suspending, so it may serve the call in its reader
+    instead of a task of its own.
+    """
+
+    __slots__ = ("__name__", "_bridge", "_name")
+
+    def __init__(self, bridge: _Bridge, name: str) -> None:
+        self._bridge = bridge
+        self._name = name
+        self.__name__ = f"tools.{name}"
+
+    async def __call__(self, raw_args: JsonValue) -> JsonValue:
+        return await self._bridge.submit(self._name, raw_args)
+
+    def completes_at_once(self) -> bool:
+        return self._bridge.idle() and self._bridge.quiet(self._name)
 
 
 def _describe_reason(reason: object) -> str:
@@ -134,12 +159,8 @@ class _Bridge:
         self.lane = _Lane(runtime, runtime.max_parallel_sub_calls, self.run_signal)
         self.numbers = itertools.count(1)
 
-    def binding(self, name: str) -> Callable[[JsonValue], Awaitable[JsonValue]]:
-        async def call_tool(raw_args: JsonValue) -> JsonValue:
-            return await self.submit(name, raw_args)
-
-        call_tool.__name__ = f"tools.{name}"
-        return call_tool
+    def binding(self, name: str) -> _ToolBinding:
+        return _ToolBinding(self, name)
 
     async def submit(self, name: str, raw_args: object) -> JsonValue:
         if self.run_signal.cancelled:
@@ -163,12 +184,49 @@ class _Bridge:
             signal=self.run_signal,
         )
         ticket = _Ticket(number, sub_call_id, name, request)
-        self.lane.pending.append(ticket)
-        self.nursery.start_soon(self.work, ticket, arguments)
-        await ticket.done.wait()
+        lane = self.lane
+        lane.pending.append(ticket)
+        if not lane.commits and not lane.in_flight and lane.may_start(ticket) and self.quiet(name):
+            # Nothing in this sub-call can suspend and it is first in line: running it
+            # right here is what its worker task would do, minus two task switches
+            # (and the shield: code that cannot suspend cannot be cancelled either).
+            await self._work(ticket, arguments)
+        else:
+            done = ticket.done = trio.Event()
+            self.nursery.start_soon(self.work, ticket, arguments)
+            await done.wait()
         if ticket.error is not None:
             raise _ProgramFacingError(ticket.error)
         return ticket.value
+
+    def idle(self) -> bool:
+        """Whether a sub-call submitted now would start and commit at once (nothing else in the lane)."""
+        lane = self.lane
+        return not (
+            lane.pending or lane.commits or lane.in_flight or lane.starting or lane.exclusive_active
+        ) and not self.run_signal.cancelled
+
+    def quiet(self, name: str) -> bool:
+        """Whether nothing on a sub-call of ``name``'s way can suspend.
+
+        Neither the pipeline (see :mod:`dsh_core._suspension`), an approval
+        prompt nor a ``dsh_code_dispatch_log`` listener can give control back to trio.
+        """
+        runtime = self.runtime
+        agent = self.run.agent
+        hooks = runtime._chains.for_call(agent)
+        if hooks.pre_suspends or hooks.execute_suspends or hooks.finish_suspends:
+            return False
+        if hooks.pre and runtime.approval is not None:
+            return False  # a listener may ask, and the prompt would suspend
+        if not self.logging_is_instant():
+            return False
+        tool = runtime._registry.view(agent).tools.get(name)
+        return tool is None or not contract_of(tool).body_suspends
+
+    def logging_is_instant(self) -> bool:
+        listeners = self.runtime._chains.listeners("dsh_code_dispatch_log", self.run.agent)
+        return not any(listener.suspends for listener in listeners)
 
     async def work(self, ticket: _Ticket, logged_arguments: JsonValue) -> None:
         # Shielded from the outer call's trio cancellation: a started sub-call must
@@ -198,10 +256,11 @@ class _Bridge:
                 lane.exclusive_active = True
             lane.notify()
             started_at = trio.current_time()
-            self.emit(
-                "tool/code-dispatch-start",
-                {**self.ids(ticket), "name": ticket.name, "arguments": logged_arguments},
-            )
+            if self.runtime.event_sink is not None:
+                self.emit(
+                    "tool/code-dispatch-start",
+                    {**self.ids(ticket), "name": ticket.name, "arguments": logged_arguments},
+                )
             try:
                 call = await _pipeline.prepare(runtime, ticket.request)
             finally:
@@ -221,10 +280,15 @@ class _Bridge:
                     lane.exclusive_active = False
                 lane.notify()
             self.commit(ticket, result)
-            await lane.log_slots.acquire_on_behalf_of(ticket)
-            self.nursery.start_soon(self.log, ticket, logged_arguments, result, started_at)
+            if self.logging_is_instant():
+                await self.log(ticket, logged_arguments, result, started_at, slot=False)
+            else:
+                # A slow log listener must not hold the program's reply back.
+                await lane.log_slots.acquire_on_behalf_of(ticket)
+                self.nursery.start_soon(self.log, ticket, logged_arguments, result, started_at)
         finally:
-            ticket.done.set()
+            if ticket.done is not None:
+                ticket.done.set()
 
     def commit(self, ticket: _Ticket, result: ToolExecutionResult) -> None:
         run = self.run
@@ -254,11 +318,23 @@ class _Bridge:
         }
 
     async def log(
-        self, ticket: _Ticket, arguments: JsonValue, result: ToolExecutionResult, started_at: float
+        self,
+        ticket: _Ticket,
+        arguments: JsonValue,
+        result: ToolExecutionResult,
+        started_at: float,
+        *,
+        slot: bool = True,
     ) -> None:
         try:
-            with trio.CancelScope(shield=True):
+            if not slot:
+                # Inline (nothing in the log can suspend): there is nothing to shield.
                 content = await self.logged_content(ticket, result)
+                if self.runtime.event_sink is None:
+                    return
+            else:
+                with trio.CancelScope(shield=True):
+                    content = await self.logged_content(ticket, result)
             self.emit(
                 "tool/code-dispatch",
                 {
@@ -271,7 +347,8 @@ class _Bridge:
                 },
             )
         finally:
-            self.lane.log_slots.release_on_behalf_of(ticket)
+            if slot:
+                self.lane.log_slots.release_on_behalf_of(ticket)
 
     async def logged_content(self, ticket: _Ticket, result: ToolExecutionResult) -> tuple[ContentBlock, ...]:
         listeners = self.runtime._chains.listeners("dsh_code_dispatch_log", self.run.agent)

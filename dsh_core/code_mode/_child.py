@@ -14,25 +14,31 @@ cannot corrupt a frame) and descriptor 0 at the null device. ``sys.stdout`` and
 The host imports :func:`encode_json` and :func:`decode_json` from here, so both
 ends speak one codec: compact ASCII JSON, whose slow path never recurses, so
 values nested thousands of levels deep cross the channel intact.
+
+Start-up and per-call latency are most of what Code Mode costs, so the child
+imports as little as it can: importing ``asyncio`` alone takes several times
+as long as starting the interpreter. A program with no ``import`` (and no way
+to reach one: ``__import__``, ``exec``, dunder attributes...) can only await
+tool calls, so it runs on a small driver that reads each reply right where
+the program waits for it, without an event loop. Any other program runs under
+``asyncio.run``, replies read by the loop itself off the protocol descriptor.
 """
 
 from __future__ import annotations
 
+import _thread
 import ast
-import asyncio
 import builtins
-import contextlib
-import inspect
 import io
 import json
 import math
 import os
-import re
 import sys
-import threading
-import traceback
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, BinaryIO, Final, NoReturn
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from typing import TYPE_CHECKING, Any, Final, NoReturn
+
+if TYPE_CHECKING:
+    import asyncio
 
 # A log entry is cut after this many characters so that every log frame stays
 # far below the host's frame cap (12 bytes per character in the worst case).
@@ -99,13 +105,15 @@ def decode_json(text: str) -> Any:
 
 # The C string scanner the json module itself uses (typeshed does not declare it).
 _scanstring: Final[Callable[[str, int, bool], tuple[str, int]]] = json.decoder.scanstring  # type: ignore[attr-defined]
-_SPACE = re.compile(r"[ \t\n\r]*")
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _WORDS = {"true": True, "false": False, "null": None}
 
 
 def _decode_deep(text: str) -> Any:
     """An iterative JSON parser for documents too deep for the C decoder."""
+    import re  # only for such documents: keep it out of the child's start-up
+
+    _SPACE = re.compile(r"[ \t\n\r]*")
+    _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
     containers: list[list[Any] | dict[str, Any]] = []
     keys: list[str] = []
 
@@ -227,14 +235,18 @@ def json_problem(value: object) -> str | None:
 
 
 class _Channel:
-    """Writes frames to the protocol descriptor; safe to call from any thread."""
+    """Writes frames to the protocol descriptor; safe to call from any thread the program starts."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     def send(self, frame: dict[str, Any]) -> None:
-        data = memoryview((encode_json(frame) + "\n").encode("ascii"))
+        self.send_text(encode_json(frame))
+
+    def send_text(self, text: str) -> None:
+        """Send one frame already encoded by :func:`encode_json` (ASCII, no newline)."""
+        data = memoryview((text + "\n").encode("ascii"))
         with self._lock:
             while data:
                 data = data[os.write(self._fd, data) :]
@@ -354,18 +366,23 @@ def _make_tools(names: Iterable[str], call: Callable[[str, object], Awaitable[ob
     return Tools()
 
 
-def _compile(program: str) -> Any:
-    """The program as the body of ``async def __dsh_main__()``, keeping its own line numbers."""
-    body = ast.parse(program, filename=_PROGRAM_FILE, mode="exec").body
+def _parse(program: str) -> ast.Module:
+    return ast.parse(program, filename=_PROGRAM_FILE, mode="exec")
+
+
+def _compile(tree: ast.Module) -> Any:
+    """The parsed program as the body of ``async def __dsh_main__()``, keeping its own line numbers."""
     module = ast.parse(f"async def {_MAIN_NAME}():\n    pass\n", filename=_PROGRAM_FILE, mode="exec")
     function = module.body[0]
     assert isinstance(function, ast.AsyncFunctionDef)
-    if body:
-        function.body = body
+    if tree.body:
+        function.body = tree.body
     return compile(module, _PROGRAM_FILE, "exec", dont_inherit=True)
 
 
 def _program_line(exc: BaseException) -> int | None:
+    import traceback  # only when a program failed: keep it out of the child's start-up
+
     if isinstance(exc, SyntaxError) and exc.filename == _PROGRAM_FILE:
         return exc.lineno
     line = None
@@ -376,6 +393,8 @@ def _program_line(exc: BaseException) -> int | None:
 
 
 def _describe_exception(exc: BaseException, error_class: type[Exception]) -> str:
+    import traceback
+
     try:
         if isinstance(exc, SyntaxError):
             text = f"{type(exc).__name__}: {exc.msg}"
@@ -401,10 +420,61 @@ def _describe_exception(exc: BaseException, error_class: type[Exception]) -> str
 # Running
 
 
+# Names through which a program without an import statement could still reach
+# one (and with it an awaitable that needs a real event loop).
+_IMPORT_HATCHES: Final = frozenset(
+    {"__import__", "exec", "eval", "compile", "breakpoint", "globals", "locals", "vars", "__builtins__", "__loader__"}
+)
+
+
+def needs_event_loop(tree: ast.AST) -> bool:
+    """Whether the program may await anything but tool calls, so it must run under ``asyncio``.
+
+    Only an imported module can hand a program such an awaitable; ``True``
+    for any ``import``, any name that reaches the import machinery, and any
+    dunder attribute (``f.__globals__``...), so the answer errs towards asyncio.
+    """
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            return True
+        if isinstance(node, ast.Name) and node.id in _IMPORT_HATCHES:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr.startswith("__"):
+            return True
+    return False
+
+
+class _Reply:
+    """What a tool call waits on under the direct driver: settled by the host's reply frame."""
+
+    __slots__ = ("_done", "_error", "_value")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._value: object = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value: object) -> None:
+        self._done, self._value = True, value
+
+    def set_exception(self, error: BaseException) -> None:
+        self._done, self._error = True, error
+
+    def __await__(self) -> Generator[_Reply, None, object]:
+        if not self._done:
+            yield self  # up to the driver, which reads replies until this one is settled
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 class _Run:
     """One program run: the pending tool calls and the replies coming back on stdin."""
 
-    def __init__(self, frame: dict[str, Any], reader: BinaryIO, channel: _Channel) -> None:
+    def __init__(self, frame: dict[str, Any], reader: io.BufferedReader, channel: _Channel) -> None:
         self.program: str = frame["program"]
         self.names: list[str] = frame["names"]
         self.global_name: str = frame["global"]
@@ -413,8 +483,10 @@ class _Run:
         self.max_frame_bytes: int = frame["max_frame_bytes"]
         self.reader = reader
         self.channel = channel
-        self.pending: dict[int, tuple[str, asyncio.Future[object]]] = {}
+        self.pending: dict[int, tuple[str, _Reply | asyncio.Future[object]]] = {}
         self.next_id = 1
+        self.loop: asyncio.AbstractEventLoop | None = None  # set while running under asyncio
+        self.writers: list[_LogWriter] = []
 
     async def call(self, name: str, args: object) -> object:
         problem = json_problem(args)
@@ -424,54 +496,91 @@ class _Run:
             )
         call_id = self.next_id
         self.next_id += 1
-        frame = {"type": "call", "id": call_id, "name": name, "args": args}
         try:
-            size = len(encode_json(frame))
+            text = encode_json({"type": "call", "id": call_id, "name": name, "args": args})
         except (ValueError, TypeError) as exc:
             raise self.error_class(name, f"tool arguments cannot be sent: {exc}") from None
-        if size > self.max_frame_bytes:
+        if len(text) > self.max_frame_bytes:
             raise self.error_class(name, f"tool arguments exceed {self.max_frame_bytes} bytes")
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self.pending[call_id] = (name, future)
+        reply: _Reply | asyncio.Future[object] = _Reply() if self.loop is None else self.loop.create_future()
+        self.pending[call_id] = (name, reply)
         try:
-            self.channel.send(frame)
-            return await future
+            self.channel.send_text(text)
+            return await reply
         finally:
             self.pending.pop(call_id, None)
 
     def receive(self, line: bytes | None) -> None:
-        """Runs on the event loop for each line the host sends (None: the host closed the channel)."""
+        """Settle the call a reply line answers (None: the host closed the channel)."""
         if line is None:
-            for name, future in self.pending.values():
-                if not future.done():
-                    future.set_exception(self.error_class(name, "the host closed the channel"))
+            for name, reply in self.pending.values():
+                if not reply.done():
+                    reply.set_exception(self.error_class(name, "the host closed the channel"))
             return
-        reply = decode_json(line.decode("utf-8"))
-        entry = self.pending.get(reply["id"])
+        message = decode_json(line.decode("utf-8"))
+        entry = self.pending.get(message["id"])
         if entry is None or entry[1].done():
             return  # the program stopped waiting for this call
-        name, future = entry
-        if reply["ok"]:
-            future.set_result(reply["value"])
+        name, reply = entry
+        if message["ok"]:
+            reply.set_result(message["value"])
         else:
-            future.set_exception(self.error_class(name, reply["message"]))
+            reply.set_exception(self.error_class(name, message["message"]))
 
-    def pump(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Reader thread: forward every reply line to the event loop."""
+    def drive(self, main: Callable[[], Awaitable[object]]) -> object:
+        """Run ``main()`` with no event loop: each suspension is one tool call waiting for its reply."""
+        coroutine = main().__await__()
+        error: BaseException | None = None
+        while True:
+            try:
+                waiting = coroutine.send(None) if error is None else coroutine.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            error = None
+            if type(waiting) is not _Reply:
+                # Unreachable for a program needs_event_loop() let through; say so rather than hang.
+                error = RuntimeError(
+                    f"run_code: the program awaited {type(waiting).__name__}, not a tool call; "
+                    "add `import asyncio` to run it under an event loop"
+                )
+                continue
+            while not waiting.done():
+                line = self.reader.readline()
+                self.receive(line or None)
+
+    def listen(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have ``loop`` read reply lines off the protocol descriptor as they arrive."""
+        fd = self.reader.fileno()
+        os.set_blocking(fd, False)
+        # The run frame was read through the buffered reader: take what it read ahead
+        # (nothing, normally: the host writes no reply before a call), then read the fd itself.
         try:
-            for line in self.reader:
-                loop.call_soon_threadsafe(self.receive, line)
-        except (OSError, ValueError):
-            pass
-        except RuntimeError:
-            return  # the loop is gone
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self.receive, None)
+            pending = bytearray(self.reader.read1(1 << 16) or b"")
+        except BlockingIOError:
+            pending = bytearray()
 
-    async def outcome(self) -> dict[str, Any]:
-        """Run the program; the ``done`` frame describing how it ended."""
-        loop = asyncio.get_running_loop()
-        threading.Thread(target=self.pump, args=(loop,), name="dsh-replies", daemon=True).start()
+        def readable() -> None:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                loop.remove_reader(fd)
+                self.receive(None)
+                return
+            pending.extend(chunk)
+            while (end := pending.find(b"\n")) >= 0:
+                line = bytes(pending[:end])
+                del pending[: end + 1]
+                self.receive(line)
+
+        loop.add_reader(fd, readable)
+
+    def serve(self, writers: list[_LogWriter]) -> NoReturn:
+        """Run the program and send the ``done`` frame describing how it ended; never returns."""
+        self.writers = writers
         namespace: dict[str, Any] = {
             "__name__": "__run_code__",
             "__builtins__": builtins,
@@ -479,15 +588,35 @@ class _Run:
             self.error_class.__name__: self.error_class,
         }
         try:
-            exec(_compile(self.program), namespace)
+            tree = _parse(self.program)
+            exec(_compile(tree), namespace)
             main = namespace.pop(_MAIN_NAME)
-            if inspect.isasyncgenfunction(main):
+            if main.__code__.co_flags & _CO_ASYNC_GENERATOR:
                 raise SyntaxError("'yield' is not allowed in a run_code program")
-            value = await main()
+            if needs_event_loop(tree):
+                import asyncio
+
+                asyncio.run(self._serve_under_asyncio(main))  # finishes inside the loop
+            value = self.drive(main)
         except BaseException as exc:
             # Everything the program raises is its outcome, SystemExit and
             # CancelledError included: the process ends right after.
-            return _failure("exception", _describe_exception(exc, self.error_class))
+            self.finish(_failure("exception", _describe_exception(exc, self.error_class)))
+        self.finish(self.done_frame(value))
+
+    async def _serve_under_asyncio(self, main: Callable[[], Awaitable[object]]) -> NoReturn:
+        import asyncio
+
+        self.loop = asyncio.get_running_loop()
+        self.listen(self.loop)
+        try:
+            value = await main()
+        except BaseException as exc:
+            self.finish(_failure("exception", _describe_exception(exc, self.error_class)))
+        self.finish(self.done_frame(value))
+
+    def done_frame(self, value: object) -> dict[str, Any]:
+        """The ``done`` frame for a program that returned ``value``."""
         if value is None:
             return {"type": "done"}
         problem = json_problem(value)
@@ -502,19 +631,20 @@ class _Run:
             return _failure("output-limit", f"the returned value exceeds {self.max_output_bytes} bytes")
         return frame
 
+    def finish(self, done: dict[str, Any]) -> NoReturn:
+        for writer in self.writers:
+            writer.flush_tail()
+        self.channel.send(done)
+        # Leave at once: no asyncio teardown waiting on the program's leftover
+        # tasks, no atexit handlers printing after ``done``.
+        os._exit(0)
+
+
+_CO_ASYNC_GENERATOR: Final = 0x200  # inspect.CO_ASYNC_GENERATOR, without importing inspect
+
 
 def _failure(kind: str, message: str) -> dict[str, Any]:
     return {"type": "done", "error": {"kind": kind, "message": message}}
-
-
-async def _serve(run: _Run, writers: list[_LogWriter]) -> NoReturn:
-    done = await run.outcome()
-    for writer in writers:
-        writer.flush_tail()
-    run.channel.send(done)
-    # Leave at once: no asyncio teardown waiting on the program's leftover
-    # tasks, no atexit handlers printing after ``done``.
-    os._exit(0)
 
 
 def main() -> NoReturn:
@@ -536,7 +666,7 @@ def main() -> NoReturn:
     sys.stdout, sys.stderr = writers
     sys.stdin = io.StringIO()
     try:
-        asyncio.run(_serve(run, writers))
+        run.serve(writers)
     except BaseException:
         # Only reachable when the channel itself failed (the host went away).
         os._exit(1)

@@ -78,7 +78,12 @@ __all__ = [
 ]
 
 Binding: TypeAlias = Callable[[JsonValue], Awaitable[JsonValue]]
-"""A host function a program can call: lossless JSON arguments in, lossless JSON out."""
+"""A host function a program can call: lossless JSON arguments in, lossless JSON out.
+
+A binding object may also have a ``completes_at_once() -> bool`` method: when it
+returns ``True``, a call made right now finishes without suspending, and the
+runtime may serve it without starting a task for it.
+"""
 
 CodeRunErrorKind: TypeAlias = Literal[
     "exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "protocol"
@@ -490,7 +495,11 @@ class _Session:
                         return self.fail("protocol", f"the child reused call id {call_id} while it was in flight")
                     self._in_flight.add(call_id)
                     assert process.stdin is not None
-                    tasks.start_soon(self._serve, process.stdin, frame)
+                    completes_at_once = getattr(self._bindings.get(frame.name), "completes_at_once", None)
+                    if completes_at_once is not None and completes_at_once():
+                        await self._serve(process.stdin, frame)  # it cannot hold the reader up
+                    else:
+                        tasks.start_soon(self._serve, process.stdin, frame)
                 case _Log(text=text):
                     if not self._log(text):
                         return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
@@ -565,10 +574,17 @@ class _Session:
         return {"type": "reply", "id": call.id, "ok": True, "value": value}
 
     async def _send(self, stdin: trio.abc.SendStream, data: bytes) -> None:
-        async with self._send_lock:
+        lock = self._send_lock
+        try:
+            lock.acquire_nowait()  # uncontended (the usual case): no checkpoint of its own
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
             # A child that is gone shows up as end of stream on the reader.
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await stdin.send_all(data)
+        finally:
+            lock.release()
 
     async def _drain_stderr(self, stderr: trio.abc.ReceiveStream) -> None:
         try:
