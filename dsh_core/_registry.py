@@ -98,13 +98,18 @@ class _Layer:
 
 @attrs.frozen(slots=True)
 class _View:
-    """One scope's resolved tool set."""
+    """One scope's resolved tool set.
+
+    ``derived`` caches what is computed from the view (the Code Mode SDK text,
+    say): a change to the registry builds new views, so it never goes stale.
+    """
 
     tools: dict[str, ToolDefinition]
     inherited_names: frozenset[str]
     schemas: tuple[ToolSchema, ...]
     guards: tuple[ToolGuard, ...]
     mode: PresentationMode
+    derived: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
 
 def check_definition(definition: object) -> ToolDefinition:

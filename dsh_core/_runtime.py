@@ -18,7 +18,7 @@ from ._execution import (
     ToolExecutionInput,
     ToolExecutionMode,
 )
-from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, Registry, ToolGuard, ToolRestriction
+from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, Registry, ToolGuard, ToolRestriction, _View
 from ._waterfall import is_fatal
 
 __all__ = ["ApprovalService", "ModelTools", "ScopedToolRuntime", "ToolRuntime"]
@@ -161,11 +161,18 @@ class ToolRuntime:
         ``native``: every visible schema, no instructions. ``code``: only the
         ``run_code`` schema, plus the SDK text and the rule that ``run_code`` is
         the only directly callable tool. ``both``: every schema and the SDK text.
-        The SDK text is byte-identical while the visible tool set is unchanged.
+        The SDK text is byte-identical while the visible tool set is unchanged;
+        it is rendered once per visible tool set and reused until a change.
         """
         view = self._registry.view(scope)
         if view.mode == "native":
             return ModelTools(schemas=view.schemas, instructions="")
+        cached: ModelTools | None = view.derived.get("model_tools")
+        if cached is None:
+            cached = view.derived["model_tools"] = self._code_model_tools(view)
+        return cached
+
+    def _code_model_tools(self, view: _View) -> ModelTools:
         from .code_mode import render_python_sdk
 
         tools = [tool for name, tool in view.tools.items() if name != RUN_CODE_NAME]

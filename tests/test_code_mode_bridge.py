@@ -413,6 +413,31 @@ def test_model_tools_per_mode() -> None:
     assert "only tool you can call directly" not in both.model_tools().instructions
 
 
+def test_model_tools_renders_the_sdk_once_per_visible_tool_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsh_core import code_mode
+
+    renders: list[int] = []
+    original = code_mode.render_python_sdk
+
+    def counting(tools: Any) -> str:
+        renders.append(len(list(tools)))
+        return original(tools)
+
+    monkeypatch.setattr(code_mode, "render_python_sdk", counting)
+    runtime = ToolRuntime(mode="code")
+    runtime.register(json_tool("echo"))
+    first = runtime.model_tools()
+    assert runtime.model_tools() is first
+    assert renders == [1]
+    with runtime.register(json_tool("zebra")):
+        second = runtime.model_tools()
+        assert "zebra" in second.instructions and runtime.model_tools() is second
+    assert renders == [1, 2]
+    third = runtime.model_tools()
+    assert third.instructions == first.instructions and "zebra" not in third.instructions
+    assert renders == [1, 2, 1]
+
+
 def test_present_as_scopes_code_mode_and_disposer_restores() -> None:
     runtime = ToolRuntime()
     runtime.register(json_tool("echo"))
