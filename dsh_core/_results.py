@@ -22,6 +22,7 @@ __all__ = [
     "failure_from_exception",
     "failure_result",
     "new_success",
+    "with_trace",
 ]
 
 
@@ -115,6 +116,18 @@ def new_success(
     fields["concludes_turn"] = concludes_turn
     fields["trace"] = None
     return success
+
+
+def with_trace(result: ToolExecutionResult, trace: DecisionTrace) -> ToolExecutionResult:
+    """A copy of ``result`` carrying ``trace`` (``attrs.evolve`` without re-running ``__init__``)."""
+    kind = type(result)
+    if kind is not ToolExecutionSuccess and kind is not ToolExecutionFailure:
+        return attrs.evolve(result, trace=trace)  # a subclass may keep fields outside its __dict__
+    copy: ToolExecutionResult = _new_object(kind)
+    fields = copy.__dict__
+    fields.update(result.__dict__)
+    fields["trace"] = trace
+    return copy
 
 
 def failure_result(

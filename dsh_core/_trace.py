@@ -41,7 +41,7 @@ import cattrs
 
 from ._content import text_of
 from ._decisions import UNSET, Accept, Allow, Ask, Block, Deny
-from ._results import ToolExecutionFailure, ToolExecutionResult
+from ._results import ToolExecutionFailure, ToolExecutionResult, with_trace
 from .presentation import _configure_strict
 
 __all__ = ["STAGES", "DecisionTrace", "TraceRecorder", "TraceStage", "TraceStep", "trace_of"]
@@ -82,11 +82,24 @@ def _steps(value: Iterable[TraceStep]) -> tuple[TraceStep, ...]:
     return steps
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, eq=False)
 class DecisionTrace:
-    """The ordered :class:`TraceStep`\\ s of one call; iterable, and JSON-round-trippable for session logs."""
+    """The ordered :class:`TraceStep`\\ s of one call; iterable, and JSON-round-trippable for session logs.
+
+    A trace on a pipeline result is formatted from the call's raw recording
+    the first time its steps are read, so tracing costs a call a few list
+    appends; it compares equal to a trace built from the same steps.
+    """
 
     steps: tuple[TraceStep, ...] = attrs.field(converter=_steps)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DecisionTrace):
+            return NotImplemented
+        return self.steps == other.steps
+
+    def __hash__(self) -> int:
+        return hash(self.steps)
 
     def __iter__(self) -> Iterator[TraceStep]:
         return iter(self.steps)
@@ -167,9 +180,8 @@ class TraceRecorder:
         self._entries.append(("pre", _FAIL, result))
 
     def attach(self, result: ToolExecutionResult) -> ToolExecutionResult:
-        """``result`` carrying the built trace (``result.trace``)."""
-        # ``trace`` is declared for the raw recording in ``_results``; it holds a DecisionTrace.
-        return attrs.evolve(result, trace=self.build())
+        """A copy of ``result`` carrying this recording as its trace (formatted when first read)."""
+        return with_trace(result, _RecordedTrace(self))
 
     def build(self) -> DecisionTrace:
         """Format the recorded outcomes into a :class:`DecisionTrace`."""
@@ -198,6 +210,32 @@ class TraceRecorder:
             else:
                 steps.append(TraceStep(stage=stage, actor=_actor(actor), outcome=_single(stage, outcome)))
         return DecisionTrace(steps)
+
+
+class _RecordedTrace(DecisionTrace):
+    """A :class:`DecisionTrace` whose steps are formatted from a recording on first access."""
+
+    __slots__ = ("_formatted", "_recorder")
+
+    _formatted: tuple[TraceStep, ...] | None
+    _recorder: TraceRecorder | None
+
+    def __init__(self, recorder: TraceRecorder) -> None:
+        object.__setattr__(self, "_recorder", recorder)
+        object.__setattr__(self, "_formatted", None)
+
+    @property
+    def steps(self) -> tuple[TraceStep, ...]:
+        formatted = self._formatted
+        if formatted is None:
+            assert self._recorder is not None
+            formatted = self._recorder.build().steps
+            object.__setattr__(self, "_formatted", formatted)
+            object.__setattr__(self, "_recorder", None)  # the raw outcomes are no longer needed
+        return formatted
+
+    def __repr__(self) -> str:
+        return f"DecisionTrace(steps={self.steps!r})"
 
 
 def _actor(actor: object) -> str:

@@ -397,3 +397,31 @@ async def test_a_malformed_guard_verdict_is_one_error_step() -> None:
     [(stage, actor, outcome)] = steps(result)
     assert (stage, actor) == ("guard", sloppy.__qualname__)
     assert outcome.startswith("error: POLICY_ERROR: guard") and "42" in outcome
+
+
+async def test_a_results_trace_is_formatted_when_first_read_and_equals_a_built_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_core._trace import TraceRecorder
+
+    builds: list[int] = []
+    original = TraceRecorder.build
+
+    def counting(self: TraceRecorder) -> DecisionTrace:
+        builds.append(1)
+        return original(self)
+
+    monkeypatch.setattr(TraceRecorder, "build", counting)
+    runtime = make_runtime(json_tool("echo"), plugins=[Pre(lambda execution: None)])
+    runtime.trace_decisions = True
+    result = await runtime.execute(make_input("echo", {"x": 1}))
+    assert builds == []  # nothing formatted while the call ran
+    trace = trace_of(result)
+    assert trace is not None
+    first = trace.steps
+    assert builds == [1]
+    assert trace.steps is first and len(trace) == len(first) and builds == [1]
+    rebuilt = DecisionTrace(first)
+    assert trace == rebuilt and rebuilt == trace and hash(trace) == hash(rebuilt)
+    assert repr(trace) == repr(rebuilt)
+    assert DecisionTrace.from_json(trace.to_json()) == trace
