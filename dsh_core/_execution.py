@@ -198,17 +198,30 @@ class ToolDispatchExecution(_ExecutionView):
     read-only.
     """
 
-    __slots__ = ("_signal",)
+    __slots__ = ("_may_suspend", "_signal")
 
     _signal: CancelSignal
+    _may_suspend: bool
 
-    def __init__(self, execution: ToolExecution) -> None:
+    def __init__(self, execution: ToolExecution, *, may_suspend: bool = True) -> None:
         object.__setattr__(self, "_execution", execution)
         object.__setattr__(self, "_signal", execution.signal)
+        object.__setattr__(self, "_may_suspend", may_suspend)
 
     @property
     def signal(self) -> CancelSignal:
         return self._signal
+
+    @property
+    def may_suspend(self) -> bool:
+        """Whether the dispatch this wrapper surrounds (wrappers and body) can suspend.
+
+        ``False`` only when the runtime has proven that nothing in it can give
+        control back to trio (see ``ToolDefinition.inline``): a wrapper may
+        then skip the cancel scopes it would enter to interrupt or shield that
+        work, since there is nothing to interrupt. Signals still apply.
+        """
+        return self._may_suspend
 
     @signal.setter
     def signal(self, value: CancelSignal) -> None:

@@ -550,7 +550,10 @@ async def _dispatch_chain(runtime: ToolRuntime, call: PreparedCall) -> ToolExecu
     """Run the wrappers around the body. ``None`` means a final failure is in ``call.latest``."""
     execution = call.execution
     trace = call.trace
-    view = ToolDispatchExecution(execution)
+    contract = call.contract
+    view = ToolDispatchExecution(
+        execution, may_suspend=call.hooks.execute_suspends or contract is None or contract.body_suspends
+    )
 
     async def base() -> ToolExecutionResult:
         outcome = await _dispatch_body(runtime, call, view.signal)

@@ -58,7 +58,6 @@ from dsh_core import (
     ToolRuntime,
     hookimpl,
     structure_table,
-    thaw,
 )
 
 __all__ = ["MAX_DEPTH", "PLUGIN_NAME", "AuditLog", "AuditSettings", "audit_record"]
@@ -123,7 +122,7 @@ def _too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
 def audit_record(
     execution: ToolExecution, result: ToolExecutionResult, *, duration_ms: float | None, now: datetime.datetime
 ) -> dict[str, Any]:
-    """The audit entry of one call as plain JSON-ready data."""
+    """The audit entry of one call as JSON-ready data (``arguments`` is the call's frozen snapshot)."""
     info = result.error.info if result.is_error and result.error is not None else None
     arguments = execution.arguments
     omitted: dict[str, str] = {}
@@ -136,7 +135,8 @@ def audit_record(
         "root_call_id": execution.root_call_id,
         "tool": execution.name,
         "agent": _agent_id(execution.agent),
-        "arguments": None if arguments is None else thaw(arguments),
+        # A frozen snapshot serialises as is (FrozenDict is a dict, arrays are tuples): no copy.
+        "arguments": arguments,
         "outcome": "error" if result.is_error else "success",
         "error_code": info.code if info is not None else None,
         "error_message": result.error.message if result.error is not None else None,
@@ -146,8 +146,12 @@ def audit_record(
     }
 
 
+# json.dumps builds an encoder per call; one line per tool call reuses this one.
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def _dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(record)
 
 
 def _encode(record: dict[str, Any]) -> bytes:

@@ -158,7 +158,9 @@ class TimeoutPolicy:
         saved = execution.signal
         reason = TimeoutReason(budget)
         deadline = CancelSignal.after(budget / 1000, reason=reason)
-        guard = trio.CancelScope()
+        # Only a dispatch that can suspend has anything to shield (see on_upstream_cancel);
+        # one that cannot still sees the deadline through its signal.
+        guard = trio.CancelScope() if execution.may_suspend else None
 
         def on_upstream_cancel() -> None:
             # The current signal fired explicitly (evaluating ``deadline.cancelled``
@@ -169,7 +171,8 @@ class TimeoutPolicy:
                 # already cancelled by its own deadline, so shielding only decides
                 # that its Cancelled ends inside this call and the result reads
                 # TOOL_TIMEOUT (failures are never replaced by cancellation).
-                guard.shield = True
+                if guard is not None:
+                    guard.shield = True
             else:
                 # The caller came first: the deadline takes over its reason, so
                 # the outcome reads as the caller's cancellation.
@@ -178,8 +181,11 @@ class TimeoutPolicy:
         unsubscribe = saved.subscribe(on_upstream_cancel)
         execution.signal = CancelSignal.any(saved, deadline)
         try:
-            with guard:
+            if guard is None:
                 result = await next()
+            else:
+                with guard:
+                    result = await next()
         finally:
             execution.signal = saved
             unsubscribe()

@@ -408,3 +408,40 @@ def test_setup_registers_one_fresh_instance_per_runtime() -> None:
     assert isinstance(a, timeout.TimeoutPolicy) and isinstance(b, timeout.TimeoutPolicy)
     assert a is not b
     assert a.runtime is first and b.settings.default_ms == 5
+
+
+async def test_a_body_that_cannot_suspend_still_sees_its_deadline_and_times_out(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[bool] = []
+
+    def busy(args: Any, run: ToolRunContext) -> str:
+        # A plain def body cannot be interrupted; it runs past its budget and polls the signal.
+        seen.append(run.signal.cancelled)
+        mock_clock.jump(0.6)
+        seen.append(run.signal.cancelled)
+        return "done"
+
+    runtime = with_timeout(json_tool("busy", busy, timeout_ms=500))
+    assert runtime.get("busy").inline
+    result = failure(await runtime.execute(make_input("busy")))
+    assert seen == [False, True]
+    assert result.code == "TOOL_TIMEOUT"
+
+
+async def test_a_wrapper_is_told_whether_the_dispatch_can_suspend() -> None:
+    seen: dict[str, bool] = {}
+
+    class Watch:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> ToolExecutionResult:
+            seen[execution.name] = execution.may_suspend
+            return await next()
+
+    async def instant(args: Any) -> str:
+        return "now"
+
+    runtime = make_runtime(json_tool("instant", instant), sleeper("slow", 0), plugins=[Watch()])
+    await runtime.execute(make_input("instant"))
+    await runtime.execute(make_input("slow"))
+    assert seen == {"instant": False, "slow": True}
