@@ -212,6 +212,12 @@ class ToolDispatchExecution(_ExecutionView):
     def signal(self) -> CancelSignal:
         return self._signal
 
+    @signal.setter
+    def signal(self, value: CancelSignal) -> None:
+        if not isinstance(value, CancelSignal):
+            raise TypeError(f"execution.signal must be a CancelSignal, got {type(value).__name__}")
+        object.__setattr__(self, "_signal", value)
+
     @property
     def may_suspend(self) -> bool:
         """Whether the dispatch this wrapper surrounds (wrappers and body) can suspend.
@@ -222,12 +228,6 @@ class ToolDispatchExecution(_ExecutionView):
         work, since there is nothing to interrupt. Signals still apply.
         """
         return self._may_suspend
-
-    @signal.setter
-    def signal(self, value: CancelSignal) -> None:
-        if not isinstance(value, CancelSignal):
-            raise TypeError(f"execution.signal must be a CancelSignal, got {type(value).__name__}")
-        object.__setattr__(self, "_signal", value)
 
     def __setattr__(self, name: str, value: object) -> None:
         if name == "signal":
