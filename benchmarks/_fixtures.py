@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from types import ModuleType
 from typing import Any
 
+import trio
+
 from dsh_core import ToolDefinition, ToolExecution, ToolExecutionResult, ToolRuntime, define_tool, hookimpl
 from dsh_core.testing import make_input
 
@@ -17,6 +19,7 @@ __all__ = [
     "ARGS_TEXT",
     "NoopListener",
     "add_body",
+    "add_body_suspending",
     "add_tool",
     "make_input",
     "optional_module",
@@ -42,11 +45,19 @@ async def add_body(args: Any) -> int:
     return int(args["a"] + args["b"])
 
 
-def add_tool(name: str = "add", description: str = "Add two integers.", **options: Any) -> ToolDefinition:
+async def add_body_suspending(args: Any) -> int:
+    """The same sum after one trio checkpoint: a body that can (and does) suspend."""
+    await trio.lowlevel.checkpoint()
+    return int(args["a"] + args["b"])
+
+
+def add_tool(
+    name: str = "add", description: str = "Add two integers.", *, execute: Any = add_body, **options: Any
+) -> ToolDefinition:
     """``add(a: int, b: int) -> int`` through ``define_tool``, the way a host declares a tool."""
     return define_tool(
         name=name, description=description, parameters=ADD_PARAMETERS, output={"type": "integer"},
-        execute=add_body, **options,
+        execute=execute, **options,
     )  # fmt: skip
 
 

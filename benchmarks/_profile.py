@@ -13,9 +13,7 @@ from __future__ import annotations
 import cProfile
 import gc
 import importlib
-import inspect
 import io
-import json
 import pstats
 import time
 from collections.abc import Awaitable, Callable
@@ -23,15 +21,7 @@ from typing import Any
 
 import trio
 
-from dsh_core import (
-    CancelSignal,
-    TextBlock,
-    ToolExecution,
-    ToolExecutionSuccess,
-    ToolRunContext,
-    json_text,
-    snapshot_json,
-)
+from dsh_core import CancelSignal, TextBlock, ToolRunContext, snapshot_json
 
 from ._fixtures import ARGS, make_input, runtime_with
 from ._harness import CLOCKS, loop_timer
@@ -54,43 +44,42 @@ def _calls(listeners: int, iterations: int) -> Callable[[], Awaitable[None]]:
 _BLOCKS: tuple[tuple[str, str, str], ...] = (
     ("execute, 0 listeners (whole call)", "await runtime.execute(request)", "trio"),
     ("execute, 10 listeners per waterfall (whole call)", "await runtime10.execute(request)", "trio"),
-    ("begin + the four stages, without execute's cancel scope",
-     "c = P.begin(runtime, request); await P._policy_stage(runtime, c); await P._dispatch_stage(runtime, c); "
-     "await P._post_stage(runtime, c); await P.finish(runtime, c)", "trio"),
-    ("_pipeline.begin (stages 1-4)", "P.begin(runtime, request)", "sync"),
+    ("execute, 0 listeners, a body that suspends once (+ the call's cancel scope)",
+     "await runtime_suspending.execute(request)", "trio"),
+    ("_pipeline.begin (stages 1-4: snapshot, identity, lookups, argument check)", "P.begin(runtime, request)", "sync"),
     ("  snapshot_json(args)", "snapshot_json(ARGS)", "sync"),
-    ("  ToolExecution(...) (attrs frozen, 8 fields)", "ToolExecution(call_id='c', root_call_id='c', name='add', "
-     "arguments=FROZEN, signal=SIGNAL, token=None)", "sync"),
-    ("  contract.validate_args(frozen) (partial -> CompiledValidator)", "CONTRACT.validate_args(FROZEN)", "sync"),
-    ("  the compiled fastjsonschema function alone", "CONTRACT.validate_args.func._fast(FROZEN)", "sync"),
-    ("  runtime._contract(tool) (WeakKeyDictionary)", "runtime._contract(TOOL)", "sync"),
-    ("trio.CancelScope() enter+exit", "with trio.CancelScope(): pass", "trio"),
-    ("signal.link(scope) + unlink()", "SIGNAL.link(SCOPE)()", "sync"),
-    ("_policy_stage, 0 listeners", "await P._policy_stage(runtime, CALL)", "trio"),
-    ("_dispatch_stage, 0 listeners", "CALL.step = 'dispatch'; await P._dispatch_stage(runtime, CALL)", "trio"),
-    ("  HookChains.listeners(hook) (x4 per call)", "runtime._chains.listeners('dsh_pre_execute', None)", "sync"),
+    ("  new_execution(...) (the call's ToolExecution)",
+     "new_execution('c', 'c', 'add', FROZEN, SIGNAL, None, None, None)", "sync"),
+    ("  contract.argument_violations(frozen)", "CONTRACT.argument_violations(FROZEN)", "sync"),
+    ("  the compiled fastjsonschema function alone", "CONTRACT.args_fast(FROZEN)", "sync"),
+    ("  HookChains.for_call(agent) (all four hooks, cached)", "runtime._chains.for_call(None)", "sync"),
+    ("  PreparedCall(...)", "P.PreparedCall(EXECUTION, None, HOOKS)", "sync"),
+    ("_decide (guards, last signal check)", "CALL.step = 'policy'; P._decide(runtime, CALL, ALLOW, None)", "sync"),
+    ("_dispatch_body (run context, body, output stage)", "await P._dispatch_body(runtime, CALL, SIGNAL)", "trio"),
     ("  ToolRunContext(...)", "ToolRunContext(EXECUTION, SIGNAL, [])", "sync"),
-    ("  tool.execute(args, run) (define_tool's run_body + add)", "await TOOL.execute(FROZEN, RUN)", "trio"),
-    ("  _pipeline._build_success (output stage)", "P._build_success(runtime, TOOL, EXECUTION, 3, None)", "sync"),
-    ("    default_render(args, 3)", "TOOL.output.render(FROZEN, 3)", "sync"),
-    ("      json_text(3) (json.dumps with keyword arguments)", "json_text(3)", "sync"),
-    ("      a prebuilt JSONEncoder(...).encode(3)", "ENCODE(3)", "sync"),
-    ("      str(3)", "str(3)", "sync"),
-    ("      TextBlock('3')", "TextBlock('3')", "sync"),
-    ("    as_content([block])", "as_content(list(CONTENT))", "sync"),
-    ("    ToolExecutionSuccess(...)", "ToolExecutionSuccess(value=3, content=CONTENT)", "sync"),
-    ("_post_stage, 0 listeners", "CALL._settle('post', SUCCESS); await P._post_stage(runtime, CALL)", "trio"),
-    ("finish, 0 observers", "CALL._settle('final', SUCCESS); await P.finish(runtime, CALL)", "trio"),
-    ("inspect.isawaitable(None) (once per dsh_result observer)", "isawaitable(None)", "sync"),
-    ("attrs.evolve(success, trace=...) (tracing, deferred contexts)", "attrs.evolve(SUCCESS, trace=None)", "sync"),
+    ("  tool.execute(args, run) (define_tool's adapter + add)", "await TOOL.execute(FROZEN, RUN)", "trio"),
+    ("  _build_success (output snapshot, check, render, result)",
+     "P._build_success(TOOL, CONTRACT, EXECUTION, 3, None)", "sync"),
+    ("    default_block(3)", "default_block(3)", "sync"),
+    ("    new_success(...)", "new_success(3, CONTENT, None, False)", "sync"),
+    ("signal.cancelled (checked after each stage)", "SIGNAL.cancelled", "sync"),
+    ("trio.CancelScope() enter+exit (what a call that can suspend adds)", "with trio.CancelScope(): pass", "trio"),
+    ("signal.link(scope) + unlink()", "SIGNAL.link(SCOPE)()", "sync"),
+    ("a waterfall of 10 pass-through listeners alone", "await Chain(LISTENERS, (EXECUTION,), BASE, CHECK).run()",
+     "trio"),
 )  # fmt: skip
 
 
 def _breakdown() -> None:
-    import attrs
+    from benchmarks._fixtures import add_body_suspending, add_tool
+    from dsh_core import Allow, _pipeline
+    from dsh_core._definition import contract_of, default_block
+    from dsh_core._execution import new_execution
+    from dsh_core._results import new_success
+    from dsh_core._waterfall import Chain
 
-    from dsh_core import _pipeline
-    from dsh_core._content import as_content
+    async def base() -> object:
+        return None
 
     runtime = runtime_with()
     runtime10 = runtime_with(10)
@@ -99,19 +88,18 @@ def _breakdown() -> None:
     assert tool is not None
     frozen = snapshot_json(ARGS)
     signal = CancelSignal()
-    execution = ToolExecution(call_id="c", root_call_id="c", name="add", arguments=frozen, signal=signal,
-                              token=None)  # type: ignore[arg-type]  # fmt: skip
+    execution = new_execution("c", "c", "add", frozen, signal, None, None, None)  # type: ignore[arg-type]
     content = (TextBlock("3"),)
     call = _pipeline.begin(runtime, request)
     namespace: dict[str, Any] = {
         "P": _pipeline, "runtime": runtime, "runtime10": runtime10, "request": request, "TOOL": tool,
-        "CONTRACT": runtime._contract(tool), "FROZEN": frozen, "ARGS": ARGS, "SIGNAL": signal,
-        "SCOPE": trio.CancelScope(), "EXECUTION": execution, "CONTENT": content,
-        "SUCCESS": ToolExecutionSuccess(value=3, content=content), "snapshot_json": snapshot_json,
-        "ToolExecution": ToolExecution, "ToolExecutionSuccess": ToolExecutionSuccess, "TextBlock": TextBlock,
-        "json_text": json_text, "ENCODE": json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode,
-        "attrs": attrs, "trio": trio, "CALL": call, "RUN": ToolRunContext(execution, signal, []),
-        "ToolRunContext": ToolRunContext, "as_content": as_content, "isawaitable": inspect.isawaitable,
+        "runtime_suspending": runtime_with(tools=[add_tool(execute=add_body_suspending)]),
+        "CONTRACT": contract_of(tool), "FROZEN": frozen, "ARGS": ARGS, "SIGNAL": signal,
+        "SCOPE": trio.CancelScope(), "EXECUTION": execution, "CONTENT": content, "HOOKS": runtime._chains.for_call(None),
+        "snapshot_json": snapshot_json, "new_execution": new_execution, "new_success": new_success,
+        "default_block": default_block, "trio": trio, "CALL": call, "ALLOW": Allow(),
+        "RUN": ToolRunContext(execution, signal, []), "ToolRunContext": ToolRunContext, "Chain": Chain,
+        "LISTENERS": runtime10._chains.for_call(None).pre, "BASE": base, "CHECK": lambda outcome: None,
     }  # fmt: skip
     clock = CLOCKS["cpu"]
     print("=== building blocks of one add call (CPU µs, best of 7 x 20 000) ===")
@@ -120,9 +108,9 @@ def _breakdown() -> None:
             timer = loop_timer(stmt, dict(namespace), runner)  # type: ignore[arg-type]
             timer(10, clock)
             best = min(timer(20_000, clock) for _ in range(7)) * 1e6 / 20_000
-            print(f"{label:70s} {best:8.2f}")
+            print(f"{label:78s} {best:8.2f}")
         except Exception as exc:  # a renamed internal: report it, keep profiling
-            print(f"{label:70s}      n/a ({type(exc).__name__}: {exc})")
+            print(f"{label:78s}      n/a ({type(exc).__name__}: {exc})")
     print()
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import fastjsonschema
+import trio
 
 from dsh_core import snapshot_json
 
@@ -36,12 +37,28 @@ def _namespace() -> dict[str, Any]:
     async def noop(value: object) -> object:
         return value
 
+    async def listener(value: object, next: Any) -> object:
+        return await next()
+
+    async def layer(index: int, value: object) -> object:
+        # The least a nested waterfall layer can be: the listener's frame and one frame that runs the next.
+        if index == _LAYERS:
+            return await noop(value)
+        return await listener(value, functools.partial(layer, index + 1, value))
+
+    async def with_scope() -> None:
+        with trio.CancelScope():
+            await noop(None)
+
     return {
         "validate_args": fastjsonschema.compile(ADD_SCHEMA, use_default=False, use_formats=False),
         "validate_output": fastjsonschema.compile({"type": "integer"}, use_default=False, use_formats=False),
         "snapshot_json": snapshot_json,
         "body": add_body,
         "noop": noop,
+        "layer": layer,
+        "with_scope": with_scope,
+        "checkpoint": trio.lowlevel.checkpoint,
         "loads": json.loads,
         "ARGS": ARGS,
         "TEXT": ARGS_TEXT,
@@ -50,6 +67,9 @@ def _namespace() -> dict[str, Any]:
 
 def _bench(key: str, label: str, stmt: str, runner: Any = "sync") -> Bench:
     return Bench(key=key, label=label, setup=lambda: loop_timer(stmt, _namespace(), runner), vs="limit.k0")
+
+
+_LAYERS = 10  # layers in the limit.layer10 measurement
 
 
 def limit_sum(stats: Mapping[str, float], hooks: int = 0) -> float:
@@ -82,6 +102,27 @@ def cases(smoke: bool) -> list[Case]:
                 vs=None if hooks == 0 else "limit.k0",
             )
         )
+    out += [
+        _bench("limit.layer10", f"trio: {_LAYERS} nested waterfall layers, the least each can be (2 frames)",
+               "await layer(0, ARGS)", "trio"),
+        _bench("limit.checkpoint", "trio: await trio.lowlevel.checkpoint()", "await checkpoint()", "trio"),
+        _bench("limit.scope", "trio: with trio.CancelScope(): await noop()", "await with_scope()", "trio"),
+        Derived(
+            key="limit.w40",
+            label="structural floor, 40 nested waterfall layers (limit + 40 minimal layers)",
+            inputs=("limit.k0", "limit.layer10", "limit.aloop"),
+            compute=lambda stats: stats["limit.k0"] + 4 * (stats["limit.layer10"] - stats["limit.aloop"]),
+            vs="limit.k40",
+        ),
+        Derived(
+            key="limit.suspend",
+            label="physical limit of a call whose body suspends once (+ one checkpoint + one cancel scope)",
+            inputs=("limit.k0", "limit.checkpoint", "limit.scope", "limit.aloop"),
+            compute=lambda stats: stats["limit.k0"] + stats["limit.checkpoint"] + stats["limit.scope"]
+            - 2 * stats["limit.aloop"],
+            vs="limit.k0",
+        ),
+    ]  # fmt: skip
     out.append(
         Derived(
             key="limit.k0.json",

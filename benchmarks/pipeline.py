@@ -21,10 +21,10 @@ from typing import Any
 
 import trio
 
-from dsh_core import CancelSignal, ToolExecution, ToolExecutionInput, ToolExecutionResult, hookimpl
+from dsh_core import CancelSignal, ToolDefinition, ToolExecution, ToolExecutionInput, ToolExecutionResult, hookimpl
 
-from ._fixtures import ARGS, ARGS_TEXT, make_input, optional_module, runtime_with
-from ._harness import Bench, Case, Skipped, Target, Timer, loop_timer
+from ._fixtures import ARGS, ARGS_TEXT, add_body_suspending, add_tool, make_input, optional_module, runtime_with
+from ._harness import Bench, Case, Derived, Skipped, Target, Timer, loop_timer
 
 GROUP = "pipeline"
 
@@ -32,9 +32,13 @@ _EXECUTE = "await runtime.execute(request)"
 
 
 def _execute_timer(
-    listeners: int = 0, *, trace: bool = False, setups: Iterable[tuple[ModuleType, dict[str, Any]]] = ()
+    listeners: int = 0,
+    *,
+    trace: bool = False,
+    setups: Iterable[tuple[ModuleType, dict[str, Any]]] = (),
+    tools: Iterable[ToolDefinition] | None = None,
 ) -> Timer:
-    runtime = runtime_with(listeners, trace=trace, setups=setups)
+    runtime = runtime_with(listeners, trace=trace, setups=setups, tools=tools)
     return loop_timer(_EXECUTE, {"runtime": runtime, "request": make_input("add", ARGS)}, "trio")
 
 
@@ -96,6 +100,11 @@ def cases(smoke: bool) -> list[Case]:
               setup=lambda: _execute_timer(1), vs="limit.k4"),
         Bench(key="pipeline.l10", label="execute, 10 no-op listeners per waterfall (40 layers)",
               setup=lambda: _execute_timer(10), vs="limit.k40", target=Target(limit=3.0)),
+        Derived(key="pipeline.l10.structural", label="execute, 10 no-op listeners per waterfall, vs the structural floor",
+                inputs=("pipeline.l10",), compute=lambda stats: stats["pipeline.l10"], vs="limit.w40"),
+        Bench(key="pipeline.l0.suspending", label="execute, 0 listeners, a body that suspends once",
+              setup=lambda: _execute_timer(tools=[add_tool(execute=add_body_suspending)]), vs="limit.suspend",
+              note="a body that can suspend makes the call enter one cancel scope linked to its signal"),
         Bench(key="pipeline.l0.trace", label="execute, 0 listeners, trace_decisions=True",
               setup=lambda: _execute_timer(0, trace=True), vs="pipeline.l0"),
         Bench(key="pipeline.l10.trace", label="execute, 10 listeners per waterfall, trace_decisions=True",
@@ -113,7 +122,8 @@ def cases(smoke: bool) -> list[Case]:
                   setup=lambda: _execute_timer(setups=[(timeout, {})]), vs="limit.k1"),
             Bench(key="pipeline.timeout.budget", label="execute + timeout plugin, default_ms=30000 (deadline armed)",
                   setup=lambda: _execute_timer(setups=[(timeout, {"default_ms": 30000})]), vs="limit.k1",
-                  note="the deadline path fuses a CancelSignal and enters a second trio cancel scope around the body"),
+                  note="the deadline path fuses a CancelSignal carrying the deadline; its shielding cancel scope is "
+                  "entered only when the dispatch can suspend (this add body cannot)"),
         ]  # fmt: skip
     if audit is None:
         out.append(Skipped(key="pipeline.audit", label="execute + audit plugin", note=str(audit_missing)))
