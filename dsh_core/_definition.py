@@ -199,27 +199,25 @@ class ToolContract:
 
     def argument_violations(self, arguments: JsonValue) -> tuple[str, ...]:
         """Every violation of the parameter schema by the (snapshotted) ``arguments``; paths start at the root."""
-        fast = self.args_fast
-        if fast is not None:
-            try:
-                fast(arguments)
-            except Exception:
-                pass
-            else:
-                return ()
-        return self.args(arguments, "")
+        return _violations(self.args_fast, self.args, arguments, "")
 
     def output_violations(self, value: JsonValue) -> tuple[str, ...]:
         """Every violation of the output schema by the (snapshotted) ``value``."""
-        fast = self.output_fast
-        if fast is not None:
-            try:
-                fast(value)
-            except Exception:
-                pass
-            else:
-                return ()
-        return self.output(value)
+        return _violations(self.output_fast, self.output, value, "value")
+
+
+def _violations(
+    fast: Callable[[Any], Any] | None, full: CompiledValidator, value: JsonValue, path: str
+) -> tuple[str, ...]:
+    # The compiled function answers a valid snapshot alone; only a failing one pays for the full report.
+    if fast is not None:
+        try:
+            fast(value)
+        except Exception:
+            pass
+        else:
+            return ()
+    return full(value, path)
 
 
 def contract_of(definition: ToolDefinition) -> ToolContract:

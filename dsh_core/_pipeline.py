@@ -247,16 +247,7 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
     if call.step == "policy":
         if call.suspends:
             # One cancel scope for every stage that can suspend.
-            call.scoped = True
-            with trio.CancelScope() as scope:
-                unlink = call.execution.signal.link(scope)
-                try:
-                    await _stages(runtime, call)
-                finally:
-                    unlink()
-            call.scoped = False
-            if scope.cancelled_caught:
-                _resolve_cancelled(call)
+            await _scoped_stage(runtime, call, _stages)
         elif call.hooks.waterfalls_empty:
             # No listener, nothing that can suspend: the stages inline. The body's
             # dispatch already looked at the signal after the body and nothing
@@ -272,11 +263,8 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
                 call.step = "final"  # denied or aborted before dispatch: no post-execute listener to see it
         else:
             await _stages(runtime, call)
-    # finish(), inlined: most calls have no finaliser, trace or observer, and this is every call's path.
-    result = call.result
-    assert result is not None
-    if call.finalizer is not None or call.trace is not None:
-        result = _finalized(call, result)
+    # finish(), without a coroutine of its own: most calls have no observer.
+    result = _finished(call)
     observers = call.hooks.result
     if observers:
         await _notify(observers, call.execution, result)
@@ -725,11 +713,17 @@ def _apply_post(
 
 async def finish(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResult:
     """Stage 8: ``finalize_content`` exactly once, then ``dsh_result`` observers."""
+    result = _finished(call)
+    await _notify(call.hooks.result, call.execution, result)
+    return result
+
+
+def _finished(call: PreparedCall) -> ToolExecutionResult:
+    """The settled result after ``finalize_content`` and with its trace (when either applies)."""
     result = call.result
     assert result is not None
     if call.finalizer is not None or call.trace is not None:
         result = _finalized(call, result)
-    await _notify(call.hooks.result, call.execution, result)
     return result
 
 
