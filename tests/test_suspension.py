@@ -357,3 +357,18 @@ async def test_the_scheduler_scopes_only_the_stages_that_can_suspend(links: Link
     results = await run_tool_calls(runtime, [make_input("add", {"a": n, "b": 1}) for n in range(5)])
     assert [result.value for result in results] == [1, 2, 3, 4, 5]
     assert links.links == 0
+
+
+async def test_with_the_reading_switched_off_every_async_callable_may_suspend(
+    monkeypatch: pytest.MonkeyPatch, links: LinkCounter
+) -> None:
+    # What an interpreter whose bytecode fails the import-time self-check gets: correct, just scoped.
+    from dsh_core import _suspension
+
+    monkeypatch.setattr(_suspension, "ANALYSIS_ENABLED", False)
+    assert can_suspend(returns_at_once) and suspends_beyond_next(only_next)
+    runtime = make_runtime(add_tool(add_now), plugins=[PassThrough()])
+    assert not runtime.get("add").inline
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert result.value == 3
+    assert links.links == 2  # the call's scope and the async observer's
