@@ -756,7 +756,7 @@ async def _notify(observers: tuple[Listener, ...], execution: ToolExecution, res
     ordered = (execution, result)
     for listener in observers:
         try:
-            outcome = listener.call(ordered)
+            outcome = listener.fn(execution, result) if listener.positional else listener.call(ordered)
             if outcome is None:
                 continue
             if not listener.suspends:
