@@ -214,6 +214,9 @@ class HookChains:
             elif waterfall and not inspect.iscoroutinefunction(impl.function):
                 problem = f"{impl.plugin_name}: {hook_name} listeners must be async def"
             argnames = tuple(impl.argnames)
+            unknown = [name for name in argnames if name not in spec_args]
+            if unknown and problem is None:
+                problem = f"{impl.plugin_name}: {hook_name} has no argument(s) {', '.join(unknown)}"
             if problem is not None:
                 suspends = False  # it never runs: the chain fails when it reaches it
             elif waterfall:
@@ -222,9 +225,6 @@ class HookChains:
                 # An observer: only an async def one is awaited without a scope,
                 # and only when it provably awaits nothing.
                 suspends = can_suspend(impl.function)
-            unknown = [name for name in argnames if name not in spec_args]
-            if unknown and problem is None:
-                problem = f"{impl.plugin_name}: {hook_name} has no argument(s) {', '.join(unknown)}"
             out.append(
                 Listener(
                     fn=impl.function,
