@@ -271,7 +271,8 @@ def define_tool(
     spec (then the default renderer is used). ``execute`` may take ``(args)`` or
     ``(args, run)``; an ``async def`` body can await and be cancelled, a plain
     ``def`` body runs inline on the event loop (keep it quick: blocking work
-    belongs in ``async def`` with ``trio.to_thread.run_sync``).
+    belongs in ``async def`` with ``trio.to_thread.run_sync``). An ``async
+    def`` body with no ``await`` is inline too: its calls need no cancel scope.
 
     The runtime validates arguments against the compiled schema before any
     policy sees them (``INVALID_ARGS``) and validates the body's value against
