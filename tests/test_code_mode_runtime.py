@@ -632,3 +632,13 @@ async def test_a_binding_that_completes_at_once_is_served_without_a_task(monkeyp
     # The first call was served by the reader (this task, which drives the run), the second by a task of its own.
     reader = trio.lowlevel.current_task()
     assert tasks[0] is reader and tasks[1] is not reader
+
+
+async def test_a_reply_larger_than_the_pipe_buffer_arrives_whole() -> None:
+    # The host writes a reply straight to the pipe and hands what did not fit to send_all.
+    async def big(args: Any) -> Any:
+        return "x" * 300_000 + "end"
+
+    result = await RUNTIME.run("text = await tools.big({})\nreturn [len(text), text[-3:]]", {"big": big})
+    assert result.error is None, result.error
+    assert result.value == (300_003, "end")
