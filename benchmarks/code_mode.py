@@ -10,6 +10,7 @@ call, compared with one direct ``execute``.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -70,6 +71,49 @@ def _per_call(stats: Mapping[str, float]) -> float:
     return (stats["code_mode.calls"] - stats["code_mode.startup"]) / SUB_CALLS
 
 
+# The architecture's floor: a child that writes a call line and blocks reading the reply,
+# a trio host that answers each line at once. No JSON work, no pipeline, no bookkeeping.
+_ECHO_CHILD = f"""
+import os
+out = os.dup(1)
+replies = os.fdopen(os.dup(0), "rb")
+for _ in range({SUB_CALLS}):
+    os.write(out, b'{{"type":"call","id":1,"name":"add","args":{{"a":1,"b":2}}}}\\n')
+    replies.readline()
+"""
+
+
+async def _echo_round_trips() -> None:
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            functools.partial(
+                trio.run_process, [sys.executable, "-I", "-c", _ECHO_CHILD], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+        )  # fmt: skip
+        assert process.stdin is not None and process.stdout is not None
+        pending = b""
+        answered = 0
+        while answered < SUB_CALLS:
+            chunk = await process.stdout.receive_some(65536)
+            if not chunk:
+                raise RuntimeError("the echo child stopped early")
+            pending += chunk
+            while b"\n" in pending:
+                _, pending = pending.split(b"\n", 1)
+                answered += 1
+                await process.stdin.send_all(b'{"type":"reply","id":1,"ok":true,"value":3}\n')
+        await process.stdin.aclose()
+
+
+def _echo_timer() -> Timer:
+    return loop_timer("await echo()", {"echo": _echo_round_trips}, "trio")
+
+
+def _echo_per_round_trip(stats: Mapping[str, float]) -> float:
+    return (stats["code_mode.echo"] - stats["code_mode.spawn"]) / SUB_CALLS
+
+
 def cases(smoke: bool) -> list[Case]:
     problem = _probe()
     if problem is not None:
@@ -85,6 +129,10 @@ def cases(smoke: bool) -> list[Case]:
               setup=lambda: _run_code_timer(_EMPTY_PROGRAM), vs="code_mode.spawn", wall_clock=True),
         Bench(key="code_mode.calls", label=f"run_code, program making {SUB_CALLS} sub-calls",
               setup=lambda: _run_code_timer(_CALLS_PROGRAM), vs="code_mode.startup", wall_clock=True),
+        Bench(key="code_mode.echo", label=f"floor: {SUB_CALLS} JSON-line round trips with a bare child (spawn included)",
+              setup=_echo_timer, vs="code_mode.spawn", wall_clock=True),
+        Derived(key="code_mode.echo_per_trip", label="floor: one host-child round trip (bare echo)",
+                inputs=("code_mode.echo", "code_mode.spawn"), compute=_echo_per_round_trip, vs="pipeline.l0"),
         Derived(key="code_mode.per_call", label="run_code bridge cost per sub-call",
-                inputs=("code_mode.calls", "code_mode.startup"), compute=_per_call, vs="pipeline.l0"),
+                inputs=("code_mode.calls", "code_mode.startup"), compute=_per_call, vs="code_mode.echo_per_trip"),
     ]  # fmt: skip
