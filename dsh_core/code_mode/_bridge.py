@@ -190,7 +190,7 @@ class _Bridge:
             # Nothing in this sub-call can suspend and it is first in line: running it
             # right here is what its worker task would do, minus two task switches
             # (and the shield: code that cannot suspend cannot be cancelled either).
-            await self._work(ticket, arguments)
+            await self._work(ticket, arguments, may_start=True)
         else:
             done = ticket.done = trio.Event()
             self.nursery.start_soon(self.work, ticket, arguments)
@@ -234,11 +234,12 @@ class _Bridge:
         with trio.CancelScope(shield=True):
             await self._work(ticket, logged_arguments)
 
-    async def _work(self, ticket: _Ticket, logged_arguments: JsonValue) -> None:
+    async def _work(self, ticket: _Ticket, logged_arguments: JsonValue, *, may_start: bool = False) -> None:
         lane = self.lane
         runtime = self.runtime
         try:
-            await lane.wait_until(lambda: lane.may_start(ticket))
+            if not may_start:  # the caller just found that it may: do not classify the call again
+                await lane.wait_until(lambda: lane.may_start(ticket))
             if self.run_signal.cancelled and not ticket.started:
                 if ticket in lane.pending:
                     lane.pending.remove(ticket)

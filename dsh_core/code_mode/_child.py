@@ -53,10 +53,18 @@ _MAIN_NAME = "__dsh_main__"
 # Codec, shared with the host
 
 
+# json.dumps and json.loads with options build an encoder or decoder per call; every frame of
+# every sub-call goes through these, so both ends reuse prebuilt ones.
+_ENCODERS: Final = {
+    ascii_only: json.JSONEncoder(ensure_ascii=ascii_only, separators=(",", ":"), allow_nan=False).encode
+    for ascii_only in (True, False)
+}
+
+
 def encode_json(value: object, *, ascii_only: bool = True) -> str:
     """Compact JSON for ``value``; ``NaN``/``inf`` and non-``str`` keys raise ``ValueError``/``TypeError``."""
     try:
-        return json.dumps(value, ensure_ascii=ascii_only, separators=(",", ":"), allow_nan=False)
+        return _ENCODERS[ascii_only](value)
     except RecursionError:
         return _encode_deep(value, ascii_only)
 
@@ -95,10 +103,13 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
+_DECODE: Final = json.JSONDecoder(parse_constant=_reject_constant).decode
+
+
 def decode_json(text: str) -> Any:
     """Parse one JSON document; ``NaN``/``Infinity`` and malformed text raise ``ValueError``."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return _DECODE(text)
     except RecursionError:
         return _decode_deep(text)
 
