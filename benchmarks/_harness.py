@@ -80,18 +80,25 @@ class Settings:
 
 @attrs.frozen(kw_only=True)
 class Target:
-    """A goal shown as pass/miss: the ratio (or, when ``absolute``, the median itself) must be ≤ ``limit``."""
+    """A goal shown as pass/miss: the ratio (or, when ``absolute``, the value itself) must be ≤ ``limit``.
+
+    ``at_least`` turns it around (≥ ``limit``): a peer's ratio to ours must be at
+    least 1 for us to be the faster one.
+    """
 
     limit: float
     absolute: bool = False
+    at_least: bool = False
 
     def describe(self, unit: str) -> str:
-        return f"≤ {self.limit:g} {unit}" if self.absolute else f"≤ {self.limit:g}×"
+        sign = "≥" if self.at_least else "≤"
+        return f"{sign} {self.limit:g} {unit}" if self.absolute else f"{sign} {self.limit:g}×"
 
     def met(self, value: float, ratio: float | None) -> bool | None:
-        if self.absolute:
-            return value <= self.limit
-        return None if ratio is None else ratio <= self.limit
+        measured = value if self.absolute else ratio
+        if measured is None:
+            return None
+        return measured >= self.limit if self.at_least else measured <= self.limit
 
 
 def loop_timer(stmt: str, namespace: dict[str, Any], runner: Runner = "sync") -> Timer:

@@ -21,7 +21,7 @@ import trio
 from dsh_core import ToolRuntime
 
 from ._fixtures import add_tool, make_input
-from ._harness import Bench, Case, Derived, Skipped, Timer, loop_timer
+from ._harness import Bench, Case, Derived, Skipped, Target, Timer, loop_timer
 
 GROUP = "code_mode"
 
@@ -126,7 +126,8 @@ def cases(smoke: bool) -> list[Case]:
         Bench(key="code_mode.spawn", label="floor: spawn python -I -c pass (trio.run_process)", setup=_spawn_timer,
               wall_clock=True),
         Bench(key="code_mode.startup", label="run_code start-up (program: return 1)",
-              setup=lambda: _run_code_timer(_EMPTY_PROGRAM), vs="code_mode.spawn", wall_clock=True),
+              setup=lambda: _run_code_timer(_EMPTY_PROGRAM), vs="code_mode.spawn", wall_clock=True,
+              target=Target(limit=60_000, absolute=True)),
         Bench(key="code_mode.calls", label=f"run_code, program making {SUB_CALLS} sub-calls",
               setup=lambda: _run_code_timer(_CALLS_PROGRAM), vs="code_mode.startup", wall_clock=True),
         Bench(key="code_mode.echo", label=f"floor: {SUB_CALLS} JSON-line round trips with a bare child (spawn included)",
@@ -134,5 +135,6 @@ def cases(smoke: bool) -> list[Case]:
         Derived(key="code_mode.echo_per_trip", label="floor: one host-child round trip (bare echo)",
                 inputs=("code_mode.echo", "code_mode.spawn"), compute=_echo_per_round_trip, vs="pipeline.l0"),
         Derived(key="code_mode.per_call", label="run_code bridge cost per sub-call",
-                inputs=("code_mode.calls", "code_mode.startup"), compute=_per_call, vs="code_mode.echo_per_trip"),
+                inputs=("code_mode.calls", "code_mode.startup"), compute=_per_call, vs="code_mode.echo_per_trip",
+                target=Target(limit=150, absolute=True)),
     ]  # fmt: skip
