@@ -117,6 +117,13 @@ def _analyse(fn: Callable[..., Any], next_name: str | None) -> bool:
     code = _code_of(fn)
     if code is None:
         return True
+    return _code_may_suspend(code, next_name)
+
+
+# Listener chains are rebuilt whenever the plugin set changes (a per-agent plugin
+# registered for one turn, say); reading a code object once is enough.
+@functools.lru_cache(maxsize=4096)
+def _code_may_suspend(code: types.CodeType, next_name: str | None) -> bool:
     try:
         return not _awaits_only(code, next_name)
     except Exception:  # an interpreter whose bytecode dis cannot read: stay conservative
