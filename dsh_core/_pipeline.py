@@ -61,7 +61,7 @@ from ._results import (
     new_success,
 )
 from ._signal import CancelSignal
-from ._trace import TraceRecorder
+from ._trace import TraceRecorder, TraceStage
 from ._waterfall import CallHooks, Chain, Listener, is_fatal
 
 if TYPE_CHECKING:
@@ -346,6 +346,28 @@ def _dedupe(contexts: tuple[UserMessage, ...]) -> tuple[UserMessage, ...]:
     return tuple(out)
 
 
+async def _waterfall(
+    call: PreparedCall,
+    stage: TraceStage,
+    listeners: tuple[Listener, ...],
+    ordered: tuple[Any, ...],
+    base: Callable[[], Awaitable[Any]],
+    check: Callable[[Any], str | None],
+    default: object,
+) -> tuple[Any, Chain] | None:
+    """Run one waterfall; ``None`` when a listener broke it (the failure is then in ``call.latest``)."""
+    chain = Chain(listeners, ordered, base, check)
+    if call.trace is not None:
+        chain.trace = call.trace.chain(stage, default)
+    try:
+        return await chain.run(), chain
+    except BaseException as exc:
+        if is_fatal(exc):
+            raise
+        _final(call, _listener_failure(exc, chain))
+        return None
+
+
 async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
     execution = call.execution
     trace = call.trace
@@ -354,16 +376,11 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
     decider: str | None = None
     listeners = call.hooks.pre
     if listeners:
-        chain = Chain(listeners, (execution,), _allow, _check_pre)
-        if trace is not None:
-            chain.trace = trace.chain("pre", _ALLOW)
-        try:
-            decision = await chain.run()
-        except BaseException as exc:
-            if is_fatal(exc):
-                raise
-            call._settle("final", _final(call, _listener_failure(exc, chain)))
+        ran = await _waterfall(call, "pre", listeners, (execution,), _allow, _check_pre, _ALLOW)
+        if ran is None:
+            call._settle("final", call.latest)
             return
+        decision, chain = ran
         decider = chain.decider
 
     if isinstance(decision, Ask):
@@ -484,16 +501,11 @@ async def _post_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
         call._settle("final", _after_post(execution, result, call))
         return
 
-    chain = Chain(listeners, (execution, result), _accept, _check_post)
-    if call.trace is not None:
-        chain.trace = call.trace.chain("post", _ACCEPT)
-    try:
-        decision = await chain.run()
-    except BaseException as exc:
-        if is_fatal(exc):
-            raise
-        call._settle("final", _final(call, _listener_failure(exc, chain)))
+    ran = await _waterfall(call, "post", listeners, (execution, result), _accept, _check_post, _ACCEPT)
+    if ran is None:
+        call._settle("final", call.latest)
         return
+    decision, chain = ran
     applied = _apply_post(runtime, execution, result, decision, chain.decider, call)
     call.latest = applied
     call._settle("final", _after_post(execution, applied, call))
@@ -550,16 +562,10 @@ async def _dispatch_chain(runtime: ToolRuntime, call: PreparedCall) -> ToolExecu
         call.latest = outcome
         return outcome
 
-    chain = Chain(call.hooks.execute, (view,), base, _check_result)
-    if trace is not None:
-        chain.trace = trace.chain("execute", None)
-    try:
-        result: ToolExecutionResult = await chain.run()
-    except BaseException as exc:
-        if is_fatal(exc):
-            raise
-        _final(call, _listener_failure(exc, chain))
+    ran = await _waterfall(call, "execute", call.hooks.execute, (view,), base, _check_result, None)
+    if ran is None:
         return None
+    result: ToolExecutionResult = ran[0]
     if isinstance(result, ToolExecutionSuccess) and result is not call.latest:
         # A wrapper-authored success: its value goes through the tool's contract again.
         live = runtime._registry.view(execution.agent).tools.get(execution.name)
