@@ -281,7 +281,10 @@ class _Bridge:
                     lane.exclusive_active = False
                 lane.notify()
             self.commit(ticket, result)
-            if self.logging_is_instant():
+            listeners = self.runtime._chains.listeners("dsh_code_dispatch_log", self.run.agent)
+            if not listeners and self.runtime.event_sink is None:
+                pass  # nothing to log to and nobody to rewrite the logged copy
+            elif not any(listener.suspends for listener in listeners):
                 await self.log(ticket, logged_arguments, result, started_at, slot=False)
             else:
                 # A slow log listener must not hold the program's reply back.
