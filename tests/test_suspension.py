@@ -97,6 +97,39 @@ def plain_sync(args: Any) -> Any:
     return args
 
 
+# Everyday policy listeners: each suspends only through next().
+async def denies_some(execution: Any, next: Next) -> Any:
+    if execution.name in {"rm", "format"}:
+        return Allow()
+    return await next()
+
+
+async def inspects_the_outcome(execution: Any, next: Next) -> Any:
+    name = execution.name
+    outcome = await next()
+    if outcome is None or name is None:
+        return outcome
+    return outcome
+
+
+async def post_listener(execution: Any, result: Any, next: Next) -> Any:
+    decision = await next()
+    seen = [execution, result, decision]
+    return decision if seen else None
+
+
+async def next_in_try(execution: Any, next: Next) -> Any:
+    try:
+        return await next()
+    finally:
+        execution.clear()
+
+
+async def next_in_expression(execution: Any, next: Next) -> Any:
+    outcome = await next() if execution else None
+    return outcome
+
+
 class Plugin:
     async def only_next(self, execution: Any, next: Next) -> Any:
         return await next()
@@ -139,6 +172,11 @@ def test_can_suspend(fn: Any, expected: bool) -> None:
     [
         (only_next, False),
         (Plugin().only_next, False),
+        (denies_some, False),
+        (inspects_the_outcome, False),
+        (post_listener, False),
+        (next_in_try, False),
+        (next_in_expression, False),
         (returns_at_once, False),  # no await at all
         (next_twice, False),  # a second call fails the call; it never suspends on its own
         (next_then_sleep, True),
