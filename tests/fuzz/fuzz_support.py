@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import decimal
-import enum
 import http
 import os
 import time
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from conftest_reliability import FIGURES
+from corpus.hostile_values import Color, DictSub, FloatSub, IntSub, ListSub, StrSub
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
@@ -89,30 +89,6 @@ def fuzz(strategy: st.SearchStrategy[Any], target: Callable[[Any], None]) -> int
 class Opaque:
     def __repr__(self) -> str:
         return "<Opaque>"
-
-
-class IntSub(int):
-    pass
-
-
-class StrSub(str):
-    pass
-
-
-class FloatSub(float):
-    pass
-
-
-class DictSub(dict):  # type: ignore[type-arg]
-    pass
-
-
-class ListSub(list):  # type: ignore[type-arg]
-    pass
-
-
-class Color(enum.StrEnum):
-    RED = "red"
 
 
 class Pair(NamedTuple):

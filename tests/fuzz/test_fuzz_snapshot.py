@@ -12,24 +12,11 @@ import math
 from typing import Any
 
 from conftest_reliability import *  # noqa: F403 - fixtures
+from corpus.oracle import Keys, dollar_path
 from fuzz_support import anything, fuzz, with_cycles
 from hypothesis import strategies as st
 
 from dsh_core import FrozenDict, NonJsonValueError, json_equal, snapshot_json, thaw
-
-Keys = tuple[str | int, ...]
-
-
-def dollar_path(keys: Keys) -> str:
-    out = "$"
-    for key in keys:
-        if isinstance(key, int):
-            out += f"[{key}]"
-        elif key.isidentifier():
-            out += f".{key}"
-        else:
-            out += "[" + json.dumps(key, ensure_ascii=False) + "]"
-    return out
 
 
 def first_offender(value: Any) -> tuple[Keys, str] | None:
