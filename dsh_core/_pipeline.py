@@ -167,6 +167,12 @@ class PreparedCall:
         self.suspends = False
         self.scoped = False
 
+    @property
+    def dispatch_suspends(self) -> bool:
+        """Whether the wrappers or the body of this call can suspend (no tool resolved: assume so)."""
+        contract = self.contract
+        return self.hooks.execute_suspends or contract is None or contract.body_suspends
+
     def _settle(self, step: str, result: ToolExecutionResult | None) -> PreparedCall:
         self.step = step
         self.result = result
@@ -318,9 +324,7 @@ async def prepare(runtime: ToolRuntime, request: ToolExecutionInput) -> Prepared
 async def dispatch(runtime: ToolRuntime, call: PreparedCall) -> None:
     """Stage 6 for a scheduler (the only stage that may overlap with other calls)."""
     if call.step == "dispatch":
-        contract = call.contract
-        assert contract is not None
-        if call.hooks.execute_suspends or contract.body_suspends:
+        if call.dispatch_suspends:
             await _scoped_stage(runtime, call, _dispatch_stage)
         else:
             await _dispatch_stage(runtime, call)
@@ -550,10 +554,7 @@ async def _dispatch_chain(runtime: ToolRuntime, call: PreparedCall) -> ToolExecu
     """Run the wrappers around the body. ``None`` means a final failure is in ``call.latest``."""
     execution = call.execution
     trace = call.trace
-    contract = call.contract
-    view = ToolDispatchExecution(
-        execution, may_suspend=call.hooks.execute_suspends or contract is None or contract.body_suspends
-    )
+    view = ToolDispatchExecution(execution, may_suspend=call.dispatch_suspends)
 
     async def base() -> ToolExecutionResult:
         outcome = await _dispatch_body(runtime, call, view.signal)

@@ -113,11 +113,6 @@ async def _wait_for(call: _pipeline.PreparedCall, after: Sequence[trio.Event]) -
             unlink()
 
 
-def _dispatch_may_suspend(call: _pipeline.PreparedCall) -> bool:
-    contract = call.contract
-    return call.hooks.execute_suspends or contract is None or contract.body_suspends
-
-
 async def _run_group(
     runtime: ToolRuntime,
     calls: list[ToolExecutionInput],
@@ -193,7 +188,7 @@ async def _run_group(
                     if isinstance(kind, ResourceClaim):
                         claimed = trio.Event()
                         after = keys.claim(kind, claimed)
-                    if not after and not _dispatch_may_suspend(call):
+                    if not after and not call.dispatch_suspends:
                         try:
                             await _pipeline.dispatch(runtime, call)
                         finally:

@@ -33,7 +33,7 @@ from .._execution import Exclusive, ToolExecution, ToolExecutionInput, ToolRunCo
 from .._json import JsonValue, json_text, snapshot_json
 from .._results import ToolExecutionResult, ToolExecutionSuccess, error_message
 from .._signal import CancelSignal
-from .._waterfall import Chain, is_fatal
+from .._waterfall import Chain, Listener, is_fatal
 from ._sdk import RUN_CODE_DESCRIPTION, RUN_CODE_NAME, run_code_output_spec, run_code_parameters_spec
 
 if TYPE_CHECKING:
@@ -224,9 +224,12 @@ class _Bridge:
         tool = runtime._registry.view(agent).tools.get(name)
         return tool is None or not contract_of(tool).body_suspends
 
-    def logging_is_instant(self) -> bool:
-        listeners = self.runtime._chains.listeners("dsh_code_dispatch_log", self.run.agent)
-        return not any(listener.suspends for listener in listeners)
+    def log_listeners(self) -> tuple[Listener, ...]:
+        return self.runtime._chains.listeners("dsh_code_dispatch_log", self.run.agent)
+
+    def logging_is_instant(self, listeners: tuple[Listener, ...] | None = None) -> bool:
+        """Whether no ``dsh_code_dispatch_log`` listener can suspend."""
+        return not any(listener.suspends for listener in (self.log_listeners() if listeners is None else listeners))
 
     async def work(self, ticket: _Ticket, logged_arguments: JsonValue) -> None:
         # Shielded from the outer call's trio cancellation: a started sub-call must
@@ -281,10 +284,10 @@ class _Bridge:
                     lane.exclusive_active = False
                 lane.notify()
             self.commit(ticket, result)
-            listeners = self.runtime._chains.listeners("dsh_code_dispatch_log", self.run.agent)
+            listeners = self.log_listeners()
             if not listeners and self.runtime.event_sink is None:
                 pass  # nothing to log to and nobody to rewrite the logged copy
-            elif not any(listener.suspends for listener in listeners):
+            elif self.logging_is_instant(listeners):
                 await self.log(ticket, logged_arguments, result, started_at, slot=False)
             else:
                 # A slow log listener must not hold the program's reply back.
@@ -355,7 +358,7 @@ class _Bridge:
                 self.lane.log_slots.release_on_behalf_of(ticket)
 
     async def logged_content(self, ticket: _Ticket, result: ToolExecutionResult) -> tuple[ContentBlock, ...]:
-        listeners = self.runtime._chains.listeners("dsh_code_dispatch_log", self.run.agent)
+        listeners = self.log_listeners()
         if not listeners:
             return result.content
         dispatch = CodeDispatchLog(
