@@ -74,13 +74,6 @@ class FrozenDict(dict[str, "JsonValue"]):
         # Content was filled in by __new__; dict.__init__ would re-insert it.
         pass
 
-    @classmethod
-    def _trusted(cls, data: dict[str, JsonValue]) -> FrozenDict:
-        self = dict.__new__(cls)
-        dict.update(self, data)
-        self._hash = None
-        return self
-
     def _immutable(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError("FrozenDict is immutable; thaw() it for a mutable copy")
 
@@ -132,7 +125,19 @@ class FrozenDict(dict[str, "JsonValue"]):
         return value
 
 
-_EMPTY = FrozenDict._trusted({})
+_dict_new = dict.__new__
+_dict_update = dict.update
+
+
+def _frozen_copy(source: dict[str, JsonValue]) -> FrozenDict:
+    """A ``FrozenDict`` of ``source``'s entries, which must already be lossless JSON (no checks)."""
+    frozen = _dict_new(FrozenDict)
+    _dict_update(frozen, source)
+    frozen._hash = None
+    return frozen
+
+
+_EMPTY = _frozen_copy({})
 
 
 _REPR = reprlib.Repr()
@@ -245,17 +250,6 @@ def _is_flat_object(value: dict[Any, Any]) -> bool:
         elif item_kind is not float or _scalar_problem(item) is not None:
             return False
     return True
-
-
-def _frozen_copy(source: dict[str, JsonValue]) -> FrozenDict:
-    frozen = _dict_new(FrozenDict)
-    _dict_update(frozen, source)
-    frozen._hash = None
-    return frozen
-
-
-_dict_new = dict.__new__
-_dict_update = dict.update
 
 
 def _snapshot_container(root: object) -> JsonValue:
