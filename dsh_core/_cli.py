@@ -25,7 +25,6 @@ outcomes: each result line says ``is_error``.
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import re
 import sys
 import uuid
@@ -49,6 +48,7 @@ from ._definition import ToolDefinition
 from ._errors import ConfigError, JsonSchemaError
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import thaw
+from ._jsoncodec import decode_json, dumps_text
 from ._plugins import PluginReport, discover_entry_points, load_plugins, unknown_hooks
 from ._registry import RUN_CODE_NAME
 from ._replay import SessionRecorder, replay
@@ -299,7 +299,7 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
             }
         )
     if as_json:
-        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        click.echo(dumps_text(rows, indent=2))
         return
     table = Table(title=f"{len(rows)} tool{'s' if len(rows) != 1 else ''} (mode: {host.runtime.effective_mode(scope)})")
     table.add_column("tool", overflow="fold", style="bold")
@@ -327,7 +327,7 @@ def schemas_command(ctx: click.Context, agent: str | None, as_json: bool) -> Non
     """Print the schemas the model is given, as JSON."""
     host = _build_host(ctx)
     schemas = [schema.to_dict() for schema in host.runtime.schemas(_scope(host.runtime, agent))]
-    text = json.dumps(schemas, indent=2, ensure_ascii=False)
+    text = dumps_text(schemas, indent=2)
     if as_json:
         click.echo(text)
     else:
@@ -427,8 +427,8 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
     when the call failed (its error code is printed on stderr).
     """
     try:
-        arguments = json.loads(json_args)
-    except (ValueError, RecursionError) as exc:
+        arguments = decode_json(json_args)
+    except ValueError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON_ARGS") from exc
     host = _build_host(ctx)
     scope = _scope(host.runtime, agent)
@@ -462,8 +462,8 @@ def _parse_batch(path: Path) -> list[ToolExecutionInput]:
             continue
         where = f"{path}:{number}"
         try:
-            record = json.loads(line)
-        except (ValueError, RecursionError) as exc:
+            record = decode_json(line)
+        except ValueError as exc:
             problems.append(f"{where}: not valid JSON: {exc}")
             continue
         if not isinstance(record, dict):
@@ -492,8 +492,8 @@ def _parse_batch(path: Path) -> list[ToolExecutionInput]:
             if not arguments.strip():
                 arguments = {}
             else:
-                with suppress(ValueError, RecursionError):
-                    arguments = json.loads(arguments)
+                with suppress(ValueError):
+                    arguments = decode_json(arguments)
         calls.append(ToolExecutionInput(call_id=call_id, name=name, arguments=arguments, signal=CancelSignal()))
     if problems:
         raise _UsageProblem("\n  ".join([f"invalid batch file {path}:", *problems]))
@@ -563,7 +563,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
             "error": _error_json(result),
             "meta": thaw(result.meta),
         }
-        click.echo(json.dumps(line, ensure_ascii=False))
+        click.echo(dumps_text(line))
 
 
 # -- diagnostics -------------------------------------------------------------------------------
@@ -804,7 +804,7 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
             "error": thaw(error),
             "trace": trace.to_json() if trace is not None else None,
         }
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        click.echo(dumps_text(data, indent=2))
     else:
         out = _stdout()
         agent = f" (agent {escape(str(call['agent']))})" if call.get("agent") else ""
@@ -875,7 +875,7 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
             }
             for call in report.calls
         ]
-        click.echo(json.dumps({"changed": report.changed, "calls": rows}, indent=2, ensure_ascii=False))
+        click.echo(dumps_text({"changed": report.changed, "calls": rows}, indent=2))
     else:
         out = _stdout()
         changes = report.changes
@@ -919,7 +919,7 @@ def _print_capabilities(host: _Host, as_json: bool) -> None:
             }
             for loaded in report.loaded
         ]
-        click.echo(json.dumps({"strict": strict, "plugins": rows}, indent=2, ensure_ascii=False))
+        click.echo(dumps_text({"strict": strict, "plugins": rows}, indent=2))
         return
     table = Table(title=f"plugin capabilities (strict_capabilities: {'on' if strict else 'off'})")
     for column in ("plugin", "tools", "affects", "registered"):
@@ -952,7 +952,7 @@ def plugins_command(ctx: click.Context, capabilities: bool, as_json: bool) -> No
             "failed": [attrs.asdict(p, filter=lambda a, _: a.name != "traceback") for p in report.failed],
             "disabled": list(report.disabled),
         }
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        click.echo(dumps_text(data, indent=2))
         return
     out = _stdout()
     table = Table(title="loaded plugins")

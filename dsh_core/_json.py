@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn, TypeAlias, Union
 
 from ._errors import NonJsonValueError
+from ._jsoncodec import dumps_text
 
 __all__ = [
     "FrozenDict",
@@ -417,41 +418,4 @@ def json_text(value: JsonValue, *, indent: int | None = None) -> str:
     Values too deep for ``json.dumps``'s recursion fall back to an iterative
     encoder (compact output), so serialising never raises ``RecursionError``.
     """
-    try:
-        if indent is None:
-            return _COMPACT_ENCODER.encode(value)
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=indent)
-    except RecursionError:
-        return _iterative_json_text(value)
-
-
-# json.dumps builds an encoder per call; the common compact case reuses one.
-_COMPACT_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
-
-
-def _iterative_json_text(root: JsonValue) -> str:
-    out: list[str] = []
-    # Work items are either a value to encode or a literal string to emit.
-    work: list[tuple[bool, Any]] = [(False, root)]
-    while work:
-        literal, item = work.pop()
-        if literal:
-            out.append(item)
-        elif isinstance(item, dict):
-            work.append((True, "}"))
-            entries = list(item.items())
-            for index in range(len(entries) - 1, -1, -1):
-                key, child = entries[index]
-                work.append((False, child))
-                work.append((True, ("," if index else "") + json.dumps(key, ensure_ascii=False) + ":"))
-            work.append((True, "{"))
-        elif isinstance(item, (list, tuple)):
-            work.append((True, "]"))
-            for index in range(len(item) - 1, -1, -1):
-                work.append((False, item[index]))
-                if index:
-                    work.append((True, ","))
-            work.append((True, "["))
-        else:
-            out.append(json.dumps(item, ensure_ascii=False, allow_nan=False))
-    return "".join(out)
+    return dumps_text(value, indent=indent)

@@ -32,9 +32,7 @@ intact.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -46,6 +44,7 @@ import cattrs
 from ._content import ContentBlock, as_content
 from ._errors import DshError, NonJsonValueError
 from ._json import FrozenDict, JsonValue, snapshot_json
+from ._jsoncodec import decode_json, encode_json
 from .presentation import _configure_content, _configure_strict
 
 __all__ = [
@@ -111,146 +110,6 @@ class SessionLogRead:
     torn: TornLine | None
 
 
-# --- JSON without recursion limits --------------------------------------------------------
-
-
-def _dumps(value: object, *, ensure_ascii: bool = False) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=False, separators=(",", ":"))
-    except RecursionError:
-        return _dumps_iteratively(value, ensure_ascii)
-
-
-def _dumps_iteratively(value: object, ensure_ascii: bool) -> str:
-    # Same output as _dumps's json.dumps call, with an explicit stack of [iterator, is_object, first].
-    def scalar(item: object) -> str:
-        return json.dumps(item, ensure_ascii=ensure_ascii, allow_nan=False)
-
-    parts: list[str] = []
-    stack: list[list[Any]] = []
-    item: object = value
-    while True:
-        if isinstance(item, dict):
-            parts.append("{")
-            stack.append([iter(item.items()), True, True])
-        elif isinstance(item, (list, tuple)):
-            parts.append("[")
-            stack.append([iter(item), False, True])
-        else:
-            parts.append(scalar(item))
-        while stack:
-            frame = stack[-1]
-            entry: Any = next(frame[0], _END)
-            if entry is _END:
-                parts.append("}" if frame[1] else "]")
-                stack.pop()
-                continue
-            if not frame[2]:
-                parts.append(",")
-            frame[2] = False
-            if frame[1]:
-                key, item = entry
-                parts.append(scalar(key) + ":")
-            else:
-                item = entry
-            break
-        else:
-            return "".join(parts)
-
-
-_END: Final = object()
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"')
-_LITERALS: Final[dict[str, object]] = {"true": True, "false": False, "null": None}
-
-
-def _loads(text: str) -> Any:
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except RecursionError:
-        return _loads_iteratively(text)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _loads_iteratively(text: str) -> Any:
-    """Parse strict JSON with an explicit stack; raises ``ValueError`` like ``json.loads``."""
-    stack: list[Any] = []  # open containers, innermost last
-    keys: list[str | None] = []  # the key awaiting a value in each open object
-    pos = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
-    while True:
-        value: Any
-        char = text[pos : pos + 1]
-        if char == "{" or char == "[":
-            pos = _WHITESPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
-            closer = "}" if char == "{" else "]"
-            if text.startswith(closer, pos):
-                value, pos = ({} if char == "{" else []), pos + 1
-            else:
-                stack.append({} if char == "{" else [])
-                key = None
-                if char == "{":
-                    key, pos = _object_key(text, pos)
-                keys.append(key)
-                continue
-        elif char == '"':
-            value, pos = _string(text, pos)
-        elif (number := _NUMBER.match(text, pos)) is not None and number.end() > pos:
-            token = number.group()
-            value = int(token) if number.group(1) is None and number.group(2) is None else float(token)
-            pos = number.end()
-        else:
-            for word, literal in _LITERALS.items():
-                if text.startswith(word, pos):
-                    value, pos = literal, pos + len(word)
-                    break
-            else:
-                raise ValueError(f"expected a JSON value at char {pos}")
-        # Attach the value to its container; close every container that ends here.
-        while True:
-            pos = _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]
-            if not stack:
-                if pos != len(text):
-                    raise ValueError(f"extra data at char {pos}")
-                return value
-            top = stack[-1]
-            if type(top) is list:
-                top.append(value)
-            else:
-                top[keys[-1]] = value
-            char = text[pos : pos + 1]
-            if char == ",":
-                pos = _WHITESPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
-                if type(top) is dict:
-                    keys[-1], pos = _object_key(text, pos)
-                break
-            if char == ("]" if type(top) is list else "}"):
-                value = stack.pop()
-                keys.pop()
-                pos += 1
-                continue
-            raise ValueError(f"expected ',' or a closing bracket at char {pos}")
-
-
-def _string(text: str, pos: int) -> tuple[str, int]:
-    match = _STRING.match(text, pos)
-    if match is None:
-        raise ValueError(f"invalid string at char {pos}")
-    decoded: str = json.loads(match.group())
-    return decoded, match.end()
-
-
-def _object_key(text: str, pos: int) -> tuple[str, int]:
-    key, pos = _string(text, pos)
-    pos = _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]
-    if not text.startswith(":", pos):
-        raise ValueError(f"expected ':' at char {pos}")
-    return key, _WHITESPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
-
-
 # --- lines --------------------------------------------------------------------------------
 
 
@@ -261,10 +120,10 @@ class _BadLine(Exception):
 def _encode_line(seq: int, event_type: str, data: JsonValue) -> bytes:
     record = {"seq": seq, "type": event_type, "data": data}
     try:
-        return (_dumps(record) + "\n").encode("utf-8")
+        return (encode_json(record, ascii_only=False) + "\n").encode("utf-8")
     except UnicodeEncodeError:
         # A lone surrogate has no UTF-8 form; its \\u escape is still lossless JSON.
-        return (_dumps(record, ensure_ascii=True) + "\n").encode("ascii")
+        return (encode_json(record, ascii_only=True) + "\n").encode("ascii")
 
 
 def _parse_line(raw: bytes) -> SessionEvent:
@@ -277,7 +136,7 @@ def _parse_line(raw: bytes) -> SessionEvent:
     if not text.strip():
         raise _BadLine("is empty")
     try:
-        record = _loads(text)
+        record = decode_json(text)
     except ValueError as exc:
         raise _BadLine(f"is not valid JSON: {exc}") from None
     if type(record) is not dict or record.keys() != {"seq", "type", "data"}:

@@ -228,6 +228,19 @@ def test_call_bad_json_is_a_usage_error(tools: list[str]) -> None:
     assert "not valid JSON" in result.stderr
 
 
+def test_call_parses_arguments_nested_deeper_than_the_c_parser_goes(tools: list[str]) -> None:
+    depth = 5_000  # json.loads raises RecursionError long before this
+    result = invoke([*tools, "call", "echo", '{"x": ' + "[" * depth + "]" * depth + "}"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().replace(" ", "") == '{"x":' + "[" * depth + "]" * depth + "}"
+
+
+def test_call_refuses_nan_as_json(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "echo", '{"x": NaN}'])
+    assert result.exit_code == 2
+    assert "not valid JSON: NaN is not a JSON number" in result.stderr
+
+
 def test_ask_is_denied_without_interactive(tools: list[str]) -> None:
     result = invoke([*tools, "call", "guarded", "{}"])
     assert result.exit_code == 1
@@ -301,6 +314,25 @@ def test_run_writes_one_result_line_per_call(tools: list[str], tmp_path: Path) -
     # the open parameter root is an object, so validation reports it.
     assert lines[4]["is_error"] is True and lines[4]["error"]["code"] == "INVALID_ARGS"
     assert lines[5]["content"] == [{"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]
+
+
+def test_run_parses_deep_batch_lines_and_argument_texts(tools: list[str], tmp_path: Path) -> None:
+    depth = 5_000
+    nested = "[" * depth + "]" * depth
+    batch = tmp_path / "calls.jsonl"
+    batch.write_text(
+        '{"id": "c1", "name": "echo", "arguments": {"x": ' + nested + "}}\n"
+        + json.dumps({"id": "c2", "name": "echo", "arguments": '{"y": ' + nested + "}"}) + "\n",
+        encoding="utf-8",
+    )
+    result = invoke([*tools, "run", str(batch)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["is_error"] for line in lines] == [False, False]
+    assert [line["content"][0]["text"].replace(" ", "") for line in lines] == [
+        '{"x":' + nested + "}",
+        '{"y":' + nested + "}",
+    ]
 
 
 def test_run_records_a_session(tools: list[str], tmp_path: Path) -> None:

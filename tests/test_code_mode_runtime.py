@@ -12,8 +12,9 @@ import pytest
 import trio
 
 from dsh_core import FrozenDict
+from dsh_core._jsoncodec import decode_json, encode_json
 from dsh_core.code_mode import CodeRunError, CodeRunResult, SubprocessPythonRuntime
-from dsh_core.code_mode._child import decode_json, encode_json, json_problem
+from dsh_core.code_mode._child import json_problem
 from dsh_core.code_mode._runtime import _Call, _Done, _FrameError, _Log, _parse_frame
 
 RUNTIME = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=64 * 1024)

@@ -356,7 +356,7 @@ def test_reopening_a_log_garbled_before_its_last_line_is_an_error(log_path: Path
         (b'{"seq":true,"type":"note","data":{}}\n', "invalid seq"),
         (b'{"seq":2,"type":7,"data":{}}\n', "invalid type"),
         (b'{"seq":2,"type":"note","data":[]}\n', "data that is not an object"),
-        (b'{"seq":2,"type":"note","data":{"x":NaN}}\n', "NaN is not JSON"),
+        (b'{"seq":2,"type":"note","data":{"x":NaN}}\n', "NaN is not a JSON number"),
         (b'{"seq":2,"type":"note","data":{"x":1e400}}\n', "not lossless JSON"),
     ],
 )

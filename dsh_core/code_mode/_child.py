@@ -1,6 +1,6 @@
 """The child side of :class:`~dsh_core.code_mode.SubprocessPythonRuntime`.
 
-The host starts this file as ``python -I _child.py``, once per run. It imports
+The host starts this file in ``python -I``, once per run. It imports
 the standard library only (isolated mode does not even put this directory on
 ``sys.path``), reads one ``run`` frame, runs the program and reports back; the
 frames are described in ``_runtime``'s docstring.
@@ -11,9 +11,11 @@ is pointed at descriptor 2 (so a C extension or a subprocess writing to "stdout"
 cannot corrupt a frame) and descriptor 0 at the null device. ``sys.stdout`` and
 ``sys.stderr`` become writers that turn complete lines into ``log`` frames.
 
-The host imports :func:`encode_json` and :func:`decode_json` from here, so both
-ends speak one codec: compact ASCII JSON, whose slow path never recurses, so
-values nested thousands of levels deep cross the channel intact.
+Both ends speak one codec, :mod:`dsh_core._jsoncodec`, which the child loads
+by path: compact ASCII JSON whose slow path never recurses, so values nested
+thousands of levels deep cross the channel intact. The host starts the child
+through a one-line bootstrap that loads this file the same way, so neither
+file is compiled again on every run.
 
 Start-up and per-call latency are most of what Code Mode costs, so the child
 imports as little as it can: importing ``asyncio`` alone takes several times
@@ -53,149 +55,25 @@ _MAIN_NAME = "__dsh_main__"
 # Codec, shared with the host
 
 
-# json.dumps and json.loads with options build an encoder or decoder per call; every frame of
-# every sub-call goes through these, so both ends reuse prebuilt ones.
-_ENCODERS: Final = {
-    ascii_only: json.JSONEncoder(ensure_ascii=ascii_only, separators=(",", ":"), allow_nan=False).encode
-    for ascii_only in (True, False)
-}
+def _load_beside(name: str, path: str) -> Any:
+    """Load a standard-library-only module of dsh_core by path (its cached bytecode when there is one).
+
+    The child cannot import ``dsh_core`` itself: that would import the whole
+    framework (trio, attrs, pluggy) into every run.
+    """
+    from importlib.machinery import SourceFileLoader
+
+    module = sys.modules[name] = type(sys)(name)
+    module.__file__ = path
+    SourceFileLoader(name, path).exec_module(module)
+    return module
 
 
-def encode_json(value: object, *, ascii_only: bool = True) -> str:
-    """Compact JSON for ``value``; ``NaN``/``inf`` and non-``str`` keys raise ``ValueError``/``TypeError``."""
-    try:
-        return _ENCODERS[ascii_only](value)
-    except RecursionError:
-        return _encode_deep(value, ascii_only)
-
-
-def _encode_deep(value: object, ascii_only: bool) -> str:
-    out: list[str] = []
-    # (True, text) is literal output; (False, value) is a value still to encode.
-    tasks: list[tuple[bool, object]] = [(False, value)]
-    while tasks:
-        literal, item = tasks.pop()
-        if literal:
-            out.append(item)  # type: ignore[arg-type]
-        elif isinstance(item, dict):
-            entries = list(item.items())
-            tasks.append((True, "}"))
-            for index in range(len(entries) - 1, -1, -1):
-                key, child = entries[index]
-                if not isinstance(key, str):
-                    raise TypeError(f"object key {key!r} is not a str")
-                tasks.append((False, child))
-                tasks.append((True, ("," if index else "") + json.dumps(key, ensure_ascii=ascii_only) + ":"))
-            tasks.append((True, "{"))
-        elif isinstance(item, (list, tuple)):
-            tasks.append((True, "]"))
-            for index in range(len(item) - 1, -1, -1):
-                tasks.append((False, item[index]))
-                if index:
-                    tasks.append((True, ","))
-            tasks.append((True, "["))
-        else:
-            out.append(json.dumps(item, ensure_ascii=ascii_only, allow_nan=False))
-    return "".join(out)
-
-
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-_DECODE: Final = json.JSONDecoder(parse_constant=_reject_constant).decode
-
-
-def decode_json(text: str) -> Any:
-    """Parse one JSON document; ``NaN``/``Infinity`` and malformed text raise ``ValueError``."""
-    try:
-        return _DECODE(text)
-    except RecursionError:
-        return _decode_deep(text)
-
-
-# The C string scanner the json module itself uses (typeshed does not declare it).
-_scanstring: Final[Callable[[str, int, bool], tuple[str, int]]] = json.decoder.scanstring  # type: ignore[attr-defined]
-_WORDS = {"true": True, "false": False, "null": None}
-
-
-def _decode_deep(text: str) -> Any:
-    """An iterative JSON parser for documents too deep for the C decoder."""
-    import re  # only for such documents: keep it out of the child's start-up
-
-    _SPACE = re.compile(r"[ \t\n\r]*")
-    _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-    containers: list[list[Any] | dict[str, Any]] = []
-    keys: list[str] = []
-
-    def skip(position: int) -> int:
-        match = _SPACE.match(text, position)
-        assert match is not None
-        return match.end()
-
-    def key_at(position: int) -> tuple[str, int]:
-        if text[position : position + 1] != '"':
-            raise ValueError(f"expected an object key at {position}")
-        key, position = _scanstring(text, position + 1, True)
-        position = skip(position)
-        if text[position : position + 1] != ":":
-            raise ValueError(f"expected ':' at {position}")
-        return key, skip(position + 1)
-
-    position = skip(0)
-    while True:
-        char = text[position : position + 1]
-        value: Any
-        if char == "{":
-            position = skip(position + 1)
-            if text[position : position + 1] != "}":
-                key, position = key_at(position)
-                containers.append({})
-                keys.append(key)
-                continue
-            value, position = {}, position + 1
-        elif char == "[":
-            position = skip(position + 1)
-            if text[position : position + 1] != "]":
-                containers.append([])
-                keys.append("")
-                continue
-            value, position = [], position + 1
-        elif char == '"':
-            value, position = _scanstring(text, position + 1, True)
-        elif (number := _NUMBER.match(text, position)) is not None:
-            value = float(number.group()) if number.group(1) or number.group(2) else int(number.group())
-            position = number.end()
-        else:
-            for word, constant in _WORDS.items():
-                if text.startswith(word, position):
-                    value, position = constant, position + len(word)
-                    break
-            else:
-                raise ValueError(f"unexpected character at {position}")
-        # A value is complete: hand it up, closing every container it ends.
-        while True:
-            if not containers:
-                if skip(position) != len(text):
-                    raise ValueError(f"extra data at {position}")
-                return value
-            parent = containers[-1]
-            if isinstance(parent, list):
-                parent.append(value)
-            else:
-                parent[keys[-1]] = value
-            position = skip(position)
-            char = text[position : position + 1]
-            if char == ",":
-                position = skip(position + 1)
-                if isinstance(parent, dict):
-                    keys[-1], position = key_at(position)
-                break
-            if char != ("]" if isinstance(parent, list) else "}"):
-                raise ValueError(f"expected ',' or a closing bracket at {position}")
-            position += 1
-            value = containers.pop()
-            keys.pop()
+if TYPE_CHECKING:
+    from .._jsoncodec import decode_json, encode_json
+else:
+    _codec = _load_beside("_dsh_jsoncodec", os.path.join(os.path.dirname(os.path.dirname(__file__)), "_jsoncodec.py"))
+    decode_json, encode_json = _codec.decode_json, _codec.encode_json
 
 
 def json_problem(value: object) -> str | None:

@@ -66,7 +66,7 @@ import trio
 
 from .._errors import NonJsonValueError
 from .._json import JsonValue, snapshot_json
-from ._child import decode_json, encode_json
+from .._jsoncodec import decode_json, encode_json
 
 __all__ = [
     "Binding",
@@ -94,6 +94,17 @@ _KINDS: Final = frozenset(
 )
 _CHILD_KINDS: Final = frozenset(("exception", "invalid-output", "output-limit"))
 _CHILD_PATH: Final = str(Path(__file__).with_name("_child.py"))
+# Started as a script, the child would be compiled from source on every run (a script
+# gets no cached bytecode): a few milliseconds of each start-up. Loaded as a module,
+# it uses its cached bytecode like any import.
+_BOOTSTRAP: Final = (
+    "import sys\n"
+    "from importlib.machinery import SourceFileLoader\n"
+    "child = sys.modules['_dsh_child'] = type(sys)('_dsh_child')\n"
+    "child.__file__ = sys.argv[1]\n"
+    "SourceFileLoader('_dsh_child', sys.argv[1]).exec_module(child)\n"
+    "child.main()\n"
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -276,7 +287,7 @@ class SubprocessPythonRuntime:
                 process: trio.Process = await nursery.start(
                     partial(
                         trio.run_process,
-                        [self.python, "-I", _CHILD_PATH],
+                        [self.python, "-I", "-c", _BOOTSTRAP, _CHILD_PATH],
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE,
