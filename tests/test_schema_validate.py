@@ -12,9 +12,10 @@ from typing import Any
 
 import fastjsonschema
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from dsh_core import _jsoncodec
 from dsh_core._errors import JsonSchemaError, NonJsonValueError
 from dsh_core._json import FrozenDict, snapshot_json
 from dsh_core._schema import _validate
@@ -767,8 +768,12 @@ def test_losslessness_pre_check_matches_snapshot_json(value: object) -> None:
 
 
 @given(tricky_values().filter(lambda v: validate_json_schema_value(ANY, v) == ()))
-def test_iterative_cache_key_text_matches_json_dumps(value: object) -> None:
-    assert _validate._compact_json_iteratively(value) == _validate._compact_json(value)
+@example({"ключ": ["значение", '"quoted"\n', 1.5, None]})
+def test_iterative_encoder_writes_what_json_dumps_writes(value: object) -> None:
+    # Deep schemas' cache keys and messages come from this fallback: it must be the same text.
+    for ascii_only in (False, True):
+        expected = json.dumps(value, ensure_ascii=ascii_only, separators=(",", ":"))
+        assert _jsoncodec._encode_deep(value, ascii_only) == expected
 
 
 def test_deep_schema_cache_key_falls_back_to_the_iterative_encoder() -> None:

@@ -17,7 +17,6 @@ with generated schemas and values.
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -27,6 +26,7 @@ import fastjsonschema
 
 from .._errors import JsonSchemaError, NonJsonValueError
 from .._json import FrozenDict, snapshot_json
+from .._jsoncodec import encode_json
 from ._subset import JsonSchemaNode, assert_supported_json_schema, same_scalar, scalar_matches
 
 __all__ = [
@@ -108,10 +108,6 @@ def _label(path: str) -> str:
 
 def _child_path(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
-
-
-def _compact_json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 class _UnassertedSchemaError(ValueError):
@@ -249,9 +245,9 @@ def _scalar_constraints(node: JsonSchemaNode, value: object, path: str) -> list[
     if "enum" in node:
         allowed = node["enum"]
         if not any(same_scalar(value, entry) for entry in allowed):
-            return [f'"{_label(path)}" must be one of {_compact_json(allowed)}']
+            return [f'"{_label(path)}" must be one of {encode_json(allowed, ascii_only=False)}']
     if "const" in node and not same_scalar(value, node["const"]):
-        return [f'"{_label(path)}" must be {_compact_json(node["const"])}']
+        return [f'"{_label(path)}" must be {encode_json(node["const"], ascii_only=False)}']
     return []
 
 
@@ -386,7 +382,7 @@ class CompiledValidator:
         return True
 
     def __repr__(self) -> str:
-        return f"<CompiledValidator {_canonical_text(self.schema)[:80]}>"
+        return f"<CompiledValidator {encode_json(self.schema, ascii_only=False)[:80]}>"
 
 
 _cache: dict[str, CompiledValidator] = {}
@@ -420,7 +416,7 @@ def compile_validator(schema: object) -> CompiledValidator:
         # Not lossless: the assertion explains why, path by path.
         assert_supported_json_schema(schema)
         raise JsonSchemaError(["schema must be lossless JSON data"]) from None
-    key = _canonical_text(snapshot)
+    key = encode_json(snapshot, ascii_only=False)  # any depth: the codec falls back to an iterative encoder
     with _cache_lock:
         validator = _cache.pop(key, None)
         if validator is not None:
@@ -457,49 +453,3 @@ def validate_json_schema_value(schema: object, value: object, path: str = "value
         JsonSchemaError: the schema is outside the enforced subset.
     """
     return compile_validator(schema)(value, path)
-
-
-def _canonical_text(value: object) -> str:
-    """Compact JSON text of a snapshot, for cache keys; iterative when the C encoder would recurse too deep."""
-    try:
-        return _compact_json(value)
-    except RecursionError:
-        return _compact_json_iteratively(value)
-
-
-def _compact_json_iteratively(root: object) -> str:
-    parts: list[str] = []
-    # A frame is [entries, is_object, first]; the same text json.dumps would write.
-    stack: list[list[Any]] = []
-
-    def open_container(container: Any) -> bool:
-        if isinstance(container, dict):
-            parts.append("{")
-            stack.append([iter(container.items()), True, True])
-            return True
-        if isinstance(container, (list, tuple)):
-            parts.append("[")
-            stack.append([iter(container), False, True])
-            return True
-        return False
-
-    if not open_container(root):
-        return _compact_json(root)
-    while stack:
-        frame = stack[-1]
-        entries: Iterator[Any] = frame[0]
-        for entry in entries:
-            if not frame[2]:
-                parts.append(",")
-            frame[2] = False
-            if frame[1]:
-                key, entry = entry
-                parts.append(_compact_json(key))
-                parts.append(":")
-            if open_container(entry):
-                break
-            parts.append(_compact_json(entry))
-        else:
-            stack.pop()
-            parts.append("}" if frame[1] else "]")
-    return "".join(parts)
