@@ -174,7 +174,9 @@ class ToolRuntime:
 
     def _code_model_tools(self, view: _View) -> ModelTools:
         from .code_mode import render_python_sdk
+        from .code_mode._bridge import checked_code_runtime
 
+        checked_code_runtime(self, view.mode)  # before rendering: a wire without a usable run_code is an error
         tools = [tool for name, tool in view.tools.items() if name != RUN_CODE_NAME]
         sdk = render_python_sdk(tools)
         if view.mode == "code":

@@ -7,6 +7,7 @@ the real clock with short budgets.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -19,7 +20,9 @@ from dsh_core import (
     Agent,
     CancelSignal,
     Deny,
+    DshError,
     ImageBlock,
+    PresentationMode,
     TextBlock,
     ToolExecution,
     ToolExecutionFailure,
@@ -399,7 +402,7 @@ def test_model_tools_per_mode() -> None:
     assert [s.name for s in native.model_tools().schemas] == ["echo"]
     assert native.model_tools().instructions == ""
 
-    code_only = ToolRuntime(mode="code")
+    code_only = ToolRuntime(mode="code", code_runtime=FakeRuntime(returns_nothing))
     code_only.register(json_tool("echo"))
     tools = code_only.model_tools()
     assert [s.name for s in tools.schemas] == ["run_code"]
@@ -407,10 +410,40 @@ def test_model_tools_per_mode() -> None:
     assert "echo" in tools.instructions
     assert code_only.model_tools().instructions == tools.instructions  # byte-identical, cacheable
 
-    both = ToolRuntime(mode="both")
+    both = ToolRuntime(mode="both", code_runtime=FakeRuntime(returns_nothing))
     both.register(json_tool("echo"))
     assert [s.name for s in both.model_tools().schemas] == ["echo", "run_code"]
     assert "only tool you can call directly" not in both.model_tools().instructions
+
+
+async def returns_nothing(bindings: Mapping[str, Any]) -> CodeRunResult:
+    return CodeRunResult(logs=())
+
+
+@pytest.mark.parametrize("mode", ["code", "both"])
+async def test_a_code_mode_without_a_usable_code_runtime_has_no_model_tools(mode: PresentationMode) -> None:
+    # Advertising run_code (or a Python SDK to a non-Python runtime) would only fail later, less clearly.
+    missing = ToolRuntime(mode=mode)
+    missing.register(json_tool("echo"))
+    with pytest.raises(DshError, match=f'^mode "{mode}" requires a code runtime: pass ToolRuntime') as raised:
+        missing.model_tools()
+    assert raised.value.code == "CODE_RUNTIME_MISSING"
+    failure = await missing.execute(make_input("run_code", {"code": "return 1", "description": "one"}))
+    assert isinstance(failure, ToolExecutionFailure)
+    assert failure.error.message.startswith(f'mode "{mode}" requires a code runtime')
+    assert code(failure) == "CODE_RUNTIME_MISSING"
+
+    ruby = FakeRuntime(returns_nothing)
+    ruby.language = "ruby"
+    unsupported = ToolRuntime(mode=mode, code_runtime=ruby)
+    message = 'no SDK renderer registered for runtime language "ruby" (known: "python")'
+    with pytest.raises(DshError, match=re.escape(message)) as raised:
+        unsupported.model_tools()
+    assert raised.value.code == "CODE_RUNTIME_UNSUPPORTED"
+    failure = await unsupported.execute(make_input("run_code", {"code": "return 1", "description": "one"}))
+    assert isinstance(failure, ToolExecutionFailure)
+    assert (failure.error.message, code(failure)) == (message, "CODE_RUNTIME_UNSUPPORTED")
+    assert ruby.seen_names == []  # the program never ran
 
 
 def test_model_tools_renders_the_sdk_once_per_visible_tool_set(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -424,7 +457,7 @@ def test_model_tools_renders_the_sdk_once_per_visible_tool_set(monkeypatch: pyte
         return original(tools)
 
     monkeypatch.setattr(code_mode, "render_python_sdk", counting)
-    runtime = ToolRuntime(mode="code")
+    runtime = ToolRuntime(mode="code", code_runtime=FakeRuntime(returns_nothing))
     runtime.register(json_tool("echo"))
     first = runtime.model_tools()
     assert runtime.model_tools() is first

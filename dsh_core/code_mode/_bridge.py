@@ -39,7 +39,7 @@ from ._sdk import RUN_CODE_DESCRIPTION, RUN_CODE_NAME, run_code_output_spec, run
 if TYPE_CHECKING:
     from .._runtime import ToolRuntime
 
-__all__ = ["CodeDispatchLog", "build_run_code_tool", "render_run_code_value"]
+__all__ = ["CodeDispatchLog", "build_run_code_tool", "checked_code_runtime", "render_run_code_value"]
 
 logger = logging.getLogger("dsh_core.code_mode")
 
@@ -472,17 +472,41 @@ def _present_call(args: Any) -> Any:
     return GenericCallView(title=args["description"], kind="execute", raw_input=args["code"])
 
 
+SDK_LANGUAGES: tuple[str, ...] = ("python",)
+"""Code runtime languages this package renders an SDK and a ``run_code`` description for."""
+
+
+def checked_code_runtime(runtime: ToolRuntime, mode: str) -> Any:
+    """``runtime.code_runtime``, when a Code Mode presentation can use it.
+
+    Raises ``DshError`` (``CODE_RUNTIME_MISSING``) when none is mounted, and
+    (``CODE_RUNTIME_UNSUPPORTED``) when its ``language`` has no SDK renderer:
+    offering the model a ``run_code`` that cannot run, or an SDK in the wrong
+    language, would only fail later and less clearly.
+    """
+    code_runtime = runtime.code_runtime
+    if code_runtime is None:
+        raise DshError(
+            f'mode "{mode}" requires a code runtime: '
+            'pass ToolRuntime(code_runtime=SubprocessPythonRuntime()) or use mode="native"',
+            code="CODE_RUNTIME_MISSING",
+        )
+    language = getattr(code_runtime, "language", None)
+    if language not in SDK_LANGUAGES:
+        shown = f'"{language}"' if isinstance(language, str) else repr(language)
+        known = ", ".join(f'"{name}"' for name in SDK_LANGUAGES)
+        raise DshError(
+            f"no SDK renderer registered for runtime language {shown} (known: {known})",
+            code="CODE_RUNTIME_UNSUPPORTED",
+        )
+    return code_runtime
+
+
 def build_run_code_tool(runtime: ToolRuntime) -> ToolDefinition:
     """The ``run_code`` definition bound to ``runtime`` (its code runtime and registry)."""
 
     async def run_code(args: Any, run: ToolRunContext) -> dict[str, Any]:
-        code_runtime = runtime.code_runtime
-        if code_runtime is None:
-            raise DshError(
-                f'mode "{runtime.effective_mode(run.agent)}" requires a code runtime: '
-                "pass ToolRuntime(code_runtime=SubprocessPythonRuntime()) or use mode=\"native\"",
-                code="CODE_RUNTIME_MISSING",
-            )
+        code_runtime = checked_code_runtime(runtime, runtime.effective_mode(run.agent))
         description = args["description"]
         if not description.strip():
             raise ValueError("invalid description: expected a non-empty string")
