@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import attrs
 
 from ._content import ContentBlock, TextBlock, text_block
+from ._errors import NonJsonValueError
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json
 from ._schema._attrs_params import schema_from_attrs_class, structure_args
 from ._schema._dsl import parameter_schema_to_json_schema, value_schema_to_json_schema
@@ -76,6 +77,19 @@ def _schema_mapping(value: object) -> FrozenDict:
     frozen = snapshot_json(dict(value) if not isinstance(value, dict) else value)
     assert isinstance(frozen, FrozenDict)
     return frozen
+
+
+def _tool_parameters(value: object, definition: Any) -> FrozenDict:
+    # A host registering many raw definitions (from MCP, say) must learn which one is broken:
+    # ``name`` is set before this runs (fields convert in order), so the error can say.
+    try:
+        return _schema_mapping(value)
+    except NonJsonValueError as exc:
+        raise NonJsonValueError(
+            f'tool "{definition.name}" parameters must be lossless JSON: {exc}', path=exc.path
+        ) from None
+    except TypeError as exc:
+        raise TypeError(f'tool "{definition.name}" parameters: {exc}') from None
 
 
 @attrs.frozen(slots=True)
@@ -157,7 +171,8 @@ class ToolDefinition:
 
     name: str = attrs.field(validator=_name)
     description: str = attrs.field(validator=_text)
-    parameters: FrozenDict = attrs.field(converter=_schema_mapping)
+    # mypy's attrs plugin does not read Converter objects (it then accepts any argument, as the converter does).
+    parameters: FrozenDict = attrs.field(converter=attrs.Converter(_tool_parameters, takes_self=True))  # type: ignore[misc]
     output: ToolOutput = attrs.field(validator=_output)
     execute: Execute = attrs.field(validator=_callable)
     finalize_content: FinalizeContent | None = attrs.field(default=None, validator=_callable_or_none)

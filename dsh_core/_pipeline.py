@@ -643,6 +643,11 @@ def _build_success(
         value = snapshot_json(candidate)
     except NonJsonValueError as exc:
         return _output_failure(tool.name, [f"value is not lossless JSON: {exc}"])
+    except BaseException as exc:
+        # Inspecting the value ran its code (a __class__ property, an __eq__...) and that raised.
+        if is_fatal(exc):
+            raise
+        return _output_failure(tool.name, [f"value snapshot failed: {error_message(exc)}"])
     violations = contract.output_violations(value)
     if violations:
         return _output_failure(tool.name, violations)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
-from ._content import ContentBlock, UserMessage, text_block
+from ._content import ContentBlock, UserMessage, as_content, text_block
 from ._errors import DshError, ErrorCode
-from ._json import JsonValue
+from ._json import JsonValue, snapshot_json
 
 if TYPE_CHECKING:
     from ._trace import DecisionTrace
@@ -26,6 +27,30 @@ __all__ = [
 ]
 
 
+def _content(blocks: object) -> tuple[ContentBlock, ...]:
+    return as_content(blocks, what="result content")
+
+
+def _contexts(contexts: Iterable[object]) -> tuple[UserMessage, ...]:
+    out = tuple(contexts)
+    for index, context in enumerate(out):
+        if type(context) is not UserMessage:
+            raise TypeError(f"additional_contexts[{index}] must be a UserMessage, got {type(context).__name__}")
+    return out  # type: ignore[return-value]  # every item checked above
+
+
+def _optional_str(value: object) -> str | None:
+    if value is not None and type(value) is not str:
+        raise TypeError(f"expected a str or None, got {type(value).__name__}")
+    return value
+
+
+# Results are built by plugins too (a dsh_execute wrapper may return its own), so every field
+# is checked and frozen on construction: whatever reaches observers and the caller is lossless
+# and immutable, and a malformed one fails where it is made, blamed on whoever made it. The
+# pipeline's own hot path builds successes from checked parts with new_success instead.
+
+
 @attrs.frozen(slots=True)
 class ToolErrorInfo:
     """Machine-readable identity of a failure: the error class name and its stable code.
@@ -34,17 +59,19 @@ class ToolErrorInfo:
     failure, when a listener did.
     """
 
-    name: str
-    code: str
-    plugin: str | None = None
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    code: str = attrs.field(validator=attrs.validators.instance_of(str))
+    plugin: str | None = attrs.field(default=None, converter=_optional_str)
 
 
 @attrs.frozen(slots=True)
 class ToolFailure:
     """Why a call failed: the message (without the ``Error: `` prefix) and its info."""
 
-    message: str
-    info: ToolErrorInfo | None = None
+    message: str = attrs.field(validator=attrs.validators.instance_of(str))
+    info: ToolErrorInfo | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(ToolErrorInfo))
+    )
 
 
 # Results are not slotted: one is built per call, and a frozen attrs class
@@ -58,11 +85,11 @@ class ToolExecutionSuccess:
     ``trace`` is the decision trace when the runtime records them (not part of equality).
     """
 
-    value: JsonValue
-    content: tuple[ContentBlock, ...]
-    meta: JsonValue = None
-    additional_contexts: tuple[UserMessage, ...] = ()
-    concludes_turn: bool = False
+    value: JsonValue  # checked against the tool's output schema by the pipeline, which snapshots it
+    content: tuple[ContentBlock, ...] = attrs.field(converter=_content)
+    meta: JsonValue = attrs.field(default=None, converter=snapshot_json)
+    additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)
+    concludes_turn: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     trace: DecisionTrace | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
@@ -78,10 +105,10 @@ class ToolExecutionSuccess:
 class ToolExecutionFailure:
     """A failed call; it never carries a value and never concludes the turn."""
 
-    error: ToolFailure
-    content: tuple[ContentBlock, ...]
-    meta: JsonValue = None
-    additional_contexts: tuple[UserMessage, ...] = ()
+    error: ToolFailure = attrs.field(validator=attrs.validators.instance_of(ToolFailure))
+    content: tuple[ContentBlock, ...] = attrs.field(converter=_content)
+    meta: JsonValue = attrs.field(default=None, converter=snapshot_json)
+    additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)
     trace: DecisionTrace | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
