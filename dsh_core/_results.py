@@ -207,7 +207,13 @@ def failure_from_exception(
     plugin: str | None = None,
     additional_contexts: tuple[UserMessage, ...] = (),
 ) -> ToolExecutionFailure:
-    """Normalise a raised exception: a ``DshError`` keeps its code, others get ``default_code``."""
+    """Normalise a raised exception: a ``DshError`` keeps its code, others get ``default_code``.
+
+    An exception group holding a single exception (what a trio nursery raises when
+    one task failed) is reported as that exception: its name, message and code.
+    """
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
     code = exc.code if isinstance(exc, DshError) else default_code.value
     return failure_result(
         error_message(exc),

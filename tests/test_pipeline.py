@@ -7,6 +7,7 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
 from dsh_core import (
     Accept,
@@ -18,10 +19,12 @@ from dsh_core import (
     FrozenDict,
     TextBlock,
     ToolDispatchExecution,
+    ToolErrorInfo,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
+    ToolFailure,
     ToolOutput,
     ToolRunContext,
     ToolRuntime,
@@ -1073,3 +1076,32 @@ async def test_a_listener_that_swallows_next_failure_and_returns_none_is_a_polic
     assert result.code == "POLICY_ERROR"
     assert result.error.info is not None and result.error.info.plugin is not None
     assert ran == ([] if hook == "pre" else ["body"])
+
+
+async def test_a_body_whose_nursery_raised_one_error_is_reported_as_that_error() -> None:
+    # trio wraps a failed task's exception in an ExceptionGroup; the model should read the error, not the wrapper.
+    async def body(args: object) -> None:
+        async def fail() -> None:
+            raise PermissionError("no access to /etc/shadow")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fail)
+
+    runtime = ToolRuntime()
+    runtime.register(define_tool(name="grouped", description="d", parameters={}, output={"type": "json"}, execute=body))
+    result = await runtime.execute(make_input("grouped", {}))
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.error == ToolFailure("no access to /etc/shadow", ToolErrorInfo("PermissionError", "TOOL_ERROR"))
+    assert result.content == (TextBlock("Error: no access to /etc/shadow"),)
+
+
+async def test_a_group_of_several_errors_is_reported_as_the_group() -> None:
+    async def body(args: object) -> None:
+        raise ExceptionGroup("two things broke", [ValueError("one"), KeyError("two")])
+
+    runtime = ToolRuntime()
+    runtime.register(define_tool(name="grouped", description="d", parameters={}, output={"type": "json"}, execute=body))
+    result = await runtime.execute(make_input("grouped", {}))
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.error.info == ToolErrorInfo("ExceptionGroup", "TOOL_ERROR")
+    assert result.error.message == "two things broke (2 sub-exceptions)"
