@@ -57,7 +57,9 @@ class ToolRuntime:
     ``code_runtime`` (see :mod:`dsh_core.code_mode`), whose sub-calls overlap up
     to ``max_parallel_sub_calls``. ``trace_decisions`` records on every result
     which listener, approval, guard and finaliser decided it. ``event_sink``
-    receives Code Mode's durable dispatch events (e.g. a ``SessionLog``'s ``append``).
+    receives Code Mode's durable dispatch events (e.g. a ``SessionLog``'s ``append``)
+    for every ``run_code`` sub-call, with or without an agent: the sink belongs to
+    the runtime, not to an agent's session as in the original.
     """
 
     def __init__(
