@@ -39,12 +39,6 @@ def _contexts(contexts: Iterable[object]) -> tuple[UserMessage, ...]:
     return out  # type: ignore[return-value]  # every item checked above
 
 
-def _optional_str(value: object) -> str | None:
-    if value is not None and type(value) is not str:
-        raise TypeError(f"expected a str or None, got {type(value).__name__}")
-    return value
-
-
 # Results are built by plugins too (a dsh_execute wrapper may return its own), so every field
 # is checked and frozen on construction: whatever reaches observers and the caller is lossless
 # and immutable, and a malformed one fails where it is made, blamed on whoever made it. The
@@ -61,7 +55,9 @@ class ToolErrorInfo:
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
     code: str = attrs.field(validator=attrs.validators.instance_of(str))
-    plugin: str | None = attrs.field(default=None, converter=_optional_str)
+    plugin: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
 
 
 @attrs.frozen(slots=True)
