@@ -17,6 +17,7 @@ from dsh_core import (
     Block,
     DshError,
     FrozenDict,
+    NonJsonValueError,
     TextBlock,
     ToolDispatchExecution,
     ToolErrorInfo,
@@ -1105,3 +1106,35 @@ async def test_a_group_of_several_errors_is_reported_as_the_group() -> None:
     assert isinstance(result, ToolExecutionFailure)
     assert result.error.info == ToolErrorInfo("ExceptionGroup", "TOOL_ERROR")
     assert result.error.message == "two things broke (2 sub-exceptions)"
+
+
+def test_result_classes_check_and_freeze_their_fields() -> None:
+    # Plugins build results too: a malformed one must fail where it is made, not reach observers.
+    meta = {"diff": ["a", "b"]}
+    success = ToolExecutionSuccess("v", [TextBlock("v")], meta=meta)
+    assert success.content == (TextBlock("v"),)
+    assert type(success.meta) is FrozenDict and success.meta == {"diff": ("a", "b")}
+    meta["diff"].append("c")
+    assert success.meta == {"diff": ("a", "b")}  # a snapshot, not the caller's dict
+
+    error = ToolFailure("broke")
+    with pytest.raises(TypeError, match=r"result content\[1\] must be a TextBlock or ImageBlock, got str"):
+        ToolExecutionFailure(error, (TextBlock("ok"), "junk"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="result content must be a list of content blocks, got str"):
+        ToolExecutionSuccess("v", "v")  # type: ignore[arg-type]
+    with pytest.raises(NonJsonValueError, match=r"\$\.bad"):
+        ToolExecutionFailure(error, (), meta={"bad": {1, 2}})
+    with pytest.raises(TypeError, match=r"additional_contexts\[0\] must be a UserMessage, got str"):
+        ToolExecutionFailure(error, (), additional_contexts=("later",))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ToolExecutionFailure("broke", ())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ToolExecutionSuccess("v", (), concludes_turn=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ToolFailure(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ToolFailure("m", info="CODE")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ToolErrorInfo("Name", 7)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ToolErrorInfo("Name", "CODE", plugin=3)  # type: ignore[arg-type]
