@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -42,6 +42,7 @@ from ._decisions import POST_DECISION_TYPES, PRE_DECISION_TYPES, UNSET, Accept, 
 from ._definition import ToolContract, ToolDefinition, contract_of, default_block, default_render
 from ._errors import ErrorCode, NonJsonValueError, PolicyError, ToolArgsError, ToolNotFoundError, ToolOutputError
 from ._execution import (
+    ScopeKey,
     ToolDispatchExecution,
     ToolExecution,
     ToolExecutionInput,
@@ -50,7 +51,7 @@ from ._execution import (
     new_execution,
 )
 from ._json import JsonValue, safe_repr, snapshot_json
-from ._registry import RUN_CODE_NAME
+from ._registry import RUN_CODE_NAME, Registry, ToolGuard
 from ._results import (
     ToolExecutionFailure,
     ToolExecutionResult,
@@ -431,7 +432,9 @@ def _decide(runtime: ToolRuntime, call: PreparedCall, decision: object, decider:
         return
     if trace is not None:
         trace.enter("guard")
-    for guard in runtime._registry.view(execution.agent).guards:
+    registry = runtime._registry
+    guards = registry.view(execution.agent).guards
+    for guard in _live_guards(registry, execution.agent, guards) if guards else ():
         label = getattr(guard, "label", None)
         try:
             reason = guard(execution)
@@ -461,6 +464,28 @@ def _decide(runtime: ToolRuntime, call: PreparedCall, decision: object, decider:
         call._settle("post", _latest(call, aborted_result(body_invoked=False)))
         return
     call.step = "dispatch"
+
+
+def _live_guards(registry: Registry, agent: ScopeKey | None, guards: tuple[ToolGuard, ...]) -> Iterator[ToolGuard]:
+    """``guards`` (the call's, in order), live: one registered while they run is consulted too.
+
+    Guards can only deny, so consulting a guard added mid-evaluation (by an earlier
+    guard, say) is the conservative reading; one removed before its turn is not asked.
+    Costs one version comparison per guard while nothing changes.
+    """
+    version = registry.version
+    asked: list[ToolGuard] = []  # kept alive, so their ids stay theirs
+    index = 0
+    while index < len(guards):
+        guard = guards[index]
+        index += 1
+        yield guard
+        if registry.version != version:
+            asked += guards[:index]
+            skip = set(map(id, asked))
+            guards = tuple(g for g in registry.view(agent).guards if id(g) not in skip)
+            version = registry.version
+            index = 0
 
 
 def _latest(call: PreparedCall, result: ToolExecutionResult) -> ToolExecutionResult:

@@ -122,7 +122,9 @@ class ToolRuntime:
 
         ``guard(execution)`` returns ``None`` to leave the call alone or a reason
         string to deny it. Global guards see every call; scoped ones only calls of
-        that scope and its descendants.
+        that scope and its descendants. Evaluation is live: a guard registered while
+        a call's guards run (by an earlier guard, say) is consulted for that call
+        too, and one removed before its turn is not.
         """
         return self._registry.guard(guard, scope)
 
