@@ -81,7 +81,7 @@ class ToolExecutionSuccess:
     ``trace`` is the decision trace when the runtime records them (not part of equality).
     """
 
-    value: JsonValue  # checked against the tool's output schema by the pipeline, which snapshots it
+    value: JsonValue = attrs.field(converter=snapshot_json)  # the pipeline also checks it against the output schema
     content: tuple[ContentBlock, ...] = attrs.field(converter=_content)
     meta: JsonValue = attrs.field(default=None, converter=snapshot_json)
     additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)

@@ -447,15 +447,18 @@ WRAPPER_FAILURE = ToolExecutionFailure(
 @pytest.mark.parametrize(
     ("returned", "expected"),
     [
-        (ToolExecutionSuccess(value={"forged": True}, content=(TextBlock("ignored"),)), {"forged": True}),
-        (ToolExecutionSuccess(value=float("nan"), content=()), "INVALID_TOOL_OUTPUT"),
-        (WRAPPER_FAILURE, "WRAPPER_SAID_NO"),
+        (lambda: ToolExecutionSuccess(value={"forged": True}, content=(TextBlock("ignored"),)), {"forged": True}),
+        # Results snapshot their fields when built: the wrapper's own construction fails, blamed on it.
+        (lambda: ToolExecutionSuccess(value=float("nan"), content=()), "NON_JSON_VALUE"),
+        (lambda: WRAPPER_FAILURE, "WRAPPER_SAID_NO"),
     ],
     ids=["forged-success-is-revalidated", "forged-non-json-value", "short-circuit-failure"],
 )
-async def test_wrapper_that_never_calls_next_skips_the_body(returned: ToolExecutionResult, expected: object) -> None:
+async def test_wrapper_that_never_calls_next_skips_the_body(
+    returned: Callable[[], ToolExecutionResult], expected: object
+) -> None:
     async def short_circuit(execution: ToolDispatchExecution, next: Next) -> Any:
-        return returned
+        return returned()
 
     runtime, tool = runtime_with(listener("dsh_execute", short_circuit))
     result = await run(runtime)
@@ -465,6 +468,7 @@ async def test_wrapper_that_never_calls_next_skips_the_body(returned: ToolExecut
         assert result.content != (TextBlock("ignored"),)  # re-rendered from the value, not the wrapper's content
     else:
         assert info(result)[0] == expected
+        assert info(result)[2] == (FAULTY if expected == "NON_JSON_VALUE" else None)
 
 
 # -- hangs, ended by the caller's signal --------------------------------------------------------------

@@ -1116,6 +1116,9 @@ def test_result_classes_check_and_freeze_their_fields() -> None:
     assert type(success.meta) is FrozenDict and success.meta == {"diff": ("a", "b")}
     meta["diff"].append("c")
     assert success.meta == {"diff": ("a", "b")}  # a snapshot, not the caller's dict
+    assert ToolExecutionSuccess([1, {"k": [2]}], ()).value == (1, {"k": (2,)})
+    with pytest.raises(NonJsonValueError, match=r"\$\[0\]"):
+        ToolExecutionSuccess([float("nan")], ())
 
     error = ToolFailure("broke")
     with pytest.raises(TypeError, match=r"result content\[1\] must be a TextBlock or ImageBlock, got str"):
