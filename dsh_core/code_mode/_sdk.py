@@ -127,7 +127,7 @@ _MAX_CLASS_NAME: Final = 120
 # A schema with more nodes than this (a shared sub-schema counts once per
 # reference) renders as Any: it bounds the work, and the text, that a hostile
 # DAG of shared nodes could otherwise blow up exponentially.
-_MAX_SCHEMA_NODES: Final = 200_000
+_MAX_SCHEMA_NODES: Final = 1_000_000  # well above the 100 000-level chains the SDK must render whole
 # Ints beyond this many bits are not lossless JSON numbers and would brush
 # against CPython's int-to-str digit limit.
 _MAX_INT_BITS: Final = 4096
