@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -28,7 +28,11 @@ from ._runtime import ApprovalService, ToolRuntime
 from ._signal import CancelSignal
 from .hookspecs import hookimpl
 
+if TYPE_CHECKING:
+    from .code_mode import CodeRunResult
+
 __all__ = [
+    "FakeCodeRuntime",
     "Recorder",
     "StaticApproval",
     "json_tool",
@@ -147,3 +151,38 @@ class StaticApproval:
     async def request(self, execution: ToolExecution, reason: str | None) -> str:
         self.requests.append((execution.name, reason))
         return self.answer
+
+
+@attrs.define
+class FakeCodeRuntime:
+    """A Code Mode runtime whose "program" is a Python coroutine function over the bindings.
+
+    Tests policies on ``run_code`` sub-calls without a child process: ``program``
+    receives ``{tool name: binding}`` and awaits ``binding(args)`` as a program
+    would await ``tools.name(args)``; it returns the run's ``CodeRunResult``
+    (``None``: the program returned nothing). ``runs`` counts the runs, ``names``
+    and ``namespace`` are what the last one was given.
+    """
+
+    program: Callable[[Mapping[str, Callable[[Any], Awaitable[Any]]]], Awaitable[CodeRunResult | None]] | None = None
+    language: str = "python"
+    isolation: str = "in-process-fake"
+    runs: int = 0
+    names: list[str] | None = None
+    namespace: tuple[str, str] | None = None
+
+    async def run(
+        self,
+        program: str,
+        bindings: Mapping[str, Any],
+        *,
+        global_name: str = "tools",
+        error_class_name: str = "ToolCallError",
+    ) -> CodeRunResult:
+        from .code_mode import CodeRunResult
+
+        self.runs += 1
+        self.names = list(bindings)
+        self.namespace = (global_name, error_class_name)
+        outcome = None if self.program is None else await self.program(bindings)
+        return CodeRunResult() if outcome is None else outcome

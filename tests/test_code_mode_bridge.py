@@ -36,25 +36,10 @@ from dsh_core import (
 )
 from dsh_core.code_mode import CodeRunError, CodeRunResult, SubprocessPythonRuntime
 from dsh_core.code_mode._bridge import pretty_json, render_run_code_value
-from dsh_core.testing import Recorder, json_tool, make_input
+from dsh_core.testing import FakeCodeRuntime, Recorder, json_tool, make_input
 
 Next = Callable[[], Awaitable[Any]]
 Program = Callable[[Mapping[str, Callable[[Any], Awaitable[Any]]]], Awaitable[CodeRunResult]]
-
-
-class FakeRuntime:
-    """A code runtime whose 'program' is a Python coroutine function over the bindings."""
-
-    language = "python"
-    isolation = "in-process-fake"
-
-    def __init__(self, program: Program) -> None:
-        self.program = program
-        self.seen_names: list[str] = []
-
-    async def run(self, program: str, bindings: Mapping[str, Any], **_: Any) -> CodeRunResult:
-        self.seen_names = list(bindings)
-        return await self.program(bindings)
 
 
 def code(result: ToolExecutionResult) -> str | None:
@@ -81,7 +66,7 @@ def sleepy(name: str, seconds: float, spans: dict[str, tuple[float, float]], *, 
 def code_runtime(program: Program, *tools: Any, **options: Any) -> tuple[ToolRuntime, list[tuple[str, Any]]]:
     events: list[tuple[str, Any]] = []
     runtime = ToolRuntime(
-        mode="code", code_runtime=FakeRuntime(program), event_sink=lambda t, d: events.append((t, d)), **options
+        mode="code", code_runtime=FakeCodeRuntime(program), event_sink=lambda t, d: events.append((t, d)), **options
     )
     for tool in tools:
         runtime.register(tool)
@@ -138,12 +123,12 @@ async def test_run_code_is_never_a_binding_and_sees_the_agents_visible_set() -> 
     async def program(tools: Mapping[str, Any]) -> CodeRunResult:
         return CodeRunResult()
 
-    fake = FakeRuntime(program)
+    fake = FakeCodeRuntime(program)
     runtime = ToolRuntime(mode="code", code_runtime=fake)
     runtime.register(json_tool("global"))
     runtime.register(json_tool("mine"), agent)
     await runtime.execute(run_code(agent=agent))
-    assert fake.seen_names == ["global", "mine"]
+    assert fake.names == ["global", "mine"]
 
 
 async def test_parallel_sub_calls_overlap_up_to_the_cap(autojump_clock: trio.testing.MockClock) -> None:
@@ -402,7 +387,7 @@ def test_model_tools_per_mode() -> None:
     assert [s.name for s in native.model_tools().schemas] == ["echo"]
     assert native.model_tools().instructions == ""
 
-    code_only = ToolRuntime(mode="code", code_runtime=FakeRuntime(returns_nothing))
+    code_only = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(returns_nothing))
     code_only.register(json_tool("echo"))
     tools = code_only.model_tools()
     assert [s.name for s in tools.schemas] == ["run_code"]
@@ -410,7 +395,7 @@ def test_model_tools_per_mode() -> None:
     assert "echo" in tools.instructions
     assert code_only.model_tools().instructions == tools.instructions  # byte-identical, cacheable
 
-    both = ToolRuntime(mode="both", code_runtime=FakeRuntime(returns_nothing))
+    both = ToolRuntime(mode="both", code_runtime=FakeCodeRuntime(returns_nothing))
     both.register(json_tool("echo"))
     assert [s.name for s in both.model_tools().schemas] == ["echo", "run_code"]
     assert "only tool you can call directly" not in both.model_tools().instructions
@@ -433,7 +418,7 @@ async def test_a_code_mode_without_a_usable_code_runtime_has_no_model_tools(mode
     assert failure.error.message.startswith(f'mode "{mode}" requires a code runtime')
     assert code(failure) == "CODE_RUNTIME_MISSING"
 
-    ruby = FakeRuntime(returns_nothing)
+    ruby = FakeCodeRuntime(returns_nothing)
     ruby.language = "ruby"
     unsupported = ToolRuntime(mode=mode, code_runtime=ruby)
     message = 'no SDK renderer registered for runtime language "ruby" (known: "python")'
@@ -443,7 +428,7 @@ async def test_a_code_mode_without_a_usable_code_runtime_has_no_model_tools(mode
     failure = await unsupported.execute(make_input("run_code", {"code": "return 1", "description": "one"}))
     assert isinstance(failure, ToolExecutionFailure)
     assert (failure.error.message, code(failure)) == (message, "CODE_RUNTIME_UNSUPPORTED")
-    assert ruby.seen_names == []  # the program never ran
+    assert ruby.runs == 0  # the program never ran
 
 
 def test_model_tools_renders_the_sdk_once_per_visible_tool_set(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -457,7 +442,7 @@ def test_model_tools_renders_the_sdk_once_per_visible_tool_set(monkeypatch: pyte
         return original(tools)
 
     monkeypatch.setattr(code_mode, "render_python_sdk", counting)
-    runtime = ToolRuntime(mode="code", code_runtime=FakeRuntime(returns_nothing))
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(returns_nothing))
     runtime.register(json_tool("echo"))
     first = runtime.model_tools()
     assert runtime.model_tools() is first

@@ -50,7 +50,7 @@ from dsh_core import (
 )
 from dsh_core.code_mode import CodeRunError, CodeRunResult, SubprocessPythonRuntime
 from dsh_core.presentation import GenericCallView
-from dsh_core.testing import Recorder, json_tool, make_input
+from dsh_core.testing import FakeCodeRuntime, Recorder, json_tool, make_input
 
 Next = Callable[[], Awaitable[Any]]
 Program = Callable[[Mapping[str, Any]], Awaitable[CodeRunResult]]
@@ -62,35 +62,11 @@ LOSSLESS = "tool arguments must be lossless JSON"
 PNG = ImageBlock(data="iVBORw0KGgo=", mime_type="image/png")
 
 
-class FakeRuntime:
-    """A code runtime whose 'program' is a coroutine function over the bindings."""
-
-    isolation = "fake"
-
-    def __init__(self, program: Program | None = None, language: str = "python") -> None:
-        self.program = program
-        self.language = language
-        self.runs = 0
-
-    async def run(
-        self,
-        program: str,
-        bindings: Mapping[str, Any],
-        *,
-        global_name: str = "tools",
-        error_class_name: str = "ToolCallError",
-    ) -> CodeRunResult:
-        self.runs += 1
-        if self.program is None:
-            return CodeRunResult()
-        return await self.program(bindings)
-
-
 def setup(
     program: Program | None = None, *tools: ToolDefinition, mode: str = "code", **options: Any
-) -> tuple[ToolRuntime, Events, FakeRuntime]:
+) -> tuple[ToolRuntime, Events, FakeCodeRuntime]:
     events: Events = []
-    fake = FakeRuntime(program)
+    fake = FakeCodeRuntime(program)
     runtime = ToolRuntime(
         mode=mode,  # type: ignore[arg-type]
         code_runtime=fake,
@@ -507,7 +483,7 @@ async def test_sub_calls_dispatch_without_an_owning_agent() -> None:
     async def program(tools: Mapping[str, Any]) -> CodeRunResult:
         return CodeRunResult(value=await tools["echo"]({"value": "x"}), has_value=True)
 
-    runtime = ToolRuntime(mode="code", code_runtime=FakeRuntime(program))
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
     runtime.register(echo_tool("echo", calls))
     result = await runtime.execute(run_code())
     assert value_of(result) == {"logs": (), "result": "echo:x"}
@@ -654,7 +630,7 @@ async def test_deep_binding_arguments_are_dispatched_and_logged_intact(tmp_path:
     path = tmp_path / "session.jsonl"
     with SessionLog(path) as log:
         recorder = SessionRecorder(log)
-        runtime = ToolRuntime(mode="code", code_runtime=FakeRuntime(program), event_sink=recorder.event_sink)
+        runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program), event_sink=recorder.event_sink)
         runtime.register(deep_args)
         result = await runtime.execute(run_code(agent=Agent("a")))
     assert value_of(result) == {"logs": (), "result": 5000}
@@ -798,7 +774,7 @@ async def test_dispatch_events_never_become_calls_on_replay(tmp_path: Path) -> N
     path = tmp_path / "session.jsonl"
     with SessionLog(path) as log:
         recorder = SessionRecorder(log)
-        runtime = ToolRuntime(mode="code", code_runtime=FakeRuntime(program), event_sink=recorder.event_sink)
+        runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program), event_sink=recorder.event_sink)
         runtime.register(echo_tool())
         runtime.plugins.register(recorder)
         request = run_code(agent=Agent("a"))
@@ -875,7 +851,7 @@ async def test_one_agent_in_code_under_a_native_deployment() -> None:
     """S233: present_as("code") for one agent: its wire is run_code + SDK, its direct echo is UNKNOWN_TOOL."""
     calls: list[Any] = []
     agent = Agent("coder")
-    runtime = ToolRuntime(code_runtime=FakeRuntime())
+    runtime = ToolRuntime(code_runtime=FakeCodeRuntime())
     runtime.register(echo_tool("echo", calls))
     runtime.present_as("code", agent)
     tools = runtime.model_tools(agent)
@@ -897,7 +873,7 @@ async def test_standing_scope_presentation_covers_its_children_only() -> None:
     preset = Agent("preset")
     child = Agent("child", parent=preset)
     loner = Agent("loner")
-    runtime = ToolRuntime(code_runtime=FakeRuntime())
+    runtime = ToolRuntime(code_runtime=FakeCodeRuntime())
     runtime.register(echo_tool("echo", calls, safe=True))
     runtime.present_as("code", preset)
 
@@ -922,7 +898,7 @@ def test_run_code_is_only_in_a_coded_agents_table() -> None:
     """S235: run_code resolves for the coded scope only, not for a plain scope nor globally."""
     coded = Agent("coded")
     plain = Agent("plain")
-    runtime = ToolRuntime(code_runtime=FakeRuntime())
+    runtime = ToolRuntime(code_runtime=FakeCodeRuntime())
     runtime.register(echo_tool())
     runtime.present_as("code", coded)
     assert runtime.get("run_code", coded) is not None
@@ -946,7 +922,7 @@ def test_agent_opts_out_of_a_code_deployment() -> None:
 def test_second_presentation_for_a_scope_is_refused() -> None:
     """S238: a second present_as in the same scope conflicts with the first."""
     agent = Agent("a")
-    runtime = ToolRuntime(code_runtime=FakeRuntime())
+    runtime = ToolRuntime(code_runtime=FakeCodeRuntime())
     runtime.present_as("code", agent)
     with pytest.raises(RegistrationError, match='conflicts with "code" already declared'):
         runtime.present_as("both", agent)

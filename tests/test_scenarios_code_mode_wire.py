@@ -38,7 +38,7 @@ from dsh_core import (
     hookimpl,
 )
 from dsh_core.code_mode import CodeRunError, CodeRunResult
-from dsh_core.testing import json_tool, make_input
+from dsh_core.testing import FakeCodeRuntime, json_tool, make_input
 
 Next = Callable[[], Awaitable[Any]]
 Program = Callable[[Mapping[str, Any]], Awaitable[CodeRunResult]]
@@ -48,37 +48,11 @@ PYTHON_CODE_PARAM = "The program: the body of an async Python function."
 CODE_ONLY_RULE = "`run_code` is the only tool you can call directly"
 
 
-class FakeRuntime:
-    """A code runtime whose 'program' is a coroutine function over the bindings."""
-
-    isolation = "fake"
-
-    def __init__(self, program: Program | None = None, language: str = "python") -> None:
-        self.program = program
-        self.language = language
-        self.names: list[str] | None = None
-        self.namespace: tuple[str, str] | None = None
-
-    async def run(
-        self,
-        program: str,
-        bindings: Mapping[str, Any],
-        *,
-        global_name: str = "tools",
-        error_class_name: str = "ToolCallError",
-    ) -> CodeRunResult:
-        self.names = list(bindings)
-        self.namespace = (global_name, error_class_name)
-        if self.program is None:
-            return CodeRunResult()
-        return await self.program(bindings)
-
-
 def setup(
     program: Program | None = None, *tools: ToolDefinition, mode: str = "code", **options: Any
-) -> tuple[ToolRuntime, Events, FakeRuntime]:
+) -> tuple[ToolRuntime, Events, FakeCodeRuntime]:
     events: Events = []
-    fake = FakeRuntime(program)
+    fake = FakeCodeRuntime(program)
     runtime = ToolRuntime(
         mode=mode,  # type: ignore[arg-type]
         code_runtime=fake,
@@ -319,7 +293,7 @@ def test_code_mode_assembly_without_a_runtime_fails() -> None:
 
 def test_code_mode_assembly_with_an_unknown_language_fails() -> None:
     """S175: a runtime whose language has no SDK renderer ("ruby") fails the wire assembly."""
-    runtime = ToolRuntime(mode="code", code_runtime=FakeRuntime(language="ruby"))
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(language="ruby"))
     runtime.register(echo_tool())
     with pytest.raises(Exception, match='no SDK renderer registered for runtime language "ruby"'):
         runtime.model_tools()
@@ -363,7 +337,7 @@ async def test_run_code_for_an_unknown_language_fails_loud() -> None:
     Python only), so the language is checked where the model would see or use it instead:
     model_tools() raises and a run_code call fails, both with the same message.
     """
-    ruby = FakeRuntime(language="ruby")
+    ruby = FakeCodeRuntime(language="ruby")
     runtime = ToolRuntime(mode="code", code_runtime=ruby)
     message = 'no SDK renderer registered for runtime language "ruby" (known: "python")'
     with pytest.raises(DshError, match=re.escape(message)):
@@ -386,7 +360,7 @@ def test_run_code_without_a_runtime_is_described_in_the_default_flavor() -> None
 def test_disposing_the_code_presentation_removes_run_code_and_the_sdk() -> None:
     """S183: once the code presentation is disposed, the wire has no run_code and no SDK text."""
     agent = Agent("a")
-    runtime = ToolRuntime(code_runtime=FakeRuntime())
+    runtime = ToolRuntime(code_runtime=FakeCodeRuntime())
     runtime.register(echo_tool())
     dispose = runtime.present_as("code", agent)
     assert [schema.name for schema in runtime.model_tools(agent).schemas] == ["run_code"]

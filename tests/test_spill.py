@@ -30,7 +30,7 @@ from dsh_core import (
     hookimpl,
 )
 from dsh_core.code_mode import CodeRunResult
-from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
+from dsh_core.testing import FakeCodeRuntime, Recorder, json_tool, make_input, make_runtime
 from dsh_plugins import spill
 from dsh_plugins.spill import SpillPolicy, SpillStore, bounded_replacement
 
@@ -215,19 +215,6 @@ def test_a_symlinked_spill_directory_is_refused(tmp_path: Path) -> None:
 # --- the dispatch-log copy ---------------------------------------------------------------
 
 
-class FakeRuntime:
-    """A code runtime whose program is a coroutine function over the tool bindings."""
-
-    language = "python"
-    isolation = "in-process-fake"
-
-    def __init__(self, program: Callable[[Mapping[str, Any]], Awaitable[CodeRunResult]]) -> None:
-        self.program = program
-
-    async def run(self, program: str, bindings: Mapping[str, Any], **_: Any) -> CodeRunResult:
-        return await self.program(bindings)
-
-
 async def test_a_large_sub_result_is_spilled_in_the_dispatch_log_only(tmp_path: Path) -> None:
     huge = "z" * 1_000_000
     received: list[Any] = []
@@ -239,7 +226,7 @@ async def test_a_large_sub_result_is_spilled_in_the_dispatch_log_only(tmp_path: 
     events: list[tuple[str, Any]] = []
     recorder = Recorder()
     runtime = ToolRuntime(
-        mode="code", code_runtime=FakeRuntime(program), event_sink=lambda kind, data: events.append((kind, data))
+        mode="code", code_runtime=FakeCodeRuntime(program), event_sink=lambda kind, data: events.append((kind, data))
     )
     runtime.register(text_tool("big", huge))
     runtime.plugins.register(recorder)
