@@ -15,6 +15,9 @@ import pytest
 import trio
 import trio.testing
 
+# The same fixtures as the bridge scenarios: a fake code runtime whose events are recorded.
+from test_scenarios_code_mode_bridge import echo_tool, setup
+
 from dsh_core import (
     Accept,
     Agent,
@@ -41,42 +44,10 @@ from dsh_core.code_mode import CodeRunError, CodeRunResult
 from dsh_core.testing import FakeCodeRuntime, json_tool, make_input
 
 Next = Callable[[], Awaitable[Any]]
-Program = Callable[[Mapping[str, Any]], Awaitable[CodeRunResult]]
 Events = list[tuple[str, dict[str, Any]]]
 
 PYTHON_CODE_PARAM = "The program: the body of an async Python function."
 CODE_ONLY_RULE = "`run_code` is the only tool you can call directly"
-
-
-def setup(
-    program: Program | None = None, *tools: ToolDefinition, mode: str = "code", **options: Any
-) -> tuple[ToolRuntime, Events, FakeCodeRuntime]:
-    events: Events = []
-    fake = FakeCodeRuntime(program)
-    runtime = ToolRuntime(
-        mode=mode,  # type: ignore[arg-type]
-        code_runtime=fake,
-        event_sink=lambda kind, data: events.append((kind, dict(data))),
-        **options,
-    )
-    for tool in tools:
-        runtime.register(tool)
-    return runtime, events, fake
-
-
-def echo_tool(name: str = "echo", calls: list[Any] | None = None) -> ToolDefinition:
-    async def body(args: Any) -> str:
-        if calls is not None:
-            calls.append(args)
-        return f"{name}:{args['value']}"
-
-    return define_tool(
-        name=name,
-        description="echo arguments back",
-        parameters={"value": {"type": "string", "required": True}},
-        output={"type": "string"},
-        execute=body,
-    )
 
 
 def run_code(*, agent: Agent | None = None, signal: CancelSignal | None = None) -> Any:
