@@ -12,6 +12,10 @@ so a program that stops waiting for a call cannot orphan it: when the run
 settles, a run-scoped signal fires, queued calls are abandoned (they log
 nothing), started ones are cancelled and drained, and their logs are written,
 before ``run_code`` returns.
+
+A sub-call whose content holds an image comes back to the program as its value
+only; the content itself is deferred to the outer call as a ``UserMessage`` with
+``source="code-mode"``, so the model still sees the image after the run.
 """
 
 from __future__ import annotations
