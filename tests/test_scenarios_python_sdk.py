@@ -15,6 +15,9 @@ from typing import Any
 import attrs
 import pytest
 
+# The SDK-fence helpers of the SDK tests, shared rather than copied.
+from test_code_mode_sdk import block, run_block
+
 from dsh_core.code_mode import render_python_sdk
 
 STRING: dict[str, Any] = {"type": "string"}
@@ -37,19 +40,6 @@ def closed(required: tuple[str, ...] = (), /, **properties: Any) -> dict[str, An
     if required:
         schema["required"] = list(required)
     return schema
-
-
-def block(text: str) -> str:
-    """The Python code inside the SDK's fence."""
-    match = re.search(r"```python\n(.*)\n```\Z", text, re.DOTALL)
-    assert match is not None, text
-    return match.group(1)
-
-
-def run_block(text: str) -> dict[str, Any]:
-    namespace: dict[str, Any] = {}
-    exec(compile(block(text), "<sdk>", "exec", dont_inherit=True), namespace)
-    return namespace
 
 
 def class_names(text: str) -> list[str]:
