@@ -181,7 +181,11 @@ class PreparedCall:
 
 
 def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
-    """Stages 1-4: everything that needs no await. Reads each input field once."""
+    """Stages 1-4: everything that needs no await. Reads each input field once.
+
+    The call comes back at ``"policy"``, or at ``"dispatch"`` when stage 5 has
+    nothing to run (no pre-execute listener, no guard, no trace to record).
+    """
     call_id = request.call_id
     name = request.name
     agent = request.agent
@@ -238,7 +242,13 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
     call.suspends = contract.body_suspends or hooks.pre_suspends or hooks.execute_suspends or hooks.post_suspends
     if runtime.trace_decisions:
         call.trace = TraceRecorder()
-    call.step = "policy"
+        call.step = "policy"
+    elif hooks.pre or view.guards:
+        call.step = "policy"
+    else:
+        # Stage 5 has nothing to run: no listener, no guard, and the signal was
+        # just checked, with nothing in between that could fire it.
+        call.step = "dispatch"
     return call
 
 
@@ -251,16 +261,17 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
     after the work this call started has unwound.
     """
     call = begin(runtime, request)
-    if call.step == "policy":
+    if call.step != "final":
         if call.suspends:
             # One cancel scope for every stage that can suspend.
             await _scoped_stage(runtime, call, _stages)
         elif call.hooks.waterfalls_empty:
-            # No listener, nothing that can suspend: the stages inline. The body's
-            # dispatch already looked at the signal after the body and nothing
-            # runs after it, so no later check could see anything new.
-            _decide(runtime, call, _ALLOW, None)
+            # No listener, nothing that can suspend: the stages inline.
+            if call.step == "policy":
+                _decide(runtime, call, _ALLOW, None)  # guards to ask, or a trace to keep
             if call.step == "dispatch":
+                # The body's dispatch looks at the signal after the body and nothing
+                # runs after it, so no later check could see anything new.
                 dispatched = await _dispatch_body(runtime, call, call.execution.signal)
                 if call.trace is not None:
                     call.trace.add("execute", call.execution.name, dispatched)
@@ -279,7 +290,8 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
 
 
 async def _stages(runtime: ToolRuntime, call: PreparedCall) -> None:
-    await _policy_stage(runtime, call)
+    if call.step == "policy":
+        await _policy_stage(runtime, call)
     if call.step == "dispatch":
         await _dispatch_stage(runtime, call)
     if call.step == "post":
