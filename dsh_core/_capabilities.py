@@ -37,13 +37,17 @@ import fnmatch
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import pluggy
 
 from . import hookspecs
 from ._errors import PolicyError
+
+if TYPE_CHECKING:
+    from ._execution import ToolExecution
+    from ._registry import ToolGuard
 
 __all__ = [
     "MANIFEST_NAME",
@@ -202,11 +206,11 @@ def guard_listeners(pm: pluggy.PluginManager, owner: object, plugin: str, capabi
     return wrapped
 
 
-def guard_guard(guard: Callable[[Any], object], plugin: str, capabilities: Capabilities) -> Callable[[Any], object]:
+def guard_guard(guard: ToolGuard, plugin: str, capabilities: Capabilities) -> ToolGuard:
     """Wrap a guard so it may deny only tools in ``capabilities.affects``."""
 
     @functools.wraps(guard)
-    def checked(execution: Any) -> object:
+    def checked(execution: ToolExecution) -> str | None:
         reason = guard(execution)
         if reason is None or capabilities.may_affect(execution.name):
             return reason

@@ -43,9 +43,10 @@ fresh instance for this runtime::
 
 **Rollback.** While a plugin's ``dsh_setup`` runs, the loader records what it
 adds to the runtime: every registration, restriction, guard and presentation
-(through the ``runtime``'s own methods, including ``runtime.scoped(...)``
-views; the recorder is removed again when setup returns) and every plugin
-object it registers with ``runtime.plugins``. When setup fails, or the
+made through the runtime's methods (including ``runtime.scoped(...)`` views,
+and whichever plugin's setup a method object was first taken in: what is
+added belongs to the setup running at the time) and every plugin object it
+registers with ``runtime.plugins``. When setup fails, or the
 plugin later fails validation, all of it is undone in reverse order and the
 entry-point plugin itself is unregistered. Registrations a plugin makes later
 (outside ``dsh_setup``) are its own business.
@@ -78,7 +79,7 @@ import inspect
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -90,7 +91,7 @@ from ._capabilities import MANIFEST_NAME, Capabilities, capabilities_of, guard_g
 from ._config import DshConfig
 from ._definition import ToolDefinition
 from ._errors import RegistrationError
-from ._registry import Disposer
+from ._registry import Disposer, ToolGuard
 
 if TYPE_CHECKING:
     from ._execution import ScopeKey
@@ -107,8 +108,6 @@ __all__ = [
 ]
 
 Stage = Literal["import", "register", "setup", "validate"]
-
-_RECORDED_METHODS = ("register", "restrict", "guard", "present_as")
 
 
 @attrs.frozen(kw_only=True)
@@ -223,6 +222,43 @@ class _Ownership:
         self.plugins: list[object] = [plugin]
         self.disposers: list[Disposer] = []
         self.tools: list[tuple[ScopeKey | None, str]] = []
+
+
+class _SetupRecorder:
+    """What the runtime reports while one plugin's ``dsh_setup`` runs, kept in its ownership."""
+
+    def __init__(self, loader: _Loader, owned: _Ownership) -> None:
+        self.loader = loader
+        self.owned = owned
+        self.strict = loader.config.strict_capabilities
+        self.granted = owned.capabilities or Capabilities()
+
+    def admit(self, definition: object, scope: ScopeKey | None) -> None:
+        name = getattr(definition, "name", None)
+        if self.strict and isinstance(name, str) and not self.granted.may_register(name):
+            declared = ", ".join(self.granted.tools) or "none"
+            raise RegistrationError(
+                f'plugin {self.owned.name} may not register tool "{name}": its {MANIFEST_NAME} tools are '
+                f"{declared} (strict_capabilities)"
+            )
+
+    def refused(self, definition: object, scope: ScopeKey | None, error: Exception) -> None:
+        self.loader.note_refusal(self.owned, definition, scope, error)
+
+    def registered(self, definition: object, scope: ScopeKey | None, disposer: Disposer) -> None:
+        self.owned.disposers.append(disposer)
+        name = getattr(definition, "name", None)
+        if isinstance(name, str):
+            self.owned.tools.append((scope, name))
+            self.loader.holders.setdefault((scope, name), self.owned.name)
+
+    def wrap_guard(self, guard: ToolGuard) -> ToolGuard:
+        if self.strict and callable(guard):
+            return guard_guard(guard, self.owned.name, self.granted)
+        return guard
+
+    def added(self, disposer: Disposer) -> None:
+        self.owned.disposers.append(disposer)
 
 
 class _Loader:
@@ -355,51 +391,16 @@ class _Loader:
     @contextmanager
     def recording(self, owned: _Ownership) -> Iterator[None]:
         """Record what the plugin adds to the runtime while the block runs."""
-        runtime = self.runtime
         before = {id(obj) for obj in self.pm.get_plugins()}
-        shadowed = {name: runtime.__dict__[name] for name in _RECORDED_METHODS if name in runtime.__dict__}
-        for name in _RECORDED_METHODS:
-            setattr(runtime, name, self._recorder(owned, name, getattr(runtime, name)))
         try:
-            yield
+            with self.runtime._recording(_SetupRecorder(self, owned)):
+                yield
         finally:
-            for name in _RECORDED_METHODS:
-                if name in shadowed:
-                    setattr(runtime, name, shadowed[name])
-                else:
-                    delattr(runtime, name)
             owned.plugins.extend(
                 obj for obj in self.pm.get_plugins() if id(obj) not in before and obj is not owned.plugin
             )
 
-    def _recorder(self, owned: _Ownership, method: str, original: Callable[..., Disposer]) -> Callable[..., Disposer]:
-        strict = self.config.strict_capabilities
-        granted = owned.capabilities or Capabilities()
-
-        def recorded(*args: Any, **kwargs: Any) -> Disposer:
-            if strict and method == "guard":
-                args, kwargs = _guarded_guard_arguments(args, kwargs, owned.name, granted)
-            try:
-                if strict and method == "register":
-                    _check_registration(args, kwargs, owned.name, granted)
-                disposer = original(*args, **kwargs)
-            except Exception as exc:
-                if method == "register":
-                    self.note_refusal(owned, args, kwargs, exc)
-                raise
-            owned.disposers.append(disposer)
-            if method == "register":
-                definition, scope = _register_arguments(args, kwargs)
-                name = getattr(definition, "name", None)
-                if isinstance(name, str):
-                    owned.tools.append((scope, name))
-                    self.holders.setdefault((scope, name), owned.name)
-            return disposer
-
-        return recorded
-
-    def note_refusal(self, owned: _Ownership, args: tuple[Any, ...], kwargs: dict[str, Any], exc: Exception) -> None:
-        definition, scope = _register_arguments(args, kwargs)
+    def note_refusal(self, owned: _Ownership, definition: object, scope: ScopeKey | None, exc: Exception) -> None:
         name = getattr(definition, "name", None)
         tool = name if isinstance(name, str) else None
         holder = None
@@ -494,33 +495,6 @@ def unknown_hooks(pm: pluggy.PluginManager) -> list[tuple[object, str]]:
                 (impl.plugin, f'unknown hook "{hook_name}"' + (f' (did you mean "{hint[0]}"?)' if hint else ""))
             )
     return found
-
-
-def _check_registration(args: tuple[Any, ...], kwargs: dict[str, Any], plugin: str, granted: Capabilities) -> None:
-    definition, _ = _register_arguments(args, kwargs)
-    name = getattr(definition, "name", None)
-    if isinstance(name, str) and not granted.may_register(name):
-        declared = ", ".join(granted.tools) or "none"
-        raise RegistrationError(
-            f'plugin {plugin} may not register tool "{name}": its {MANIFEST_NAME} tools are {declared} '
-            "(strict_capabilities)"
-        )
-
-
-def _guarded_guard_arguments(
-    args: tuple[Any, ...], kwargs: dict[str, Any], plugin: str, granted: Capabilities
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if args and callable(args[0]):
-        return (guard_guard(args[0], plugin, granted), *args[1:]), kwargs
-    if callable(kwargs.get("guard")):
-        return args, {**kwargs, "guard": guard_guard(kwargs["guard"], plugin, granted)}
-    return args, kwargs
-
-
-def _register_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, Any]:
-    definition = args[0] if args else kwargs.get("definition")
-    scope = args[1] if len(args) > 1 else kwargs.get("scope")
-    return definition, scope
 
 
 def load_plugins(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -36,6 +37,28 @@ class ApprovalService(Protocol):
     """
 
     async def request(self, execution: ToolExecution, reason: str | None) -> str: ...
+
+
+class RegistrationRecorder(Protocol):
+    """Sees every change made through a runtime's registration methods while it is installed.
+
+    The plugin loader installs one around a plugin's ``dsh_setup`` (see
+    :meth:`ToolRuntime._recording`) so a failed plugin can be rolled back and
+    its refusals reported. ``admit`` may raise to refuse a registration (it is
+    then reported to ``refused`` like any other refusal), ``wrap_guard`` may
+    replace a guard before it is added; ``added`` gets the disposer of every
+    change that went through.
+    """
+
+    def admit(self, definition: object, scope: ScopeKey | None) -> None: ...
+
+    def refused(self, definition: object, scope: ScopeKey | None, error: Exception) -> None: ...
+
+    def registered(self, definition: object, scope: ScopeKey | None, disposer: Disposer) -> None: ...
+
+    def wrap_guard(self, guard: ToolGuard) -> ToolGuard: ...
+
+    def added(self, disposer: Disposer) -> None: ...
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -92,6 +115,8 @@ class ToolRuntime:
         self.event_sink = event_sink
         self._registry = Registry(default_mode=mode, on_change=self._notify_change)
         self._chains = HookChains(plugins)
+        # Innermost last: a plugin's setup may load plugins of its own.
+        self._recorders: list[RegistrationRecorder] = []
         if code_runtime is not None or mode != "native":
             self._install_code_mode()
 
@@ -111,11 +136,24 @@ class ToolRuntime:
         that is not a ``ToolDefinition``, the reserved name ``run_code``, a
         duplicate name in the same layer, an unsupported parameter or output schema.
         """
-        return self._registry.register(definition, scope)
+        recorders = self._recorders
+        if not recorders:
+            return self._registry.register(definition, scope)
+        try:
+            for recorder in reversed(recorders):
+                recorder.admit(definition, scope)
+            disposer = self._registry.register(definition, scope)
+        except Exception as exc:
+            for recorder in recorders:
+                recorder.refused(definition, scope, exc)
+            raise
+        for recorder in recorders:
+            recorder.registered(definition, scope, disposer)
+        return disposer
 
     def restrict(self, restriction: ToolRestriction, scope: ScopeKey) -> Disposer:
         """Filter what ``scope`` inherits (its own registrations stay visible)."""
-        return self._registry.restrict(restriction, scope)
+        return self._recorded(self._registry.restrict(restriction, scope))
 
     def guard(self, guard: ToolGuard, scope: ScopeKey | None = None) -> Disposer:
         """Add a monotonic guard: it runs after the pre-execute waterfall and may only deny.
@@ -126,14 +164,30 @@ class ToolRuntime:
         a call's guards run (by an earlier guard, say) is consulted for that call
         too, and one removed before its turn is not.
         """
-        return self._registry.guard(guard, scope)
+        for recorder in reversed(self._recorders):
+            guard = recorder.wrap_guard(guard)
+        return self._recorded(self._registry.guard(guard, scope))
 
     def present_as(self, mode: PresentationMode, scope: ScopeKey) -> Disposer:
         """Present ``scope``'s tools in ``mode`` (nearest declaration on the chain wins)."""
         disposer = self._registry.present_as(mode, scope)
         if mode != "native" and self._registry.run_code is None:
             self._install_code_mode()
+        return self._recorded(disposer)
+
+    def _recorded(self, disposer: Disposer) -> Disposer:
+        for recorder in self._recorders:
+            recorder.added(disposer)
         return disposer
+
+    @contextmanager
+    def _recording(self, recorder: RegistrationRecorder) -> Iterator[None]:
+        """Report every registration, restriction, guard and presentation to ``recorder`` while the block runs."""
+        self._recorders.append(recorder)
+        try:
+            yield
+        finally:
+            self._recorders.remove(recorder)
 
     # -- lookups -----------------------------------------------------------------
 

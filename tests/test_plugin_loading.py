@@ -19,12 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from dsh_core import ToolRuntime
+from dsh_core import ToolRuntime, define_tool
 from dsh_core._config import DshConfig
 from dsh_core._plugins import PluginReport, discover_entry_points, load_plugins
 from dsh_core.testing import make_input
 
 _counter = itertools.count()
+
+
+async def _none(args: object) -> None:
+    return None
 
 
 class Dists:
@@ -366,6 +370,8 @@ def dsh_setup(runtime, config):
     runtime.register(tool("kept_before_failure"))
     runtime.scoped(AGENT).register(tool("scoped_tool"))
     runtime.guard(lambda execution: None)
+    runtime.restrict(ToolRestriction(deny=["host_tool"]), AGENT)
+    runtime.scoped(AGENT).present_as("both")
     runtime.plugins.register(Helper(), name="failing-helper")
     raise RuntimeError("setup exploded")
 """
@@ -376,21 +382,76 @@ async def test_failing_setup_rolls_back_tools_guards_and_plugins(dists: Dists) -
     dists.module("good", GOOD_MODULE)
     dists.dist("dsh-failing", {"failing": "{p}failing"})
     dists.dist("dsh-good", {"good": "{p}good"})
-    runtime, report = dists.load()
+    host = ToolRuntime()
+    host.register(define_tool(name="host_tool", description="", parameters={}, output={"type": "json"}, execute=_none))
+    runtime, report = dists.load(host)
     (failed,) = report.failed
     assert (failed.name, failed.stage) == ("failing", "setup")
     assert failed.error == "dsh_setup failed: RuntimeError: setup exploded"
     agent = sys.modules[dists.prefix + "failing"].AGENT
     assert runtime.get("kept_before_failure") is None
     assert runtime.get("scoped_tool", agent) is None
-    assert [definition.name for _, definition in runtime.registrations()] == ["echo"]
+    assert [definition.name for _, definition in runtime.registrations()] == ["host_tool", "echo"]
     assert not runtime.plugins.has_plugin("failing")
     assert not runtime.plugins.has_plugin("failing-helper")
     # The guard is gone too: the good plugin's tool still runs.
     result = await runtime.execute(make_input("echo", {}))
     assert not result.is_error
-    # The runtime's own methods are back (no recorder left on the instance).
-    assert "register" not in vars(runtime)
+    # So are the restriction and the presentation it declared for its agent.
+    assert runtime.get("host_tool", agent) is not None
+    assert runtime.effective_mode(agent) == "native"
+    assert not runtime._recorders  # nothing records once loading is over
+
+
+CAPTURING_SETUP = """
+from dsh_core import define_tool, hookimpl
+
+async def _body(args):
+    return None
+
+CAPTURED = []
+
+@hookimpl
+def dsh_setup(runtime, config):
+    CAPTURED.append(runtime.register)
+"""
+
+USING_CAPTURED_SETUP = """
+from dsh_core import define_tool, hookimpl
+import {p}capturing as capturing
+
+async def _body(args):
+    return None
+
+@hookimpl
+def dsh_setup(runtime, config):
+    capturing.CAPTURED[0](define_tool(
+        name="late", description="", parameters={{}}, output={{"type": "json"}}, execute=_body))
+    raise RuntimeError("second setup exploded")
+"""
+
+
+def test_registration_is_owned_by_the_setup_running_now_whatever_method_object_it_calls(dists: Dists) -> None:
+    """A ``runtime.register`` kept from one plugin's setup and called in another's belongs to the second."""
+    dists.module("capturing", CAPTURING_SETUP)
+    dists.module("using", USING_CAPTURED_SETUP.format(p=dists.prefix))
+    dists.dist("dsh-a-capturing", {"capturing": "{p}capturing"})
+    dists.dist("dsh-b-using", {"using": "{p}using"})
+    runtime, report = dists.load()
+    (loaded,) = report.loaded
+    (failed,) = report.failed
+    assert (loaded.name, loaded.tools) == ("capturing", ())
+    assert (failed.name, failed.stage) == ("using", "setup")
+    # Rolled back with the plugin whose setup registered it.
+    assert runtime.get("late") is None
+    # After loading, the kept method registers as the host's, recorded by nobody.
+    captured = sys.modules[dists.prefix + "capturing"].CAPTURED[0]
+    with captured(sys.modules[dists.prefix + "using"].define_tool(
+        name="later", description="", parameters={}, output={"type": "json"},
+        execute=sys.modules[dists.prefix + "using"]._body,
+    )):  # fmt: skip
+        assert runtime.get("later") is not None
+    assert runtime.get("later") is None
 
 
 def test_async_setup_is_a_setup_failure(dists: Dists) -> None:
