@@ -6,7 +6,10 @@ under trio, snapshot the arguments and the value, and make one no-op async call
 per configured hook layer. ``limit.kN`` is that sum with ``N`` hook layers, the
 loop overhead of each piece subtracted. Everything else the pipeline does
 (identity objects, cancel scopes, result classes, rendering) is measured as the
-distance from this limit.
+distance from this limit. Floors that add what the contract or trio make
+unavoidable are shown beside it: the objects every call hands out
+(``limit.contract``), two frames per nested waterfall layer (``limit.w40``),
+a checkpoint and a cancel scope for a body that suspends (``limit.suspend``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from typing import Any
 import fastjsonschema
 import trio
 
-from dsh_core import snapshot_json
+from dsh_core import CancelSignal, ToolExecutionToken, ToolRunContext, snapshot_json
+from dsh_core._content import text_block
+from dsh_core._execution import new_execution
+from dsh_core._results import new_success
 
 from ._fixtures import ADD_SCHEMA, ARGS, ARGS_TEXT, add_body
 from ._harness import Bench, Case, Derived, loop_timer
@@ -31,6 +37,15 @@ GROUP = "limit"
 HOOK_LAYERS = (0, 1, 2, 3, 4, 40)
 
 _SUM_KEYS = ("limit.args", "limit.output", "limit.snap_args", "limit.snap_value")
+_SIGNAL = CancelSignal()
+
+# What a successful call must hand out, built with the pipeline's own positional
+# constructors: its ToolExecution (with a fresh token), the body's run context,
+# the rendered text block and the result. The specification requires each of them.
+_CALL_OBJECTS = (
+    "new_execution('c1', 'c1', 'add', FROZEN, SIGNAL, Token(), None, None); "
+    "RunContext(EXECUTION, SIGNAL, []); new_success(3, (text_block('3'),), None, False)"
+)
 
 
 def _namespace() -> dict[str, Any]:
@@ -50,7 +65,16 @@ def _namespace() -> dict[str, Any]:
         with trio.CancelScope():
             await noop(None)
 
+    execution = new_execution("c1", "c1", "add", snapshot_json(ARGS), _SIGNAL, ToolExecutionToken(), None, None)
     return {
+        "new_execution": new_execution,
+        "Token": ToolExecutionToken,
+        "RunContext": ToolRunContext,
+        "text_block": text_block,
+        "new_success": new_success,
+        "EXECUTION": execution,
+        "FROZEN": execution.arguments,
+        "SIGNAL": _SIGNAL,
         "validate_args": fastjsonschema.compile(ADD_SCHEMA, use_default=False, use_formats=False),
         "validate_output": fastjsonschema.compile({"type": "integer"}, use_default=False, use_formats=False),
         "snapshot_json": snapshot_json,
@@ -113,6 +137,15 @@ def cases(smoke: bool) -> list[Case]:
             inputs=("limit.k0", "limit.layer10", "limit.aloop"),
             compute=lambda stats: stats["limit.k0"] + 4 * (stats["limit.layer10"] - stats["limit.aloop"]),
             vs="limit.k40",
+        ),
+        _bench("limit.objects", "the objects a call hands out, built alone (execution + token, run context, "
+               "text block, result)", _CALL_OBJECTS),
+        Derived(
+            key="limit.contract",
+            label="contract floor, 0 hook layers (limit + the objects a call hands out)",
+            inputs=("limit.k0", "limit.objects", "limit.loop"),
+            compute=lambda stats: stats["limit.k0"] + stats["limit.objects"] - stats["limit.loop"],
+            vs="limit.k0",
         ),
         Derived(
             key="limit.suspend",

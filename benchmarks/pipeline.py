@@ -96,6 +96,8 @@ def cases(smoke: bool) -> list[Case]:
     out: list[Case] = [
         Bench(key="pipeline.l0", label="execute, 0 listeners", setup=_execute_timer, vs="limit.k0",
               target=Target(limit=1.5)),
+        Derived(key="pipeline.l0.contract", label="execute, 0 listeners, vs the contract floor",
+                inputs=("pipeline.l0",), compute=lambda stats: stats["pipeline.l0"], vs="limit.contract"),
         Bench(key="pipeline.l1", label="execute, 1 no-op listener per waterfall (4 layers)",
               setup=lambda: _execute_timer(1), vs="limit.k4"),
         Bench(key="pipeline.l10", label="execute, 10 no-op listeners per waterfall (40 layers)",
