@@ -171,12 +171,14 @@ _MAX_DIGITS = sys.get_int_max_str_digits()
 _MAX_JSON_INT = 10**_MAX_DIGITS - 1 if _MAX_DIGITS else None
 
 
-def _int_fits(value: int) -> bool:
+def int_fits_json(value: int) -> bool:
+    """Whether ``value`` has few enough digits to be written as JSON text here."""
     return _MAX_JSON_INT is None or -_MAX_JSON_INT <= value <= _MAX_JSON_INT
 
 
-def _int_problem(value: int) -> str | None:
-    if not _int_fits(value):
+def int_json_problem(value: int) -> str | None:
+    """Why ``value`` cannot be written as JSON text, or None when it can."""
+    if not int_fits_json(value):
         return f"an int of {value.bit_length()} bits has more digits than JSON text can carry here"
     return None
 
@@ -185,7 +187,7 @@ def _scalar_problem(value: object) -> str | None:
     """Why a non-container value is not lossless JSON, or None when it is."""
     kind = type(value)
     if kind is int:
-        return _int_problem(value)  # type: ignore[arg-type]
+        return int_json_problem(value)  # type: ignore[arg-type]
     if kind is str or kind is bool or value is None:
         return None
     if kind is float:

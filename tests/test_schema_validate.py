@@ -12,6 +12,7 @@ from typing import Any
 
 import fastjsonschema
 import pytest
+from corpus.regressions import HUGE_INT
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -455,6 +456,34 @@ def test_fast_path_refuses_values_fastjsonschema_would_accept(value: object) -> 
         assert validator(value) != ()
 
 
+@pytest.mark.parametrize(
+    ("schema", "value", "expected"),
+    [
+        pytest.param(INTEGER, HUGE_INT, '"value"', id="integer"),
+        pytest.param(NUMBER, -HUGE_INT, '"value"', id="number-negative"),
+        pytest.param(STRING, HUGE_INT, '"value"', id="wrong-type-too"),
+        pytest.param({"type": "array", "items": INTEGER}, [1, HUGE_INT], '"value[1]"', id="array-item"),
+        pytest.param({"type": "object", "properties": {"n": INTEGER}}, {"n": HUGE_INT}, '"value.n"', id="property"),
+    ],
+)
+def test_ints_too_long_for_json_text_are_not_valid(schema: dict[str, Any], value: object, expected: str) -> None:
+    """snapshot_json refuses them, so no validator may call them valid (fastjsonschema would)."""
+    with pytest.raises(NonJsonValueError):
+        snapshot_json(value)
+    validator = compile_validator(schema)
+    assert validator.uses_fastjsonschema
+    assert not validator.fast_path_accepts(value)
+    (violation,) = validator(value)
+    assert violation.startswith(f"{expected} must be a lossless JSON value: an int of ")
+    assert violation.endswith("bits has more digits than JSON text can carry here")
+
+
+@pytest.mark.parametrize("value", [HUGE_INT, [HUGE_INT], {"a": {"b": -HUGE_INT}}], ids=["top", "in-array", "nested"])
+def test_ints_too_long_for_json_text_are_not_lossless(value: object) -> None:
+    assert not _validate._is_lossless(value)
+    assert validate_json_schema_value(ANY, value) == ('"value" must be a lossless JSON value',)
+
+
 def test_compile_failure_falls_back_to_the_iterative_checker(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise SyntaxError("too many statically nested blocks")
@@ -621,8 +650,11 @@ def tricky_values() -> st.SearchStrategy[Any]:
             Custom(),
         ]
     )
+    # More digits than JSON text can carry: not lossless (mapped, because a strategy's repr shows its
+    # values and this int has no repr).
+    too_long = st.booleans().map(lambda negative: -HUGE_INT if negative else HUGE_INT)
     return st.recursive(
-        scalars | st.integers() | st.text(max_size=3),
+        scalars | too_long | st.integers() | st.text(max_size=3),
         lambda children: (
             st.lists(children, max_size=3)
             | st.lists(children, max_size=3).map(tuple)

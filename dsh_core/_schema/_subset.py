@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Final, TypeAlias
 
 from .._errors import JsonSchemaError, NonJsonValueError
-from .._json import FrozenDict, snapshot_json
+from .._json import FrozenDict, int_fits_json, snapshot_json
 
 __all__ = [
     "ANNOTATION_KEYWORDS",
@@ -80,7 +80,7 @@ def is_schema_array(value: object) -> bool:
 def _is_json_number(value: object) -> bool:
     kind = type(value)
     if kind is int:
-        return True
+        return int_fits_json(value)  # type: ignore[arg-type]
     if kind is float:
         number: float = value  # type: ignore[assignment]
         return math.isfinite(number) and not (number == 0.0 and math.copysign(1.0, number) < 0)

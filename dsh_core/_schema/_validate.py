@@ -25,7 +25,7 @@ from typing import Any, Final
 import fastjsonschema
 
 from .._errors import JsonSchemaError, NonJsonValueError
-from .._json import FrozenDict, snapshot_json
+from .._json import FrozenDict, int_fits_json, int_json_problem, snapshot_json
 from .._jsoncodec import encode_json
 from ._subset import JsonSchemaNode, assert_supported_json_schema, same_scalar, scalar_matches
 
@@ -52,8 +52,10 @@ _CACHE_LIMIT: Final = 4096
 def _is_lossless(value: object) -> bool:
     """Whether ``snapshot_json(value)`` would succeed, found without building the snapshot."""
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None or kind is FrozenDict:
+    if kind is str or kind is bool or value is None or kind is FrozenDict:
         return True
+    if kind is int:
+        return int_fits_json(value)  # type: ignore[arg-type]
     if kind is float:
         return _is_json_float(value)  # type: ignore[arg-type]
     if kind is not dict and kind is not list and kind is not tuple:
@@ -72,7 +74,11 @@ def _is_lossless(value: object) -> bool:
             else:
                 item = entry
             item_kind = type(item)
-            if item_kind is str or item_kind is int or item_kind is bool or item is None or item_kind is FrozenDict:
+            if item_kind is str or item_kind is bool or item is None or item_kind is FrozenDict:
+                continue
+            if item_kind is int:
+                if not int_fits_json(item):
+                    return False
                 continue
             if item_kind is float:
                 if not _is_json_float(item):
@@ -222,6 +228,8 @@ def _start(frame: _Frame) -> list[str] | None:
         frame.kind = _ARRAY
         frame.pending = [(items, elements[index], f"{path}[{index}]") for index in range(len(elements) - 1, -1, -1)]
         return None
+    if kind is int and not int_fits_json(value):  # type: ignore[arg-type]
+        return [f'"{_label(path)}" must be a lossless JSON value: {int_json_problem(value)}']  # type: ignore[arg-type]
     if schema_type == "string":
         ok = kind is str
     elif schema_type == "number":
