@@ -15,7 +15,7 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 from ._content import UserMessage
-from ._json import JsonValue
+from ._json import JsonValue, safe_repr
 from ._signal import CancelSignal
 
 __all__ = [
@@ -94,6 +94,31 @@ class ToolExecutionInput:
     agent: ScopeKey | None = None
     root_call_id: str | None = None
     parent: ToolExecutionToken | None = None
+
+    def __attrs_post_init__(self) -> None:
+        # The host's part of the contract, checked here so a mistake fails where it is made, not
+        # as an AttributeError deep in the pipeline. ``name`` and ``arguments`` come from the
+        # model: any str name is taken (an unknown one fails the call as UNKNOWN_TOOL) and the
+        # pipeline validates the arguments.
+        call_id, name, root_call_id = self.call_id, self.name, self.root_call_id
+        if type(call_id) is not str or not call_id:
+            raise TypeError(f"ToolExecutionInput.call_id must be a non-empty str, got {safe_repr(call_id)}")
+        if type(name) is not str:
+            raise TypeError(f"ToolExecutionInput.name must be a str, got {type(name).__name__}")
+        if type(self.signal) is not CancelSignal and not isinstance(self.signal, CancelSignal):
+            raise TypeError(
+                f"ToolExecutionInput.signal must be a CancelSignal (the caller's cancellation), "
+                f"got {type(self.signal).__name__}"
+            )
+        if root_call_id is not None and (type(root_call_id) is not str or not root_call_id):
+            raise TypeError(f"ToolExecutionInput.root_call_id must be None or a non-empty str, got {safe_repr(root_call_id)}")
+        if self.parent is not None and not isinstance(self.parent, ToolExecutionToken):
+            raise TypeError(
+                f"ToolExecutionInput.parent must be None or the enclosing call's ToolExecutionToken, "
+                f"got {type(self.parent).__name__}"
+            )
+        if self.agent is not None and not isinstance(self.agent, Hashable):
+            raise TypeError(f"ToolExecutionInput.agent must be None or a hashable scope key, got {type(self.agent).__name__}")
 
 
 # Not slotted: one is built per call, and a frozen attrs class writes its

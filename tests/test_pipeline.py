@@ -15,6 +15,7 @@ from dsh_core import (
     Allow,
     Ask,
     Block,
+    CancelSignal,
     DshError,
     FrozenDict,
     NonJsonValueError,
@@ -23,6 +24,7 @@ from dsh_core import (
     ToolErrorInfo,
     ToolExecution,
     ToolExecutionFailure,
+    ToolExecutionInput,
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolFailure,
@@ -955,7 +957,7 @@ async def test_observers_receive_the_identical_frozen_result() -> None:
     recorder = Recorder()
     runtime = make_runtime(add_tool(), plugins=[recorder])
     result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
-    (execution, observed), = recorder.results
+    ((execution, observed),) = recorder.results
     assert observed is result
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         observed.value = 5  # type: ignore[misc]
@@ -1141,3 +1143,41 @@ def test_result_classes_check_and_freeze_their_fields() -> None:
         ToolErrorInfo("Name", 7)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         ToolErrorInfo("Name", "CODE", plugin=3)  # type: ignore[arg-type]
+
+
+# -- the caller's input -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("call_id", 1, "ToolExecutionInput.call_id must be a non-empty str, got 1"),
+        ("call_id", "", "ToolExecutionInput.call_id must be a non-empty str, got ''"),
+        ("name", None, "ToolExecutionInput.name must be a str, got NoneType"),
+        ("signal", None, "ToolExecutionInput.signal must be a CancelSignal (the caller's cancellation), got NoneType"),
+        ("root_call_id", "", "ToolExecutionInput.root_call_id must be None or a non-empty str, got ''"),
+        ("root_call_id", 5, "ToolExecutionInput.root_call_id must be None or a non-empty str, got 5"),
+        ("parent", "c0", "ToolExecutionInput.parent must be None or the enclosing call's ToolExecutionToken, got str"),
+        ("agent", ["worker"], "ToolExecutionInput.agent must be None or a hashable scope key, got list"),
+    ],
+)
+def test_the_hosts_part_of_the_input_is_checked_where_it_is_built(field: str, value: object, message: str) -> None:
+    fields: dict[str, Any] = {"call_id": "c1", "name": "echo", "arguments": {}, "signal": CancelSignal()}
+    fields[field] = value
+    with pytest.raises(TypeError) as raised:
+        ToolExecutionInput(**fields)
+    assert str(raised.value) == message
+
+
+async def test_the_models_part_of_the_input_fails_the_call_not_the_host() -> None:
+    """Any str name and any arguments are taken: an unknown name or bad arguments end the call, not the caller."""
+    runtime = make_runtime(json_tool("echo"))
+    for name, arguments, code in (
+        ("", {}, "UNKNOWN_TOOL"),
+        ("echo", {1: 2}, "INVALID_ARGS"),
+        ("echo", b"x", "INVALID_ARGS"),
+    ):
+        result = await runtime.execute(
+            ToolExecutionInput(call_id="c1", name=name, arguments=arguments, signal=CancelSignal())
+        )
+        assert result.is_error and result.code == code
