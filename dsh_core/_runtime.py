@@ -100,10 +100,21 @@ class ToolRuntime:
 
         if plugins is None:
             plugins = DshPluginManager()
+        elif not isinstance(plugins, pluggy.PluginManager):
+            raise TypeError(f"plugins must be a pluggy.PluginManager, got {type(plugins).__name__}")
         elif plugins.project_name != hookspecs.PROJECT_NAME:
             raise ValueError(f'plugins must be a PluginManager("{hookspecs.PROJECT_NAME}"), got "{plugins.project_name}"')
         elif not hasattr(plugins.hook, "dsh_pre_execute"):
             plugins.add_hookspecs(hookspecs)
+        if approval is not None and not isinstance(approval, ApprovalService):
+            raise TypeError(
+                f"approval must be an ApprovalService (an object with an async request method), "
+                f"got {type(approval).__name__}"
+            )
+        if type(trace_decisions) is not bool:
+            raise TypeError(f"trace_decisions must be a bool, got {type(trace_decisions).__name__}")
+        if event_sink is not None and not callable(event_sink):
+            raise TypeError(f"event_sink must be callable or None, got {type(event_sink).__name__}")
         if type(max_parallel_sub_calls) is not int or max_parallel_sub_calls < 1:
             raise ValueError(f"max_parallel_sub_calls must be a positive integer, got {max_parallel_sub_calls!r}")
         self.plugins: pluggy.PluginManager = plugins

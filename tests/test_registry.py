@@ -365,6 +365,21 @@ def test_present_as_requires_scope_and_one_declaration_per_scope() -> None:
         runtime.present_as("weird", agent)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"plugins": object()}, "plugins must be a pluggy.PluginManager, got object"),
+        ({"approval": "yes"}, "approval must be an ApprovalService (an object with an async request method), got str"),
+        ({"trace_decisions": 1}, "trace_decisions must be a bool, got int"),
+        ({"event_sink": "log.jsonl"}, "event_sink must be callable or None, got str"),
+    ],
+)
+def test_runtime_options_of_the_wrong_kind_are_refused(options: dict[str, object], message: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        ToolRuntime(**options)  # type: ignore[arg-type]
+    assert str(raised.value) == message
+
+
 def test_scoped_view_binds_scope() -> None:
     runtime = ToolRuntime()
     agent = Agent("a")
