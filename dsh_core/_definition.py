@@ -251,15 +251,20 @@ def _is_async_callable(fn: Callable[..., Any]) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
-def _arity(fn: Callable[..., Any]) -> int:
+def _takes_run(name: str, fn: Callable[..., Any]) -> bool:
+    """Whether ``execute`` is called as ``(args, run)`` (else ``(args)``); refuses any other signature."""
     try:
-        params = inspect.signature(fn).parameters.values()
+        signature = inspect.signature(fn)
     except (TypeError, ValueError):
-        return 2
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return 2
-    return len(positional)
+        return True  # not introspectable (a builtin, say): the definition's own (args, run)
+    for arguments in ((None, None), (None,)):
+        try:
+            signature.bind(*arguments)
+        except TypeError:
+            continue
+        return len(arguments) == 2
+    shown = f"{getattr(fn, '__qualname__', type(fn).__name__)}{signature.replace(return_annotation=signature.empty)}"
+    raise TypeError(f'define_tool("{name}"): execute must take (args) or (args, run), got {shown}')
 
 
 def define_tool(
@@ -303,6 +308,18 @@ def define_tool(
     ):
         raise TypeError(f'define_tool("{name}"): timeout_ms must be a positive finite number, got {timeout_ms!r}')
 
+    if not callable(execute):
+        raise TypeError(f'define_tool("{name}"): execute must be callable, got {type(execute).__name__}')
+    body_takes_run = _takes_run(name, execute)
+    for option, callback in (
+        ("is_concurrency_safe", is_concurrency_safe),
+        ("present_call", present_call),
+        ("present_result", present_result),
+        ("resource_keys", resource_keys),
+    ):
+        if callback is not None and not callable(callback):
+            raise TypeError(f'define_tool("{name}"): {option} must be callable or None, got {type(callback).__name__}')
+
     params_class: type | None = None
     if isinstance(parameters, type):
         params_class = parameters
@@ -324,7 +341,6 @@ def define_tool(
     def typed(args: Any) -> Any:
         return structure_args(params_class, args) if params_class is not None else args
 
-    body_takes_run = _arity(execute) >= 2
     body_is_async = _is_async_callable(execute)
     # An async body that awaits nothing cannot suspend either: awaiting it inline is safe.
     inline = not body_is_async or not can_suspend(execute)

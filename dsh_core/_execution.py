@@ -53,8 +53,18 @@ class Agent:
     Agents compare by identity, so two agents that share an ``id`` stay separate scopes.
     """
 
-    id: str
-    parent: Agent | None = None
+    id: str = attrs.field()
+    parent: Agent | None = attrs.field(default=None)
+
+    @id.validator
+    def _check_id(self, attribute: attrs.Attribute[str], value: object) -> None:
+        if type(value) is not str or not value:
+            raise TypeError(f"Agent.id must be a non-empty str, got {safe_repr(value)}")
+
+    @parent.validator
+    def _check_parent(self, attribute: attrs.Attribute[Agent | None], value: object) -> None:
+        if value is not None and not isinstance(value, Agent):
+            raise TypeError(f"Agent.parent must be an Agent or None, got {type(value).__name__}")
 
 
 ScopeKey: TypeAlias = Hashable

@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 import trio
 
+from ._json import safe_repr
+
 __all__ = ["CancelSignal"]
 
 _fire_order = itertools.count(1)
@@ -31,6 +33,13 @@ def _now() -> float:
         return trio.current_time()
     except RuntimeError:  # outside trio.run: no clock, so no deadline can have passed
         return -math.inf
+
+
+def _time(method: str, parameter: str, value: object) -> float:
+    # A bool passes isinstance(int); NaN compares false with everything, so it would never fire.
+    if type(value) is bool or not isinstance(value, (int, float)) or value != value:
+        raise TypeError(f"CancelSignal.{method}({parameter}): {parameter} must be a real number, got {safe_repr(value)}")
+    return value
 
 
 class CancelSignal:
@@ -55,13 +64,13 @@ class CancelSignal:
     @classmethod
     def after(cls, seconds: float, *, reason: object = None) -> CancelSignal:
         """A signal that fires ``seconds`` from now on trio's clock, with ``reason``."""
-        return cls.at(trio.current_time() + seconds, reason=reason)
+        return cls.at(trio.current_time() + _time("after", "seconds", seconds), reason=reason)
 
     @classmethod
     def at(cls, deadline: float, *, reason: object = None) -> CancelSignal:
         """A signal that fires when ``trio.current_time()`` reaches ``deadline``."""
         signal = cls()
-        signal._deadline = deadline
+        signal._deadline = _time("at", "deadline", deadline)
         signal._deadline_reason = reason if reason is not None else "deadline exceeded"
         return signal
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -442,6 +443,25 @@ def test_cancel_signal_reason_and_fusion() -> None:
     assert CancelSignal.any(a) is a
     with pytest.raises(TypeError, match="fires through its sources"):
         fused.cancel()
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [("5", "'5'"), (None, "None"), (True, "True"), (float("nan"), "nan")], ids=str
+)
+async def test_a_deadline_must_be_a_real_number(value: object, shown: str) -> None:
+    """A bool would pass as an int and NaN never compares true: both are refused with the rest."""
+    with pytest.raises(TypeError) as caught:
+        CancelSignal.at(value)  # type: ignore[arg-type]
+    assert str(caught.value) == f"CancelSignal.at(deadline): deadline must be a real number, got {shown}"
+    with pytest.raises(TypeError) as caught:
+        CancelSignal.after(value)  # type: ignore[arg-type]
+    assert str(caught.value) == f"CancelSignal.after(seconds): seconds must be a real number, got {shown}"
+
+
+async def test_deadlines_of_any_size_are_taken(autojump_clock: trio.testing.MockClock) -> None:
+    assert not CancelSignal.at(10**400).cancelled
+    assert CancelSignal.at(-math.inf).cancelled
+    assert not CancelSignal.after(math.inf).cancelled
 
 
 async def test_cancel_signal_wait_and_deadline(autojump_clock: trio.testing.MockClock) -> None:

@@ -366,6 +366,20 @@ def test_present_as_requires_scope_and_one_declaration_per_scope() -> None:
 
 
 @pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ((1,), "Agent.id must be a non-empty str, got 1"),
+        (("",), "Agent.id must be a non-empty str, got ''"),
+        (("child", "root"), "Agent.parent must be an Agent or None, got str"),
+    ],
+)
+def test_agents_are_checked_when_built(fields: tuple[object, ...], message: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        Agent(*fields)  # type: ignore[arg-type]
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
     ("options", "message"),
     [
         ({"plugins": object()}, "plugins must be a pluggy.PluginManager, got object"),

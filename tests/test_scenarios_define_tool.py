@@ -9,6 +9,7 @@ The original's type-level checks become attrs parameter classes (SPEC 2.1).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Literal
 
 import attrs
@@ -643,6 +644,76 @@ def test_define_tool_refuses_a_non_positive_or_non_finite_timeout(bad: float) ->
         define_tool(name="b", description="", parameters={}, output={"type": "null"}, execute=_none_body,
                     timeout_ms=bad)  # fmt: skip
     assert str(caught.value) == f'define_tool("b"): timeout_ms must be a positive finite number, got {bad!r}'
+
+
+def _args_only(args: Any) -> None:
+    return None
+
+
+def _args_and_run(args: Any, run: Any) -> None:
+    return None
+
+
+def _args_and_optional_run(args: Any, run: Any = None) -> None:
+    return None
+
+
+def _no_parameters() -> None:
+    return None
+
+
+def _three_parameters(args: Any, run: Any, extra: Any) -> None:
+    return None
+
+
+def _keyword_only(*, args: Any) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("execute", "takes_run"),
+    [(_args_only, False), (_args_and_run, True), (_args_and_optional_run, True), (lambda *values: None, True)],
+    ids=["args", "args-run", "optional-run", "varargs"],
+)
+async def test_define_tool_passes_run_exactly_when_execute_can_take_it(execute: Any, takes_run: bool) -> None:
+    seen: list[int] = []
+
+    def body(*values: Any) -> None:
+        seen.append(len(values))
+        return execute(*values)
+
+    body.__signature__ = inspect.signature(execute)  # type: ignore[attr-defined]
+    runtime = make_runtime(define_tool(name="t", description="", parameters={}, output={"type": "null"}, execute=body))
+    assert not (await runtime.execute(make_input("t"))).is_error
+    assert seen == [2 if takes_run else 1]
+
+
+@pytest.mark.parametrize(
+    ("execute", "message"),
+    [
+        (None, 'define_tool("t"): execute must be callable, got NoneType'),
+        ("run", 'define_tool("t"): execute must be callable, got str'),
+        (_no_parameters, 'define_tool("t"): execute must take (args) or (args, run), got _no_parameters()'),
+        (_three_parameters, 'define_tool("t"): execute must take (args) or (args, run), got '
+                            "_three_parameters(args: 'Any', run: 'Any', extra: 'Any')"),
+        (_keyword_only, 'define_tool("t"): execute must take (args) or (args, run), got '
+                        "_keyword_only(*, args: 'Any')"),
+    ],
+    ids=["none", "str", "no-parameters", "three-parameters", "keyword-only"],
+)  # fmt: skip
+def test_define_tool_refuses_an_execute_it_could_not_call(execute: Any, message: str) -> None:
+    """Refused where the tool is declared, not as a TOOL_ERROR on every call."""
+    with pytest.raises(TypeError) as caught:
+        define_tool(name="t", description="", parameters={}, output={"type": "null"}, execute=execute)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("option", ["is_concurrency_safe", "present_call", "present_result", "resource_keys"])
+def test_define_tool_refuses_callbacks_that_are_not_callable(option: str) -> None:
+    with pytest.raises(TypeError) as caught:
+        define_tool(name="t", description="", parameters={}, output={"type": "null"}, execute=_none_body,
+                    **{option: True})  # fmt: skip
+    assert str(caught.value) == f'define_tool("t"): {option} must be callable or None, got bool'
 
 
 # -- define_tool presentation ----------------------------------------------------------------------
