@@ -68,7 +68,7 @@ from ._waterfall import CallHooks, Chain, Listener, is_fatal
 if TYPE_CHECKING:
     from ._runtime import ToolRuntime
 
-__all__ = ["PreparedCall", "dispatch", "execute", "finalize", "prepare"]
+__all__ = ["PreparedCall", "dispatch", "execute", "finalize", "prepare", "settles_inline"]
 
 logger = logging.getLogger("dsh_core")
 
@@ -332,6 +332,19 @@ async def prepare(runtime: ToolRuntime, request: ToolExecutionInput) -> Prepared
         else:
             await _policy_stage(runtime, call)
     return call
+
+
+def settles_inline(runtime: ToolRuntime, request: ToolExecutionInput) -> bool:
+    """Whether ``request``'s dispatch and commit cannot suspend (a scheduler may then just ``execute`` it).
+
+    Only stage 5 may still suspend (a listener, an approval prompt): a scheduler
+    runs that stage in its own loop anyway. Reads what :func:`begin` will read.
+    """
+    hooks = runtime._chains.for_call(request.agent)
+    if hooks.execute_suspends or hooks.finish_suspends:
+        return False
+    tool = runtime._registry.view(request.agent).tools.get(request.name)
+    return tool is None or not contract_of(tool).body_suspends
 
 
 async def dispatch(runtime: ToolRuntime, call: PreparedCall) -> None:

@@ -129,7 +129,8 @@ async def _run_group(
     loop. Likewise a call is committed (post-execute, finalisation, observers)
     by the loop itself when nothing before it waits to be committed (and its
     commit is not expected to wait on anything), and through the in-order
-    commit task otherwise.
+    commit task otherwise. A call that would do all of that in the loop, with
+    nothing in flight before it, is simply executed there.
     """
     limiter = trio.CapacityLimiter(max_parallel)
     # Unbounded: the limiter bounds the dispatches in flight; what waits here is settled or dispatching.
@@ -174,6 +175,12 @@ async def _run_group(
                 kind = first if index == start else classify_call(runtime, request)
                 if isinstance(kind, Exclusive):
                     break
+                if uncommitted == 0 and not isinstance(kind, ResourceClaim) and _pipeline.settles_inline(runtime, request):
+                    # Nothing before it is in flight (every such call is uncommitted) and it cannot
+                    # suspend once its policy is decided: the steps below would run back to back.
+                    results[index] = await runtime.execute(request)
+                    index += 1
+                    continue
                 slot = object()
                 try:
                     # A free slot needs no checkpoint; only a full pool makes the loop wait.

@@ -208,3 +208,64 @@ async def test_a_call_that_cannot_suspend_waits_for_a_free_slot_before_its_polic
     await run_tool_calls(runtime, inputs, max_parallel=1)
     assert decided == [("c0", 0), ("c1", 3)]
     assert log == ["slow c0", "fast c1"]
+
+
+class SlowWrapper:
+    """A dsh_execute wrapper that suspends around the body (the tool itself cannot)."""
+
+    @hookimpl
+    async def dsh_execute(self, execution: Any, next: Next) -> Any:
+        await trio.sleep(1)
+        return await next()
+
+
+class SlowObserver:
+    """An async dsh_result observer that suspends: committing a call can wait on it."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, float]] = []
+
+    @hookimpl
+    async def dsh_result(self, execution: ToolExecution, result: Any) -> None:
+        await trio.sleep(1)
+        self.seen.append((execution.call_id, trio.current_time()))
+
+
+class Clock:
+    """Records when each call's policy ran, that is, when the scheduler started it."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, float]] = []
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        self.started.append((execution.call_id, trio.current_time()))
+        return await next()
+
+
+def fast_calls(count: int) -> list[Any]:
+    return [make_input("fast", {"id": f"c{n}"}, call_id=f"c{n}") for n in range(count)]
+
+
+async def test_inline_tools_still_overlap_when_a_wrapper_can_suspend(autojump_clock: trio.testing.MockClock) -> None:
+    """A tool body that cannot suspend is not enough to run a call in the loop: its wrappers must not either."""
+    runtime = mixed_runtime([], Recorder())
+    clock = Clock()
+    runtime.plugins.register(SlowWrapper())
+    runtime.plugins.register(clock)
+    results = await run_tool_calls(runtime, fast_calls(4))
+    assert [r.value for r in results] == ["c0", "c1", "c2", "c3"]  # type: ignore[union-attr]
+    assert clock.started == [(f"c{n}", 0) for n in range(4)]
+    assert trio.current_time() == pytest.approx(1)  # four one-second waits overlapped
+
+
+async def test_a_slow_observer_holds_back_commits_not_later_calls(autojump_clock: trio.testing.MockClock) -> None:
+    """Observers see calls one by one in model order; the calls behind them start at once all the same."""
+    runtime = mixed_runtime([], Recorder())
+    clock, observer = Clock(), SlowObserver()
+    runtime.plugins.register(observer)
+    runtime.plugins.register(clock)
+    results = await run_tool_calls(runtime, fast_calls(4))
+    assert [r.value for r in results] == ["c0", "c1", "c2", "c3"]  # type: ignore[union-attr]
+    assert clock.started == [(f"c{n}", 0) for n in range(4)]
+    assert observer.seen == [(f"c{n}", n + 1) for n in range(4)]
