@@ -230,7 +230,7 @@ def snapshot_json(value: object) -> JsonValue:
         if problem is not None:
             raise _reject(problem, [])
         return value  # type: ignore[return-value]
-    if kind is dict and _is_flat_object(value):  # type: ignore[arg-type]
+    if kind is dict and is_flat_json_object(value):  # type: ignore[arg-type]
         # The common argument object, every value a plain scalar: copy it in one go.
         return _frozen_copy(value)  # type: ignore[arg-type]
     if kind is dict or kind is list or kind is tuple:
@@ -238,7 +238,7 @@ def snapshot_json(value: object) -> JsonValue:
     raise _reject(_scalar_problem(value) or f"{_describe(value)} is not a JSON value", [])
 
 
-def _is_flat_object(value: dict[Any, Any]) -> bool:
+def is_flat_json_object(value: dict[Any, Any]) -> bool:
     """Whether every key is a ``str`` and every value a lossless scalar (no container)."""
     limit = _MAX_JSON_INT
     for key, item in value.items():

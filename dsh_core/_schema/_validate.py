@@ -25,7 +25,7 @@ from typing import Any, Final
 import fastjsonschema
 
 from .._errors import JsonSchemaError, NonJsonValueError
-from .._json import FrozenDict, int_fits_json, int_json_problem, snapshot_json
+from .._json import FrozenDict, int_fits_json, int_json_problem, is_flat_json_object, snapshot_json
 from .._jsoncodec import encode_json
 from ._subset import JsonSchemaNode, assert_supported_json_schema, same_scalar, scalar_matches
 
@@ -60,6 +60,8 @@ def _is_lossless(value: object) -> bool:
         return _is_json_float(value)  # type: ignore[arg-type]
     if kind is not dict and kind is not list and kind is not tuple:
         return False
+    if kind is dict and is_flat_json_object(value):  # type: ignore[arg-type]
+        return True  # the common argument object, without setting up the walk
     # A frame is (entries, id of the container, is it an object); ``on_path``
     # holds the containers being walked, so a container inside itself is a cycle.
     on_path = {id(value)}
