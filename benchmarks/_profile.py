@@ -55,7 +55,7 @@ _BLOCKS: tuple[tuple[str, str, str], ...] = (
     ("  HookChains.for_call(agent) (all four hooks, cached)", "runtime._chains.for_call(None)", "sync"),
     ("  PreparedCall(...)", "P.PreparedCall(EXECUTION, None, HOOKS)", "sync"),
     ("_decide (guards, last signal check)", "CALL.step = 'policy'; P._decide(runtime, CALL, ALLOW, None)", "sync"),
-    ("_dispatch_body (run context, body, output stage)", "await P._dispatch_body(runtime, CALL, SIGNAL)", "trio"),
+    ("_dispatch_body (run context, body, output stage)", "await P._dispatch_body(runtime, CALL, CALL.execution.signal)", "trio"),
     ("  ToolRunContext(...)", "ToolRunContext(EXECUTION, SIGNAL, [])", "sync"),
     ("  tool.execute(args, run) (define_tool's adapter + add)", "await TOOL.execute(FROZEN, RUN)", "trio"),
     ("  _build_success (output snapshot, check, render, result)",
