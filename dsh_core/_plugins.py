@@ -20,14 +20,17 @@ on every machine:
    arguments. Everything the import raises is caught, ``SystemExit`` included;
    only ``KeyboardInterrupt`` propagates;
 3. ``runtime.plugins.register(obj, name=ep.name)`` (stage ``"register"``);
-   pluggy validates every hookimpl first, so a refused plugin leaves nothing;
+   pluggy validates every hookimpl first, and the runtime's plugin manager
+   refuses a hookimpl of a hook that does not exist (a typo such as
+   ``dsh_pre_exec``), so a refused plugin leaves nothing;
 4. the plugin's *own* ``dsh_setup(runtime, config)`` hookimpl, if it has one
    (stage ``"setup"``), with a fresh ``dict`` copy of its
    ``[plugins.<name>]`` table (``{}`` when there is none). If it raises, the
    plugin is rolled back: see *Rollback* below;
 5. once all are loaded, every loaded plugin is checked for hookimpls of hooks
-   that do not exist (a typo such as ``dsh_pre_exec``; what pluggy's
-   ``check_pending`` finds, stage ``"validate"``). The offender is rolled back.
+   that do not exist (what pluggy's ``check_pending`` finds, stage
+   ``"validate"``; only a plain pluggy ``PluginManager`` given to the runtime
+   lets one get this far). The offender is rolled back.
 
 **Two plugin shapes.** A *stateless* plugin is a module whose functions are
 marked with ``@dsh_core.hookimpl``. A plugin with *state* (per-runtime
@@ -73,7 +76,6 @@ metadata, not in ``pyproject.toml``.
 
 from __future__ import annotations
 
-import difflib
 import importlib.metadata
 import inspect
 import re
@@ -86,12 +88,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import pluggy
 
-from . import hookspecs
 from ._capabilities import MANIFEST_NAME, Capabilities, capabilities_of, guard_guard, guard_listeners
 from ._config import DshConfig
 from ._definition import ToolDefinition
 from ._errors import RegistrationError
 from ._registry import Disposer, ToolGuard
+from ._waterfall import unknown_hooks
 
 if TYPE_CHECKING:
     from ._execution import ScopeKey
@@ -471,30 +473,6 @@ class _Loader:
             # Kept for rolled-back plugins too: a refusal often explains the failure.
             refused=tuple(self.refused),
         )
-
-
-def unknown_hooks(pm: pluggy.PluginManager) -> list[tuple[object, str]]:
-    """Every hookimpl of a hook that has no spec, as ``(plugin, message)``.
-
-    What ``pm.check_pending()`` checks, but listing all offenders instead of
-    raising for the first; ``optionalhook=True`` impls are exempt.
-    """
-    spec_names = [name for name in dir(hookspecs) if name.startswith("dsh_")]
-    found: list[tuple[object, str]] = []
-    for hook_name in list(vars(pm.hook)):
-        if hook_name.startswith("_"):
-            continue
-        caller = getattr(pm.hook, hook_name)
-        if caller.has_spec():
-            continue
-        for impl in caller.get_hookimpls():
-            if impl.optionalhook:
-                continue
-            hint = difflib.get_close_matches(hook_name, spec_names, n=1)
-            found.append(
-                (impl.plugin, f'unknown hook "{hook_name}"' + (f' (did you mean "{hint[0]}"?)' if hint else ""))
-            )
-    return found
 
 
 def load_plugins(

@@ -9,6 +9,7 @@ changes, so a waterfall with no listeners costs nothing per call.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from ._errors import PolicyError
 from ._execution import ScopeKey, scope_chain
 from ._suspension import can_suspend, suspends_beyond_next
 
-__all__ = ["CallHooks", "Chain", "DshPluginManager", "HookChains", "Listener", "is_fatal"]
+__all__ = ["CallHooks", "Chain", "DshPluginManager", "HookChains", "Listener", "is_fatal", "unknown_hooks"]
 
 _FATAL = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
 
@@ -51,8 +52,19 @@ class DshPluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
+        """Register ``plugin``; refused (``PluginValidationError``) when a hookimpl names no dsh hook.
+
+        A misspelt hook (``dsh_pre_exec``) would otherwise never be called: a
+        policy that silently does not apply. A hookimpl marked
+        ``optionalhook=True`` may name a hook that does not exist (yet).
+        """
         result = super().register(plugin, name)
         self.dsh_version += 1
+        if result is not None:
+            problems = [message for _, message in unknown_hooks(self, plugin)]
+            if problems:
+                super().unregister(plugin)
+                raise pluggy.PluginValidationError(plugin, "; ".join(problems))
         return result
 
     def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
@@ -63,6 +75,30 @@ class DshPluginManager(pluggy.PluginManager):
     def set_blocked(self, name: str) -> None:
         super().set_blocked(name)
         self.dsh_version += 1
+
+
+def unknown_hooks(pm: pluggy.PluginManager, plugin: object | None = None) -> list[tuple[object, str]]:
+    """Every hookimpl (of ``plugin``, when given) of a hook that has no spec, as ``(plugin, message)``.
+
+    What ``pm.check_pending()`` checks, but listing all offenders instead of
+    raising for the first; ``optionalhook=True`` impls are exempt.
+    """
+    spec_names = [name for name in dir(hookspecs) if name.startswith("dsh_")]
+    found: list[tuple[object, str]] = []
+    for hook_name in list(vars(pm.hook)):
+        if hook_name.startswith("_"):
+            continue
+        caller = getattr(pm.hook, hook_name)
+        if caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.optionalhook or (plugin is not None and impl.plugin is not plugin):
+                continue
+            hint = difflib.get_close_matches(hook_name, spec_names, n=1)
+            found.append(
+                (impl.plugin, f'unknown hook "{hook_name}"' + (f' (did you mean "{hint[0]}"?)' if hint else ""))
+            )
+    return found
 
 
 @attrs.frozen(slots=True)

@@ -1021,8 +1021,8 @@ PLUGIN_SOURCES: list[tuple[str, str, str, str]] = [
     (
         "unknown-hook",
         "from dsh_core import hookimpl\n@hookimpl\nasync def dsh_pre_exec(execution, next):\n    return await next()\n",
-        "validate",
-        'unknown hook "dsh_pre_exec"',
+        "register",
+        'PluginValidationError: unknown hook "dsh_pre_exec" (did you mean "dsh_pre_execute"?)',
     ),
     (
         "class-needs-arguments",

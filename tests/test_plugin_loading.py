@@ -16,13 +16,15 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pluggy
 import pytest
 
-from dsh_core import ToolRuntime, define_tool
+from dsh_core import Deny, ToolRuntime, define_tool, hookimpl
 from dsh_core._config import DshConfig
 from dsh_core._plugins import PluginReport, discover_entry_points, load_plugins
-from dsh_core.testing import make_input
+from dsh_core.testing import json_tool, make_input, make_runtime
 
 _counter = itertools.count()
 
@@ -278,10 +280,7 @@ def test_invalid_hookimpl_fails_registration(dists: Dists) -> None:
     assert not runtime.plugins.has_plugin("badargs")
 
 
-def test_unknown_hook_is_reported_and_unregistered(dists: Dists) -> None:
-    dists.module(
-        "typo",
-        """
+TYPO_MODULE = """
         from dsh_core import hookimpl
 
         @hookimpl
@@ -295,17 +294,32 @@ def test_unknown_hook_is_reported_and_unregistered(dists: Dists) -> None:
         @hookimpl
         async def dsh_pre_exec(execution, next):
             return await next()
-        """,
-    )
+        """
+
+
+def test_unknown_hook_is_reported_and_unregistered(dists: Dists) -> None:
+    dists.module("typo", TYPO_MODULE)
     dists.dist("dsh-typo", {"typo": "{p}typo"})
     runtime, report = dists.load()
     assert report.loaded == ()
+    (failed,) = report.failed
+    assert failed.stage == "register"
+    assert failed.error == 'PluginValidationError: unknown hook "dsh_pre_exec" (did you mean "dsh_pre_execute"?)'
+    assert not runtime.plugins.has_plugin("typo")
+    assert runtime.get("typo_tool") is None
+    runtime.plugins.check_pending()  # nothing pending is left behind
+
+
+def test_with_a_plain_pluggy_manager_an_unknown_hook_is_caught_at_validation(dists: Dists) -> None:
+    """Only the runtime's own manager refuses at register(); the loader's final check still covers a plain one."""
+    dists.module("typo", TYPO_MODULE)
+    dists.dist("dsh-typo", {"typo": "{p}typo"})
+    runtime, report = dists.load(ToolRuntime(plugins=pluggy.PluginManager("dsh")))
     (failed,) = report.failed
     assert failed.stage == "validate"
     assert failed.error == 'unknown hook "dsh_pre_exec" (did you mean "dsh_pre_execute"?)'
     assert not runtime.plugins.has_plugin("typo")
     assert runtime.get("typo_tool") is None
-    runtime.plugins.check_pending()  # nothing pending is left behind
 
 
 def test_unknown_hook_in_a_setup_registered_instance_rolls_back_its_owner(dists: Dists) -> None:
@@ -327,8 +341,9 @@ def test_unknown_hook_in_a_setup_registered_instance_rolls_back_its_owner(dists:
     dists.dist("dsh-owner", {"owner": "{p}owner"})
     runtime, report = dists.load()
     (failed,) = report.failed
-    assert (failed.name, failed.stage) == ("owner", "validate")
-    assert "dsh_resutl" in failed.error
+    assert (failed.name, failed.stage) == ("owner", "setup")
+    assert failed.error == 'dsh_setup failed: PluginValidationError: unknown hook "dsh_resutl" (did you mean "dsh_result"?)'
+
     assert not runtime.plugins.has_plugin("owner")
     assert not runtime.plugins.has_plugin("owner-inner")
 
@@ -675,3 +690,28 @@ def test_explicit_entry_points_replace_discovery(dists: Dists) -> None:
     (loaded,) = report.loaded
     assert (loaded.name, loaded.distribution, loaded.version) == ("adhoc", None, None)
     assert runtime.get("echo") is not None
+
+
+class _TypoPolicy:
+    @hookimpl
+    async def dsh_pre_exectue(self, execution: Any, next: Any) -> Any:
+        return Deny("never applied")
+
+
+class _FutureHooks:
+    @hookimpl(optionalhook=True)
+    def dsh_future_hook(self) -> None:
+        pass
+
+
+async def test_a_host_registering_a_misspelt_policy_is_refused_not_silently_ignored() -> None:
+    """A deny-everything policy whose hook name is misspelt would never run: refuse it at register()."""
+    runtime = make_runtime(json_tool("echo"))
+    policy = _TypoPolicy()
+    with pytest.raises(pluggy.PluginValidationError) as raised:
+        runtime.plugins.register(policy, name="typo-policy")
+    assert str(raised.value) == 'unknown hook "dsh_pre_exectue" (did you mean "dsh_pre_execute"?)'
+    assert not runtime.plugins.is_registered(policy)
+    runtime.plugins.check_pending()  # nothing of it is left behind
+    runtime.plugins.register(_FutureHooks(), name="future")  # optionalhook: allowed
+    assert not (await runtime.execute(make_input("echo", {}))).is_error
