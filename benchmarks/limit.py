@@ -140,13 +140,8 @@ def cases(smoke: bool) -> list[Case]:
         ),
         _bench("limit.objects", "the objects a call hands out, built alone (execution + token, run context, "
                "text block, result)", _CALL_OBJECTS),
-        Derived(
-            key="limit.contract",
-            label="contract floor, 0 hook layers (limit + the objects a call hands out)",
-            inputs=("limit.k0", "limit.objects", "limit.loop"),
-            compute=lambda stats: stats["limit.k0"] + stats["limit.objects"] - stats["limit.loop"],
-            vs="limit.k0",
-        ),
+        _limit_plus("limit.contract", "contract floor, 0 hook layers (limit + the objects a call hands out)",
+                    "limit.objects"),
         Derived(
             key="limit.suspend",
             label="physical limit of a call whose body suspends once (+ one checkpoint + one cancel scope)",
@@ -156,13 +151,16 @@ def cases(smoke: bool) -> list[Case]:
             vs="limit.k0",
         ),
     ]  # fmt: skip
-    out.append(
-        Derived(
-            key="limit.k0.json",
-            label="physical limit, args arriving as JSON text (+ json.loads)",
-            inputs=("limit.k0", "limit.loads", "limit.loop"),
-            compute=lambda stats: stats["limit.k0"] + stats["limit.loads"] - stats["limit.loop"],
-            vs="limit.k0",
-        )
-    )
+    out.append(_limit_plus("limit.k0.json", "physical limit, args arriving as JSON text (+ json.loads)", "limit.loads"))
     return out
+
+
+def _limit_plus(key: str, label: str, piece: str) -> Derived:
+    """``limit.k0`` plus one more sync piece, its loop overhead subtracted."""
+    return Derived(
+        key=key,
+        label=label,
+        inputs=("limit.k0", piece, "limit.loop"),
+        compute=lambda stats: stats["limit.k0"] + stats[piece] - stats["limit.loop"],
+        vs="limit.k0",
+    )

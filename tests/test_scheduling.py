@@ -186,6 +186,18 @@ async def test_calls_that_cannot_suspend_still_commit_in_model_order_behind_slow
     assert post == ["c0", "c1", "c2", "c3"]
 
 
+class Clock:
+    """Records when each call's policy ran, that is, when the scheduler started it."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, float]] = []
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        self.started.append((execution.call_id, trio.current_time()))
+        return await next()
+
+
 async def test_a_call_that_cannot_suspend_waits_for_a_free_slot_before_its_policy(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -196,17 +208,10 @@ async def test_a_call_that_cannot_suspend_waits_for_a_free_slot_before_its_polic
         make_input("slow", {"id": "c0", "delay": 3}, call_id="c0"),
         make_input("fast", {"id": "c1"}, call_id="c1"),
     ]
-    decided: list[tuple[str, float]] = []
-
-    class Clocked:
-        @hookimpl
-        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
-            decided.append((execution.call_id, trio.current_time()))
-            return await next()
-
-    runtime.plugins.register(Clocked())
+    clock = Clock()
+    runtime.plugins.register(clock)
     await run_tool_calls(runtime, inputs, max_parallel=1)
-    assert decided == [("c0", 0), ("c1", 3)]
+    assert clock.started == [("c0", 0), ("c1", 3)]
     assert log == ["slow c0", "fast c1"]
 
 
@@ -229,18 +234,6 @@ class SlowObserver:
     async def dsh_result(self, execution: ToolExecution, result: Any) -> None:
         await trio.sleep(1)
         self.seen.append((execution.call_id, trio.current_time()))
-
-
-class Clock:
-    """Records when each call's policy ran, that is, when the scheduler started it."""
-
-    def __init__(self) -> None:
-        self.started: list[tuple[str, float]] = []
-
-    @hookimpl
-    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
-        self.started.append((execution.call_id, trio.current_time()))
-        return await next()
 
 
 def fast_calls(count: int) -> list[Any]:
