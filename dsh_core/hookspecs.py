@@ -13,7 +13,9 @@ Every tool call runs through one ordered pipeline::
 Write a plugin as a module or an object with functions named after these
 specs, marked with :data:`dsh_core.hookimpl`, and register it with
 ``runtime.plugins.register(obj)`` or through the ``dsh`` entry-point group.
-A hookimpl may declare any subset of a spec's arguments, by name.
+A hookimpl may declare any subset of a spec's arguments, by name. One whose
+name matches no spec (a typo) is refused at registration, unless it is marked
+``@hookimpl(optionalhook=True)``.
 
 **Waterfalls** (``dsh_pre_execute``, ``dsh_execute``, ``dsh_post_execute``,
 ``dsh_code_dispatch_log``) must be ``async def``. Each listener receives
