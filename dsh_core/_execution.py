@@ -107,9 +107,10 @@ class ToolExecutionInput:
 
     def __attrs_post_init__(self) -> None:
         # The host's part of the contract, checked here so a mistake fails where it is made, not
-        # as an AttributeError deep in the pipeline. ``name`` and ``arguments`` come from the
-        # model: any str name is taken (an unknown one fails the call as UNKNOWN_TOOL) and the
-        # pipeline validates the arguments.
+        # as an AttributeError deep in the pipeline (one check instead of six field validators:
+        # an input is built for every call). ``name`` and ``arguments`` come from the model: any
+        # str name is taken (an unknown one fails the call as UNKNOWN_TOOL) and the pipeline
+        # validates the arguments.
         call_id, name, root_call_id = self.call_id, self.name, self.root_call_id
         if type(call_id) is not str or not call_id:
             raise TypeError(f"ToolExecutionInput.call_id must be a non-empty str, got {safe_repr(call_id)}")
