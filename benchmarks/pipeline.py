@@ -3,7 +3,8 @@
 Rows: 0, 1 and 10 no-op listeners on every waterfall (pre, execute, post and a
 ``dsh_result`` observer), decision tracing on and off, arguments arriving as
 JSON text, and the first-party timeout and audit plugins set up through their
-``dsh_setup(runtime, config)`` (skipped while they cannot be imported).
+``dsh_setup(runtime, config)`` (skipped while they cannot be imported), alone
+and on top of 1 and 10 listeners.
 """
 
 from __future__ import annotations
@@ -139,12 +140,19 @@ def cases(smoke: bool) -> list[Case]:
                   setup=lambda: _audit_floor_timer(audit), vs="pipeline.l0"),
         ]  # fmt: skip
     if timeout is not None and audit is not None:
-        both: list[tuple[ModuleType, dict[str, Any]]] = [
-            (timeout, {"default_ms": 30000}),
-            (audit, {"path": _audit_path("both")}),
-        ]
-        out.append(
+
+        def both(name: str) -> list[tuple[ModuleType, dict[str, Any]]]:
+            return [(timeout, {"default_ms": 30000}), (audit, {"path": _audit_path(name)})]
+
+        out += [
             Bench(key="pipeline.timeout_audit", label="execute + timeout (armed) + audit",
-                  setup=lambda: _execute_timer(setups=both), vs="limit.k3")
-        )  # fmt: skip
+                  setup=lambda: _execute_timer(setups=both("both")), vs="limit.k3"),
+            # What the two plugins add on top of the no-op listeners (the ratio is to the same call without them).
+            Bench(key="pipeline.l1.timeout_audit",
+                  label="execute, 1 no-op listener per waterfall + timeout (armed) + audit",
+                  setup=lambda: _execute_timer(1, setups=both("both1")), vs="pipeline.l1"),
+            Bench(key="pipeline.l10.timeout_audit",
+                  label="execute, 10 no-op listeners per waterfall + timeout (armed) + audit",
+                  setup=lambda: _execute_timer(10, setups=both("both10")), vs="pipeline.l10"),
+        ]  # fmt: skip
     return out

@@ -88,6 +88,11 @@ class CancelSignal:
                     flat.append(source)
         if len(flat) == 1:
             return flat[0]
+        for signal in signals:
+            if len(signal._sources) == len(flat):
+                # Already listens to every source (a wrapper's deadline fused with the
+                # caller's signal, fused again with the caller's): the same signal.
+                return signal
         fused = cls()
         fused._sources = tuple(flat)
         fused._deadline = min(source._deadline for source in flat)

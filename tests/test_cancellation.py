@@ -445,6 +445,25 @@ def test_cancel_signal_reason_and_fusion() -> None:
         fused.cancel()
 
 
+@pytest.mark.parametrize("fires", ["caller", "deadline"])
+async def test_fusing_a_signal_with_one_it_already_covers_gives_it_back(
+    fires: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """What the pipeline does with a wrapper's deadline: re-fusing the caller's signal builds nothing new."""
+    caller, deadline = CancelSignal(), CancelSignal.after(5, reason="too slow")
+    wrapped = CancelSignal.any(caller, deadline)
+    assert CancelSignal.any(caller, wrapped) is wrapped
+    assert CancelSignal.any(wrapped, deadline, caller) is wrapped
+    bigger = CancelSignal.any(caller, CancelSignal())
+    assert CancelSignal.any(wrapped, bigger).sources == (caller, deadline, bigger.sources[1])
+    if fires == "caller":
+        caller.cancel("stop")
+        assert wrapped.cancelled and wrapped.reason == "stop"
+    else:
+        await wrapped.wait()
+        assert trio.current_time() == pytest.approx(5) and wrapped.reason == "too slow"
+
+
 @pytest.mark.parametrize(
     ("value", "shown"), [("5", "'5'"), (None, "None"), (True, "True"), (float("nan"), "nan")], ids=str
 )
