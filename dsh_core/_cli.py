@@ -49,6 +49,7 @@ from ._errors import ConfigError, JsonSchemaError
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import thaw
 from ._jsoncodec import decode_json, dumps_text
+from ._logged_calls import logged_calls
 from ._plugins import PluginReport, discover_entry_points, load_plugins, unknown_hooks
 from ._registry import RUN_CODE_NAME
 from ._replay import SessionRecorder, replay
@@ -741,15 +742,13 @@ def replay_command(ctx: click.Context, file: Path) -> None:
     """
     from ._terminal_cards import render_replayed_call
 
-    try:
-        read = read_session_log(file)
-    except (OSError, SessionLogError) as exc:
-        raise _UsageProblem(f"cannot read session log {file}: {exc}") from exc
+    read = _read_log(file)
     host = _build_host(ctx, quiet=True)
     out = _stdout()
-    if read.torn is not None:
-        _stderr().print(f"warning: skipped a torn last line: {escape(str(read.torn))}")
-    calls = replay(read, host.runtime)
+    try:
+        calls = replay(read, host.runtime)
+    except SessionLogError as exc:
+        raise _UsageProblem(f"cannot read session log {file}: {exc}") from exc
     if not calls:
         out.print("(no tool calls in this session)")
     for call in calls:
@@ -779,15 +778,14 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
     status 1 when the call's result has no trace, 2 when the log has no such call.
     """
     read = _read_log(file)
-    call: Any = None
-    result: Any = None
-    for event in read.events:  # the latest call with this id, as replay does
-        if event.type == "tool/call" and event.data.get("callId") == call_id:
-            call, result = event.data, None
-        elif event.type == "tool/result" and event.data.get("callId") == call_id and call is not None:
-            result = event.data
-    if call is None:
+    try:
+        matching = [logged for logged in logged_calls(read.events) if logged.call_id == call_id]
+    except SessionLogError as exc:
+        raise _UsageProblem(f"cannot read session log {file}: {exc}") from exc
+    if not matching:
         raise _UsageProblem(f'no tool call "{call_id}" in {file}')
+    call = matching[-1]  # the latest call with this id, as replay does
+    result = call.result
     trace = None
     if result is not None and result.get("trace") is not None:
         try:
@@ -798,8 +796,8 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
     if as_json:
         data = {
             "callId": call_id,
-            "name": call.get("name"),
-            "agent": call.get("agent"),
+            "name": call.name,
+            "agent": call.agent,
             "isError": result.get("isError") if result is not None else None,
             "error": thaw(error),
             "trace": trace.to_json() if trace is not None else None,
@@ -807,14 +805,14 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
         click.echo(dumps_text(data, indent=2))
     else:
         out = _stdout()
-        agent = f" (agent {escape(str(call['agent']))})" if call.get("agent") else ""
+        agent = f" (agent {escape(call.agent)})" if call.agent else ""
         if result is None:
             outcome = "[yellow]no result recorded[/yellow]"
         elif result.get("isError"):
             outcome = f"[red]failed {escape(str((error or {}).get('code')))}[/red]: {escape(str((error or {}).get('message')))}"
         else:
             outcome = "[green]succeeded[/green]"
-        out.print(f"call {escape(call_id)}: {escape(str(call.get('name')))}{agent}: {outcome}", soft_wrap=True)
+        out.print(f"call {escape(call_id)}: {escape(call.name)}{agent}: {outcome}", soft_wrap=True)
         if trace is not None:
             table = Table(title="decision trace")
             table.add_column("#", justify="right", no_wrap=True)

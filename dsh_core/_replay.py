@@ -17,6 +17,7 @@ import attrs
 from ._content import ContentBlock
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import JsonValue, thaw
+from ._logged_calls import logged_calls
 from ._results import ToolExecutionResult, error_message
 from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_content
 from ._trace import trace_of
@@ -114,51 +115,29 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
     attached to their outer call as ``dispatches``.
     """
     events = log.events if isinstance(log, SessionLogRead) else tuple(log)
-    # A call id may recur (two sessions appended to one file): results and
-    # dispatches belong to the latest call with that id.
-    latest: dict[str, dict[str, Any]] = {}
-    entries: list[dict[str, Any]] = []
-    for event in events:
-        data = event.data
-        if event.type == "tool/call":
-            entry: dict[str, Any] = {"call_id": str(data["callId"]), "data": data, "result": None, "dispatches": []}
-            latest[entry["call_id"]] = entry
-            entries.append(entry)
-        elif event.type == "tool/result":
-            target = latest.get(str(data["callId"]))
-            if target is not None:
-                target["result"] = data
-        elif event.type == "tool/code-dispatch":
-            target = latest.get(str(data.get("parentCallId")))
-            if target is not None:
-                target["dispatches"].append(data)
     out: list[ReplayedCall] = []
-    for entry in entries:
-        call_id = entry["call_id"]
-        data = entry["data"]
-        name = str(data["name"])
-        arguments = data.get("arguments")
+    for call in logged_calls(events):
         durable: ToolResult | None = None
         view: ToolResultView | None = None
         error = None
-        if entry["result"] is not None:
-            logged = entry["result"]
+        if call.result is not None:
+            logged = call.result
             durable = ToolResult(
                 content=structure_content(logged["content"]), is_error=bool(logged["isError"]), meta=logged.get("meta")
             )
-            view = present_result(runtime, name, arguments, durable)
+            view = present_result(runtime, call.name, call.arguments, durable)
             error = logged.get("error")
         out.append(
             ReplayedCall(
-                call_id=call_id,
-                name=name,
-                arguments=arguments,
-                agent=data.get("agent"),
-                call_view=present_call(runtime, name, arguments),
+                call_id=call.call_id,
+                name=call.name,
+                arguments=call.arguments,
+                agent=call.agent,
+                call_view=present_call(runtime, call.name, call.arguments),
                 result=durable,
                 result_view=view,
                 error=error,
-                dispatches=tuple(entry["dispatches"]),
+                dispatches=call.dispatches,
             )
         )
     return out

@@ -258,6 +258,13 @@ def _str(value: object, what: str, *, optional: bool = False) -> None:
         raise TypeError(f"{what} must be a str{' or None' if optional else ''}, got {type(value).__name__}")
 
 
+def _id(value: object, what: str, *, optional: bool = False) -> None:
+    """A call id or agent id: what readers pair events by, so never empty."""
+    _str(value, what, optional=optional)
+    if value == "":
+        raise ValueError(f"{what} must not be empty")
+
+
 def _error_json(error: Mapping[str, str] | None, is_error: bool) -> dict[str, str] | None:
     if type(is_error) is not bool:
         raise TypeError(f"is_error must be a bool, got {type(is_error).__name__}")
@@ -393,9 +400,9 @@ class SessionLog:
 
     def append_call(self, call_id: str, name: str, arguments: object, *, agent: str | None = None) -> int:
         """Append ``tool/call``: the model asked for ``name`` with ``arguments``; returns its ``seq``."""
-        _str(call_id, "call_id")
+        _id(call_id, "call_id")
         _str(name, "name")
-        _str(agent, "agent", optional=True)
+        _id(agent, "agent", optional=True)
         data = {"callId": call_id, "name": name, "arguments": arguments, "agent": agent}
         return self._write("tool/call", snapshot_json(data))
 
@@ -418,7 +425,7 @@ class SessionLog:
         written). The canonical value is never logged: replay presents results
         from this projection alone.
         """
-        _str(call_id, "call_id")
+        _id(call_id, "call_id")
         data: dict[str, Any] = {
             "callId": call_id,
             "content": _content_json(content, "content"),
@@ -460,9 +467,9 @@ class SessionLog:
 
     @staticmethod
     def _dispatch_ids(root_call_id: str, parent_call_id: str, sub_call_id: str, name: str) -> dict[str, Any]:
-        _str(root_call_id, "root_call_id")
-        _str(parent_call_id, "parent_call_id")
-        _str(sub_call_id, "sub_call_id")
+        _id(root_call_id, "root_call_id")
+        _id(parent_call_id, "parent_call_id")
+        _id(sub_call_id, "sub_call_id")
         _str(name, "name")
         return {"rootCallId": root_call_id, "parentCallId": parent_call_id, "subCallId": sub_call_id, "name": name}
 

@@ -51,6 +51,7 @@ from ._content import ContentBlock
 from ._definition import ToolDefinition, ToolOutput, define_tool
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import JsonValue
+from ._logged_calls import logged_calls
 from ._registry import RUN_CODE_NAME, Disposer, check_definition
 from ._results import (
     ToolErrorInfo,
@@ -266,22 +267,6 @@ class SimulationRuntime(ToolRuntime):
         return Disposer(remove)
 
 
-def _recorded_calls(events: Iterable[SessionEvent]) -> list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
-    # As replay does: a result belongs to the latest call with its id.
-    latest: dict[str, list[Any]] = {}
-    entries: list[list[Any]] = []
-    for event in events:
-        if event.type == "tool/call":
-            entry = [event.data, None]
-            latest[str(event.data["callId"])] = entry
-            entries.append(entry)
-        elif event.type == "tool/result":
-            target = latest.get(str(event.data["callId"]))
-            if target is not None:
-                target[1] = event.data
-    return [(entry[0], entry[1]) for entry in entries]
-
-
 class _Scopes:
     """Recorded agent ids to scopes: a registered ``Agent`` with that id, else one fresh ``Agent`` per id."""
 
@@ -313,13 +298,13 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
         SessionLogError: a logged result's content or trace is malformed.
     """
     events = log.events if isinstance(log, SessionLogRead) else tuple(log)
-    recorded_calls = _recorded_calls(events)
+    recorded_calls = logged_calls(events)
     replayer = runtime._replayer if isinstance(runtime, SimulationRuntime) else _Replayer()
     scopes = _Scopes(runtime)
     disposers: list[Disposer] = []
     notes: dict[str, str] = {}
-    for call, _ in recorded_calls:
-        name = str(call["name"])
+    for call in recorded_calls:
+        name = call.name
         if name == RUN_CODE_NAME or name in notes or runtime.get(name) is not None:
             continue
         try:
@@ -332,9 +317,8 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
     runtime.plugins.register(replayer, name="dsh-simulate-replayer")
     out: list[SimulatedCall] = []
     try:
-        for call, result in recorded_calls:
-            call_id, name, agent = str(call["callId"]), str(call["name"]), call.get("agent")
-            agent_id = None if agent is None else str(agent)
+        for call in recorded_calls:
+            call_id, name, agent_id, result = call.call_id, call.name, call.agent, call.result
             try:
                 recorded = recorded_verdict(result)
             except ValueError as exc:
@@ -352,9 +336,9 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
                 request = ToolExecutionInput(
                     call_id=call_id,
                     name=name,
-                    arguments=call.get("arguments"),
+                    arguments=call.arguments,
                     signal=CancelSignal(),
-                    agent=scopes(agent),
+                    agent=scopes(agent_id),
                 )
                 simulated = simulated_verdict(await runtime.execute(request))
                 if simulated is None:

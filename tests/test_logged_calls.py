@@ -1,0 +1,102 @@
+"""Reading the calls of a session log: pairing results with calls, and refusing malformed call events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from dsh_core import SessionLog, SessionLogError, ToolRuntime, read_session_log, replay
+from dsh_core._cli import cli
+from dsh_core._logged_calls import logged_calls
+from dsh_core._simulate import simulate
+from dsh_core.testing import json_tool, make_runtime
+
+TEXT = [{"type": "text", "text": "ok"}]
+
+
+def write(path: Path, *events: tuple[str, dict[str, Any]]) -> Path:
+    """A log written line by line, bypassing SessionLog's own checks (what a foreign or edited file holds)."""
+    lines = [json.dumps({"seq": seq, "type": kind, "data": data}) for seq, (kind, data) in enumerate(events, 1)]
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def call(call_id: object = "c1", name: object = "echo", agent: object = None) -> tuple[str, dict[str, Any]]:
+    return "tool/call", {"callId": call_id, "name": name, "arguments": {}, "agent": agent}
+
+
+def result(call_id: object = "c1", text: str = "ok") -> tuple[str, dict[str, Any]]:
+    content = [{"type": "text", "text": text}]
+    return "tool/result", {"callId": call_id, "content": content, "isError": False, "error": None, "meta": None}
+
+
+def test_a_result_belongs_to_the_latest_call_with_its_id(tmp_path: Path) -> None:
+    """Two sessions appended to one file reuse call ids: each result settles the call just before it."""
+    log = write(
+        tmp_path / "log.jsonl",
+        call("c1"), result("c1", "first"), call("c2"), call("c1"), result("c1", "second"), result("zz"),
+        ("tool/code-dispatch", {"parentCallId": "c2", "subCallId": "c2:code:1"}),
+    )  # fmt: skip
+    calls = logged_calls(read_session_log(log).events)
+    assert [(c.seq, c.call_id) for c in calls] == [(1, "c1"), (3, "c2"), (4, "c1")]
+    assert [c.result["content"][0]["text"] if c.result else None for c in calls] == ["first", None, "second"]
+    assert [len(c.dispatches) for c in calls] == [0, 1, 0]
+
+
+MALFORMED = pytest.mark.parametrize(
+    ("event", "problem"),
+    [
+        (call(call_id=""), "seq 1: malformed tool/call event: callId must be a non-empty str, got ''"),
+        (call(call_id=7), "seq 1: malformed tool/call event: callId must be a non-empty str, got 7"),
+        (call(name=5), "seq 1: malformed tool/call event: name must be a str, got 5"),
+        (call(agent=""), "seq 1: malformed tool/call event: agent must be null or a non-empty str, got ''"),
+        (result(call_id=None), "seq 1: malformed tool/result event: callId must be a non-empty str, got None"),
+    ],
+    ids=["empty-call-id", "int-call-id", "int-name", "empty-agent", "result-without-call-id"],
+)
+
+
+@MALFORMED
+async def test_malformed_call_events_are_refused_by_every_reader(
+    tmp_path: Path, event: tuple[str, dict[str, Any]], problem: str
+) -> None:
+    """Replay, simulate and explain used to coerce these with str() (or crash building the input)."""
+    log = write(tmp_path / "log.jsonl", event, result())
+    events = read_session_log(log).events
+    for reader in (lambda: logged_calls(events), lambda: replay(events, ToolRuntime())):
+        with pytest.raises(SessionLogError) as raised:
+            reader()
+        assert str(raised.value) == problem
+    with pytest.raises(SessionLogError) as raised:
+        await simulate(events, make_runtime(json_tool("echo")))
+    assert str(raised.value) == problem
+
+
+@MALFORMED
+def test_the_cli_reports_a_malformed_call_event_as_a_usage_problem(
+    tmp_path: Path, event: tuple[str, dict[str, Any]], problem: str
+) -> None:
+    log = write(tmp_path / "log.jsonl", event, result())
+    runner = CliRunner()
+    for command in (["replay", str(log)], ["simulate", str(log)], ["explain", str(log), "c1"]):
+        outcome = runner.invoke(cli, ["--no-plugins", *command])
+        assert outcome.exit_code == 2, (command, outcome.output)
+        assert problem in outcome.output
+        assert outcome.exception is None or isinstance(outcome.exception, SystemExit)
+
+
+def test_the_writer_refuses_ids_a_reader_could_not_pair(tmp_path: Path) -> None:
+    with SessionLog(tmp_path / "log.jsonl") as log:
+        with pytest.raises(ValueError, match="call_id must not be empty"):
+            log.append_call("", "echo", {})
+        with pytest.raises(ValueError, match="agent must not be empty"):
+            log.append_call("c1", "echo", {}, agent="")
+        with pytest.raises(ValueError, match="call_id must not be empty"):
+            log.append_result("", content=(), is_error=False)
+        with pytest.raises(ValueError, match="sub_call_id must not be empty"):
+            log.append_dispatch_start("c1", "c1", "", "echo", {})
+        assert log.append_call("c1", "", {}) == 1  # a name is the model's: an empty one is still recorded
