@@ -178,7 +178,7 @@ async def _run_group(
                 if uncommitted == 0 and not isinstance(kind, ResourceClaim) and _pipeline.settles_inline(runtime, request):
                     # Nothing before it is in flight (every such call is uncommitted) and it cannot
                     # suspend once its policy is decided: the steps below would run back to back.
-                    results[index] = await runtime.execute(request)
+                    results[index] = await _pipeline.execute(runtime, request)
                     index += 1
                     continue
                 slot = object()

@@ -64,7 +64,12 @@ class CancelSignal:
     @classmethod
     def after(cls, seconds: float, *, reason: object = None) -> CancelSignal:
         """A signal that fires ``seconds`` from now on trio's clock, with ``reason``."""
-        return cls.at(trio.current_time() + _time("after", "seconds", seconds), reason=reason)
+        seconds = _time("after", "seconds", seconds)
+        try:
+            deadline = trio.current_time() + seconds
+        except OverflowError:  # an int beyond float range: as good as infinitely far
+            deadline = math.inf if seconds > 0 else -math.inf
+        return cls.at(deadline, reason=reason)
 
     @classmethod
     def at(cls, deadline: float, *, reason: object = None) -> CancelSignal:

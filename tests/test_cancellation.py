@@ -481,6 +481,8 @@ async def test_deadlines_of_any_size_are_taken(autojump_clock: trio.testing.Mock
     assert not CancelSignal.at(10**400).cancelled
     assert CancelSignal.at(-math.inf).cancelled
     assert not CancelSignal.after(math.inf).cancelled
+    assert not CancelSignal.after(10**400).cancelled
+    assert CancelSignal.after(-(10**400)).cancelled
 
 
 async def test_cancel_signal_wait_and_deadline(autojump_clock: trio.testing.MockClock) -> None:
