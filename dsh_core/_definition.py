@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
+from ._checks import instance_of
 from ._content import ContentBlock, TextBlock, text_block
 from ._errors import NonJsonValueError
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json
@@ -181,7 +182,7 @@ class ToolDefinition:
     present_call: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
     present_result: Callable[[Any, Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
     resource_keys: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
-    inline: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    inline: bool = attrs.field(default=False, validator=instance_of(bool))
     schema: ToolSchema = attrs.field(init=False)
     # The compiled checks, built on the first call (compiling costs ~1 ms per schema,
     # so registering many tools stays cheap); see contract_of.

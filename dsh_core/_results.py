@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
+from ._checks import instance_of
 from ._content import ContentBlock, UserMessage, as_content, text_block
 from ._errors import DshError, ErrorCode
 from ._json import JsonValue, snapshot_json
@@ -53,10 +54,10 @@ class ToolErrorInfo:
     failure, when a listener did.
     """
 
-    name: str = attrs.field(validator=attrs.validators.instance_of(str))
-    code: str = attrs.field(validator=attrs.validators.instance_of(str))
+    name: str = attrs.field(validator=instance_of(str))
+    code: str = attrs.field(validator=instance_of(str))
     plugin: str | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+        default=None, validator=instance_of(str, optional=True)
     )
 
 
@@ -64,9 +65,9 @@ class ToolErrorInfo:
 class ToolFailure:
     """Why a call failed: the message (without the ``Error: `` prefix) and its info."""
 
-    message: str = attrs.field(validator=attrs.validators.instance_of(str))
+    message: str = attrs.field(validator=instance_of(str))
     info: ToolErrorInfo | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(ToolErrorInfo))
+        default=None, validator=instance_of(ToolErrorInfo, optional=True)
     )
 
 
@@ -85,7 +86,7 @@ class ToolExecutionSuccess:
     content: tuple[ContentBlock, ...] = attrs.field(converter=_content)
     meta: JsonValue = attrs.field(default=None, converter=snapshot_json)
     additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)
-    concludes_turn: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    concludes_turn: bool = attrs.field(default=False, validator=instance_of(bool))
     trace: DecisionTrace | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
@@ -101,7 +102,7 @@ class ToolExecutionSuccess:
 class ToolExecutionFailure:
     """A failed call; it never carries a value and never concludes the turn."""
 
-    error: ToolFailure = attrs.field(validator=attrs.validators.instance_of(ToolFailure))
+    error: ToolFailure = attrs.field(validator=instance_of(ToolFailure))
     content: tuple[ContentBlock, ...] = attrs.field(converter=_content)
     meta: JsonValue = attrs.field(default=None, converter=snapshot_json)
     additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)

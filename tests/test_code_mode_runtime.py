@@ -643,3 +643,12 @@ async def test_a_reply_larger_than_the_pipe_buffer_arrives_whole() -> None:
     result = await RUNTIME.run("text = await tools.big({})\nreturn [len(text), text[-3:]]", {"big": big})
     assert result.error is None, result.error
     assert result.value == (300_003, "end")
+
+
+def test_a_code_run_error_kind_must_be_one_of_the_documented_kinds() -> None:
+    with pytest.raises(ValueError) as raised:
+        CodeRunError(kind="crash", message="m")  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "CodeRunError.kind must be one of 'abort', 'exception', 'invalid-output', 'output-limit', 'protocol', "
+        "'timeout', 'worker-exit', got 'crash'"
+    )

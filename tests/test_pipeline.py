@@ -1181,3 +1181,26 @@ async def test_the_models_part_of_the_input_fails_the_call_not_the_host() -> Non
             ToolExecutionInput(call_id="c1", name=name, arguments=arguments, signal=CancelSignal())
         )
         assert result.is_error and result.code == code
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: ToolErrorInfo(name=1, code="X"), TypeError, "ToolErrorInfo.name must be a str, got int"),
+        (lambda: ToolErrorInfo(name="E", code="X", plugin=3), TypeError,
+         "ToolErrorInfo.plugin must be a str or None, got int"),
+        (lambda: ToolFailure("m", info={}), TypeError, "ToolFailure.info must be a ToolErrorInfo or None, got dict"),
+        (lambda: ToolExecutionSuccess(1, [], concludes_turn=1), TypeError,
+         "ToolExecutionSuccess.concludes_turn must be a bool, got int"),
+        (lambda: ToolExecutionFailure(error="boom", content=[]), TypeError,
+         "ToolExecutionFailure.error must be a ToolFailure, got str"),
+    ],
+    ids=["info-name", "info-plugin", "failure-info", "success-concludes", "failure-error"],
+)  # fmt: skip
+def test_result_classes_name_the_field_a_wrong_value_was_given_for(
+    build: Callable[[], object], error: type[Exception], message: str
+) -> None:
+    """The messages say which field and what it got (attrs' own are a tuple of the message and its context)."""
+    with pytest.raises(error) as raised:
+        build()
+    assert str(raised.value) == message

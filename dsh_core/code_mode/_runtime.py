@@ -64,6 +64,7 @@ from typing import Any, ClassVar, Final, Literal, Protocol, TypeAlias
 import attrs
 import trio
 
+from .._checks import instance_of, one_of
 from .._errors import NonJsonValueError
 from .._json import JsonValue, snapshot_json
 from .._jsoncodec import decode_json, encode_json
@@ -120,8 +121,8 @@ class CodeRunError:
     byte cap; ``protocol``: the process sent something that is not a frame.
     """
 
-    kind: CodeRunErrorKind = attrs.field(validator=attrs.validators.in_(_KINDS))
-    message: str = attrs.field(validator=attrs.validators.instance_of(str))
+    kind: CodeRunErrorKind = attrs.field(validator=one_of(_KINDS))
+    message: str = attrs.field(validator=instance_of(str))
 
 
 def _to_logs(logs: Iterable[str]) -> tuple[str, ...]:

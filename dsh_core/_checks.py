@@ -1,0 +1,42 @@
+"""attrs validators whose messages read like the rest of the package's.
+
+``attrs.validators.instance_of`` raises a ``TypeError`` whose ``str()`` is a
+tuple of the message, the attribute, the type and the value; these say
+``ToolErrorInfo.name must be a str, got int`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+import attrs
+
+from ._json import safe_repr
+
+__all__ = ["instance_of", "one_of"]
+
+Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
+
+
+def instance_of(kind: type, *, optional: bool = False) -> Validator:
+    """The field must be an instance of ``kind`` (or ``None`` when ``optional``)."""
+    expected = f"a {kind.__name__}" + (" or None" if optional else "")
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if (value is None and optional) or isinstance(value, kind):
+            return
+        raise TypeError(f"{type(instance).__name__}.{attribute.name} must be {expected}, got {type(value).__name__}")
+
+    return check
+
+
+def one_of(values: Collection[object]) -> Validator:
+    """The field must equal one of ``values`` (listed sorted, so a set's message is stable)."""
+    listed = ", ".join(sorted(repr(value) for value in values))
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value not in values:
+            raise ValueError(f"{type(instance).__name__}.{attribute.name} must be one of {listed}, got {safe_repr(value)}")
+
+    return check
