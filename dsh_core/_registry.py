@@ -18,6 +18,7 @@ import attrs
 from ._definition import ToolDefinition, ToolSchema
 from ._errors import JsonSchemaError, RegistrationError
 from ._execution import ScopeKey, ToolExecution, scope_chain
+from ._json import safe_repr
 from ._schema._subset import assert_object_json_schema, assert_supported_json_schema
 
 __all__ = ["RUN_CODE_NAME", "Disposer", "PresentationMode", "ToolGuard", "ToolRestriction"]
@@ -35,8 +36,9 @@ def _names(value: object) -> frozenset[str] | None:
         raise TypeError(f"a restriction filter must be a list of tool names, got {type(value).__name__}")
     names = tuple(value)
     for name in names:
-        if type(name) is not str:
-            raise TypeError(f"a restriction filter lists tool names (str), got {name!r}")
+        if type(name) is not str or not name:
+            # No tool can be named "": an empty entry is a mistake (a split of an empty setting, say).
+            raise TypeError(f"a restriction filter lists tool names (non-empty str), got {safe_repr(name)}")
     return frozenset(names)
 
 

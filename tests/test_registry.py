@@ -123,6 +123,22 @@ def test_restrict_rejects_empty_filter() -> None:
         runtime.restrict(ToolRestriction(), Agent("a"))
 
 
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        ("a", "a restriction filter must be a list of tool names, got str"),
+        (["a", 1], "a restriction filter lists tool names (non-empty str), got 1"),
+        (["a", ""], "a restriction filter lists tool names (non-empty str), got ''"),
+    ],
+    ids=["a-str", "an-int-entry", "an-empty-entry"],
+)
+def test_restriction_filters_list_tool_names(names: object, message: str) -> None:
+    for field in ("allow", "deny"):
+        with pytest.raises(TypeError) as raised:
+            ToolRestriction(**{field: names})  # type: ignore[arg-type]
+        assert str(raised.value) == message
+
+
 def test_restrict_rejects_run_code() -> None:
     runtime = ToolRuntime()
     with pytest.raises(RegistrationError, match='reserved Code Mode transport "run_code"'):
