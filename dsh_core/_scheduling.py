@@ -63,6 +63,9 @@ async def run_tool_calls(
     if type(max_parallel) is not int or max_parallel < 1:
         raise ValueError(f"max_parallel must be a positive integer, got {max_parallel!r}")
     calls = list(inputs)
+    for position, call in enumerate(calls):
+        if not isinstance(call, ToolExecutionInput):
+            raise TypeError(f"run_tool_calls() takes ToolExecutionInput items; item {position} is a {type(call).__name__}")
     results: list[ToolExecutionResult | None] = [None] * len(calls)
     index = 0
     while index < len(calls):

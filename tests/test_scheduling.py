@@ -137,6 +137,19 @@ async def test_max_parallel_must_be_positive_integer(bad: Any) -> None:
         await run_tool_calls(make_runtime(), [], max_parallel=bad)
 
 
+async def test_items_that_are_not_inputs_are_refused_before_any_call_runs() -> None:
+    runs: list[str] = []
+
+    async def body(args: Any) -> None:
+        runs.append("ran")
+
+    runtime = make_runtime(json_tool("t", body))
+    with pytest.raises(TypeError) as raised:
+        await run_tool_calls(runtime, [make_input("t"), {"call_id": "c2", "name": "t"}])  # type: ignore[list-item]
+    assert str(raised.value) == "run_tool_calls() takes ToolExecutionInput items; item 1 is a dict"
+    assert runs == []
+
+
 async def test_empty_batch() -> None:
     assert await run_tool_calls(make_runtime(), []) == []
 
