@@ -37,7 +37,9 @@ import cattrs.cols
 import cattrs.gen
 from cattrs.errors import ForbiddenExtraKeysError
 
+from ._checks import instance_of, one_of
 from ._errors import ConfigError
+from ._json import safe_repr
 
 __all__ = ["DshConfig", "load_config", "structure_table"]
 
@@ -312,6 +314,18 @@ def _reorder(line: str, where: str) -> str:
 # -- the host configuration -------------------------------------------------------------
 
 
+_MODES = ("native", "code", "both")
+
+
+def _plugin_names(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise TypeError(f"DshConfig.disabled_plugins must be a list of plugin names, got {type(value).__name__}")
+    for name in value:
+        if type(name) is not str or not name:
+            raise TypeError(f"DshConfig.disabled_plugins lists plugin names (non-empty str), got {safe_repr(name)}")
+    return tuple(value)
+
+
 def _plain_tables(value: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
     return types.MappingProxyType({name: types.MappingProxyType(dict(table)) for name, table in value.items()})
 
@@ -326,11 +340,11 @@ class DshConfig:
     (:func:`structure_table`). The mapping itself is read-only.
     """
 
-    mode: Literal["native", "code", "both"] = "native"
-    disabled_plugins: tuple[str, ...] = ()
-    strict_capabilities: bool = False
+    mode: Literal["native", "code", "both"] = attrs.field(default="native", validator=one_of(_MODES))
+    disabled_plugins: tuple[str, ...] = attrs.field(default=(), converter=_plugin_names)
+    strict_capabilities: bool = attrs.field(default=False, validator=instance_of(bool))
     plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_plain_tables, hash=False)
-    session_log: str | None = None
+    session_log: str | None = attrs.field(default=None, validator=instance_of(str, optional=True))
 
     def plugin_config(self, name: str) -> dict[str, Any]:
         """A fresh, deep plain-``dict`` copy of ``[plugins.<name>]`` (``{}`` when absent)."""
@@ -408,10 +422,13 @@ def _parse(file: Path, table: object, *, where: str) -> DshConfig:
     session_log = raw.session_log
     if session_log is not None:
         session_log = str(file.parent / session_log)
-    return DshConfig(
-        mode=raw.mode,
-        disabled_plugins=raw.disabled_plugins,
-        strict_capabilities=raw.strict_capabilities,
-        plugins=raw.plugins,
-        session_log=session_log,
-    )
+    try:
+        return DshConfig(
+            mode=raw.mode,
+            disabled_plugins=raw.disabled_plugins,
+            strict_capabilities=raw.strict_capabilities,
+            plugins=raw.plugins,
+            session_log=session_log,
+        )
+    except (TypeError, ValueError) as exc:  # what the file's types allow but the settings do not
+        raise ConfigError([f"{file}: {exc}"]) from exc

@@ -494,8 +494,20 @@ def load_plugins(
     documentation). Only ``KeyboardInterrupt`` propagates, after the plugin
     being loaded has been rolled back.
     """
-    loader = _Loader(runtime, config if config is not None else DshConfig())
+    from ._runtime import ToolRuntime
+
+    if not isinstance(runtime, ToolRuntime):
+        raise TypeError(f"load_plugins() takes a ToolRuntime, got {type(runtime).__name__}")
+    if config is not None and not isinstance(config, DshConfig):
+        raise TypeError(f"config must be a DshConfig (see load_config) or None, got {type(config).__name__}")
+    if type(group) is not str or not group:
+        raise TypeError(f"group must be a non-empty entry-point group name, got {group!r}")
     points = discover_entry_points(group) if entry_points is None else list(entry_points)
+    for position, point in enumerate(points):
+        if not isinstance(point, importlib.metadata.EntryPoint):
+            raise TypeError(f"entry_points holds importlib.metadata.EntryPoint items, got {type(point).__name__} "
+                            f"at position {position}")  # fmt: skip
+    loader = _Loader(runtime, config if config is not None else DshConfig())
     seen: dict[str, importlib.metadata.EntryPoint] = {}
     for ep in points:
         loader.load(ep, seen)

@@ -65,7 +65,7 @@ async def run_tool_calls(
     calls = list(inputs)
     for position, call in enumerate(calls):
         if not isinstance(call, ToolExecutionInput):
-            raise TypeError(f"run_tool_calls() takes ToolExecutionInput items; item {position} is a {type(call).__name__}")
+            raise TypeError(f"run_tool_calls() takes ToolExecutionInput items, got {type(call).__name__} at position {position}")
     results: list[ToolExecutionResult | None] = [None] * len(calls)
     index = 0
     while index < len(calls):

@@ -201,6 +201,27 @@ def test_config_is_hashable_and_frozen() -> None:
         config.mode = "native"  # type: ignore[misc]
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"mode": "fast"}, "DshConfig.mode must be one of 'both', 'code', 'native', got 'fast'"),
+        ({"disabled_plugins": "timeout"}, "DshConfig.disabled_plugins must be a list of plugin names, got str"),
+        ({"disabled_plugins": ["timeout", 3]}, "DshConfig.disabled_plugins lists plugin names (non-empty str), got 3"),
+        ({"strict_capabilities": "yes"}, "DshConfig.strict_capabilities must be a bool, got str"),
+        ({"session_log": Path("log.jsonl")}, "DshConfig.session_log must be a str or None, got PosixPath"),
+    ],
+    ids=["mode", "names-as-str", "a-non-name", "strict", "session-log"],
+)
+def test_a_host_building_settings_gets_the_same_checks_as_a_file(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises((TypeError, ValueError)) as raised:
+        DshConfig(**settings)
+    assert str(raised.value) == message
+
+
+def test_disabled_plugins_may_be_given_as_a_list() -> None:
+    assert DshConfig(disabled_plugins=["timeout"]).disabled_plugins == ("timeout",)
+
+
 # -- load_config -------------------------------------------------------------------
 
 FULL = """
@@ -290,6 +311,15 @@ def test_bad_settings_are_all_reported_with_the_file(tmp_path: Path) -> None:
         prefix + "plugins: expected a table, got 3",
         prefix + 'unknown key "colour" (allowed: mode, disabled_plugins, strict_capabilities, plugins, session_log)',
     }
+
+
+def test_an_empty_disabled_plugin_name_is_reported_with_the_file(tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('disabled_plugins = ["timeout", ""]\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    assert info.value.violations == (
+        f"{tmp_path / 'dsh.toml'}: DshConfig.disabled_plugins lists plugin names (non-empty str), got ''",
+    )
 
 
 def test_pyproject_paths_are_qualified_with_tool_dsh(tmp_path: Path) -> None:

@@ -715,3 +715,21 @@ async def test_a_host_registering_a_misspelt_policy_is_refused_not_silently_igno
     runtime.plugins.check_pending()  # nothing of it is left behind
     runtime.plugins.register(_FutureHooks(), name="future")  # optionalhook: allowed
     assert not (await runtime.execute(make_input("echo", {}))).is_error
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: load_plugins(None), "load_plugins() takes a ToolRuntime, got NoneType"),  # type: ignore[arg-type]
+        (lambda: load_plugins(ToolRuntime(), "", None), "group must be a non-empty entry-point group name, got ''"),
+        (lambda: load_plugins(ToolRuntime(), config={}),  # type: ignore[arg-type]
+         "config must be a DshConfig (see load_config) or None, got dict"),
+        (lambda: load_plugins(ToolRuntime(), entry_points=["pkg.module"]),  # type: ignore[list-item]
+         "entry_points holds importlib.metadata.EntryPoint items, got str at position 0"),
+    ],
+    ids=["runtime", "group", "config", "entry-points"],
+)  # fmt: skip
+def test_load_plugins_refuses_arguments_of_the_wrong_kind(call: Any, message: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        call()
+    assert str(raised.value) == message

@@ -146,7 +146,7 @@ async def test_items_that_are_not_inputs_are_refused_before_any_call_runs() -> N
     runtime = make_runtime(json_tool("t", body))
     with pytest.raises(TypeError) as raised:
         await run_tool_calls(runtime, [make_input("t"), {"call_id": "c2", "name": "t"}])  # type: ignore[list-item]
-    assert str(raised.value) == "run_tool_calls() takes ToolExecutionInput items; item 1 is a dict"
+    assert str(raised.value) == "run_tool_calls() takes ToolExecutionInput items, got dict at position 1"
     assert runs == []
 
 
