@@ -300,7 +300,10 @@ class Registry:
     # -- resolution ------------------------------------------------------------
 
     def view(self, scope: ScopeKey | None) -> _View:
-        view = self._views.get(scope)
+        try:
+            view = self._views.get(scope)
+        except TypeError:
+            raise TypeError(f"a scope must be None, an Agent or a hashable key, got {type(scope).__name__}") from None
         if view is None:
             view = self._views[scope] = self._resolve(scope)
         return view

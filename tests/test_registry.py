@@ -18,7 +18,7 @@ from dsh_core import (
     define_tool,
     hookimpl,
 )
-from dsh_core.testing import Recorder, json_tool, make_input
+from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
 
 
 def raw_tool(name: str, **overrides: object) -> ToolDefinition:
@@ -136,6 +136,16 @@ def test_restriction_filters_list_tool_names(names: object, message: str) -> Non
     for field in ("allow", "deny"):
         with pytest.raises(TypeError) as raised:
             ToolRestriction(**{field: names})  # type: ignore[arg-type]
+        assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("scope", [["worker"], {"id": "worker"}], ids=["list", "dict"])
+async def test_an_unhashable_scope_is_named_as_such(scope: object) -> None:
+    runtime = make_runtime(json_tool("echo"))
+    message = f"a scope must be None, an Agent or a hashable key, got {type(scope).__name__}"
+    for lookup in (runtime.schemas, runtime.names, lambda s: runtime.get("echo", s)):
+        with pytest.raises(TypeError) as raised:
+            lookup(scope)
         assert str(raised.value) == message
 
 
