@@ -245,7 +245,7 @@ def contract_of(definition: ToolDefinition) -> ToolContract:
     return contract
 
 
-def _is_async_callable(fn: Callable[..., Any]) -> bool:
+def is_async_callable(fn: Callable[..., Any]) -> bool:
     if inspect.iscoroutinefunction(fn):
         return True
     call = getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
@@ -342,7 +342,7 @@ def define_tool(
     def typed(args: Any) -> Any:
         return structure_args(params_class, args) if params_class is not None else args
 
-    body_is_async = _is_async_callable(execute)
+    body_is_async = is_async_callable(execute)
     # An async body that awaits nothing cannot suspend either: awaiting it inline is safe.
     inline = not body_is_async or not can_suspend(execute)
 

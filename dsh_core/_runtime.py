@@ -10,7 +10,7 @@ import attrs
 import pluggy
 
 from . import _pipeline, hookspecs
-from ._definition import ToolDefinition, ToolSchema
+from ._definition import ToolDefinition, ToolSchema, is_async_callable
 from ._execution import (
     EXCLUSIVE,
     PARALLEL,
@@ -175,6 +175,14 @@ class ToolRuntime:
         a call's guards run (by an earlier guard, say) is consulted for that call
         too, and one removed before its turn is not.
         """
+        if callable(guard) and is_async_callable(guard):
+            # Checked before any wrapping hides it: its coroutine would be taken for the
+            # reason and fail every call, never awaited.
+            label = getattr(guard, "__qualname__", None) or type(guard).__qualname__
+            raise TypeError(
+                f"guard() takes a plain function returning None or a reason; {label} is async "
+                "(a check that must await belongs in a dsh_pre_execute listener)"
+            )
         for recorder in reversed(self._recorders):
             guard = recorder.wrap_guard(guard)
         return self._recorded(self._registry.guard(guard, scope))

@@ -251,6 +251,28 @@ def dsh_setup(runtime, config):
     assert refused.code == "POLICY_ERROR" and 'plugin p may not deny calls of tool "theirs"' in refused.error.message
 
 
+def test_an_async_guard_is_refused_before_strict_mode_wraps_it(loader: Loader) -> None:
+    """The strict-mode wrapper is a plain function: the check must see the guard as the plugin gave it."""
+    source = (
+        HEADER
+        + """
+DSH_CAPABILITIES = {"affects": ["mine"]}
+
+async def deny_everything(execution):
+    return "denied by the guard"
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.guard(deny_everything)
+"""
+    )
+    runtime, report = loader.load({"p": source}, strict=True, runtime=tools_host(ToolRuntime(), "mine"))
+    (failed,) = report.failed
+    assert (failed.name, failed.stage) == ("p", "setup")
+    assert "deny_everything is async" in failed.error
+    assert runtime._registry.view(None).guards == ()
+
+
 async def test_a_plugin_without_a_manifest_decides_nothing_in_strict_mode(loader: Loader) -> None:
     source = HEADER + "\n@hookimpl\nasync def dsh_pre_execute(execution, next):\n    return Deny('no')\n"
     runtime, _ = loader.load({"plain": source}, strict=True, runtime=tools_host(ToolRuntime(), "t"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import attrs
 import pytest
@@ -147,6 +148,28 @@ async def test_an_unhashable_scope_is_named_as_such(scope: object) -> None:
         with pytest.raises(TypeError) as raised:
             lookup(scope)
         assert str(raised.value) == message
+
+
+class _AsyncCheck:
+    async def __call__(self, execution: Any) -> str | None:
+        return "no"
+
+
+async def _async_guard(execution: Any) -> str | None:
+    return "no"
+
+
+@pytest.mark.parametrize(("guard", "label"), [(_async_guard, "_async_guard"), (_AsyncCheck(), "_AsyncCheck")])
+def test_an_async_guard_is_refused_when_registered(guard: Any, label: str) -> None:
+    """Its coroutine would be read as the reason (never awaited) and fail every call."""
+    runtime = make_runtime(json_tool("echo"))
+    with pytest.raises(TypeError) as raised:
+        runtime.guard(guard)
+    assert str(raised.value) == (
+        f"guard() takes a plain function returning None or a reason; {label} is async "
+        "(a check that must await belongs in a dsh_pre_execute listener)"
+    )
+    assert runtime._registry.view(None).guards == ()
 
 
 def test_restrict_rejects_run_code() -> None:
