@@ -37,7 +37,6 @@ import attrs
 import click
 import trio
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
@@ -58,6 +57,8 @@ from ._runtime import ApprovalService, ToolRuntime
 from ._scheduling import run_tool_calls
 from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log
 from ._signal import CancelSignal
+from ._terminal_text import markup_text as escape
+from ._terminal_text import printable
 from ._trace import DecisionTrace
 from .hookspecs import hookimpl
 
@@ -92,6 +93,10 @@ class _Host:
     runtime: ToolRuntime
     report: PluginReport
     config: DshConfig
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 def _stderr() -> Console:
@@ -442,11 +447,17 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
         result = trio.run(host.runtime.execute, request)
     text = _render(result.content)
     if text:
-        click.echo(text)
+        # On a terminal the tool's text must not drive it; into a pipe it goes exactly as it
+        # is (color=True: click would otherwise strip what looks like ANSI styling).
+        if _stdout_is_terminal():
+            click.echo(printable(text))
+        else:
+            click.echo(text, color=True)
     if result.is_error:
         error = _error_json(result) or {}
-        where = f" (plugin {error['plugin']})" if error.get("plugin") else ""
-        click.echo(f"error: {error.get('code') or 'unknown'}{where}", err=True)
+        plugin = error.get("plugin")
+        where = f" (plugin {printable(plugin)})" if plugin else ""
+        click.echo(f"error: {printable(error.get('code') or 'unknown')}{where}", err=True)
         ctx.exit(1)
 
 
@@ -823,7 +834,7 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
                 style = "red" if step.outcome.startswith(("deny", "block", "error", "fail")) else ""
                 style = style or ("yellow" if step.outcome.startswith("ask") else "")
                 text = f"[{style}]{escape(step.outcome)}[/{style}]" if style else escape(step.outcome)
-                table.add_row(str(number), step.stage, escape(step.actor), text)
+                table.add_row(str(number), escape(step.stage), escape(step.actor), text)
             out.print(table)
     if trace is None:
         _stderr().print(

@@ -13,7 +13,6 @@ import json
 from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
-from rich.markup import escape
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
@@ -22,6 +21,8 @@ from rich.text import Text
 from ._content import ContentBlock, TextBlock
 from ._json import thaw
 from ._replay import ReplayedCall
+from ._terminal_text import markup_text as escape
+from ._terminal_text import printable
 from .presentation import (
     DiffCallView,
     DiffResultView,
@@ -37,6 +38,11 @@ from .presentation import (
 )
 
 __all__ = ["render_replayed_call"]
+
+
+def _text(value: str, style: str = "") -> Text:
+    # Everything shown here comes from a log: a tool's output, a model's arguments.
+    return Text(printable(value), style=style)
 
 
 def _content_text(content: Sequence[ContentBlock] | None) -> str:
@@ -59,21 +65,21 @@ def _diff(diffs: Sequence[FileDiff]) -> RenderableType:
         source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
         for line in difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{diff.path}"):
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
-            lines.append(line if line.endswith("\n") else line + "\n", style=style)
+            lines.append(printable(line if line.endswith("\n") else line + "\n"), style=style)
     return lines
 
 
 def _call_card(view: ToolCallView) -> tuple[str, RenderableType | None]:
     if isinstance(view, TerminalCallView):
-        body = Text(f"$ {view.title}", style="bold")
+        body = _text(f"$ {view.title}", style="bold")
         if view.cwd:
-            body.append(f"\n(in {view.cwd})", style="dim")
+            body.append(printable(f"\n(in {view.cwd})"), style="dim")
         return (view.description or "shell"), body
     if isinstance(view, DiffCallView):
         return view.title, _diff(view.diffs)
     assert isinstance(view, GenericCallView)
     detail = _content_text(view.content) or (_raw_input(view.raw_input) if view.raw_input is not None else "")
-    return view.title, Text(detail) if detail else None
+    return view.title, _text(detail) if detail else None
 
 
 def _result_card(call: ReplayedCall) -> RenderableType:
@@ -82,44 +88,44 @@ def _result_card(call: ReplayedCall) -> RenderableType:
     assert result is not None
     if isinstance(view, TerminalResultView):
         if view.exit_code is not None:
-            pill = Text(f" exit {view.exit_code} ", style="white on green" if view.exit_code == 0 else "white on red")
+            pill = _text(f" exit {view.exit_code} ", style="white on green" if view.exit_code == 0 else "white on red")
         elif view.signal is not None:
-            pill = Text(f" {view.signal} ", style="white on red")
+            pill = _text(f" {view.signal} ", style="white on red")
         else:
-            pill = Text(" running ", style="black on yellow")
-        return Group(pill, Text(view.output or ""))
+            pill = _text(" running ", style="black on yellow")
+        return Group(pill, _text(view.output or ""))
     if isinstance(view, DiffResultView):
         return _diff(view.diffs)
     if isinstance(view, ReadResultView):
         code = "\n".join(line.text for line in view.lines)
-        header = Text(f"{view.path}  lines {view.offset}-{view.offset + max(len(view.lines) - 1, 0)} of {view.total_lines}")
+        header = _text(f"{view.path}  lines {view.offset}-{view.offset + max(len(view.lines) - 1, 0)} of {view.total_lines}")
         if not view.lines:
-            return Group(header, Text("(no lines in this window)", style="dim"))
-        syntax = Syntax(code, view.lang or "text", line_numbers=True, start_line=view.lines[0].number, word_wrap=True)
+            return Group(header, _text("(no lines in this window)", style="dim"))
+        syntax = Syntax(printable(code), view.lang or "text", line_numbers=True, start_line=view.lines[0].number, word_wrap=True)
         return Group(header, syntax)
     if isinstance(view, SearchResultView):
         table = Table(show_header=False, box=None, pad_edge=False)
         if view.shape == "matches":
             for file in view.files or ():
-                table.add_row(Text(file.path, style="bold magenta"))
+                table.add_row(_text(file.path, style="bold magenta"))
                 for match in file.matches:
-                    table.add_row(Text(f"  {match.line_number}: {match.line}"))
+                    table.add_row(_text(f"  {match.line_number}: {match.line}"))
         else:
             for path in view.paths or ():
-                table.add_row(Text(path))
+                table.add_row(_text(path))
         shown = sum(len(f.matches) for f in view.files or ()) if view.shape == "matches" else len(view.paths or ())
         note = f"{shown} of {view.total} shown" + (" (truncated)" if view.truncated else "")
-        return Group(table, Text(note, style="yellow" if view.truncated else "dim"))
+        return Group(table, _text(note, style="yellow" if view.truncated else "dim"))
     if isinstance(view, WebResultView):
         if view.kind == "fetch":
-            return Text(f"{view.url} → {view.status_code}" + (" (truncated)" if view.truncated else ""))
+            return _text(f"{view.url} → {view.status_code}" + (" (truncated)" if view.truncated else ""))
         lines = [f"• {source.title or source.url}  {source.url}" for source in view.sources or ()]
         if view.answer:
             lines.insert(0, view.answer)
-        return Text("\n".join(lines) + ("\n(truncated)" if view.truncated else ""))
+        return _text("\n".join(lines) + ("\n(truncated)" if view.truncated else ""))
     if isinstance(view, GenericResultView) and view.content is not None:
-        return Text(_content_text(view.content))
-    return Text(_content_text(result.content))
+        return _text(_content_text(view.content))
+    return _text(_content_text(result.content))
 
 
 def render_replayed_call(call: ReplayedCall) -> RenderableType:
@@ -129,17 +135,17 @@ def render_replayed_call(call: ReplayedCall) -> RenderableType:
     if detail is not None:
         parts.append(detail)
     if call.result is None:
-        parts.append(Text("(no result recorded)", style="yellow"))
+        parts.append(_text("(no result recorded)", style="yellow"))
         border = "yellow"
     else:
         parts.append(_result_card(call))
         border = "red" if call.result.is_error else "green"
         if call.error:
             code = call.error.get("code") or "error"
-            parts.append(Text(f"{code}", style="bold red"))
+            parts.append(_text(f"{code}", style="bold red"))
     for dispatch in call.dispatches:
         state = "error" if dispatch.get("isError") else "ok"
-        parts.append(Text(f"  ↳ {dispatch.get('subCallId')} {dispatch.get('name')} [{state}]", style="dim"))
+        parts.append(_text(f"  ↳ {dispatch.get('subCallId')} {dispatch.get('name')} [{state}]", style="dim"))
     result_title = call.result_view.title if call.result_view is not None and getattr(call.result_view, "title", None) else None
     heading = f"{escape(call.name)} · {escape(result_title or title)}  [dim]{escape(call.call_id)}[/dim]"
     return Panel(Group(*parts), title=heading, title_align="left", border_style=border)

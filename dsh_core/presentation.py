@@ -42,6 +42,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from ._content import ContentBlock, ImageBlock, TextBlock, as_content
 from ._errors import DshError, NonJsonValueError
 from ._json import FrozenDict, JsonValue, snapshot_json, thaw
+from ._terminal_text import printable
 
 __all__ = [
     "DiffCallView",
@@ -64,6 +65,7 @@ __all__ = [
     "WebResultView",
     "WebSource",
     "converter",
+    "printable",
     "structure_call_view",
     "structure_result_view",
     "unstructure_view",

@@ -13,34 +13,23 @@ Both implement :class:`dsh_core.ApprovalService`: ``request`` returns
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable
 from typing import Final
 
 import trio
 
 from dsh_core import ToolExecution, ToolRuntime, json_text
-from dsh_core.presentation import DiffCallView, GenericCallView, TerminalCallView
+from dsh_core.presentation import DiffCallView, GenericCallView, TerminalCallView, printable
 
 __all__ = ["NonInteractiveApproval", "TerminalApproval", "short_call"]
 
 SHORT_LIMIT: Final = 80
 
 
-def _printable(text: str) -> str:
-    """Escape control and format characters, so arguments cannot drive the terminal.
-
-    Model-chosen arguments may contain ANSI escapes, carriage returns or bidi
-    overrides that would make the prompt say something other than what runs.
-    """
-    out: list[str] = []
-    for char in text:
-        if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(char)
-    return "".join(out)
+def _one_line(text: str) -> str:
+    # Model-chosen arguments may hold ANSI escapes, carriage returns or bidi overrides
+    # that would make the prompt say something other than what runs.
+    return printable(text, one_line=True)
 
 
 def _shorten(text: str, limit: int = SHORT_LIMIT) -> str:
@@ -65,7 +54,7 @@ def short_call(execution: ToolExecution, runtime: ToolRuntime | None = None) -> 
             detail = view.title
     if detail is None:
         detail = json_text(execution.arguments)
-    return f"{_printable(execution.name)} {_shorten(_printable(detail))}"
+    return f"{_one_line(execution.name)} {_shorten(_one_line(detail))}"
 
 
 class TerminalApproval:
@@ -107,7 +96,7 @@ class TerminalApproval:
     def question(self, execution: ToolExecution, reason: str | None) -> str:
         """The text shown for one request (the reason line, if any, then the question)."""
         line = f"Allow {short_call(execution, self.runtime)}? [y/N/a] "
-        return f"{_printable(reason)}\n{line}" if reason else line
+        return f"{_one_line(reason)}\n{line}" if reason else line
 
     async def request(self, execution: ToolExecution, reason: str | None) -> str:
         """Ask, and answer ``"allowed-once"``, ``"denied"`` or ``"cancelled"``."""
