@@ -10,14 +10,28 @@ escapes they are.
 
 from __future__ import annotations
 
+import functools
+import sys
 import unicodedata
 
 __all__ = ["markup_text", "printable"]
 
 # Zero-width (non-)joiners are format characters too, but they build emoji and
 # Indic text; they cannot move the cursor or reorder a line.
-_JOINERS = frozenset("\u200c\u200d")
-_LAYOUT = frozenset("\n\t")
+_KEPT = frozenset("\u200c\u200d")
+_ESCAPED_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+@functools.cache
+def _escapes(one_line: bool) -> dict[int, str]:
+    # Built on first use (a scan of every code point, ~0.1 s) so that long output is
+    # escaped by str.translate rather than one Python step per character.
+    kept = _KEPT if one_line else _KEPT | {"\n", "\t"}
+    return {
+        code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+        for code in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) in _ESCAPED_CATEGORIES and chr(code) not in kept
+    }
 
 
 def printable(text: str, *, one_line: bool = False) -> str:
@@ -29,18 +43,7 @@ def printable(text: str, *, one_line: bool = False) -> str:
     """
     if text.isprintable():
         return text
-    out: list[str] = []
-    for char in text:
-        if char.isprintable() or char in _JOINERS or (char in _LAYOUT and not one_line):
-            out.append(char)
-            continue
-        category = unicodedata.category(char)
-        if category in ("Cc", "Cf", "Zl", "Zp", "Cs"):
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(char)  # a space other than " ", an unassigned or private-use character
-    return "".join(out)
+    return text.translate(_escapes(one_line))
 
 
 def markup_text(text: str) -> str:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from dsh_core._cli import cli
 from dsh_core.presentation import printable
@@ -81,3 +84,16 @@ def test_call_escapes_tool_output_on_a_terminal_and_keeps_it_exact_in_a_pipe(
     monkeypatch.setattr("dsh_core._cli._stdout_is_terminal", lambda: True)
     shown = CliRunner().invoke(cli, arguments)
     assert shown.output == SHOWN + "\n"
+
+
+@given(st.text())
+@example("\x1b[0m\u202e\u2066\ufeff\x85\x7f")
+def test_nothing_that_could_drive_a_terminal_survives(text: str) -> None:
+    for one_line in (False, True):
+        kept = {"\u200c", "\u200d"} | (set() if one_line else {"\n", "\t"})
+        shown = printable(text, one_line=one_line)
+        assert all(
+            char in kept or unicodedata.category(char) not in ("Cc", "Cf", "Zl", "Zp", "Cs") for char in shown
+        )
+        if all(char.isprintable() or char in kept for char in text):
+            assert shown == text  # nothing else is touched
