@@ -49,8 +49,9 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
     for event in events:
         data = event.data
         if event.type == "tool/call":
-            latest[_call_id(event)] = len(calls)
-            calls.append(_call(event))
+            call = _call(event)
+            latest[call.call_id] = len(calls)
+            calls.append(call)
             results.append(None)
             dispatches.append([])
         elif event.type == "tool/result":
