@@ -53,7 +53,7 @@ from ._plugins import PluginReport, discover_entry_points, load_plugins, unknown
 from ._registry import RUN_CODE_NAME
 from ._replay import SessionRecorder, replay
 from ._results import ToolExecutionResult
-from ._runtime import ApprovalService, ToolRuntime
+from ._runtime import ApprovalService, ToolRuntime, agent_scope
 from ._scheduling import run_tool_calls
 from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log
 from ._signal import CancelSignal
@@ -190,16 +190,6 @@ def _build_host(
     return _Host(runtime=runtime, report=report, config=config)
 
 
-def _scope(runtime: ToolRuntime, agent: str | None) -> ScopeKey | None:
-    """The scope ``--agent`` names: a registered scope with that id, else a fresh ``Agent``."""
-    if agent is None:
-        return None
-    for scope, _ in runtime.registrations():
-        if (isinstance(scope, Agent) and scope.id == agent) or scope == agent:
-            return scope
-    return Agent(id=agent)
-
-
 def _scope_label(scope: object) -> str | None:
     if scope is None:
         return None
@@ -222,11 +212,18 @@ def _agent_id(scope: ScopeKey | None) -> str | None:
     return scope.id if isinstance(scope, Agent) else None
 
 
+def _agent_option_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value == "":
+        raise click.BadParameter("an agent id cannot be empty")
+    return value
+
+
 agent_option = click.option(
     "--agent",
     metavar="ID",
     default=DEFAULT_AGENT,
     show_default=True,
+    callback=_agent_option_value,
     help="Act as this agent: its scope's tools and policies (approval needs an agent).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
@@ -292,7 +289,7 @@ def cli(
 def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
     """List the tools visible to the model."""
     host = _build_host(ctx)
-    scope = _scope(host.runtime, agent)
+    scope = agent_scope(host.runtime, agent)
     rows = []
     for definition, defined_in in _visible(host.runtime, scope):
         rows.append(
@@ -332,7 +329,7 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
 def schemas_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
     """Print the schemas the model is given, as JSON."""
     host = _build_host(ctx)
-    schemas = [schema.to_dict() for schema in host.runtime.schemas(_scope(host.runtime, agent))]
+    schemas = [schema.to_dict() for schema in host.runtime.schemas(agent_scope(host.runtime, agent))]
     text = dumps_text(schemas, indent=2)
     if as_json:
         click.echo(text)
@@ -350,7 +347,7 @@ def sdk_command(ctx: click.Context, agent: str | None) -> None:
     except ImportError as exc:
         raise _UsageProblem(f"Code Mode is not available in this installation: {exc}") from exc
     host = _build_host(ctx)
-    scope = _scope(host.runtime, agent)
+    scope = agent_scope(host.runtime, agent)
     tools = [definition for definition, _ in _visible(host.runtime, scope) if definition.name != RUN_CODE_NAME]
     click.echo(render_python_sdk(tools), nl=False)
 
@@ -437,7 +434,7 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
     except ValueError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON_ARGS") from exc
     host = _build_host(ctx)
-    scope = _scope(host.runtime, agent)
+    scope = agent_scope(host.runtime, agent)
     request = ToolExecutionInput(
         call_id=f"cli-{uuid.uuid4().hex[:12]}", name=name, arguments=arguments, signal=CancelSignal(), agent=scope
     )
@@ -542,7 +539,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
     """
     calls = _parse_batch(file)
     host = _build_host(ctx)
-    scope = _scope(host.runtime, agent)
+    scope = agent_scope(host.runtime, agent)
     if scope is not None:
         calls = [attrs.evolve(call, agent=scope) for call in calls]
     err = _stderr()

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import trio
 
 from ._content import ImageBlock, TextBlock
-from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
+from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, thaw
 from ._results import ToolExecutionResult
 from ._signal import CancelSignal
@@ -317,16 +317,6 @@ async def serve_http(
     await hypercorn.trio.serve(app, config, task_status=task_status)  # type: ignore[arg-type]
 
 
-def _resolve_scope(runtime: ToolRuntime, agent: str | None) -> ScopeKey | None:
-    """The scope an ``--agent`` id names: a registered scope with that id, else a fresh ``Agent``."""
-    if agent is None:
-        return None
-    for scope, _ in runtime.registrations():
-        if (isinstance(scope, Agent) and scope.id == agent) or scope == agent:
-            return scope
-    return Agent(id=agent)
-
-
 def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | None) -> None:
     """Serve the runtime over MCP until interrupted: the ``dsh-tools serve-mcp`` command.
 
@@ -336,7 +326,9 @@ def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | N
     background tasks (those with a ``dsh_lifespan()`` method returning an async
     context manager, such as the MCP client) run inside it for the whole session.
     """
-    scope = _resolve_scope(runtime, agent)
+    from ._runtime import agent_scope
+
+    scope = agent_scope(runtime, agent)
     if type(port) is not int or not 0 <= port <= 65535:
         raise ValueError(f"port must be an integer between 0 and 65535, got {port!r}")
 

@@ -14,6 +14,7 @@ from ._definition import ToolDefinition, ToolSchema, is_async_callable
 from ._execution import (
     EXCLUSIVE,
     PARALLEL,
+    Agent,
     ScopeKey,
     ToolExecution,
     ToolExecutionInput,
@@ -321,6 +322,16 @@ class ToolRuntime:
     def registrations(self) -> list[tuple[ScopeKey | None, ToolDefinition]]:
         """Every registered definition with its scope (``None`` = global), for diagnostics."""
         return self._registry.all_definitions()
+
+
+def agent_scope(runtime: ToolRuntime, agent_id: str | None) -> ScopeKey | None:
+    """The scope an agent id names (``--agent``): a registered scope with that id, else a fresh ``Agent``."""
+    if agent_id is None:
+        return None
+    for scope, _ in runtime.registrations():
+        if (isinstance(scope, Agent) and scope.id == agent_id) or scope == agent_id:
+            return scope
+    return Agent(id=agent_id)
 
 
 class ScopedToolRuntime:

@@ -565,3 +565,11 @@ def test_real_subprocess_run(tools: list[str], dists: Dists, tmp_path: Path) -> 
     )
     assert failing.returncode == 1
     assert "TOOL_ERROR" in failing.stderr
+
+
+@pytest.mark.parametrize("command", [["list"], ["schemas"], ["call", "calc", "{}"], ["run", "calls.jsonl"]])
+def test_an_empty_agent_id_is_a_usage_error(command: list[str]) -> None:
+    """No scope can be named by an empty id (Agent refuses one): a usage error, not a traceback."""
+    result = CliRunner().invoke(cli, ["--no-plugins", *command[:1], "--agent", "", *command[1:]])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--agent': an agent id cannot be empty" in result.output
