@@ -186,6 +186,8 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
     The call comes back at ``"policy"``, or at ``"dispatch"`` when stage 5 has
     nothing to run (no pre-execute listener, no guard, no trace to record).
     """
+    if type(request) is not ToolExecutionInput and not isinstance(request, ToolExecutionInput):
+        raise TypeError(f"execute() takes a ToolExecutionInput, got {type(request).__name__}")
     call_id = request.call_id
     name = request.name
     agent = request.agent

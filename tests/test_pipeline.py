@@ -1204,3 +1204,10 @@ def test_result_classes_name_the_field_a_wrong_value_was_given_for(
     with pytest.raises(error) as raised:
         build()
     assert str(raised.value) == message
+
+
+async def test_execute_refuses_what_is_not_an_input() -> None:
+    runtime = make_runtime(json_tool("echo"))
+    with pytest.raises(TypeError) as raised:
+        await runtime.execute({"call_id": "c1", "name": "echo"})  # type: ignore[arg-type]
+    assert str(raised.value) == "execute() takes a ToolExecutionInput, got dict"

@@ -34,6 +34,7 @@ from dsh_core import (
     ToolErrorInfo,
     ToolExecution,
     ToolExecutionFailure,
+    ToolExecutionInput,
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolExecutionToken,
@@ -539,23 +540,18 @@ async def test_uncooperative_started_body_is_drained_and_keeps_its_deferred_cont
     assert body.runs == 1
 
 
-class CountingInput:
-    """A ``ToolExecutionInput`` look-alike whose ``arguments`` count their reads (the original's getter)."""
+class CountingInput(ToolExecutionInput):
+    """A ``ToolExecutionInput`` whose ``arguments`` count their reads (the original's getter)."""
 
     def __init__(self, arguments: object, signal: CancelSignal) -> None:
-        self._arguments = arguments
-        self.reads = 0
-        self.call_id = "call-pre-aborted"
-        self.name = "echo"
-        self.signal = signal
-        self.agent = None
-        self.parent = None
-        self.root_call_id = None
+        super().__init__(call_id="call-pre-aborted", name="echo", arguments=None, signal=signal)
+        object.__setattr__(self, "_counted", arguments)
+        object.__setattr__(self, "reads", 0)
 
-    @property
+    @property  # type: ignore[override]
     def arguments(self) -> object:
-        self.reads += 1
-        return self._arguments
+        object.__setattr__(self, "reads", self.reads + 1)
+        return self._counted
 
 
 async def test_pre_aborted_call_runs_no_stage_and_notifies_once_with_frozen_objects() -> None:

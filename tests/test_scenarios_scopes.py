@@ -550,18 +550,19 @@ async def test_non_json_arguments_publish_one_outcome_to_scoped_and_global_obser
     caller_arguments["more"] = invalid  # never frozen
 
 
-class ScriptedInput:
-    """A duck-typed ``ToolExecutionInput`` whose fields are counting properties.
+class ScriptedInput(ToolExecutionInput):
+    """A hostile ``ToolExecutionInput`` subclass whose fields are counting properties.
 
     ``answers[field]`` is the sequence of values successive reads return (the last one
-    repeats), or an exception every read raises.
+    repeats), or an exception every read raises. It skips the class's own ``__init__``
+    (and so its checks), as a subclass can: the pipeline must not rely on them.
     """
 
     FIELDS = ("call_id", "name", "arguments", "signal", "agent", "root_call_id", "parent")
 
     def __init__(self, **answers: Any) -> None:
-        self.reads = dict.fromkeys(self.FIELDS, 0)
-        self._answers = answers
+        object.__setattr__(self, "reads", dict.fromkeys(self.FIELDS, 0))
+        object.__setattr__(self, "_answers", answers)
 
     def _read(self, field: str) -> Any:
         count = self.reads[field]
@@ -615,7 +616,7 @@ async def test_a_stateful_parent_field_is_read_once() -> None:
         call_id=["stateful"], name=["t"], arguments=[{}], signal=[CancelSignal()], agent=[None],
         root_call_id=[None], parent=[None, ToolExecutionToken()],
     )  # fmt: skip
-    result = await runtime.execute(request)  # type: ignore[arg-type]
+    result = await runtime.execute(request)
     assert result == ToolExecutionSuccess(value="ran:t", content=(TextBlock("ran:t"),))
     assert request.reads["parent"] == 1
     assert parents == [("pre", None), ("execute", None), ("body", None), ("result", None)]
@@ -634,7 +635,7 @@ async def test_one_input_snapshot_builds_the_error_execution() -> None:
         signal=[first_signal, CancelSignal()], agent=[a, Agent("later")], root_call_id=[None, "forged-root"],
         parent=[first_parent, ToolExecutionToken()],
     )  # fmt: skip
-    result = await runtime.execute(request)  # type: ignore[arg-type]
+    result = await runtime.execute(request)
     assert isinstance(result, ToolExecutionFailure) and result.error.message.startswith(NOT_JSON)
     assert request.reads == dict.fromkeys(ScriptedInput.FIELDS, 1)
     (execution,) = observed
@@ -654,7 +655,7 @@ async def test_raising_arguments_field_fails_with_its_message() -> None:
         call_id=["c"], name=["t"], arguments=RuntimeError("getter exploded"), signal=[CancelSignal()],
         agent=[None], root_call_id=[None], parent=[None],
     )  # fmt: skip
-    result = await runtime.execute(request)  # type: ignore[arg-type]
+    result = await runtime.execute(request)
     assert isinstance(result, ToolExecutionFailure)
     assert result.content == (TextBlock("Error: getter exploded"),)
     assert result.error.message == "getter exploded"
