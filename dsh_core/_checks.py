@@ -19,12 +19,12 @@ __all__ = ["instance_of", "one_of"]
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
 
-def instance_of(kind: type, *, optional: bool = False) -> Validator:
-    """The field must be an instance of ``kind`` (or ``None`` when ``optional``)."""
+def instance_of(kind: type, *, optional: bool = False, exact: bool = False) -> Validator:
+    """The field must be an instance of ``kind`` (``exact``: of ``kind`` itself), or ``None`` when ``optional``."""
     expected = f"a {kind.__name__}" + (" or None" if optional else "")
 
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if (value is None and optional) or isinstance(value, kind):
+        if (value is None and optional) or (type(value) is kind if exact else isinstance(value, kind)):
             return
         raise TypeError(f"{type(instance).__name__}.{attribute.name} must be {expected}, got {type(value).__name__}")
 

@@ -7,14 +7,14 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from ._checks import instance_of
 from ._json import JsonValue, snapshot_json
 
 __all__ = ["ContentBlock", "ImageBlock", "TextBlock", "UserMessage", "as_content", "text_block", "text_of"]
 
 
-def _str_field(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
-    if type(value) is not str:
-        raise TypeError(f"{type(instance).__name__}.{attribute.name} must be a str, got {type(value).__name__}")
+# Content crosses into JSON and terminals: a str subclass (with its own __str__, say) is refused.
+_str_field = instance_of(str, exact=True)
 
 
 @attrs.frozen(slots=False)  # built for nearly every result: the dict form constructs faster

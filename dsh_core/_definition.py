@@ -67,11 +67,6 @@ def _name(instance: object, attribute: attrs.Attribute[str], value: object) -> N
         raise TypeError(f"{type(instance).__name__}.{attribute.name} must be a non-empty str, got {value!r}")
 
 
-def _text(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
-    if type(value) is not str:
-        raise TypeError(f"{type(instance).__name__}.{attribute.name} must be a str, got {type(value).__name__}")
-
-
 def _schema_mapping(value: object) -> FrozenDict:
     if not isinstance(value, Mapping):
         raise TypeError(f"a schema must be a mapping, got {type(value).__name__}")
@@ -102,7 +97,7 @@ class ToolSchema:
     """
 
     name: str = attrs.field(validator=_name)
-    description: str = attrs.field(validator=_text)
+    description: str = attrs.field(validator=instance_of(str, exact=True))
     parameters: FrozenDict = attrs.field(converter=_schema_mapping)
 
     def to_dict(self) -> dict[str, Any]:
@@ -171,7 +166,7 @@ class ToolDefinition:
     """
 
     name: str = attrs.field(validator=_name)
-    description: str = attrs.field(validator=_text)
+    description: str = attrs.field(validator=instance_of(str, exact=True))
     # mypy's attrs plugin does not read Converter objects (it then accepts any argument, as the converter does).
     parameters: FrozenDict = attrs.field(converter=attrs.Converter(_tool_parameters, takes_self=True))  # type: ignore[misc]
     output: ToolOutput = attrs.field(validator=_output)

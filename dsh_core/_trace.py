@@ -39,6 +39,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 import attrs
 import cattrs
 
+from ._checks import instance_of
 from ._content import text_of
 from ._decisions import UNSET, Accept, Allow, Ask, Block, Deny
 from ._results import ToolExecutionFailure, ToolExecutionResult, with_trace
@@ -55,9 +56,7 @@ def _stage(instance: object, attribute: attrs.Attribute[Any], value: object) -> 
         raise ValueError(f"TraceStep.stage must be one of {', '.join(STAGES)}, got {value!r}")
 
 
-def _text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if type(value) is not str:
-        raise TypeError(f"TraceStep.{attribute.name} must be a str, got {type(value).__name__}")
+_text = instance_of(str, exact=True)
 
 
 @attrs.frozen(slots=True, kw_only=True)
