@@ -196,16 +196,20 @@ class ToolContract:
     ``args_fast``/``output_fast`` are their compiled fastjsonschema functions
     (``None`` when a schema is beyond fastjsonschema), valid only for values
     that are already lossless snapshots, which is all the pipeline passes them.
+    ``read_arguments`` (``None`` unless the parameter schema is that simple) returns the frozen snapshot of
+    raw arguments that a flat parameter schema plainly accepts, in one pass, and
+    ``None`` for any other value, which then takes the snapshot-and-check path.
     ``body_suspends`` says whether ``execute`` can give control back to trio.
     """
 
-    __slots__ = ("args", "args_fast", "body_suspends", "output", "output_fast")
+    __slots__ = ("args", "args_fast", "body_suspends", "output", "output_fast", "read_arguments")
 
     def __init__(self, definition: ToolDefinition) -> None:
         self.args: CompiledValidator = compile_validator(definition.parameters)
         self.output: CompiledValidator = compile_validator(definition.output.schema)
         self.args_fast = self.args.fast_function
         self.output_fast = self.output.fast_function
+        self.read_arguments = self.args.flat_reader
         self.body_suspends = not definition.inline and can_suspend(definition.execute)
 
     def argument_violations(self, arguments: JsonValue) -> tuple[str, ...]:

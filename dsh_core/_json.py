@@ -130,7 +130,7 @@ _dict_new = dict.__new__
 _dict_update = dict.update
 
 
-def _frozen_copy(source: dict[str, JsonValue]) -> FrozenDict:
+def frozen_copy(source: dict[str, JsonValue]) -> FrozenDict:
     """A ``FrozenDict`` of ``source``'s entries, which must already be lossless JSON (no checks)."""
     frozen = _dict_new(FrozenDict)
     _dict_update(frozen, source)
@@ -138,7 +138,7 @@ def _frozen_copy(source: dict[str, JsonValue]) -> FrozenDict:
     return frozen
 
 
-_EMPTY = _frozen_copy({})
+_EMPTY = frozen_copy({})
 
 
 _REPR = reprlib.Repr()
@@ -232,7 +232,7 @@ def snapshot_json(value: object) -> JsonValue:
         return value  # type: ignore[return-value]
     if kind is dict and is_flat_json_object(value):  # type: ignore[arg-type]
         # The common argument object, every value a plain scalar: copy it in one go.
-        return _frozen_copy(value)  # type: ignore[arg-type]
+        return frozen_copy(value)  # type: ignore[arg-type]
     if kind is dict or kind is list or kind is tuple:
         return _snapshot_container(value)
     raise _reject(_scalar_problem(value) or f"{_describe(value)} is not a JSON value", [])
@@ -296,7 +296,7 @@ def _snapshot_container(root: object) -> JsonValue:
             # Frame exhausted: seal it and hand it to its parent.
             stack.pop()
             on_path.discard(frame[3])
-            sealed: JsonValue = _frozen_copy(out) if is_dict else tuple(out)
+            sealed: JsonValue = frozen_copy(out) if is_dict else tuple(out)
             if not stack:
                 return sealed
             key = keys.pop()

@@ -204,8 +204,14 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
     finalizer = visible.finalize_content if visible is not None else None
     hooks = runtime._chains.for_call(agent)
 
+    # A flat call the compiled contract plainly accepts is checked and frozen in one pass.
+    contract = visible._contract if visible is not None else None
+    reader = contract.read_arguments if contract is not None else None
+    arguments: JsonValue = reader(request.arguments) if reader is not None else None
+    checked = arguments is not None
     try:
-        arguments = snapshot_json(request.arguments)
+        if not checked:
+            arguments = snapshot_json(request.arguments)
     except BaseException as exc:
         if is_fatal(exc):
             raise
@@ -232,8 +238,9 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
     if visible is None:
         return call._settle("final", _unknown_tool(name))
 
-    contract = visible._contract or contract_of(visible)
-    violations = contract.argument_violations(arguments)
+    if contract is None:
+        contract = contract_of(visible)
+    violations = () if checked else contract.argument_violations(arguments)
     if violations:
         error = ToolArgsError(violations)
         failure = failure_result(error.message, ErrorCode.INVALID_ARGS, name="ToolArgsError")

@@ -27,6 +27,7 @@ import fastjsonschema
 from .._errors import JsonSchemaError, NonJsonValueError
 from .._json import FrozenDict, int_fits_json, int_json_problem, is_flat_json_object, snapshot_json
 from .._jsoncodec import encode_json
+from ._flat import FlatReader, compile_flat_reader
 from ._subset import JsonSchemaNode, assert_supported_json_schema, same_scalar, scalar_matches
 
 __all__ = [
@@ -350,14 +351,16 @@ class CompiledValidator:
     :func:`validate_json_schema_value` does. ``schema`` is the immutable
     snapshot it validates against; ``uses_fastjsonschema`` says whether the
     compiled fast path is in use (False for schemas too deep or too large for
-    fastjsonschema to compile).
+    fastjsonschema to compile). ``flat_reader`` checks and freezes the simplest
+    values of a flat object schema in one pass (``None`` for other schemas).
     """
 
-    __slots__ = ("_fast", "schema")
+    __slots__ = ("_fast", "flat_reader", "schema")
 
     def __init__(self, schema: JsonSchemaNode) -> None:
         self.schema = schema
         self._fast = _compile_fast(schema)
+        self.flat_reader: FlatReader | None = compile_flat_reader(schema)
 
     @property
     def uses_fastjsonschema(self) -> bool:
@@ -374,7 +377,8 @@ class CompiledValidator:
         return self._fast
 
     def __call__(self, value: object, path: str = "value") -> tuple[str, ...]:
-        if self.fast_path_accepts(value):
+        reader = self.flat_reader
+        if (reader is not None and reader(value) is not None) or self.fast_path_accepts(value):
             return ()
         return report_violations(self.schema, value, path)
 
