@@ -171,6 +171,11 @@ _MAX_DIGITS = sys.get_int_max_str_digits()
 _MAX_JSON_INT = 10**_MAX_DIGITS - 1 if _MAX_DIGITS else None
 
 
+def int_json_limit() -> int | None:
+    """The largest magnitude an int written as JSON text may have here (``None``: no limit)."""
+    return _MAX_JSON_INT
+
+
 def int_fits_json(value: int) -> bool:
     """Whether ``value`` has few enough digits to be written as JSON text here."""
     return _MAX_JSON_INT is None or -_MAX_JSON_INT <= value <= _MAX_JSON_INT

@@ -19,10 +19,11 @@ on generated schemas and values.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Final
 
-from .._json import FrozenDict, frozen_copy, int_fits_json
+from .._json import FrozenDict, frozen_copy, int_json_limit
 from ._subset import ANNOTATION_KEYWORDS, JsonSchemaNode
 
 __all__ = ["FlatReader", "compile_flat_reader"]
@@ -31,15 +32,19 @@ FlatReader = Callable[[object], "FrozenDict | None"]
 
 _ROOT_KEYWORDS: Final = frozenset({"type", "properties", "required", "additionalProperties"}) | ANNOTATION_KEYWORDS
 _PROPERTY_KEYWORDS: Final = frozenset({"type", "enum"}) | ANNOTATION_KEYWORDS
-# The Python types each scalar schema type takes on the fast path. ``integer``
-# leaves integral floats to the general path, which knows they count.
-_PYTHON_TYPES: Final[Mapping[str, frozenset[type]]] = {
-    "string": frozenset({str}),
-    "integer": frozenset({int}),
-    "number": frozenset({int, float}),
-    "boolean": frozenset({bool}),
-    "null": frozenset({type(None)}),
+# The exact Python type each scalar schema type takes on the fast path; ``float``
+# stands for ``number``, which also takes an ``int``. ``integer`` leaves
+# integral floats to the general path, which knows they count.
+_PYTHON_TYPE: Final[Mapping[str, type]] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "null": type(None),
 }
+# Past this magnitude a float is inf (and NaN compares false): neither is JSON.
+_MAX_FLOAT: Final = sys.float_info.max
+_NO_INT_LIMIT: Final = math.inf
 
 
 def compile_flat_reader(schema: JsonSchemaNode) -> FlatReader | None:
@@ -54,58 +59,52 @@ def compile_flat_reader(schema: JsonSchemaNode) -> FlatReader | None:
     """
     if schema.get("type") != "object" or not schema.keys() <= _ROOT_KEYWORDS:
         return None
-    fields: dict[str, tuple[frozenset[type], frozenset[str] | None]] = {}
+    kinds: dict[str, type] = {}
+    enums: dict[str, frozenset[str]] = {}
     for name, node in schema.get("properties", {}).items():
-        field = _field(node)
-        if field is None:
+        if not node.keys() <= _PROPERTY_KEYWORDS or node.get("type") not in _PYTHON_TYPE:
             return None
-        fields[name] = field
-    required = frozenset(schema.get("required", ()))
-    return _reader(fields, required)
+        kinds[name] = _PYTHON_TYPE[node["type"]]
+        if "enum" in node:
+            members = node["enum"]
+            if kinds[name] is not str or any(type(member) is not str for member in members):
+                return None
+            enums[name] = frozenset(members)
+    return _reader(kinds, enums, frozenset(schema.get("required", ())))
 
 
-def _field(node: Mapping[str, Any]) -> tuple[frozenset[type], frozenset[str] | None] | None:
-    if not node.keys() <= _PROPERTY_KEYWORDS:
-        return None
-    python_types = _PYTHON_TYPES.get(node.get("type"))  # type: ignore[arg-type]
-    if python_types is None:
-        return None
-    if "enum" not in node:
-        return python_types, None
-    members = node["enum"]
-    if python_types is not _PYTHON_TYPES["string"] or any(type(member) is not str for member in members):
-        return None
-    return python_types, frozenset(members)
-
-
-def _reader(fields: dict[str, tuple[frozenset[type], frozenset[str] | None]], required: frozenset[str]) -> FlatReader:
+def _reader(kinds: dict[str, type], enums: dict[str, frozenset[str]], required: frozenset[str]) -> FlatReader:
+    limit = int_json_limit() or _NO_INT_LIMIT
+    # With every property required, a value of as many declared keys has them all: nothing to count.
+    counting = required != kinds.keys()
+    size = len(kinds)
     required_count = len(required)
 
     def read(value: object) -> FrozenDict | None:
         kind = type(value)
         if kind is not dict and kind is not FrozenDict:
             return None
+        if not counting and len(value) != size:  # type: ignore[arg-type]
+            return None
         present = 0
         for key, item in value.items():  # type: ignore[attr-defined]
             if type(key) is not str:
-                return None  # checked first: hashing any other key could run its code
-            field = fields.get(key)
-            if field is None:
-                return None  # undeclared: maybe allowed, maybe not; the general path knows
+                return None  # checked first: looking up any other key could run its code
+            expected = kinds.get(key)  # None for an undeclared key: maybe allowed, the general path knows
             item_kind = type(item)
-            if item_kind not in field[0]:
+            if item_kind is not expected and (expected is not float or item_kind is not int):
                 return None
             if item_kind is int:
-                if not int_fits_json(item):
+                if not -limit <= item <= limit:
                     return None
             elif item_kind is float:
-                if not math.isfinite(item) or (item == 0.0 and math.copysign(1.0, item) < 0):
+                if not -_MAX_FLOAT <= item <= _MAX_FLOAT or (item == 0.0 and math.copysign(1.0, item) < 0):
                     return None
-            elif field[1] is not None and item not in field[1]:
+            elif enums and key in enums and item not in enums[key]:
                 return None
-            if key in required:
+            if counting and key in required:
                 present += 1
-        if present != required_count:
+        if counting and present != required_count:
             return None
         return value if kind is FrozenDict else frozen_copy(value)  # type: ignore[return-value,arg-type]
 
