@@ -67,7 +67,7 @@ _BLOCKS: tuple[tuple[str, str, str], ...] = (
     ("signal.cancelled (checked after each stage)", "SIGNAL.cancelled", "sync"),
     ("trio.CancelScope() enter+exit (what a call that can suspend adds)", "with trio.CancelScope(): pass", "trio"),
     ("signal.link(scope) + unlink()", "SIGNAL.link(SCOPE)()", "sync"),
-    ("a waterfall of 10 pass-through listeners alone", "await Chain(LISTENERS, (EXECUTION,), BASE, CHECK).run()",
+    ("a waterfall of 10 pass-through listeners alone", "await Chain(LISTENERS, (EXECUTION,), CHECK, BASE).run()",
      "trio"),
 )  # fmt: skip
 

@@ -62,7 +62,7 @@ from ._results import (
     new_success,
 )
 from ._signal import CancelSignal
-from ._trace import TraceRecorder, TraceStage
+from ._trace import TraceRecorder
 from ._waterfall import CallHooks, Chain, Listener, is_fatal
 
 if TYPE_CHECKING:
@@ -121,14 +121,6 @@ def _check_result(outcome: object) -> str | None:
 
 _ALLOW = Allow()
 _ACCEPT = Accept()
-
-
-async def _allow() -> Allow:
-    return _ALLOW
-
-
-async def _accept() -> Accept:
-    return _ACCEPT
 
 
 def _listener_failure(exc: BaseException, chain: Chain | None) -> ToolExecutionFailure:
@@ -289,7 +281,13 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
             else:
                 call.step = "final"  # denied or aborted before dispatch: no post-execute listener to see it
         else:
-            await _stages(runtime, call)
+            # _stages, inline: a coroutine frame fewer on the path every listener takes.
+            if call.step == "policy":
+                await _policy_stage(runtime, call)
+            if call.step == "dispatch":
+                await _dispatch_stage(runtime, call)
+            if call.step == "post":
+                await _post_stage(runtime, call)
     # finish(), without a coroutine of its own: most calls have no observer.
     result = _finished(call)
     observers = call.hooks.result
@@ -385,26 +383,13 @@ def _dedupe(contexts: tuple[UserMessage, ...]) -> tuple[UserMessage, ...]:
     return tuple(out)
 
 
-async def _waterfall(
-    call: PreparedCall,
-    stage: TraceStage,
-    listeners: tuple[Listener, ...],
-    ordered: tuple[Any, ...],
-    base: Callable[[], Awaitable[Any]],
-    check: Callable[[Any], str | None],
-    default: object,
-) -> tuple[Any, Chain] | None:
-    """Run one waterfall; ``None`` when a listener broke it (the failure is then in ``call.latest``)."""
-    chain = Chain(listeners, ordered, base, check)
-    if call.trace is not None:
-        chain.trace = call.trace.chain(stage, default)
-    try:
-        return await chain.run(), chain
-    except BaseException as exc:
-        if is_fatal(exc):
-            raise
-        _final(call, _listener_failure(exc, chain))
-        return None
+def _broken(call: PreparedCall, exc: BaseException, chain: Chain) -> None:
+    """A listener broke the waterfall with ``exc`` (not fatal): the call ends with that failure.
+
+    Each stage awaits its ``Chain`` itself rather than through a helper
+    coroutine: one frame fewer per waterfall, on the path every listener takes.
+    """
+    call._settle("final", _final(call, _listener_failure(exc, chain)))
 
 
 async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
@@ -415,11 +400,15 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
     decider: str | None = None
     listeners = call.hooks.pre
     if listeners:
-        ran = await _waterfall(call, "pre", listeners, (execution,), _allow, _check_pre, _ALLOW)
-        if ran is None:
-            call._settle("final", call.latest)
+        entries = None if trace is None else trace.chain("pre", _ALLOW)
+        chain = Chain(listeners, (execution,), _check_pre, None, _ALLOW, entries)
+        try:
+            decision = await chain.run()
+        except BaseException as exc:
+            if is_fatal(exc):
+                raise
+            _broken(call, exc, chain)
             return
-        decision, chain = ran
         decider = chain.decider
 
     if isinstance(decision, Ask):
@@ -564,11 +553,16 @@ async def _post_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
         call._settle("final", _after_post(execution, result, call))
         return
 
-    ran = await _waterfall(call, "post", listeners, (execution, result), _accept, _check_post, _ACCEPT)
-    if ran is None:
-        call._settle("final", call.latest)
+    trace = call.trace
+    entries = None if trace is None else trace.chain("post", _ACCEPT)
+    chain = Chain(listeners, (execution, result), _check_post, None, _ACCEPT, entries)
+    try:
+        decision = await chain.run()
+    except BaseException as exc:
+        if is_fatal(exc):
+            raise
+        _broken(call, exc, chain)
         return
-    decision, chain = ran
     applied = _apply_post(runtime, execution, result, decision, chain.decider, call)
     call.latest = applied
     call._settle("final", _after_post(execution, applied, call))
@@ -622,10 +616,15 @@ async def _dispatch_chain(runtime: ToolRuntime, call: PreparedCall) -> ToolExecu
         call.latest = outcome
         return outcome
 
-    ran = await _waterfall(call, "execute", call.hooks.execute, (view,), base, _check_result, None)
-    if ran is None:
+    entries = None if trace is None else trace.chain("execute", None)
+    chain = Chain(call.hooks.execute, (view,), _check_result, base, None, entries)
+    try:
+        result: ToolExecutionResult = await chain.run()
+    except BaseException as exc:
+        if is_fatal(exc):
+            raise
+        _final(call, _listener_failure(exc, chain))
         return None
-    result: ToolExecutionResult = ran[0]
     if isinstance(result, ToolExecutionSuccess) and result is not call.latest:
         # A wrapper-authored success: its value goes through the tool's contract again.
         live = runtime._registry.view(execution.agent).tools.get(execution.name)

@@ -313,35 +313,40 @@ class _Next:
 class Chain:
     """One run of a waterfall: listeners, their arguments, the base and the result check.
 
-    After the run, ``decider`` names the listener that produced the final outcome
-    (``None`` when the base did) and ``blame`` the listener an exception came from.
+    The base is ``base()`` awaited, or, without ``base``, the constant
+    ``outcome`` (an allow-everything default needs no coroutine of its own).
+    After the run, ``decider`` names the listener that produced the final
+    outcome (``None`` when the base did) and ``blame`` the listener an
+    exception came from.
     """
 
     __slots__ = (
-        "_base", "_check", "_count", "_first", "_listeners", "_ordered", "_second", "blame", "blamed", "decider",
-        "trace",
+        "_base", "_check", "_count", "_first", "_listeners", "_ordered", "_outcome", "_second", "blame", "blamed",
+        "decider", "trace",
     )  # fmt: skip
 
     def __init__(
         self,
         listeners: Sequence[Listener],
         ordered: tuple[Any, ...],
-        base: Callable[[], Awaitable[Any]],
         check: Callable[[Any], str | None],
+        base: Callable[[], Awaitable[Any]] | None = None,
+        outcome: object = None,
+        trace: list[tuple[str, Any]] | None = None,
     ) -> None:
         self._listeners = listeners
         self._count = len(listeners)
         self._ordered = ordered
         # Every waterfall takes one or two arguments before next: pass them without building a tuple per layer.
-        assert len(ordered) in (1, 2), ordered
         self._first = ordered[0]
         self._second = ordered[1] if len(ordered) == 2 else _UNCALLED
         self._base = base
+        self._outcome = outcome
         self._check = check
         self.decider: str | None = None
         self.blame: str | None = None
         self.blamed: BaseException | None = None
-        self.trace: list[tuple[str, Any]] | None = None
+        self.trace = trace  # each listener's (plugin name, outcome), as it returns
 
     def run(self) -> Coroutine[Any, Any, Any]:
         """The whole chain, outermost listener first."""
@@ -349,7 +354,8 @@ class Chain:
 
     async def _step(self, index: int, caller: _Next | None) -> Any:
         if index == self._count:
-            outcome = await self._base()
+            base = self._base
+            outcome = self._outcome if base is None else await base()
         else:
             listener = self._listeners[index]
             if listener.problem is not None:

@@ -374,9 +374,6 @@ class _Bridge:
             content=result.content,
         )
 
-        async def base() -> tuple[ContentBlock, ...]:
-            return result.content
-
         def check(outcome: object) -> str | None:
             try:
                 as_content(outcome)
@@ -384,7 +381,7 @@ class _Bridge:
                 return f"dsh_code_dispatch_log must return content blocks: {exc}"
             return None
 
-        chain = Chain(listeners, (dispatch,), base, check)
+        chain = Chain(listeners, (dispatch,), check, outcome=result.content)
         try:
             return as_content(await chain.run())
         except BaseException as exc:
