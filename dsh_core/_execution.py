@@ -240,9 +240,9 @@ class ToolDispatchExecution(_ExecutionView):
     _may_suspend: bool
 
     def __init__(self, execution: ToolExecution, *, may_suspend: bool = True) -> None:
-        object.__setattr__(self, "_execution", execution)
-        object.__setattr__(self, "_signal", execution.signal)
-        object.__setattr__(self, "_may_suspend", may_suspend)
+        _set_execution(self, execution)
+        _set_dispatch_signal(self, execution.signal)
+        _set_may_suspend(self, may_suspend)
 
     @property
     def signal(self) -> CancelSignal:
@@ -273,6 +273,23 @@ class ToolDispatchExecution(_ExecutionView):
 
     def __repr__(self) -> str:
         return f"<ToolDispatchExecution {self.name} call_id={self.call_id!r}>"
+
+
+# The slots' own setters: __setattr__ refuses writes, and going through
+# object.__setattr__ by name costs more than the rest of building the view.
+_set_execution = _ExecutionView.__dict__["_execution"].__set__
+_set_dispatch_signal = ToolDispatchExecution.__dict__["_signal"].__set__
+_set_may_suspend = ToolDispatchExecution.__dict__["_may_suspend"].__set__
+_new_object = object.__new__
+
+
+def dispatch_view(execution: ToolExecution, may_suspend: bool) -> ToolDispatchExecution:
+    """``ToolDispatchExecution(execution, may_suspend=...)`` for the pipeline, once per call with wrappers."""
+    view = _new_object(ToolDispatchExecution)
+    _set_execution(view, execution)
+    _set_dispatch_signal(view, execution.signal)
+    _set_may_suspend(view, may_suspend)
+    return view
 
 
 class ToolRunContext(_ExecutionView):

@@ -43,11 +43,11 @@ from ._definition import ToolContract, ToolDefinition, contract_of, default_bloc
 from ._errors import ErrorCode, NonJsonValueError, PolicyError, ToolArgsError, ToolNotFoundError, ToolOutputError
 from ._execution import (
     ScopeKey,
-    ToolDispatchExecution,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionToken,
     ToolRunContext,
+    dispatch_view,
     new_execution,
 )
 from ._json import JsonValue, safe_repr, snapshot_json
@@ -607,7 +607,7 @@ async def _dispatch_chain(runtime: ToolRuntime, call: PreparedCall) -> ToolExecu
     """Run the wrappers around the body. ``None`` means a final failure is in ``call.latest``."""
     execution = call.execution
     trace = call.trace
-    view = ToolDispatchExecution(execution, may_suspend=call.dispatch_suspends)
+    view = dispatch_view(execution, call.dispatch_suspends)
 
     async def base() -> ToolExecutionResult:
         outcome = await _dispatch_body(runtime, call, view.signal)

@@ -523,6 +523,41 @@ async def test_wrapper_cannot_assign_fields_other_than_signal() -> None:
     assert problems == ["name", "call_id", "arguments", "agent", "token"]
 
 
+async def test_the_wrappers_view_refuses_a_signal_that_is_not_one_and_matches_the_public_constructor() -> None:
+    seen: list[ToolDispatchExecution] = []
+    refusals: list[str] = []
+
+    class Inspector:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            seen.append(execution)
+            try:
+                execution.signal = "not a signal"  # type: ignore[assignment]
+            except TypeError as exc:
+                refusals.append(str(exc))
+            try:
+                execution._may_suspend = True  # type: ignore[misc]
+            except AttributeError as exc:
+                refusals.append(str(exc))
+            return await next()
+
+    runtime = make_runtime(add_tool(), plugins=[Inspector()])
+    request = make_input("add", {"a": 1, "b": 2})
+    result = await runtime.execute(request)
+    assert not result.is_error
+    assert refusals == [
+        "execution.signal must be a CancelSignal, got str",
+        "ToolDispatchExecution._may_suspend is read-only; a wrapper may replace only signal",
+    ]
+    (view,) = seen
+    assert view.signal is request.signal and view.may_suspend is False  # the add body cannot suspend
+    public = ToolDispatchExecution(view.execution, may_suspend=False)
+    fields = ("execution", "call_id", "root_call_id", "name", "arguments", "agent", "parent", "token", "signal")
+    assert [getattr(public, f) for f in fields] == [getattr(view, f) for f in fields]
+    assert public.may_suspend is view.may_suspend and type(public) is type(view)
+    assert repr(view) == repr(public) == f"<ToolDispatchExecution add call_id={request.call_id!r}>"
+
+
 async def test_wrapper_short_circuit_skips_body_and_success_is_revalidated() -> None:
     ran: list[bool] = []
 
