@@ -393,6 +393,7 @@ class _Session:
 
     def attach(self, runtime: ToolRuntime) -> None:
         if self.recorder is not None:
+            self.recorder.runtime = runtime  # each call then records its tool's contract fingerprint
             runtime.plugins.register(self.recorder, name="dsh-tools-session")
             runtime.event_sink = self.recorder.event_sink
             # A recorded session keeps each call's decision trace, for ``explain`` and ``simulate``.

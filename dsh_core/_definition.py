@@ -182,6 +182,8 @@ class ToolDefinition:
     # The compiled checks, built on the first call (compiling costs ~1 ms per schema,
     # so registering many tools stays cheap); see contract_of.
     _contract: ToolContract | None = attrs.field(init=False, default=None, eq=False, repr=False)
+    # Its contract fingerprint, once asked for (dsh_core.contract_fingerprint); needs no compilation.
+    _fingerprint: str | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(

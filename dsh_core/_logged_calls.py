@@ -30,6 +30,7 @@ class LoggedCall:
     name: str
     arguments: JsonValue
     agent: str | None
+    contract: str | None = None  # the tool's contract fingerprint when the call was recorded
     result: Mapping[str, Any] | None = None  # the event's FrozenDict
     dispatches: tuple[Mapping[str, Any], ...] = ()
 
@@ -40,7 +41,8 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
     Raises:
         SessionLogError: a ``tool/call`` or ``tool/result`` lacks a non-empty
             ``callId``, or a call's ``name`` is not a ``str`` or its ``agent``
-            neither ``null`` nor a non-empty ``str``; the message names the ``seq``.
+            neither ``null`` nor a non-empty ``str``, or its ``contract`` neither
+            absent, ``null`` nor a non-empty ``str``; the message names the ``seq``.
     """
     calls: list[LoggedCall] = []
     results: list[FrozenDict | None] = []
@@ -82,7 +84,17 @@ def _call(event: SessionEvent) -> LoggedCall:
         raise _malformed(event, f"name must be a str, got {safe_repr(name)}")
     if agent is not None and (type(agent) is not str or not agent):
         raise _malformed(event, f"agent must be null or a non-empty str, got {safe_repr(agent)}")
-    return LoggedCall(seq=event.seq, call_id=_call_id(event), name=name, arguments=data.get("arguments"), agent=agent)
+    contract = data.get("contract")
+    if contract is not None and (type(contract) is not str or not contract):
+        raise _malformed(event, f"contract must be null or a non-empty str, got {safe_repr(contract)}")
+    return LoggedCall(
+        seq=event.seq,
+        call_id=_call_id(event),
+        name=name,
+        arguments=data.get("arguments"),
+        agent=agent,
+        contract=contract,
+    )
 
 
 def _malformed(event: SessionEvent, problem: str) -> SessionLogError:

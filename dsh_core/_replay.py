@@ -16,6 +16,7 @@ import attrs
 
 from ._content import ContentBlock
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
+from ._fingerprint import contract_fingerprint
 from ._json import JsonValue, thaw
 from ._logged_calls import logged_calls
 from ._results import ToolExecutionResult, error_message
@@ -104,6 +105,9 @@ class ReplayedCall:
     result_view: ToolResultView | None
     error: Mapping[str, Any] | None
     dispatches: tuple[Mapping[str, Any], ...] = ()
+    # Whether the tool's contract differs from the one the call was recorded against;
+    # None when the log has no fingerprint for the call or no such tool is registered now.
+    contract_changed: bool | None = None
 
 
 def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -> list[ReplayedCall]:
@@ -112,7 +116,9 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
     Cards come from the tools registered in ``runtime`` now (the presenters are
     pure), resolved in the global view. A call whose result was never logged
     (the host stopped mid-call) has ``result=None``. Code Mode sub-calls are
-    attached to their outer call as ``dispatches``.
+    attached to their outer call as ``dispatches``. ``contract_changed`` says
+    whether the tool's parameter or output schema changed since the call was
+    recorded (the cards then come from presenters written for the new contract).
     """
     events = log.events if isinstance(log, SessionLogRead) else tuple(log)
     out: list[ReplayedCall] = []
@@ -138,9 +144,17 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
                 result_view=view,
                 error=error,
                 dispatches=call.dispatches,
+                contract_changed=_contract_changed(runtime, call.name, call.contract),
             )
         )
     return out
+
+
+def _contract_changed(runtime: ToolRuntime, name: str, recorded: str | None) -> bool | None:
+    if recorded is None:
+        return None
+    tool = runtime.get(name)
+    return None if tool is None else contract_fingerprint(tool) != recorded
 
 
 def _agent_id(agent: object) -> str | None:
@@ -157,18 +171,26 @@ class SessionRecorder:
     pass :meth:`event_sink` as ``ToolRuntime(event_sink=...)`` for Code Mode's
     dispatch events. A result's decision trace (``trace_decisions=True``) is
     written into its ``tool/result`` event.
+
+    Given the ``runtime`` the calls run in, each ``tool/call`` also records the
+    :func:`~dsh_core.contract_fingerprint` of the tool the call's agent sees,
+    so :func:`replay` can tell a call whose tool has changed since.
     """
 
-    def __init__(self, log: SessionLog) -> None:
+    def __init__(self, log: SessionLog, runtime: ToolRuntime | None = None) -> None:
         self.log = log
+        self.runtime = runtime
 
     def record_call(self, request: ToolExecutionInput) -> int:
         arguments: Any = request.arguments
+        agent = _agent_id(request.agent)
+        tool = self.runtime.get(request.name, request.agent) if self.runtime is not None else None
+        contract = contract_fingerprint(tool) if tool is not None else None
         try:
-            return self.log.append_call(request.call_id, request.name, arguments, agent=_agent_id(request.agent))
+            return self.log.append_call(request.call_id, request.name, arguments, agent=agent, contract=contract)
         except (TypeError, ValueError):
             # The arguments are not JSON (the call will fail INVALID_ARGS): log what can be logged.
-            return self.log.append_call(request.call_id, request.name, None, agent=_agent_id(request.agent))
+            return self.log.append_call(request.call_id, request.name, None, agent=agent, contract=contract)
 
     @hookimpl
     def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:

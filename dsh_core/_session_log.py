@@ -11,7 +11,9 @@ The tool pipeline writes four event types, each with a typed helper on
 :class:`SessionLog`. Their ``data`` uses the camelCase wire names of the
 presentation vocabulary:
 
-* ``tool/call`` — ``{callId, name, arguments, agent}``
+* ``tool/call`` — ``{callId, name, arguments, agent}``, plus ``contract``, the
+  called tool's contract fingerprint, when the recorder knew the tool (an
+  absent ``contract`` reads as ``null``)
 * ``tool/result`` — ``{callId, content, isError, error, meta}``, the durable
   projection of a result (never its canonical value); ``error`` is
   ``{name, code, message}`` or ``null``, ``meta`` the presentation meta or ``null``;
@@ -398,12 +400,21 @@ class SessionLog:
             raise TypeError(f"event data must be a mapping, got {type(data).__name__}")
         return self._write(event_type, snapshot_json(data if type(data) is FrozenDict else dict(data)))
 
-    def append_call(self, call_id: str, name: str, arguments: object, *, agent: str | None = None) -> int:
-        """Append ``tool/call``: the model asked for ``name`` with ``arguments``; returns its ``seq``."""
+    def append_call(
+        self, call_id: str, name: str, arguments: object, *, agent: str | None = None, contract: str | None = None
+    ) -> int:
+        """Append ``tool/call``: the model asked for ``name`` with ``arguments``; returns its ``seq``.
+
+        ``contract`` is the called tool's :func:`~dsh_core.contract_fingerprint`
+        when it was known (``None``: no ``contract`` key is written).
+        """
         _id(call_id, "call_id")
         _str(name, "name")
         _id(agent, "agent", optional=True)
+        _id(contract, "contract", optional=True)
         data = {"callId": call_id, "name": name, "arguments": arguments, "agent": agent}
+        if contract is not None:
+            data["contract"] = contract
         return self._write("tool/call", snapshot_json(data))
 
     def append_result(

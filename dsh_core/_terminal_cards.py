@@ -143,6 +143,8 @@ def render_replayed_call(call: ReplayedCall) -> RenderableType:
         if call.error:
             code = call.error.get("code") or "error"
             parts.append(_text(f"{code}", style="bold red"))
+    if call.contract_changed:
+        parts.append(_text("(recorded against an earlier contract of this tool)", style="yellow"))
     for dispatch in call.dispatches:
         state = "error" if dispatch.get("isError") else "ok"
         parts.append(_text(f"  ↳ {dispatch.get('subCallId')} {dispatch.get('name')} [{state}]", style="dim"))

@@ -7,6 +7,7 @@ distribution's entry points), so the installed plugins do not interfere.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from click.testing import CliRunner, Result
 # Shared with the loader tests: builds throw-away distributions on sys.path.
 from test_plugin_loading import Dists
 
+from dsh_core import contract_fingerprint
 from dsh_core._cli import cli
 from dsh_core._session_log import read_session_log
 
@@ -266,6 +268,24 @@ def test_call_records_a_session(tools: list[str], tmp_path: Path) -> None:
     assert events[0].data["name"] == "boom"
     assert events[1].data["isError"] is True
     assert events[1].data["error"]["code"] == "TOOL_ERROR"
+
+
+def test_a_recorded_call_carries_its_tools_contract_and_replay_flags_a_change(
+    tools: list[str], dists: Dists, tmp_path: Path
+) -> None:
+    log = tmp_path / "session.jsonl"
+    assert invoke([*tools, "call", "echo", '{"a": 1}', "--session", str(log)]).exit_code == 0
+    (call, _result) = read_session_log(log).events
+    echo = next(tool for tool in importlib.import_module(tools[-1].split("=")[1]).TOOLS if tool.name == "echo")
+    assert call.data["contract"] == contract_fingerprint(echo)
+
+    marker = "recorded against an earlier contract"
+    unchanged = invoke([*tools, "replay", str(log)])
+    assert unchanged.exit_code == 0 and "echo" in unchanged.stdout and marker not in unchanged.stdout
+    stale = tmp_path / "stale.jsonl"
+    stale.write_text(log.read_text().replace(call.data["contract"], "sha256:" + "0" * 64))
+    changed = invoke([*tools, "replay", str(stale)])
+    assert changed.exit_code == 0 and marker in changed.stdout
 
 
 def test_session_log_from_config(tools: list[str], tmp_path: Path) -> None:
