@@ -37,11 +37,15 @@ recorded and the simulated side:
   (its sub-calls are not simulated).
 
 A call *changes* when both verdicts exist and their decisions differ; a
-different denial reason alone is not a change.
+different denial reason alone is not a change. A simulated call that never
+reached policy (a tool registered now refuses the recorded arguments) is
+noted with its failure code and, when the log holds the call's contract
+fingerprint and the tool it met now enforces another contract, says so.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, TypeAlias
 
@@ -50,6 +54,7 @@ import attrs
 from ._content import ContentBlock
 from ._definition import ToolDefinition, ToolOutput, define_tool
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
+from ._fingerprint import contract_fingerprint
 from ._json import JsonValue
 from ._logged_calls import logged_calls
 from ._registry import RUN_CODE_NAME, Disposer, check_definition
@@ -227,14 +232,34 @@ async def _never(args: Any) -> JsonValue:
     raise AssertionError("a policy simulation never runs a tool body")
 
 
+# Stand-ins have their own open contract: comparing it with a recorded one would say nothing.
+_STAND_INS: weakref.WeakSet[ToolDefinition] = weakref.WeakSet()
+
+
 def _stand_in(name: str, replayer: _Replayer) -> ToolDefinition:
-    return define_tool(
+    tool = define_tool(
         name=name,
         description=f"stand-in for {name} in a policy simulation",
         parameters={},
         output=ToolOutput(schema={"type": "json"}, render=lambda args, value: replayer.content()),
         execute=_never,
     )
+    _STAND_INS.add(tool)
+    return tool
+
+
+def _unreached(result: ToolExecutionResult, tool: ToolDefinition | None, recorded_contract: str | None) -> str:
+    """Why a simulated call never reached policy, and whether its tool's contract moved since it was recorded."""
+    info = result.error.info if isinstance(result, ToolExecutionFailure) else None
+    note = "the simulated call never reached policy" + (f" ({info.code})" if info is not None else "")
+    if (
+        recorded_contract is not None
+        and tool is not None
+        and tool not in _STAND_INS
+        and contract_fingerprint(tool) != recorded_contract
+    ):
+        note += "; the tool's contract changed since the call was recorded"
+    return note
 
 
 class SimulationRuntime(ToolRuntime):
@@ -340,9 +365,10 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
                     signal=CancelSignal(),
                     agent=scopes(agent_id),
                 )
-                simulated = simulated_verdict(await runtime.execute(request))
+                simulated_result = await runtime.execute(request)
+                simulated = simulated_verdict(simulated_result)
                 if simulated is None:
-                    note = "the simulated call never reached policy"
+                    note = _unreached(simulated_result, runtime.get(name, request.agent), call.contract)
             out.append(
                 SimulatedCall(
                     call_id=call_id, name=name, agent=agent_id, recorded=recorded, simulated=simulated, note=note

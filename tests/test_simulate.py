@@ -240,6 +240,42 @@ async def test_an_existing_tool_of_the_name_is_used_but_its_body_never_runs(tmp_
     assert calls == []
 
 
+async def test_a_call_the_current_tool_refuses_says_whether_its_contract_changed(tmp_path: Path) -> None:
+    old = make_runtime(json_tool("t", parameters={"n": {"type": "integer"}}), json_tool("u"))
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        recorder = SessionRecorder(session, old)
+        old.plugins.register(recorder)
+        for request in (make_input("t", {"n": 1}, call_id="changed"), make_input("u", {"n": 1}, call_id="kept")):
+            recorder.record_call(request)
+            await old.execute(request)
+        session.append_call("unfingerprinted", "t", {"n": 1})
+        session.append_result("unfingerprinted", content=[TextBlock("1")], is_error=False)
+
+    new = make_runtime(json_tool("t", parameters={"n": {"type": "string"}}), json_tool("u"))  # t now takes a string
+    report = await simulate(read_session_log(log), new)
+    assert [(call.call_id, call.summary) for call in report.calls] == [
+        (
+            "changed",
+            "not compared: the simulated call never reached policy (INVALID_ARGS); "
+            "the tool's contract changed since the call was recorded",
+        ),
+        ("kept", "unchanged"),
+        ("unfingerprinted", "not compared: the simulated call never reached policy (INVALID_ARGS)"),
+    ]
+    assert not report.changed
+
+    # Stand-ins (a SimulationRuntime) take any object, and their open contract is never compared.
+    stand_ins = await simulate(read_session_log(log), SimulationRuntime())
+    assert [call.summary for call in stand_ins.calls] == ["unchanged"] * 3
+    hand_edited = tmp_path / "edited.jsonl"
+    with SessionLog(hand_edited) as session:
+        session.append_call("list-args", "t", [1], contract="sha256:" + "0" * 64)
+        session.append_result("list-args", content=[TextBlock("1")], is_error=False)
+    (refused,) = (await simulate(read_session_log(hand_edited), SimulationRuntime())).calls
+    assert refused.summary == "not compared: the simulated call never reached policy (INVALID_ARGS)"
+
+
 async def test_a_restriction_in_the_new_stack_is_a_denial(tmp_path: Path) -> None:
     log = tmp_path / "s.jsonl"
     with SessionLog(log) as session:
