@@ -24,7 +24,7 @@ from typing import Final
 
 from ._definition import ToolDefinition
 
-__all__ = ["FINGERPRINT_PREFIX", "canonical_json", "contract_fingerprint"]
+__all__ = ["FINGERPRINT_PREFIX", "canonical_json", "contract_changed", "contract_fingerprint"]
 
 FINGERPRINT_PREFIX: Final = "sha256:"
 
@@ -44,6 +44,13 @@ def contract_fingerprint(definition: ToolDefinition) -> str:
         fingerprint = FINGERPRINT_PREFIX + hashlib.sha256(text.encode("ascii")).hexdigest()
         object.__setattr__(definition, "_fingerprint", fingerprint)
     return fingerprint
+
+
+def contract_changed(tool: ToolDefinition | None, recorded: str | None) -> bool | None:
+    """Whether ``tool`` now enforces another contract than the ``recorded`` fingerprint; ``None``: nothing to compare."""
+    if tool is None or recorded is None:
+        return None
+    return contract_fingerprint(tool) != recorded
 
 
 def canonical_json(value: object) -> str:

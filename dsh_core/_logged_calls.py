@@ -79,22 +79,25 @@ def _call_id(event: SessionEvent) -> str:
 
 def _call(event: SessionEvent) -> LoggedCall:
     data = event.data
-    name, agent = data.get("name"), data.get("agent")
+    name = data.get("name")
     if type(name) is not str:
         raise _malformed(event, f"name must be a str, got {safe_repr(name)}")
-    if agent is not None and (type(agent) is not str or not agent):
-        raise _malformed(event, f"agent must be null or a non-empty str, got {safe_repr(agent)}")
-    contract = data.get("contract")
-    if contract is not None and (type(contract) is not str or not contract):
-        raise _malformed(event, f"contract must be null or a non-empty str, got {safe_repr(contract)}")
+    agent = _optional_str(event, "agent")  # checked before callId, as it always was
     return LoggedCall(
         seq=event.seq,
         call_id=_call_id(event),
         name=name,
         arguments=data.get("arguments"),
         agent=agent,
-        contract=contract,
+        contract=_optional_str(event, "contract"),
     )
+
+
+def _optional_str(event: SessionEvent, key: str) -> str | None:
+    value = event.data.get(key)
+    if value is not None and (type(value) is not str or not value):
+        raise _malformed(event, f"{key} must be null or a non-empty str, got {safe_repr(value)}")
+    return value
 
 
 def _malformed(event: SessionEvent, problem: str) -> SessionLogError:

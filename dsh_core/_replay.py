@@ -16,7 +16,7 @@ import attrs
 
 from ._content import ContentBlock
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
-from ._fingerprint import contract_fingerprint
+from ._fingerprint import contract_changed, contract_fingerprint
 from ._json import JsonValue, thaw
 from ._logged_calls import logged_calls
 from ._results import ToolExecutionResult, error_message
@@ -144,17 +144,10 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
                 result_view=view,
                 error=error,
                 dispatches=call.dispatches,
-                contract_changed=_contract_changed(runtime, call.name, call.contract),
+                contract_changed=contract_changed(runtime.get(call.name), call.contract),
             )
         )
     return out
-
-
-def _contract_changed(runtime: ToolRuntime, name: str, recorded: str | None) -> bool | None:
-    if recorded is None:
-        return None
-    tool = runtime.get(name)
-    return None if tool is None else contract_fingerprint(tool) != recorded
 
 
 def _agent_id(agent: object) -> str | None:

@@ -54,7 +54,7 @@ import attrs
 from ._content import ContentBlock
 from ._definition import ToolDefinition, ToolOutput, define_tool
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
-from ._fingerprint import contract_fingerprint
+from ._fingerprint import contract_changed
 from ._json import JsonValue
 from ._logged_calls import logged_calls
 from ._registry import RUN_CODE_NAME, Disposer, check_definition
@@ -252,12 +252,7 @@ def _unreached(result: ToolExecutionResult, tool: ToolDefinition | None, recorde
     """Why a simulated call never reached policy, and whether its tool's contract moved since it was recorded."""
     info = result.error.info if isinstance(result, ToolExecutionFailure) else None
     note = "the simulated call never reached policy" + (f" ({info.code})" if info is not None else "")
-    if (
-        recorded_contract is not None
-        and tool is not None
-        and tool not in _STAND_INS
-        and contract_fingerprint(tool) != recorded_contract
-    ):
+    if tool not in _STAND_INS and contract_changed(tool, recorded_contract):
         note += "; the tool's contract changed since the call was recorded"
     return note
 
