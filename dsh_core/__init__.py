@@ -39,7 +39,7 @@ from ._execution import (
     ToolExecutionToken,
     ToolRunContext,
 )
-from ._fingerprint import contract_fingerprint
+from ._fingerprint import canonical_json, contract_fingerprint
 from ._json import FrozenDict, FrozenList, JsonValue, json_equal, json_text, snapshot_json, thaw
 from ._plugins import (
     FailedPlugin,
@@ -154,6 +154,7 @@ __all__ = [
     "UserMessage",
     "Verdict",
     "__version__",
+    "canonical_json",
     "contract_fingerprint",
     "default_render",
     "define_tool",

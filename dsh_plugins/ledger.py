@@ -1,0 +1,556 @@
+"""The effect ledger: every call id resolves once, even across a crash and a resume.
+
+A host that resumes an interrupted turn, retries it or replays it runs the same
+tool calls again, with the same call ids. Without a record of what already
+happened, a ``send_email`` that completed before the crash is sent twice. The
+ledger is that record: a durable, append-only file keyed by call id. Enable it
+in ``[plugins.ledger]``::
+
+    [plugins.ledger]
+    path = "effects.jsonl"            # one ledger per conversation; required to enable it
+    rerun_in_doubt = ["read_file"]    # tools that are safe to run again (default: none)
+    fsync = "always"                  # "always" (default), "close" or "never"
+
+**What it does.** An outermost (``tryfirst``) ``dsh_execute`` wrapper, so every
+call the policy stages allowed passes through it, and only those: a replayed
+call is checked by the current policy like any other, and a call that is now
+denied does not reveal what was recorded. For each call it looks up the key
+(the call id, with the agent's id when there is one):
+
+- *not seen*: it writes ``effect/started`` (on disk before the body runs, with
+  ``fsync = "always"``), runs the call and writes its outcome.
+- *committed* (the call succeeded earlier): the recorded value is returned and
+  the body is not run. The runtime passes that value through the tool's current
+  output contract, so a value that no longer fits fails ``INVALID_TOOL_OUTPUT``
+  instead of being presented in an old shape.
+- *failed* (the body ended with a failure): the same failure is returned, code
+  and message included. The body ran to an end; running it again could repeat
+  whatever it did before it failed.
+- *in doubt* (``effect/started`` with no outcome, because the process died, or
+  an outcome of ``ABORTED``/``TOOL_TIMEOUT``/a raising wrapper, because the body
+  was stopped part-way): the call fails with ``EFFECT_IN_DOUBT`` and the body is
+  not run, unless the tool is listed in ``rerun_in_doubt`` or is ``run_code``
+  (a Code Mode program's own sub-calls carry their own keys, ``<call
+  id>:code:<n>``, so running the program again replays what it already did and
+  stops at the first sub-call that is in doubt). A person who has checked what
+  happened settles the entry with :meth:`EffectLedger.resolve` or
+  :meth:`EffectLedger.forget`.
+- *the key was recorded for another tool or other arguments*: the call fails
+  with ``IDEMPOTENCY_CONFLICT``. For a Code Mode sub-call this means the program
+  took another path on the re-run (it diverged); it stops there instead of
+  mixing two runs' effects.
+
+A call that never reached the body (``ABORTED_BEFORE_DISPATCH``,
+``UNKNOWN_TOOL`` at dispatch) releases its key: nothing happened, so a later
+call with that id runs. Two concurrent calls with one key in one process run
+one after the other; the second gets the first's outcome.
+
+**Durability and failure.** The file is a :class:`dsh_core.SessionLog` (one
+JSON line per event, a torn last line is cut off on open) locked against a
+second writer. A failure to record ``effect/started`` fails the call with
+``LEDGER_ERROR`` (blamed on ``effect-ledger``) before its body runs: the ledger never lets an effect happen
+unrecorded. A failure to record the outcome leaves the entry in doubt, which is
+what it is, and logs a warning; the call's result is returned unchanged.
+
+**Keys are only as unique as call ids.** A provider that numbers calls ``0``,
+``1``, ... afresh every turn would make a later ``get_time`` replay an earlier
+turn's answer; such hosts pass ``key=`` to derive unique keys (a turn number
+plus the call id, say), or return ``None`` from it for calls that should not
+be recorded. The file grows with every call: use one ledger per conversation.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Final, Literal, TypeAlias
+
+import attrs
+import trio
+
+from dsh_core import (
+    RUN_CODE_NAME,
+    Agent,
+    ConfigError,
+    DshError,
+    ErrorCode,
+    JsonValue,
+    SessionLog,
+    SessionLogError,
+    ToolDefinition,
+    ToolDispatchExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolRuntime,
+    canonical_json,
+    contract_fingerprint,
+    failure_result,
+    hookimpl,
+    read_session_log,
+    snapshot_json,
+    structure_table,
+)
+
+__all__ = [
+    "EFFECT_IN_DOUBT",
+    "IDEMPOTENCY_CONFLICT",
+    "PLUGIN_NAME",
+    "EffectLedger",
+    "LedgerEntry",
+    "LedgerError",
+    "LedgerSettings",
+    "LedgerState",
+]
+
+# Capability manifest (enforced under strict_capabilities): it may answer any call from its record.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
+
+PLUGIN_NAME: Final = "effect-ledger"
+EFFECT_IN_DOUBT: Final = "EFFECT_IN_DOUBT"
+IDEMPOTENCY_CONFLICT: Final = "IDEMPOTENCY_CONFLICT"
+
+logger = logging.getLogger("dsh_plugins.ledger")
+
+LedgerState: TypeAlias = Literal["started", "committed", "failed", "interrupted"]
+"""Where a key stands: running (or died running), succeeded, failed after running, stopped part-way."""
+
+_STARTED: Final = "effect/started"
+_COMMITTED: Final = "effect/committed"
+_FAILED: Final = "effect/failed"
+_INTERRUPTED: Final = "effect/interrupted"
+_RELEASED: Final = "effect/released"
+_OUTCOMES: Final[dict[str, LedgerState]] = {_COMMITTED: "committed", _FAILED: "failed", _INTERRUPTED: "interrupted"}
+
+# The body never ran: nothing to remember.
+_NOT_DISPATCHED: Final = frozenset({ErrorCode.ABORTED_BEFORE_DISPATCH.value, ErrorCode.UNKNOWN_TOOL.value})
+# The body was stopped part-way: what it did is unknown.
+_CUT_SHORT: Final = frozenset({ErrorCode.ABORTED.value, ErrorCode.TOOL_TIMEOUT.value})
+
+KeyFunction: TypeAlias = Callable[[ToolDispatchExecution], "str | None"]
+
+
+class LedgerError(DshError, ValueError):
+    """The ledger file is not a ledger, is damaged, is in use, or a key cannot be settled."""
+
+    code = "LEDGER_ERROR"
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class LedgerEntry:
+    """What the ledger knows about one key.
+
+    ``value`` is the committed value (``None`` otherwise); ``error_code``,
+    ``error_message``, ``error_name`` and ``error_plugin`` describe a recorded
+    failure or interruption. ``at`` is when the call started (ISO 8601, UTC).
+    """
+
+    key: str
+    agent: str | None
+    tool: str
+    arguments_digest: str
+    contract: str | None
+    state: LedgerState
+    at: str
+    value: JsonValue = None
+    error_code: str | None = None
+    error_message: str | None = None
+    error_name: str | None = None
+    error_plugin: str | None = None
+
+    @property
+    def in_doubt(self) -> bool:
+        """Whether the effect may or may not have happened (no outcome, or the body was cut short)."""
+        return self.state in ("started", "interrupted")
+
+
+@attrs.frozen(kw_only=True)
+class LedgerSettings:
+    """The ``[plugins.ledger]`` table."""
+
+    path: str | None = None
+    rerun_in_doubt: tuple[str, ...] = ()
+    fsync: Literal["always", "close", "never"] = "always"
+
+
+def _agent_id(agent: object) -> str | None:
+    if agent is None:
+        return None
+    if isinstance(agent, Agent):
+        return agent.id
+    return str(agent)
+
+
+def arguments_digest(arguments: object) -> str:
+    """``"sha256:<hex>"`` of the canonical JSON of a call's (snapshotted) arguments."""
+    return "sha256:" + hashlib.sha256(canonical_json(arguments).encode("ascii")).hexdigest()
+
+
+def _default_key(execution: ToolDispatchExecution) -> str | None:
+    return execution.call_id
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def _text(data: Mapping[str, Any], field: str, *, optional: bool = False) -> Any:
+    value = data.get(field)
+    if value is None and optional:
+        return None
+    if type(value) is not str:
+        raise _Malformed(f'"{field}" must be a string, got {value!r}')
+    return value
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _replay(entries: dict[tuple[str | None, str], LedgerEntry], event_type: str, data: Mapping[str, Any]) -> None:
+    if event_type not in (_STARTED, _RELEASED, *_OUTCOMES):
+        raise _Malformed(f"unknown event type {event_type!r}: this file is not an effect ledger")
+    agent = _text(data, "agent", optional=True)
+    key = (agent, _text(data, "key"))
+    if event_type == _STARTED:
+        entries[key] = LedgerEntry(
+            key=key[1],
+            agent=agent,
+            tool=_text(data, "tool"),
+            arguments_digest=_text(data, "arguments"),
+            contract=_text(data, "contract", optional=True),
+            state="started",
+            at=_text(data, "at"),
+        )
+        return
+    entry = entries.get(key)
+    if entry is None:
+        raise _Malformed(f"{event_type} for key {key[1]!r}, which was never started")
+    if event_type == _RELEASED:
+        del entries[key]
+    elif event_type == _COMMITTED:
+        if "value" not in data:
+            raise _Malformed('"value" is missing')
+        entries[key] = attrs.evolve(entry, state="committed", value=data["value"])
+    else:
+        entries[key] = attrs.evolve(
+            entry,
+            state=_OUTCOMES[event_type],
+            error_code=_text(data, "code", optional=True),
+            error_message=_text(data, "message"),
+            error_name=_text(data, "name", optional=True),
+            error_plugin=_text(data, "plugin", optional=True),
+        )
+
+
+def _failure_fields(result: ToolExecutionFailure) -> dict[str, Any]:
+    info = result.error.info
+    return {
+        "code": None if info is None else info.code,
+        "message": result.error.message,
+        "name": None if info is None else info.name,
+        "plugin": None if info is None else info.plugin,
+    }
+
+
+class EffectLedger:
+    """The ledger of one runtime, kept in one file (see the module documentation).
+
+    Opening reads the whole file, cuts off a torn last line and locks the file
+    against a second ledger (in this process or another) until :meth:`close`.
+
+    Args:
+        path: the ledger file; created if missing (its directory must exist).
+        rerun_in_doubt: tool names that are safe to run again when their earlier
+            call is in doubt (reads, idempotent writes). ``run_code`` always is.
+        fsync: ``"always"`` (each event is on disk before the call goes on; the
+            default), ``"close"`` or ``"never"``, as for :class:`SessionLog`.
+        key: derives a call's key from the dispatch view (default: its call id);
+            ``None`` leaves that call unrecorded.
+        runtime: the runtime the ledger serves, so each ``effect/started``
+            records the called tool's :func:`~dsh_core.contract_fingerprint`
+            (``dsh_setup`` passes it).
+
+    Raises:
+        LedgerError: the file is damaged, is not a ledger or is locked.
+        OSError: the file cannot be opened.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        rerun_in_doubt: Iterable[str] = (),
+        fsync: Literal["always", "close", "never"] = "always",
+        key: KeyFunction = _default_key,
+        runtime: ToolRuntime | None = None,
+    ) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self.runtime = runtime
+        self.rerun_in_doubt = frozenset(rerun_in_doubt) | {RUN_CODE_NAME}
+        self._key = key
+        self._lock_fd = _lock(self.path, sync_directory=fsync != "never")
+        try:
+            self._entries = _load(self.path) if os.path.exists(self.path) else {}
+            self._log: SessionLog | None = SessionLog(self.path, fsync=fsync)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self._running: dict[tuple[str | None, str], trio.Event] = {}
+
+    # --- reading and settling -------------------------------------------------------------
+
+    def entries(self) -> tuple[LedgerEntry, ...]:
+        """Every recorded key, in the order the keys were first started."""
+        return tuple(self._entries.values())
+
+    def get(self, key: str, agent: str | None = None) -> LedgerEntry | None:
+        """The entry of ``key`` (for ``agent``'s calls), or ``None``."""
+        return self._entries.get((agent, key))
+
+    def in_doubt(self) -> tuple[LedgerEntry, ...]:
+        """The entries whose effect may or may not have happened."""
+        return tuple(entry for entry in self._entries.values() if entry.in_doubt)
+
+    def resolve(self, key: str, value: object, *, agent: str | None = None) -> LedgerEntry:
+        """Record that the in-doubt call ``key`` did happen, with ``value`` as its result.
+
+        Later calls with that key return ``value`` (through the tool's output
+        contract, like any recorded value) without running the body.
+
+        Raises:
+            LedgerError: there is no such key, or it is not in doubt.
+            NonJsonValueError: ``value`` is not lossless JSON.
+        """
+        entry = self._settleable(key, agent)
+        value = snapshot_json(value)
+        self._append(_COMMITTED, {"key": key, "agent": agent, "value": value})
+        settled = attrs.evolve(entry, state="committed", value=value)
+        self._entries[(agent, key)] = settled
+        return settled
+
+    def forget(self, key: str, *, agent: str | None = None) -> None:
+        """Record that the in-doubt call ``key`` did not happen: a later call with that key runs.
+
+        Raises:
+            LedgerError: there is no such key, or it is not in doubt.
+        """
+        self._settleable(key, agent)
+        self._append(_RELEASED, {"key": key, "agent": agent})
+        del self._entries[(agent, key)]
+
+    def _settleable(self, key: str, agent: str | None) -> LedgerEntry:
+        entry = self._entries.get((agent, key))
+        if entry is None:
+            raise LedgerError(f"the ledger has no call {key!r}" + ("" if agent is None else f" of agent {agent!r}"))
+        if not entry.in_doubt:
+            raise LedgerError(f"call {key!r} is {entry.state}, not in doubt; only an in-doubt call can be settled")
+        if (agent, key) in self._running:
+            raise LedgerError(f"call {key!r} is running now; settle it after it ends")
+        return entry
+
+    def close(self) -> None:
+        """Close the file and release the lock; later calls fail ``LEDGER_ERROR``. Idempotent."""
+        log, self._log = self._log, None
+        if log is not None:
+            try:
+                log.close()
+            finally:
+                os.close(self._lock_fd)
+
+    def _append(self, event_type: str, data: dict[str, Any]) -> None:
+        if self._log is None:
+            raise LedgerError(f"the effect ledger {self.path} is closed")
+        self._log.append({"type": event_type, "data": data})
+
+    # --- the wrapper ----------------------------------------------------------------------
+
+    @hookimpl(tryfirst=True)
+    async def dsh_execute(
+        self, execution: ToolDispatchExecution, next: Callable[[], Awaitable[ToolExecutionResult]]
+    ) -> ToolExecutionResult:
+        key = self._key(execution)
+        if key is None:
+            return await next()
+        if type(key) is not str or not key:
+            raise LedgerError(f"the ledger's key function returned {key!r}; expected a non-empty str or None")
+        slot = (_agent_id(execution.agent), key)
+        while (running := self._running.get(slot)) is not None:
+            await running.wait()  # the same key is running in this process: take its outcome
+        entry = self._entries.get(slot)
+        if entry is not None:
+            answer = self._recorded(execution, entry)
+            if answer is not None:
+                return answer
+        return await self._run(execution, slot, next)
+
+    def _recorded(self, execution: ToolDispatchExecution, entry: LedgerEntry) -> ToolExecutionResult | None:
+        """The recorded answer for a known key, or ``None`` when the call should run (again)."""
+        if entry.tool != execution.name or entry.arguments_digest != arguments_digest(execution.arguments):
+            what = "another tool" if entry.tool != execution.name else "other arguments"
+            return failure_result(
+                f"call id {entry.key!r} was already used for a call of {entry.tool!r} with {what}; "
+                "a call id names one call (a Code Mode program that takes another path when run again "
+                "diverges here)",
+                IDEMPOTENCY_CONFLICT,
+                name="IdempotencyConflict",
+                plugin=PLUGIN_NAME,
+            )
+        if entry.state == "committed":
+            return ToolExecutionSuccess(value=entry.value, content=())
+        if entry.state == "failed":
+            return failure_result(
+                entry.error_message or "",
+                entry.error_code,
+                name=entry.error_name,
+                plugin=entry.error_plugin,
+            )
+        if execution.name in self.rerun_in_doubt:
+            return None
+        how = (
+            "has no recorded outcome"
+            if entry.state == "started"
+            else f"was cut short ({entry.error_code or 'no code'}: {entry.error_message})"
+        )
+        return failure_result(
+            f"call {entry.key!r} of {entry.tool!r} started at {entry.at} and {how}; its effect may or may "
+            "not have happened, so it is not run again until someone settles it in the effect ledger",
+            EFFECT_IN_DOUBT,
+            name="EffectInDoubt",
+            plugin=PLUGIN_NAME,
+        )
+
+    async def _run(
+        self,
+        execution: ToolDispatchExecution,
+        slot: tuple[str | None, str],
+        next: Callable[[], Awaitable[ToolExecutionResult]],
+    ) -> ToolExecutionResult:
+        agent, key = slot
+        definition = self._definition(execution)
+        entry = LedgerEntry(
+            key=key,
+            agent=agent,
+            tool=execution.name,
+            arguments_digest=arguments_digest(execution.arguments),
+            contract=None if definition is None else contract_fingerprint(definition),
+            state="started",
+            at=_now(),
+        )
+        started = {
+            "key": key,
+            "agent": agent,
+            "tool": entry.tool,
+            "arguments": entry.arguments_digest,
+            "contract": entry.contract,
+            "at": entry.at,
+        }
+        self._append(_STARTED, started)  # raising here fails the call before the body runs
+        self._entries[slot] = entry
+        done = self._running[slot] = trio.Event()
+        try:
+            result = await next()
+        except BaseException as exc:
+            # Cancelled, or an inner wrapper raised: the body may have run part-way.
+            self._settle(slot, entry, _INTERRUPTED, {"code": None, "message": f"{type(exc).__name__}: {exc}"})
+            raise
+        finally:
+            del self._running[slot]
+            done.set()
+        if isinstance(result, ToolExecutionSuccess):
+            self._settle(slot, entry, _COMMITTED, {"value": result.value})
+        else:
+            assert isinstance(result, ToolExecutionFailure)
+            fields = _failure_fields(result)
+            if fields["code"] in _NOT_DISPATCHED:
+                self._settle(slot, entry, _RELEASED, {})
+            else:
+                self._settle(slot, entry, _INTERRUPTED if fields["code"] in _CUT_SHORT else _FAILED, fields)
+        return result
+
+    def _definition(self, execution: ToolDispatchExecution) -> ToolDefinition | None:
+        runtime = self.runtime
+        return None if runtime is None else runtime.get(execution.name, execution.agent)
+
+    def _settle(
+        self, slot: tuple[str | None, str], entry: LedgerEntry, event_type: str, fields: dict[str, Any]
+    ) -> None:
+        try:
+            self._append(event_type, {"key": slot[1], "agent": slot[0], **fields})
+        except Exception as exc:
+            # The effect happened (or may have); the entry stays "started", i.e. in doubt, which is the truth.
+            logger.warning("effect ledger %s: cannot record the outcome of call %r: %s", self.path, slot[1], exc)
+            return
+        if event_type == _RELEASED:
+            del self._entries[slot]
+        elif event_type == _COMMITTED:
+            self._entries[slot] = attrs.evolve(entry, state="committed", value=fields["value"])
+        else:
+            self._entries[slot] = attrs.evolve(
+                entry,
+                state=_OUTCOMES[event_type],
+                error_code=fields["code"],
+                error_message=fields["message"],
+                error_name=fields.get("name"),
+                error_plugin=fields.get("plugin"),
+            )
+
+
+def _lock(path: str, *, sync_directory: bool) -> int:
+    import fcntl  # POSIX; imported here so the module still imports elsewhere and fails only when used
+
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise LedgerError(f"cannot open the effect ledger {path}: the directory {directory} does not exist")
+    created = not os.path.exists(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        if created and sync_directory:
+            # The file is created here, before SessionLog sees it: make its directory entry durable now.
+            directory_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(directory_fd)
+            finally:
+                os.close(directory_fd)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LedgerError(f"the effect ledger {path} is in use by another ledger (one writer per file)") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _load(path: str) -> dict[tuple[str | None, str], LedgerEntry]:
+    try:
+        read = read_session_log(path)
+    except SessionLogError as exc:
+        raise LedgerError(f"the effect ledger is damaged: {exc}") from None
+    entries: dict[tuple[str | None, str], LedgerEntry] = {}
+    for number, event in enumerate(read.events, 1):
+        try:
+            _replay(entries, event.type, event.data)
+        except _Malformed as exc:
+            raise LedgerError(f"{path}: line {number}: {exc}") from None
+    if read.torn is not None:
+        logger.warning("effect ledger %s: cutting off a torn last line: %s", path, read.torn)
+    return entries
+
+
+@hookimpl
+def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
+    """Register an :class:`EffectLedger` for ``runtime`` when ``[plugins.ledger].path`` is set."""
+    settings = structure_table(LedgerSettings, config, "[plugins.ledger]")
+    if settings.path is None:
+        return  # opt-in, like the audit log: installing the package must not start writing files
+    try:
+        ledger = EffectLedger(
+            settings.path, rerun_in_doubt=settings.rerun_in_doubt, fsync=settings.fsync, runtime=runtime
+        )
+    except (LedgerError, OSError) as exc:
+        raise ConfigError([f"[plugins.ledger].path: {exc}"]) from None
+    runtime.plugins.register(ledger, name=PLUGIN_NAME)

@@ -1,0 +1,650 @@
+"""The effect ledger (dsh_plugins.ledger): each call id resolves once, across crashes and resumes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from dsh_core import (
+    Agent,
+    CancelSignal,
+    ConfigError,
+    Deny,
+    ToolDispatchExecution,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolRuntime,
+    contract_fingerprint,
+    define_tool,
+    failure_result,
+    hookimpl,
+    read_session_log,
+)
+from dsh_core.code_mode import CodeRunResult
+from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
+from dsh_plugins import ledger as ledger_plugin
+from dsh_plugins import timeout
+from dsh_plugins.ledger import EFFECT_IN_DOUBT, IDEMPOTENCY_CONFLICT, EffectLedger, LedgerError
+
+Next = Callable[[], Awaitable[ToolExecutionResult]]
+
+_OPENED: list[EffectLedger] = []
+
+
+def open_ledger(path: Path, **options: Any) -> EffectLedger:
+    ledger = EffectLedger(path, **options)
+    _OPENED.append(ledger)
+    return ledger
+
+
+@pytest.fixture(autouse=True)
+def _close_ledgers() -> Any:
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
+class Effects:
+    """A tool with an observable side effect: every run of its body is counted."""
+
+    def __init__(self) -> None:
+        self.runs: list[Any] = []
+
+    def tool(self, name: str = "send", *, fail: bool = False, **options: Any) -> Any:
+        async def body(args: Any) -> Any:
+            self.runs.append(args)
+            if fail:
+                raise RuntimeError("the mail server said no")
+            return {"sent": args["to"], "n": len(self.runs)}
+
+        return json_tool(name, body, **options)
+
+
+def code(result: ToolExecutionResult) -> str | None:
+    assert isinstance(result, ToolExecutionFailure), result
+    return result.error.info.code if result.error.info else None
+
+
+def message(result: ToolExecutionResult) -> str:
+    assert isinstance(result, ToolExecutionFailure), result
+    return result.error.message
+
+
+def with_ledger(path: Path, *tools: Any, **options: Any) -> tuple[ToolRuntime, EffectLedger]:
+    runtime = make_runtime(*tools)
+    ledger = open_ledger(path, runtime=runtime, **options)
+    runtime.plugins.register(ledger, name=ledger_plugin.PLUGIN_NAME)
+    return runtime, ledger
+
+
+def events(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    return [(event.type, dict(event.data)) for event in read_session_log(path).events]
+
+
+def snapshot_during_body(source: Path, copy: Path, effects: Effects, name: str = "send") -> Any:
+    """A tool whose body copies the ledger file while it runs: the disk as a crash would leave it."""
+
+    async def body(args: Any) -> Any:
+        effects.runs.append(args)
+        shutil.copyfile(source, copy)
+        return {"sent": args["to"], "n": len(effects.runs)}
+
+    return json_tool(name, body)
+
+
+# --- recording and replaying ----------------------------------------------------------------
+
+
+async def test_a_call_is_recorded_started_then_committed_before_the_result_returns(tmp_path: Path) -> None:
+    effects = Effects()
+    tool = effects.tool()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", tool)
+    result = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert isinstance(result, ToolExecutionSuccess) and result.value == {"sent": "ann", "n": 1}
+    (started_type, started), (committed_type, committed) = events(tmp_path / "effects.jsonl")
+    assert (started_type, committed_type) == ("effect/started", "effect/committed")
+    assert started["key"] == "c1" and started["tool"] == "send" and started["agent"] is None
+    assert started["contract"] == contract_fingerprint(tool)
+    assert started["arguments"].startswith("sha256:")
+    assert committed == {"key": "c1", "agent": None, "value": {"sent": "ann", "n": 1}}
+    (entry,) = ledger.entries()
+    assert entry.state == "committed" and not entry.in_doubt
+
+
+async def test_a_resumed_call_returns_the_recorded_value_without_running_the_body(tmp_path: Path) -> None:
+    effects = Effects()
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, effects.tool())
+    first = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    ledger.close()
+
+    # A new process: a fresh runtime and ledger over the same file.
+    resumed, _ = with_ledger(path, effects.tool())
+    again = await resumed.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert len(effects.runs) == 1
+    assert isinstance(again, ToolExecutionSuccess)
+    assert again.value == first.value and again.content == first.content  # re-rendered the same way
+    other = await resumed.execute(make_input("send", {"to": "bob"}, call_id="c2"))
+    assert isinstance(other, ToolExecutionSuccess) and len(effects.runs) == 2
+
+
+async def test_a_recorded_failure_is_returned_again_and_the_body_not_rerun(tmp_path: Path) -> None:
+    effects = Effects()
+    runtime, _ = with_ledger(tmp_path / "effects.jsonl", effects.tool(fail=True))
+    first = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    second = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert code(first) == code(second) == "TOOL_ERROR"
+    assert message(second) == message(first)
+    assert second.content == first.content
+    assert len(effects.runs) == 1
+    assert [kind for kind, _ in events(tmp_path / "effects.jsonl")] == ["effect/started", "effect/failed"]
+
+
+async def test_a_replayed_value_goes_through_the_current_output_contract(tmp_path: Path) -> None:
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, json_tool("count", output={"type": "json"}))
+    await runtime.execute(make_input("count", {"to": "x"}, call_id="c1"))
+    ledger.close()
+    # The tool now promises an integer; the recorded object no longer fits.
+    changed, _ = with_ledger(path, json_tool("count", output={"type": "integer"}))
+    result = await changed.execute(make_input("count", {"to": "x"}, call_id="c1"))
+    assert code(result) == "INVALID_TOOL_OUTPUT"
+
+
+async def test_policy_still_decides_a_replayed_call(tmp_path: Path) -> None:
+    class DenySend:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            return Deny("sending is off now") if execution.name == "send" else await next()
+
+    effects = Effects()
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, effects.tool())
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    ledger.close()
+    resumed, _ = with_ledger(path, effects.tool())
+    resumed.plugins.register(DenySend(), name="deny-send")
+    result = await resumed.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert code(result) == "DENIED"
+    assert "ann" not in json.dumps([block.text for block in result.content])  # the recorded value stays hidden
+
+
+async def test_a_denied_call_leaves_nothing_in_the_ledger(tmp_path: Path) -> None:
+    class DenyAll:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            return Deny("no")
+
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", Effects().tool())
+    runtime.plugins.register(DenyAll(), name="deny-all")
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert ledger.entries() == ()
+    assert events(tmp_path / "effects.jsonl") == []
+
+
+async def test_keys_are_per_agent(tmp_path: Path) -> None:
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1", agent=Agent("main")))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1", agent=Agent("helper")))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1", agent=Agent("main")))
+    assert len(effects.runs) == 2
+    assert {entry.agent for entry in ledger.entries()} == {"main", "helper"}
+    assert ledger.get("c1", "helper") is not None and ledger.get("c1") is None
+
+
+# --- conflicts ------------------------------------------------------------------------------
+
+
+async def test_a_call_id_reused_with_other_arguments_is_a_conflict(tmp_path: Path) -> None:
+    effects = Effects()
+    runtime, _ = with_ledger(tmp_path / "effects.jsonl", effects.tool(), Effects().tool("other"))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    other_args = await runtime.execute(make_input("send", {"to": "bob"}, call_id="c1"))
+    other_tool = await runtime.execute(make_input("other", {"to": "ann"}, call_id="c1"))
+    assert code(other_args) == code(other_tool) == IDEMPOTENCY_CONFLICT
+    assert "other arguments" in message(other_args) and "another tool" in message(other_tool)
+    assert isinstance(other_args, ToolExecutionFailure) and other_args.error.info is not None
+    assert other_args.error.info.plugin == "effect-ledger"
+    assert len(effects.runs) == 1
+
+
+async def test_argument_key_order_does_not_make_a_conflict(tmp_path: Path) -> None:
+    effects = Effects()
+    runtime, _ = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    await runtime.execute(make_input("send", {"to": "ann", "cc": 1.0}, call_id="c1"))
+    again = await runtime.execute(make_input("send", {"cc": 1, "to": "ann"}, call_id="c1"))
+    assert isinstance(again, ToolExecutionSuccess) and len(effects.runs) == 1
+
+
+# --- in doubt -------------------------------------------------------------------------------
+
+
+async def test_a_call_that_died_running_is_in_doubt_and_not_run_again(tmp_path: Path) -> None:
+    effects = Effects()
+    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
+    runtime, _ = with_ledger(path, snapshot_during_body(path, crashed, effects))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+
+    resumed, ledger = with_ledger(crashed, effects.tool())
+    (entry,) = ledger.in_doubt()
+    assert entry.key == "c1" and entry.state == "started"
+    result = await resumed.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert code(result) == EFFECT_IN_DOUBT
+    assert "may or may not have happened" in message(result) and "'send'" in message(result)
+    assert len(effects.runs) == 1  # only the run before the "crash"
+
+
+async def test_rerun_in_doubt_runs_a_listed_tool_again(tmp_path: Path) -> None:
+    effects = Effects()
+    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
+    runtime, _ = with_ledger(path, snapshot_during_body(path, crashed, effects))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    resumed, ledger = with_ledger(crashed, effects.tool(), rerun_in_doubt=["send"])
+    result = await resumed.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert isinstance(result, ToolExecutionSuccess) and len(effects.runs) == 2
+    assert ledger.get("c1") is not None and ledger.get("c1").state == "committed"  # type: ignore[union-attr]
+
+
+async def test_resolve_records_that_the_effect_happened(tmp_path: Path) -> None:
+    effects = Effects()
+    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
+    runtime, _ = with_ledger(path, snapshot_during_body(path, crashed, effects))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    resumed, ledger = with_ledger(crashed, effects.tool())
+    settled = ledger.resolve("c1", {"sent": "ann", "n": 1})
+    assert settled.state == "committed"
+    result = await resumed.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert isinstance(result, ToolExecutionSuccess) and result.value == {"sent": "ann", "n": 1}
+    assert len(effects.runs) == 1
+    with pytest.raises(LedgerError, match="is committed, not in doubt"):
+        ledger.resolve("c1", 1)
+    with pytest.raises(LedgerError, match="no call 'nope'"):
+        ledger.forget("nope")
+    ledger.close()
+    reopened = open_ledger(crashed)  # the settlement is in the file, not only in memory
+    assert reopened.get("c1").state == "committed"  # type: ignore[union-attr]
+
+
+async def test_forget_records_that_the_effect_did_not_happen(tmp_path: Path) -> None:
+    effects = Effects()
+    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
+    runtime, _ = with_ledger(path, snapshot_during_body(path, crashed, effects))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    resumed, ledger = with_ledger(crashed, effects.tool())
+    ledger.forget("c1")
+    assert ledger.get("c1") is None
+    result = await resumed.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert isinstance(result, ToolExecutionSuccess) and len(effects.runs) == 2
+
+
+async def test_a_timed_out_call_is_in_doubt(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    effects = Effects()
+
+    async def slow(args: Any) -> Any:
+        effects.runs.append(args)
+        await trio.sleep(10)
+        return {}
+
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", json_tool("slow", slow, timeout_ms=100))
+    timeout.dsh_setup(runtime, {})
+    first = await runtime.execute(make_input("slow", {}, call_id="c1"))
+    assert code(first) == "TOOL_TIMEOUT"
+    entry = ledger.get("c1")
+    assert entry is not None and entry.state == "interrupted" and entry.in_doubt
+    assert entry.error_code == "TOOL_TIMEOUT"
+    second = await runtime.execute(make_input("slow", {}, call_id="c1"))
+    assert code(second) == EFFECT_IN_DOUBT and "cut short (TOOL_TIMEOUT" in message(second)
+    assert len(effects.runs) == 1
+
+
+async def test_a_call_cancelled_while_its_body_runs_is_in_doubt(tmp_path: Path) -> None:
+    started = trio.Event()
+
+    async def waits(args: Any) -> Any:
+        started.set()
+        await trio.sleep_forever()
+
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", json_tool("waits", waits))
+    signal = CancelSignal()
+    results: list[ToolExecutionResult] = []
+    async with trio.open_nursery() as nursery:
+
+        async def call() -> None:
+            results.append(await runtime.execute(make_input("waits", {}, call_id="c1", signal=signal)))
+
+        nursery.start_soon(call)
+        await started.wait()
+        signal.cancel()
+    assert code(results[0]) == "ABORTED"
+    assert ledger.get("c1").state == "interrupted"  # type: ignore[union-attr]
+
+
+async def test_a_call_stopped_before_its_body_releases_the_key(tmp_path: Path) -> None:
+    class StopsFirst:
+        def __init__(self) -> None:
+            self.on = True
+
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> ToolExecutionResult:
+            if self.on:
+                return failure_result("tool call aborted before dispatch", "ABORTED_BEFORE_DISPATCH")
+            return await next()
+
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    stops = StopsFirst()
+    runtime.plugins.register(stops, name="stops-first")
+    first = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert code(first) == "ABORTED_BEFORE_DISPATCH" and ledger.entries() == ()
+    stops.on = False
+    second = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert isinstance(second, ToolExecutionSuccess) and len(effects.runs) == 1
+    kinds = [kind for kind, _ in events(tmp_path / "effects.jsonl")]
+    assert kinds == ["effect/started", "effect/released", "effect/started", "effect/committed"]
+
+
+async def test_an_inner_wrapper_that_raises_leaves_the_call_in_doubt(tmp_path: Path) -> None:
+    class Breaks:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> ToolExecutionResult:
+            await next()
+            raise RuntimeError("broke after the body")
+
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    runtime.plugins.register(Breaks(), name="breaks")
+    result = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert code(result) == "POLICY_ERROR"
+    entry = ledger.get("c1")
+    assert entry is not None and entry.state == "interrupted" and "broke after the body" in (entry.error_message or "")
+    assert len(effects.runs) == 1
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+
+async def test_concurrent_calls_with_one_key_run_the_body_once(tmp_path: Path) -> None:
+    effects = Effects()
+    gate = trio.Event()
+
+    async def gated(args: Any) -> Any:
+        effects.runs.append(args)
+        await gate.wait()
+        return {"n": len(effects.runs)}
+
+    runtime, _ = with_ledger(tmp_path / "effects.jsonl", json_tool("gated", gated))
+    results: list[ToolExecutionResult] = []
+
+    async def call() -> None:
+        results.append(await runtime.execute(make_input("gated", {}, call_id="same")))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        nursery.start_soon(call)
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert len(effects.runs) == 1
+    assert [result.value for result in results if isinstance(result, ToolExecutionSuccess)] == [{"n": 1}, {"n": 1}]
+
+
+# --- writing fails --------------------------------------------------------------------------
+
+
+async def test_a_ledger_that_cannot_record_the_start_stops_the_call_before_its_body(tmp_path: Path) -> None:
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    ledger.close()
+    result = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert code(result) == "LEDGER_ERROR" and "closed" in message(result)
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.plugin == "effect-ledger"
+    assert effects.runs == []
+
+
+async def test_an_unrecordable_outcome_is_logged_and_left_in_doubt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    log = ledger._log
+    assert log is not None
+    real_append = log.append
+
+    def append(event: Mapping[str, Any]) -> int:
+        if event["type"] != "effect/started":
+            raise OSError(28, "No space left on device")
+        return real_append(event)
+
+    log.append = append  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.ledger"):
+        result = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert isinstance(result, ToolExecutionSuccess)  # the effect happened: its result is not lost
+    assert ledger.get("c1").state == "started"  # type: ignore[union-attr]
+    assert "cannot record the outcome of call 'c1'" in caplog.text
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+async def test_a_key_function_scopes_keys_and_can_skip_calls(tmp_path: Path) -> None:
+    effects = Effects()
+    turn = {"n": 1}
+
+    def key(execution: ToolDispatchExecution) -> str | None:
+        return None if execution.name == "clock" else f"turn{turn['n']}/{execution.call_id}"
+
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool(), json_tool("clock"), key=key)
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="0"))
+    turn["n"] = 2
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="0"))  # a provider reusing ids per turn
+    await runtime.execute(make_input("clock", {}, call_id="1"))
+    assert len(effects.runs) == 2
+    assert [entry.key for entry in ledger.entries()] == ["turn1/0", "turn2/0"]
+
+
+async def test_a_key_function_returning_garbage_fails_the_call(tmp_path: Path) -> None:
+    effects = Effects()
+    runtime, _ = with_ledger(tmp_path / "effects.jsonl", effects.tool(), key=lambda execution: "")
+    result = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert code(result) == "LEDGER_ERROR" and "expected a non-empty str" in message(result)
+    assert effects.runs == []
+
+
+# --- Code Mode ------------------------------------------------------------------------------
+
+
+def code_mode(path: Path, effects: Effects, program: Any, **options: Any) -> tuple[ToolRuntime, EffectLedger]:
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(effects.tool())
+    ledger = open_ledger(path, runtime=runtime, **options)
+    runtime.plugins.register(ledger, name=ledger_plugin.PLUGIN_NAME)
+    return runtime, ledger
+
+
+RUN = {"code": "send to ann and bob", "description": "send two mails"}
+
+
+async def test_a_rerun_program_replays_its_committed_sub_calls_and_stops_at_one_in_doubt(tmp_path: Path) -> None:
+    effects = Effects()
+    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
+    seen: list[Any] = []
+
+    async def program(tools: Mapping[str, Callable[[Any], Awaitable[Any]]]) -> CodeRunResult:
+        for to in ("ann", "bob"):
+            if to == "bob":
+                shutil.copyfile(path, crashed)  # the disk as a crash during the second send leaves it
+            try:
+                seen.append(await tools["send"]({"to": to}))
+            except Exception as exc:
+                seen.append(f"error: {exc}")
+        return CodeRunResult(value=len(seen), has_value=True)
+
+    runtime, _ = code_mode(path, effects, program)
+    first = await runtime.execute(make_input("run_code", RUN, call_id="r1"))
+    assert isinstance(first, ToolExecutionSuccess) and len(effects.runs) == 2
+    subs = [data["key"] for kind, data in events(path) if kind == "effect/started"]
+    assert subs == ["r1", "r1:code:1", "r1:code:2"]
+
+    # The crashed copy: run_code and ann's send are recorded, bob's send had not started.
+    resumed, ledger = code_mode(crashed, effects, program)
+    assert {entry.key: entry.state for entry in ledger.entries()} == {"r1": "started", "r1:code:1": "committed"}
+    seen.clear()
+    again = await resumed.execute(make_input("run_code", RUN, call_id="r1"))
+    assert isinstance(again, ToolExecutionSuccess)
+    assert seen[0] == {"sent": "ann", "n": 1}  # replayed, not sent again
+    assert [args["to"] for args in effects.runs] == ["ann", "bob", "bob"]  # only bob's unrecorded send ran
+
+
+async def test_a_sub_call_in_doubt_fails_inside_the_rerun_program(tmp_path: Path) -> None:
+    effects = Effects()
+    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
+    seen: list[Any] = []
+
+    async def program(tools: Mapping[str, Callable[[Any], Awaitable[Any]]]) -> CodeRunResult:
+        try:
+            seen.append(await tools["snap"]({"to": "ann"}))
+        except Exception as exc:
+            seen.append(f"error: {exc}")
+        return CodeRunResult()
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(snapshot_during_body(path, crashed, effects, name="snap"))
+    ledger = open_ledger(path, runtime=runtime)
+    runtime.plugins.register(ledger, name=ledger_plugin.PLUGIN_NAME)
+    await runtime.execute(make_input("run_code", RUN, call_id="r1"))
+
+    resumed = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    resumed.register(snapshot_during_body(path, tmp_path / "unused.jsonl", effects, name="snap"))
+    resumed.plugins.register(open_ledger(crashed, runtime=resumed), name=ledger_plugin.PLUGIN_NAME)
+    seen.clear()
+    result = await resumed.execute(make_input("run_code", RUN, call_id="r1"))
+    assert isinstance(result, ToolExecutionSuccess)  # run_code itself may run again
+    assert len(seen) == 1 and "may or may not have happened" in str(seen[0])
+    assert len(effects.runs) == 1
+
+
+async def test_a_changed_program_under_the_same_call_id_is_a_conflict(tmp_path: Path) -> None:
+    async def program(tools: Mapping[str, Callable[[Any], Awaitable[Any]]]) -> CodeRunResult:
+        return CodeRunResult()
+
+    runtime, _ = code_mode(tmp_path / "effects.jsonl", Effects(), program)
+    await runtime.execute(make_input("run_code", RUN, call_id="r1"))
+    changed = await runtime.execute(make_input("run_code", {**RUN, "code": "something else"}, call_id="r1"))
+    assert code(changed) == IDEMPOTENCY_CONFLICT
+
+
+# --- the file -------------------------------------------------------------------------------
+
+
+def test_a_second_ledger_on_the_same_file_is_refused(tmp_path: Path) -> None:
+    first = open_ledger(tmp_path / "effects.jsonl")
+    with pytest.raises(LedgerError, match="in use by another ledger"):
+        open_ledger(tmp_path / "effects.jsonl")
+    first.close()
+    open_ledger(tmp_path / "effects.jsonl").close()  # the lock went with close()
+
+
+def test_a_file_that_is_not_a_ledger_is_refused_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    path.write_text('{"seq":1,"type":"tool/call","data":{"key":"c1"}}\n', encoding="utf-8")
+    with pytest.raises(LedgerError, match=r"line 1: .*not an effect ledger"):
+        open_ledger(path)
+
+
+def test_an_outcome_for_a_key_never_started_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "effects.jsonl"
+    path.write_text('{"seq":1,"type":"effect/committed","data":{"key":"c1","value":1}}\n', encoding="utf-8")
+    with pytest.raises(LedgerError, match="never started"):
+        open_ledger(path)
+
+
+async def test_a_torn_last_line_is_cut_off_and_the_ledger_goes_on(tmp_path: Path) -> None:
+    effects = Effects()
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, effects.tool())
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    ledger.close()
+    with open(path, "ab") as file:
+        file.write(b'{"seq":3,"type":"effect/started","da')  # the crash hit mid-write
+    resumed, reopened = with_ledger(path, effects.tool())
+    assert [entry.state for entry in reopened.entries()] == ["committed"]
+    await resumed.execute(make_input("send", {"to": "bob"}, call_id="c2"))
+    assert [kind for kind, _ in events(path)][-2:] == ["effect/started", "effect/committed"]
+
+
+def test_a_ledger_file_is_private(tmp_path: Path) -> None:
+    open_ledger(tmp_path / "effects.jsonl").close()
+    assert (tmp_path / "effects.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+def test_setup_without_a_path_registers_nothing() -> None:
+    runtime = make_runtime()
+    ledger_plugin.dsh_setup(runtime, {})
+    assert runtime.plugins.get_plugin(ledger_plugin.PLUGIN_NAME) is None
+
+
+def test_setup_registers_a_configured_ledger(tmp_path: Path) -> None:
+    runtime = make_runtime()
+    ledger_plugin.dsh_setup(
+        runtime, {"path": str(tmp_path / "effects.jsonl"), "rerun_in_doubt": ["read_file"], "fsync": "close"}
+    )
+    registered = runtime.plugins.get_plugin(ledger_plugin.PLUGIN_NAME)
+    assert isinstance(registered, EffectLedger)
+    _OPENED.append(registered)
+    assert registered.rerun_in_doubt == {"read_file", "run_code"} and registered.runtime is runtime
+    registered.close()
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        ({"path": 3}, "[plugins.ledger].path"),
+        ({"path": "x", "fsync": "sometimes"}, "[plugins.ledger].fsync"),
+        ({"path": "x", "rerun_in_doubt": "read_file"}, "[plugins.ledger].rerun_in_doubt"),
+        ({"path": "x", "colour": "red"}, "colour"),
+        ({"path": "/no/such/directory/effects.jsonl"}, "does not exist"),
+    ],
+)
+def test_setup_refuses_a_bad_table(table: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        ledger_plugin.dsh_setup(make_runtime(), table)
+    assert fragment in str(caught.value)
+
+
+def test_a_locked_ledger_is_a_config_error_at_setup(tmp_path: Path) -> None:
+    held = open_ledger(tmp_path / "effects.jsonl")
+    with pytest.raises(ConfigError, match="in use"):
+        ledger_plugin.dsh_setup(make_runtime(), {"path": str(tmp_path / "effects.jsonl")})
+    held.close()
+
+
+async def test_a_define_tool_definition_is_recorded_like_any_other(tmp_path: Path) -> None:
+    async def add(args: Any) -> int:
+        return int(args["a"]) + int(args["b"])
+
+    tool = define_tool(
+        name="add",
+        description="add",
+        parameters={"a": {"type": "integer", "required": True}, "b": {"type": "integer", "required": True}},
+        output={"type": "integer"},
+        execute=add,
+    )
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", tool)
+    await runtime.execute(make_input("add", {"a": 1, "b": 2}, call_id="c1"))
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}, call_id="c1"))
+    assert isinstance(result, ToolExecutionSuccess) and result.value == 3
+    assert ledger.get("c1").value == 3  # type: ignore[union-attr]
