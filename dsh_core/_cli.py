@@ -985,6 +985,100 @@ def plugins_command(ctx: click.Context, capabilities: bool, as_json: bool) -> No
         out.print("no plugins found")
 
 
+@cli.group("ledger")
+def ledger_group() -> None:
+    """Inspect an effect ledger and settle calls whose effect is in doubt."""
+
+
+def _open_ledger(file: Path) -> Any:
+    try:
+        from dsh_plugins.ledger import EffectLedger, LedgerError
+    except ImportError as exc:  # pragma: no cover (the first-party plugins ship in the same wheel)
+        raise _UsageProblem(f"the ledger plugin is missing: {exc}") from exc
+    try:
+        return EffectLedger(file, fsync="always")
+    except (LedgerError, OSError) as exc:
+        raise _UsageProblem(f"cannot open effect ledger {file}: {exc}") from exc
+
+
+@ledger_group.command("show")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@json_option
+@click.pass_context
+def ledger_show_command(ctx: click.Context, file: Path, as_json: bool) -> None:
+    """List every recorded call and its state. Exit status 1 when any call is in doubt."""
+    ledger = _open_ledger(file)
+    try:
+        entries = ledger.entries()
+    finally:
+        ledger.close()
+    if as_json:
+        rows = [
+            {
+                "key": entry.key,
+                "agent": entry.agent,
+                "tool": entry.tool,
+                "state": entry.state,
+                "inDoubt": entry.in_doubt,
+                "at": entry.at,
+                "value": thaw(entry.value),
+                "error": None
+                if entry.error_message is None
+                else {"code": entry.error_code, "message": entry.error_message},
+            }
+            for entry in entries
+        ]
+        click.echo(dumps_text({"entries": rows}, indent=2))
+    else:
+        out = _stdout()
+        table = Table(title=f"{len(entries)} call(s) in {escape(str(file))}")
+        for column in ("call", "agent", "tool", "state", "started"):
+            table.add_column(column, overflow="fold")
+        for entry in entries:
+            state = f"[red]{entry.state} (in doubt)[/red]" if entry.in_doubt else entry.state
+            table.add_row(escape(entry.key), escape(entry.agent or "-"), escape(entry.tool), state, entry.at)
+        out.print(table)
+    if any(entry.in_doubt for entry in entries):
+        ctx.exit(1)
+
+
+@ledger_group.command("resolve")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("call_id")
+@click.argument("value")
+@click.option("--agent", default=None, help="The agent id the call was made under.")
+def ledger_resolve_command(file: Path, call_id: str, value: str, agent: str | None) -> None:
+    """Record that the in-doubt call CALL_ID happened, with VALUE (JSON) as its result."""
+    try:
+        parsed = decode_json(value)
+    except ValueError as exc:
+        raise _UsageProblem(f"VALUE is not JSON: {exc}") from exc
+    ledger = _open_ledger(file)
+    try:
+        ledger.resolve(call_id, parsed, agent=agent)
+    except ValueError as exc:  # LedgerError, NonJsonValueError
+        raise _UsageProblem(str(exc)) from exc
+    finally:
+        ledger.close()
+    _stdout().print(f"{escape(call_id)}: committed; later calls with this id return the value")
+
+
+@ledger_group.command("forget")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("call_id")
+@click.option("--agent", default=None, help="The agent id the call was made under.")
+def ledger_forget_command(file: Path, call_id: str, agent: str | None) -> None:
+    """Record that the in-doubt call CALL_ID did not happen, so a later call with this id runs."""
+    ledger = _open_ledger(file)
+    try:
+        ledger.forget(call_id, agent=agent)
+    except ValueError as exc:
+        raise _UsageProblem(str(exc)) from exc
+    finally:
+        ledger.close()
+    _stdout().print(f"{escape(call_id)}: released; a later call with this id runs")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the ``dsh-tools`` command line (the console-script entry point)."""
     cli.main(args=list(argv) if argv is not None else None, prog_name="dsh-tools")

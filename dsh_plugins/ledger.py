@@ -65,6 +65,7 @@ import datetime
 import hashlib
 import logging
 import os
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Literal, TypeAlias
 
@@ -300,6 +301,8 @@ class EffectLedger:
             os.close(self._lock_fd)
             raise
         self._running: dict[tuple[str | None, str], trio.Event] = {}
+        # A host that never calls close() (a CLI run ending) still releases the file and the lock.
+        self._closer = weakref.finalize(self, _release, self._log, self._lock_fd)
 
     # --- reading and settling -------------------------------------------------------------
 
@@ -354,12 +357,8 @@ class EffectLedger:
 
     def close(self) -> None:
         """Close the file and release the lock; later calls fail ``LEDGER_ERROR``. Idempotent."""
-        log, self._log = self._log, None
-        if log is not None:
-            try:
-                log.close()
-            finally:
-                os.close(self._lock_fd)
+        self._log = None
+        self._closer()
 
     def _append(self, event_type: str, data: dict[str, Any]) -> None:
         if self._log is None:
@@ -497,6 +496,13 @@ class EffectLedger:
                 error_name=fields.get("name"),
                 error_plugin=fields.get("plugin"),
             )
+
+
+def _release(log: SessionLog, lock_fd: int) -> None:
+    try:
+        log.close()
+    finally:
+        os.close(lock_fd)
 
 
 def _lock(path: str, *, sync_directory: bool) -> int:

@@ -648,3 +648,80 @@ async def test_a_define_tool_definition_is_recorded_like_any_other(tmp_path: Pat
     result = await runtime.execute(make_input("add", {"a": 1, "b": 2}, call_id="c1"))
     assert isinstance(result, ToolExecutionSuccess) and result.value == 3
     assert ledger.get("c1").value == 3  # type: ignore[union-attr]
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def _cli(args: list[str]) -> Any:
+    from click.testing import CliRunner
+
+    from dsh_core._cli import cli
+
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+async def _crashed_ledger(tmp_path: Path) -> tuple[Path, Effects]:
+    effects = Effects()
+    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
+    runtime, ledger = with_ledger(path, snapshot_during_body(path, crashed, effects))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="done"))
+    await runtime.execute(make_input("send", {"to": "bob"}, call_id="doubt"))
+    ledger.close()
+    return crashed, effects
+
+
+async def test_cli_show_lists_entries_and_fails_while_any_is_in_doubt(tmp_path: Path) -> None:
+    crashed, _ = await _crashed_ledger(tmp_path)
+    shown = _cli(["ledger", "show", str(crashed), "--json"])
+    assert shown.exit_code == 1
+    rows = {row["key"]: row for row in json.loads(shown.output)["entries"]}
+    assert rows["done"]["state"] == "committed" and rows["done"]["value"] == {"sent": "ann", "n": 1}
+    assert rows["doubt"]["state"] == "started" and rows["doubt"]["inDoubt"] is True
+    table = _cli(["ledger", "show", str(crashed)])
+    assert table.exit_code == 1 and "in doubt" in table.output
+
+
+async def test_cli_resolve_and_forget_settle_in_doubt_calls(tmp_path: Path) -> None:
+    crashed, effects = await _crashed_ledger(tmp_path)
+    bad = _cli(["ledger", "resolve", str(crashed), "doubt", "{not json"])
+    assert bad.exit_code != 0 and "VALUE is not JSON" in bad.output
+    not_in_doubt = _cli(["ledger", "forget", str(crashed), "done"])
+    assert not_in_doubt.exit_code != 0 and "not in doubt" in not_in_doubt.output
+    resolved = _cli(["ledger", "resolve", str(crashed), "doubt", '{"sent": "bob", "n": 2}'])
+    assert resolved.exit_code == 0, resolved.output
+    assert _cli(["ledger", "show", str(crashed)]).exit_code == 0  # nothing in doubt any more
+    runtime, _ = with_ledger(crashed, effects.tool())
+    replayed = await runtime.execute(make_input("send", {"to": "bob"}, call_id="doubt"))
+    assert isinstance(replayed, ToolExecutionSuccess) and replayed.value == {"sent": "bob", "n": 2}
+    assert len(effects.runs) == 2  # the two runs before the "crash"; the settled call did not run
+
+
+async def test_cli_forget_lets_the_call_run_again(tmp_path: Path) -> None:
+    crashed, effects = await _crashed_ledger(tmp_path)
+    assert _cli(["ledger", "forget", str(crashed), "doubt"]).exit_code == 0
+    runtime, _ = with_ledger(crashed, effects.tool())
+    await runtime.execute(make_input("send", {"to": "bob"}, call_id="doubt"))
+    assert len(effects.runs) == 3
+
+
+def test_cli_refuses_a_file_that_is_not_a_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    path.write_text('{"seq":1,"type":"tool/call","data":{"key":"c1"}}\n', encoding="utf-8")
+    result = _cli(["ledger", "show", str(path)])
+    assert result.exit_code != 0 and "not an effect ledger" in result.output
+
+
+def test_cli_run_twice_with_a_ledger_replays_the_second_time(tmp_path: Path) -> None:
+    ledger_path = tmp_path / "effects.jsonl"
+    config = tmp_path / "dsh.toml"
+    config.write_text(f'[plugins.ledger]\npath = "{ledger_path}"\n', encoding="utf-8")
+    batch = tmp_path / "calls.jsonl"
+    batch.write_text(
+        json.dumps({"id": "t1", "name": "calc", "arguments": {"op": "add", "a": 1, "b": 2}}) + "\n", encoding="utf-8"
+    )
+    first = _cli(["--config", str(config), "run", str(batch)])
+    second = _cli(["--config", str(config), "run", str(batch)])
+    assert first.exit_code == second.exit_code == 0, first.output + second.output
+    assert json.loads(first.stdout) == json.loads(second.stdout)
+    assert [kind for kind, _ in events(ledger_path)] == ["effect/started", "effect/committed"]  # ran once
