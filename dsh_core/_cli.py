@@ -1006,12 +1006,16 @@ def _open_ledger(file: Path) -> Any:
 @json_option
 @click.pass_context
 def ledger_show_command(ctx: click.Context, file: Path, as_json: bool) -> None:
-    """List every recorded call and its state. Exit status 1 when any call is in doubt."""
-    ledger = _open_ledger(file)
+    """List every recorded call and its state. Exit status 1 when any call is in doubt.
+
+    Reads without taking the ledger's lock, so it works while a host is using it.
+    """
+    from dsh_plugins.ledger import LedgerError, read_ledger
+
     try:
-        entries = ledger.entries()
-    finally:
-        ledger.close()
+        entries = read_ledger(file)
+    except (LedgerError, OSError) as exc:
+        raise _UsageProblem(f"cannot read effect ledger {file}: {exc}") from exc
     if as_json:
         rows = [
             {

@@ -7,7 +7,7 @@ ledger is that record: a durable, append-only file keyed by call id. Enable it
 in ``[plugins.ledger]``::
 
     [plugins.ledger]
-    path = "effects.jsonl"            # one ledger per conversation; required to enable it
+    path = "effects.jsonl"            # one ledger per conversation (relative: to the working directory)
     rerun_in_doubt = ["read_file"]    # tools that are safe to run again (default: none)
     fsync = "always"                  # "always" (default), "close" or "never"
 
@@ -105,6 +105,7 @@ __all__ = [
     "LedgerError",
     "LedgerSettings",
     "LedgerState",
+    "read_ledger",
 ]
 
 # Capability manifest (enforced under strict_capabilities): it may answer any call from its record.
@@ -529,6 +530,20 @@ def _lock(path: str, *, sync_directory: bool) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def read_ledger(path: str | os.PathLike[str]) -> tuple[LedgerEntry, ...]:
+    """The entries of the ledger at ``path``, read without taking its lock.
+
+    For looking at a ledger a running host holds (``dsh-tools ledger show``):
+    the result is what was on disk when it was read. A torn last line is
+    skipped, not cut off.
+
+    Raises:
+        LedgerError: the file is damaged or is not a ledger.
+        OSError: the file cannot be read.
+    """
+    return tuple(_load(os.fspath(path)).values())
 
 
 def _load(path: str) -> dict[tuple[str | None, str], LedgerEntry]:

@@ -725,3 +725,13 @@ def test_cli_run_twice_with_a_ledger_replays_the_second_time(tmp_path: Path) -> 
     assert first.exit_code == second.exit_code == 0, first.output + second.output
     assert json.loads(first.stdout) == json.loads(second.stdout)
     assert [kind for kind, _ in events(ledger_path)] == ["effect/started", "effect/committed"]  # ran once
+
+
+async def test_cli_show_reads_a_ledger_a_host_is_using(tmp_path: Path) -> None:
+    runtime, _ = with_ledger(tmp_path / "effects.jsonl", Effects().tool())
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    shown = _cli(["ledger", "show", str(tmp_path / "effects.jsonl"), "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert [row["key"] for row in json.loads(shown.output)["entries"]] == ["c1"]
+    busy = _cli(["ledger", "forget", str(tmp_path / "effects.jsonl"), "c1"])
+    assert busy.exit_code != 0 and "in use" in busy.output  # settling needs the lock
