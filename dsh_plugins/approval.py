@@ -14,14 +14,15 @@ Both implement :class:`dsh_core.ApprovalService`: ``request`` returns
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Literal
 
+import attrs
 import trio
 
-from dsh_core import ToolExecution, ToolRuntime, json_text
+from dsh_core import ApprovalService, ToolExecution, ToolRuntime, json_text
 from dsh_core.presentation import DiffCallView, GenericCallView, TerminalCallView, printable
 
-__all__ = ["NonInteractiveApproval", "TerminalApproval", "short_call"]
+__all__ = ["ApprovalStep", "EscalatingApproval", "NonInteractiveApproval", "TerminalApproval", "short_call"]
 
 SHORT_LIMIT: Final = 80
 
@@ -140,3 +141,89 @@ class NonInteractiveApproval:
     async def request(self, execution: ToolExecution, reason: str | None) -> str:
         """Always ``"unavailable"``; never blocks."""
         return "unavailable"
+
+
+_ANSWERS: Final = ("allowed-once", "denied", "cancelled", "unavailable")
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class ApprovalStep:
+    """What happened at one step of an :class:`EscalatingApproval` question.
+
+    ``answer`` is the service's answer, or ``"timed-out"`` when it gave none
+    within its budget; ``waited_s`` is the time spent on this step (trio's clock).
+    """
+
+    call_id: str
+    tool: str
+    step: int
+    answer: str
+    waited_s: float
+
+
+class EscalatingApproval:
+    """Ask a chain of approval services, each within a deadline; silence hands the question on.
+
+    ``EscalatingApproval((TerminalApproval(), 60), (pager, 600))`` asks the
+    person at the terminal; if they do not answer within a minute (or the
+    service answers ``"unavailable"``), the pager service is asked, for ten
+    minutes. The first ``"allowed-once"``, ``"denied"`` or ``"cancelled"`` is
+    the answer. When every step timed out or was unavailable the answer is
+    ``on_exhausted`` (default ``"unavailable"``: the call is denied as having no
+    one to approve it, never allowed by default).
+
+    A pending question therefore never waits forever, and every step is
+    recorded: ``on_step`` (if given) receives an :class:`ApprovalStep` for each
+    one, in order, so a host can audit who was asked, who answered and how long
+    it took. An exception from ``on_step`` propagates (an audit trail that
+    cannot be written should not be skipped silently).
+
+    A step's deadline is its own: when the call's signal fires (the caller's
+    cancel scope), the question is cancelled as a whole, as for any service.
+    A service that was asked in a worker thread (``TerminalApproval``) and
+    timed out leaves that thread waiting for input, as a cancellation does; its
+    late answer is ignored.
+
+    Raises:
+        ValueError: no steps, a budget that is not a positive finite number of
+            seconds, or an ``on_exhausted`` that is not an approval answer.
+    """
+
+    def __init__(
+        self,
+        *steps: tuple[ApprovalService, float],
+        on_exhausted: Literal["denied", "unavailable"] = "unavailable",
+        on_step: Callable[[ApprovalStep], None] | None = None,
+    ) -> None:
+        if not steps:
+            raise ValueError("EscalatingApproval needs at least one (service, seconds) step")
+        for index, (_, seconds) in enumerate(steps):
+            if type(seconds) not in (int, float) or not (0 < seconds < float("inf")):
+                raise ValueError(
+                    f"step {index}: the budget must be a positive finite number of seconds, got {seconds!r}"
+                )
+        if on_exhausted not in ("denied", "unavailable"):
+            raise ValueError(f"on_exhausted must be 'denied' or 'unavailable', got {on_exhausted!r}")
+        self.steps = steps
+        self.on_exhausted = on_exhausted
+        self.on_step = on_step
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        """Ask each service in turn until one answers within its budget."""
+        for index, (service, seconds) in enumerate(self.steps):
+            start = trio.current_time()
+            answer = "timed-out"
+            with trio.move_on_after(seconds):
+                answer = await service.request(execution, reason)
+            if answer not in _ANSWERS and answer != "timed-out":
+                return answer  # the runtime reports a malformed answer, naming it
+            if self.on_step is not None:
+                waited = trio.current_time() - start
+                self.on_step(
+                    ApprovalStep(
+                        call_id=execution.call_id, tool=execution.name, step=index, answer=answer, waited_s=waited
+                    )
+                )
+            if answer in ("allowed-once", "denied", "cancelled"):
+                return answer
+        return self.on_exhausted

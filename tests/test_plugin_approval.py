@@ -275,3 +275,111 @@ def test_approval_services_satisfy_the_protocol() -> None:
 
 def test_approval_module_is_not_a_plugin() -> None:
     assert not hasattr(approval_module, "dsh_setup")
+
+
+# --- EscalatingApproval ---------------------------------------------------------------------
+
+
+class Approver:
+    """An approval service that answers ``answer`` after ``delay`` seconds (never, for ``None``)."""
+
+    def __init__(self, answer: str, delay: float | None = 0) -> None:
+        self.answer = answer
+        self.delay = delay
+        self.asked: list[tuple[str, str | None]] = []
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        self.asked.append((execution.call_id, reason))
+        if self.delay is None:
+            await trio.sleep_forever()
+        await trio.sleep(self.delay)
+        return self.answer
+
+
+def escalating_runtime(
+    *steps: tuple[Any, float], **options: Any
+) -> tuple[ToolRuntime, list[approval_module.ApprovalStep]]:
+    log: list[approval_module.ApprovalStep] = []
+    service = approval_module.EscalatingApproval(*steps, on_step=log.append, **options)
+    return make_runtime(shell_tool(), plugins=[AskEverything("risky")], approval=service), log
+
+
+def shell_call(call_id: str = "c1", **options: Any) -> Any:
+    return make_input("shell", {"command": "ls"}, call_id=call_id, agent=MAIN, **options)
+
+
+async def test_escalation_takes_the_first_answer_in_time(autojump_clock: Any) -> None:
+    first, second = Approver("allowed-once", delay=5), Approver("denied")
+    runtime, log = escalating_runtime((first, 10), (second, 10))
+    result = await runtime.execute(shell_call())
+    assert not result.is_error
+    assert first.asked == [("c1", "risky")] and second.asked == []
+    assert [(step.step, step.answer, step.waited_s) for step in log] == [(0, "allowed-once", 5)]
+
+
+async def test_a_silent_approver_hands_the_question_on_after_its_budget(autojump_clock: Any) -> None:
+    silent, backup = Approver("allowed-once", delay=None), Approver("denied", delay=1)
+    runtime, log = escalating_runtime((silent, 30), (backup, 60))
+    result = await runtime.execute(shell_call())
+    assert isinstance(result, ToolExecutionFailure) and "denied" in result.error.message
+    assert [(step.step, step.answer, step.waited_s) for step in log] == [(0, "timed-out", 30), (1, "denied", 1)]
+    assert log[0].call_id == "c1" and log[0].tool == "shell"
+
+
+async def test_an_unavailable_approver_escalates_at_once(autojump_clock: Any) -> None:
+    runtime, log = escalating_runtime((NonInteractiveApproval(), 30), (Approver("allowed-once"), 30))
+    result = await runtime.execute(shell_call())
+    assert not result.is_error
+    assert [step.answer for step in log] == ["unavailable", "allowed-once"]
+    assert log[0].waited_s == 0
+
+
+@pytest.mark.parametrize(
+    ("on_exhausted", "fragment"),
+    [("unavailable", "no approval channel is available"), ("denied", 'the user denied tool "shell"')],
+)
+async def test_when_no_one_answers_the_call_is_denied_never_allowed(
+    autojump_clock: Any, on_exhausted: str, fragment: str
+) -> None:
+    runtime, log = escalating_runtime(
+        (Approver("allowed-once", delay=None), 5), (Approver("allowed-once", delay=None), 5), on_exhausted=on_exhausted
+    )
+    start = trio.current_time()
+    result = await runtime.execute(shell_call())
+    assert trio.current_time() - start == 10  # the pending question ended after the two budgets
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.code == "DENIED" and fragment in result.error.message
+    assert [step.answer for step in log] == ["timed-out", "timed-out"]
+
+
+async def test_the_calls_cancellation_ends_the_whole_question(autojump_clock: Any) -> None:
+    runtime, log = escalating_runtime((Approver("allowed-once", delay=None), 100), (Approver("allowed-once"), 100))
+    signal = CancelSignal.after(3)
+    result = await runtime.execute(shell_call(signal=signal))
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.code == "ABORTED_BEFORE_DISPATCH"
+    assert log == []  # neither step answered nor timed out: the call was cancelled
+
+
+async def test_a_malformed_answer_is_reported_not_escalated(autojump_clock: Any) -> None:
+    backup = Approver("allowed-once")
+    runtime, _ = escalating_runtime((Approver("yes please"), 5), (backup, 5))
+    result = await runtime.execute(shell_call())
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.code == "POLICY_ERROR" and "'yes please'" in result.error.message
+    assert backup.asked == []
+
+
+@pytest.mark.parametrize(
+    ("steps", "options", "fragment"),
+    [
+        ((), {}, "at least one"),
+        (((NonInteractiveApproval(), 0),), {}, "positive finite"),
+        (((NonInteractiveApproval(), float("inf")),), {}, "positive finite"),
+        (((NonInteractiveApproval(), "5"),), {}, "positive finite"),
+        (((NonInteractiveApproval(), 5),), {"on_exhausted": "allowed-once"}, "on_exhausted"),
+    ],
+)
+def test_escalating_approval_refuses_bad_steps(steps: Any, options: Any, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        approval_module.EscalatingApproval(*steps, **options)
