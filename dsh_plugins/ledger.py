@@ -308,7 +308,7 @@ class EffectLedger:
     # --- reading and settling -------------------------------------------------------------
 
     def entries(self) -> tuple[LedgerEntry, ...]:
-        """Every recorded key, in the order the keys were first started."""
+        """Every recorded key, in the order each was (last) started."""
         return tuple(self._entries.values())
 
     def get(self, key: str, agent: str | None = None) -> LedgerEntry | None:
