@@ -102,6 +102,15 @@ def snapshot_during_body(source: Path, copy: Path, effects: Effects, name: str =
     return json_tool(name, body)
 
 
+async def crash_during_c1(tmp_path: Path, effects: Effects) -> Path:
+    """Run call ``c1`` (send to ann) and return the ledger as a crash during its body would leave it."""
+    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
+    runtime, ledger = with_ledger(path, snapshot_during_body(path, crashed, effects))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    ledger.close()
+    return crashed
+
+
 # --- recording and replaying ----------------------------------------------------------------
 
 
@@ -232,9 +241,7 @@ async def test_argument_key_order_does_not_make_a_conflict(tmp_path: Path) -> No
 
 async def test_a_call_that_died_running_is_in_doubt_and_not_run_again(tmp_path: Path) -> None:
     effects = Effects()
-    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
-    runtime, _ = with_ledger(path, snapshot_during_body(path, crashed, effects))
-    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    crashed = await crash_during_c1(tmp_path, effects)
 
     resumed, ledger = with_ledger(crashed, effects.tool())
     (entry,) = ledger.in_doubt()
@@ -247,9 +254,7 @@ async def test_a_call_that_died_running_is_in_doubt_and_not_run_again(tmp_path: 
 
 async def test_rerun_in_doubt_runs_a_listed_tool_again(tmp_path: Path) -> None:
     effects = Effects()
-    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
-    runtime, _ = with_ledger(path, snapshot_during_body(path, crashed, effects))
-    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    crashed = await crash_during_c1(tmp_path, effects)
     resumed, ledger = with_ledger(crashed, effects.tool(), rerun_in_doubt=["send"])
     result = await resumed.execute(make_input("send", {"to": "ann"}, call_id="c1"))
     assert isinstance(result, ToolExecutionSuccess) and len(effects.runs) == 2
@@ -258,9 +263,7 @@ async def test_rerun_in_doubt_runs_a_listed_tool_again(tmp_path: Path) -> None:
 
 async def test_resolve_records_that_the_effect_happened(tmp_path: Path) -> None:
     effects = Effects()
-    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
-    runtime, _ = with_ledger(path, snapshot_during_body(path, crashed, effects))
-    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    crashed = await crash_during_c1(tmp_path, effects)
     resumed, ledger = with_ledger(crashed, effects.tool())
     settled = ledger.resolve("c1", {"sent": "ann", "n": 1})
     assert settled.state == "committed"
@@ -278,9 +281,7 @@ async def test_resolve_records_that_the_effect_happened(tmp_path: Path) -> None:
 
 async def test_forget_records_that_the_effect_did_not_happen(tmp_path: Path) -> None:
     effects = Effects()
-    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
-    runtime, _ = with_ledger(path, snapshot_during_body(path, crashed, effects))
-    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    crashed = await crash_during_c1(tmp_path, effects)
     resumed, ledger = with_ledger(crashed, effects.tool())
     ledger.forget("c1")
     assert ledger.get("c1") is None
