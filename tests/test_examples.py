@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -485,3 +486,20 @@ def test_example_packages_list_their_packages_and_entry_points() -> None:
             assert (EXAMPLES / directory / (module.replace(".", os.sep) + ".py")).exists() or (
                 EXAMPLES / directory / module.replace(".", os.sep) / "__init__.py"
             ).exists()
+
+
+def test_resume_after_crash_sends_nothing_twice(tmp_path: Path) -> None:
+    # A real crash: the example's child process dies with os._exit in the middle of the second email.
+    script = Path(__file__).parent.parent / "examples" / "resume_after_crash.py"
+    ledger = tmp_path / "effects.jsonl"
+    done = subprocess.run(
+        [sys.executable, str(script), str(ledger)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "the process died (exit status 70)" in lines[0]
+    assert '  mail-1: ok {"queued": "ann@example.com"}' in lines
+    assert "  mail-2: EFFECT_IN_DOUBT" in lines
+    assert any(line.startswith("  look-1: ok") for line in lines)
+    outbox = ledger.with_suffix(".outbox").read_text(encoding="utf-8").splitlines()
+    assert outbox == ["ann@example.com: invoice", "bob@example.com: invoice"]  # each sent once
