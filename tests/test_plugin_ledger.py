@@ -736,3 +736,24 @@ async def test_cli_show_reads_a_ledger_a_host_is_using(tmp_path: Path) -> None:
     assert [row["key"] for row in json.loads(shown.output)["entries"]] == ["c1"]
     busy = _cli(["ledger", "forget", str(tmp_path / "effects.jsonl"), "c1"])
     assert busy.exit_code != 0 and "in use" in busy.output  # settling needs the lock
+
+
+async def test_deeply_nested_arguments_and_values_are_recorded_and_replayed(tmp_path: Path) -> None:
+    deep: Any = "leaf"
+    for _ in range(5000):
+        deep = {"d": [deep]}
+    effects = Effects()
+
+    async def keep(args: Any) -> Any:
+        effects.runs.append(1)
+        return args["payload"]
+
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, json_tool("keep", keep))
+    first = await runtime.execute(make_input("keep", {"payload": deep}, call_id="c1"))
+    assert isinstance(first, ToolExecutionSuccess)
+    ledger.close()
+    resumed, _ = with_ledger(path, json_tool("keep", keep))  # reads the deep line back
+    again = await resumed.execute(make_input("keep", {"payload": deep}, call_id="c1"))
+    assert isinstance(again, ToolExecutionSuccess) and again.value == first.value
+    assert len(effects.runs) == 1
