@@ -325,11 +325,23 @@ def test_check_warns_about_undeclared_plugins_in_strict_mode(cli_plugin: list[st
     assert "plugin policy declares no" not in result.stdout
 
 
-@pytest.mark.parametrize("module", ["timeout", "permissions", "audit", "files", "shell", "spill", "mcp_client"])
+def _first_party_modules() -> list[str]:
+    import importlib.metadata
+
+    # From the installed entry points, so a new first-party plugin cannot be left out of this check.
+    values = {point.value for point in importlib.metadata.entry_points(group="dsh")}
+    return sorted(value for value in values if value.startswith("dsh_plugins."))
+
+
+def test_every_first_party_module_is_an_entry_point() -> None:
+    assert {"dsh_plugins.timeout", "dsh_plugins.ledger", "dsh_plugins.mcp_client"} <= set(_first_party_modules())
+
+
+@pytest.mark.parametrize("module", _first_party_modules())
 def test_first_party_plugins_declare_a_valid_manifest(module: str) -> None:
     import importlib
 
     from dsh_core._capabilities import capabilities_of
 
-    loaded = importlib.import_module(f"dsh_plugins.{module}")
+    loaded = importlib.import_module(module)
     assert capabilities_of(loaded) is not None

@@ -716,7 +716,8 @@ def test_cli_refuses_a_file_that_is_not_a_ledger(tmp_path: Path) -> None:
 def test_cli_run_twice_with_a_ledger_replays_the_second_time(tmp_path: Path) -> None:
     ledger_path = tmp_path / "effects.jsonl"
     config = tmp_path / "dsh.toml"
-    config.write_text(f'[plugins.ledger]\npath = "{ledger_path}"\n', encoding="utf-8")
+    # strict_capabilities: the ledger's manifest must allow it to answer calls of other plugins' tools.
+    config.write_text(f'strict_capabilities = true\n[plugins.ledger]\npath = "{ledger_path}"\n', encoding="utf-8")
     batch = tmp_path / "calls.jsonl"
     batch.write_text(
         json.dumps({"id": "t1", "name": "calc", "arguments": {"op": "add", "a": 1, "b": 2}}) + "\n", encoding="utf-8"

@@ -29,6 +29,9 @@ from dsh_core._config import structure_table
 
 __all__ = ["RateLimitSettings", "RateLimiter", "dsh_setup"]
 
+# Capability manifest: the limiter may deny a call of any tool.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
+
 
 def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not (math.isfinite(value) and value > 0):

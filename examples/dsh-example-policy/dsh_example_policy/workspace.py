@@ -31,6 +31,9 @@ from dsh_core import ConfigError, JsonValue, ToolExecution, ToolRuntime, hookimp
 
 __all__ = ["DEFAULT_PATH_KEYS", "GUARD_NAME", "WorkspaceGuard", "WorkspaceSettings", "dsh_setup"]
 
+# Capability manifest: the guard may refuse a call of any tool that has a path argument.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
+
 GUARD_NAME = "no-writes-outside-workspace"
 
 DEFAULT_PATH_KEYS = (

@@ -21,6 +21,9 @@ from .read_file import read_file_tool
 
 __all__ = ["ExampleToolsSettings", "calc_tool", "dsh_setup", "http_status_tool", "read_file_tool"]
 
+# Capability manifest: what a host running with strict_capabilities lets this plugin do.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": ["calc", "read_file", "http_status_lookup"], "affects": []}
+
 
 @attrs.frozen(kw_only=True)
 class ExampleToolsSettings:
