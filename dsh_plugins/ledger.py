@@ -349,7 +349,10 @@ class EffectLedger:
     def _settleable(self, key: str, agent: str | None) -> LedgerEntry:
         entry = self._entries.get((agent, key))
         if entry is None:
-            raise LedgerError(f"the ledger has no call {key!r}" + ("" if agent is None else f" of agent {agent!r}"))
+            others = sorted(repr(other) for other, known in self._entries if known == key and other is not None)
+            where = "without an agent" if agent is None else f"of agent {agent!r}"
+            hint = f"; it has one of agent {', '.join(others)} (pass that agent)" if others else ""
+            raise LedgerError(f"the ledger has no call {key!r} {where}{hint}")
         if not entry.in_doubt:
             raise LedgerError(f"call {key!r} is {entry.state}, not in doubt; only an in-doubt call can be settled")
         if (agent, key) in self._running:

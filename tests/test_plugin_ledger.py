@@ -272,7 +272,7 @@ async def test_resolve_records_that_the_effect_happened(tmp_path: Path) -> None:
     assert len(effects.runs) == 1
     with pytest.raises(LedgerError, match="is committed, not in doubt"):
         ledger.resolve("c1", 1)
-    with pytest.raises(LedgerError, match="no call 'nope'"):
+    with pytest.raises(LedgerError, match=r"no call 'nope' without an agent$"):
         ledger.forget("nope")
     ledger.close()
     reopened = open_ledger(crashed)  # the settlement is in the file, not only in memory
@@ -758,3 +758,18 @@ async def test_deeply_nested_arguments_and_values_are_recorded_and_replayed(tmp_
     again = await resumed.execute(make_input("keep", {"payload": deep}, call_id="c1"))
     assert isinstance(again, ToolExecutionSuccess) and again.value == first.value
     assert len(effects.runs) == 1
+
+
+async def test_settling_a_call_of_an_agent_names_the_agent_to_pass(tmp_path: Path) -> None:
+    effects = Effects()
+    path, crashed = tmp_path / "effects.jsonl", tmp_path / "crashed.jsonl"
+    runtime, first = with_ledger(path, snapshot_during_body(path, crashed, effects))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1", agent=Agent("cli")))
+    first.close()
+    ledger = open_ledger(crashed)
+    with pytest.raises(
+        LedgerError, match=r"no call 'c1' without an agent; it has one of agent 'cli' \(pass that agent\)"
+    ):
+        ledger.forget("c1")
+    ledger.forget("c1", agent="cli")
+    assert ledger.entries() == ()
