@@ -393,9 +393,9 @@ class EffectLedger:
     def _recorded(self, execution: ToolDispatchExecution, entry: LedgerEntry) -> ToolExecutionResult | None:
         """The recorded answer for a known key, or ``None`` when the call should run (again)."""
         if entry.tool != execution.name or entry.arguments_digest != arguments_digest(execution.arguments):
-            what = "another tool" if entry.tool != execution.name else "other arguments"
+            what = f", not {execution.name!r}" if entry.tool != execution.name else " with other arguments"
             return failure_result(
-                f"call id {entry.key!r} was already used for a call of {entry.tool!r} with {what}; "
+                f"call id {entry.key!r} was already used for a call of {entry.tool!r}{what}; "
                 "a call id names one call (a Code Mode program that takes another path when run again "
                 "diverges here)",
                 IDEMPOTENCY_CONFLICT,

@@ -222,7 +222,8 @@ async def test_a_call_id_reused_with_other_arguments_is_a_conflict(tmp_path: Pat
     other_args = await runtime.execute(make_input("send", {"to": "bob"}, call_id="c1"))
     other_tool = await runtime.execute(make_input("other", {"to": "ann"}, call_id="c1"))
     assert code(other_args) == code(other_tool) == IDEMPOTENCY_CONFLICT
-    assert "other arguments" in message(other_args) and "another tool" in message(other_tool)
+    assert "used for a call of 'send' with other arguments;" in message(other_args)
+    assert "used for a call of 'send', not 'other';" in message(other_tool)
     assert isinstance(other_args, ToolExecutionFailure) and other_args.error.info is not None
     assert other_args.error.info.plugin == "effect-ledger"
     assert len(effects.runs) == 1
