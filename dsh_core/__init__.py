@@ -38,6 +38,7 @@ from ._execution import (
     ToolExecutionMode,
     ToolExecutionToken,
     ToolRunContext,
+    scope_id,
 )
 from ._fingerprint import canonical_json, contract_fingerprint
 from ._json import FrozenDict, FrozenList, JsonValue, json_equal, json_text, snapshot_json, thaw
@@ -168,6 +169,7 @@ __all__ = [
     "read_session_log",
     "replay",
     "run_tool_calls",
+    "scope_id",
     "simulate",
     "snapshot_json",
     "structure_table",

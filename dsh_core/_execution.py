@@ -31,6 +31,7 @@ __all__ = [
     "ToolRunContext",
     "new_execution",
     "scope_chain",
+    "scope_id",
 ]
 
 
@@ -68,6 +69,24 @@ class Agent:
 
 
 ScopeKey: TypeAlias = Hashable
+
+
+def scope_id(scope: ScopeKey | None) -> str | None:
+    """The text naming ``scope`` in files that outlive the process (logs, ledgers).
+
+    An :class:`Agent`'s ``id``, another key's ``str()``, ``None`` for the global
+    view. Never raises: a key whose ``__str__`` fails is named
+    ``"<unprintable TYPE scope>"``. Two agents sharing an id share this name,
+    since identity does not survive a restart.
+    """
+    if scope is None:
+        return None
+    if isinstance(scope, Agent):
+        return scope.id
+    try:
+        return str(scope)
+    except Exception:
+        return f"<unprintable {type(scope).__name__} scope>"
 
 
 def scope_chain(scope: ScopeKey | None) -> tuple[Hashable, ...]:

@@ -49,7 +49,6 @@ import attrs
 import trio
 
 from dsh_core import (
-    Agent,
     ConfigError,
     ToolDispatchExecution,
     ToolExecution,
@@ -57,6 +56,7 @@ from dsh_core import (
     ToolExecutionToken,
     ToolRuntime,
     hookimpl,
+    scope_id,
     structure_table,
 )
 
@@ -82,17 +82,6 @@ class AuditSettings:
     def _check(self, attribute: attrs.Attribute[str | None], value: str | None) -> None:
         if value is not None and not value:
             raise ValueError("path must be a non-empty file name")
-
-
-def _agent_id(agent: object) -> str | None:
-    if agent is None:
-        return None
-    if isinstance(agent, Agent):
-        return agent.id
-    try:
-        return str(agent)
-    except Exception:
-        return f"<unprintable {type(agent).__name__} scope>"
 
 
 MAX_DEPTH: Final = 200
@@ -134,7 +123,7 @@ def audit_record(
         "call_id": execution.call_id,
         "root_call_id": execution.root_call_id,
         "tool": execution.name,
-        "agent": _agent_id(execution.agent),
+        "agent": scope_id(execution.agent),
         # A frozen snapshot serialises as is (FrozenDict is a dict, arrays are tuples): no copy.
         "arguments": arguments,
         "outcome": "error" if result.is_error else "success",

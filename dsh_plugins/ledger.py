@@ -74,7 +74,6 @@ import trio
 
 from dsh_core import (
     RUN_CODE_NAME,
-    Agent,
     ConfigError,
     DshError,
     ErrorCode,
@@ -92,6 +91,7 @@ from dsh_core import (
     failure_result,
     hookimpl,
     read_session_log,
+    scope_id,
     snapshot_json,
     structure_table,
 )
@@ -176,14 +176,6 @@ class LedgerSettings:
     path: str | None = None
     rerun_in_doubt: tuple[str, ...] = ()
     fsync: Literal["always", "close", "never"] = "always"
-
-
-def _agent_id(agent: object) -> str | None:
-    if agent is None:
-        return None
-    if isinstance(agent, Agent):
-        return agent.id
-    return str(agent)
 
 
 def arguments_digest(arguments: object) -> str:
@@ -380,7 +372,7 @@ class EffectLedger:
             return await next()
         if type(key) is not str or not key:
             raise LedgerError(f"the ledger's key function returned {key!r}; expected a non-empty str or None")
-        slot = (_agent_id(execution.agent), key)
+        slot = (scope_id(execution.agent), key)
         while (running := self._running.get(slot)) is not None:
             await running.wait()  # the same key is running in this process: take its outcome
         entry = self._entries.get(slot)

@@ -452,3 +452,16 @@ def test_scoped_view_binds_scope() -> None:
     assert view.get("mine") is tool
     assert runtime.get("mine") is None
     assert [s.name for s in view.schemas()] == ["mine"]
+
+
+def test_scope_id_names_scopes_for_files_that_outlive_the_process() -> None:
+    from dsh_core import scope_id
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    assert scope_id(None) is None
+    assert scope_id(Agent("main", parent=Agent("root"))) == "main"
+    assert scope_id(("team", 7)) == "('team', 7)"
+    assert scope_id(Unprintable()) == "<unprintable Unprintable scope>"
