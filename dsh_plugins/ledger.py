@@ -351,6 +351,12 @@ class EffectLedger:
             raise LedgerError(f"call {key!r} is running now; settle it after it ends")
         return entry
 
+    def __enter__(self) -> EffectLedger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Close the file and release the lock; later calls fail ``LEDGER_ERROR``. Idempotent."""
         self._log = None

@@ -774,3 +774,13 @@ async def test_settling_a_call_of_an_agent_names_the_agent_to_pass(tmp_path: Pat
         ledger.forget("c1")
     ledger.forget("c1", agent="cli")
     assert ledger.entries() == ()
+
+
+async def test_a_ledger_is_a_context_manager_that_releases_its_lock(tmp_path: Path) -> None:
+    runtime = make_runtime(Effects().tool())
+    with EffectLedger(tmp_path / "effects.jsonl", runtime=runtime) as ledger:
+        runtime.plugins.register(ledger, name=ledger_plugin.PLUGIN_NAME)
+        assert not (await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))).is_error
+    after = await runtime.execute(make_input("send", {"to": "bob"}, call_id="c2"))
+    assert code(after) == "LEDGER_ERROR" and "closed" in message(after)
+    assert [entry.key for entry in open_ledger(tmp_path / "effects.jsonl").entries()] == ["c1"]  # lock released
