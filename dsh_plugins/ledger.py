@@ -204,7 +204,7 @@ class _Malformed(Exception):
     pass
 
 
-def _replay(entries: dict[tuple[str | None, str], LedgerEntry], event_type: str, data: Mapping[str, Any]) -> None:
+def _apply(entries: dict[tuple[str | None, str], LedgerEntry], event_type: str, data: Mapping[str, Any]) -> None:
     if event_type not in (_STARTED, _RELEASED, *_OUTCOMES):
         raise _Malformed(f"unknown event type {event_type!r}: this file is not an effect ledger")
     agent = _text(data, "agent", optional=True)
@@ -321,12 +321,9 @@ class EffectLedger:
             LedgerError: there is no such key, or it is not in doubt.
             NonJsonValueError: ``value`` is not lossless JSON.
         """
-        entry = self._settleable(key, agent)
-        value = snapshot_json(value)
-        self._append(_COMMITTED, {"key": key, "agent": agent, "value": value})
-        settled = attrs.evolve(entry, state="committed", value=value)
-        self._entries[(agent, key)] = settled
-        return settled
+        self._settleable(key, agent)
+        self._append(_COMMITTED, {"key": key, "agent": agent, "value": snapshot_json(value)})
+        return self._entries[(agent, key)]
 
     def forget(self, key: str, *, agent: str | None = None) -> None:
         """Record that the in-doubt call ``key`` did not happen: a later call with that key runs.
@@ -336,7 +333,6 @@ class EffectLedger:
         """
         self._settleable(key, agent)
         self._append(_RELEASED, {"key": key, "agent": agent})
-        del self._entries[(agent, key)]
 
     def _settleable(self, key: str, agent: str | None) -> LedgerEntry:
         entry = self._entries.get((agent, key))
@@ -363,9 +359,11 @@ class EffectLedger:
         self._closer()
 
     def _append(self, event_type: str, data: dict[str, Any]) -> None:
+        """Write one event, then apply it to the entries the same way loading the file does."""
         if self._log is None:
             raise LedgerError(f"the effect ledger {self.path} is closed")
         self._log.append({"type": event_type, "data": data})
+        _apply(self._entries, event_type, data)
 
     # --- the wrapper ----------------------------------------------------------------------
 
@@ -432,72 +430,46 @@ class EffectLedger:
     ) -> ToolExecutionResult:
         agent, key = slot
         definition = self._definition(execution)
-        entry = LedgerEntry(
-            key=key,
-            agent=agent,
-            tool=execution.name,
-            arguments_digest=arguments_digest(execution.arguments),
-            contract=None if definition is None else contract_fingerprint(definition),
-            state="started",
-            at=_now(),
-        )
         started = {
             "key": key,
             "agent": agent,
-            "tool": entry.tool,
-            "arguments": entry.arguments_digest,
-            "contract": entry.contract,
-            "at": entry.at,
+            "tool": execution.name,
+            "arguments": arguments_digest(execution.arguments),
+            "contract": None if definition is None else contract_fingerprint(definition),
+            "at": _now(),
         }
         self._append(_STARTED, started)  # raising here fails the call before the body runs
-        self._entries[slot] = entry
         done = self._running[slot] = trio.Event()
         try:
             result = await next()
         except BaseException as exc:
             # Cancelled, or an inner wrapper raised: the body may have run part-way.
-            self._settle(slot, entry, _INTERRUPTED, {"code": None, "message": f"{type(exc).__name__}: {exc}"})
+            self._settle(slot, _INTERRUPTED, {"code": None, "message": f"{type(exc).__name__}: {exc}"})
             raise
         finally:
             del self._running[slot]
             done.set()
         if isinstance(result, ToolExecutionSuccess):
-            self._settle(slot, entry, _COMMITTED, {"value": result.value})
+            self._settle(slot, _COMMITTED, {"value": result.value})
         else:
             assert isinstance(result, ToolExecutionFailure)
             fields = _failure_fields(result)
             if fields["code"] in _NOT_DISPATCHED:
-                self._settle(slot, entry, _RELEASED, {})
+                self._settle(slot, _RELEASED, {})
             else:
-                self._settle(slot, entry, _INTERRUPTED if fields["code"] in _CUT_SHORT else _FAILED, fields)
+                self._settle(slot, _INTERRUPTED if fields["code"] in _CUT_SHORT else _FAILED, fields)
         return result
 
     def _definition(self, execution: ToolDispatchExecution) -> ToolDefinition | None:
         runtime = self.runtime
         return None if runtime is None else runtime.get(execution.name, execution.agent)
 
-    def _settle(
-        self, slot: tuple[str | None, str], entry: LedgerEntry, event_type: str, fields: dict[str, Any]
-    ) -> None:
+    def _settle(self, slot: tuple[str | None, str], event_type: str, fields: dict[str, Any]) -> None:
         try:
             self._append(event_type, {"key": slot[1], "agent": slot[0], **fields})
         except Exception as exc:
             # The effect happened (or may have); the entry stays "started", i.e. in doubt, which is the truth.
             logger.warning("effect ledger %s: cannot record the outcome of call %r: %s", self.path, slot[1], exc)
-            return
-        if event_type == _RELEASED:
-            del self._entries[slot]
-        elif event_type == _COMMITTED:
-            self._entries[slot] = attrs.evolve(entry, state="committed", value=fields["value"])
-        else:
-            self._entries[slot] = attrs.evolve(
-                entry,
-                state=_OUTCOMES[event_type],
-                error_code=fields["code"],
-                error_message=fields["message"],
-                error_name=fields.get("name"),
-                error_plugin=fields.get("plugin"),
-            )
 
 
 def _release(log: SessionLog, lock_fd: int) -> None:
@@ -555,7 +527,7 @@ def _load(path: str) -> dict[tuple[str | None, str], LedgerEntry]:
     entries: dict[tuple[str | None, str], LedgerEntry] = {}
     for number, event in enumerate(read.events, 1):
         try:
-            _replay(entries, event.type, event.data)
+            _apply(entries, event.type, event.data)
         except _Malformed as exc:
             raise LedgerError(f"{path}: line {number}: {exc}") from None
     if read.torn is not None:
