@@ -1057,13 +1057,11 @@ def ledger_resolve_command(file: Path, call_id: str, value: str, agent: str | No
         parsed = decode_json(value)
     except ValueError as exc:
         raise _UsageProblem(f"VALUE is not JSON: {exc}") from exc
-    ledger = _open_ledger(file)
-    try:
-        ledger.resolve(call_id, parsed, agent=agent)
-    except ValueError as exc:  # LedgerError, NonJsonValueError
-        raise _UsageProblem(str(exc)) from exc
-    finally:
-        ledger.close()
+    with _open_ledger(file) as ledger:
+        try:
+            ledger.resolve(call_id, parsed, agent=agent)
+        except ValueError as exc:  # LedgerError, NonJsonValueError
+            raise _UsageProblem(str(exc)) from exc
     _stdout().print(f"{escape(call_id)}: committed; later calls with this id return the value")
 
 
@@ -1073,13 +1071,11 @@ def ledger_resolve_command(file: Path, call_id: str, value: str, agent: str | No
 @click.option("--agent", default=None, help="The agent id the call was made under.")
 def ledger_forget_command(file: Path, call_id: str, agent: str | None) -> None:
     """Record that the in-doubt call CALL_ID did not happen, so a later call with this id runs."""
-    ledger = _open_ledger(file)
-    try:
-        ledger.forget(call_id, agent=agent)
-    except ValueError as exc:
-        raise _UsageProblem(str(exc)) from exc
-    finally:
-        ledger.close()
+    with _open_ledger(file) as ledger:
+        try:
+            ledger.forget(call_id, agent=agent)
+        except ValueError as exc:  # LedgerError
+            raise _UsageProblem(str(exc)) from exc
     _stdout().print(f"{escape(call_id)}: released; a later call with this id runs")
 
 
