@@ -42,6 +42,7 @@ from ._execution import (
 )
 from ._fingerprint import canonical_json, contract_fingerprint
 from ._json import FrozenDict, FrozenList, JsonValue, json_equal, json_text, snapshot_json, thaw
+from ._orphans import OrphanedWork
 from ._plugins import (
     FailedPlugin,
     LoadedPlugin,
@@ -105,6 +106,7 @@ __all__ = [
     "LoadedPlugin",
     "ModelTools",
     "NonJsonValueError",
+    "OrphanedWork",
     "Parallel",
     "PluginReport",
     "PolicyError",

@@ -443,6 +443,7 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
         log.attach(host.runtime)
         log.call(request)
         result = trio.run(host.runtime.execute, request)
+    _warn_orphans(host.runtime)
     text = _render(result.content)
     if text:
         # On a terminal the tool's text must not drive it; into a pipe it goes exactly as it
@@ -457,6 +458,17 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
         where = f" (plugin {printable(plugin)})" if plugin else ""
         click.echo(f"error: {printable(error.get('code') or 'unknown')}{where}", err=True)
         ctx.exit(1)
+
+
+def _warn_orphans(runtime: ToolRuntime) -> None:
+    """Name every worker thread a cancelled call left running: it dies with this process."""
+    for work in runtime.orphaned_work():
+        click.echo(
+            f"warning: call {printable(work.call_id, one_line=True)} ({printable(work.tool, one_line=True)}) "
+            f"was cancelled while a worker thread ran {printable(work.function, one_line=True)}; "
+            "the thread was still running at exit and was stopped with the process",
+            err=True,
+        )
 
 
 def _parse_batch(path: Path) -> list[ToolExecutionInput]:
@@ -564,6 +576,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
                 results = trio.run(run_tool_calls, host.runtime, calls, max_parallel)
         finally:
             host.runtime.plugins.unregister(observer)
+    _warn_orphans(host.runtime)
     for call, result in zip(calls, results, strict=True):
         line = {
             "id": call.call_id,

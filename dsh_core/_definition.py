@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -282,6 +283,7 @@ def define_tool(
     present_call: Callable[[Any], object] | None = None,
     present_result: Callable[[Any, Any], object] | None = None,
     resource_keys: Callable[[Any], object] | None = None,
+    in_thread: bool = False,
 ) -> ToolDefinition:
     """Build a :class:`ToolDefinition` from the author DSL (or an attrs parameter class).
 
@@ -293,8 +295,14 @@ def define_tool(
     spec (then the default renderer is used). ``execute`` may take ``(args)`` or
     ``(args, run)``; an ``async def`` body can await and be cancelled, a plain
     ``def`` body runs inline on the event loop (keep it quick: blocking work
-    belongs in ``async def`` with ``trio.to_thread.run_sync``). An ``async
-    def`` body with no ``await`` is inline too: its calls need no cancel scope.
+    belongs in a worker thread). An ``async def`` body with no ``await`` is
+    inline too: its calls need no cancel scope.
+
+    ``in_thread=True`` runs a plain ``def`` body in a worker thread through
+    :meth:`ToolRunContext.run_in_thread`: a cancelled or timed-out call
+    resolves at once and a thread still running is reported as
+    :class:`OrphanedWork` rather than holding the call open or leaking
+    silently. (An ``async def`` body calls ``run.run_in_thread`` itself.)
 
     The runtime validates arguments against the compiled schema before any
     policy sees them (``INVALID_ARGS``) and validates the body's value against
@@ -312,6 +320,8 @@ def define_tool(
 
     if not callable(execute):
         raise TypeError(f'define_tool("{name}"): execute must be callable, got {type(execute).__name__}')
+    if type(in_thread) is not bool:
+        raise TypeError(f'define_tool("{name}"): in_thread must be a bool, got {type(in_thread).__name__}')
     body_takes_run = _takes_run(name, execute)
     for option, callback in (
         ("is_concurrency_safe", is_concurrency_safe),
@@ -344,11 +354,35 @@ def define_tool(
         return structure_args(params_class, args) if params_class is not None else args
 
     body_is_async = is_async_callable(execute)
+    if in_thread and body_is_async:
+        raise TypeError(
+            f'define_tool("{name}"): in_thread=True takes a plain def execute; '
+            "an async def body awaits run.run_in_thread(...) for its blocking part"
+        )
     # An async body that awaits nothing cannot suspend either: awaiting it inline is safe.
-    inline = not body_is_async or not can_suspend(execute)
+    inline = not in_thread and (not body_is_async or not can_suspend(execute))
 
     run_body: Execute
-    if not body_is_async:
+    if in_thread:
+
+        def call_body(args: Any, run: ToolRunContext) -> object:
+            typed_args = typed(args)
+            value = execute(typed_args, run) if body_takes_run else execute(typed_args)
+            if inspect.isawaitable(value):
+                if inspect.iscoroutine(value):
+                    value.close()
+                raise TypeError(
+                    f'tool "{name}": a plain def execute returned an awaitable; declare it async def'
+                )
+            return value
+
+        # Orphaned work names the author's function, not this adapter.
+        functools.update_wrapper(call_body, execute)
+
+        async def run_body(args: Any, run: ToolRunContext) -> object:
+            return await run.run_in_thread(call_body, args, run)
+
+    elif not body_is_async:
 
         async def run_body(args: Any, run: ToolRunContext) -> object:
             typed_args = typed(args)

@@ -9,14 +9,18 @@ whose only writable field is ``signal``, and the body gets a
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Any, Final, Literal, TypeAlias
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
 
 import attrs
+import trio
 
 from ._content import UserMessage
 from ._json import JsonValue, safe_repr
 from ._signal import CancelSignal
+
+if TYPE_CHECKING:
+    from ._orphans import OrphanTracker
 
 __all__ = [
     "Agent",
@@ -33,6 +37,8 @@ __all__ = [
     "scope_chain",
     "scope_id",
 ]
+
+T = TypeVar("T")
 
 
 class ToolExecutionToken:
@@ -318,18 +324,26 @@ class ToolRunContext(_ExecutionView):
     or awaits it, and the runtime also cancels the body's trio scope when it fires.
     """
 
-    __slots__ = ("_concluded", "_deferred", "_signal")
+    __slots__ = ("_concluded", "_deferred", "_orphans", "_signal")
 
     _signal: CancelSignal
     _deferred: list[UserMessage]
     _concluded: bool
+    _orphans: OrphanTracker | None
 
-    def __init__(self, execution: ToolExecution, signal: CancelSignal, deferred: list[UserMessage]) -> None:
+    def __init__(
+        self,
+        execution: ToolExecution,
+        signal: CancelSignal,
+        deferred: list[UserMessage],
+        orphans: OrphanTracker | None = None,
+    ) -> None:
         # Public fields are read-only properties; only these private slots are ever written.
         self._execution = execution
         self._signal = signal
         self._deferred = deferred
         self._concluded = False
+        self._orphans = orphans
 
     @property
     def signal(self) -> CancelSignal:
@@ -348,6 +362,42 @@ class ToolRunContext(_ExecutionView):
     @property
     def concluded(self) -> bool:
         return self._concluded
+
+    async def run_in_thread(
+        self, fn: Callable[..., T], *args: Any, limiter: trio.CapacityLimiter | None = None
+    ) -> T:
+        """``fn(*args)`` in a worker thread, without holding the call open when it is cancelled.
+
+        Blocking work (a C library, a synchronous client) belongs here rather
+        than on the event loop. When the call is cancelled (its caller's
+        signal, a timeout) while ``fn`` runs, the call resolves at once and the
+        thread, which nothing can stop, is left to finish: it is reported as
+        :class:`~dsh_core.OrphanedWork` on the runtime
+        (:meth:`ToolRuntime.orphaned_work`), announced through the runtime's
+        ``event_sink`` as ``tool/orphaned`` and, when it returns, as
+        ``tool/orphan-finished``, and logged as a warning. Work the call gave up
+        on before a thread picked it up never starts. ``limiter`` is trio's
+        (default: trio's shared limiter); an orphaned thread holds its slot
+        until it returns.
+
+        ``fn`` runs outside the event loop: it must not touch trio objects.
+        Its return value or exception is this call's.
+        """
+        orphans = self._orphans
+        if orphans is None:
+            # A context built by hand (a unit test of a body) has no runtime to report to.
+            from ._orphans import OrphanTracker
+
+            orphans = self._orphans = OrphanTracker()
+        execution = self._execution
+        return await orphans.run_in_thread(
+            fn,
+            args,
+            call_id=execution.call_id,
+            tool=execution.name,
+            agent=scope_id(execution.agent),
+            limiter=limiter,
+        )
 
     def __repr__(self) -> str:
         return f"<ToolRunContext {self.name} call_id={self.call_id!r}>"

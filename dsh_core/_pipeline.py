@@ -660,7 +660,7 @@ async def _dispatch_body(runtime: ToolRuntime, call: PreparedCall, current: Canc
     assert tool is not None and contract is not None
     deferred: list[UserMessage] = []
     call.deferred = deferred
-    run = ToolRunContext(execution, fused, deferred)
+    run = ToolRunContext(execution, fused, deferred, runtime._orphans)
     call.run = run
     call.body_invoked = True
     try:

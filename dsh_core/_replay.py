@@ -208,6 +208,10 @@ class SessionRecorder:
         )
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
+        if event_type in ("tool/orphaned", "tool/orphan-finished"):
+            # A cancelled call's worker thread outlived it (or has now returned).
+            self.log.append({"type": event_type, "data": data})
+            return
         ids = (data["root_call_id"], data["parent_call_id"], data["sub_call_id"], data["name"])
         arguments = thaw(data["arguments"])
         if event_type == "tool/code-dispatch-start":

@@ -20,6 +20,7 @@ from ._execution import (
     ToolExecutionInput,
     ToolExecutionMode,
 )
+from ._orphans import OrphanedWork, OrphanTracker
 from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, Registry, ToolGuard, ToolRestriction, _View
 from ._waterfall import is_fatal
 
@@ -126,6 +127,7 @@ class ToolRuntime:
         # Receives durable side events (``tool/code-dispatch-start``, ``tool/code-dispatch``).
         self.event_sink = event_sink
         self._registry = Registry(default_mode=mode, on_change=self._notify_change)
+        self._orphans = OrphanTracker(lambda: self.event_sink)
         self._chains = HookChains(plugins)
         # Innermost last: a plugin's setup may load plugins of its own.
         self._recorders: list[RegistrationRecorder] = []
@@ -304,6 +306,23 @@ class ToolRuntime:
 
         durable = result if isinstance(result, ToolResult) else ToolResult.of(result)
         return present_result(self, name, arguments, durable, scope)
+
+    def orphaned_work(self) -> list[OrphanedWork]:
+        """Worker threads still running for calls that were cancelled and have resolved.
+
+        Filled by :meth:`ToolRunContext.run_in_thread`: a thread cannot be
+        stopped, so a call cancelled while its thread ran resolves on time and
+        leaves the thread here until it returns. Empty when nothing leaked.
+        """
+        return list(self._orphans.running())
+
+    async def wait_for_orphans(self) -> None:
+        """Wait until every orphaned worker thread has returned (at once when none runs).
+
+        Bound it with ``trio.move_on_after`` before exiting: whatever is still
+        listed by :meth:`orphaned_work` afterwards dies with the process.
+        """
+        await self._orphans.wait_idle()
 
     def scoped(self, scope: ScopeKey) -> ScopedToolRuntime:
         """A view of this runtime whose methods are bound to ``scope``."""

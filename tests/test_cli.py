@@ -593,3 +593,50 @@ def test_an_empty_agent_id_is_a_usage_error(command: list[str]) -> None:
     result = CliRunner().invoke(cli, ["--no-plugins", *command[:1], "--agent", "", *command[1:]])
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--agent': an agent id cannot be empty" in result.output
+
+
+STUCK_PLUGIN = """
+import threading
+
+from dsh_core import define_tool, hookimpl
+from dsh_plugins import timeout
+
+STARTED = threading.Event()
+RELEASE = threading.Event()
+
+def _stuck(args):
+    STARTED.set()
+    RELEASE.wait(10)
+    return "late"
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(
+        name="stuck", description="Blocks in a worker thread.", parameters={}, output={"type": "string"},
+        execute=_stuck, in_thread=True, timeout_ms=300))
+    timeout.dsh_setup(runtime, {})
+"""
+
+
+def test_call_warns_about_a_worker_thread_left_running_and_logs_it(dists: Dists, tmp_path: Path) -> None:
+    module_name = dists.module("stucktools", STUCK_PLUGIN)
+    log = tmp_path / "session.jsonl"
+    try:
+        result = invoke(["--no-plugins", "--plugin", f"stuck={module_name}", "call", "stuck", "--session", str(log)])
+        module = importlib.import_module(module_name)
+        assert module.STARTED.is_set()
+    finally:
+        importlib.import_module(module_name).RELEASE.set()
+    assert result.exit_code == 1
+    assert "TOOL_TIMEOUT" in result.stderr
+    assert "warning: call cli-" in result.stderr
+    assert "(stuck) was cancelled while a worker thread ran" in result.stderr
+    assert "_stuck" in result.stderr
+    types = [event.type for event in read_session_log(log).events]
+    assert types == ["tool/call", "tool/orphaned", "tool/result"]
+
+
+def test_call_without_orphans_prints_no_warning(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "echo", "{}"])
+    assert result.exit_code == 0
+    assert "warning" not in result.stderr
