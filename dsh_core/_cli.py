@@ -24,9 +24,11 @@ outcomes: each result line says ``is_error``.
 
 from __future__ import annotations
 
+import getpass
 import importlib.metadata
 import re
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -46,7 +48,7 @@ from ._content import ContentBlock, ImageBlock, TextBlock
 from ._definition import ToolDefinition
 from ._errors import ConfigError, JsonSchemaError
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
-from ._json import thaw
+from ._json import json_text, thaw
 from ._jsoncodec import decode_json, dumps_text
 from ._logged_calls import logged_calls
 from ._plugins import PluginReport, discover_entry_points, load_plugins, unknown_hooks
@@ -86,6 +88,7 @@ class _Options:
     interactive: bool
     group: str
     mode: str | None = None
+    grants: Path | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -110,19 +113,38 @@ def _stdout() -> Console:
 # -- building the host -------------------------------------------------------------------
 
 
-def _approval(interactive: bool, err: Console) -> ApprovalService | None:
+def _approval(interactive: bool, err: Console, grants: Path | None = None) -> ApprovalService | None:
     try:
         from dsh_plugins.approval import NonInteractiveApproval, TerminalApproval
     except ImportError:
-        if interactive:
+        if interactive or grants is not None:
             err.print(
-                "warning: interactive approval is unavailable (dsh_plugins.approval is missing); Ask denies",
+                "warning: approval is unavailable (dsh_plugins.approval is missing); Ask denies",
                 soft_wrap=True,
             )
         return None
+    service: ApprovalService
     if interactive:
-        return TerminalApproval(prompt=_prompt_on_stderr)
-    return NonInteractiveApproval()
+        service = TerminalApproval(prompt=_prompt_on_stderr, report_always=grants is not None)
+    else:
+        service = NonInteractiveApproval()
+    if grants is None:
+        return service
+    from dsh_plugins.grants import GrantBook, GrantError, GrantingApproval
+
+    try:
+        book = GrantBook(grants)
+    except (GrantError, OSError) as exc:
+        raise _UsageProblem(f"cannot use grants file {grants}: {exc}") from exc
+    return GrantingApproval(service, book, granted_by=_user())
+
+
+def _user() -> str:
+    """Who answers at this terminal, for the audit trail of grants made here."""
+    try:
+        return f"{getpass.getuser()} (dsh-tools)"
+    except (OSError, KeyError):
+        return "dsh-tools"
 
 
 def _prompt_on_stderr(question: str) -> str:
@@ -166,7 +188,7 @@ def _build_host(
     if options.mode is not None:
         config = attrs.evolve(config, mode=options.mode)  # type: ignore[arg-type]  # click.Choice checked it
     simulated = runtime_class is not ToolRuntime
-    approval = None if simulated else _approval(options.interactive, err)
+    approval = None if simulated else _approval(options.interactive, err, options.grants)
     try:
         code_runtime = None
         if config.mode != "native" and not simulated:
@@ -253,6 +275,13 @@ session_option = click.option(
     help="Also load this plugin, as if it were an entry point (repeatable).",
 )
 @click.option("--interactive", is_flag=True, help="Ask on the terminal when a policy says Ask (default: deny).")
+@click.option(
+    "--grants",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Standing approvals file: calls a grant covers are allowed without asking; "
+    "with --interactive, answering 'a' records a grant there.",
+)
 @click.option("--group", default="dsh", hidden=True, help="Entry-point group to load plugins from.")
 @click.option(
     "--mode",
@@ -268,6 +297,7 @@ def cli(
     no_plugins: bool,
     extra_plugins: tuple[str, ...],
     interactive: bool,
+    grants: Path | None,
     group: str,
     mode: str | None,
 ) -> None:
@@ -279,6 +309,7 @@ def cli(
         interactive=interactive,
         group=group,
         mode=mode,
+        grants=grants,
     )
 
 
@@ -1090,6 +1121,122 @@ def ledger_forget_command(file: Path, call_id: str, agent: str | None) -> None:
         except ValueError as exc:  # LedgerError
             raise _UsageProblem(str(exc)) from exc
     _stdout().print(f"{escape(call_id)}: released; a later call with this id runs")
+
+
+@cli.group("grants")
+def grants_group() -> None:
+    """List, add and revoke standing approvals ("always allow" grants)."""
+
+
+def _grant_book(file: Path) -> Any:
+    from dsh_plugins.grants import GrantBook, GrantError
+
+    try:
+        return GrantBook(file)
+    except (GrantError, OSError) as exc:
+        raise _UsageProblem(f"cannot use grants file {file}: {exc}") from exc
+
+
+def _when(epoch: float | None) -> str:
+    return "-" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(epoch))
+
+
+@grants_group.command("show")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--all", "show_all", is_flag=True, help="Also list revoked and expired grants.")
+@json_option
+def grants_show_command(file: Path, show_all: bool, as_json: bool) -> None:
+    """List the grants in force (with --all, every grant ever made) and how often each was used."""
+    book = _grant_book(file)
+    now = time.time()
+    try:
+        grants = book.grants(include_inactive=show_all)
+    except (ValueError, OSError) as exc:
+        raise _UsageProblem(f"cannot read grants file {file}: {exc}") from exc
+    if as_json:
+        rows = [grant.to_json() | {"active": grant.active(now)} for grant in grants]
+        click.echo(dumps_text({"grants": [thaw(row) for row in rows]}, indent=2))
+        return
+    table = Table(title=f"{len(grants)} grant(s) in {escape(str(file))}")
+    for column in ("id", "tool", "agent", "arguments", "granted by", "expires", "uses", "state"):
+        table.add_column(column, overflow="fold")
+    for grant in grants:
+        agent = "*" if grant.any_agent else grant.agent or "(none)"
+        arguments = "any" if grant.arguments is None else json_text(grant.arguments)
+        if grant.revoked_at is not None:
+            state = f"revoked by {grant.revoked_by}"
+        elif not grant.active(now):
+            state = "expired"
+        else:
+            state = "active"
+        table.add_row(
+            *(escape(text) for text in (grant.id, grant.tool, agent, arguments, grant.granted_by)),
+            _when(grant.expires_at),
+            str(grant.uses),
+            escape(state),
+        )
+    _stdout().print(table)
+
+
+@grants_group.command("add")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("tool")
+@click.option("--agent", default=None, help="The agent id it is granted for.")
+@click.option("--any-agent", is_flag=True, help="Grant it for every agent.")
+@click.option("--arguments", "arguments_json", default=None, help="Only calls with exactly these arguments (JSON).")
+@click.option("--ttl", type=float, default=None, help="Seconds until it expires (default: until revoked).")
+@click.option("--by", "granted_by", default=None, help="Who grants it (default: the current user).")
+@click.option("--note", default=None, help="Why it was granted.")
+def grants_add_command(
+    file: Path,
+    tool: str,
+    agent: str | None,
+    any_agent: bool,
+    arguments_json: str | None,
+    ttl: float | None,
+    granted_by: str | None,
+    note: str | None,
+) -> None:
+    """Grant TOOL standing approval, so Ask decisions for it are allowed without asking.
+
+    Name the agent it is for (--agent ID) or grant it to every agent (--any-agent).
+    """
+    if (agent is None) == (not any_agent):
+        raise _UsageProblem("pass either --agent ID or --any-agent (approval is asked only for an agent's calls)")
+    arguments = None
+    if arguments_json is not None:
+        try:
+            arguments = decode_json(arguments_json)
+        except ValueError as exc:
+            raise _UsageProblem(f"--arguments is not JSON: {exc}") from exc
+    book = _grant_book(file)
+    try:
+        grant = book.grant(
+            tool,
+            granted_by=granted_by or _user(),
+            agent=agent,
+            any_agent=any_agent,
+            arguments=arguments,
+            ttl_s=ttl,
+            note=note,
+        )
+    except (ValueError, OSError) as exc:  # GrantError, NonJsonValueError, bad options
+        raise _UsageProblem(str(exc)) from exc
+    _stdout().print(f"{escape(grant.id)}: {escape(grant.describe())}")
+
+
+@grants_group.command("revoke")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("grant_id")
+@click.option("--by", "revoked_by", default=None, help="Who revokes it (default: the current user).")
+def grants_revoke_command(file: Path, grant_id: str, revoked_by: str | None) -> None:
+    """Take back grant GRANT_ID; hosts using the file stop applying it on their next call."""
+    book = _grant_book(file)
+    try:
+        book.revoke(grant_id, by=revoked_by or _user())
+    except (ValueError, OSError) as exc:
+        raise _UsageProblem(str(exc)) from exc
+    _stdout().print(f"{escape(grant_id)}: revoked")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

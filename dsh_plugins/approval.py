@@ -22,6 +22,8 @@ import trio
 from dsh_core import ApprovalService, ToolExecution, ToolRuntime, json_text
 from dsh_core.presentation import DiffCallView, GenericCallView, TerminalCallView, printable
 
+from .grants import ALLOWED_ALWAYS
+
 __all__ = ["ApprovalStep", "EscalatingApproval", "NonInteractiveApproval", "TerminalApproval", "short_call"]
 
 SHORT_LIMIT: Final = 80
@@ -72,7 +74,11 @@ class TerminalApproval:
     worker thread (``trio.to_thread.run_sync``) so the event loop keeps
     serving other calls, and prompts are serialised, one question at a time.
     Pass ``runtime`` to have the question use the tools' ``present_call``
-    titles.
+    titles. With ``report_always=True``, ``a`` is answered as
+    :data:`dsh_plugins.grants.ALLOWED_ALWAYS` instead of being remembered here,
+    for a :class:`~dsh_plugins.grants.GrantingApproval` to record as a scoped,
+    revocable, audited grant (use it only behind one: the runtime refuses that
+    answer).
 
     Cancellation: a call whose signal has already fired gets ``"cancelled"``
     without a question, and so does one cancelled while the answer was being
@@ -88,9 +94,13 @@ class TerminalApproval:
         runtime: ToolRuntime | None = None,
         *,
         prompt: Callable[[str], str] = input,
+        report_always: bool = False,
     ) -> None:
+        if type(report_always) is not bool:
+            raise TypeError(f"report_always must be a bool, got {type(report_always).__name__}")
         self.runtime = runtime
         self.prompt = prompt
+        self.report_always = report_always
         self.always: set[str] = set()
         self._lock = trio.Lock()
 
@@ -122,6 +132,8 @@ class TerminalApproval:
             return "cancelled"
         choice = answer.strip().lower()
         if choice in ("a", "always"):
+            if self.report_always:
+                return ALLOWED_ALWAYS
             self.always.add(name)
             return "allowed-once"
         if choice in ("y", "yes"):
@@ -168,7 +180,8 @@ class EscalatingApproval:
     person at the terminal; if they do not answer within a minute (or the
     service answers ``"unavailable"``), the pager service is asked, for ten
     minutes. The first ``"allowed-once"``, ``"denied"`` or ``"cancelled"`` is
-    the answer. When every step timed out or was unavailable the answer is
+    the answer (or :data:`~dsh_plugins.grants.ALLOWED_ALWAYS`, for a
+    :class:`~dsh_plugins.grants.GrantingApproval` around the chain to record). When every step timed out or was unavailable the answer is
     ``on_exhausted`` (default ``"unavailable"``: the call is denied as having no
     one to approve it, never allowed by default).
 
@@ -215,7 +228,7 @@ class EscalatingApproval:
             answer = "timed-out"
             with trio.move_on_after(seconds):
                 answer = await service.request(execution, reason)
-            if answer not in _ANSWERS and answer != "timed-out":
+            if answer not in _ANSWERS and answer not in ("timed-out", ALLOWED_ALWAYS):
                 return answer  # the runtime reports a malformed answer, naming it
             if self.on_step is not None:
                 waited = trio.current_time() - start
@@ -224,6 +237,6 @@ class EscalatingApproval:
                         call_id=execution.call_id, tool=execution.name, step=index, answer=answer, waited_s=waited
                     )
                 )
-            if answer in ("allowed-once", "denied", "cancelled"):
+            if answer in ("allowed-once", "denied", "cancelled", ALLOWED_ALWAYS):
                 return answer
         return self.on_exhausted

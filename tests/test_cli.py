@@ -24,6 +24,7 @@ from test_plugin_loading import Dists
 from dsh_core import contract_fingerprint
 from dsh_core._cli import cli
 from dsh_core._session_log import read_session_log
+from dsh_plugins.grants import read_grants
 
 PLUGIN = """
 from dsh_core import Ask, ImageBlock, ToolOutput, define_tool, hookimpl
@@ -640,3 +641,83 @@ def test_call_without_orphans_prints_no_warning(tools: list[str]) -> None:
     result = invoke([*tools, "call", "echo", "{}"])
     assert result.exit_code == 0
     assert "warning" not in result.stderr
+
+
+# -- standing approvals (grants) ---------------------------------------------------------
+
+
+def test_a_granted_tool_runs_without_asking_even_non_interactively(tools: list[str], tmp_path: Path) -> None:
+    book = tmp_path / "grants.jsonl"
+    added = invoke(["grants", "add", str(book), "guarded", "--agent", "cli", "--by", "ana", "--note", "safe echo"])
+    assert added.exit_code == 0, added.output
+    assert "guarded for agent cli, any arguments" in added.stdout
+    allowed = invoke([*tools, "--grants", str(book), "call", "guarded", '{"a": 1}'])
+    assert allowed.exit_code == 0, allowed.output
+    assert json.loads(allowed.stdout) == {"a": 1}
+    other_agent = invoke([*tools, "--grants", str(book), "call", "guarded", "{}", "--agent", "helper"])
+    assert other_agent.exit_code == 1 and "DENIED" in other_agent.stderr
+    [grant] = read_grants(book)
+    assert (grant.granted_by, grant.note, grant.uses) == ("ana", "safe echo", 1)
+
+
+def test_answering_always_records_a_grant_the_next_run_uses(tools: list[str], tmp_path: Path) -> None:
+    book = tmp_path / "grants.jsonl"
+    first = invoke([*tools, "--interactive", "--grants", str(book), "call", "guarded", "{}"], input="a\n")
+    assert first.exit_code == 0, first.output
+    assert "Allow guarded" in first.stderr
+    second = invoke([*tools, "--interactive", "--grants", str(book), "call", "guarded", "{}"], input="")
+    assert second.exit_code == 0, second.output
+    assert "Allow guarded" not in second.stderr  # not asked again
+    [grant] = read_grants(book)
+    assert (grant.tool, grant.agent, grant.uses) == ("guarded", "cli", 2)
+    assert grant.granted_by.endswith("(dsh-tools)")
+
+
+def test_grants_show_and_revoke(tools: list[str], tmp_path: Path) -> None:
+    book = tmp_path / "grants.jsonl"
+    invoke(["grants", "add", str(book), "guarded", "--any-agent", "--arguments", '{"a": 1}', "--ttl", "3600"])
+    [grant] = read_grants(book)
+    shown = invoke(["grants", "show", str(book)])
+    assert shown.exit_code == 0
+    assert grant.id in shown.stdout and "active" in shown.stdout and '{"a": 1}' in shown.stdout
+    as_json = json.loads(invoke(["grants", "show", str(book), "--json"]).stdout)
+    assert as_json["grants"][0]["id"] == grant.id
+    assert as_json["grants"][0]["anyAgent"] is True and as_json["grants"][0]["active"] is True
+
+    revoked = invoke(["grants", "revoke", str(book), grant.id, "--by", "security"])
+    assert revoked.exit_code == 0 and f"{grant.id}: revoked" in revoked.stdout
+    assert "0 grant(s)" in invoke(["grants", "show", str(book)]).stdout
+    everything = invoke(["grants", "show", str(book), "--all"]).stdout
+    assert "revoked by security" in everything
+    denied = invoke([*tools, "--grants", str(book), "call", "guarded", '{"a": 1}'])
+    assert denied.exit_code == 1 and "DENIED" in denied.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["guarded"], "pass either --agent ID or --any-agent"),
+        (["guarded", "--agent", "a", "--any-agent"], "pass either --agent ID or --any-agent"),
+        (["guarded", "--agent", "a", "--arguments", "{nope"], "--arguments is not JSON"),
+        (["guarded", "--agent", "a", "--arguments", "[1]"], "arguments must be a mapping"),
+        (["guarded", "--agent", "a", "--ttl", "0"], "ttl_s must be a positive finite number"),
+    ],
+)
+def test_grants_add_refuses_bad_options(tmp_path: Path, args: list[str], message: str) -> None:
+    book = tmp_path / "grants.jsonl"
+    result = invoke(["grants", "add", str(book), *args])
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert not book.exists() or read_grants(book) == ()
+
+
+def test_grants_revoke_of_an_unknown_grant_and_a_damaged_file(tools: list[str], tmp_path: Path) -> None:
+    book = tmp_path / "grants.jsonl"
+    invoke(["grants", "add", str(book), "guarded", "--agent", "cli"])
+    unknown = invoke(["grants", "revoke", str(book), "g-nope"])
+    assert unknown.exit_code == 2 and "there is no grant 'g-nope'" in unknown.stderr
+    book.write_text("garbage\n" + book.read_text())
+    for args in (["grants", "show", str(book)], [*tools, "--grants", str(book), "call", "guarded", "{}"]):
+        damaged = invoke(args)
+        assert damaged.exit_code == 2
+        assert "the grants file is damaged" in damaged.stderr

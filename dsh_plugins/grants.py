@@ -1,0 +1,517 @@
+"""Standing approvals: "always allow" answers that are scoped, expire, can be revoked and are audited.
+
+An approver who answers "always" for a tool should not be asked again, but that
+answer is a security decision: it must say exactly what it covers, it must be
+possible to take it back while the host runs, and every call it lets through
+must be traceable to it. Here:
+
+- a :class:`StandingGrant` covers one tool, for one agent (or, when granted so,
+  for every agent), for any arguments or only for calls with exactly the
+  arguments it names, optionally until an expiry time;
+- a :class:`GrantBook` keeps grants in an append-only file (or in memory) in
+  which every grant, revocation and use is a line (``grant/added``,
+  ``grant/revoked``, ``grant/used``) with who and when. Several hosts and the
+  ``dsh-tools grants`` command may share one file: each write takes the file's
+  lock for the length of the write, and every lookup first reads what others
+  appended, so a revocation made in another shell applies to the next call;
+- :class:`GrantingApproval` wraps any approval service: a call a live grant
+  covers is allowed without asking (and the use recorded); otherwise the inner
+  service is asked, and its answer :data:`ALLOWED_ALWAYS` becomes a new grant
+  (the call itself proceeds as ``"allowed-once"``).
+
+Grants never override a denial: they only answer ``Ask`` decisions, so a
+policy that denies outright still denies, and a grant can only allow a call a
+policy chose to ask about.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Final, Literal
+
+import attrs
+
+from dsh_core import (
+    ApprovalService,
+    DshError,
+    FrozenDict,
+    SessionLog,
+    SessionLogError,
+    ToolExecution,
+    json_equal,
+    json_text,
+    read_session_log,
+    scope_id,
+    snapshot_json,
+)
+
+__all__ = [
+    "ALLOWED_ALWAYS",
+    "GrantBook",
+    "GrantError",
+    "GrantingApproval",
+    "StandingGrant",
+    "read_grants",
+]
+
+ALLOWED_ALWAYS: Final = "allowed-always"
+"""The answer an approval service wrapped by :class:`GrantingApproval` gives to mean "allow, and do not ask again"."""
+
+logger = logging.getLogger("dsh_plugins.grants")
+
+_ADDED: Final = "grant/added"
+_REVOKED: Final = "grant/revoked"
+_USED: Final = "grant/used"
+
+Clock = Callable[[], float]
+
+
+class GrantError(DshError, ValueError):
+    """The grants file is damaged or is not a grants file, or a grant cannot be changed as asked."""
+
+    code = "GRANT_ERROR"
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class StandingGrant:
+    """One "always allow" decision and what it covers.
+
+    ``agent`` is the :func:`~dsh_core.scope_id` of the agent it was granted
+    for (``None``: calls made without an agent), unless ``any_agent`` makes it
+    cover every agent. ``arguments`` are the arguments a call must have
+    (JSON equality of the whole object: a call with one more argument is not
+    covered); ``None`` covers any arguments. ``expires_at`` and the other
+    times are wall-clock epoch seconds. ``uses`` counts the calls it allowed.
+    """
+
+    id: str
+    tool: str
+    agent: str | None
+    any_agent: bool
+    arguments: FrozenDict | None
+    granted_by: str
+    granted_at: float
+    expires_at: float | None
+    note: str | None
+    revoked_at: float | None = None
+    revoked_by: str | None = None
+    uses: int = 0
+
+    def active(self, now: float) -> bool:
+        """Not revoked and not expired at ``now``."""
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+    def covers(self, execution: ToolExecution, now: float) -> bool:
+        """Whether this grant, active at ``now``, answers an ``Ask`` for ``execution``."""
+        if not self.active(now) or execution.name != self.tool:
+            return False
+        if not self.any_agent and scope_id(execution.agent) != self.agent:
+            return False
+        return self.arguments is None or json_equal(execution.arguments, self.arguments)
+
+    def describe(self) -> str:
+        """One line: what the grant covers, for prompts, logs and the CLI."""
+        who = (
+            "every agent"
+            if self.any_agent
+            else "calls without an agent"
+            if self.agent is None
+            else f"agent {self.agent}"
+        )
+        what = "any arguments" if self.arguments is None else f"arguments {json_text(self.arguments)}"
+        until = "" if self.expires_at is None else f" until {_timestamp(self.expires_at)}"
+        return f"{self.tool} for {who}, {what}{until}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "agent": self.agent,
+            "anyAgent": self.any_agent,
+            "arguments": self.arguments,
+            "grantedBy": self.granted_by,
+            "grantedAt": self.granted_at,
+            "expiresAt": self.expires_at,
+            "note": self.note,
+            "revokedAt": self.revoked_at,
+            "revokedBy": self.revoked_by,
+            "uses": self.uses,
+        }
+
+
+def _timestamp(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _text(data: Mapping[str, Any], key: str, *, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if type(value) is not str or not value:
+        raise _Malformed(f"{key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _number(data: Mapping[str, Any], key: str, *, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if type(value) is not int and type(value) is not float:
+        raise _Malformed(f"{key} must be a number, got {value!r}")
+    return float(value)
+
+
+def _apply(grants: dict[str, StandingGrant], event_type: str, data: Mapping[str, Any]) -> None:
+    """Fold one event into ``grants``: the same transition for loading and for live writes."""
+    if event_type == _ADDED:
+        grant_id = _text(data, "id")
+        if grant_id in grants:
+            raise _Malformed(f"grant {grant_id} is added twice")
+        arguments = data.get("arguments")
+        if arguments is not None and not isinstance(arguments, FrozenDict):
+            raise _Malformed(f"arguments must be an object or null, got {arguments!r}")
+        any_agent = data.get("anyAgent")
+        if type(any_agent) is not bool:
+            raise _Malformed(f"anyAgent must be true or false, got {any_agent!r}")
+        note = data.get("note")
+        if note is not None and type(note) is not str:
+            raise _Malformed(f"note must be a string or null, got {note!r}")
+        grants[grant_id] = StandingGrant(
+            id=grant_id,
+            tool=_text(data, "tool"),
+            agent=_text(data, "agent", optional=True),
+            any_agent=any_agent,
+            arguments=arguments,
+            granted_by=_text(data, "grantedBy"),
+            granted_at=_number(data, "grantedAt"),
+            expires_at=_number(data, "expiresAt", optional=True),
+            note=note,
+        )
+        return
+    if event_type not in (_REVOKED, _USED):
+        raise _Malformed(f"unknown event type {event_type!r} (not a grants file?)")
+    grant_id = _text(data, "id")
+    grant = grants.get(grant_id)
+    if grant is None:
+        raise _Malformed(f"{event_type} names grant {grant_id}, which was never added")
+    if event_type == _REVOKED:
+        grants[grant_id] = attrs.evolve(grant, revoked_at=_number(data, "at"), revoked_by=_text(data, "by"))
+    else:
+        grants[grant_id] = attrs.evolve(grant, uses=grant.uses + 1)
+
+
+def _load(path: str) -> dict[str, StandingGrant]:
+    try:
+        read = read_session_log(path)
+    except SessionLogError as exc:
+        raise GrantError(f"the grants file is damaged: {exc}") from None
+    grants: dict[str, StandingGrant] = {}
+    for event in read.events:
+        try:
+            _apply(grants, event.type, event.data)
+        except _Malformed as exc:
+            raise GrantError(f"{path}: event seq {event.seq}: {exc}") from None
+    # A torn last line is a write another process has not finished (or a crash
+    # cut short): it is not part of the book until it is whole.
+    return grants
+
+
+def read_grants(path: str | os.PathLike[str]) -> tuple[StandingGrant, ...]:
+    """Every grant in the file at ``path`` (revoked and expired ones too), in the order granted.
+
+    Raises:
+        GrantError: the file is damaged or is not a grants file.
+        OSError: the file cannot be read.
+    """
+    return tuple(_load(os.fspath(path)).values())
+
+
+class GrantBook:
+    """The standing grants of one deployment, in a shared append-only file or in memory.
+
+    ``GrantBook("grants.jsonl")`` reads the file (creating it on the first
+    write); ``GrantBook()`` keeps grants for the life of the object only.
+    ``clock`` gives wall-clock epoch seconds (for expiry and the audit times).
+
+    Raises:
+        GrantError: the file is damaged or is not a grants file.
+        OSError: the file exists but cannot be read.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, clock: Clock = time.time) -> None:
+        self.path = None if path is None else os.path.abspath(os.fspath(path))
+        self._clock = clock
+        self._grants: dict[str, StandingGrant] = {}
+        self._seen: tuple[int, int] | None = None
+        if self.path is not None:
+            directory = os.path.dirname(self.path)
+            if not os.path.isdir(directory):
+                raise GrantError(f"cannot use the grants file {self.path}: the directory {directory} does not exist")
+            self._refresh()
+
+    # --- reading -----------------------------------------------------------------------
+
+    def grants(self, *, include_inactive: bool = False) -> tuple[StandingGrant, ...]:
+        """The grants in force now (every grant ever made with ``include_inactive=True``)."""
+        self._refresh()
+        now = self._clock()
+        return tuple(grant for grant in self._grants.values() if include_inactive or grant.active(now))
+
+    def get(self, grant_id: str) -> StandingGrant | None:
+        self._refresh()
+        return self._grants.get(grant_id)
+
+    def find(self, execution: ToolExecution) -> StandingGrant | None:
+        """The oldest grant in force that covers ``execution``, or ``None``."""
+        self._refresh()
+        now = self._clock()
+        for grant in self._grants.values():
+            if grant.covers(execution, now):
+                return grant
+        return None
+
+    # --- writing -----------------------------------------------------------------------
+
+    def grant(
+        self,
+        tool: str,
+        *,
+        granted_by: str,
+        agent: str | None = None,
+        any_agent: bool = False,
+        arguments: Mapping[str, object] | None = None,
+        ttl_s: float | None = None,
+        note: str | None = None,
+    ) -> StandingGrant:
+        """Record a new grant and return it.
+
+        ``agent`` is a :func:`~dsh_core.scope_id` (``None``: calls made
+        without an agent); ``any_agent=True`` covers every agent instead
+        (``agent`` must then be ``None``);
+        ``arguments`` the exact arguments a call must have (``None``: any
+        arguments; they are snapshotted, so they must be lossless JSON); ``ttl_s``
+        how long it lasts (``None``: until revoked).
+
+        Raises:
+            ValueError: an empty ``tool`` or ``granted_by``, or a ``ttl_s`` that
+                is not a positive finite number.
+            NonJsonValueError: ``arguments`` are not lossless JSON.
+        """
+        if type(tool) is not str or not tool:
+            raise ValueError(f"tool must be a non-empty str, got {tool!r}")
+        if type(granted_by) is not str or not granted_by:
+            raise ValueError(f"granted_by must be a non-empty str, got {granted_by!r}")
+        if agent is not None and (type(agent) is not str or not agent):
+            raise ValueError(f"agent must be a non-empty str or None, got {agent!r}")
+        if type(any_agent) is not bool:
+            raise ValueError(f"any_agent must be a bool, got {any_agent!r}")
+        if any_agent and agent is not None:
+            raise ValueError(f"a grant for every agent names no agent, got agent={agent!r}")
+        if note is not None and type(note) is not str:
+            raise ValueError(f"note must be a str or None, got {note!r}")
+        if ttl_s is not None and (type(ttl_s) not in (int, float) or not (0 < ttl_s < float("inf"))):
+            raise ValueError(f"ttl_s must be a positive finite number of seconds or None, got {ttl_s!r}")
+        if arguments is not None and not isinstance(arguments, Mapping):
+            raise ValueError(f"arguments must be a mapping or None, got {type(arguments).__name__}")
+        now = self._clock()
+        grant_id = f"g-{uuid.uuid4().hex[:12]}"
+        data: dict[str, Any] = {
+            "id": grant_id,
+            "tool": tool,
+            "agent": agent,
+            "anyAgent": any_agent,
+            "arguments": None if arguments is None else snapshot_json(dict(arguments)),
+            "grantedBy": granted_by,
+            "grantedAt": now,
+            "expiresAt": None if ttl_s is None else now + ttl_s,
+            "note": note,
+        }
+        self._write(_ADDED, data)
+        grant = self._grants[grant_id]
+        logger.info("standing grant %s added by %s: %s", grant_id, granted_by, grant.describe())
+        return grant
+
+    def revoke(self, grant_id: str, *, by: str) -> StandingGrant:
+        """Take back grant ``grant_id``; from now on it allows nothing.
+
+        Raises:
+            GrantError: there is no such grant, or it was already revoked.
+        """
+        if type(by) is not str or not by:
+            raise ValueError(f"by must be a non-empty str, got {by!r}")
+        with self._locked():
+            grant = self._grants.get(grant_id)
+            if grant is None:
+                raise GrantError(f"there is no grant {grant_id!r}")
+            if grant.revoked_at is not None:
+                raise GrantError(f"grant {grant_id} was already revoked by {grant.revoked_by}")
+            self._append(_REVOKED, {"id": grant_id, "by": by, "at": self._clock()})
+        logger.info("standing grant %s revoked by %s", grant_id, by)
+        return self._grants[grant_id]
+
+    def use(self, execution: ToolExecution) -> StandingGrant | None:
+        """The grant in force that covers ``execution``, its use recorded; ``None`` when none does.
+
+        Looking up and recording happen under the file's lock, so a grant
+        revoked by another process a moment earlier is not used.
+        """
+        with self._locked():
+            now = self._clock()
+            grant = next((grant for grant in self._grants.values() if grant.covers(execution, now)), None)
+            if grant is None:
+                return None
+            self._append(
+                _USED,
+                {
+                    "id": grant.id,
+                    "callId": execution.call_id,
+                    "name": execution.name,
+                    "agent": scope_id(execution.agent),
+                    "at": now,
+                },
+            )
+        return self._grants[grant.id]
+
+    def _write(self, event_type: str, data: dict[str, Any]) -> None:
+        with self._locked():
+            self._append(event_type, data)
+
+    def _append(self, event_type: str, data: dict[str, Any]) -> None:
+        # Validate and fold first: a line that would not load again is never written.
+        snapshot = snapshot_json(data)
+        assert isinstance(snapshot, FrozenDict)
+        updated = dict(self._grants)
+        try:
+            _apply(updated, event_type, snapshot)
+        except _Malformed as exc:
+            raise GrantError(str(exc)) from None
+        if self.path is not None:
+            # Written (and fsynced) before it counts: a failed write leaves the book as it was.
+            with SessionLog(self.path, fsync="always") as log:
+                if log.torn is not None:
+                    logger.warning("grants file %s: cutting off a torn last line: %s", self.path, log.torn)
+                log.append({"type": event_type, "data": snapshot})
+            self._seen = _stamp(self.path)
+        self._grants = updated
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the file's lock and see everything written before it was taken."""
+        if self.path is None:
+            yield
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._refresh()
+            yield
+        finally:
+            os.close(fd)
+
+    def _refresh(self) -> None:
+        """Reload when another writer has changed the file since this book last saw it."""
+        if self.path is None:
+            return
+        stamp = _stamp(self.path)
+        if stamp == self._seen:
+            return
+        self._grants = _load(self.path) if stamp is not None else {}
+        self._seen = stamp
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (status.st_size, status.st_mtime_ns)
+
+
+Scope = Literal["tool", "arguments"]
+
+
+class GrantingApproval:
+    """An approval service that answers from standing grants and turns "always" into one.
+
+    ``GrantingApproval(TerminalApproval(report_always=True), GrantBook("grants.jsonl"))``:
+
+    - a call a grant in force covers gets ``"allowed-once"`` without asking, and
+      the use is recorded in the book;
+    - otherwise ``inner`` is asked; when it answers :data:`ALLOWED_ALWAYS`, a
+      grant is recorded and the call gets ``"allowed-once"``. The grant covers
+      the call's tool for the call's agent (``all_agents=True``: for every
+      agent), for any arguments (``scope="tool"``) or only for these exact
+      arguments (``scope="arguments"``), for ``ttl_s`` seconds (``None``: until
+      revoked), granted by ``granted_by``;
+    - every other answer is passed on unchanged.
+
+    A call already cancelled gets ``"cancelled"`` without a lookup. When the
+    book cannot be read or written (a damaged file, a full disk) the error
+    propagates: the call fails instead of being allowed without its audit
+    line or asked again as if nothing had been granted.
+
+    Raises:
+        ValueError: a bad ``scope`` or ``ttl_s``.
+        TypeError: ``inner`` is not an approval service.
+    """
+
+    def __init__(
+        self,
+        inner: ApprovalService,
+        book: GrantBook,
+        *,
+        scope: Scope = "tool",
+        all_agents: bool = False,
+        ttl_s: float | None = None,
+        granted_by: str = "approver",
+    ) -> None:
+        if not isinstance(inner, ApprovalService):
+            raise TypeError(f"inner must be an ApprovalService, got {type(inner).__name__}")
+        if scope not in ("tool", "arguments"):
+            raise ValueError(f"scope must be 'tool' or 'arguments', got {scope!r}")
+        if ttl_s is not None and (type(ttl_s) not in (int, float) or not (0 < ttl_s < float("inf"))):
+            raise ValueError(f"ttl_s must be a positive finite number of seconds or None, got {ttl_s!r}")
+        self.inner = inner
+        self.book = book
+        self.scope: Scope = scope
+        self.all_agents = all_agents
+        self.ttl_s = ttl_s
+        self.granted_by = granted_by
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        if execution.signal.cancelled:
+            return "cancelled"
+        if self.book.use(execution) is not None:
+            return "allowed-once"
+        answer = await self.inner.request(execution, reason)
+        if answer != ALLOWED_ALWAYS:
+            return answer
+        if execution.signal.cancelled:
+            return "cancelled"
+        arguments = execution.arguments if self.scope == "arguments" else None
+        if arguments is not None and not isinstance(arguments, Mapping):
+            raise GrantError(f"cannot grant call {execution.call_id}: its arguments are not an object")
+        self.book.grant(
+            execution.name,
+            granted_by=self.granted_by,
+            agent=None if self.all_agents else scope_id(execution.agent),
+            any_agent=self.all_agents,
+            arguments=arguments,
+            ttl_s=self.ttl_s,
+            note=f"answered for call {execution.call_id}",
+        )
+        # The call the grant was answered for is its first use, so the audit trail
+        # lists every call a grant let through. The person allowed this call
+        # either way: it proceeds even if another process revoked the grant already.
+        self.book.use(execution)
+        return "allowed-once"

@@ -1,0 +1,474 @@
+"""Standing approvals (dsh_plugins.grants): scoped, expiring, revocable and audited "always allow"."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_core import (
+    Agent,
+    Ask,
+    CancelSignal,
+    Deny,
+    NonJsonValueError,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionToken,
+    ToolRuntime,
+    hookimpl,
+    read_session_log,
+)
+from dsh_core._execution import new_execution
+from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
+from dsh_plugins.approval import ApprovalStep, EscalatingApproval, TerminalApproval
+from dsh_plugins.grants import ALLOWED_ALWAYS, GrantBook, GrantError, GrantingApproval, StandingGrant, read_grants
+
+MAIN = Agent("main")
+HELPER = Agent("helper")
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def execution(name: str = "shell", arguments: Any = None, agent: Any = MAIN, call_id: str = "c-1") -> ToolExecution:
+    args = {"command": "ls"} if arguments is None else arguments
+    return new_execution(call_id, call_id, name, args, CancelSignal(), ToolExecutionToken(), agent, None)
+
+
+class AskEverything:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+        return Ask("needs a human")
+
+
+class DenyRm:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+        if "rm" in str(execution.arguments.get("command", "")):
+            return Deny("never rm")
+        return await next()
+
+
+class Scripted:
+    """An approval service giving scripted answers; asking it more often than scripted fails the test."""
+
+    def __init__(self, *answers: str) -> None:
+        self.answers = list(answers)
+        self.asked: list[str] = []
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        self.asked.append(execution.call_id)
+        assert self.answers, f"asked again for {execution.call_id}"
+        return self.answers.pop(0)
+
+
+def runtime_with(service: Any, *plugins: Any) -> ToolRuntime:
+    return make_runtime(json_tool("shell"), json_tool("deploy"), plugins=[AskEverything(), *plugins], approval=service)
+
+
+def code(result: ToolExecutionResult) -> str | None:
+    assert isinstance(result, ToolExecutionFailure), result
+    return result.code
+
+
+# --- what a grant covers ------------------------------------------------------------------
+
+
+def test_a_grant_covers_its_tool_for_its_agent_only() -> None:
+    book = GrantBook(clock=Clock())
+    grant = book.grant("shell", agent="main", granted_by="ana")
+    assert grant.covers(execution(), 1_000_000.0)
+    assert not grant.covers(execution(name="deploy"), 1_000_000.0)
+    assert not grant.covers(execution(agent=HELPER), 1_000_000.0)
+    assert not grant.covers(execution(agent=None), 1_000_000.0)
+    assert book.find(execution()) == grant
+    assert book.find(execution(agent=HELPER)) is None
+
+
+def test_a_grant_without_an_agent_covers_only_calls_without_one() -> None:
+    book = GrantBook(clock=Clock())
+    book.grant("shell", granted_by="ana")
+    assert book.find(execution(agent=None)) is not None
+    assert book.find(execution(agent=MAIN)) is None
+
+
+def test_any_agent_covers_every_agent() -> None:
+    book = GrantBook(clock=Clock())
+    grant = book.grant("shell", any_agent=True, granted_by="ana")
+    for agent in (MAIN, HELPER, None):
+        assert book.find(execution(agent=agent)) == grant
+    assert "every agent" in grant.describe()
+
+
+def test_an_arguments_grant_covers_exactly_those_arguments() -> None:
+    book = GrantBook(clock=Clock())
+    book.grant("shell", agent="main", arguments={"command": "ls"}, granted_by="ana")
+    assert book.find(execution(arguments={"command": "ls"})) is not None
+    assert book.find(execution(arguments={"command": "ls -la"})) is None
+    # One argument more is another call: a flag could change what it does.
+    assert book.find(execution(arguments={"command": "ls", "sudo": True})) is None
+    assert book.find(execution(arguments={})) is None
+
+
+def test_a_grant_expires_after_its_ttl() -> None:
+    clock = Clock()
+    book = GrantBook(clock=clock)
+    grant = book.grant("shell", agent="main", ttl_s=60, granted_by="ana")
+    assert grant.expires_at == clock.now + 60
+    clock.now += 59.9
+    assert book.find(execution()) == grant
+    clock.now += 0.1
+    assert book.find(execution()) is None
+    assert book.grants() == ()
+    assert book.grants(include_inactive=True) == (grant,)
+    assert "until 1970-01-12T13:47:40Z" in grant.describe()
+
+
+def test_a_revoked_grant_allows_nothing_and_cannot_be_revoked_twice() -> None:
+    book = GrantBook(clock=Clock())
+    grant = book.grant("shell", agent="main", granted_by="ana")
+    revoked = book.revoke(grant.id, by="security")
+    assert (revoked.revoked_by, revoked.revoked_at) == ("security", 1_000_000.0)
+    assert book.find(execution()) is None
+    with pytest.raises(GrantError, match="already revoked by security") as caught:
+        book.revoke(grant.id, by="ana")
+    assert caught.value.code == "GRANT_ERROR"
+    with pytest.raises(GrantError, match="there is no grant 'g-nope'"):
+        book.revoke("g-nope", by="ana")
+
+
+def test_use_records_the_call_and_counts_it() -> None:
+    book = GrantBook(clock=Clock())
+    grant = book.grant("shell", agent="main", granted_by="ana")
+    used = book.use(execution(call_id="c-7"))
+    assert used is not None and used.id == grant.id and used.uses == 1
+    assert book.use(execution(name="deploy")) is None
+    assert book.get(grant.id) == used
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"tool": ""}, "tool must be a non-empty str"),
+        ({"granted_by": ""}, "granted_by must be a non-empty str"),
+        ({"agent": ""}, "agent must be a non-empty str or None"),
+        ({"agent": "main", "any_agent": True}, "a grant for every agent names no agent"),
+        ({"any_agent": 1}, "any_agent must be a bool"),
+        ({"ttl_s": 0}, "ttl_s must be a positive finite number"),
+        ({"ttl_s": float("inf")}, "ttl_s must be a positive finite number"),
+        ({"ttl_s": True}, "ttl_s must be a positive finite number"),
+        ({"arguments": ["ls"]}, "arguments must be a mapping or None"),
+        ({"note": 3}, "note must be a str or None"),
+    ],
+)
+def test_bad_grants_are_refused(options: dict[str, Any], message: str) -> None:
+    book = GrantBook()
+    call = {"tool": "shell", "granted_by": "ana"} | options
+    tool = call.pop("tool")
+    with pytest.raises(ValueError, match=message):
+        book.grant(tool, **call)
+    assert book.grants(include_inactive=True) == ()
+
+
+def test_arguments_that_are_not_lossless_json_are_refused() -> None:
+    book = GrantBook()
+    with pytest.raises(NonJsonValueError):
+        book.grant("shell", granted_by="ana", arguments={"n": float("nan")})
+    assert book.grants() == ()
+
+
+# --- the file -----------------------------------------------------------------------------
+
+
+def test_grants_survive_a_restart_with_their_audit_trail(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    clock = Clock()
+    first = GrantBook(path, clock=clock)
+    grant = first.grant("shell", agent="main", granted_by="ana", note="routine listing")
+    first.use(execution(call_id="c-1"))
+    clock.now += 5
+    first.use(execution(call_id="c-2"))
+
+    again = GrantBook(path, clock=clock)
+    [loaded] = again.grants()
+    assert loaded == attrs_evolve(grant, uses=2)
+    events = read_session_log(path).events
+    assert [event.type for event in events] == ["grant/added", "grant/used", "grant/used"]
+    assert events[1].data["callId"] == "c-1" and events[2].data["callId"] == "c-2"
+    assert events[2].data["at"] == clock.now
+    assert events[0].data["grantedBy"] == "ana" and events[0].data["note"] == "routine listing"
+    assert read_grants(path) == (loaded,)
+
+
+def attrs_evolve(grant: StandingGrant, **changes: Any) -> StandingGrant:
+    import attrs
+
+    return attrs.evolve(grant, **changes)
+
+
+def test_a_revocation_by_another_process_applies_to_the_next_call(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    host = GrantBook(path, clock=Clock())
+    grant = host.grant("shell", agent="main", granted_by="ana")
+    assert host.use(execution()) is not None
+    GrantBook(path, clock=Clock()).revoke(grant.id, by="security")  # e.g. dsh-tools grants revoke
+    assert host.use(execution()) is None
+    assert host.get(grant.id) is not None and host.get(grant.id).revoked_by == "security"  # type: ignore[union-attr]
+
+
+def test_two_writers_interleave_without_losing_lines(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    one, two = GrantBook(path), GrantBook(path)
+    first = one.grant("shell", agent="main", granted_by="ana")
+    second = two.grant("deploy", agent="main", granted_by="bo")
+    one.use(execution())
+    two.use(execution(name="deploy"))
+    assert {grant.id for grant in GrantBook(path).grants()} == {first.id, second.id}
+    assert [event.seq for event in read_session_log(path).events] == [1, 2, 3, 4]
+
+
+def test_a_torn_last_line_is_ignored_then_cut_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "grants.jsonl"
+    book = GrantBook(path)
+    grant = book.grant("shell", agent="main", granted_by="ana")
+    with path.open("ab") as file:
+        file.write(b'{"seq": 2, "type": "grant/revoked", "data": {"id": "')
+    reader = GrantBook(path)
+    assert reader.find(execution()) is not None  # a half-written revocation is not a revocation
+    caplog.set_level(logging.WARNING, logger="dsh_plugins.grants")
+    reader.revoke(grant.id, by="security")
+    assert "cutting off a torn last line" in caplog.text
+    assert [event.type for event in read_session_log(path).events] == ["grant/added", "grant/revoked"]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ({"type": "effect/started", "data": {"key": "x"}}, "unknown event type 'effect/started'"),
+        ({"type": "grant/used", "data": {"id": "g-x"}}, "names grant g-x, which was never added"),
+        ({"type": "grant/added", "data": {"id": "g-1", "tool": "", "anyAgent": False}}, "tool must be a non-empty"),
+        (
+            {"type": "grant/added", "data": {"id": "g-1", "tool": "t", "anyAgent": "no"}},
+            "anyAgent must be true or false",
+        ),
+        (
+            {
+                "type": "grant/added",
+                "data": {"id": "g-1", "tool": "t", "anyAgent": False, "grantedBy": "a", "grantedAt": "now"},
+            },
+            "grantedAt must be a number",
+        ),
+    ],
+)
+def test_a_file_that_is_not_a_grants_file_is_refused(tmp_path: Path, line: dict[str, Any], message: str) -> None:
+    path = tmp_path / "grants.jsonl"
+    path.write_text(json.dumps({"seq": 1, **line}) + "\n")
+    with pytest.raises(GrantError, match=message):
+        GrantBook(path)
+    with pytest.raises(GrantError, match=message):
+        read_grants(path)
+
+
+def test_a_damaged_line_in_the_middle_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    GrantBook(path).grant("shell", granted_by="ana")
+    text = path.read_text()
+    path.write_text("not json\n" + text)
+    with pytest.raises(GrantError, match="the grants file is damaged"):
+        GrantBook(path)
+
+
+def test_a_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(GrantError, match="does not exist"):
+        GrantBook(tmp_path / "nope" / "grants.jsonl")
+
+
+def test_a_new_file_is_created_on_the_first_write_only(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    book = GrantBook(path)
+    assert book.grants() == ()
+    assert book.find(execution()) is None
+    assert book.use(execution()) is None
+    assert path.read_bytes() == b""  # the lock created it empty; nothing was written
+    book.grant("shell", agent="main", granted_by="ana")
+    assert len(read_session_log(path).events) == 1
+
+
+# --- GrantingApproval in the pipeline -----------------------------------------------------
+
+
+async def test_always_becomes_a_grant_and_later_calls_are_not_asked() -> None:
+    inner = Scripted(ALLOWED_ALWAYS)
+    book = GrantBook(clock=Clock())
+    runtime = runtime_with(GrantingApproval(inner, book, granted_by="ana"))
+    first = await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN, call_id="c-1"))
+    second = await runtime.execute(make_input("shell", {"command": "pwd"}, agent=MAIN, call_id="c-2"))
+    assert not first.is_error and not second.is_error
+    assert inner.asked == ["c-1"]
+    [grant] = book.grants()
+    assert (grant.tool, grant.agent, grant.any_agent, grant.arguments) == ("shell", "main", False, None)
+    assert grant.granted_by == "ana" and grant.note == "answered for call c-1"
+    assert grant.uses == 2  # the answered call and the one it spared a question
+
+
+async def test_the_grant_stays_within_its_tool_and_agent() -> None:
+    inner = Scripted(ALLOWED_ALWAYS, "denied", "denied")
+    runtime = runtime_with(GrantingApproval(inner, GrantBook()))
+    await runtime.execute(make_input("shell", agent=MAIN, call_id="c-1"))
+    assert code(await runtime.execute(make_input("deploy", agent=MAIN, call_id="c-2"))) == "DENIED"
+    assert code(await runtime.execute(make_input("shell", agent=HELPER, call_id="c-3"))) == "DENIED"
+    assert inner.asked == ["c-1", "c-2", "c-3"]
+
+
+async def test_all_agents_grants_for_every_agent() -> None:
+    inner = Scripted(ALLOWED_ALWAYS)
+    runtime = runtime_with(GrantingApproval(inner, GrantBook(), all_agents=True))
+    await runtime.execute(make_input("shell", agent=MAIN, call_id="c-1"))
+    assert not (await runtime.execute(make_input("shell", agent=HELPER, call_id="c-2"))).is_error
+    assert inner.asked == ["c-1"]
+
+
+async def test_arguments_scope_asks_again_for_other_arguments() -> None:
+    inner = Scripted(ALLOWED_ALWAYS, "denied")
+    runtime = runtime_with(GrantingApproval(inner, GrantBook(), scope="arguments"))
+    await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN, call_id="c-1"))
+    assert not (await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN, call_id="c-2"))).is_error
+    result = await runtime.execute(make_input("shell", {"command": "ls /"}, agent=MAIN, call_id="c-3"))
+    assert code(result) == "DENIED"
+    assert inner.asked == ["c-1", "c-3"]
+
+
+async def test_an_expired_grant_asks_again() -> None:
+    clock = Clock()
+    inner = Scripted(ALLOWED_ALWAYS, "allowed-once")
+    book = GrantBook(clock=clock)
+    runtime = runtime_with(GrantingApproval(inner, book, ttl_s=3600))
+    await runtime.execute(make_input("shell", agent=MAIN, call_id="c-1"))
+    clock.now += 3600
+    await runtime.execute(make_input("shell", agent=MAIN, call_id="c-2"))
+    assert inner.asked == ["c-1", "c-2"]
+    assert len(book.grants(include_inactive=True)) == 1
+
+
+async def test_a_revoked_grant_asks_again() -> None:
+    inner = Scripted(ALLOWED_ALWAYS, "denied")
+    book = GrantBook()
+    runtime = runtime_with(GrantingApproval(inner, book))
+    await runtime.execute(make_input("shell", agent=MAIN, call_id="c-1"))
+    [grant] = book.grants()
+    book.revoke(grant.id, by="security")
+    assert code(await runtime.execute(make_input("shell", agent=MAIN, call_id="c-2"))) == "DENIED"
+    assert inner.asked == ["c-1", "c-2"]
+
+
+@pytest.mark.parametrize("answer", ["allowed-once", "denied", "unavailable", "cancelled"])
+async def test_other_answers_pass_through_and_grant_nothing(answer: str) -> None:
+    inner = Scripted(answer)
+    book = GrantBook()
+    service = GrantingApproval(inner, book)
+    assert await service.request(execution(), None) == answer
+    assert book.grants(include_inactive=True) == ()
+
+
+async def test_a_grant_never_overrides_a_denial() -> None:
+    book = GrantBook()
+    book.grant("shell", agent="main", granted_by="ana")
+    runtime = make_runtime(json_tool("shell"), plugins=[DenyRm()], approval=GrantingApproval(Scripted(), book))
+    result = await runtime.execute(make_input("shell", {"command": "rm -rf /"}, agent=MAIN))
+    assert code(result) == "DENIED"
+    assert book.grants()[0].uses == 0
+
+
+async def test_a_cancelled_call_is_not_looked_up_or_recorded() -> None:
+    book = GrantBook()
+    book.grant("shell", agent="main", granted_by="ana")
+    call = execution()
+    call.signal.cancel("gone")
+    assert await GrantingApproval(Scripted(), book).request(call, None) == "cancelled"
+    assert book.grants()[0].uses == 0
+
+
+async def test_a_call_cancelled_while_the_approver_answered_grants_nothing() -> None:
+    call = execution()
+
+    class AnswersLate:
+        async def request(self, execution: ToolExecution, reason: str | None) -> str:
+            execution.signal.cancel("caller gave up")
+            return ALLOWED_ALWAYS
+
+    book = GrantBook()
+    assert await GrantingApproval(AnswersLate(), book).request(call, None) == "cancelled"
+    assert book.grants(include_inactive=True) == ()
+
+
+async def test_a_book_that_cannot_be_written_fails_the_call_instead_of_allowing_it(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    book = GrantBook(path)
+    book.grant("shell", agent="main", granted_by="ana")
+    path.write_text("garbage in the middle\n" + path.read_text())
+    runtime = runtime_with(GrantingApproval(Scripted(), book))
+    result = await runtime.execute(make_input("shell", agent=MAIN))
+    assert result.is_error
+    assert "the grants file is damaged" in result.error.message
+
+
+async def test_allowed_always_without_a_granting_wrapper_is_a_clear_error() -> None:
+    runtime = runtime_with(StaticApproval(ALLOWED_ALWAYS))
+    result = await runtime.execute(make_input("shell", agent=MAIN))
+    assert result.is_error
+    assert "approval service returned 'allowed-always'" in result.error.message
+
+
+def test_granting_approval_refuses_bad_settings() -> None:
+    with pytest.raises(TypeError, match="inner must be an ApprovalService"):
+        GrantingApproval(object(), GrantBook())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="scope must be 'tool' or 'arguments'"):
+        GrantingApproval(Scripted(), GrantBook(), scope="everything")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ttl_s must be a positive finite number"):
+        GrantingApproval(Scripted(), GrantBook(), ttl_s=-1)
+
+
+# --- the approval services that can say "always" ------------------------------------------
+
+
+async def test_terminal_always_is_reported_for_a_grant_instead_of_remembered() -> None:
+    asked: list[str] = []
+
+    def prompt(question: str) -> str:
+        asked.append(question)
+        return "a"
+
+    terminal = TerminalApproval(prompt=prompt, report_always=True)
+    book = GrantBook()
+    runtime = runtime_with(GrantingApproval(terminal, book))
+    await runtime.execute(make_input("shell", agent=MAIN, call_id="c-1"))
+    await runtime.execute(make_input("shell", agent=MAIN, call_id="c-2"))
+    assert len(asked) == 1
+    assert terminal.always == set()
+    assert book.grants()[0].uses == 2
+    with pytest.raises(TypeError, match="report_always must be a bool"):
+        TerminalApproval(report_always="yes")  # type: ignore[arg-type]
+
+
+async def test_escalation_passes_always_on_and_records_the_step() -> None:
+    steps: list[ApprovalStep] = []
+    chain = EscalatingApproval(
+        (StaticApproval("unavailable"), 10), (Scripted(ALLOWED_ALWAYS), 10), on_step=steps.append
+    )
+    book = GrantBook()
+    with trio.fail_after(5):
+        assert await GrantingApproval(chain, book).request(execution(), None) == "allowed-once"
+    assert [step.answer for step in steps] == ["unavailable", ALLOWED_ALWAYS]
+    assert len(book.grants()) == 1
