@@ -5,6 +5,7 @@ Enable it through the ``spill`` entry point; configure it in ``[plugins.spill]``
     [plugins.spill]
     max_inline_bytes = 32768          # UTF-8 bytes; omit it and the plugin does nothing
     directory = "/var/tmp/dsh-spill"  # default: <system temp dir>/dsh-spill
+    read_tool = true                  # register read_spilled_output (default)
 
 Without ``max_inline_bytes`` the plugin registers nothing. A value that is not
 a non-negative integer fails the load with a ``ConfigError``.
@@ -41,6 +42,13 @@ touched. A failure of the spill machinery (``OSError`` while saving) is logged
 as a warning and keeps the original content: spilling never turns a success
 into an error.
 
+**Reading it back.** Unless ``read_tool = false``, the plugin also registers
+``read_spilled_output`` and the notice names it: the model reads a spilled
+output in windows of numbered lines (``start_line``, ``max_lines``) or only the
+lines containing a text (``contains``), from files directly inside the spill
+directory only. Its answers fit the same ``max_inline_bytes`` (a line too long
+for it is cut and listed in ``cut_lines``) and are never spilled themselves.
+
 **Order.** Both listeners are ``tryfirst`` (outermost) and call ``next()``
 first, so they bound whatever inner listeners and tools produced.
 """
@@ -73,10 +81,12 @@ from dsh_core import (
 )
 from dsh_core.code_mode._bridge import CodeDispatchLog
 
+from ._spill_read import READ_TOOL_NAME, read_tool
+
 __all__ = ["PLUGIN_NAME", "SpillPolicy", "SpillSettings", "SpillStore", "bounded_replacement"]
 
 # Capability manifest (enforced under strict_capabilities): it may replace the content of any oversized result.
-DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [READ_TOOL_NAME], "affects": ["*"]}
 
 PLUGIN_NAME: Final = "spill-policy"
 
@@ -98,6 +108,7 @@ class SpillSettings:
 
     max_inline_bytes: int | None = attrs.field(default=None, validator=_non_negative)
     directory: str | None = None
+    read_tool: bool = True
 
 
 # --- sizes and previews --------------------------------------------------------------------
@@ -130,12 +141,14 @@ def _count_lines(text: str) -> int:
     return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
-def bounded_replacement(text: str, cap: int, locator: str) -> str | None:
+def bounded_replacement(text: str, cap: int, locator: str, reader: str | None = None) -> str | None:
     """Head, notice and tail of ``text`` within ``cap`` UTF-8 bytes, or ``None`` when the notice alone does not fit.
 
-    The notice names ``locator``, the total size in bytes and lines, and how
-    many bytes were left out between head and tail.
+    The notice names ``locator``, the total size in bytes and lines, how many
+    bytes were left out between head and tail, and the tool to read it with
+    (``reader``), when there is one.
     """
+    how = f"with {reader} " if reader is not None else ""
     data = _utf8(text)
     total = len(data)
     lines = _count_lines(text)
@@ -143,7 +156,7 @@ def bounded_replacement(text: str, cap: int, locator: str) -> str | None:
     def notice(omitted: int) -> str:
         return (
             f"[{omitted} of {total} bytes omitted here. The full output ({lines} lines, {total} bytes) is saved "
-            f"at {locator}; read it in parts (a range of lines, or a search) rather than all at once.]"
+            f"at {locator}; read it in parts {how}(a range of lines, or a search) rather than all at once.]"
         )
 
     # Price the notice with the largest omitted count it can show, plus both "\n\n" joins.
@@ -222,9 +235,12 @@ class SpillStore:
 class SpillPolicy:
     """The ``dsh_post_execute`` and ``dsh_code_dispatch_log`` listeners of one runtime."""
 
-    def __init__(self, max_inline_bytes: int, store: SpillStore) -> None:
+    def __init__(self, max_inline_bytes: int, store: SpillStore, *, reader: str | None = None) -> None:
         self.max_inline_bytes = max_inline_bytes
         self.store = store
+        # The read-back tool's name, when it is registered: notices point to it, and
+        # its own answers are never spilled (they are bounded by the same budget).
+        self.reader = reader
 
     async def bound(self, content: Sequence[ContentBlock], call_id: str, tool: str, label: str) -> str | None:
         """The replacement text for ``content``, or ``None`` to keep it (within the cap, not all text, or a fallback)."""
@@ -238,7 +254,7 @@ class SpillPolicy:
                 "spill-policy: cannot save the %s of %s (%s): %s; keeping the inline content", label, tool, call_id, exc
             )
             return None
-        replacement = bounded_replacement(text, self.max_inline_bytes, path)
+        replacement = bounded_replacement(text, self.max_inline_bytes, path, self.reader)
         if replacement is None:
             logger.warning(
                 "spill-policy: the spill notice for the %s of %s (%s) exceeds max_inline_bytes=%d; keeping the inline content",
@@ -259,6 +275,8 @@ class SpillPolicy:
     ) -> PostToolDecision:
         decision = await next()
         if not isinstance(decision, Accept) or decision.value is not UNSET or execution.parent is not None:
+            return decision
+        if self.reader is not None and execution.name == self.reader:
             return decision
         content = decision.content if decision.content is not None else result.content
         replacement = await self.bound(content, execution.call_id, execution.name, "result")
@@ -287,4 +305,9 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     if settings.max_inline_bytes is None:
         return
     directory = os.path.abspath(settings.directory) if settings.directory is not None else default_directory()
-    runtime.plugins.register(SpillPolicy(settings.max_inline_bytes, SpillStore(directory)), name=PLUGIN_NAME)
+    reader = None
+    if settings.read_tool:
+        runtime.register(read_tool(directory, settings.max_inline_bytes))
+        reader = READ_TOOL_NAME
+    policy = SpillPolicy(settings.max_inline_bytes, SpillStore(directory), reader=reader)
+    runtime.plugins.register(policy, name=PLUGIN_NAME)

@@ -1,0 +1,209 @@
+"""``read_spilled_output``: the model reads a spilled result back in windows or by search.
+
+The spill notice tells the model to read the saved output in parts; this is
+the tool it does that with, whatever other tools the host has (the spill
+directory is usually outside any workspace a file tool may read). It reads only
+files directly inside the spill directory, never follows a symlink, and keeps
+its own answers within the same byte budget that made the output spill, so
+reading a spill never spills again.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from typing import Any, Final
+
+import trio
+
+from dsh_core import DshError, TextBlock, ToolDefinition, ToolOutput, define_tool
+
+__all__ = ["READ_TOOL_NAME", "SpillReadError", "read_spilled", "read_tool"]
+
+READ_TOOL_NAME: Final = "read_spilled_output"
+DEFAULT_MAX_LINES: Final = 200
+# A window always has room for some text, even under a tiny max_inline_bytes.
+MIN_BUDGET: Final = 256
+# Room left in the budget for the rendered header line, and per line for its number.
+_HEADER_ROOM: Final = 160
+_LINE_ROOM: Final = 8
+
+
+class SpillReadError(DshError, ValueError):
+    """The path is not a spill file, or the window asked for is not valid."""
+
+    code = "SPILL_READ_ERROR"
+
+
+def _resolve(directory: str, path: str) -> str:
+    """The spill file ``path`` names (a full path from a notice, or a bare file name), checked."""
+    if not path or "\x00" in path:
+        raise SpillReadError("path must name a spilled output file")
+    name = os.path.basename(path)
+    if os.path.dirname(path) not in ("", directory) or name in ("", ".", ".."):
+        raise SpillReadError(f"{path!r} is not a spilled output: spilled outputs are saved in {directory}")
+    try:
+        folder = os.lstat(directory)
+    except FileNotFoundError:
+        raise SpillReadError(f"there is no spilled output {name!r}: nothing has been spilled yet") from None
+    if stat.S_ISLNK(folder.st_mode) or (hasattr(os, "getuid") and folder.st_uid != os.getuid()):
+        raise SpillReadError(f"the spill directory {directory} is a symlink or owned by another user")
+    candidate = os.path.join(directory, name)
+    try:
+        info = os.lstat(candidate)
+    except FileNotFoundError:
+        raise SpillReadError(f"there is no spilled output {name!r} in {directory}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise SpillReadError(f"{name!r} in {directory} is not a regular file")
+    return candidate
+
+
+def _lines(file: Any) -> Iterator[tuple[int, str]]:
+    for number, raw in enumerate(file, 1):
+        yield number, raw.decode("utf-8", errors="surrogatepass").rstrip("\n")
+
+
+def _encoded_size(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+def _cut(text: str, budget: int) -> str:
+    data = text.encode("utf-8", errors="surrogatepass")[:budget]
+    return data.decode("utf-8", errors="ignore")
+
+
+def read_spilled(
+    directory: str,
+    path: str,
+    *,
+    start_line: int = 1,
+    max_lines: int = DEFAULT_MAX_LINES,
+    contains: str | None = None,
+    budget: int,
+) -> dict[str, Any]:
+    """One window of a spilled output: numbered lines from ``start_line`` (only those with ``contains``).
+
+    At most ``max_lines`` lines and about ``budget`` UTF-8 bytes of line text;
+    a single line longer than the budget is cut (``cut_lines`` lists it).
+    ``next_line`` is where the next window starts (``None`` at the end).
+    Blocks: run it in a thread.
+    """
+    if start_line < 1:
+        raise SpillReadError(f"start_line must be at least 1, got {start_line}")
+    if max_lines < 1:
+        raise SpillReadError(f"max_lines must be at least 1, got {max_lines}")
+    if contains == "":
+        raise SpillReadError("contains must not be empty (omit it to read every line)")
+    file_path = _resolve(directory, path)
+    lines: list[dict[str, Any]] = []
+    cut_lines: list[int] = []
+    used = 0
+    next_line: int | None = None
+    total = 0
+    with open(file_path, "rb") as file:
+        for number, text in _lines(file):
+            total = number
+            if number < start_line or next_line is not None:
+                continue
+            if contains is not None and contains not in text:
+                continue
+            size = _encoded_size(text) + _LINE_ROOM
+            if len(lines) == max_lines or (lines and used + size > budget):
+                next_line = number
+                continue
+            if size > budget:
+                text = _cut(text, budget - _LINE_ROOM)
+                cut_lines.append(number)
+                size = budget
+            lines.append({"number": number, "text": text})
+            used += size
+    if start_line > max(total, 1):
+        raise SpillReadError(f"start_line {start_line} is past the end: the output has {total} lines")
+    return {
+        "path": file_path,
+        "total_lines": total,
+        "lines": lines,
+        "next_line": next_line,
+        "cut_lines": cut_lines,
+    }
+
+
+def _render(args: Any, value: Any) -> list[TextBlock]:
+    lines = value["lines"]
+    total = value["total_lines"]
+    search = args.get("contains")
+    if not lines:
+        where = f" containing {search!r}" if search is not None else ""
+        return [TextBlock(f"[no lines{where} from line {args.get('start_line', 1)} of {total}]")]
+    body = "\n".join(f"{line['number']:>6}\t{line['text']}" for line in lines)
+    span = f"lines {lines[0]['number']}-{lines[-1]['number']} of {total}"
+    if search is not None:
+        span = f"{len(lines)} line(s) containing {search!r}, {span}"
+    notes = []
+    if value["next_line"] is not None:
+        notes.append(f"more from start_line={value['next_line']}")
+    if value["cut_lines"]:
+        notes.append(f"cut to fit: line(s) {', '.join(map(str, value['cut_lines']))}")
+    suffix = f"; {'; '.join(notes)}" if notes else ""
+    return [TextBlock(f"[{span}{suffix}]\n{body}")]
+
+
+def read_tool(directory: str, max_inline_bytes: int) -> ToolDefinition:
+    """The ``read_spilled_output`` tool for spills saved in ``directory``."""
+    budget = max(max_inline_bytes - _HEADER_ROOM, MIN_BUDGET)
+
+    async def execute(args: Any) -> dict[str, Any]:
+        return await trio.to_thread.run_sync(
+            lambda: read_spilled(
+                directory,
+                args["path"],
+                start_line=args.get("start_line", 1),
+                max_lines=args.get("max_lines", DEFAULT_MAX_LINES),
+                contains=args.get("contains"),
+                budget=budget,
+            )
+        )
+
+    return define_tool(
+        name=READ_TOOL_NAME,
+        description=(
+            "Read an output that was too large to show and was saved to a file (the notice in its place names "
+            "the file). Returns numbered lines from `start_line` (1-based, default 1), at most `max_lines` "
+            f"(default {DEFAULT_MAX_LINES}); with `contains`, only the lines that contain that text. When more "
+            "follows, the answer says which start_line to continue from."
+        ),
+        parameters={
+            "path": {"type": "string", "required": True, "description": "The saved file, as the notice names it."},
+            "start_line": {"type": "integer", "description": "First line to read, 1-based (default 1)."},
+            "max_lines": {"type": "integer", "description": f"At most this many lines (default {DEFAULT_MAX_LINES})."},
+            "contains": {"type": "string", "description": "Only lines containing this text (plain text, not a regex)."},
+        },
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "path": {"type": "string", "required": True},
+                    "total_lines": {"type": "integer", "required": True},
+                    "lines": {
+                        "type": "array",
+                        "required": True,
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "number": {"type": "integer", "required": True},
+                                "text": {"type": "string", "required": True},
+                            },
+                        },
+                    },
+                    "next_line": {"oneOf": [{"type": "integer"}, {"type": "null"}], "required": True},
+                    "cut_lines": {"type": "array", "required": True, "items": {"type": "integer"}},
+                },
+            },
+            render=_render,
+        ),
+        execute=execute,
+        is_concurrency_safe=lambda args: True,
+    )

@@ -1,0 +1,198 @@
+"""Reading a spilled output back (read_spilled_output): windows, search, confinement, bounded answers."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_core import TextBlock, ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess, ToolRuntime
+from dsh_core.testing import json_tool, make_input, make_runtime
+from dsh_plugins import spill
+from dsh_plugins._spill_read import SpillReadError, read_spilled
+
+CAP = 1000
+BIG = "".join(f"line {n:05d} of a long result\n" for n in range(1, 501))  # 14 000 bytes, 500 lines
+
+
+def text_tool(name: str, text: str) -> Any:
+    async def body(args: Any) -> str:
+        return text
+
+    return json_tool(name, body, output={"type": "string"})
+
+
+def with_spill(directory: Path, *tools: Any, cap: int = CAP, **settings: Any) -> ToolRuntime:
+    runtime = make_runtime(*tools)
+    spill.dsh_setup(runtime, {"max_inline_bytes": cap, "directory": str(directory)} | settings)
+    return runtime
+
+
+def only_text(result: ToolExecutionResult) -> str:
+    (block,) = result.content
+    assert isinstance(block, TextBlock)
+    return block.text
+
+
+def success(result: ToolExecutionResult) -> ToolExecutionSuccess:
+    assert isinstance(result, ToolExecutionSuccess), result
+    return result
+
+
+def failure(result: ToolExecutionResult) -> ToolExecutionFailure:
+    assert isinstance(result, ToolExecutionFailure), result
+    return result
+
+
+async def spilled(runtime: ToolRuntime, tool: str = "dump") -> str:
+    text = only_text(await runtime.execute(make_input(tool, call_id="call-7")))
+    match = re.search(r"saved at (\S+);", text)
+    assert match, text
+    return match.group(1)
+
+
+async def read(runtime: ToolRuntime, **arguments: Any) -> ToolExecutionResult:
+    return await runtime.execute(make_input("read_spilled_output", arguments))
+
+
+async def test_the_notice_names_the_tool_and_windows_read_everything_back(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    notice = only_text(await runtime.execute(make_input("dump", call_id="call-7")))
+    assert "read it in parts with read_spilled_output (a range of lines" in notice
+    path = await spilled(runtime)
+
+    seen: list[str] = []
+    start: int | None = 1
+    windows = 0
+    while start is not None:
+        result = success(await read(runtime, path=path, start_line=start))
+        windows += 1
+        assert len(only_text(result).encode()) <= CAP  # an answer never needs spilling itself
+        value = result.value
+        assert value["total_lines"] == 500 and value["cut_lines"] == ()
+        numbers = [line["number"] for line in value["lines"]]
+        assert numbers == list(range(start, start + len(numbers)))
+        seen.extend(line["text"] for line in value["lines"])
+        start = value["next_line"]
+    assert "\n".join(seen) + "\n" == BIG
+    assert windows > 1
+    assert not any(name.startswith("call-") and "read_spilled" in name for name in os.listdir(tmp_path / "spill"))
+
+
+async def test_a_window_is_rendered_with_line_numbers_and_where_to_continue(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    path = await spilled(runtime)
+    text = only_text(success(await read(runtime, path=path, start_line=10, max_lines=3)))
+    assert text == (
+        "[lines 10-12 of 500; more from start_line=13]\n"
+        "    10\tline 00010 of a long result\n"
+        "    11\tline 00011 of a long result\n"
+        "    12\tline 00012 of a long result"
+    )
+
+
+async def test_contains_returns_only_matching_lines_with_their_numbers(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    path = await spilled(runtime)
+    value = success(await read(runtime, path=path, contains="line 0012", max_lines=5)).value
+    assert [line["number"] for line in value["lines"]] == [120, 121, 122, 123, 124]
+    assert value["next_line"] == 125
+    rest = success(await read(runtime, path=path, contains="line 0012", start_line=125)).value
+    assert [line["number"] for line in rest["lines"]] == [125, 126, 127, 128, 129]
+    assert rest["next_line"] is None
+    none = success(await read(runtime, path=path, contains="no such text"))
+    assert only_text(none) == "[no lines containing 'no such text' from line 1 of 500]"
+
+
+async def test_a_bare_file_name_is_enough(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    path = await spilled(runtime)
+    value = success(await read(runtime, path=os.path.basename(path), max_lines=1)).value
+    assert value["lines"] == ({"number": 1, "text": "line 00001 of a long result"},)
+
+
+async def test_a_line_longer_than_the_budget_is_cut_and_reported(tmp_path: Path) -> None:
+    long_line = "x" * 5000 + "\nshort\n"
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", long_line))
+    path = await spilled(runtime)
+    result = success(await read(runtime, path=path))
+    assert result.value["cut_lines"] == (1,)
+    assert result.value["lines"][0]["text"] == "x" * len(result.value["lines"][0]["text"])
+    assert len(only_text(result).encode()) <= CAP
+    assert "cut to fit: line(s) 1" in only_text(result)
+    assert result.value["next_line"] == 2
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"path": "/etc/passwd"}, "is not a spilled output"),
+        ({"path": "../passwd"}, "is not a spilled output"),
+        ({"path": ".."}, "is not a spilled output"),
+        ({"path": ""}, "must name a spilled output file"),
+        ({"path": "nope.txt"}, "there is no spilled output 'nope.txt'"),
+        ({"path": "call-7-dump.txt", "start_line": 0}, "start_line must be at least 1"),
+        ({"path": "call-7-dump.txt", "start_line": 501}, "start_line 501 is past the end: the output has 500 lines"),
+        ({"path": "call-7-dump.txt", "max_lines": 0}, "max_lines must be at least 1"),
+        ({"path": "call-7-dump.txt", "contains": ""}, "contains must not be empty"),
+    ],
+)
+async def test_bad_requests_fail_with_a_clear_message(tmp_path: Path, arguments: dict[str, Any], message: str) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    await spilled(runtime)
+    result = failure(await read(runtime, **arguments))
+    assert message in result.error.message
+    assert result.code == "SPILL_READ_ERROR"
+
+
+async def test_a_symlink_in_the_spill_directory_is_not_followed(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    await spilled(runtime)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password\n")
+    (tmp_path / "spill" / "link.txt").symlink_to(secret)
+    result = failure(await read(runtime, path="link.txt"))
+    assert "is not a regular file" in result.error.message
+
+
+async def test_nothing_spilled_yet_is_a_clear_error(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "never-created", text_tool("dump", "small"))
+    result = failure(await read(runtime, path="call-1-dump.txt"))
+    assert "nothing has been spilled yet" in result.error.message
+
+
+def test_a_spill_directory_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.txt").write_text("x\n")
+    (tmp_path / "spill").symlink_to(real)
+    with pytest.raises(SpillReadError, match="is a symlink or owned by another user"):
+        read_spilled(str(tmp_path / "spill"), "a.txt", budget=1000)
+
+
+async def test_read_tool_false_registers_no_tool_and_the_notice_names_none(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), read_tool=False)
+    assert runtime.get("read_spilled_output") is None
+    notice = only_text(await runtime.execute(make_input("dump")))
+    assert "read it in parts (a range of lines" in notice
+
+
+async def test_answers_of_the_read_tool_are_never_spilled_even_under_a_tiny_cap(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), cap=400)
+    path = await spilled(runtime)
+    files_before = sorted(os.listdir(tmp_path / "spill"))
+    result = success(await read(runtime, path=path))
+    assert "saved at" not in only_text(result)
+    assert result.value["lines"]  # at least some text per window, whatever the cap
+    assert sorted(os.listdir(tmp_path / "spill")) == files_before
+
+
+async def test_the_policy_never_spills_its_readers_answers(tmp_path: Path) -> None:
+    runtime = make_runtime(text_tool("reader", BIG), text_tool("other", BIG))
+    policy = spill.SpillPolicy(CAP, spill.SpillStore(str(tmp_path)), reader="reader")
+    runtime.plugins.register(policy)
+    assert only_text(await runtime.execute(make_input("reader"))) == BIG
+    assert "saved at" in only_text(await runtime.execute(make_input("other")))
