@@ -9,7 +9,18 @@ for the plugin contract.
 from ._capabilities import Capabilities, CapabilityError
 from ._config import DshConfig, load_config, structure_table
 from ._content import ContentBlock, ImageBlock, TextBlock, UserMessage
-from ._decisions import UNSET, Accept, Allow, Ask, Block, Deny, PostToolDecision, PreToolDecision
+from ._decisions import (
+    MAX_REWRITES,
+    UNSET,
+    Accept,
+    Allow,
+    Ask,
+    Block,
+    Deny,
+    PostToolDecision,
+    PreToolDecision,
+    Rewrite,
+)
 from ._definition import ToolDefinition, ToolOutput, ToolSchema, default_render, define_tool
 from ._errors import (
     AbortError,
@@ -74,6 +85,7 @@ from .hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_REWRITES",
     "RUN_CODE_NAME",
     "UNSET",
     "AbortError",
@@ -117,6 +129,7 @@ __all__ = [
     "RegistrationError",
     "ReplayedCall",
     "ResourceClaim",
+    "Rewrite",
     "SchemaSpecError",
     "ScopeKey",
     "ScopedToolRuntime",

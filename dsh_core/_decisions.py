@@ -7,16 +7,16 @@ names that listener's plugin: a broken decision can never let a call through.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
 import attrs
 
 from ._content import ContentBlock, UserMessage, as_content
-from ._errors import PolicyError
-from ._json import JsonValue
+from ._errors import NonJsonValueError, PolicyError
+from ._json import JsonValue, snapshot_json
 
-__all__ = ["UNSET", "Accept", "Allow", "Ask", "Block", "Deny", "PostToolDecision", "PreToolDecision"]
+__all__ = ["UNSET", "Accept", "Allow", "Ask", "Block", "Deny", "PostToolDecision", "PreToolDecision", "Rewrite"]
 
 
 class _Unset:
@@ -83,6 +83,43 @@ class Ask:
             raise PolicyError(f"Ask.reason must be a str or None, got {type(value).__name__}")
 
 
+def _rewritten_arguments(value: object) -> JsonValue:
+    try:
+        arguments = snapshot_json(value)
+    except NonJsonValueError as exc:
+        raise PolicyError(f"Rewrite arguments must be lossless JSON: {exc}") from None
+    if not isinstance(arguments, Mapping):
+        raise PolicyError(f"Rewrite arguments must be an object, got {type(value).__name__}")
+    return arguments
+
+
+@attrs.frozen(slots=True)
+class Rewrite:
+    """Run the call with other ``arguments``, once every policy has approved them.
+
+    The runtime validates the new arguments against the tool's schema
+    (``INVALID_ARGS`` naming the rewriting plugin when they do not fit), then
+    runs the whole pre-execute stage again on the rewritten call: every
+    listener, approval and guard decides on what will actually run, so a
+    rewrite can never carry a call past a policy. Rewriting to the arguments the
+    call already has is an ``Allow``; more than :data:`MAX_REWRITES` rewrites of
+    one call fail it (``POLICY_ERROR``). ``reason`` is required: the result
+    tells the model its arguments were changed, by whom and why, and what ran.
+    """
+
+    arguments: JsonValue = attrs.field(converter=_rewritten_arguments)
+    reason: str = attrs.field()
+
+    @reason.validator
+    def _check(self, attribute: attrs.Attribute[str], value: object) -> None:
+        if type(value) is not str or not value.strip():
+            raise PolicyError(f"Rewrite needs a non-empty reason string, got {value!r}")
+
+
+MAX_REWRITES: Final = 3
+"""How many times the pre-execute stage may rewrite one call's arguments before the call fails."""
+
+
 @attrs.frozen(slots=True, kw_only=True)
 class Accept:
     """Accept the result, optionally replacing its ``content`` xor its ``value``.
@@ -113,8 +150,8 @@ class Block:
     additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)
 
 
-PreToolDecision: TypeAlias = Allow | Deny | Ask
+PreToolDecision: TypeAlias = Allow | Deny | Ask | Rewrite
 PostToolDecision: TypeAlias = Accept | Block
 
-PRE_DECISION_TYPES: Final[tuple[type[Any], ...]] = (Allow, Deny, Ask)
+PRE_DECISION_TYPES: Final[tuple[type[Any], ...]] = (Allow, Deny, Ask, Rewrite)
 POST_DECISION_TYPES: Final[tuple[type[Any], ...]] = (Accept, Block)

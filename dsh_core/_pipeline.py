@@ -37,8 +37,19 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ._content import UserMessage, as_content, text_of
-from ._decisions import POST_DECISION_TYPES, PRE_DECISION_TYPES, UNSET, Accept, Allow, Ask, Block, Deny
+from ._content import TextBlock, UserMessage, as_content, text_of
+from ._decisions import (
+    MAX_REWRITES,
+    POST_DECISION_TYPES,
+    PRE_DECISION_TYPES,
+    UNSET,
+    Accept,
+    Allow,
+    Ask,
+    Block,
+    Deny,
+    Rewrite,
+)
 from ._definition import ToolContract, ToolDefinition, contract_of, default_block, default_render
 from ._errors import ErrorCode, NonJsonValueError, PolicyError, ToolArgsError, ToolNotFoundError, ToolOutputError
 from ._execution import (
@@ -50,7 +61,7 @@ from ._execution import (
     dispatch_view,
     new_execution,
 )
-from ._json import JsonValue, safe_repr, snapshot_json
+from ._json import JsonValue, json_equal, json_text, safe_repr, snapshot_json
 from ._registry import RUN_CODE_NAME, Registry, ToolGuard
 from ._results import (
     ToolExecutionFailure,
@@ -104,7 +115,7 @@ def _kind(outcome: object) -> str:
 def _check_pre(outcome: object) -> str | None:
     if isinstance(outcome, PRE_DECISION_TYPES):
         return None
-    return f"dsh_pre_execute must return Allow(), Deny(reason) or Ask(), got {_kind(outcome)}"
+    return f"dsh_pre_execute must return Allow(), Deny(reason), Ask() or Rewrite(arguments, reason), got {_kind(outcome)}"
 
 
 def _check_post(outcome: object) -> str | None:
@@ -140,7 +151,7 @@ class PreparedCall:
 
     __slots__ = (
         "body_invoked", "contract", "deferred", "execution", "finalizer", "hooks", "latest", "registry_version",
-        "result", "run", "scoped", "step", "suspends", "tool", "trace",
+        "result", "rewrites", "run", "scoped", "step", "suspends", "tool", "trace",
     )  # fmt: skip
 
     def __init__(self, execution: ToolExecution, finalizer: Any, hooks: CallHooks) -> None:
@@ -159,6 +170,8 @@ class PreparedCall:
         self.trace: TraceRecorder | None = None
         self.suspends = False
         self.scoped = False
+        # What each Rewrite changed, told to the model on the result; None: never rewritten.
+        self.rewrites: list[UserMessage] | None = None
 
     @property
     def dispatch_suspends(self) -> bool:
@@ -393,15 +406,14 @@ def _broken(call: PreparedCall, exc: BaseException, chain: Chain) -> None:
 
 
 async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
-    execution = call.execution
     trace = call.trace
 
     decision: object = _ALLOW
     decider: str | None = None
     listeners = call.hooks.pre
-    if listeners:
+    while listeners:
         entries = None if trace is None else trace.chain("pre", _ALLOW)
-        chain = Chain(listeners, (execution,), _check_pre, None, _ALLOW, entries)
+        chain = Chain(listeners, (call.execution,), _check_pre, None, _ALLOW, entries)
         try:
             decision = await chain.run()
         except BaseException as exc:
@@ -410,6 +422,16 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
             _broken(call, exc, chain)
             return
         decider = chain.decider
+        if type(decision) is not Rewrite:
+            break
+        applied = _rewrite(call, decision, decider)
+        if applied is None:
+            return
+        if not applied:  # rewritten to the arguments it already had: an Allow
+            decision = _ALLOW
+            break
+        # Rewritten: the whole stage runs again, on what will actually run.
+    execution = call.execution
 
     if isinstance(decision, Ask):
         if trace is not None:
@@ -443,6 +465,64 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
             return
 
     _decide(runtime, call, decision, decider)
+
+
+def _rewrite(call: PreparedCall, rewrite: Rewrite, decider: str | None) -> bool | None:
+    """Apply ``rewrite`` to the call: ``True`` when the arguments changed, ``False``
+    when they are the ones it has, ``None`` when the rewrite failed the call."""
+    execution = call.execution
+    arguments = rewrite.arguments
+    who = decider or "a pre-execute listener"
+    if json_equal(arguments, execution.arguments):
+        return False
+    done = len(call.rewrites or ())
+    if done >= MAX_REWRITES:
+        failure = failure_result(
+            f"pre-execute policies rewrote the arguments of {execution.name} {done} times without settling "
+            f"(last by {who}: {rewrite.reason})",
+            ErrorCode.POLICY_ERROR,
+            name="PolicyError",
+            plugin=decider,
+        )
+        call._settle("final", _final(call, failure))
+        return None
+    assert call.contract is not None
+    violations = call.contract.argument_violations(arguments)
+    if violations:
+        error = ToolArgsError(violations)
+        failure = failure_result(
+            f"arguments rewritten by {who} are invalid: {error.message}",
+            ErrorCode.INVALID_ARGS,
+            name="ToolArgsError",
+            plugin=decider,
+        )
+        call._settle("final", _final(call, failure))
+        return None
+    call.execution = new_execution(
+        execution.call_id,
+        execution.root_call_id,
+        execution.name,
+        arguments,
+        execution.signal,
+        execution.token,  # the same call: sub-calls and observers keep recognising it
+        execution.agent,
+        execution.parent,
+    )
+    note = UserMessage(
+        [
+            TextBlock(
+                f"The arguments of this {execution.name} call were changed by {who}: {rewrite.reason}. "
+                f"It ran with: {json_text(arguments)}"
+            )
+        ],
+        source=decider or "policy",
+        meta={"rewrittenBy": decider, "reason": rewrite.reason, "arguments": arguments},
+    )
+    if call.rewrites is None:
+        call.rewrites = [note]
+    else:
+        call.rewrites.append(note)
+    return True
 
 
 def _decide(runtime: ToolRuntime, call: PreparedCall, decision: object, decider: str | None) -> None:
@@ -794,6 +874,8 @@ def _finished(call: PreparedCall) -> ToolExecutionResult:
     assert result is not None
     if call.finalizer is not None or call.trace is not None:
         result = _finalized(call, result)
+    if call.rewrites is not None:
+        result = attrs.evolve(result, additional_contexts=(*call.rewrites, *result.additional_contexts))
     return result
 
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from . import _pipeline
-from ._execution import Exclusive, Parallel, ToolExecutionInput
+from ._execution import Exclusive, Parallel, ToolExecution, ToolExecutionInput
 from ._resources import ResourceClaim, classify_call
 from ._results import ToolExecutionResult
 
@@ -104,6 +104,18 @@ class _KeyIndex:
         return list(after)
 
 
+def _as_input(execution: ToolExecution) -> ToolExecutionInput:
+    return ToolExecutionInput(
+        call_id=execution.call_id,
+        name=execution.name,
+        arguments=execution.arguments,
+        signal=execution.signal,
+        agent=execution.agent,
+        root_call_id=execution.root_call_id,
+        parent=execution.parent,
+    )
+
+
 async def _wait_for(call: _pipeline.PreparedCall, after: Sequence[trio.Event]) -> None:
     # Cancellable through the call's own signal: the dispatch that follows then
     # sees the fired signal and ends the call before its body runs.
@@ -140,6 +152,8 @@ async def _run_group(
     send, receive = trio.open_memory_channel[tuple[int, _pipeline.PreparedCall, trio.Event | None]](math.inf)
     keys = _KeyIndex()
     uncommitted = 0
+    # The settle events of the dispatches running in tasks (for a rewritten call's barrier).
+    running: list[trio.Event] = []
 
     async def dispatch(
         call: _pipeline.PreparedCall, settled: trio.Event, slot: object, after: Sequence[trio.Event]
@@ -192,7 +206,18 @@ async def _run_group(
                     await limiter.acquire_on_behalf_of(slot)
                 call = await _pipeline.prepare(runtime, request)
                 settled: trio.Event | None = None
-                if call.step == "dispatch":
+                if call.step == "dispatch" and call.rewrites is not None and classify_call(
+                    runtime, _as_input(call.execution)
+                ) != kind:
+                    # A policy rewrote the arguments and the call now schedules otherwise (other
+                    # keys, or exclusive): it was admitted for arguments it no longer has. Run it
+                    # as a barrier, once everything dispatched before it has settled.
+                    try:
+                        await _wait_for(call, [event for event in running if not event.is_set()])
+                        await _pipeline.dispatch(runtime, call)
+                    finally:
+                        limiter.release_on_behalf_of(slot)
+                elif call.step == "dispatch":
                     claimed: trio.Event | None = None
                     after: list[trio.Event] = []
                     if isinstance(kind, ResourceClaim):
@@ -207,6 +232,8 @@ async def _run_group(
                                 claimed.set()
                     else:
                         settled = claimed if claimed is not None else trio.Event()
+                        running[:] = [event for event in running if not event.is_set()]
+                        running.append(settled)
                         nursery.start_soon(dispatch, call, settled, slot, after)
                 else:
                     # Decided before dispatch (denied, aborted...): it touches no resource,

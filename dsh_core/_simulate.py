@@ -29,6 +29,8 @@ recorded and the simulated side:
 * ``ask`` — the decision trace shows an approval step (the policy asked),
   unless the denial came from a later stage; a recorded call has such a step
   only when its session was recorded with ``trace_decisions`` on;
+* ``rewrite`` — allowed, but a pre-execute policy rewrote the arguments first
+  (the decision trace shows the ``Rewrite``; its reason is the verdict's);
 * ``allow`` — any other outcome: a success, or a failure of the tool itself
   (``TOOL_ERROR``, ``TOOL_TIMEOUT``, ``ABORTED``, ``INVALID_TOOL_OUTPUT``, ...);
 * no verdict (not compared) — the policy never decided the recorded call
@@ -73,7 +75,7 @@ from .hookspecs import hookimpl
 
 __all__ = ["SimulatedCall", "SimulationReport", "SimulationRuntime", "Verdict", "simulate"]
 
-Decision: TypeAlias = Literal["allow", "deny", "ask"]
+Decision: TypeAlias = Literal["allow", "deny", "ask", "rewrite"]
 
 REFUSED_CODES: Final = frozenset({"DENIED", "POLICY_ERROR"})
 """Failure codes that mean the pipeline refused the call."""
@@ -83,7 +85,7 @@ UNDECIDED_CODES: Final = frozenset({"INVALID_ARGS", "UNKNOWN_TOOL", "ABORTED_BEF
 
 @attrs.frozen(kw_only=True)
 class Verdict:
-    """What the policy stack decided for one call: ``allow``, ``deny`` or ``ask``.
+    """What the policy stack decided for one call: ``allow``, ``deny``, ``ask`` or ``rewrite``.
 
     ``reason`` is the denial message or the ``Ask`` reason; ``actor`` the plugin,
     guard or approval that decided, when known.
@@ -165,6 +167,9 @@ def _classify(
         return Verdict(decision="deny", reason=message, actor=plugin or (decider.actor if decider else None))
     if approval is not None:
         return Verdict(decision="ask", reason=_ask_reason(asked), actor=asked.actor if asked else None)
+    rewritten = next((step for step in steps if step.stage == "pre" and step.outcome.startswith("rewrite: ")), None)
+    if rewritten is not None:
+        return Verdict(decision="rewrite", reason=rewritten.outcome.removeprefix("rewrite: "), actor=rewritten.actor)
     return Verdict(decision="allow")
 
 

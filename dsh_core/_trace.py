@@ -41,7 +41,7 @@ import cattrs
 
 from ._checks import instance_of
 from ._content import text_of
-from ._decisions import UNSET, Accept, Allow, Ask, Block, Deny
+from ._decisions import UNSET, Accept, Allow, Ask, Block, Deny, Rewrite
 from ._results import ToolExecutionFailure, ToolExecutionResult, with_trace
 from .presentation import _configure_strict
 
@@ -278,6 +278,8 @@ def _decision(outcome: object) -> str:
             return f"deny: {reason}"
         case Ask(reason=reason):
             return f"ask: {reason}" if reason else "ask"
+        case Rewrite(reason=reason):
+            return f"rewrite: {reason}"
         case Block(feedback=feedback):
             text = text_of(feedback)
             return f"block: {text}" if text else "block"

@@ -82,11 +82,16 @@ async def dsh_pre_execute(
 
     Runs after the arguments were snapshotted, frozen and validated against the
     tool's schema, so listeners only ever see well-formed arguments of a visible
-    tool. Return ``Allow()``, ``Deny(reason)`` or ``Ask(reason=None)``; the default
-    (``await next()`` at the end of the chain) is ``Allow()``. ``Ask`` consults
-    the runtime's ``ApprovalService``: only ``"allowed-once"`` lets the call
-    continue, and a runtime without a service, or a call without an agent, is
-    denied. Arguments cannot be rewritten (they are already logged and shown).
+    tool. Return ``Allow()``, ``Deny(reason)``, ``Ask(reason=None)`` or
+    ``Rewrite(arguments, reason)``; the default (``await next()`` at the end of
+    the chain) is ``Allow()``. ``Ask`` consults the runtime's
+    ``ApprovalService``: only ``"allowed-once"`` lets the call continue, and a
+    runtime without a service, or a call without an agent, is denied.
+    ``execution.arguments`` stay frozen: a listener that wants other arguments
+    returns ``Rewrite``, the new arguments are validated against the schema,
+    and this whole stage runs again on the rewritten call (every listener,
+    approval and guard sees what will run; the result tells the model what
+    changed).
 
     Async listeners should watch ``execution.signal``; the runtime re-checks
     cancellation after the waterfall settles (``ABORTED_BEFORE_DISPATCH``) but

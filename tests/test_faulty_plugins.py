@@ -298,7 +298,7 @@ GARBAGE: dict[str, list[tuple[str, object]]] = {
     ],
 }
 EXPECTED_SHAPE = {
-    "dsh_pre_execute": "dsh_pre_execute must return Allow(), Deny(reason) or Ask()",
+    "dsh_pre_execute": "dsh_pre_execute must return Allow(), Deny(reason), Ask() or Rewrite(arguments, reason)",
     "dsh_execute": "dsh_execute must return a ToolExecutionResult",
     "dsh_post_execute": "dsh_post_execute must return Accept(...) or Block(...)",
 }

@@ -16,6 +16,7 @@ from dsh_core import (
     Ask,
     Block,
     Deny,
+    Rewrite,
     SessionLog,
     SessionRecorder,
     TextBlock,
@@ -344,3 +345,30 @@ async def test_a_recorded_trace_tells_an_approved_ask_from_a_plain_allow(tmp_pat
 def test_recorded_verdicts(result: Any, decision: str | None) -> None:
     verdict = recorded_verdict(result)
     assert (verdict.decision if verdict is not None else None) == decision
+
+
+async def test_a_new_rewriting_policy_is_reported_as_a_rewrite(tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "t", {"path": "./a"})
+        session.append_result("c1", content=[TextBlock("x")], is_error=False)
+        session.append_call("c2", "t", {"path": "b"})
+        session.append_result("c2", content=[TextBlock("y")], is_error=False)
+
+    def normalise(execution: ToolExecution) -> Any:
+        path = execution.arguments["path"]
+        return Rewrite({"path": path.removeprefix("./")}, "dropped ./") if path.startswith("./") else None
+
+    runtime = SimulationRuntime()
+    runtime.register(json_tool("t", parameters={"path": {"type": "string", "required": True}}))
+    runtime.plugins.register(Policy(normalise), name="normaliser")
+    report = await simulate(read_session_log(log), runtime)
+    first, second = report.calls
+    assert first.simulated is not None
+    assert (first.simulated.decision, first.simulated.reason, first.simulated.actor) == (
+        "rewrite",
+        "dropped ./",
+        "normaliser",
+    )
+    assert first.changed and first.summary == "would now rewrite: dropped ./"
+    assert not second.changed

@@ -145,6 +145,18 @@ class _ToolBinding:
         return self._bridge.idle() and self._bridge.quiet(self._name)
 
 
+def _rewritten_input(execution: ToolExecution) -> ToolExecutionInput:
+    return ToolExecutionInput(
+        call_id=execution.call_id,
+        name=execution.name,
+        arguments=execution.arguments,
+        signal=execution.signal,
+        agent=execution.agent,
+        root_call_id=execution.root_call_id,
+        parent=execution.parent,
+    )
+
+
 def _describe_reason(reason: object) -> str:
     return reason if isinstance(reason, str) else repr(reason)
 
@@ -271,9 +283,21 @@ class _Bridge:
                 )
             try:
                 call = await _pipeline.prepare(runtime, ticket.request)
+                if (
+                    call.rewrites is not None
+                    and not ticket.exclusive
+                    and call.step == "dispatch"
+                    and isinstance(runtime.execution_mode(_rewritten_input(call.execution)), Exclusive)
+                ):
+                    # A policy rewrote the arguments into an exclusive call: nothing may start
+                    # beside it, and it waits for what started before it to commit.
+                    ticket.exclusive = True
+                    lane.exclusive_active = True
             finally:
                 lane.starting = False
                 lane.notify()
+            if ticket.exclusive and not (lane.in_flight == 1 and lane.commits[0] is ticket):
+                await lane.wait_until(lambda: lane.in_flight == 1 and lane.commits[0] is ticket)
             try:
                 await _pipeline.dispatch(runtime, call)
             finally:

@@ -1,0 +1,343 @@
+"""Argument rewrites (Rewrite): validated, re-decided by every policy, told to the model, scheduled safely."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from dsh_core import (
+    MAX_REWRITES,
+    Agent,
+    Allow,
+    Ask,
+    Deny,
+    Rewrite,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolRuntime,
+    define_tool,
+    hookimpl,
+    run_tool_calls,
+    trace_of,
+)
+from dsh_core.testing import FakeCodeRuntime, Recorder, StaticApproval, make_input, make_runtime
+
+Next = Callable[[], Awaitable[Any]]
+MAIN = Agent("main")
+
+
+def path_tool(name: str = "read", seen: list[Any] | None = None, **options: Any) -> Any:
+    async def body(args: Any) -> str:
+        if seen is not None:
+            seen.append(dict(args))
+        return f"read {args['path']}"
+
+    return define_tool(
+        name=name,
+        description="reads a path",
+        parameters={"path": {"type": "string", "required": True}, "lines": {"type": "integer"}},
+        output={"type": "string"},
+        execute=body,
+        **options,
+    )
+
+
+class RewritePath:
+    """Rewrites ``path`` values it knows; records the arguments it saw on each pass."""
+
+    def __init__(self, mapping: Mapping[str, str], reason: str = "normalised the path") -> None:
+        self.mapping = dict(mapping)
+        self.reason = reason
+        self.seen: list[dict[str, Any]] = []
+        self.tokens: list[object] = []
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        self.seen.append(dict(execution.arguments))
+        self.tokens.append(execution.token)
+        decision = await next()
+        path = execution.arguments.get("path")
+        if isinstance(decision, Allow) and path in self.mapping:
+            return Rewrite({**execution.arguments, "path": self.mapping[path]}, self.reason)
+        return decision
+
+
+class DenyEtc:
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        self.seen.append(execution.arguments["path"])
+        if execution.arguments["path"].startswith("/etc"):
+            return Deny("nothing under /etc")
+        return await next()
+
+
+def failure(result: ToolExecutionResult) -> ToolExecutionFailure:
+    assert isinstance(result, ToolExecutionFailure), result
+    return result
+
+
+def success(result: ToolExecutionResult) -> ToolExecutionSuccess:
+    assert isinstance(result, ToolExecutionSuccess), result
+    return result
+
+
+async def test_the_body_runs_with_the_rewritten_arguments_and_the_model_is_told() -> None:
+    seen: list[Any] = []
+    rewriter = RewritePath({"./a.txt": "a.txt"})
+    runtime = make_runtime(path_tool(seen=seen), plugins=[rewriter])
+    result = success(await runtime.execute(make_input("read", {"path": "./a.txt", "lines": 3}, call_id="c-1")))
+    assert seen == [{"path": "a.txt", "lines": 3}]
+    assert result.value == "read a.txt"
+    [note] = result.additional_contexts
+    text = note.content[0].text  # type: ignore[union-attr]
+    assert "changed by" in text and "normalised the path" in text
+    assert '"path": "a.txt"' in text
+    assert note.meta["reason"] == "normalised the path"  # type: ignore[index]
+    assert note.meta["arguments"] == {"path": "a.txt", "lines": 3}  # type: ignore[index]
+    # Two passes: the original, then the rewritten call, which the rewriter leaves alone.
+    assert rewriter.seen == [{"path": "./a.txt", "lines": 3}, {"path": "a.txt", "lines": 3}]
+    assert rewriter.tokens[0] is rewriter.tokens[1]
+
+
+@pytest.mark.parametrize("deny_first", [True, False], ids=["denier-registered-first", "denier-registered-last"])
+async def test_a_rewrite_cannot_carry_a_call_past_another_policy(deny_first: bool) -> None:
+    seen: list[Any] = []
+    rewriter, denier = RewritePath({"notes.txt": "/etc/shadow"}), DenyEtc()
+    plugins = [denier, rewriter] if deny_first else [rewriter, denier]
+    runtime = make_runtime(path_tool(seen=seen), plugins=plugins)
+    result = failure(await runtime.execute(make_input("read", {"path": "notes.txt"})))
+    assert result.code == "DENIED"
+    assert result.error.message == "nothing under /etc"
+    assert seen == []
+    assert denier.seen == ["notes.txt", "/etc/shadow"]
+    [note] = result.additional_contexts  # the model learns what was judged
+    assert "/etc/shadow" in note.content[0].text  # type: ignore[union-attr]
+
+
+async def test_guards_judge_the_rewritten_arguments() -> None:
+    runtime = make_runtime(path_tool(), plugins=[RewritePath({"a": "secret"})])
+    runtime.guard(lambda execution: "no secrets" if execution.arguments["path"] == "secret" else None)
+    result = failure(await runtime.execute(make_input("read", {"path": "a"})))
+    assert (result.code, result.error.message) == ("DENIED", "no secrets")
+
+
+async def test_approval_is_asked_about_the_rewritten_call() -> None:
+    asked: list[Any] = []
+
+    class AskAlways:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            decision = await next()
+            return Ask("check it") if isinstance(decision, Allow) else decision
+
+    class Approver(StaticApproval):
+        async def request(self, execution: ToolExecution, reason: str | None) -> str:
+            asked.append(execution.arguments["path"])
+            return "allowed-once"
+
+    # The rewriter is innermost: the asker passes its Rewrite on, and asks on the second pass.
+    runtime = make_runtime(path_tool(), plugins=[RewritePath({"a": "b"}), AskAlways()], approval=Approver())
+    result = success(await runtime.execute(make_input("read", {"path": "a"}, agent=MAIN)))
+    assert result.value == "read b"
+    assert asked == ["b"]
+
+
+async def test_rewritten_arguments_that_break_the_schema_fail_naming_the_plugin() -> None:
+    class Breaks:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            await next()
+            return Rewrite({"path": 42}, "made it a number")
+
+    seen: list[Any] = []
+    runtime = make_runtime(path_tool(seen=seen))
+    runtime.plugins.register(Breaks(), name="breaks-things")
+    result = failure(await runtime.execute(make_input("read", {"path": "a"})))
+    assert result.code == "INVALID_ARGS"
+    assert result.error.message.startswith("arguments rewritten by breaks-things are invalid:")
+    assert result.error.info is not None and result.error.info.plugin == "breaks-things"
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Rewrite({"path": float("nan")}, "r"), "Rewrite arguments must be lossless JSON"),
+        (lambda: Rewrite(["a"], "r"), "Rewrite arguments must be an object"),
+        (lambda: Rewrite({"path": "a"}, ""), "Rewrite needs a non-empty reason string"),
+        (lambda: Rewrite({"path": "a"}, None), "Rewrite needs a non-empty reason string"),
+    ],
+)
+async def test_a_malformed_rewrite_is_a_policy_error_of_its_listener(build: Callable[[], Any], message: str) -> None:
+    class Malformed:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            return build()
+
+    runtime = make_runtime(path_tool())
+    runtime.plugins.register(Malformed(), name="malformed")
+    result = failure(await runtime.execute(make_input("read", {"path": "a"})))
+    assert result.code == "POLICY_ERROR"
+    assert message in result.error.message
+    assert result.error.info is not None and result.error.info.plugin == "malformed"
+
+
+async def test_rewriting_to_the_same_arguments_is_an_allow() -> None:
+    class Normaliser:
+        def __init__(self) -> None:
+            self.passes = 0
+
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            self.passes += 1
+            await next()
+            return Rewrite({**execution.arguments, "path": execution.arguments["path"].strip()}, "trimmed")
+
+    normaliser = Normaliser()
+    seen: list[Any] = []
+    runtime = make_runtime(path_tool(seen=seen), plugins=[normaliser])
+    result = success(await runtime.execute(make_input("read", {"path": "  a  "})))
+    assert seen == [{"path": "a"}]
+    assert normaliser.passes == 2
+    assert len(result.additional_contexts) == 1  # one real change, one note
+
+    untouched = success(await runtime.execute(make_input("read", {"path": "b"})))
+    assert untouched.additional_contexts == ()
+
+
+async def test_a_policy_that_never_settles_fails_the_call_after_max_rewrites() -> None:
+    class Counter:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            await next()
+            return Rewrite({"path": execution.arguments["path"] + "+"}, "one more")
+
+    seen: list[Any] = []
+    runtime = make_runtime(path_tool(seen=seen))
+    runtime.plugins.register(Counter(), name="counter")
+    result = failure(await runtime.execute(make_input("read", {"path": "a"})))
+    assert result.code == "POLICY_ERROR"
+    assert result.error.message == (
+        f"pre-execute policies rewrote the arguments of read {MAX_REWRITES} times without settling "
+        "(last by counter: one more)"
+    )
+    assert seen == []
+    assert len(result.additional_contexts) == MAX_REWRITES
+
+
+async def test_an_outer_listener_can_overrule_an_inner_rewrite() -> None:
+    class DenyAll:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            await next()
+            return Deny("closed")
+
+    runtime = make_runtime(path_tool(), plugins=[RewritePath({"a": "b"}), DenyAll()])
+    result = failure(await runtime.execute(make_input("read", {"path": "a"})))
+    assert result.error.message == "closed"
+    assert result.additional_contexts == ()
+
+
+async def test_later_stages_see_the_rewritten_call() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(path_tool(), plugins=[RewritePath({"a": "b"}), recorder])
+    await runtime.execute(make_input("read", {"path": "a"}, call_id="c-9"))
+    [(execution, _)] = recorder.results
+    assert execution.call_id == "c-9"
+    assert execution.arguments == {"path": "b"}
+
+
+async def test_the_trace_shows_the_rewrite_and_the_second_pass() -> None:
+    runtime = make_runtime(path_tool(), trace_decisions=True)
+    runtime.plugins.register(RewritePath({"a": "b"}, reason="use b"), name="rewriter")
+    result = await runtime.execute(make_input("read", {"path": "a"}))
+    trace = trace_of(result)
+    assert trace is not None
+    pre = [(step.actor, step.outcome) for step in trace.stage("pre")]
+    assert pre == [("rewriter", "rewrite: use b"), ("rewriter", "pass")]
+
+
+# --- scheduling -----------------------------------------------------------------------------
+
+
+def keyed_tool(log: list[tuple[str, str, float]]) -> Any:
+    async def body(args: Any) -> str:
+        log.append(("start", args["path"], trio.current_time()))
+        await trio.sleep(1)
+        log.append(("end", args["path"], trio.current_time()))
+        return args["path"]
+
+    return define_tool(
+        name="write",
+        description="writes a path",
+        parameters={"path": {"type": "string", "required": True}},
+        output={"type": "string"},
+        execute=body,
+        resource_keys=lambda args: {"write": [args["path"]]},
+    )
+
+
+async def test_a_call_rewritten_onto_another_key_waits_for_what_runs(autojump_clock: trio.testing.MockClock) -> None:
+    log: list[tuple[str, str, float]] = []
+    runtime = make_runtime(keyed_tool(log), plugins=[RewritePath({"b": "a"})])
+    first = make_input("write", {"path": "a"})
+    second = make_input("write", {"path": "b"})  # admitted for key "b", rewritten onto "a"
+    third = make_input("write", {"path": "c"})
+    results = await run_tool_calls(runtime, [first, second, third])
+    assert [success(result).value for result in results] == ["a", "a", "c"]
+    starts = {(path, time) for kind, path, time in log if kind == "start"}
+    # The rewritten call starts only once the first has finished; nothing overlaps it.
+    assert [entry for entry in log if entry[0] == "start"][:2] == [("start", "a", 0), ("start", "a", 1)]
+    assert ("c", 2) in starts
+
+
+async def test_without_a_rewrite_disjoint_keys_still_overlap(autojump_clock: trio.testing.MockClock) -> None:
+    log: list[tuple[str, str, float]] = []
+    runtime = make_runtime(keyed_tool(log), plugins=[RewritePath({})])
+    await run_tool_calls(runtime, [make_input("write", {"path": "a"}), make_input("write", {"path": "b"})])
+    assert [time for kind, _, time in log if kind == "start"] == [0, 0]
+
+
+async def test_a_code_mode_sub_call_rewritten_into_an_exclusive_one_runs_alone(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log: list[tuple[str, str, float]] = []
+
+    async def body(args: Any) -> str:
+        log.append(("start", args["path"], trio.current_time()))
+        await trio.sleep(1)
+        log.append(("end", args["path"], trio.current_time()))
+        return args["path"]
+
+    tool = define_tool(
+        name="touch",
+        description="touches a path",
+        parameters={"path": {"type": "string", "required": True}},
+        output={"type": "string"},
+        execute=body,
+        is_concurrency_safe=lambda args: not args["path"].startswith("/"),
+    )
+
+    async def program(tools: Mapping[str, Callable[[Any], Awaitable[Any]]]) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tools["touch"], {"path": "x"})
+            await trio.sleep(0.1)
+            nursery.start_soon(tools["touch"], {"path": "y"})  # parallel-safe as asked, exclusive once rewritten
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(tool)
+    runtime.plugins.register(RewritePath({"y": "/y"}))
+    result = await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}))
+    assert not result.is_error, result
+    starts = [(path, time) for kind, path, time in log if kind == "start"]
+    assert starts[0] == ("x", 0)
+    assert starts[1][0] == "/y" and starts[1][1] >= 1  # waited for x to finish
