@@ -516,7 +516,7 @@ def _rewrite(call: PreparedCall, rewrite: Rewrite, decider: str | None) -> bool 
             )
         ],
         source=decider or "policy",
-        meta={"rewrittenBy": decider, "reason": rewrite.reason, "arguments": arguments},
+        meta={"rewrite": {"by": decider, "reason": rewrite.reason, "from": execution.arguments, "to": arguments}},
     )
     if call.rewrites is None:
         call.rewrites = [note]

@@ -22,6 +22,10 @@ by an outermost (``tryfirst``) ``dsh_execute`` wrapper; it is ``null`` for a
 call that was never dispatched (denied, invalid arguments, unknown tool), so
 time spent waiting for an approval never counts as tool time.
 
+When a policy rewrote the call's arguments (``Rewrite``), ``arguments`` are
+the ones that ran and a ``"rewrites"`` list records each change as
+``{"by", "reason", "from", "to"}``, so the line also shows what the model asked for.
+
 The log never blocks or breaks the pipeline. Each line is one ``os.write`` on a
 descriptor opened with ``O_APPEND`` (lines of concurrent writers do not
 interleave; a small write to a local file does not stall the event loop). A
@@ -42,7 +46,7 @@ import json
 import logging
 import os
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -114,10 +118,18 @@ def audit_record(
     """The audit entry of one call as JSON-ready data (``arguments`` is the call's frozen snapshot)."""
     info = result.error.info if result.is_error and result.error is not None else None
     arguments = execution.arguments
-    omitted: dict[str, str] = {}
+    extra: dict[str, Any] = {}
     if _too_deep(arguments):  # checked on the frozen value, before paying for a copy
         arguments = None
-        omitted["arguments_omitted"] = f"arguments nested deeper than {MAX_DEPTH} levels"
+        extra["arguments_omitted"] = f"arguments nested deeper than {MAX_DEPTH} levels"
+    # A policy's Rewrite: the audit shows what the model asked for, not only what ran.
+    rewrites = [
+        context.meta["rewrite"]
+        for context in result.additional_contexts
+        if isinstance(context.meta, Mapping) and "rewrite" in context.meta
+    ]
+    if rewrites:
+        extra["rewrites"] = rewrites
     return {
         "ts": now.astimezone(datetime.UTC).isoformat(timespec="milliseconds"),
         "call_id": execution.call_id,
@@ -131,7 +143,7 @@ def audit_record(
         "error_message": result.error.message if result.error is not None else None,
         "plugin": info.plugin if info is not None else None,
         "duration_ms": duration_ms,
-        **omitted,
+        **extra,
     }
 
 

@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_core import Agent, ConfigError, Deny, ToolExecution, ToolExecutionResult, ToolRuntime, hookimpl
+from dsh_core import Agent, ConfigError, Deny, Rewrite, ToolExecution, ToolExecutionResult, ToolRuntime, hookimpl
 from dsh_core.testing import json_tool, make_input, make_runtime
 from dsh_plugins import audit
 from dsh_plugins.audit import AuditLog
@@ -312,3 +312,22 @@ def test_relative_path_is_fixed_at_setup(tmp_path: Path, monkeypatch: pytest.Mon
     log.write(b"{}\n")
     log.close()
     assert (tmp_path / "dsh-audit.jsonl").exists()
+
+
+async def test_a_rewritten_call_records_what_ran_and_what_was_asked(tmp_path: Path) -> None:
+    class Redirect:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            decision = await next()
+            if execution.arguments.get("path") == "old":
+                return Rewrite({"path": "new"}, "moved")
+            return decision
+
+    runtime, path = audited(tmp_path)
+    runtime.plugins.register(Redirect(), name="redirect")
+    await runtime.execute(make_input("echo", {"path": "old"}, call_id="c1"))
+    await runtime.execute(make_input("echo", {"path": "other"}, call_id="c2"))
+    rewritten, plain = lines(path)
+    assert rewritten["arguments"] == {"path": "new"}
+    assert rewritten["rewrites"] == [{"by": "redirect", "reason": "moved", "from": {"path": "old"}, "to": {"path": "new"}}]
+    assert list(plain) == FIELDS  # no rewrite, no extra field

@@ -93,7 +93,8 @@ def success(result: ToolExecutionResult) -> ToolExecutionSuccess:
 async def test_the_body_runs_with_the_rewritten_arguments_and_the_model_is_told() -> None:
     seen: list[Any] = []
     rewriter = RewritePath({"./a.txt": "a.txt"})
-    runtime = make_runtime(path_tool(seen=seen), plugins=[rewriter])
+    runtime = make_runtime(path_tool(seen=seen))
+    runtime.plugins.register(rewriter, name="paths")
     result = success(await runtime.execute(make_input("read", {"path": "./a.txt", "lines": 3}, call_id="c-1")))
     assert seen == [{"path": "a.txt", "lines": 3}]
     assert result.value == "read a.txt"
@@ -101,8 +102,14 @@ async def test_the_body_runs_with_the_rewritten_arguments_and_the_model_is_told(
     text = note.content[0].text  # type: ignore[union-attr]
     assert "changed by" in text and "normalised the path" in text
     assert '"path": "a.txt"' in text
-    assert note.meta["reason"] == "normalised the path"  # type: ignore[index]
-    assert note.meta["arguments"] == {"path": "a.txt", "lines": 3}  # type: ignore[index]
+    assert note.meta == {  # what a host's log or UI needs to show the change
+        "rewrite": {
+            "by": "paths",
+            "reason": "normalised the path",
+            "from": {"path": "./a.txt", "lines": 3},
+            "to": {"path": "a.txt", "lines": 3},
+        }
+    }
     # Two passes: the original, then the rewritten call, which the rewriter leaves alone.
     assert rewriter.seen == [{"path": "./a.txt", "lines": 3}, {"path": "a.txt", "lines": 3}]
     assert rewriter.tokens[0] is rewriter.tokens[1]
