@@ -13,20 +13,29 @@ Both implement :class:`dsh_core.ApprovalService`: ``request`` returns
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from typing import Final, Literal
 
 import attrs
 import trio
 
-from dsh_core import ApprovalService, ToolExecution, ToolRuntime, json_text
+from dsh_core import ApprovalService, TextBlock, ToolExecution, ToolRuntime, json_text
 from dsh_core.presentation import DiffCallView, GenericCallView, TerminalCallView, printable
 
 from .grants import ALLOWED_ALWAYS
 
-__all__ = ["ApprovalStep", "EscalatingApproval", "NonInteractiveApproval", "TerminalApproval", "short_call"]
+__all__ = [
+    "ApprovalStep",
+    "EscalatingApproval",
+    "NonInteractiveApproval",
+    "TerminalApproval",
+    "approval_card",
+    "short_call",
+]
 
 SHORT_LIMIT: Final = 80
+CARD_LINES: Final = 60
 
 
 def _one_line(text: str) -> str:
@@ -39,6 +48,21 @@ def _shorten(text: str, limit: int = SHORT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+CallView = GenericCallView | TerminalCallView | DiffCallView
+
+
+def _call_view(execution: ToolExecution, runtime: ToolRuntime | None) -> CallView | None:
+    """The pending card the visible tool presents for this call (``None``: none, or its presenter failed)."""
+    definition = runtime.get(execution.name, execution.agent) if runtime is not None else None
+    if definition is None or definition.present_call is None:
+        return None
+    try:
+        view = definition.present_call(execution.arguments)
+    except Exception:
+        return None
+    return view if isinstance(view, (GenericCallView, TerminalCallView, DiffCallView)) else None
+
+
 def short_call(execution: ToolExecution, runtime: ToolRuntime | None = None) -> str:
     """``<tool> <short args>``: the call's presentation title when its tool has one, else compact JSON.
 
@@ -46,18 +70,48 @@ def short_call(execution: ToolExecution, runtime: ToolRuntime | None = None) -> 
     absent presenter falls back to the arguments). Always one line, at most
     about 80 characters of arguments, with control characters escaped.
     """
-    detail: str | None = None
-    definition = runtime.get(execution.name, execution.agent) if runtime is not None else None
-    if definition is not None and definition.present_call is not None:
-        try:
-            view = definition.present_call(execution.arguments)
-        except Exception:
-            view = None
-        if isinstance(view, (GenericCallView, TerminalCallView, DiffCallView)):
-            detail = view.title
-    if detail is None:
-        detail = json_text(execution.arguments)
+    view = _call_view(execution, runtime)
+    detail = view.title if view is not None else json_text(execution.arguments)
     return f"{_one_line(execution.name)} {_shorten(_one_line(detail))}"
+
+
+def approval_card(execution: ToolExecution, runtime: ToolRuntime | None = None, *, max_lines: int = CARD_LINES) -> str:
+    """What a person should see before answering, beyond the one-line question ("" when the line says it all).
+
+    From the tool's pending card: the unified diff of a file change, the whole
+    command line of a shell call whose title the question had to shorten, the
+    content of a generic card; for a tool without a card, the arguments as
+    pretty JSON when compact JSON did not fit the question. At most
+    ``max_lines`` lines (the rest is counted, never silently dropped), every
+    line with its control characters escaped, so what is shown is what runs.
+    """
+    view = _call_view(execution, runtime)
+    lines: list[str]
+    if isinstance(view, DiffCallView):
+        lines = []
+        for diff in view.diffs:
+            old = (diff.old_text or "").splitlines()
+            new = diff.new_text.splitlines()
+            source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
+            lines += difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{diff.path}", lineterm="")
+    elif isinstance(view, TerminalCallView):
+        if len(view.title) <= SHORT_LIMIT and "\n" not in view.title and view.cwd is None:
+            return ""
+        lines = [f"$ {line}" for line in view.title.splitlines() or [""]]
+        if view.cwd is not None:
+            lines.append(f"(in {view.cwd})")
+    elif isinstance(view, GenericCallView):
+        text = "\n".join(block.text for block in view.content or () if isinstance(block, TextBlock))
+        lines = text.splitlines()
+    else:
+        compact = json_text(execution.arguments)
+        if len(compact) <= SHORT_LIMIT:
+            return ""
+        lines = json_text(execution.arguments, indent=2).splitlines()
+    if len(lines) > max_lines:
+        hidden = len(lines) - max_lines
+        lines = [*lines[:max_lines], f"... {hidden} more line{'s' if hidden != 1 else ''} not shown"]
+    return "\n".join(_one_line(line) for line in lines)
 
 
 class TerminalApproval:
@@ -105,9 +159,13 @@ class TerminalApproval:
         self._lock = trio.Lock()
 
     def question(self, execution: ToolExecution, reason: str | None) -> str:
-        """The text shown for one request (the reason line, if any, then the question)."""
-        line = f"Allow {short_call(execution, self.runtime)}? [y/N/a] "
-        return f"{_one_line(reason)}\n{line}" if reason else line
+        """The text shown for one request: the reason line (if any), the card (if any), then the question."""
+        parts = [_one_line(reason)] if reason else []
+        card = approval_card(execution, self.runtime)
+        if card:
+            parts.append(card)
+        parts.append(f"Allow {short_call(execution, self.runtime)}? [y/N/a] ")
+        return "\n".join(parts)
 
     async def request(self, execution: ToolExecution, reason: str | None) -> str:
         """Ask, and answer ``"allowed-once"``, ``"denied"`` or ``"cancelled"``."""

@@ -22,10 +22,10 @@ from dsh_core import (
     hookimpl,
     snapshot_json,
 )
-from dsh_core.presentation import GenericCallView, TerminalCallView
+from dsh_core.presentation import DiffCallView, FileDiff, GenericCallView, TerminalCallView
 from dsh_core.testing import json_tool, make_input, make_runtime
 from dsh_plugins import approval as approval_module
-from dsh_plugins.approval import NonInteractiveApproval, TerminalApproval
+from dsh_plugins.approval import NonInteractiveApproval, TerminalApproval, approval_card
 
 MAIN = Agent("main")
 
@@ -136,7 +136,8 @@ async def test_long_arguments_are_shortened() -> None:
     runtime = runtime_with(TerminalApproval(prompt=answers))
     await runtime.execute(make_input("shell", {"command": "x" * 500}, agent=MAIN))
     (question,) = answers.questions
-    assert question == "Allow shell " + "x" * 79 + "…? [y/N/a] "
+    # The question line is shortened; the card above it shows the whole command that would run.
+    assert question == "$ " + "x" * 500 + "\nAllow shell " + "x" * 79 + "…? [y/N/a] "
 
 
 @pytest.mark.parametrize(
@@ -383,3 +384,89 @@ async def test_a_malformed_answer_is_reported_not_escalated(autojump_clock: Any)
 def test_escalating_approval_refuses_bad_steps(steps: Any, options: Any, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         approval_module.EscalatingApproval(*steps, **options)
+
+
+# --- the approval card --------------------------------------------------------------------
+
+
+def diff_tool() -> Any:
+    async def run(args: Any) -> str:
+        return "written"
+
+    return define_tool(
+        name="edit",
+        description="Edit a file",
+        parameters={"path": {"type": "string", "required": True}, "old": {"type": "string"}, "new": {"type": "string"}},
+        output={"type": "string"},
+        execute=run,
+        present_call=lambda args: DiffCallView(
+            title=f"Edit {args['path']}",
+            diffs=[FileDiff(path=args["path"], old_text=args.get("old"), new_text=args.get("new", ""))],
+        ),
+    )
+
+
+async def test_a_file_change_is_shown_as_a_diff_before_the_question() -> None:
+    answers = Answers("y")
+    runtime = runtime_with(TerminalApproval(prompt=answers), diff_tool())
+    arguments = {"path": "a.py", "old": "x = 1\ny = 2\n", "new": "x = 1\ny = 3\n"}
+    await runtime.execute(make_input("edit", arguments, agent=MAIN))
+    (question,) = answers.questions
+    assert question == (
+        "--- a/a.py\n+++ b/a.py\n@@ -1,2 +1,2 @@\n x = 1\n-y = 2\n+y = 3\nAllow edit Edit a.py? [y/N/a] "
+    )
+
+
+async def test_a_long_card_is_capped_and_says_how_much_is_hidden() -> None:
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers), diff_tool())
+    new = "".join(f"line {n}\n" for n in range(100))
+    await runtime.execute(make_input("edit", {"path": "big.txt", "new": new}, agent=MAIN))
+    lines = answers.questions[0].split("\n")
+    assert lines[0] == "--- /dev/null" and lines[1] == "+++ b/big.txt"
+    # 3 header lines + 100 added lines: 60 shown, then the count of the rest.
+    assert lines[60] == "... 43 more lines not shown"
+    assert lines[-1] == "Allow edit Edit big.txt? [y/N/a] "
+
+
+async def test_control_characters_in_a_diff_are_escaped() -> None:
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers), diff_tool())
+    await runtime.execute(make_input("edit", {"path": "a", "new": "ok\x1b[2Jgone\u202e"}, agent=MAIN))
+    assert "+ok\\x1b[2Jgone\\u202e" in answers.questions[0]
+    assert "\x1b" not in answers.questions[0]
+
+
+async def test_long_arguments_of_a_tool_without_a_card_are_shown_whole() -> None:
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers))
+    await runtime.execute(make_input("add", {"a": "x" * 100, "b": 2}, agent=MAIN))
+    (question,) = answers.questions
+    card, _, line = question.rpartition("\n")
+    assert card == '{\n  "a": "' + "x" * 100 + '",\n  "b": 2\n}'
+    assert line.startswith("Allow add ") and line.endswith("…? [y/N/a] ")
+
+
+async def test_a_shell_call_with_a_working_directory_shows_it() -> None:
+    async def run(args: Any) -> str:
+        return "ran"
+
+    tool = define_tool(
+        name="sh",
+        description="d",
+        parameters={"command": {"type": "string", "required": True}},
+        output={"type": "string"},
+        execute=run,
+        present_call=lambda args: TerminalCallView(title=args["command"], cwd="/srv/app"),
+    )
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers), tool)
+    await runtime.execute(make_input("sh", {"command": "make"}, agent=MAIN))
+    assert answers.questions == ["$ make\n(in /srv/app)\nAllow sh make? [y/N/a] "]
+
+
+def test_approval_card_is_empty_when_the_question_says_it_all() -> None:
+    runtime = runtime_with(NonInteractiveApproval())
+    assert approval_card(execution_of("shell", {"command": "ls"}, CancelSignal()), runtime) == ""
+    assert approval_card(execution_of("add", {"a": 1}, CancelSignal()), runtime) == ""
+    assert approval_card(execution_of("add", {"a": "x" * 100}, CancelSignal()), None) != ""
