@@ -33,6 +33,7 @@ __all__ = [
     "ToolExecutionMode",
     "ToolExecutionToken",
     "ToolRunContext",
+    "input_of",
     "new_execution",
     "scope_chain",
     "scope_id",
@@ -178,6 +179,19 @@ class ToolExecution:
 
 
 _new_object = object.__new__
+
+
+def input_of(execution: ToolExecution) -> ToolExecutionInput:
+    """The request that would produce ``execution`` now (a rewritten call's, to classify it again)."""
+    return ToolExecutionInput(
+        call_id=execution.call_id,
+        name=execution.name,
+        arguments=execution.arguments,
+        signal=execution.signal,
+        agent=execution.agent,
+        root_call_id=execution.root_call_id,
+        parent=execution.parent,
+    )
 
 
 def new_execution(

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from . import _pipeline
-from ._execution import Exclusive, Parallel, ToolExecution, ToolExecutionInput
+from ._execution import Exclusive, Parallel, ToolExecutionInput, input_of
 from ._resources import ResourceClaim, classify_call
 from ._results import ToolExecutionResult
 
@@ -102,18 +102,6 @@ class _KeyIndex:
                 after[writer] = None
             self._readers.setdefault(key, []).append(settled)
         return list(after)
-
-
-def _as_input(execution: ToolExecution) -> ToolExecutionInput:
-    return ToolExecutionInput(
-        call_id=execution.call_id,
-        name=execution.name,
-        arguments=execution.arguments,
-        signal=execution.signal,
-        agent=execution.agent,
-        root_call_id=execution.root_call_id,
-        parent=execution.parent,
-    )
 
 
 async def _wait_for(call: _pipeline.PreparedCall, after: Sequence[trio.Event]) -> None:
@@ -207,7 +195,7 @@ async def _run_group(
                 call = await _pipeline.prepare(runtime, request)
                 settled: trio.Event | None = None
                 if call.step == "dispatch" and call.rewrites is not None and classify_call(
-                    runtime, _as_input(call.execution)
+                    runtime, input_of(call.execution)
                 ) != kind:
                     # A policy rewrote the arguments and the call now schedules otherwise (other
                     # keys, or exclusive): it was admitted for arguments it no longer has. Run it

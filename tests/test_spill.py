@@ -46,9 +46,11 @@ def text_tool(name: str, text: str) -> Any:
     return json_tool(name, body, output={"type": "string"})
 
 
-def with_spill(directory: Path, *tools: Any, cap: int = CAP, plugins: tuple[object, ...] = ()) -> ToolRuntime:
+def with_spill(
+    directory: Path, *tools: Any, cap: int = CAP, plugins: tuple[object, ...] = (), **settings: Any
+) -> ToolRuntime:
     runtime = make_runtime(*tools, plugins=plugins)
-    spill.dsh_setup(runtime, {"max_inline_bytes": cap, "directory": str(directory)})
+    spill.dsh_setup(runtime, {"max_inline_bytes": cap, "directory": str(directory), **settings})
     return runtime
 
 

@@ -8,33 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_spill import BIG, CAP, only_text, text_tool, with_spill
 
-from dsh_core import TextBlock, ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess, ToolRuntime
-from dsh_core.testing import json_tool, make_input, make_runtime
+from dsh_core import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess, ToolRuntime
+from dsh_core.testing import make_input, make_runtime
 from dsh_plugins import spill
 from dsh_plugins._spill_read import SpillReadError, read_spilled
-
-CAP = 1000
-BIG = "".join(f"line {n:05d} of a long result\n" for n in range(1, 501))  # 14 000 bytes, 500 lines
-
-
-def text_tool(name: str, text: str) -> Any:
-    async def body(args: Any) -> str:
-        return text
-
-    return json_tool(name, body, output={"type": "string"})
-
-
-def with_spill(directory: Path, *tools: Any, cap: int = CAP, **settings: Any) -> ToolRuntime:
-    runtime = make_runtime(*tools)
-    spill.dsh_setup(runtime, {"max_inline_bytes": cap, "directory": str(directory)} | settings)
-    return runtime
-
-
-def only_text(result: ToolExecutionResult) -> str:
-    (block,) = result.content
-    assert isinstance(block, TextBlock)
-    return block.text
 
 
 def success(result: ToolExecutionResult) -> ToolExecutionSuccess:

@@ -33,7 +33,7 @@ from .. import _pipeline
 from .._content import ContentBlock, ImageBlock, TextBlock, UserMessage, as_content
 from .._definition import ToolDefinition, ToolOutput, contract_of, define_tool
 from .._errors import CodeRunFailedError, DshError, NonJsonValueError
-from .._execution import Exclusive, ToolExecution, ToolExecutionInput, ToolRunContext
+from .._execution import Exclusive, ToolExecution, ToolExecutionInput, ToolRunContext, input_of
 from .._json import JsonValue, json_text, snapshot_json
 from .._results import ToolExecutionResult, ToolExecutionSuccess, error_message
 from .._signal import CancelSignal
@@ -143,18 +143,6 @@ class _ToolBinding:
 
     def completes_at_once(self) -> bool:
         return self._bridge.idle() and self._bridge.quiet(self._name)
-
-
-def _rewritten_input(execution: ToolExecution) -> ToolExecutionInput:
-    return ToolExecutionInput(
-        call_id=execution.call_id,
-        name=execution.name,
-        arguments=execution.arguments,
-        signal=execution.signal,
-        agent=execution.agent,
-        root_call_id=execution.root_call_id,
-        parent=execution.parent,
-    )
 
 
 def _describe_reason(reason: object) -> str:
@@ -287,7 +275,7 @@ class _Bridge:
                     call.rewrites is not None
                     and not ticket.exclusive
                     and call.step == "dispatch"
-                    and isinstance(runtime.execution_mode(_rewritten_input(call.execution)), Exclusive)
+                    and isinstance(runtime.execution_mode(input_of(call.execution)), Exclusive)
                 ):
                     # A policy rewrote the arguments into an exclusive call: nothing may start
                     # beside it, and it waits for what started before it to commit.
