@@ -16,21 +16,19 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
 import trio
 
-from ._results import error_message
+from ._events import EventSink, send_event
 
 __all__ = ["OrphanTracker", "OrphanedWork"]
 
 logger = logging.getLogger("dsh_core.orphans")
 
 T = TypeVar("T")
-
-EventSink = Callable[[str, Mapping[str, Any]], None]
 
 
 @attrs.frozen(slots=True)
@@ -201,13 +199,7 @@ class OrphanTracker:
             token.run_sync_soon(announce)
 
     def _emit(self, event_type: str, data: dict[str, Any]) -> None:
-        sink = self._sink()
-        if sink is None:
-            return
-        try:
-            sink(event_type, data)
-        except Exception as exc:
-            logger.warning("event sink failed for %s: %s", event_type, error_message(exc))
+        send_event(self._sink(), event_type, data, logger)
 
 
 class _Skipped(Exception):

@@ -33,6 +33,7 @@ from .. import _pipeline
 from .._content import ContentBlock, ImageBlock, TextBlock, UserMessage, as_content
 from .._definition import ToolDefinition, ToolOutput, contract_of, define_tool
 from .._errors import CodeRunFailedError, DshError, NonJsonValueError
+from .._events import send_event
 from .._execution import Exclusive, ToolExecution, ToolExecutionInput, ToolRunContext, input_of
 from .._json import JsonValue, json_text, snapshot_json
 from .._results import ToolExecutionResult, ToolExecutionSuccess, error_message
@@ -408,13 +409,7 @@ class _Bridge:
             return result.content
 
     def emit(self, event_type: str, data: dict[str, Any]) -> None:
-        sink = self.runtime.event_sink
-        if sink is None:
-            return
-        try:
-            sink(event_type, data)
-        except Exception as exc:
-            logger.warning("event sink failed for %s: %s", event_type, error_message(exc))
+        send_event(self.runtime.event_sink, event_type, data, logger)
 
     def settle(self) -> None:
         self.run_signal.cancel("run_code settled")
