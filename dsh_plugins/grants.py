@@ -29,6 +29,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -36,6 +37,7 @@ from contextlib import contextmanager
 from typing import Any, Final, Literal
 
 import attrs
+import trio
 
 from dsh_core import (
     ApprovalService,
@@ -253,6 +255,8 @@ class GrantBook:
         self._clock = clock
         self._grants: dict[str, StandingGrant] = {}
         self._seen: tuple[int, int] | None = None
+        # GrantingApproval works on worker threads (file I/O and fsync stay off the event loop).
+        self._mutex = threading.RLock()
         if self.path is not None:
             directory = os.path.dirname(self.path)
             if not os.path.isdir(directory):
@@ -263,22 +267,22 @@ class GrantBook:
 
     def grants(self, *, include_inactive: bool = False) -> tuple[StandingGrant, ...]:
         """The grants in force now (every grant ever made with ``include_inactive=True``)."""
-        self._refresh()
-        now = self._clock()
-        return tuple(grant for grant in self._grants.values() if include_inactive or grant.active(now))
+        with self._mutex:
+            self._refresh()
+            now = self._clock()
+            return tuple(grant for grant in self._grants.values() if include_inactive or grant.active(now))
 
     def get(self, grant_id: str) -> StandingGrant | None:
-        self._refresh()
-        return self._grants.get(grant_id)
+        with self._mutex:
+            self._refresh()
+            return self._grants.get(grant_id)
 
     def find(self, execution: ToolExecution) -> StandingGrant | None:
         """The oldest grant in force that covers ``execution``, or ``None``."""
-        self._refresh()
-        now = self._clock()
-        for grant in self._grants.values():
-            if grant.covers(execution, now):
-                return grant
-        return None
+        with self._mutex:
+            self._refresh()
+            now = self._clock()
+            return next((grant for grant in self._grants.values() if grant.covers(execution, now)), None)
 
     # --- writing -----------------------------------------------------------------------
 
@@ -336,8 +340,9 @@ class GrantBook:
             "expiresAt": None if ttl_s is None else now + ttl_s,
             "note": note,
         }
-        self._write(_ADDED, data)
-        grant = self._grants[grant_id]
+        with self._locked():
+            self._append(_ADDED, data)
+            grant = self._grants[grant_id]
         logger.info("standing grant %s added by %s: %s", grant_id, granted_by, grant.describe())
         return grant
 
@@ -356,8 +361,9 @@ class GrantBook:
             if grant.revoked_at is not None:
                 raise GrantError(f"grant {grant_id} was already revoked by {grant.revoked_by}")
             self._append(_REVOKED, {"id": grant_id, "by": by, "at": self._clock()})
+            revoked = self._grants[grant_id]
         logger.info("standing grant %s revoked by %s", grant_id, by)
-        return self._grants[grant_id]
+        return revoked
 
     def use(self, execution: ToolExecution) -> StandingGrant | None:
         """The grant in force that covers ``execution``, its use recorded; ``None`` when none does.
@@ -380,11 +386,7 @@ class GrantBook:
                     "at": now,
                 },
             )
-        return self._grants[grant.id]
-
-    def _write(self, event_type: str, data: dict[str, Any]) -> None:
-        with self._locked():
-            self._append(event_type, data)
+            return self._grants[grant.id]
 
     def _append(self, event_type: str, data: dict[str, Any]) -> None:
         # Validate and fold first: a line that would not load again is never written.
@@ -406,17 +408,18 @@ class GrantBook:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        """Hold the file's lock and see everything written before it was taken."""
-        if self.path is None:
-            yield
-            return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._refresh()
-            yield
-        finally:
-            os.close(fd)
+        """Hold this book's mutex and the file's lock, and see everything written before they were taken."""
+        with self._mutex:
+            if self.path is None:
+                yield
+                return
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._refresh()
+                yield
+            finally:
+                os.close(fd)
 
     def _refresh(self) -> None:
         """Reload when another writer has changed the file since this book last saw it."""
@@ -491,7 +494,8 @@ class GrantingApproval:
     async def request(self, execution: ToolExecution, reason: str | None) -> str:
         if execution.signal.cancelled:
             return "cancelled"
-        if self.book.use(execution) is not None:
+        # The book reads, locks and fsyncs a file: on a worker thread, never on the event loop.
+        if await trio.to_thread.run_sync(self.book.use, execution) is not None:
             return "allowed-once"
         answer = await self.inner.request(execution, reason)
         if answer != ALLOWED_ALWAYS:
@@ -501,6 +505,10 @@ class GrantingApproval:
         arguments = execution.arguments if self.scope == "arguments" else None
         if arguments is not None and not isinstance(arguments, Mapping):
             raise GrantError(f"cannot grant call {execution.call_id}: its arguments are not an object")
+        await trio.to_thread.run_sync(self._grant_and_use, execution, arguments)
+        return "allowed-once"
+
+    def _grant_and_use(self, execution: ToolExecution, arguments: Mapping[str, object] | None) -> None:
         self.book.grant(
             execution.name,
             granted_by=self.granted_by,
@@ -514,4 +522,3 @@ class GrantingApproval:
         # lists every call a grant let through. The person allowed this call
         # either way: it proceeds even if another process revoked the grant already.
         self.book.use(execution)
-        return "allowed-once"

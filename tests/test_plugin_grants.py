@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -472,3 +473,35 @@ async def test_escalation_passes_always_on_and_records_the_step() -> None:
         assert await GrantingApproval(chain, book).request(execution(), None) == "allowed-once"
     assert [step.answer for step in steps] == ["unavailable", ALLOWED_ALWAYS]
     assert len(book.grants()) == 1
+
+
+def test_concurrent_uses_from_worker_threads_are_all_counted(tmp_path: Path) -> None:
+    for book in (GrantBook(), GrantBook(tmp_path / "grants.jsonl")):
+        grant = book.grant("shell", agent="main", granted_by="ana")
+
+        def use_many(book: GrantBook = book) -> None:
+            for index in range(25):
+                assert book.use(execution(call_id=f"c-{threading.get_ident()}-{index}")) is not None
+
+        threads = [threading.Thread(target=use_many) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert book.get(grant.id).uses == 150  # type: ignore[union-attr]
+    assert len(read_session_log(tmp_path / "grants.jsonl").events) == 151
+
+
+async def test_granting_approval_keeps_file_work_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop_thread = threading.current_thread()
+    used_on: list[threading.Thread] = []
+    book = GrantBook()
+    real_use = book.use
+
+    def recording_use(call: ToolExecution) -> Any:
+        used_on.append(threading.current_thread())
+        return real_use(call)
+
+    monkeypatch.setattr(book, "use", recording_use)
+    await GrantingApproval(Scripted(ALLOWED_ALWAYS), book).request(execution(), None)
+    assert used_on and all(thread is not loop_thread for thread in used_on)
