@@ -476,26 +476,18 @@ def _rewrite(call: PreparedCall, rewrite: Rewrite, decider: str | None) -> bool 
     if json_equal(arguments, execution.arguments):
         return False
     done = len(call.rewrites or ())
-    if done >= MAX_REWRITES:
-        failure = failure_result(
-            f"pre-execute policies rewrote the arguments of {execution.name} {done} times without settling "
-            f"(last by {who}: {rewrite.reason})",
-            ErrorCode.POLICY_ERROR,
-            name="PolicyError",
-            plugin=decider,
-        )
-        call._settle("final", _final(call, failure))
-        return None
     assert call.contract is not None
-    violations = call.contract.argument_violations(arguments)
-    if violations:
-        error = ToolArgsError(violations)
-        failure = failure_result(
-            f"arguments rewritten by {who} are invalid: {error.message}",
-            ErrorCode.INVALID_ARGS,
-            name="ToolArgsError",
-            plugin=decider,
-        )
+    violations = () if done >= MAX_REWRITES else call.contract.argument_violations(arguments)
+    if done >= MAX_REWRITES or violations:
+        if violations:
+            message = f"arguments rewritten by {who} are invalid: {ToolArgsError(violations).message}"
+            failure = failure_result(message, ErrorCode.INVALID_ARGS, name="ToolArgsError", plugin=decider)
+        else:
+            message = (
+                f"pre-execute policies rewrote the arguments of {execution.name} {done} times without settling "
+                f"(last by {who}: {rewrite.reason})"
+            )
+            failure = failure_result(message, ErrorCode.POLICY_ERROR, name="PolicyError", plugin=decider)
         call._settle("final", _final(call, failure))
         return None
     call.execution = new_execution(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from typing import Any, Final
 
 import trio
@@ -59,11 +58,6 @@ def _resolve(directory: str, path: str) -> str:
     return candidate
 
 
-def _lines(file: Any) -> Iterator[tuple[int, str]]:
-    for number, raw in enumerate(file, 1):
-        yield number, raw.decode("utf-8", errors="surrogatepass").rstrip("\n")
-
-
 def _encoded_size(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogatepass"))
 
@@ -81,13 +75,15 @@ def read_spilled(
     max_lines: int = DEFAULT_MAX_LINES,
     contains: str | None = None,
     budget: int,
+    line_counts: dict[tuple[str, int, int], int] | None = None,
 ) -> dict[str, Any]:
     """One window of a spilled output: numbered lines from ``start_line`` (only those with ``contains``).
 
     At most ``max_lines`` lines and about ``budget`` UTF-8 bytes of line text;
     a single line longer than the budget is cut (``cut_lines`` lists it).
     ``next_line`` is where the next window starts (``None`` at the end).
-    Blocks: run it in a thread.
+    ``line_counts`` caches each file's line count between calls. Blocks: run
+    it in a thread.
     """
     if start_line < 1:
         raise SpillReadError(f"start_line must be at least 1, got {start_line}")
@@ -102,10 +98,20 @@ def read_spilled(
     next_line: int | None = None
     total = 0
     with open(file_path, "rb") as file:
-        for number, text in _lines(file):
+        status = os.fstat(file.fileno())
+        # Spill files are written once: a window after the first stops at its last line
+        # instead of scanning to the end again to count them.
+        key = (file_path, status.st_size, status.st_mtime_ns)
+        known = line_counts.get(key) if line_counts is not None else None
+        for number, raw in enumerate(file, 1):
             total = number
-            if number < start_line or next_line is not None:
+            if number < start_line:
                 continue
+            if next_line is not None:
+                if known is not None:
+                    break
+                continue
+            text = raw.decode("utf-8", errors="surrogatepass").rstrip("\n")
             if contains is not None and contains not in text:
                 continue
             size = _encoded_size(text) + _LINE_ROOM
@@ -118,6 +124,10 @@ def read_spilled(
                 size = budget
             lines.append({"number": number, "text": text})
             used += size
+    if known is not None:
+        total = known
+    elif line_counts is not None:
+        line_counts[key] = total
     if start_line > max(total, 1):
         raise SpillReadError(f"start_line {start_line} is past the end: the output has {total} lines")
     return {
@@ -152,6 +162,7 @@ def _render(args: Any, value: Any) -> list[TextBlock]:
 def read_tool(directory: str, max_inline_bytes: int) -> ToolDefinition:
     """The ``read_spilled_output`` tool for spills saved in ``directory``."""
     budget = max(max_inline_bytes - _HEADER_ROOM, MIN_BUDGET)
+    line_counts: dict[tuple[str, int, int], int] = {}
 
     async def execute(args: Any) -> dict[str, Any]:
         return await trio.to_thread.run_sync(
@@ -162,6 +173,7 @@ def read_tool(directory: str, max_inline_bytes: int) -> ToolDefinition:
                 max_lines=args.get("max_lines", DEFAULT_MAX_LINES),
                 contains=args.get("contains"),
                 budget=budget,
+                line_counts=line_counts,
             )
         )
 

@@ -70,7 +70,10 @@ def short_call(execution: ToolExecution, runtime: ToolRuntime | None = None) -> 
     absent presenter falls back to the arguments). Always one line, at most
     about 80 characters of arguments, with control characters escaped.
     """
-    view = _call_view(execution, runtime)
+    return _short(execution, _call_view(execution, runtime))
+
+
+def _short(execution: ToolExecution, view: CallView | None) -> str:
     detail = view.title if view is not None else json_text(execution.arguments)
     return f"{_one_line(execution.name)} {_shorten(_one_line(detail))}"
 
@@ -85,7 +88,10 @@ def approval_card(execution: ToolExecution, runtime: ToolRuntime | None = None, 
     ``max_lines`` lines (the rest is counted, never silently dropped), every
     line with its control characters escaped, so what is shown is what runs.
     """
-    view = _call_view(execution, runtime)
+    return _card(execution, _call_view(execution, runtime), max_lines)
+
+
+def _card(execution: ToolExecution, view: CallView | None, max_lines: int) -> str:
     lines: list[str]
     if isinstance(view, DiffCallView):
         lines = []
@@ -161,10 +167,11 @@ class TerminalApproval:
     def question(self, execution: ToolExecution, reason: str | None) -> str:
         """The text shown for one request: the reason line (if any), the card (if any), then the question."""
         parts = [_one_line(reason)] if reason else []
-        card = approval_card(execution, self.runtime)
+        view = _call_view(execution, self.runtime)  # the tool's presenter runs once per question
+        card = _card(execution, view, CARD_LINES)
         if card:
             parts.append(card)
-        parts.append(f"Allow {short_call(execution, self.runtime)}? [y/N/a] ")
+        parts.append(f"Allow {_short(execution, view)}? [y/N/a] ")
         return "\n".join(parts)
 
     async def request(self, execution: ToolExecution, reason: str | None) -> str:
