@@ -396,6 +396,14 @@ def _content_json(content: Sequence[ContentBlock]) -> list[dict[str, str]]:
     return out
 
 
+def _contexts_json(result: ToolExecutionResult) -> list[dict[str, Any]]:
+    """The messages that follow the result in the model's context (a policy's rewrite note, say)."""
+    return [
+        {"source": context.source, "content": _content_json(context.content)}
+        for context in result.additional_contexts
+    ]
+
+
 def _render(content: Sequence[ContentBlock]) -> str:
     return "\n".join(
         block.text if isinstance(block, TextBlock) else f"[image {block.mime_type}]"
@@ -475,7 +483,14 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
         log.call(request)
         result = trio.run(host.runtime.execute, request)
     _warn_orphans(host.runtime)
-    text = _render(result.content)
+    text = "\n".join(
+        part
+        for part in (
+            _render(result.content),
+            *(f"[{context.source}] {_render(context.content)}" for context in result.additional_contexts),
+        )
+        if part
+    )
     if text:
         # On a terminal the tool's text must not drive it; into a pipe it goes exactly as it
         # is (color=True: click would otherwise strip what looks like ANSI styling).
@@ -616,6 +631,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
             "content": _content_json(result.content),
             "error": _error_json(result),
             "meta": thaw(result.meta),
+            "contexts": _contexts_json(result),
         }
         click.echo(dumps_text(line))
 

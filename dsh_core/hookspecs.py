@@ -91,7 +91,9 @@ async def dsh_pre_execute(
     returns ``Rewrite``, the new arguments are validated against the schema,
     and this whole stage runs again on the rewritten call (every listener,
     approval and guard sees what will run; the result tells the model what
-    changed).
+    changed). A listener can therefore see one call more than once: a listener
+    that keeps state per call (a counter, a budget) keys it by
+    ``execution.token``, which stays the same across the passes.
 
     Async listeners should watch ``execution.signal``; the runtime re-checks
     cancellation after the waterfall settles (``ABORTED_BEFORE_DISPATCH``) but

@@ -326,6 +326,7 @@ def test_run_writes_one_result_line_per_call(tools: list[str], tmp_path: Path) -
         "content": [{"type": "text", "text": "1"}],
         "error": None,
         "meta": None,
+        "contexts": [],
     }
     assert lines[1]["content"] == [{"type": "text", "text": "2"}]
     assert lines[2]["is_error"] is False and json.loads(lines[2]["content"][0]["text"]) == {}

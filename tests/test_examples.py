@@ -20,12 +20,14 @@ import trio.testing
 from dsh_core import (
     Agent,
     ConfigError,
+    Deny,
     Parallel,
     ToolExecutionFailure,
     ToolExecutionInput,
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolRuntime,
+    hookimpl,
     run_tool_calls,
     thaw,
 )
@@ -37,7 +39,7 @@ EXAMPLES = REPO / "examples"
 
 if importlib.util.find_spec("dsh_example_tools") is None:  # not installed: import them from the tree
     sys.path[:0] = [str(EXAMPLES / "dsh-example-tools"), str(EXAMPLES / "dsh-example-policy")]
-from dsh_example_policy import rate_limit, workspace  # noqa: E402
+from dsh_example_policy import rate_limit, tidy_paths, workspace  # noqa: E402
 from dsh_example_tools import calc_tool, http_status_tool, read_file_tool  # noqa: E402
 from dsh_example_tools import dsh_setup as tools_setup  # noqa: E402
 
@@ -293,6 +295,63 @@ async def test_rate_limit_applies_only_to_its_tools(autojump_clock: trio.testing
     assert code(await runtime.execute(make_input("write_file"))) == "DENIED"
 
 
+async def test_a_rewritten_call_counts_once(autojump_clock: trio.testing.MockClock) -> None:
+    # The rewrite makes the pre-execute stage run twice for one call; the limiter sees it twice.
+    runtime = make_runtime(json_tool("read", parameters={"path": {"type": "string", "required": True}}))
+    rate_limit.dsh_setup(runtime, {"max_calls": 1, "window_s": 10})
+    tidy_paths.dsh_setup(runtime, {})
+    result = await runtime.execute(make_input("read", {"path": "./a"}))
+    assert not result.is_error, result
+    assert value(result) == {"path": "a"}
+    assert code(await runtime.execute(make_input("read", {"path": "b"}))) == "DENIED"  # the one slot is taken
+
+
+# -- tidy paths ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "tidied"),
+    [
+        ("./a//b/./c", "a/b/c"),
+        ("a/b", "a/b"),
+        ("/abs//x/", "/abs/x"),
+        ("./", "."),
+        ("../up/./x", "../up/x"),  # ".." is the workspace guard's business, never dropped here
+        ("a/../b", "a/../b"),
+    ],
+)
+def test_tidy_drops_dot_segments_and_repeated_slashes_only(path: str, tidied: str) -> None:
+    assert tidy_paths.tidy(path) == tidied
+
+
+async def test_an_untidy_path_is_rewritten_and_the_guard_judges_the_result(tmp_path: Path) -> None:
+    runtime = make_runtime(json_tool("read", parameters={"path": {"type": "string", "required": True}}))
+    tidy_paths.dsh_setup(runtime, {})
+    workspace.dsh_setup(runtime, {"root": str(tmp_path)})
+    ok = await runtime.execute(make_input("read", {"path": ".//notes.txt"}))
+    assert value(ok) == {"path": "notes.txt"}
+    [note] = ok.additional_contexts
+    assert "tidied path './/notes.txt' -> 'notes.txt'" in note.content[0].text  # type: ignore[union-attr]
+    outside = await runtime.execute(make_input("read", {"path": "./..//../etc/passwd"}))
+    assert code(outside) == "DENIED"
+    assert "../../etc/passwd" in outside.error.message  # the guard saw the rewritten path
+
+
+async def test_tidy_paths_leaves_tidy_and_refused_calls_alone() -> None:
+    class DenyAll:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: Any, next: Any) -> Any:
+            return Deny("closed")
+
+    runtime = make_runtime(json_tool("read", parameters={"path": {"type": "string", "required": True}}))
+    tidy_paths.dsh_setup(runtime, {})
+    assert (await runtime.execute(make_input("read", {"path": "a/b"}))).additional_contexts == ()
+    denied_runtime = make_runtime(json_tool("read"), plugins=[DenyAll()])
+    tidy_paths.dsh_setup(denied_runtime, {})
+    denied = await denied_runtime.execute(make_input("read", {"path": "./a"}))
+    assert code(denied) == "DENIED" and denied.additional_contexts == ()
+
+
 @pytest.mark.parametrize(
     ("config", "fragment"),
     [
@@ -402,6 +461,7 @@ def test_example_plugins_are_discovered_through_entry_points(tmp_path: Path, mon
     assert loaded["example-tools"].distribution == "dsh-example-tools"
     assert loaded["example-tools"].tools == ("calc", "read_file", "http_status_lookup")
     assert "rate-limiter" in loaded["rate-limit"].plugins
+    assert "path-tidier" in loaded["tidy-paths"].plugins
     assert not [
         failed for failed in report.failed if failed.distribution in ("dsh-example-tools", "dsh-example-policy")
     ]
@@ -429,10 +489,15 @@ async def test_calls_jsonl_runs_through_the_discovered_plugins(tmp_path: Path, m
         )
     results = await run_tool_calls(runtime, calls)
     outcomes = [None if not result.is_error else code(result) for result in results]
-    assert outcomes == [None, None, None, "DENIED", "INVALID_ARGS", "CALC_ERROR"]
+    assert outcomes == [None, None, None, "DENIED", "INVALID_ARGS", "CALC_ERROR", None]
     assert value(results[0]) == 42
     assert value(results[1])["phrase"] == "I'm a Teapot"
     assert value(results[2])["path"] == "examples/README.md"
+    # "./examples//README.md": tidied by a Rewrite, judged again by the workspace guard, and the model is told.
+    assert value(results[6])["path"] == "examples/README.md"
+    [note] = results[6].additional_contexts
+    assert note.source == "path-tidier"
+    assert "tidied path './examples//README.md' -> 'examples/README.md'" in note.content[0].text  # type: ignore[union-attr]
 
 
 # -- the policy plugin of examples/README.md ----------------------------------------------------

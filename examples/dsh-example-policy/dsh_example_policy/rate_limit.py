@@ -8,7 +8,9 @@ Configure it in ``[plugins.rate-limit]``::
     tools = ["*"]         # fnmatch globs of the tools it limits (default: all)
 
 A call counts when this listener lets it through, before inner listeners and
-guards decide; a call this listener denies does not count. The window slides:
+guards decide; a call this listener denies does not count, and a call it sees
+again (a policy rewrote its arguments, so the pre-execute stage runs once more)
+counts once. The window slides:
 a slot frees ``window_s`` seconds after the call that took it. Time is
 ``trio.current_time()``, so tests drive it with ``trio.testing.MockClock``.
 """
@@ -18,13 +20,14 @@ from __future__ import annotations
 import collections
 import fnmatch
 import math
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
 import trio
 
-from dsh_core import Deny, PreToolDecision, ToolExecution, ToolRuntime, hookimpl
+from dsh_core import Deny, PreToolDecision, ToolExecution, ToolExecutionToken, ToolRuntime, hookimpl
 from dsh_core._config import structure_table
 
 __all__ = ["RateLimitSettings", "RateLimiter", "dsh_setup"]
@@ -53,6 +56,8 @@ class RateLimiter:
     def __init__(self, settings: RateLimitSettings | None = None) -> None:
         self.settings = settings or RateLimitSettings()
         self._calls: dict[str, collections.deque[float]] = {}
+        # The calls already let through: a rewritten call comes back with the same token.
+        self._admitted: weakref.WeakSet[ToolExecutionToken] = weakref.WeakSet()
 
     def _limited(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, glob) for glob in self.settings.tools)
@@ -62,7 +67,7 @@ class RateLimiter:
         self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
     ) -> PreToolDecision:
         name = execution.name
-        if not self._limited(name):
+        if not self._limited(name) or execution.token in self._admitted:
             return await next()
         settings = self.settings
         now = trio.current_time()
@@ -76,6 +81,7 @@ class RateLimiter:
                 f"{settings.window_s:g} s; try again in {wait:.1f} s"
             )
         calls.append(now)
+        self._admitted.add(execution.token)
         return await next()
 
 
