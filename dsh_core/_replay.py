@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._content import ContentBlock
+from ._content import ContentBlock, UserMessage
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._fingerprint import contract_changed, contract_fingerprint
 from ._json import JsonValue, thaw
 from ._logged_calls import logged_calls
 from ._results import ToolExecutionResult, error_message
-from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_content
+from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_content, structure_contexts
 from ._trace import trace_of
 from ._waterfall import is_fatal
 from .hookspecs import hookimpl
@@ -105,6 +105,8 @@ class ReplayedCall:
     result_view: ToolResultView | None
     error: Mapping[str, Any] | None
     dispatches: tuple[Mapping[str, Any], ...] = ()
+    # The messages that followed the result in the model's context (deferred contexts, rewrite notes).
+    contexts: tuple[UserMessage, ...] = ()
     # Whether the tool's contract differs from the one the call was recorded against;
     # None when the log has no fingerprint for the call or no such tool is registered now.
     contract_changed: bool | None = None
@@ -126,6 +128,7 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
         durable: ToolResult | None = None
         view: ToolResultView | None = None
         error = None
+        contexts: tuple[UserMessage, ...] = ()
         if call.result is not None:
             logged = call.result
             durable = ToolResult(
@@ -133,6 +136,7 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
             )
             view = present_result(runtime, call.name, call.arguments, durable)
             error = logged.get("error")
+            contexts = structure_contexts(logged.get("contexts"))
         out.append(
             ReplayedCall(
                 call_id=call.call_id,
@@ -144,6 +148,7 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
                 result_view=view,
                 error=error,
                 dispatches=call.dispatches,
+                contexts=contexts,
                 contract_changed=contract_changed(runtime.get(call.name), call.contract),
             )
         )
@@ -205,6 +210,7 @@ class SessionRecorder:
             error=error,
             meta=result.meta,
             trace=trace.to_json() if trace is not None else None,
+            contexts=result.additional_contexts,
         )
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:

@@ -43,7 +43,7 @@ from typing import Any, BinaryIO, Final, Literal, TypeAlias, final
 import attrs
 import cattrs
 
-from ._content import ContentBlock, as_content
+from ._content import ContentBlock, UserMessage, as_content
 from ._errors import DshError, NonJsonValueError
 from ._json import FrozenDict, JsonValue, snapshot_json
 from ._jsoncodec import decode_json, encode_json
@@ -239,6 +239,33 @@ def _content_json(content: object, what: str) -> list[Any]:
     return [_converter.unstructure(block) for block in as_content(content, what=what)]
 
 
+def _context_json(context: object) -> dict[str, Any]:
+    if not isinstance(context, UserMessage):
+        raise TypeError(f"contexts must hold UserMessage items, got {type(context).__name__}")
+    return {"source": context.source, "content": _content_json(context.content, "contexts"), "meta": context.meta}
+
+
+def structure_contexts(value: object) -> tuple[UserMessage, ...]:
+    """The ``contexts`` of a logged ``tool/result`` (absent or ``null``: none).
+
+    Raises:
+        SessionLogError: ``value`` is not a list of ``{source, content, meta}`` objects.
+    """
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise SessionLogError(f"invalid logged contexts: expected a list, got {type(value).__name__}")
+    out: list[UserMessage] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping) or not set(item) <= {"source", "content", "meta"}:
+            raise SessionLogError(f"invalid logged contexts: $[{index}] is not a {{source, content, meta}} object")
+        source = item.get("source")
+        if type(source) is not str or not source:
+            raise SessionLogError(f"invalid logged contexts: $[{index}].source must be a non-empty str")
+        out.append(UserMessage(structure_content(item.get("content")), source=source, meta=item.get("meta")))
+    return tuple(out)
+
+
 def structure_content(value: object) -> tuple[ContentBlock, ...]:
     """Content blocks from their logged form (the ``content`` of ``tool/result`` and ``tool/code-dispatch``).
 
@@ -426,6 +453,7 @@ class SessionLog:
         error: Mapping[str, str] | None = None,
         meta: object = None,
         trace: Sequence[Mapping[str, str]] | None = None,
+        contexts: Sequence[UserMessage] = (),
     ) -> int:
         """Append ``tool/result``, the durable projection of a settled call; returns its ``seq``.
 
@@ -433,8 +461,11 @@ class SessionLog:
         ``{name, code, message}`` (required exactly when ``is_error``), ``meta``
         the presentation meta (``None`` for none), ``trace`` the decision trace
         as ``DecisionTrace.to_json()`` gives it (``None``: no ``trace`` key is
-        written). The canonical value is never logged: replay presents results
-        from this projection alone.
+        written), ``contexts`` the messages that followed the result in the
+        model's context (a deferred context, a policy's rewrite note), written
+        as ``[{source, content, meta}]`` (none: no ``contexts`` key). The
+        canonical value is never logged: replay presents results from this
+        projection alone.
         """
         _id(call_id, "call_id")
         data: dict[str, Any] = {
@@ -446,6 +477,8 @@ class SessionLog:
         }
         if trace is not None:
             data["trace"] = [dict(step) for step in trace]
+        if contexts:
+            data["contexts"] = [_context_json(context) for context in contexts]
         return self._write("tool/result", snapshot_json(data))
 
     def append_dispatch_start(

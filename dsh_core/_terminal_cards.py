@@ -143,6 +143,8 @@ def render_replayed_call(call: ReplayedCall) -> RenderableType:
         if call.error:
             code = call.error.get("code") or "error"
             parts.append(_text(f"{code}", style="bold red"))
+    for context in call.contexts:
+        parts.append(_text(f"[{context.source}] {_content_text(context.content)}", style="italic"))
     if call.contract_changed:
         parts.append(_text("(recorded against an earlier contract of this tool)", style="yellow"))
     for dispatch in call.dispatches:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dsh_core import (
+    Rewrite,
     SessionLog,
+    SessionLogError,
     SessionRecorder,
     TextBlock,
     ToolOutput,
     ToolResult,
+    UserMessage,
     define_tool,
+    hookimpl,
     read_session_log,
     replay,
 )
@@ -40,9 +45,7 @@ def read_tool() -> Any:
         name="read",
         description="read a file",
         parameters={"path": {"type": "string", "required": True}},
-        output=ToolOutput(
-            schema={"type": "json"}, render=lambda a, v: [TextBlock("\n".join(v["lines"]))]
-        ),
+        output=ToolOutput(schema={"type": "json"}, render=lambda a, v: [TextBlock("\n".join(v["lines"]))]),
         execute=read,
         present_call=lambda args: TerminalCallView(title=f"cat {args['path']}"),
         present_result=present_result,
@@ -82,9 +85,7 @@ async def test_replay_of_a_recorded_session_equals_the_live_presentation(tmp_pat
             request = make_input("read", args)
             recorder.record_call(request)
             result = await runtime.execute(request)
-            live.append(
-                (runtime.present_call("read", request.arguments), runtime.present_result("read", args, result))
-            )
+            live.append((runtime.present_call("read", request.arguments), runtime.present_result("read", args, result)))
     replayed = replay(read_session_log(log_path), make_runtime(read_tool()))
     assert [(r.call_view, r.result_view) for r in replayed] == live
     assert replayed[0].result is not None and not replayed[0].result.is_error
@@ -117,3 +118,88 @@ async def test_replay_keeps_a_call_whose_result_was_never_logged(tmp_path: Path)
         log.append_call("c1", "read", {"path": "x"})
     (call,) = replay(read_session_log(log_path), make_runtime(read_tool()))
     assert call.result is None and call.call_view == TerminalCallView(title="cat x")
+
+
+async def test_contexts_that_followed_a_result_are_logged_and_replayed(tmp_path: Path) -> None:
+    log_path = tmp_path / "s.jsonl"
+
+    async def body(args: Any, run: Any) -> str:
+        run.defer_context(UserMessage([TextBlock("remember to close the file")], source="opener", meta={"n": 1}))
+        return "opened"
+
+    class Tidy:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: Any, next: Any) -> Any:
+            decision = await next()
+            if execution.arguments.get("path") == "./a":
+                return Rewrite({"path": "a"}, "tidied")
+            return decision
+
+    tool = define_tool(
+        name="open", description="", parameters={"path": {"type": "string"}}, output={"type": "string"}, execute=body
+    )
+    runtime = make_runtime(tool)
+    runtime.plugins.register(Tidy(), name="tidy")
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log)
+        runtime.plugins.register(recorder)
+        for call_id, path in (("c1", "./a"), ("c2", "b")):
+            request = make_input("open", {"path": path}, call_id=call_id)
+            recorder.record_call(request)
+            live = await runtime.execute(request)
+    assert len(live.additional_contexts) == 1
+    events = read_session_log(log_path).events
+    rewritten = events[1].data["contexts"]
+    assert [context["source"] for context in rewritten] == ["tidy", "opener"]
+    assert rewritten[1] == {
+        "source": "opener",
+        "content": [{"type": "text", "text": "remember to close the file"}],
+        "meta": {"n": 1},
+    }
+    first, second = replay(read_session_log(log_path), runtime)
+    assert [context.source for context in first.contexts] == ["tidy", "opener"]
+    assert first.contexts[1].content == (TextBlock("remember to close the file"),)
+    assert first.contexts[1].meta == {"n": 1}
+    assert [context.source for context in second.contexts] == ["opener"]
+
+
+async def test_a_result_without_contexts_writes_no_contexts_key(tmp_path: Path) -> None:
+    log_path = tmp_path / "s.jsonl"
+    runtime = make_runtime(json_tool("t"))
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log)
+        runtime.plugins.register(recorder)
+        request = make_input("t")
+        recorder.record_call(request)
+        await runtime.execute(request)
+    assert "contexts" not in read_session_log(log_path).events[1].data
+
+
+@pytest.mark.parametrize(
+    ("contexts", "message"),
+    [
+        ("nope", "expected a list"),
+        ([{"source": "", "content": []}], "source must be a non-empty str"),
+        ([{"source": "s", "content": [{"type": "text"}]}], "invalid logged content"),
+        ([{"source": "s", "content": [], "extra": 1}], "is not a {source, content, meta} object"),
+    ],
+)
+def test_malformed_logged_contexts_are_refused(tmp_path: Path, contexts: Any, message: str) -> None:
+    log_path = tmp_path / "s.jsonl"
+    with SessionLog(log_path) as log:
+        log.append_call("c1", "t", {})
+        log.append(
+            {
+                "type": "tool/result",
+                "data": {
+                    "callId": "c1",
+                    "content": [],
+                    "isError": False,
+                    "error": None,
+                    "meta": None,
+                    "contexts": contexts,
+                },
+            }
+        )
+    with pytest.raises(SessionLogError, match=re.escape(message)):
+        replay(read_session_log(log_path), make_runtime(json_tool("t")))
