@@ -33,8 +33,13 @@ that was there before.
 the SDK cancels the handler; the handler turns that into firing the call's
 :class:`~dsh_core.CancelSignal` and lets the pipeline finish with its
 ``ABORTED`` result (so observers such as the audit log see the call settle)
-before the cancellation continues. Deferred contexts (``additional_contexts``)
-have no MCP counterpart and are not sent.
+before the cancellation continues.
+
+**Contexts.** MCP has no place for the messages that follow a result in the
+model's context (``additional_contexts``: a tool's deferred context, a
+policy's rewrite note), and the model must not lose them (it would retry a
+call it does not know was rewritten): their text is appended to the result's
+``content`` as ``[<source>] <text>`` blocks, after the result's own blocks.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import trio
 
-from ._content import ImageBlock, TextBlock
+from ._content import ImageBlock, TextBlock, text_of
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, thaw
 from ._results import ToolExecutionResult
@@ -157,6 +162,15 @@ def _mcp_content(result: ToolExecutionResult) -> list[mcp_types.TextContent | mc
     return blocks
 
 
+def _mcp_contexts(result: ToolExecutionResult) -> list[mcp_types.TextContent]:
+    import mcp_types
+
+    return [
+        mcp_types.TextContent(type="text", text=f"[{context.source}] {text_of(context.content)}")
+        for context in result.additional_contexts
+    ]
+
+
 def _mcp_result(
     runtime: ToolRuntime, scope: ScopeKey | None, name: str, result: ToolExecutionResult, call: _McpCall
 ) -> mcp_types.CallToolResult:
@@ -169,13 +183,14 @@ def _mcp_result(
         if call.denial is not None and info is not None and info.code == "DENIED":
             content = [mcp_types.TextContent(type="text", text=f"Error: {call.denial}")]
         meta = {"dsh/error": {"code": info.code, "name": info.name, "plugin": info.plugin}} if info else None
-        return mcp_types.CallToolResult(content=content, is_error=True, _meta=meta)
+        return mcp_types.CallToolResult(content=[*content, *_mcp_contexts(result)], is_error=True, _meta=meta)
     value = thaw(result.value)
     definition = runtime.get(name, scope)
     if definition is not None and _needs_wrapping(definition.output.schema):
         value = {"result": value}
     structured = value if isinstance(value, dict) else None
-    return mcp_types.CallToolResult(content=list(_mcp_content(result)), structured_content=structured, is_error=False)
+    content = [*_mcp_content(result), *_mcp_contexts(result)]
+    return mcp_types.CallToolResult(content=content, structured_content=structured, is_error=False)
 
 
 async def _execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExecutionResult:

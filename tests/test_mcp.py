@@ -30,7 +30,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from dsh_core import Agent, Ask, ConfigError, Deny, Exclusive, JsonSchemaError, Parallel, ToolRuntime, hookimpl
+from dsh_core import Agent, Ask, ConfigError, Deny, Exclusive, JsonSchemaError, Parallel, Rewrite, ToolRuntime, hookimpl
 from dsh_core._config import load_config
 from dsh_core._mcp_server import serve_http, serve_registry
 from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
@@ -491,6 +491,26 @@ async def test_serve_registry_runs_an_allowed_call_through_the_pipeline() -> Non
     assert result.structured_content == {"result": 42}
     assert [block.text for block in result.content] == ["42"]
     assert recorder.hooks == ["dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_result"]
+
+
+async def test_serve_registry_sends_the_contexts_that_follow_a_result() -> None:
+    class Redirect:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: Any, next: Any) -> Any:
+            decision = await next()
+            if execution.arguments.get("b") == 0:
+                return Rewrite({"a": execution.arguments["a"], "b": 1}, "b must not be 0")
+            return decision
+
+    runtime, _ = serving_runtime()
+    runtime.plugins.register(Redirect(), name="no-zero")
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        result = await client.call_tool("add", {"a": 2, "b": 0})
+    assert not result.is_error
+    assert result.structured_content == {"result": 3}
+    first, note = (block.text for block in result.content)
+    assert first == "3"
+    assert note.startswith("[no-zero] The arguments of this add call were changed by no-zero: b must not be 0.")
 
 
 async def test_serve_registry_reports_a_policy_denial_as_an_error_result() -> None:
