@@ -79,7 +79,7 @@ from dsh_core import (
     hookimpl,
     structure_table,
 )
-from dsh_core.code_mode._bridge import CodeDispatchLog
+from dsh_core.code_mode import CodeDispatchLog
 
 from ._spill_read import READ_TOOL_NAME, read_tool
 
