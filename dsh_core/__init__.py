@@ -10,6 +10,7 @@ from ._capabilities import Capabilities, CapabilityError
 from ._config import DshConfig, load_config, structure_table
 from ._content import ContentBlock, ImageBlock, TextBlock, UserMessage
 from ._decisions import (
+    APPROVAL_ANSWERS,
     MAX_REWRITES,
     UNSET,
     Accept,
@@ -85,6 +86,7 @@ from .hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
+    "APPROVAL_ANSWERS",
     "MAX_REWRITES",
     "RUN_CODE_NAME",
     "UNSET",

@@ -16,7 +16,7 @@ from ._content import ContentBlock, UserMessage, as_content
 from ._errors import NonJsonValueError, PolicyError
 from ._json import JsonValue, snapshot_json
 
-__all__ = ["UNSET", "Accept", "Allow", "Ask", "Block", "Deny", "PostToolDecision", "PreToolDecision", "Rewrite"]
+__all__ = ["APPROVAL_ANSWERS", "UNSET", "Accept", "Allow", "Ask", "Block", "Deny", "PostToolDecision", "PreToolDecision", "Rewrite"]
 
 
 class _Unset:
@@ -69,6 +69,10 @@ class Deny:
     def _check(self, attribute: attrs.Attribute[str], value: object) -> None:
         if type(value) is not str or not value.strip():
             raise PolicyError(f"Deny needs a non-empty reason string, got {value!r}")
+
+
+APPROVAL_ANSWERS: Final = ("allowed-once", "denied", "cancelled", "unavailable")
+"""Every answer an ``ApprovalService`` may give to an :class:`Ask`; anything else fails the call ``POLICY_ERROR``."""
 
 
 @attrs.frozen(slots=True)

@@ -39,6 +39,7 @@ import trio
 
 from ._content import TextBlock, UserMessage, as_content, text_of
 from ._decisions import (
+    APPROVAL_ANSWERS,
     MAX_REWRITES,
     POST_DECISION_TYPES,
     PRE_DECISION_TYPES,
@@ -85,7 +86,6 @@ logger = logging.getLogger("dsh_core")
 
 ABORTED_MESSAGE = "tool call aborted"
 ABORTED_BEFORE_DISPATCH_MESSAGE = "tool call aborted before dispatch"
-APPROVAL_OUTCOMES = ("allowed-once", "denied", "cancelled", "unavailable")
 
 
 def aborted_result(*, body_invoked: bool, contexts: tuple[UserMessage, ...] = ()) -> ToolExecutionFailure:
@@ -671,7 +671,7 @@ async def _resolve_ask(runtime: ToolRuntime, execution: ToolExecution, ask: Ask)
 
 def _approval_error(answer: object) -> Exception:
     return PolicyError(
-        f"approval service returned {safe_repr(answer)}; expected one of {', '.join(APPROVAL_OUTCOMES)}"
+        f"approval service returned {safe_repr(answer)}; expected one of {', '.join(APPROVAL_ANSWERS)}"
     )
 
 

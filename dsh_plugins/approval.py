@@ -20,7 +20,7 @@ from typing import Final, Literal
 import attrs
 import trio
 
-from dsh_core import ApprovalService, TextBlock, ToolExecution, ToolRuntime, json_text
+from dsh_core import APPROVAL_ANSWERS, ApprovalService, TextBlock, ToolExecution, ToolRuntime, json_text
 from dsh_core.presentation import DiffCallView, GenericCallView, TerminalCallView, printable
 
 from .grants import ALLOWED_ALWAYS
@@ -220,9 +220,6 @@ class NonInteractiveApproval:
         return "unavailable"
 
 
-_ANSWERS: Final = ("allowed-once", "denied", "cancelled", "unavailable")
-
-
 @attrs.frozen(kw_only=True, slots=True)
 class ApprovalStep:
     """What happened at one step of an :class:`EscalatingApproval` question.
@@ -293,7 +290,7 @@ class EscalatingApproval:
             answer = "timed-out"
             with trio.move_on_after(seconds):
                 answer = await service.request(execution, reason)
-            if answer not in _ANSWERS and answer not in ("timed-out", ALLOWED_ALWAYS):
+            if answer not in APPROVAL_ANSWERS and answer not in ("timed-out", ALLOWED_ALWAYS):
                 return answer  # the runtime reports a malformed answer, naming it
             if self.on_step is not None:
                 waited = trio.current_time() - start

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from dsh_core import (
+    APPROVAL_ANSWERS,
     Agent,
     Ask,
     CancelSignal,
@@ -23,7 +24,7 @@ from dsh_core import (
     snapshot_json,
 )
 from dsh_core.presentation import DiffCallView, FileDiff, GenericCallView, TerminalCallView
-from dsh_core.testing import json_tool, make_input, make_runtime
+from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
 from dsh_plugins import approval as approval_module
 from dsh_plugins.approval import NonInteractiveApproval, TerminalApproval, approval_card
 
@@ -470,3 +471,17 @@ def test_approval_card_is_empty_when_the_question_says_it_all() -> None:
     assert approval_card(execution_of("shell", {"command": "ls"}, CancelSignal()), runtime) == ""
     assert approval_card(execution_of("add", {"a": 1}, CancelSignal()), runtime) == ""
     assert approval_card(execution_of("add", {"a": "x" * 100}, CancelSignal()), None) != ""
+
+
+@pytest.mark.parametrize("answer", APPROVAL_ANSWERS)
+async def test_every_published_approval_answer_is_one_the_runtime_accepts(answer: str) -> None:
+    runtime = runtime_with(StaticApproval(answer))
+    result = await runtime.execute(make_input("add", agent=MAIN))
+    assert (result.is_error and code(result)) in (False, "DENIED")
+
+
+async def test_an_answer_outside_the_published_ones_fails_the_call_naming_them() -> None:
+    runtime = runtime_with(StaticApproval("maybe"))
+    result = await runtime.execute(make_input("add", agent=MAIN))
+    assert code(result) == "POLICY_ERROR"
+    assert result.error.message.endswith(f"expected one of {', '.join(APPROVAL_ANSWERS)}")
