@@ -230,10 +230,6 @@ def _visible(runtime: ToolRuntime, scope: ScopeKey | None) -> list[tuple[ToolDef
     return out
 
 
-def _agent_id(scope: ScopeKey | None) -> str | None:
-    return scope.id if isinstance(scope, Agent) else None
-
-
 def _agent_option_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value == "":
         raise click.BadParameter("an agent id cannot be empty")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._content import ContentBlock, UserMessage
-from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
+from ._execution import ScopeKey, ToolExecution, ToolExecutionInput, scope_id
 from ._fingerprint import contract_changed, contract_fingerprint
 from ._json import JsonValue, thaw
 from ._logged_calls import logged_calls
@@ -155,12 +155,6 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
     return out
 
 
-def _agent_id(agent: object) -> str | None:
-    if agent is None:
-        return None
-    return str(getattr(agent, "id", agent))
-
-
 class SessionRecorder:
     """Records model-requested calls and their durable results into a :class:`SessionLog`.
 
@@ -181,7 +175,7 @@ class SessionRecorder:
 
     def record_call(self, request: ToolExecutionInput) -> int:
         arguments: Any = request.arguments
-        agent = _agent_id(request.agent)
+        agent = scope_id(request.agent)
         tool = self.runtime.get(request.name, request.agent) if self.runtime is not None else None
         contract = contract_fingerprint(tool) if tool is not None else None
         try:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from dsh_core import (
+    Agent,
     Rewrite,
     SessionLog,
     SessionLogError,
@@ -203,3 +204,24 @@ def test_malformed_logged_contexts_are_refused(tmp_path: Path, contexts: Any, me
         )
     with pytest.raises(SessionLogError, match=re.escape(message)):
         replay(read_session_log(log_path), make_runtime(json_tool("t")))
+
+
+def test_record_call_names_agents_as_every_other_log_does(tmp_path: Path) -> None:
+    class Team:
+        id = "not-the-name"
+
+        def __str__(self) -> str:
+            return "team-blue"
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    log_path = tmp_path / "s.jsonl"
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log)
+        for call_id, agent in (("a", Agent("main")), ("b", Team()), ("c", Unprintable()), ("d", None)):
+            recorder.record_call(make_input("t", call_id=call_id, agent=agent))
+    logged = [event.data["agent"] for event in read_session_log(log_path).events]
+    # The same names the audit log and the effect ledger use (scope_id), never an exception.
+    assert logged == ["main", "team-blue", "<unprintable Unprintable scope>", None]
