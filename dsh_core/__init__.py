@@ -6,6 +6,7 @@ one ordered pipeline of pluggy hooks, run on trio. See :mod:`dsh_core.hookspecs`
 for the plugin contract.
 """
 
+from ._arguments_text import ArgumentsJsonError, ArgumentsText
 from ._capabilities import Capabilities, CapabilityError
 from ._config import DshConfig, load_config, structure_table
 from ._content import ContentBlock, ImageBlock, TextBlock, UserMessage
@@ -95,6 +96,8 @@ __all__ = [
     "Agent",
     "Allow",
     "ApprovalService",
+    "ArgumentsJsonError",
+    "ArgumentsText",
     "Ask",
     "Block",
     "CancelSignal",

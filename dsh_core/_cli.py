@@ -31,7 +31,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from . import hookspecs
+from ._arguments_text import ArgumentsText
 from ._config import DshConfig, load_config
 from ._content import ContentBlock, ImageBlock, TextBlock
 from ._definition import ToolDefinition
@@ -551,13 +552,9 @@ def _parse_batch(path: Path) -> list[ToolExecutionInput]:
         ids.add(call_id)
         arguments = record.get("arguments", {})
         if isinstance(arguments, str):
-            # As a model emits them: a JSON text. An unparsable one is passed on
-            # as is, so the tool's argument validation reports it to the model.
-            if not arguments.strip():
-                arguments = {}
-            else:
-                with suppress(ValueError):
-                    arguments = decode_json(arguments)
+            # As a model emits them: a JSON text, parsed by the runtime, which fails a
+            # text that is not JSON INVALID_ARGS and says so to the model.
+            arguments = ArgumentsText(arguments)
         calls.append(ToolExecutionInput(call_id=call_id, name=name, arguments=arguments, signal=CancelSignal()))
     if problems:
         raise _UsageProblem("\n  ".join([f"invalid batch file {path}:", *problems]))

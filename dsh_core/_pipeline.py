@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from ._arguments_text import ArgumentsText
 from ._content import TextBlock, UserMessage, as_content, text_of
 from ._decisions import (
     APPROVAL_ANSWERS,
@@ -216,7 +217,9 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
     checked = arguments is not None
     try:
         if not checked:
-            arguments = snapshot_json(request.arguments)
+            raw = request.arguments
+            # The model's JSON text, for the runtime to parse: a bad text fails INVALID_ARGS below.
+            arguments = raw.decode() if type(raw) is ArgumentsText else snapshot_json(raw)
     except BaseException as exc:
         if is_fatal(exc):
             raise

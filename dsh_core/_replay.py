@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._arguments_text import ArgumentsText, model_arguments
 from ._content import ContentBlock, UserMessage
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput, scope_id
 from ._fingerprint import contract_changed, contract_fingerprint
@@ -174,7 +175,9 @@ class SessionRecorder:
         self.runtime = runtime
 
     def record_call(self, request: ToolExecutionInput) -> int:
-        arguments: Any = request.arguments
+        arguments: Any = model_arguments(request.arguments)
+        if isinstance(arguments, ArgumentsText):
+            arguments = arguments.text  # not JSON: the model's text itself is what it sent
         agent = scope_id(request.agent)
         tool = self.runtime.get(request.name, request.agent) if self.runtime is not None else None
         contract = contract_fingerprint(tool) if tool is not None else None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._arguments_text import model_arguments
 from ._execution import EXCLUSIVE, Exclusive, Parallel, ToolExecutionInput
 from ._registry import RUN_CODE_NAME
 from ._waterfall import is_fatal
@@ -78,7 +79,7 @@ def classify_call(runtime: ToolRuntime, request: ToolExecutionInput) -> Resource
     if request.parent is None and view.mode == "code" and request.name != RUN_CODE_NAME:
         return EXCLUSIVE
     try:
-        declared = tool.resource_keys(request.arguments)
+        declared = tool.resource_keys(model_arguments(request.arguments))
     except BaseException as exc:
         if is_fatal(exc):
             raise

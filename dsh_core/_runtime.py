@@ -10,6 +10,7 @@ import attrs
 import pluggy
 
 from . import _pipeline, hookspecs
+from ._arguments_text import model_arguments
 from ._definition import ToolDefinition, ToolSchema, is_async_callable
 from ._execution import (
     EXCLUSIVE,
@@ -284,7 +285,7 @@ class ToolRuntime:
         if request.parent is None and view.mode == "code" and request.name != RUN_CODE_NAME:
             return EXCLUSIVE
         try:
-            verdict = tool.is_concurrency_safe(request.arguments)
+            verdict = tool.is_concurrency_safe(model_arguments(request.arguments))
         except BaseException as exc:
             if is_fatal(exc):
                 raise

@@ -1,0 +1,145 @@
+"""ArgumentsText: the model's JSON argument text, parsed by the runtime, with a message the model can act on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio.testing
+
+from dsh_core import (
+    ArgumentsJsonError,
+    ArgumentsText,
+    FrozenDict,
+    SessionLog,
+    SessionRecorder,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    define_tool,
+    read_session_log,
+    run_tool_calls,
+)
+from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
+
+
+def add_tool(**options: Any) -> Any:
+    async def add(args: Any) -> int:
+        return int(args["a"] + args["b"])
+
+    return define_tool(
+        name="add",
+        description="adds",
+        parameters={"a": {"type": "integer", "required": True}, "b": {"type": "integer", "required": True}},
+        output={"type": "integer"},
+        execute=add,
+        **options,
+    )
+
+
+def failure(result: ToolExecutionResult) -> ToolExecutionFailure:
+    assert isinstance(result, ToolExecutionFailure), result
+    return result
+
+
+async def test_valid_text_is_parsed_and_validated_like_any_arguments() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(add_tool(), plugins=[recorder])
+    result = await runtime.execute(make_input("add", ArgumentsText('{"a": 2, "b": 40}')))
+    assert isinstance(result, ToolExecutionSuccess) and result.value == 42
+    [(execution, _)] = recorder.results
+    assert isinstance(execution.arguments, FrozenDict)
+    assert execution.arguments == {"a": 2, "b": 40}
+    invalid = failure(await runtime.execute(make_input("add", ArgumentsText('{"a": "2", "b": 40}'))))
+    assert invalid.code == "INVALID_ARGS" and invalid.error.info is not None
+    assert invalid.error.info.name == "ToolArgsError"
+
+
+async def test_a_cut_off_text_says_so_and_asks_for_a_smaller_call() -> None:
+    recorder = Recorder()
+    runtime = make_runtime(json_tool("write", parameters={"content": {"type": "string"}}), plugins=[recorder])
+    text = '{"content": "' + "x" * 100
+    result = failure(await runtime.execute(make_input("write", ArgumentsText(text))))
+    assert result.code == "INVALID_ARGS"
+    assert result.error.info is not None and result.error.info.name == "ArgumentsJsonError"
+    assert result.error.message.startswith("arguments are not valid JSON: Unterminated string starting at (character 12 of 113)")
+    assert "probably cut off at the output token limit" in result.error.message
+    assert "send a smaller call" in result.error.message
+    # The whole pipeline saw it: observers (audit, session logs) record the failure.
+    [(execution, observed)] = recorder.results
+    assert observed is result or observed.error == result.error
+    assert execution.arguments is None
+
+
+@pytest.mark.parametrize(
+    ("text", "truncated"),
+    [
+        ('{"a": 1, "b": ', True),
+        ('{"a": 1, "b": 2', True),
+        ("[1, 2", True),
+        ('{"a": 1}}', False),
+        ("not json", False),
+        ('{"a": NaN}', False),
+    ],
+)
+def test_only_a_text_that_ends_early_is_called_cut_off(text: str, truncated: bool) -> None:
+    with pytest.raises(ArgumentsJsonError) as caught:
+        ArgumentsText(text).decode()
+    assert caught.value.code == "INVALID_ARGS"
+    assert caught.value.message.startswith("arguments are not valid JSON")
+    assert ("cut off" in caught.value.message) is truncated
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n"])
+def test_an_empty_text_means_no_arguments(text: str) -> None:
+    assert ArgumentsText(text).decode() == {}
+
+
+def test_deep_documents_parse_without_recursion_errors() -> None:
+    depth = 20_000
+    value = ArgumentsText('{"x": ' + "[" * depth + "]" * depth + "}").decode()
+    assert isinstance(value, FrozenDict)
+    inner = value["x"]
+    for _ in range(depth - 1):
+        inner = inner[0]
+    assert inner == ()
+
+
+def test_the_text_is_parsed_once_and_equality_is_by_text() -> None:
+    arguments = ArgumentsText('{"a": 1}')
+    first = arguments.decode()
+    assert arguments.decode() is first
+    assert arguments == ArgumentsText('{"a": 1}')
+    assert repr(arguments) == "ArgumentsText('{\"a\": 1}')"
+    with pytest.raises(TypeError, match="takes the JSON text as a str"):
+        ArgumentsText(b"{}")  # type: ignore[arg-type]
+
+
+async def test_scheduling_classifies_the_parsed_arguments(autojump_clock: trio.testing.MockClock) -> None:
+    starts: list[float] = []
+
+    async def slow(args: Any) -> str:
+        starts.append(trio.current_time())
+        await trio.sleep(1)
+        return args["path"]
+
+    tool = json_tool(
+        "read", slow, parameters={"path": {"type": "string", "required": True}}, is_concurrency_safe=lambda a: True
+    )
+    runtime = make_runtime(tool)
+    calls = [make_input("read", ArgumentsText(f'{{"path": "{name}"}}')) for name in ("a", "b")]
+    results = await run_tool_calls(runtime, calls)
+    assert [result.value for result in results] == ["a", "b"]  # type: ignore[union-attr]
+    assert starts == [0, 0]  # parallel-safe: the classifier saw real arguments, not the text
+
+
+async def test_the_session_log_records_the_parsed_arguments_or_the_text(tmp_path: Path) -> None:
+    log_path = tmp_path / "s.jsonl"
+    runtime = make_runtime(add_tool())
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log, runtime)
+        for text in ('{"a": 1, "b": 2}', '{"a": 1, "b'):
+            recorder.record_call(make_input("add", ArgumentsText(text)))
+    logged = [event.data["arguments"] for event in read_session_log(log_path).events]
+    assert logged == [{"a": 1, "b": 2}, '{"a": 1, "b']  # what the model sent is never lost
