@@ -13,6 +13,7 @@ model is told to send a smaller call instead of the same one again.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
 
 import attrs
@@ -90,12 +91,33 @@ def _parse(text: str) -> JsonValue | _Problem:
     try:
         value = decode_json(text)
     except json.JSONDecodeError as exc:
-        truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        truncated = _ends_early(text, exc)
         where = f"{exc.msg} (character {exc.pos} of {len(text)})"
         return _Problem(f"arguments are not valid JSON: {where}" + (f": {TRUNCATED_HINT}" if truncated else ""))
     except ValueError as exc:
         return _Problem(f"arguments are not valid JSON: {exc}")
     return snapshot_json(value)
+
+
+# What is left where the parser stopped, when a number was cut after its sign, point or exponent.
+_CUT_NUMBER: Final = re.compile(r"-|\.|[eE][+-]?")
+_LITERALS: Final = ("true", "false", "null")
+# ... and where the text stops in or right after a \uXXXX escape (a surrogate pair cut in two).
+_CUT_ESCAPE: Final = re.compile(r"\\?u[0-9a-fA-F]{0,4}")
+
+
+def _ends_early(text: str, error: json.JSONDecodeError) -> bool:
+    """Whether ``text`` is a valid JSON document cut short (rather than one with a mistake in it)."""
+    if error.msg.startswith("Unterminated string"):
+        return True
+    rest = text[error.pos :].rstrip()
+    if error.msg.startswith("Invalid \\uXXXX escape"):
+        return _CUT_ESCAPE.fullmatch(rest) is not None
+    return (
+        not rest
+        or _CUT_NUMBER.fullmatch(rest) is not None
+        or any(literal != rest and literal.startswith(rest) for literal in _LITERALS)
+    )
 
 
 def model_arguments(arguments: object) -> object:

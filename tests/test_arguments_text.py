@@ -78,6 +78,13 @@ async def test_a_cut_off_text_says_so_and_asks_for_a_smaller_call() -> None:
         ('{"a": 1, "b": ', True),
         ('{"a": 1, "b": 2', True),
         ("[1, 2", True),
+        ("[1, tr", True),
+        ('{"a": n', True),
+        ("[1.", True),
+        ('{"a": 1.5e', True),
+        ("[-", True),
+        ('{"a', True),
+        ("{", True),
         ('{"a": 1}}', False),
         ("not json", False),
         ('{"a": NaN}', False),
@@ -143,3 +150,16 @@ async def test_the_session_log_records_the_parsed_arguments_or_the_text(tmp_path
             recorder.record_call(make_input("add", ArgumentsText(text)))
     logged = [event.data["arguments"] for event in read_session_log(log_path).events]
     assert logged == [{"a": 1, "b": 2}, '{"a": 1, "b']  # what the model sent is never lost
+
+
+@pytest.mark.parametrize("text", ['{"a": "\\u', '{"a": "\\u00', '{"a": "\\ud800\\udc00', '{"a": "\\ud800\\udc'])
+def test_a_text_cut_inside_a_unicode_escape_is_cut_off(text: str) -> None:
+    # Found by the fuzz target: json reports these as a bad escape, not as an unterminated string.
+    with pytest.raises(ArgumentsJsonError, match="cut off"):
+        ArgumentsText(text).decode()
+
+
+def test_a_bad_escape_inside_the_text_is_not_called_cut_off() -> None:
+    with pytest.raises(ArgumentsJsonError) as caught:
+        ArgumentsText('{"a": "\\u12G4"}').decode()
+    assert "cut off" not in caught.value.message
