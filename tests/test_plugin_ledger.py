@@ -18,6 +18,7 @@ from dsh_core import (
     CancelSignal,
     ConfigError,
     Deny,
+    Rewrite,
     ToolDispatchExecution,
     ToolExecution,
     ToolExecutionFailure,
@@ -784,3 +785,49 @@ async def test_a_ledger_is_a_context_manager_that_releases_its_lock(tmp_path: Pa
     after = await runtime.execute(make_input("send", {"to": "bob"}, call_id="c2"))
     assert code(after) == "LEDGER_ERROR" and "closed" in message(after)
     assert [entry.key for entry in open_ledger(tmp_path / "effects.jsonl").entries()] == ["c1"]  # lock released
+
+
+# --- with argument rewrites -------------------------------------------------------------------
+
+
+class LowerCase:
+    """Rewrites the recipient to lower case (a policy normalising arguments)."""
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+        decision = await next()
+        to = execution.arguments.get("to")
+        if isinstance(to, str) and to != to.lower():
+            return Rewrite({**execution.arguments, "to": to.lower()}, "recipients are lower case")
+        return decision
+
+
+async def test_a_rewritten_call_resumes_from_what_ran(tmp_path: Path) -> None:
+    effects = Effects()
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, effects.tool())
+    runtime.plugins.register(LowerCase())
+    first = await runtime.execute(make_input("send", {"to": "ANN"}, call_id="c1"))
+    assert effects.runs == [{"to": "ann"}]  # the ledger recorded the arguments that ran
+    ledger.close()
+
+    resumed, _ = with_ledger(path, effects.tool())
+    resumed.plugins.register(LowerCase())
+    again = await resumed.execute(make_input("send", {"to": "ANN"}, call_id="c1"))
+    assert len(effects.runs) == 1  # the same model call, rewritten the same way: replayed, not re-sent
+    assert isinstance(again, ToolExecutionSuccess) and again.value == first.value
+    assert len(again.additional_contexts) == 1  # the model is told about the rewrite again
+
+
+async def test_a_rewrite_that_changed_since_the_call_is_a_conflict(tmp_path: Path) -> None:
+    effects = Effects()
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, effects.tool())
+    await runtime.execute(make_input("send", {"to": "ANN"}, call_id="c1"))  # no rewriting policy then
+    ledger.close()
+
+    resumed, _ = with_ledger(path, effects.tool())
+    resumed.plugins.register(LowerCase())  # now the call would run with other arguments
+    result = await resumed.execute(make_input("send", {"to": "ANN"}, call_id="c1"))
+    assert code(result) == IDEMPOTENCY_CONFLICT
+    assert len(effects.runs) == 1

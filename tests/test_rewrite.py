@@ -348,3 +348,19 @@ async def test_a_code_mode_sub_call_rewritten_into_an_exclusive_one_runs_alone(
     starts = [(path, time) for kind, path, time in log if kind == "start"]
     assert starts[0] == ("x", 0)
     assert starts[1][0] == "/y" and starts[1][1] >= 1  # waited for x to finish
+
+
+async def test_a_rewritten_code_mode_sub_call_tells_the_model_through_run_code() -> None:
+    seen: list[Any] = []
+
+    async def program(tools: Mapping[str, Callable[[Any], Awaitable[Any]]]) -> None:
+        await tools["read"]({"path": "a"})
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(path_tool(seen=seen))
+    runtime.plugins.register(RewritePath({"a": "b"}), name="paths")
+    result = await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}))
+    assert not result.is_error, result
+    assert seen == [{"path": "b"}]
+    notes = [c for c in result.additional_contexts if c.source == "paths"]
+    assert len(notes) == 1 and "changed by paths" in notes[0].content[0].text  # type: ignore[union-attr]
