@@ -23,7 +23,7 @@ from ._decisions import (
     PreToolDecision,
     Rewrite,
 )
-from ._definition import ToolDefinition, ToolOutput, ToolSchema, default_render, define_tool
+from ._definition import ToolDefinition, ToolEffects, ToolOutput, ToolSchema, default_render, define_tool
 from ._errors import (
     AbortError,
     CodeRunFailedError,
@@ -150,6 +150,7 @@ __all__ = [
     "ToolArgsError",
     "ToolDefinition",
     "ToolDispatchExecution",
+    "ToolEffects",
     "ToolErrorInfo",
     "ToolExecution",
     "ToolExecutionFailure",

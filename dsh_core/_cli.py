@@ -318,7 +318,7 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
     """List the tools visible to the model."""
     host = _build_host(ctx)
     scope = agent_scope(host.runtime, agent)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for definition, defined_in in _visible(host.runtime, scope):
         rows.append(
             {
@@ -327,6 +327,8 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
                 "scope": defined_in,
                 "parallel": definition.is_concurrency_safe is not None,
                 "timeout_ms": definition.timeout_ms,
+                # None: the tool declares nothing (not the same as declaring no effects, []).
+                "effects": list(definition.effects.names) if definition.effects is not None else None,
             }
         )
     if as_json:
@@ -338,14 +340,17 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
     table.add_column("scope", no_wrap=True)
     table.add_column("parallel", no_wrap=True)
     table.add_column("timeout", no_wrap=True, justify="right")
+    table.add_column("effects")
     for row in rows:
         timeout = row["timeout_ms"]
+        effects = row["effects"]
         table.add_row(
             escape(str(row["name"])),
             escape(str(row["description"])),
             escape(str(row["scope"] or "global")),
             "per call" if row["parallel"] else "no",
             f"{timeout:g} ms" if isinstance(timeout, int | float) else "-",
+            "-" if effects is None else ", ".join(name.replace("_", " ") for name in effects) or "none",
         )
     _stdout().print(table)
 

@@ -141,6 +141,47 @@ def _output(instance: object, attribute: attrs.Attribute[Any], value: object) ->
         )
 
 
+@attrs.frozen(kw_only=True, slots=True)
+class ToolEffects:
+    """What running a tool does to the world, as its author declares it (MCP's tool annotations).
+
+    - ``read_only``: it changes nothing.
+    - ``destructive``: it may delete or overwrite (never together with ``read_only``).
+    - ``idempotent``: running it again with the same arguments has no further effect.
+    - ``open_world``: it reaches beyond the host (the network, other systems).
+
+    Declarations, not guarantees: policies use them to choose (the permissions
+    plugin matches them, the effect ledger re-runs a read-only or idempotent
+    call whose outcome is unknown, the approval card shows them), so a wrong one
+    misleads every policy that trusts it. A tool without ``effects`` declares
+    nothing and is treated as possibly anything.
+    """
+
+    read_only: bool = attrs.field(default=False, validator=instance_of(bool))
+    destructive: bool = attrs.field(default=False, validator=instance_of(bool))
+    idempotent: bool = attrs.field(default=False, validator=instance_of(bool))
+    open_world: bool = attrs.field(default=False, validator=instance_of(bool))
+
+    def __attrs_post_init__(self) -> None:
+        if self.read_only and self.destructive:
+            raise ValueError("a tool cannot be both read_only and destructive")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The declared effects by name, in field order (``("read_only", "idempotent")``)."""
+        return tuple(name for name in ("read_only", "destructive", "idempotent", "open_world") if getattr(self, name))
+
+    @property
+    def reruns_safely(self) -> bool:
+        """Whether running a call again cannot repeat a side effect (read-only or idempotent)."""
+        return self.read_only or self.idempotent
+
+
+def _effects(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, ToolEffects):
+        raise TypeError(f"ToolDefinition.effects must be ToolEffects or None, got {type(value).__name__}")
+
+
 @attrs.frozen(slots=True, eq=False)
 class ToolDefinition:
     """A registered tool: its model-facing schema, output contract, body and host-only metadata.
@@ -159,6 +200,8 @@ class ToolDefinition:
     - ``present_call`` / ``present_result`` build UI cards; they must be pure.
     - ``resource_keys(args)`` may return ``{"read": [...], "write": [...]}`` for
       finer-grained scheduling in ``run_tool_calls``.
+    - ``effects`` declares what running it does (:class:`ToolEffects`); ``None``
+      declares nothing.
     - ``inline`` declares that ``execute`` never suspends. ``define_tool`` sets
       it for a plain ``def`` body and for an ``async def`` one that awaits
       nothing; for a raw definition the runtime also reads ``execute`` itself
@@ -179,6 +222,7 @@ class ToolDefinition:
     present_result: Callable[[Any, Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
     resource_keys: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
     inline: bool = attrs.field(default=False, validator=instance_of(bool))
+    effects: ToolEffects | None = attrs.field(default=None, validator=_effects)
     schema: ToolSchema = attrs.field(init=False)
     # The compiled checks, built on the first call (compiling costs ~1 ms per schema,
     # so registering many tools stays cheap); see contract_of.
@@ -292,6 +336,7 @@ def define_tool(
     present_result: Callable[[Any, Any], object] | None = None,
     resource_keys: Callable[[Any], object] | None = None,
     in_thread: bool = False,
+    effects: ToolEffects | None = None,
 ) -> ToolDefinition:
     """Build a :class:`ToolDefinition` from the author DSL (or an attrs parameter class).
 
@@ -450,4 +495,5 @@ def define_tool(
         present_call=soft(present_call, fallback=None),
         present_result=soft(present_result, fallback=None),
         resource_keys=soft(resource_keys, fallback=None),
+        effects=effects,
     )

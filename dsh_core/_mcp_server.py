@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import trio
 
 from ._content import ImageBlock, TextBlock, text_of
+from ._definition import ToolEffects
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, thaw
 from ._results import ToolExecutionResult
@@ -148,6 +149,20 @@ def _output_schema(schema: FrozenDict) -> dict[str, Any]:
     if not _needs_wrapping(schema):
         return plain
     return {"type": "object", "properties": {"result": plain}, "required": ["result"], "additionalProperties": False}
+
+
+def _annotations(effects: ToolEffects | None) -> mcp_types.ToolAnnotations | None:
+    """A tool's declared effects as MCP annotations (every hint explicit: MCP's defaults assume the worst)."""
+    import mcp_types
+
+    if effects is None:
+        return None
+    return mcp_types.ToolAnnotations(
+        read_only_hint=effects.read_only,
+        destructive_hint=effects.destructive,
+        idempotent_hint=effects.idempotent,
+        open_world_hint=effects.open_world,
+    )
 
 
 def _mcp_content(result: ToolExecutionResult) -> list[mcp_types.TextContent | mcp_types.ImageContent]:
@@ -254,6 +269,7 @@ def serve_registry(
                     description=schema.description,
                     input_schema=parameters,
                     output_schema=_output_schema(definition.output.schema) if definition is not None else None,
+                    annotations=_annotations(definition.effects) if definition is not None else None,
                 )
             )
         return mcp_types.ListToolsResult(tools=tools)

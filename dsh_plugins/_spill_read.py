@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import trio
 
-from dsh_core import DshError, TextBlock, ToolDefinition, ToolOutput, define_tool
+from dsh_core import DshError, TextBlock, ToolDefinition, ToolEffects, ToolOutput, define_tool
 
 __all__ = ["READ_TOOL_NAME", "SpillReadError", "read_spilled", "read_tool"]
 
@@ -218,4 +218,5 @@ def read_tool(directory: str, max_inline_bytes: int) -> ToolDefinition:
         ),
         execute=execute,
         is_concurrency_safe=lambda args: True,
+        effects=ToolEffects(read_only=True),
     )

@@ -63,6 +63,15 @@ def _call_view(execution: ToolExecution, runtime: ToolRuntime | None) -> CallVie
     return view if isinstance(view, (GenericCallView, TerminalCallView, DiffCallView)) else None
 
 
+def _declared_effects(execution: ToolExecution, runtime: ToolRuntime | None) -> str:
+    """``effects: destructive, open world`` when the tool declares its effects ("" when it does not)."""
+    definition = runtime.get(execution.name, execution.agent) if runtime is not None else None
+    if definition is None or definition.effects is None:
+        return ""
+    names = definition.effects.names
+    return "effects: " + (", ".join(name.replace("_", " ") for name in names) if names else "none declared")
+
+
 def short_call(execution: ToolExecution, runtime: ToolRuntime | None = None) -> str:
     """``<tool> <short args>``: the call's presentation title when its tool has one, else compact JSON.
 
@@ -123,9 +132,12 @@ def _card(execution: ToolExecution, view: CallView | None, max_lines: int) -> st
 class TerminalApproval:
     """Ask the person at the terminal: ``Allow <tool> <short args>? [y/N/a]``.
 
-    ``y`` (or ``yes``) allows this call, ``a`` (or ``always``) allows it and
-    every later call of that tool name through this service object (for the
-    process, when the host makes one service per process, as the CLI does);
+    When the tool declares its :class:`~dsh_core.ToolEffects`, they are shown
+    first (``effects: destructive, open world``), then the call's card (see
+    :func:`approval_card`). ``y`` (or ``yes``) allows this call, ``a`` (or
+    ``always``) allows it and every later call of that tool name through this
+    service object (for the process, when the host makes one service per
+    process, as the CLI does);
     anything else, an empty line, end of input or an unreadable terminal
     denies. The ``reason`` of the ``Ask``, when given, is shown on the line
     above the question.
@@ -167,6 +179,9 @@ class TerminalApproval:
     def question(self, execution: ToolExecution, reason: str | None) -> str:
         """The text shown for one request: the reason line (if any), the card (if any), then the question."""
         parts = [_one_line(reason)] if reason else []
+        declared = _declared_effects(execution, self.runtime)
+        if declared:
+            parts.append(declared)
         view = _call_view(execution, self.runtime)  # the tool's presenter runs once per question
         card = _card(execution, view, CARD_LINES)
         if card:

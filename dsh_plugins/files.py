@@ -64,6 +64,7 @@ from dsh_core import (
     DshError,
     TextBlock,
     ToolDefinition,
+    ToolEffects,
     ToolOutput,
     ToolRuntime,
     define_tool,
@@ -463,6 +464,7 @@ def _read_file_tool(workspace: Workspace) -> ToolDefinition:
         ),
         execute=read_file,
         is_concurrency_safe=lambda args: True,
+        effects=ToolEffects(read_only=True),
         present_call=present_call,
         present_result=present_result,
     )
@@ -559,6 +561,7 @@ def _write_file_tool(workspace: Workspace) -> ToolDefinition:
             presentation_meta=_value_as_meta,
         ),
         execute=write_file,
+        effects=ToolEffects(destructive=True, idempotent=True),
         present_call=present_call,
         present_result=present_result,
     )
@@ -669,6 +672,7 @@ def _edit_file_tool(workspace: Workspace) -> ToolDefinition:
             presentation_meta=_value_as_meta,
         ),
         execute=edit_file,
+        effects=ToolEffects(destructive=True),
         present_call=present_call,
         present_result=present_result,
     )
@@ -791,6 +795,7 @@ def _glob_tool(workspace: Workspace) -> ToolDefinition:
         ),
         execute=glob,
         is_concurrency_safe=lambda args: True,
+        effects=ToolEffects(read_only=True),
         present_call=lambda args: GenericCallView(title=f"Glob {args['pattern']}", kind="search"),
         present_result=present_result,
     )
@@ -1042,6 +1047,7 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
         ),
         execute=grep,
         is_concurrency_safe=lambda args: True,
+        effects=ToolEffects(read_only=True),
         present_call=lambda args: GenericCallView(title=f"Grep {args['pattern']}", kind="search"),
         present_result=present_result,
     )

@@ -29,7 +29,9 @@ denied does not reveal what was recorded. For each call it looks up the key
 - *in doubt* (``effect/started`` with no outcome, because the process died, or
   an outcome of ``ABORTED``/``TOOL_TIMEOUT``/a raising wrapper, because the body
   was stopped part-way): the call fails with ``EFFECT_IN_DOUBT`` and the body is
-  not run, unless the tool is listed in ``rerun_in_doubt`` or is ``run_code``
+  not run, unless the tool is listed in ``rerun_in_doubt``, declares
+  ``ToolEffects(read_only=True)`` or ``ToolEffects(idempotent=True)`` (when the
+  ledger knows its runtime, as the entry point's does), or is ``run_code``
   (a Code Mode program's own sub-calls carry their own keys, ``<call
   id>:code:<n>``, so running the program again replays what it already did and
   stops at the first sub-call that is in doubt). A person who has checked what
@@ -386,6 +388,14 @@ class EffectLedger:
                 return answer
         return await self._run(execution, slot, next)
 
+    def _declared_safe(self, execution: ToolDispatchExecution) -> bool:
+        """Whether the called tool declares that running it again repeats nothing (ToolEffects)."""
+        if self.runtime is None:
+            return False
+        definition = self.runtime.get(execution.name, execution.agent)
+        effects = definition.effects if definition is not None else None
+        return effects is not None and effects.reruns_safely
+
     def _recorded(self, execution: ToolDispatchExecution, entry: LedgerEntry) -> ToolExecutionResult | None:
         """The recorded answer for a known key, or ``None`` when the call should run (again)."""
         if entry.tool != execution.name or entry.arguments_digest != arguments_digest(execution.arguments):
@@ -407,7 +417,7 @@ class EffectLedger:
                 name=entry.error_name,
                 plugin=entry.error_plugin,
             )
-        if execution.name in self.rerun_in_doubt:
+        if execution.name in self.rerun_in_doubt or self._declared_safe(execution):
             return None
         how = (
             "has no recorded outcome"

@@ -52,8 +52,12 @@ the value (rendered as JSON text). A tool without one returns the envelope
 :data:`ENVELOPE_SCHEMA`: ``{"content": [{"type": "text", "text": ...} |
 {"type": "image", "data": ..., "mime_type": ...} | {"type": <other>, ...}]}``,
 rendered back to text and image blocks. A result with ``isError`` fails the call
-(``TOOL_ERROR``, message = its text). A tool annotated ``readOnlyHint: true``
-is concurrency-safe (parallel in ``run_tool_calls``).
+(``TOOL_ERROR``, message = its text). A tool's annotations become its
+:class:`~dsh_core.ToolEffects` (``readOnlyHint``, ``destructiveHint``,
+``idempotentHint``, ``openWorldHint``; only a hint that is exactly ``true``
+counts, and a tool claiming both read-only and destructive is taken as
+destructive); a read-only one is concurrency-safe (parallel in
+``run_tool_calls``).
 
 **Connections and background tasks.** An MCP session needs a task that reads
 the server's messages for as long as the session lives, and trio allows no task
@@ -115,6 +119,7 @@ from dsh_core import (
     JsonValue,
     TextBlock,
     ToolDefinition,
+    ToolEffects,
     ToolOutput,
     ToolRunContext,
     ToolRuntime,
@@ -537,6 +542,20 @@ def _result_text(result: mcp_types.CallToolResult) -> str:
     return text.removeprefix("Error: ") or "the MCP tool reported an error"
 
 
+def _effects_of(annotations: Any) -> ToolEffects | None:
+    """A server's tool annotations as ToolEffects (``None``: it declared none)."""
+    if annotations is None:
+        return None
+    destructive = annotations.destructive_hint is True
+    return ToolEffects(
+        # Contradictory hints: trust the more dangerous one.
+        read_only=annotations.read_only_hint is True and not destructive,
+        destructive=destructive,
+        idempotent=annotations.idempotent_hint is True,
+        open_world=annotations.open_world_hint is True,
+    )
+
+
 def _always(args: object) -> bool:
     return True
 
@@ -879,7 +898,7 @@ class McpClientPlugin:
         else:
             output = ToolOutput(schema=ENVELOPE_SCHEMA, render=render_envelope)
 
-        read_only = tool.annotations is not None and tool.annotations.read_only_hint is True
+        effects = _effects_of(tool.annotations)
         definition = ToolDefinition(
             name=name,
             description=tool.description or tool.title or "",
@@ -887,7 +906,8 @@ class McpClientPlugin:
             output=output,
             execute=self._body(server, tool.name, structured),
             timeout_ms=server.timeout_ms,
-            is_concurrency_safe=_always if read_only else None,
+            is_concurrency_safe=_always if effects is not None and effects.read_only else None,
+            effects=effects,
         )
         return definition, notes
 

@@ -20,10 +20,19 @@ Configure it in ``[plugins.permissions]``::
     agent = "reviewer-*"                     # optional: glob on the calling Agent's id
     action = "ask"
 
+    [[plugins.permissions.rules]]
+    tool = "*"
+    effects = ["destructive"]                # optional: the tool declares all of these
+    action = "ask"
+
 Rules are tried in order and the **first match wins**. A rule matches when its
 ``tool`` glob matches the tool name, its optional ``agent`` glob matches the id
 of the calling :class:`dsh_core.Agent` (a call without an ``Agent`` never
-matches a rule that names one), and every ``args`` entry matches. Globs use
+matches a rule that names one), every ``args`` entry matches, and the called
+tool declares every effect the optional ``effects`` list names
+(``read_only``, ``destructive``, ``idempotent``, ``open_world``; see
+:class:`dsh_core.ToolEffects`; a tool that declares nothing matches no such
+rule). Globs use
 :func:`fnmatch.fnmatchcase` (``*``, ``?``, ``[seq]``; case-sensitive on every
 platform).
 
@@ -84,6 +93,7 @@ DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
 PLUGIN_NAME: Final = "permissions-policy"
 
 Action: TypeAlias = Literal["allow", "deny", "ask"]
+EffectName: TypeAlias = Literal["read_only", "destructive", "idempotent", "open_world"]
 Segment: TypeAlias = str | int
 
 
@@ -196,6 +206,7 @@ class Rule:
     action: Action
     args: dict[str, str] | None = attrs.field(default=None, validator=_check_args)
     agent: str | None = attrs.field(default=None, validator=_check_glob)
+    effects: tuple[EffectName, ...] | None = None
     reason: str | None = None
 
 
@@ -213,10 +224,16 @@ class _CompiledRule:
     rule: Rule
     args: tuple[tuple[tuple[Segment, ...], str], ...]
 
-    def matches(self, execution: ToolExecution) -> bool:
+    def matches(self, execution: ToolExecution, runtime: ToolRuntime | None) -> bool:
         rule = self.rule
         if not fnmatch.fnmatchcase(execution.name, rule.tool):
             return False
+        if rule.effects:
+            assert runtime is not None  # Permissions refuses such rules without one
+            definition = runtime.get(execution.name, execution.agent)
+            declared = definition.effects if definition is not None else None
+            if declared is None or not all(getattr(declared, name) for name in rule.effects):
+                return False
         if rule.agent is not None:
             agent = execution.agent
             if not isinstance(agent, Agent) or not fnmatch.fnmatchcase(agent.id, rule.agent):
@@ -234,8 +251,12 @@ class _CompiledRule:
 class Permissions:
     """The ``dsh_pre_execute`` listener of one runtime, built from :class:`PermissionsSettings`."""
 
-    def __init__(self, settings: PermissionsSettings | None = None) -> None:
+    def __init__(self, settings: PermissionsSettings | None = None, runtime: ToolRuntime | None = None) -> None:
         self.settings = settings or PermissionsSettings()
+        # Rules on declared effects read the called tool's definition from here.
+        self.runtime = runtime
+        if runtime is None and any(rule.effects for rule in self.settings.rules):
+            raise ValueError("permissions rules with effects need the runtime: Permissions(settings, runtime)")
         self._rules = tuple(
             _CompiledRule(
                 number,
@@ -248,7 +269,7 @@ class Permissions:
     def decide(self, execution: ToolExecution) -> tuple[Action, str | None]:
         """The action for this call and the reason to give (``None`` for allow)."""
         for compiled in self._rules:
-            if compiled.matches(execution):
+            if compiled.matches(execution, self.runtime):
                 action = compiled.rule.action
                 if action == "allow":
                     return action, None
@@ -282,4 +303,4 @@ class Permissions:
 def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """Register a fresh :class:`Permissions` listener for ``runtime`` (named ``permissions-policy``; the entry-point module itself is ``permissions``)."""
     settings = structure_table(PermissionsSettings, config, "[plugins.permissions]")
-    runtime.plugins.register(Permissions(settings), name=PLUGIN_NAME)
+    runtime.plugins.register(Permissions(settings, runtime), name=PLUGIN_NAME)

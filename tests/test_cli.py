@@ -124,6 +124,7 @@ def test_list_json(tools: list[str]) -> None:
         "scope": None,
         "parallel": True,
         "timeout_ms": 5000,
+        "effects": None,
     }
     assert rows[1]["parallel"] is False and rows[1]["timeout_ms"] is None
 

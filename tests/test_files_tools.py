@@ -506,3 +506,19 @@ def test_dsh_setup_registers_the_five_tools_for_the_root(tmp_path: Path) -> None
 def test_dsh_setup_rejects_bad_config(config: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         files.dsh_setup(make_runtime(), config)
+
+
+def test_each_file_tool_declares_its_effects(tmp_path: Path) -> None:
+    from dsh_core import ToolEffects
+    from dsh_plugins.shell import bash_tool
+
+    runtime = runtime_for(tmp_path)
+    declared = {name: runtime.get(name).effects for name in runtime.names()}  # type: ignore[union-attr]
+    assert declared == {
+        "read_file": ToolEffects(read_only=True),
+        "write_file": ToolEffects(destructive=True, idempotent=True),
+        "edit_file": ToolEffects(destructive=True),
+        "glob": ToolEffects(read_only=True),
+        "grep": ToolEffects(read_only=True),
+    }
+    assert bash_tool(files.Workspace(str(tmp_path))).effects == ToolEffects(destructive=True, open_world=True)

@@ -30,7 +30,19 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from dsh_core import Agent, Ask, ConfigError, Deny, Exclusive, JsonSchemaError, Parallel, Rewrite, ToolRuntime, hookimpl
+from dsh_core import (
+    Agent,
+    Ask,
+    ConfigError,
+    Deny,
+    Exclusive,
+    JsonSchemaError,
+    Parallel,
+    Rewrite,
+    ToolEffects,
+    ToolRuntime,
+    hookimpl,
+)
 from dsh_core._config import load_config
 from dsh_core._mcp_server import serve_http, serve_registry
 from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
@@ -263,6 +275,38 @@ async def test_read_only_hint_makes_a_tool_concurrency_safe() -> None:
     async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server()}):
         assert isinstance(runtime.execution_mode(make_input("mem__add", {"a": 1, "b": 2})), Parallel)
         assert isinstance(runtime.execution_mode(make_input("mem__shout", {"text": "x"})), Exclusive)
+
+
+async def test_annotations_become_the_tools_effects() -> None:
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server()}):
+        add, shout = runtime.get("mem__add"), runtime.get("mem__shout")
+        assert add is not None and add.effects == ToolEffects(read_only=True)
+        assert shout is not None and shout.effects is None  # declared nothing
+
+
+def test_contradictory_annotations_are_taken_as_the_more_dangerous() -> None:
+    from dsh_plugins.mcp_client import _effects_of
+
+    effects = _effects_of(ToolAnnotations(read_only_hint=True, destructive_hint=True, idempotent_hint=False))
+    assert effects == ToolEffects(destructive=True)
+
+
+async def test_serve_registry_publishes_declared_effects_as_annotations() -> None:
+    async def drop(args: Any) -> str:
+        return "dropped"
+
+    runtime, _ = serving_runtime()
+    runtime.register(
+        json_tool("drop", drop, output={"type": "string"}, effects=ToolEffects(destructive=True, open_world=True))
+    )
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    annotations = tools["drop"].annotations
+    assert annotations is not None
+    assert (annotations.read_only_hint, annotations.destructive_hint) == (False, True)
+    assert (annotations.idempotent_hint, annotations.open_world_hint) == (False, True)
+    assert tools["add"].annotations is None
 
 
 async def test_downgraded_tool_is_registered_with_a_warning_and_the_server_still_validates() -> None:

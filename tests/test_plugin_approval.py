@@ -14,6 +14,7 @@ from dsh_core import (
     Agent,
     Ask,
     CancelSignal,
+    ToolEffects,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
@@ -485,3 +486,23 @@ async def test_an_answer_outside_the_published_ones_fails_the_call_naming_them()
     result = await runtime.execute(make_input("add", agent=MAIN))
     assert code(result) == "POLICY_ERROR"
     assert result.error.message.endswith(f"expected one of {', '.join(APPROVAL_ANSWERS)}")
+
+
+async def test_declared_effects_are_shown_first() -> None:
+    async def run(args: Any) -> str:
+        return "gone"
+
+    tool = define_tool(
+        name="drop_table",
+        description="d",
+        parameters={"table": {"type": "string", "required": True}},
+        output={"type": "string"},
+        execute=run,
+        effects=ToolEffects(destructive=True, open_world=True),
+    )
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers), tool, reason="dangerous")
+    await runtime.execute(make_input("drop_table", {"table": "users"}, agent=MAIN))
+    assert answers.questions == [
+        'dangerous\neffects: destructive, open world\nAllow drop_table {"table": "users"}? [y/N/a] '
+    ]

@@ -20,6 +20,7 @@ from dsh_core import (
     Deny,
     Rewrite,
     ToolDispatchExecution,
+    ToolEffects,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
@@ -261,6 +262,28 @@ async def test_rerun_in_doubt_runs_a_listed_tool_again(tmp_path: Path) -> None:
     result = await resumed.execute(make_input("send", {"to": "ann"}, call_id="c1"))
     assert isinstance(result, ToolExecutionSuccess) and len(effects.runs) == 2
     assert ledger.get("c1") is not None and ledger.get("c1").state == "committed"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("declared", "reruns"),
+    [
+        (ToolEffects(read_only=True), True),
+        (ToolEffects(idempotent=True), True),
+        (ToolEffects(destructive=True, open_world=True), False),
+        (None, False),
+    ],
+)
+async def test_a_tool_declared_safe_to_rerun_is_run_again_when_in_doubt(
+    tmp_path: Path, declared: ToolEffects | None, reruns: bool
+) -> None:
+    effects = Effects()
+    crashed = await crash_during_c1(tmp_path, effects)
+    resumed, _ = with_ledger(crashed, effects.tool(effects=declared))
+    result = await resumed.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    if reruns:
+        assert isinstance(result, ToolExecutionSuccess) and len(effects.runs) == 2
+    else:
+        assert code(result) == EFFECT_IN_DOUBT and len(effects.runs) == 1
 
 
 async def test_resolve_records_that_the_effect_happened(tmp_path: Path) -> None:

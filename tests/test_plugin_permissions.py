@@ -11,6 +11,7 @@ from dsh_core import (
     Agent,
     ConfigError,
     Deny,
+    ToolEffects,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
@@ -259,3 +260,46 @@ def test_each_runtime_gets_its_own_listener() -> None:
     a, b = first.plugins.get_plugin("permissions-policy"), second.plugins.get_plugin("permissions-policy")
     assert isinstance(a, permissions.Permissions) and isinstance(b, permissions.Permissions)
     assert a is not b and a.settings.default == "deny" and b.settings.default == "allow"
+
+
+# --- rules on declared effects ------------------------------------------------------------
+
+
+def effects_runtime(config: dict[str, Any]) -> ToolRuntime:
+    runtime = make_runtime(
+        json_tool("drop_table", effects=ToolEffects(destructive=True, open_world=True)),
+        json_tool("rm", effects=ToolEffects(destructive=True)),
+        json_tool("cat", effects=ToolEffects(read_only=True)),
+        json_tool("mystery"),
+    )
+    permissions.dsh_setup(runtime, config)
+    return runtime
+
+
+async def test_a_rule_on_effects_matches_tools_declaring_all_of_them() -> None:
+    runtime = effects_runtime(
+        {
+            "rules": [
+                {"tool": "*", "effects": ["destructive", "open_world"], "action": "deny", "reason": "remote drop"},
+                {"tool": "*", "effects": ["destructive"], "action": "deny"},
+            ]
+        }
+    )
+    assert denial(await runtime.execute(make_input("drop_table"))) == "remote drop"
+    assert denial(await runtime.execute(make_input("rm"))) == 'denied by permissions rule #2 (tool "*")'
+    assert not (await runtime.execute(make_input("cat"))).is_error
+    # A tool that declares nothing matches no effects rule: pair such rules with a default.
+    assert not (await runtime.execute(make_input("mystery"))).is_error
+
+
+def test_an_unknown_effect_name_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"rules\[0\]\.effects"):
+        permissions.dsh_setup(make_runtime(), {"rules": [{"tool": "*", "effects": ["scary"], "action": "deny"}]})
+
+
+def test_effects_rules_need_the_runtime() -> None:
+    settings = permissions.PermissionsSettings(
+        rules=(permissions.Rule(tool="*", action="deny", effects=("destructive",)),)
+    )
+    with pytest.raises(ValueError, match="need the runtime"):
+        permissions.Permissions(settings)

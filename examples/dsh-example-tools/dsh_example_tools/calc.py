@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dsh_core import DshError, TextBlock, ToolDefinition, ToolOutput, define_tool
+from dsh_core import DshError, TextBlock, ToolDefinition, ToolEffects, ToolOutput, define_tool
 from dsh_core.presentation import GenericCallView
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -67,5 +67,6 @@ def calc_tool() -> ToolDefinition:
         output=ToolOutput(schema={"type": "number"}, render=_render),
         execute=_run,
         is_concurrency_safe=lambda args: True,
+        effects=ToolEffects(read_only=True, idempotent=True),
         present_call=lambda args: GenericCallView(title=f"{args['a']} {SYMBOLS[args['op']]} {args['b']}", kind="other"),
     )

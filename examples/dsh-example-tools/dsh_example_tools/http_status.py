@@ -5,7 +5,7 @@ from __future__ import annotations
 import http
 from typing import Any
 
-from dsh_core import DshError, TextBlock, ToolDefinition, ToolOutput, define_tool
+from dsh_core import DshError, TextBlock, ToolDefinition, ToolEffects, ToolOutput, define_tool
 
 CLASSES = {1: "informational", 2: "success", 3: "redirection", 4: "client error", 5: "server error"}
 
@@ -61,4 +61,5 @@ def http_status_tool() -> ToolDefinition:
         ),
         execute=_run,
         is_concurrency_safe=lambda args: True,
+        effects=ToolEffects(read_only=True),
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from dsh_core import DshError, TextBlock, ToolDefinition, ToolOutput, define_tool
+from dsh_core import DshError, TextBlock, ToolDefinition, ToolEffects, ToolOutput, define_tool
 from dsh_core.presentation import FileLocation, GenericCallView, ReadFileLine, ReadResultView
 
 DEFAULT_LIMIT = 200
@@ -136,6 +136,7 @@ def read_file_tool(root: str | os.PathLike[str] | None = None) -> ToolDefinition
         ),
         execute=run,
         is_concurrency_safe=lambda args: True,
+        effects=ToolEffects(read_only=True),
         present_call=present_call,
         present_result=present_result,
     )
