@@ -110,6 +110,8 @@ class SessionLogRead:
 
     events: tuple[SessionEvent, ...]
     torn: TornLine | None
+    # The byte offset just past the last committed event: where a later read picks up.
+    end: int = 0
 
 
 # --- lines --------------------------------------------------------------------------------
@@ -194,22 +196,32 @@ def _line_number(file: BinaryIO, offset: int) -> int:
     return count
 
 
-def read_session_log(path: str | os.PathLike[str]) -> SessionLogRead:
-    """Read every committed event of the log at ``path``.
+def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | None = None) -> SessionLogRead:
+    """Read every committed event of the log at ``path`` (with ``after``: only those written since).
 
     A damaged last line (no newline, not JSON, not an event) is skipped and
-    described in ``torn``.
+    described in ``torn``. ``after`` is an earlier read of the same file: the
+    read starts at its ``end`` and its seq numbering, so a reader following a
+    growing log pays for the new lines only (line numbers in errors then count
+    from that point).
 
     Raises:
         SessionLogError: a line other than the last is damaged, or the ``seq``
-            numbers do not run 1, 2, 3, ...; the message names the line.
+            numbers do not run 1, 2, 3, ... (on from ``after``'s); the message
+            names the line. Also when the file is shorter than ``after.end``
+            (it was replaced or cut).
         OSError: the file cannot be read.
     """
     name = os.fspath(path)
     events: list[SessionEvent] = []
     bad: TornLine | None = None
-    offset = 0
+    offset = after.end if after is not None else 0
+    first_seq = (after.events[-1].seq + 1 if after.events else 1) if after is not None else 1
     with open(path, "rb") as file:
+        if offset and file.seek(0, os.SEEK_END) < offset:
+            raise SessionLogError(f"the file is shorter than the {offset} bytes read before", path=name)
+        file.seek(offset)
+        end = offset
         for number, raw in enumerate(file, 1):
             if bad is not None:
                 raise SessionLogError(f"{bad.reason}; only the last line may be torn", path=name, line=bad.line)
@@ -218,13 +230,13 @@ def read_session_log(path: str | os.PathLike[str]) -> SessionLogRead:
             except _BadLine as exc:
                 bad = TornLine(line=number, offset=offset, size=len(raw), reason=str(exc))
             else:
-                if event.seq != len(events) + 1:
-                    raise SessionLogError(
-                        f"seq {event.seq} where {len(events) + 1} was expected", path=name, line=number
-                    )
+                expected = first_seq + len(events)
+                if event.seq != expected:
+                    raise SessionLogError(f"seq {event.seq} where {expected} was expected", path=name, line=number)
                 events.append(event)
+                end = offset + len(raw)
             offset += len(raw)
-    return SessionLogRead(events=tuple(events), torn=bad)
+    return SessionLogRead(events=tuple(events), torn=bad, end=end)
 
 
 # --- the writer ---------------------------------------------------------------------------

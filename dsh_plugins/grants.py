@@ -43,8 +43,10 @@ from dsh_core import (
     ApprovalService,
     DshError,
     FrozenDict,
+    SessionEvent,
     SessionLog,
     SessionLogError,
+    SessionLogRead,
     ToolExecution,
     json_equal,
     json_text,
@@ -213,6 +215,10 @@ def _apply(grants: dict[str, StandingGrant], event_type: str, data: Mapping[str,
 
 
 def _load(path: str) -> dict[str, StandingGrant]:
+    return _load_read(path)[0]
+
+
+def _load_read(path: str) -> tuple[dict[str, StandingGrant], SessionLogRead]:
     try:
         read = read_session_log(path)
     except SessionLogError as exc:
@@ -225,7 +231,7 @@ def _load(path: str) -> dict[str, StandingGrant]:
             raise GrantError(f"{path}: event seq {event.seq}: {exc}") from None
     # A torn last line is a write another process has not finished (or a crash
     # cut short): it is not part of the book until it is whole.
-    return grants
+    return grants, read
 
 
 def read_grants(path: str | os.PathLike[str]) -> tuple[StandingGrant, ...]:
@@ -255,6 +261,9 @@ class GrantBook:
         self._clock = clock
         self._grants: dict[str, StandingGrant] = {}
         self._seen: tuple[int, int] | None = None
+        # The file as last read (its last event and end offset): where the next read starts.
+        self._read: SessionLogRead | None = None
+        self._tail = b""  # the bytes just before that offset, to tell an append from a rewrite
         # GrantingApproval works on worker threads (file I/O and fsync stay off the event loop).
         self._mutex = threading.RLock()
         if self.path is not None:
@@ -402,8 +411,14 @@ class GrantBook:
             with SessionLog(self.path, fsync="always") as log:
                 if log.torn is not None:
                     logger.warning("grants file %s: cutting off a torn last line: %s", self.path, log.torn)
-                log.append({"type": event_type, "data": snapshot})
-            self._seen = _stamp(self.path)
+                seq = log.append({"type": event_type, "data": snapshot})
+            self._seen = stamp = _stamp(self.path)
+            assert stamp is not None  # just written, under the lock: nobody else writes now
+            # This book has seen the file up to its own line: later reads pick up after it.
+            self._read = SessionLogRead(
+                events=(SessionEvent(seq=seq, type=event_type, data=snapshot),), torn=None, end=stamp[0]
+            )
+            self._tail = _tail(self.path, stamp[0])
         self._grants = updated
 
     @contextmanager
@@ -422,14 +437,52 @@ class GrantBook:
                 os.close(fd)
 
     def _refresh(self) -> None:
-        """Reload when another writer has changed the file since this book last saw it."""
+        """Catch up with what other writers appended since this book last saw the file.
+
+        Reads only the new lines (the file is append-only); a file that shrank
+        or was replaced is read again whole.
+        """
         if self.path is None:
             return
         stamp = _stamp(self.path)
         if stamp == self._seen:
             return
-        self._grants = _load(self.path) if stamp is not None else {}
+        read = self._read
+        if stamp is None:
+            self._grants, self._read = {}, None
+        elif read is not None and stamp[0] >= read.end and _tail(self.path, read.end) == self._tail:
+            try:
+                self._follow(read_session_log(self.path, after=read))
+            except (SessionLogError, GrantError):
+                self._grants, self._read = _load_read(self.path)
+        else:
+            # Shorter, or not the bytes this book read last: not an append, so read it all again.
+            self._grants, self._read = _load_read(self.path)
+        if self._read is not None:
+            self._tail = _tail(self.path, self._read.end)
         self._seen = stamp
+
+    def _follow(self, new: SessionLogRead) -> None:
+        grants = dict(self._grants)
+        for event in new.events:
+            try:
+                _apply(grants, event.type, event.data)
+            except _Malformed as exc:
+                raise GrantError(f"{self.path}: event seq {event.seq}: {exc}") from None
+        assert self._read is not None
+        last = new.events[-1:] or self._read.events
+        self._grants, self._read = grants, SessionLogRead(events=last, torn=None, end=new.end)
+
+
+_TAIL_BYTES: Final = 64
+
+
+def _tail(path: str, end: int) -> bytes:
+    """The (up to) 64 bytes of ``path`` before offset ``end``."""
+    with open(path, "rb") as file:
+        start = max(0, end - _TAIL_BYTES)
+        file.seek(start)
+        return file.read(end - start)
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

@@ -505,3 +505,32 @@ async def test_granting_approval_keeps_file_work_off_the_event_loop(monkeypatch:
     monkeypatch.setattr(book, "use", recording_use)
     await GrantingApproval(Scripted(ALLOWED_ALWAYS), book).request(execution(), None)
     assert used_on and all(thread is not loop_thread for thread in used_on)
+
+
+def test_a_book_reads_only_what_others_appended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsh_plugins import grants as grants_module
+
+    path = tmp_path / "grants.jsonl"
+    host, other = GrantBook(path), GrantBook(path)
+    grant = host.grant("shell", agent="main", granted_by="ana")
+    assert other.get(grant.id) is not None
+
+    def no_full_reads(path: str) -> Any:
+        raise AssertionError("the whole file was read again")
+
+    monkeypatch.setattr(grants_module, "_load_read", no_full_reads)
+    for index in range(3):
+        assert other.use(execution(call_id=f"c{index}")) is not None
+    assert host.get(grant.id).uses == 3  # type: ignore[union-attr]
+    host.revoke(grant.id, by="security")
+    assert other.use(execution()) is None
+
+
+def test_a_rewritten_file_is_read_again_whole(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    book = GrantBook(path)
+    book.grant("shell", agent="main", granted_by="ana")
+    replacement = GrantBook(tmp_path / "other.jsonl")
+    replacement.grant("deploy", agent="main", granted_by="bo", note="a longer note so the file grows")
+    (tmp_path / "other.jsonl").replace(path)  # not an append: another file in its place
+    assert [grant.tool for grant in book.grants()] == ["deploy"]

@@ -496,3 +496,40 @@ def test_read_events_are_json_equal_to_what_was_logged(log_path: Path) -> None:
     parsed = [json.loads(line) for line in log_path.read_text(encoding="utf-8").splitlines()]
     read = read_session_log(log_path)
     assert parsed == [{"seq": e.seq, "type": e.type, "data": e.data} for e in read.events]
+
+
+def test_a_later_read_picks_up_after_an_earlier_one(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with SessionLog(path) as log:
+        log.append_call("c1", "t", {})
+        log.append_call("c2", "t", {})
+    first = read_session_log(path)
+    assert first.end == path.stat().st_size
+    nothing_new = read_session_log(path, after=first)
+    assert nothing_new.events == () and nothing_new.end == first.end
+    with SessionLog(path) as log:
+        log.append_call("c3", "t", {})
+    with path.open("ab") as file:
+        file.write(b'{"seq": 4, "type": "tool/call", "da')  # a write in progress
+    later = read_session_log(path, after=first)
+    assert [(event.seq, event.data["callId"]) for event in later.events] == [(3, "c3")]
+    assert later.torn is not None and later.end == first.end + len(path.read_bytes()) - first.end - later.torn.size
+    assert read_session_log(path).events[:3] == first.events + later.events
+
+
+def test_a_later_read_refuses_a_file_that_shrank_or_skipped_a_seq(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with SessionLog(path) as log:
+        log.append_call("c1", "t", {})
+    first = read_session_log(path)
+    path.write_bytes(b"")
+    with pytest.raises(SessionLogError, match="shorter than the"):
+        read_session_log(path, after=first)
+    with SessionLog(path) as log:
+        log.append_call("c1", "t", {})
+    first = read_session_log(path)
+    with path.open("ab") as file:
+        file.write(b'{"seq": 5, "type": "tool/call", "data": {"callId": "c5", "name": "t", "arguments": {}}}\n')
+        file.write(b'{"seq": 6, "type": "tool/call", "data": {"callId": "c6", "name": "t", "arguments": {}}}\n')
+    with pytest.raises(SessionLogError, match="seq 5 where 2 was expected"):
+        read_session_log(path, after=first)
