@@ -128,6 +128,13 @@ class _ApprovalRouter:
     async def request(self, execution: ToolExecution, reason: str | None) -> str:
         call = _current_call.get()
         if call is not None:
+            # A host's standing answers (GrantingApproval's grants) need no one to ask,
+            # so they apply to MCP calls too; only what they leave open goes to the client.
+            standing = getattr(self.fallback, "standing_answer", None)
+            if standing is not None:
+                answer = await standing(execution)
+                if answer is not None:
+                    return str(answer)
             return await call.ask(execution, reason)
         if self.fallback is None:
             return "denied"

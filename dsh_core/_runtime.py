@@ -37,6 +37,11 @@ class ApprovalService(Protocol):
 
     ``request`` runs inside the call's cancel scope: when the caller's signal
     fires, it is cancelled like any other stage.
+
+    A service may also offer ``async def standing_answer(execution) -> str |
+    None``: an answer that needs no one to ask (a standing grant), or ``None``.
+    Hosts that put questions to someone else first (``serve_registry`` asks
+    the MCP client) consult it before asking.
     """
 
     async def request(self, execution: ToolExecution, reason: str | None) -> str: ...

@@ -544,12 +544,23 @@ class GrantingApproval:
         self.ttl_s = ttl_s
         self.granted_by = granted_by
 
-    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+    async def standing_answer(self, execution: ToolExecution) -> str | None:
+        """``"allowed-once"`` when a grant in force covers the call (its use recorded), else ``None``.
+
+        What hosts that ask someone else first consult (``serve_registry`` asks
+        the MCP client only about calls no grant covers).
+        """
         if execution.signal.cancelled:
             return "cancelled"
         # The book reads, locks and fsyncs a file: on a worker thread, never on the event loop.
         if await trio.to_thread.run_sync(self.book.use, execution) is not None:
             return "allowed-once"
+        return None
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        standing = await self.standing_answer(execution)
+        if standing is not None:
+            return standing
         answer = await self.inner.request(execution, reason)
         if answer != ALLOWED_ALWAYS:
             return answer

@@ -592,6 +592,24 @@ async def test_serve_registry_denies_an_ask_it_is_not_allowed_to_put_to_the_clie
     assert result.content[0].text == 'Error: tool "guarded" requires approval, and this MCP server does not ask for it'
 
 
+async def test_serve_registry_applies_the_hosts_standing_grants_before_asking_the_client() -> None:
+    from dsh_plugins.approval import NonInteractiveApproval
+    from dsh_plugins.grants import GrantBook, GrantingApproval
+
+    runtime, _ = serving_runtime(AskFirst())
+    book = GrantBook()
+    book.grant("guarded", agent="mcp-test", arguments={"x": 1}, granted_by="ops")
+    runtime.approval = GrantingApproval(NonInteractiveApproval(), book)
+    server = serve_registry(runtime, scope=Agent(id="mcp-test"), approval="deny")
+    async with Client(server, mode="legacy") as client:
+        granted = await client.call_tool("guarded", {"x": 1})
+        other = await client.call_tool("guarded", {"x": 2})
+    assert not granted.is_error, granted.content
+    assert other.is_error  # no grant covers it, and this server does not ask
+    assert other.content[0].text.endswith("and this MCP server does not ask for it")
+    assert book.grants()[0].uses == 1
+
+
 async def test_a_cancelled_mcp_request_cancels_the_call_signal() -> None:
     recorder = Recorder()
     runtime, seen = serving_runtime(recorder)
