@@ -31,8 +31,10 @@ of the calling :class:`dsh_core.Agent` (a call without an ``Agent`` never
 matches a rule that names one), every ``args`` entry matches, and the called
 tool declares every effect the optional ``effects`` list names
 (``read_only``, ``destructive``, ``idempotent``, ``open_world``; see
-:class:`dsh_core.ToolEffects`; a tool that declares nothing matches no such
-rule). Globs use
+:class:`dsh_core.ToolEffects`). A tool that declares nothing matches no such
+rule, except ``effects = ["undeclared"]``, which matches exactly those tools
+(an MCP tool without annotations, say), so they cannot slip past rules written
+for declared effects. Globs use
 :func:`fnmatch.fnmatchcase` (``*``, ``?``, ``[seq]``; case-sensitive on every
 platform).
 
@@ -93,7 +95,7 @@ DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
 PLUGIN_NAME: Final = "permissions-policy"
 
 Action: TypeAlias = Literal["allow", "deny", "ask"]
-EffectName: TypeAlias = Literal["read_only", "destructive", "idempotent", "open_world"]
+EffectName: TypeAlias = Literal["read_only", "destructive", "idempotent", "open_world", "undeclared"]
 Segment: TypeAlias = str | int
 
 
@@ -198,6 +200,11 @@ def _check_glob(instance: object, attribute: attrs.Attribute[Any], value: str | 
         raise ValueError(f"{attribute.name} must be a non-empty glob")
 
 
+def _check_effects(instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...] | None) -> None:
+    if value is not None and "undeclared" in value and len(value) > 1:
+        raise ValueError('"undeclared" matches tools that declare no effects: it cannot be combined with others')
+
+
 @attrs.frozen(kw_only=True)
 class Rule:
     """One ``[[plugins.permissions.rules]]`` entry."""
@@ -206,7 +213,7 @@ class Rule:
     action: Action
     args: dict[str, str] | None = attrs.field(default=None, validator=_check_args)
     agent: str | None = attrs.field(default=None, validator=_check_glob)
-    effects: tuple[EffectName, ...] | None = None
+    effects: tuple[EffectName, ...] | None = attrs.field(default=None, validator=_check_effects)
     reason: str | None = None
 
 
@@ -232,7 +239,10 @@ class _CompiledRule:
             assert runtime is not None  # Permissions refuses such rules without one
             definition = runtime.get(execution.name, execution.agent)
             declared = definition.effects if definition is not None else None
-            if declared is None or not all(getattr(declared, name) for name in rule.effects):
+            if rule.effects == ("undeclared",):
+                if declared is not None:
+                    return False
+            elif declared is None or not all(getattr(declared, name) for name in rule.effects):
                 return False
         if rule.agent is not None:
             agent = execution.agent

@@ -303,3 +303,24 @@ def test_effects_rules_need_the_runtime() -> None:
     )
     with pytest.raises(ValueError, match="need the runtime"):
         permissions.Permissions(settings)
+
+
+async def test_undeclared_matches_exactly_the_tools_that_declare_nothing() -> None:
+    runtime = effects_runtime(
+        {
+            "rules": [
+                {"tool": "*", "effects": ["undeclared"], "action": "deny", "reason": "declare your effects"},
+                {"tool": "*", "effects": ["destructive"], "action": "deny"},
+            ]
+        }
+    )
+    assert denial(await runtime.execute(make_input("mystery"))) == "declare your effects"
+    assert denial(await runtime.execute(make_input("rm"))) == 'denied by permissions rule #2 (tool "*")'
+    assert not (await runtime.execute(make_input("cat"))).is_error
+
+
+def test_undeclared_cannot_be_combined_with_an_effect() -> None:
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        permissions.dsh_setup(
+            make_runtime(), {"rules": [{"tool": "*", "effects": ["undeclared", "destructive"], "action": "deny"}]}
+        )
