@@ -652,3 +652,67 @@ def test_a_code_run_error_kind_must_be_one_of_the_documented_kinds() -> None:
         "CodeRunError.kind must be one of 'abort', 'exception', 'invalid-output', 'output-limit', 'protocol', "
         "'timeout', 'worker-exit', got 'crash'"
     )
+
+
+# --- resource limits ----------------------------------------------------------------------
+
+
+LIMITED = SubprocessPythonRuntime(
+    wall_budget_s=10.0, max_memory_bytes=512 * 1024 * 1024, max_file_bytes=1000, allow_subprocesses=False
+)
+
+
+async def test_a_memory_limit_turns_a_huge_allocation_into_a_memory_error() -> None:
+    result = await LIMITED.run("x = bytearray(4_000_000_000)\nreturn 1", {})
+    assert_error(result, "exception", "MemoryError")
+
+
+@pytest.mark.parametrize(
+    ("program", "event"),
+    [
+        ("import subprocess\nsubprocess.run(['true'])", "subprocess.Popen"),
+        ("import os\nos.system('true')", "os.system"),
+        ("import os\nos.fork()", "os.fork"),
+        ("import os\nos.execv('/bin/true', ['true'])", "os.exec"),
+        ("import ctypes\nctypes.CDLL(None)", "ctypes.dlopen"),
+    ],
+)
+async def test_starting_another_program_is_refused_when_subprocesses_are_not_allowed(program: str, event: str) -> None:
+    result = await LIMITED.run(program + "\nreturn 1", {})
+    assert_error(result, "exception", "PermissionError", f"may not start other programs ({event})")
+
+
+async def test_a_file_size_limit_fails_the_write(tmp_path: Any) -> None:
+    target = tmp_path / "big.txt"
+    program = f"with open({str(target)!r}, 'w') as f:\n    f.write('x' * 5000)\nreturn 1"
+    result = await LIMITED.run(program, {})
+    assert_error(result, "exception", "File too large")
+
+
+async def test_limits_leave_ordinary_programs_alone() -> None:
+    result = await LIMITED.run("print('hi')\nreturn sum(range(10))", {})
+    assert result.error is None and result.value == 45 and result.logs == ("hi",)
+
+
+async def test_limits_are_lowered_soft_and_hard() -> None:
+    program = (
+        "import resource\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)\n"
+        "return [soft, hard]"
+    )
+    result = await LIMITED.run(program, {})
+    assert result.error is None and result.value == (1000, 1000)  # hard == soft: lowered for good
+
+
+@pytest.mark.slow
+async def test_a_cpu_limit_kills_a_spinning_program_and_says_why() -> None:
+    runtime = SubprocessPythonRuntime(wall_budget_s=20.0, max_cpu_s=1)
+    result = await runtime.run("while True:\n    pass", {})
+    assert_error(result, "worker-exit", "used up its CPU budget, max_cpu_s=1")
+
+
+@pytest.mark.parametrize("field", ["max_memory_bytes", "max_cpu_s", "max_file_bytes"])
+@pytest.mark.parametrize("value", [0, -1, 1.5, True])
+def test_limits_must_be_positive_ints(field: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=f"{field} must be a positive int or None"):
+        SubprocessPythonRuntime(**{field: value})

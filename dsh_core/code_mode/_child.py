@@ -536,6 +536,52 @@ def _failure(kind: str, message: str) -> dict[str, Any]:
     return {"type": "done", "error": {"kind": kind, "message": message}}
 
 
+# Audit events that start another program: refused when the host forbids subprocesses.
+_SPAWN_EVENTS: Final = frozenset(
+    (
+        "os.exec",
+        "os.fork",
+        "os.forkpty",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.system",
+        "os.startfile",
+        "subprocess.Popen",
+        "pty.spawn",
+        "ctypes.dlopen",  # a C library could fork behind the hooks' back
+    )
+)
+
+
+def apply_limits(limits: dict[str, Any]) -> None:
+    """Lower this process's resource limits (soft and hard) and forbid spawning, as the run frame asks.
+
+    Called before the program is compiled. Raises ``OSError``/``ValueError``
+    when a limit cannot be set: the run must not go on without it.
+    """
+    if not limits:
+        return
+    rlimits = {"memory_bytes": "RLIMIT_AS", "cpu_s": "RLIMIT_CPU", "file_bytes": "RLIMIT_FSIZE"}
+    wanted = {key: value for key, value in limits.items() if key in rlimits and value is not None}
+    if wanted:
+        import resource
+
+        for key, value in wanted.items():
+            which = getattr(resource, rlimits[key])
+            _, hard = resource.getrlimit(which)
+            ceiling = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            # CPU: SIGXCPU at the soft limit names the cause; the hard one a second later is SIGKILL.
+            top = ceiling + 1 if key == "cpu_s" and (hard == resource.RLIM_INFINITY or ceiling < hard) else ceiling
+            resource.setrlimit(which, (ceiling, top))
+    if limits.get("subprocesses") is False:
+
+        def refuse(event: str, args: tuple[Any, ...]) -> None:
+            if event in _SPAWN_EVENTS:
+                raise PermissionError(f"this run_code program may not start other programs ({event})")
+
+        sys.addaudithook(refuse)
+
+
 def main() -> NoReturn:
     protocol_out = os.dup(1)
     protocol_in = os.dup(0)
@@ -551,6 +597,11 @@ def main() -> NoReturn:
     except Exception as exc:
         os.write(2, f"dsh code runtime child: unusable run frame: {exc!r}\n".encode())
         os._exit(2)
+    try:
+        apply_limits(frame.get("limits") or {})
+    except Exception as exc:
+        channel.send(_failure("exception", f"the requested resource limits could not be applied: {exc}"))
+        os._exit(0)
     writers = [_LogWriter(channel), _LogWriter(channel)]
     sys.stdout, sys.stderr = writers
     sys.stdin = io.StringIO()

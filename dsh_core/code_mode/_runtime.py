@@ -23,7 +23,8 @@ neither ``print`` nor a stray write to descriptor 1 can corrupt a frame.
 Host to child:
 
 - ``{"type": "run", "program", "names": [...], "global", "error_class",
-  "max_output_bytes", "max_frame_bytes"}``: first and only once; ``names`` are
+  "max_output_bytes", "max_frame_bytes", "limits"}``: first and only once
+  (``limits``: ``{memory_bytes, cpu_s, file_bytes, subprocesses}``); ``names`` are
   the binding names reachable as ``<global>.name`` / ``<global>["name"]``.
 - ``{"type": "reply", "id", "ok": true, "value"}`` or
   ``{"type": "reply", "id", "ok": false, "message"}``: one per ``call``, in the
@@ -208,6 +209,11 @@ def _output_cap(instance: object, attribute: attrs.Attribute[int], value: int) -
         raise ValueError(f"{attribute.name} must be an int of at least 4, not {value!r}")
 
 
+def _optional_positive_int(instance: object, attribute: attrs.Attribute[int | None], value: object) -> None:
+    if value is not None and (type(value) is not int or value < 1):
+        raise ValueError(f"{attribute.name} must be a positive int or None, not {value!r}")
+
+
 def _interpreter(python: str | None) -> str:
     return sys.executable if python is None else str(python)
 
@@ -237,6 +243,18 @@ class SubprocessPythonRuntime:
     Cancelling the surrounding trio scope kills the child and reaps it before
     ``Cancelled`` propagates. Binding calls still in flight when a run ends are
     cancelled.
+
+    Resource limits, applied in the child before the program is compiled (soft
+    and hard, so the program cannot raise them back unless it runs as root):
+    ``max_memory_bytes`` (address space: an allocation beyond it raises
+    ``MemoryError`` in the program), ``max_cpu_s`` (CPU seconds: the child is
+    killed, ``worker-exit``), ``max_file_bytes`` (a file write beyond it fails
+    with ``OSError``), and ``allow_subprocesses=False`` (an audit hook refuses
+    ``subprocess``, ``os.system``, ``os.fork``, ``os.exec*``, ``posix_spawn``
+    and loading C libraries through ``ctypes`` with ``PermissionError``). They
+    bound runaway programs; like the process itself they are not a security
+    sandbox. A limit the platform cannot apply fails the run (``exception``)
+    instead of running without it.
     """
 
     language: ClassVar[str] = "python"
@@ -246,6 +264,10 @@ class SubprocessPythonRuntime:
     max_output_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_output_cap)
     python: str = attrs.field(default=None, converter=_interpreter)
     env: Mapping[str, str] = attrs.field(default=None, converter=_default_env, repr=False)
+    max_memory_bytes: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    max_cpu_s: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    max_file_bytes: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    allow_subprocesses: bool = attrs.field(default=True, validator=instance_of(bool))
 
     @property
     def max_frame_bytes(self) -> int:
@@ -281,6 +303,12 @@ class SubprocessPythonRuntime:
             "error_class": error_class_name,
             "max_output_bytes": self.max_output_bytes,
             "max_frame_bytes": self.max_frame_bytes,
+            "limits": {
+                "memory_bytes": self.max_memory_bytes,
+                "cpu_s": self.max_cpu_s,
+                "file_bytes": self.max_file_bytes,
+                "subprocesses": self.allow_subprocesses,
+            },
         }
         session = _Session(self, dict(bindings))
         async with trio.open_nursery() as nursery:
@@ -465,6 +493,7 @@ class _Session:
         self._bindings = bindings
         self._max_output = runtime.max_output_bytes
         self._max_frame = runtime.max_frame_bytes
+        self._max_cpu_s = runtime.max_cpu_s
         self._logs: list[str] = []
         self._used = 0
         self._in_flight: set[int] = set()
@@ -628,6 +657,8 @@ class _Session:
             await self._stderr_closed.wait()
         status = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         message = f"the Python process {status} before the program finished"
+        if code == -getattr(signal, "SIGXCPU", -1) and self._max_cpu_s is not None:
+            message += f" (it used up its CPU budget, max_cpu_s={self._max_cpu_s})"
         tail = self._stderr.decode("utf-8", "replace").strip()
         if tail:
             message += f"; its stderr ends with:\n{tail[-2000:]}"
