@@ -8,7 +8,7 @@ for the plugin contract.
 
 from ._arguments_text import ArgumentsJsonError, ArgumentsText
 from ._capabilities import Capabilities, CapabilityError
-from ._config import DshConfig, load_config, structure_table
+from ._config import CodeRuntimeSettings, DshConfig, load_config, structure_table
 from ._content import ContentBlock, ImageBlock, TextBlock, UserMessage
 from ._decisions import (
     APPROVAL_ANSWERS,
@@ -104,6 +104,7 @@ __all__ = [
     "Capabilities",
     "CapabilityError",
     "CodeRunFailedError",
+    "CodeRuntimeSettings",
     "ConfigError",
     "ContentBlock",
     "DecisionTrace",

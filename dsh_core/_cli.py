@@ -195,13 +195,20 @@ def _build_host(
         if config.mode != "native" and not simulated:
             from .code_mode import SubprocessPythonRuntime
 
-            code_runtime = SubprocessPythonRuntime()
+            try:
+                code_runtime = SubprocessPythonRuntime(**config.code_runtime.options())
+            except (TypeError, ValueError) as exc:
+                raise _UsageProblem(f"invalid configuration: [code_runtime]: {exc}") from exc
         mode = "native" if simulated else config.mode
         runtime = runtime_class(approval=approval, mode=mode, code_runtime=code_runtime)
+    except _UsageProblem:
+        raise
     except Exception as exc:  # e.g. Code Mode requested but unavailable
         raise _UsageProblem(f'cannot create a runtime with mode "{config.mode}": {exc}') from exc
-    if approval is not None and hasattr(approval, "runtime"):
-        approval.runtime = runtime  # lets the prompt show the tools' own call titles
+    # Lets the terminal prompt show the tools' own cards (also behind a GrantingApproval).
+    prompt = getattr(approval, "inner", approval)
+    if prompt is not None and hasattr(prompt, "runtime"):
+        prompt.runtime = runtime
     points = [] if options.no_plugins else discover_entry_points(options.group)
     points += [_extra_entry_point(spec, options.group) for spec in options.extra_plugins]
     report = load_plugins(runtime, options.group, config, entry_points=points)

@@ -331,6 +331,29 @@ def _plain_tables(value: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mappin
 
 
 @attrs.frozen(kw_only=True)
+class CodeRuntimeSettings:
+    """The ``[code_runtime]`` table: options of the Code Mode subprocess runtime (unset: its defaults).
+
+    The keys are :class:`~dsh_core.code_mode.SubprocessPythonRuntime`'s:
+    ``wall_budget_s``, ``max_output_bytes``, ``max_memory_bytes``,
+    ``max_cpu_s``, ``max_file_bytes``, ``allow_subprocesses``.
+    """
+
+    wall_budget_s: float | None = None
+    max_output_bytes: int | None = None
+    max_memory_bytes: int | None = None
+    max_cpu_s: int | None = None
+    max_file_bytes: int | None = None
+    allow_subprocesses: bool | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The settings given, as keyword arguments for ``SubprocessPythonRuntime``."""
+        return {
+            field.name: value for field in attrs.fields(type(self)) if (value := getattr(self, field.name)) is not None
+        }
+
+
+@attrs.frozen(kw_only=True)
 class DshConfig:
     """The host's settings (``dsh.toml`` or ``[tool.dsh]``); every field has a default.
 
@@ -345,6 +368,7 @@ class DshConfig:
     strict_capabilities: bool = attrs.field(default=False, validator=instance_of(bool))
     plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_plain_tables, hash=False)
     session_log: str | None = attrs.field(default=None, validator=instance_of(str, optional=True))
+    code_runtime: CodeRuntimeSettings = attrs.field(factory=CodeRuntimeSettings)
 
     def plugin_config(self, name: str) -> dict[str, Any]:
         """A fresh, deep plain-``dict`` copy of ``[plugins.<name>]`` (``{}`` when absent)."""
@@ -369,6 +393,7 @@ class _ConfigFile:
     strict_capabilities: bool = False
     plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     session_log: str | None = None
+    code_runtime: CodeRuntimeSettings = attrs.field(factory=CodeRuntimeSettings)
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.PathLike[str] | None = None) -> DshConfig:
@@ -429,6 +454,7 @@ def _parse(file: Path, table: object, *, where: str) -> DshConfig:
             strict_capabilities=raw.strict_capabilities,
             plugins=raw.plugins,
             session_log=session_log,
+            code_runtime=raw.code_runtime,
         )
     except (TypeError, ValueError) as exc:  # what the file's types allow but the settings do not
         raise ConfigError([f"{file}: {exc}"]) from exc

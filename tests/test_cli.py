@@ -723,3 +723,19 @@ def test_grants_revoke_of_an_unknown_grant_and_a_damaged_file(tools: list[str], 
         damaged = invoke(args)
         assert damaged.exit_code == 2
         assert "the grants file is damaged" in damaged.stderr
+
+
+def test_code_runtime_settings_reach_the_code_mode_runtime(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "code.toml").write_text('mode = "code"\n[code_runtime]\nallow_subprocesses = false\n')
+    program = "import os\nos.system('true')\nreturn 1"
+    arguments = json.dumps({"code": program, "description": "d"})
+    result = invoke(["--config", str(tmp_path / "code.toml"), *tools, "call", "run_code", arguments])
+    assert result.exit_code == 1
+    assert "may not start other programs (os.system)" in result.stdout
+
+
+def test_an_invalid_code_runtime_setting_is_a_usage_error(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "code.toml").write_text('mode = "code"\n[code_runtime]\nmax_cpu_s = 0\n')
+    result = invoke(["--config", str(tmp_path / "code.toml"), *tools, "list"])
+    assert result.exit_code == 2
+    assert "[code_runtime]: max_cpu_s must be a positive int or None" in result.stderr

@@ -309,7 +309,8 @@ def test_bad_settings_are_all_reported_with_the_file(tmp_path: Path) -> None:
         prefix + 'disabled_plugins: expected an array, got "timeout"',
         prefix + 'strict_capabilities: expected a boolean (true or false), got "yes"',
         prefix + "plugins: expected a table, got 3",
-        prefix + 'unknown key "colour" (allowed: mode, disabled_plugins, strict_capabilities, plugins, session_log)',
+        prefix
+        + 'unknown key "colour" (allowed: mode, disabled_plugins, strict_capabilities, plugins, session_log, code_runtime)',
     }
 
 
@@ -338,3 +339,20 @@ def test_config_error_carries_its_code(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.toml")
     assert info.value.code == "CONFIG_ERROR"
     assert str(info.value).startswith("invalid configuration: ")
+
+
+def test_code_runtime_settings_are_read_and_checked(tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text(
+        "[code_runtime]\nwall_budget_s = 10\nmax_memory_bytes = 536870912\nallow_subprocesses = false\n"
+    )
+    config = load_config(cwd=tmp_path)
+    assert config.code_runtime.options() == {
+        "wall_budget_s": 10,
+        "max_memory_bytes": 536870912,
+        "allow_subprocesses": False,
+    }
+    (tmp_path / "dsh.toml").write_text("[code_runtime]\nmax_memory = 5\n")
+    with pytest.raises(ConfigError, match=r'code_runtime: unknown key "max_memory"|code_runtime.*max_memory'):
+        load_config(cwd=tmp_path)
+    (tmp_path / "empty").mkdir()
+    assert load_config(cwd=tmp_path / "empty").code_runtime.options() == {}
