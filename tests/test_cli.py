@@ -739,3 +739,33 @@ def test_an_invalid_code_runtime_setting_is_a_usage_error(tools: list[str], tmp_
     result = invoke(["--config", str(tmp_path / "code.toml"), *tools, "list"])
     assert result.exit_code == 2
     assert "[code_runtime]: max_cpu_s must be a positive int or None" in result.stderr
+
+
+CARD_PLUGIN = """
+from dsh_core import Ask, define_tool, hookimpl
+from dsh_core.presentation import TerminalCallView
+
+async def _run(args):
+    return "ran"
+
+class AskAll:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        return Ask("check it")
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(
+        name="sh", description="d", parameters={"command": {"type": "string", "required": True}},
+        output={"type": "string"}, execute=_run,
+        present_call=lambda args: TerminalCallView(title=args["command"])))
+    runtime.plugins.register(AskAll(), name="ask-all")
+"""
+
+
+def test_the_prompt_shows_the_tools_card_also_behind_grants(dists: Dists, tmp_path: Path) -> None:
+    module = dists.module("cardtools", CARD_PLUGIN)
+    book = tmp_path / "grants.jsonl"
+    args = ["--no-plugins", "--plugin", f"cards={module}", "--interactive", "--grants", str(book)]
+    result = invoke([*args, "call", "sh", '{"command": "make test"}'], input="n\n")
+    assert "Allow sh make test? [y/N/a]" in result.stderr  # the card's title, not {"command": ...}
