@@ -92,8 +92,10 @@ def approval_card(execution: ToolExecution, runtime: ToolRuntime | None = None, 
 
     From the tool's pending card: the unified diff of a file change, the whole
     command line of a shell call whose title the question had to shorten, the
-    content of a generic card; for a tool without a card, the arguments as
-    pretty JSON when compact JSON did not fit the question. At most
+    content of a generic card (or, without content, its raw input or the
+    call's arguments: the question line shows only the card's title); for a
+    tool without a card, the arguments as pretty JSON when compact JSON did
+    not fit the question. At most
     ``max_lines`` lines (the rest is counted, never silently dropped), every
     line with its control characters escaped, so what is shown is what runs.
     """
@@ -117,6 +119,10 @@ def _card(execution: ToolExecution, view: CallView | None, max_lines: int) -> st
             lines.append(f"(in {view.cwd})")
     elif isinstance(view, GenericCallView):
         text = "\n".join(block.text for block in view.content or () if isinstance(block, TextBlock))
+        if not text and execution.arguments:
+            # The question line shows the card's title instead of the arguments: show them here.
+            shown = view.raw_input if view.raw_input is not None else execution.arguments
+            text = shown if isinstance(shown, str) else json_text(shown, indent=2)
         lines = text.splitlines()
     else:
         compact = json_text(execution.arguments)

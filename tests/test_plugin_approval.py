@@ -14,6 +14,7 @@ from dsh_core import (
     Agent,
     Ask,
     CancelSignal,
+    TextBlock,
     ToolEffects,
     ToolExecution,
     ToolExecutionFailure,
@@ -115,7 +116,8 @@ async def test_generic_card_title_is_used_too() -> None:
     answers = Answers("y")
     runtime = runtime_with(TerminalApproval(prompt=answers), tool)
     await runtime.execute(make_input("fetch", {"url": "https://example.com"}, agent=MAIN))
-    assert answers.questions == ["Allow fetch GET https://example.com? [y/N/a] "]
+    # The title stands in for the arguments on the question line, so the card above shows them.
+    assert answers.questions == ['{\n  "url": "https://example.com"\n}\nAllow fetch GET https://example.com? [y/N/a] ']
 
 
 async def test_reason_is_shown_above_the_question() -> None:
@@ -506,3 +508,21 @@ async def test_declared_effects_are_shown_first() -> None:
     assert answers.questions == [
         'dangerous\neffects: destructive, open world\nAllow drop_table {"table": "users"}? [y/N/a] '
     ]
+
+
+async def test_a_generic_card_with_content_shows_the_content_not_the_arguments() -> None:
+    async def body(args: Any) -> str:
+        return "x"
+
+    tool = define_tool(
+        name="fetch",
+        description="d",
+        parameters={"url": {"type": "string"}},
+        output={"type": "string"},
+        execute=body,
+        present_call=lambda args: GenericCallView(title="Fetch", content=[TextBlock(f"will fetch {args['url']}")]),
+    )
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers), tool)
+    await runtime.execute(make_input("fetch", {"url": "https://a.example"}, agent=MAIN))
+    assert answers.questions == ["will fetch https://a.example\nAllow fetch Fetch? [y/N/a] "]
