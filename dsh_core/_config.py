@@ -336,7 +336,8 @@ class CodeRuntimeSettings:
 
     The keys are :class:`~dsh_core.code_mode.SubprocessPythonRuntime`'s:
     ``wall_budget_s``, ``max_output_bytes``, ``max_memory_bytes``,
-    ``max_cpu_s``, ``max_file_bytes``, ``allow_subprocesses``.
+    ``max_cpu_s``, ``max_file_bytes``, ``allow_subprocesses``, ``allow_network``,
+    ``allow_file_writes``.
     """
 
     wall_budget_s: float | None = None
@@ -345,6 +346,8 @@ class CodeRuntimeSettings:
     max_cpu_s: int | None = None
     max_file_bytes: int | None = None
     allow_subprocesses: bool | None = None
+    allow_network: bool | None = None
+    allow_file_writes: bool | None = None
 
     def options(self) -> dict[str, Any]:
         """The settings given, as keyword arguments for ``SubprocessPythonRuntime``."""

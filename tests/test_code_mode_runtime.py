@@ -716,3 +716,37 @@ async def test_a_cpu_limit_kills_a_spinning_program_and_says_why() -> None:
 def test_limits_must_be_positive_ints(field: str, value: Any) -> None:
     with pytest.raises(ValueError, match=f"{field} must be a positive int or None"):
         SubprocessPythonRuntime(**{field: value})
+
+
+SEALED = SubprocessPythonRuntime(wall_budget_s=10.0, allow_network=False, allow_file_writes=False)
+
+
+@pytest.mark.parametrize(
+    ("program", "fragment"),
+    [
+        ("import socket\nsocket.getaddrinfo('example.com', 80)", "use the network, only its tools may (socket.getaddrinfo)"),
+        (
+            "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 9))",
+            "use the network, only its tools may (socket.connect)",
+        ),
+        ("open('/tmp/dsh-sealed.txt', 'w')", "change files, only its tools may (open '/tmp/dsh-sealed.txt')"),
+        ("import os\nos.open('/tmp/dsh-sealed.txt', os.O_WRONLY | os.O_CREAT)", "change files, only its tools may"),
+        ("import os\nos.remove('/tmp/dsh-no-such-file')", "change files, only its tools may (os.remove)"),
+        ("import os\nos.mkdir('/tmp/dsh-sealed-dir')", "change files, only its tools may (os.mkdir)"),
+    ],
+)
+async def test_a_sealed_program_reaches_the_world_only_through_its_tools(program: str, fragment: str) -> None:
+    result = await SEALED.run(program + "\nreturn 1", {})
+    assert_error(result, "exception", "PermissionError", fragment)
+
+
+async def test_a_sealed_program_still_reads_imports_and_calls_its_tools() -> None:
+    program = (
+        "import json, asyncio\n"
+        "text = open(__import__('os').devnull).read()\n"
+        "values = await asyncio.gather(tools.echo({'n': 1}), tools.echo({'n': 2}))\n"
+        "return [json.dumps(v) for v in values] + [text]"
+    )
+    result = await SEALED.run(program, {"echo": echo})
+    assert result.error is None, result.error
+    assert result.value == ('{"n": 1}', '{"n": 2}', "")

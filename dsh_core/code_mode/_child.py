@@ -553,6 +553,36 @@ _SPAWN_EVENTS: Final = frozenset(
 )
 
 
+_NETWORK_EVENTS: Final = frozenset(
+    (
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+    )
+)
+_FILE_CHANGE_EVENTS: Final = frozenset(
+    (
+        "os.remove",
+        "os.rename",
+        "os.rmdir",
+        "os.mkdir",
+        "os.chmod",
+        "os.chown",
+        "os.truncate",
+        "os.link",
+        "os.symlink",
+        "os.utime",
+        "shutil.rmtree",
+        "shutil.copyfile",
+        "shutil.move",
+    )
+)
+
+
 def apply_limits(limits: dict[str, Any]) -> None:
     """Lower this process's resource limits (soft and hard) and forbid spawning, as the run frame asks.
 
@@ -573,13 +603,27 @@ def apply_limits(limits: dict[str, Any]) -> None:
             # CPU: SIGXCPU at the soft limit names the cause; the hard one a second later is SIGKILL.
             top = ceiling + 1 if key == "cpu_s" and (hard == resource.RLIM_INFINITY or ceiling < hard) else ceiling
             resource.setrlimit(which, (ceiling, top))
+    refused: list[tuple[frozenset[str], str]] = []
     if limits.get("subprocesses") is False:
+        refused.append((_SPAWN_EVENTS, "start other programs"))
+    if limits.get("network") is False:
+        refused.append((_NETWORK_EVENTS, "use the network, only its tools may"))
+    writes = limits.get("file_writes") is False
+    if writes:
+        refused.append((_FILE_CHANGE_EVENTS, "change files, only its tools may"))
+        sys.dont_write_bytecode = True  # imports must not try to write .pyc files
+    if not refused:
+        return
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
-        def refuse(event: str, args: tuple[Any, ...]) -> None:
-            if event in _SPAWN_EVENTS:
-                raise PermissionError(f"this run_code program may not start other programs ({event})")
+    def refuse(event: str, args: tuple[Any, ...]) -> None:
+        for events, what in refused:
+            if event in events:
+                raise PermissionError(f"this run_code program may not {what} ({event})")
+        if writes and event == "open" and len(args) == 3 and isinstance(args[2], int) and args[2] & write_flags:
+            raise PermissionError(f"this run_code program may not change files, only its tools may (open {args[0]!r})")
 
-        sys.addaudithook(refuse)
+    sys.addaudithook(refuse)
 
 
 def main() -> NoReturn:

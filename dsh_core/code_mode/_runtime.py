@@ -24,7 +24,8 @@ Host to child:
 
 - ``{"type": "run", "program", "names": [...], "global", "error_class",
   "max_output_bytes", "max_frame_bytes", "limits"}``: first and only once
-  (``limits``: ``{memory_bytes, cpu_s, file_bytes, subprocesses}``); ``names`` are
+  (``limits``: ``{memory_bytes, cpu_s, file_bytes, subprocesses, network,
+  file_writes}``); ``names`` are
   the binding names reachable as ``<global>.name`` / ``<global>["name"]``.
 - ``{"type": "reply", "id", "ok": true, "value"}`` or
   ``{"type": "reply", "id", "ok": false, "message"}``: one per ``call``, in the
@@ -251,9 +252,13 @@ class SubprocessPythonRuntime:
     killed, ``worker-exit``), ``max_file_bytes`` (a file write beyond it fails
     with ``OSError``), and ``allow_subprocesses=False`` (an audit hook refuses
     ``subprocess``, ``os.system``, ``os.fork``, ``os.exec*``, ``posix_spawn``
-    and loading C libraries through ``ctypes`` with ``PermissionError``). They
-    bound runaway programs; like the process itself they are not a security
-    sandbox. A limit the platform cannot apply fails the run (``exception``)
+    and loading C libraries through ``ctypes`` with ``PermissionError``).
+    ``allow_network=False`` and ``allow_file_writes=False`` refuse sockets'
+    connect/bind/send and name lookups, and opening files for writing or
+    creating, removing, renaming or changing them: the program then reaches
+    the world only through its tools, so every effect passes the pipeline's
+    policies. They bound runaway and careless programs; like the process
+    itself they are not a security sandbox. A limit the platform cannot apply fails the run (``exception``)
     instead of running without it.
     """
 
@@ -268,6 +273,8 @@ class SubprocessPythonRuntime:
     max_cpu_s: int | None = attrs.field(default=None, validator=_optional_positive_int)
     max_file_bytes: int | None = attrs.field(default=None, validator=_optional_positive_int)
     allow_subprocesses: bool = attrs.field(default=True, validator=instance_of(bool))
+    allow_network: bool = attrs.field(default=True, validator=instance_of(bool))
+    allow_file_writes: bool = attrs.field(default=True, validator=instance_of(bool))
 
     @property
     def max_frame_bytes(self) -> int:
@@ -308,6 +315,8 @@ class SubprocessPythonRuntime:
                 "cpu_s": self.max_cpu_s,
                 "file_bytes": self.max_file_bytes,
                 "subprocesses": self.allow_subprocesses,
+                "network": self.allow_network,
+                "file_writes": self.allow_file_writes,
             },
         }
         session = _Session(self, dict(bindings))
