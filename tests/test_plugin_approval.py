@@ -56,6 +56,22 @@ def shell_tool() -> Any:
     )
 
 
+def string_tool(name: str, parameter: str, **options: Any) -> Any:
+    """A tool taking one required string ``parameter`` and returning a string."""
+
+    async def run(args: Any) -> str:
+        return "ran"
+
+    return define_tool(
+        name=name,
+        description="d",
+        parameters={parameter: {"type": "string", "required": True}},
+        output={"type": "string"},
+        execute=run,
+        **options,
+    )
+
+
 class Answers:
     """A scripted ``prompt``: records each question and gives the next answer (or raises it)."""
 
@@ -452,17 +468,7 @@ async def test_long_arguments_of_a_tool_without_a_card_are_shown_whole() -> None
 
 
 async def test_a_shell_call_with_a_working_directory_shows_it() -> None:
-    async def run(args: Any) -> str:
-        return "ran"
-
-    tool = define_tool(
-        name="sh",
-        description="d",
-        parameters={"command": {"type": "string", "required": True}},
-        output={"type": "string"},
-        execute=run,
-        present_call=lambda args: TerminalCallView(title=args["command"], cwd="/srv/app"),
-    )
+    tool = string_tool("sh", "command", present_call=lambda args: TerminalCallView(title=args["command"], cwd="/srv/app"))
     answers = Answers("n")
     runtime = runtime_with(TerminalApproval(prompt=answers), tool)
     await runtime.execute(make_input("sh", {"command": "make"}, agent=MAIN))
@@ -491,17 +497,7 @@ async def test_an_answer_outside_the_published_ones_fails_the_call_naming_them()
 
 
 async def test_declared_effects_are_shown_first() -> None:
-    async def run(args: Any) -> str:
-        return "gone"
-
-    tool = define_tool(
-        name="drop_table",
-        description="d",
-        parameters={"table": {"type": "string", "required": True}},
-        output={"type": "string"},
-        execute=run,
-        effects=ToolEffects(destructive=True, open_world=True),
-    )
+    tool = string_tool("drop_table", "table", effects=ToolEffects(destructive=True, open_world=True))
     answers = Answers("n")
     runtime = runtime_with(TerminalApproval(prompt=answers), tool, reason="dangerous")
     await runtime.execute(make_input("drop_table", {"table": "users"}, agent=MAIN))
@@ -511,17 +507,8 @@ async def test_declared_effects_are_shown_first() -> None:
 
 
 async def test_a_generic_card_with_content_shows_the_content_not_the_arguments() -> None:
-    async def body(args: Any) -> str:
-        return "x"
-
-    tool = define_tool(
-        name="fetch",
-        description="d",
-        parameters={"url": {"type": "string"}},
-        output={"type": "string"},
-        execute=body,
-        present_call=lambda args: GenericCallView(title="Fetch", content=[TextBlock(f"will fetch {args['url']}")]),
-    )
+    card = GenericCallView(title="Fetch", content=[TextBlock("will fetch https://a.example")])
+    tool = string_tool("fetch", "url", present_call=lambda args: card)
     answers = Answers("n")
     runtime = runtime_with(TerminalApproval(prompt=answers), tool)
     await runtime.execute(make_input("fetch", {"url": "https://a.example"}, agent=MAIN))
