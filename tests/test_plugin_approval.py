@@ -513,3 +513,17 @@ async def test_a_generic_card_with_content_shows_the_content_not_the_arguments()
     runtime = runtime_with(TerminalApproval(prompt=answers), tool)
     await runtime.execute(make_input("fetch", {"url": "https://a.example"}, agent=MAIN))
     assert answers.questions == ["will fetch https://a.example\nAllow fetch Fetch? [y/N/a] "]
+
+
+async def test_a_run_code_question_shows_the_program_itself() -> None:
+    from dsh_core.testing import FakeCodeRuntime
+
+    answers = Answers("n")
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(), approval=TerminalApproval(prompt=answers))
+    runtime.plugins.register(AskEverything())
+    runtime.approval.runtime = runtime  # type: ignore[union-attr]
+    runtime.register(json_tool("add"))
+    program = "total = await tools.add({'a': 1})\nprint(total)\nreturn total"
+    await runtime.execute(make_input("run_code", {"code": program, "description": "Add one"}, agent=MAIN))
+    (question,) = answers.questions
+    assert question == program + "\nAllow run_code Add one? [y/N/a] "
