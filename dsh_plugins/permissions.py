@@ -294,6 +294,32 @@ class Permissions:
             return default, f'approval required by the permissions default: no rule matched tool "{execution.name}"'
         return default, None
 
+    def diagnostics(self) -> list[str]:
+        """Warnings for ``dsh-tools check``: effects rules that tools declaring nothing slip past.
+
+        A rule on declared effects never matches a tool that declares none; unless
+        an ``effects = ["undeclared"]`` rule covers such tools, each rule is named
+        with the tools it cannot see.
+        """
+        if self.runtime is None:
+            return []
+        rules = [compiled for compiled in self._rules if compiled.rule.effects]
+        if not rules or any(compiled.rule.effects == ("undeclared",) for compiled in rules):
+            return []
+        undeclared = sorted(
+            definition.name for _, definition in self.runtime.registrations() if definition.effects is None
+        )
+        out = []
+        for compiled in rules:
+            blind = [name for name in undeclared if fnmatch.fnmatchcase(name, compiled.rule.tool)]
+            if blind:
+                shown = ", ".join(blind[:5]) + (f" and {len(blind) - 5} more" if len(blind) > 5 else "")
+                out.append(
+                    f"{compiled.label()} matches on declared effects, but {shown} declare none, so it never "
+                    'applies to them; add a rule with effects = ["undeclared"] to decide those'
+                )
+        return out
+
     @hookimpl
     async def dsh_pre_execute(
         self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]

@@ -769,3 +769,14 @@ def test_the_prompt_shows_the_tools_card_also_behind_grants(dists: Dists, tmp_pa
     args = ["--no-plugins", "--plugin", f"cards={module}", "--interactive", "--grants", str(book)]
     result = invoke([*args, "call", "sh", '{"command": "make test"}'], input="n\n")
     assert "Allow sh make test? [y/N/a]" in result.stderr  # the card's title, not {"command": ...}
+
+
+def test_check_warns_about_tools_an_effects_rule_cannot_see(tools: list[str], tmp_path: Path) -> None:
+    config = tmp_path / "dsh.toml"
+    config.write_text(
+        '[plugins.permissions]\nrules = [{ tool = "*", effects = ["destructive"], action = "ask" }]\n'
+    )
+    args = ["--config", str(config), *tools, "--plugin", "permissions=dsh_plugins.permissions", "check"]
+    result = invoke(args)
+    assert "matches on declared effects, but boom, echo, guarded, picture, slow declare none" in result.stdout
+    assert invoke([*args, "--strict"]).exit_code == 1

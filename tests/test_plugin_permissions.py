@@ -324,3 +324,21 @@ def test_undeclared_cannot_be_combined_with_an_effect() -> None:
         permissions.dsh_setup(
             make_runtime(), {"rules": [{"tool": "*", "effects": ["undeclared", "destructive"], "action": "deny"}]}
         )
+
+
+def test_diagnostics_name_the_tools_an_effects_rule_cannot_see() -> None:
+    runtime = effects_runtime({"rules": [{"tool": "*", "effects": ["destructive"], "action": "ask"}]})
+    policy = runtime.plugins.get_plugin("permissions-policy")
+    [warning] = policy.diagnostics()
+    assert warning.startswith('permissions rule #1 (tool "*") matches on declared effects, but mystery declare none')
+    covered = effects_runtime(
+        {
+            "rules": [
+                {"tool": "*", "effects": ["undeclared"], "action": "ask"},
+                {"tool": "*", "effects": ["destructive"], "action": "ask"},
+            ]
+        }
+    )
+    assert covered.plugins.get_plugin("permissions-policy").diagnostics() == []
+    plain = effects_runtime({"rules": [{"tool": "rm", "action": "deny"}]})
+    assert plain.plugins.get_plugin("permissions-policy").diagnostics() == []
