@@ -1260,6 +1260,21 @@ def grants_revoke_command(file: Path, grant_id: str, revoked_by: str | None) -> 
     _stdout().print(f"{escape(grant_id)}: revoked")
 
 
+@grants_group.command("compact")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--archive", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where the full history goes (default: FILE.<UTC time>).")  # fmt: skip
+def grants_compact_command(file: Path, archive: Path | None) -> None:
+    """Move FILE's history (every use, revocation and expired grant) to an archive; keep the grants in force."""
+    book = _grant_book(file)
+    try:
+        moved = book.compact(archive)
+    except (ValueError, OSError) as exc:
+        raise _UsageProblem(str(exc)) from exc
+    kept = len(book.grants())
+    _stdout().print(f"{kept} grant(s) in force kept in {escape(str(file))}; history in {escape(str(moved))}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the ``dsh-tools`` command line (the console-script entry point)."""
     cli.main(args=list(argv) if argv is not None else None, prog_name="dsh-tools")

@@ -26,6 +26,7 @@ policy chose to ask about.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -190,6 +191,10 @@ def _apply(grants: dict[str, StandingGrant], event_type: str, data: Mapping[str,
         note = data.get("note")
         if note is not None and type(note) is not str:
             raise _Malformed(f"note must be a string or null, got {note!r}")
+        # A compacted file carries the count of the uses it left in its archive.
+        uses = data.get("uses", 0)
+        if type(uses) is not int or uses < 0:
+            raise _Malformed(f"uses must be a non-negative integer, got {uses!r}")
         grants[grant_id] = StandingGrant(
             id=grant_id,
             tool=_text(data, "tool"),
@@ -200,6 +205,7 @@ def _apply(grants: dict[str, StandingGrant], event_type: str, data: Mapping[str,
             granted_at=_number(data, "grantedAt"),
             expires_at=_number(data, "expiresAt", optional=True),
             note=note,
+            uses=uses,
         )
         return
     if event_type not in (_REVOKED, _USED):
@@ -397,6 +403,44 @@ class GrantBook:
             )
             return self._grants[grant.id]
 
+    def compact(self, archive: str | os.PathLike[str] | None = None) -> str | None:
+        """Move the file's history to ``archive`` and keep only the grants in force, with their use counts.
+
+        The grants file grows by a line for every use. Compacting renames it to
+        ``archive`` (default ``<path>.<UTC time>``), the complete audit trail,
+        and writes in its place one ``grant/added`` line per grant still in
+        force, carrying its ``uses``; revoked and expired grants stay in the
+        archive only. Runs under the file's lock: hosts sharing the file see the
+        new one at their next lookup. Returns the archive's path (``None`` for
+        a book without a file, or a file that does not exist yet).
+        """
+        if self.path is None or not os.path.exists(self.path):
+            return None  # checked before locking: taking the lock creates the file
+        with self._locked():
+            moved = (
+                os.fspath(archive)
+                if archive is not None
+                else f"{self.path}.{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+            )
+            if os.path.exists(moved):
+                raise GrantError(f"the archive {moved} exists already")
+            now = self._clock()
+            kept = [grant for grant in self._grants.values() if grant.active(now)]
+            fresh = f"{self.path}.compacting"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(fresh)
+            with SessionLog(fresh, fsync="always") as log:
+                for grant in kept:
+                    log.append({"type": _ADDED, "data": _added_data(grant)})
+            os.rename(self.path, moved)
+            os.rename(fresh, self.path)
+            _sync_directory(self.path)
+            self._grants, self._read = _load_read(self.path)
+            self._tail = _tail(self.path, self._read.end)
+            self._seen = _stamp(self.path)
+        logger.info("grants file %s compacted: %d grant(s) in force kept, history in %s", self.path, len(kept), moved)
+        return moved
+
     def _append(self, event_type: str, data: dict[str, Any]) -> None:
         # Validate and fold first: a line that would not load again is never written.
         snapshot = snapshot_json(data)
@@ -428,9 +472,8 @@ class GrantBook:
             if self.path is None:
                 yield
                 return
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            fd = _lock_current(self.path)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
                 self._refresh()
                 yield
             finally:
@@ -474,6 +517,27 @@ class GrantBook:
         self._grants, self._read = grants, SessionLogRead(events=last, torn=None, end=new.end)
 
 
+def _lock_current(path: str) -> int:
+    """A descriptor of the file now at ``path``, exclusively locked.
+
+    ``compact`` replaces the file under its lock: a writer that waited for the
+    lock of the file it opened may then hold the old one, so it checks and
+    tries again rather than append to the archive.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass  # renamed away between the open and the check: open what is there now
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
 _TAIL_BYTES: Final = 64
 
 
@@ -483,6 +547,29 @@ def _tail(path: str, end: int) -> bytes:
         start = max(0, end - _TAIL_BYTES)
         file.seek(start)
         return file.read(end - start)
+
+
+def _added_data(grant: StandingGrant) -> dict[str, Any]:
+    return {
+        "id": grant.id,
+        "tool": grant.tool,
+        "agent": grant.agent,
+        "anyAgent": grant.any_agent,
+        "arguments": grant.arguments,
+        "grantedBy": grant.granted_by,
+        "grantedAt": grant.granted_at,
+        "expiresAt": grant.expires_at,
+        "note": grant.note,
+        "uses": grant.uses,
+    }
+
+
+def _sync_directory(path: str) -> None:
+    directory = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

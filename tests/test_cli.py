@@ -780,3 +780,18 @@ def test_check_warns_about_tools_an_effects_rule_cannot_see(tools: list[str], tm
     result = invoke(args)
     assert "matches on declared effects, but boom, echo, guarded, picture, slow declare none" in result.stdout
     assert invoke([*args, "--strict"]).exit_code == 1
+
+
+def test_grants_compact_keeps_the_grants_in_force(tmp_path: Path) -> None:
+    book = tmp_path / "grants.jsonl"
+    invoke(["grants", "add", str(book), "guarded", "--agent", "cli"])
+    invoke(["grants", "add", str(book), "echo", "--agent", "cli"])
+    [first, second] = read_grants(book)
+    invoke(["grants", "revoke", str(book), second.id])
+    result = invoke(["grants", "compact", str(book), "--archive", str(tmp_path / "old.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "1 grant(s) in force kept" in result.stdout
+    assert [grant.id for grant in read_grants(book)] == [first.id]
+    assert len(read_grants(tmp_path / "old.jsonl")) == 2
+    again = invoke(["grants", "compact", str(book), "--archive", str(tmp_path / "old.jsonl")])
+    assert again.exit_code == 2 and "exists already" in again.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -534,3 +535,71 @@ def test_a_rewritten_file_is_read_again_whole(tmp_path: Path) -> None:
     replacement.grant("deploy", agent="main", granted_by="bo", note="a longer note so the file grows")
     (tmp_path / "other.jsonl").replace(path)  # not an append: another file in its place
     assert [grant.tool for grant in book.grants()] == ["deploy"]
+
+
+# --- compaction -------------------------------------------------------------------------------
+
+
+def test_compact_keeps_the_grants_in_force_with_their_uses_and_archives_the_history(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    clock = Clock()
+    book = GrantBook(path, clock=clock)
+    kept = book.grant("shell", agent="main", granted_by="ana")
+    revoked = book.grant("deploy", agent="main", granted_by="ana")
+    expiring = book.grant("read", agent="main", granted_by="ana", ttl_s=10)
+    for index in range(4):
+        book.use(execution(call_id=f"c{index}"))
+    book.revoke(revoked.id, by="security")
+    clock.now += 10  # the third one has expired
+    archive = book.compact(tmp_path / "history.jsonl")
+    assert archive == str(tmp_path / "history.jsonl")
+    assert [grant.id for grant in read_grants(archive)] == [kept.id, revoked.id, expiring.id]  # all history kept
+    assert len(read_session_log(archive).events) == 3 + 4 + 1
+    events = read_session_log(path).events
+    assert [event.type for event in events] == ["grant/added"]
+    [survivor] = book.grants(include_inactive=True)
+    assert survivor.id == kept.id and survivor.uses == 4
+    assert book.use(execution(call_id="c9")) is not None
+    assert book.get(kept.id).uses == 5  # type: ignore[union-attr]
+    assert GrantBook(path, clock=clock).get(kept.id).uses == 5  # type: ignore[union-attr]
+
+
+def test_a_book_sharing_the_file_follows_a_compaction(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    host, other = GrantBook(path), GrantBook(path)
+    grant = host.grant("shell", agent="main", granted_by="ana")
+    for index in range(3):
+        other.use(execution(call_id=f"c{index}"))
+    archive = host.compact()
+    assert archive is not None and archive.startswith(str(path) + ".")
+    assert other.use(execution(call_id="after")) is not None  # appends to the new file, not the archive
+    assert len(read_session_log(archive).events) == 4
+    assert host.get(grant.id).uses == 4  # type: ignore[union-attr]
+
+
+def test_a_writer_holding_the_replaced_file_locks_the_current_one(tmp_path: Path) -> None:
+    from dsh_plugins.grants import _lock_current
+
+    path = tmp_path / "grants.jsonl"
+    path.write_text("old\n")
+    stale = os.open(path, os.O_RDWR)  # opened before the file was replaced
+    os.rename(path, tmp_path / "archive.jsonl")
+    path.write_text("new\n")
+    fd = _lock_current(str(path))
+    try:
+        assert os.fstat(fd).st_ino == os.stat(path).st_ino != os.fstat(stale).st_ino
+    finally:
+        os.close(fd)
+        os.close(stale)
+
+
+def test_compact_refuses_an_existing_archive_and_needs_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    book = GrantBook(path)
+    assert book.compact() is None  # nothing written yet
+    assert GrantBook().compact() is None
+    book.grant("shell", agent="main", granted_by="ana")
+    (tmp_path / "taken.jsonl").write_text("")
+    with pytest.raises(GrantError, match="exists already"):
+        book.compact(tmp_path / "taken.jsonl")
+    assert len(read_session_log(path).events) == 1  # untouched
