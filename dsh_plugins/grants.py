@@ -220,10 +220,6 @@ def _apply(grants: dict[str, StandingGrant], event_type: str, data: Mapping[str,
         grants[grant_id] = attrs.evolve(grant, uses=grant.uses + 1)
 
 
-def _load(path: str) -> dict[str, StandingGrant]:
-    return _load_read(path)[0]
-
-
 def _load_read(path: str) -> tuple[dict[str, StandingGrant], SessionLogRead]:
     try:
         read = read_session_log(path)
@@ -247,7 +243,7 @@ def read_grants(path: str | os.PathLike[str]) -> tuple[StandingGrant, ...]:
         GrantError: the file is damaged or is not a grants file.
         OSError: the file cannot be read.
     """
-    return tuple(_load(os.fspath(path)).values())
+    return tuple(_load_read(os.fspath(path))[0].values())
 
 
 class GrantBook:
@@ -343,20 +339,22 @@ class GrantBook:
         if arguments is not None and not isinstance(arguments, Mapping):
             raise ValueError(f"arguments must be a mapping or None, got {type(arguments).__name__}")
         now = self._clock()
-        grant_id = f"g-{uuid.uuid4().hex[:12]}"
-        data: dict[str, Any] = {
-            "id": grant_id,
-            "tool": tool,
-            "agent": agent,
-            "anyAgent": any_agent,
-            "arguments": None if arguments is None else snapshot_json(dict(arguments)),
-            "grantedBy": granted_by,
-            "grantedAt": now,
-            "expiresAt": None if ttl_s is None else now + ttl_s,
-            "note": note,
-        }
+        frozen = None if arguments is None else snapshot_json(dict(arguments))
+        assert frozen is None or isinstance(frozen, FrozenDict)
+        candidate = StandingGrant(
+            id=f"g-{uuid.uuid4().hex[:12]}",
+            tool=tool,
+            agent=agent,
+            any_agent=any_agent,
+            arguments=frozen,
+            granted_by=granted_by,
+            granted_at=now,
+            expires_at=None if ttl_s is None else now + ttl_s,
+            note=note,
+        )
+        grant_id = candidate.id
         with self._locked():
-            self._append(_ADDED, data)
+            self._append(_ADDED, _added_data(candidate))
             grant = self._grants[grant_id]
         logger.info("standing grant %s added by %s: %s", grant_id, granted_by, grant.describe())
         return grant
@@ -550,18 +548,12 @@ def _tail(path: str, end: int) -> bytes:
 
 
 def _added_data(grant: StandingGrant) -> dict[str, Any]:
-    return {
-        "id": grant.id,
-        "tool": grant.tool,
-        "agent": grant.agent,
-        "anyAgent": grant.any_agent,
-        "arguments": grant.arguments,
-        "grantedBy": grant.granted_by,
-        "grantedAt": grant.granted_at,
-        "expiresAt": grant.expires_at,
-        "note": grant.note,
-        "uses": grant.uses,
-    }
+    """The ``grant/added`` line of ``grant``: its JSON form without revocation, ``uses`` only when counted."""
+    data = grant.to_json()
+    del data["revokedAt"], data["revokedBy"]
+    if not grant.uses:
+        del data["uses"]
+    return data
 
 
 def _sync_directory(path: str) -> None:
