@@ -75,6 +75,7 @@ from ._results import (
     ToolFailure,
     failure_result,
 )
+from ._retry import AttemptTimedOut, RetryAttempt, RetryPolicy, TransientToolError
 from ._runtime import ApprovalService, ModelTools, ScopedToolRuntime, ToolRuntime
 from ._scheduling import run_tool_calls
 from ._session_log import SessionEvent, SessionLog, SessionLogError, SessionLogRead, TornLine, read_session_log
@@ -99,6 +100,7 @@ __all__ = [
     "ArgumentsJsonError",
     "ArgumentsText",
     "Ask",
+    "AttemptTimedOut",
     "Block",
     "CancelSignal",
     "Capabilities",
@@ -135,6 +137,8 @@ __all__ = [
     "RegistrationError",
     "ReplayedCall",
     "ResourceClaim",
+    "RetryAttempt",
+    "RetryPolicy",
     "Rewrite",
     "SchemaSpecError",
     "ScopeKey",
@@ -174,6 +178,7 @@ __all__ = [
     "TornLine",
     "TraceStage",
     "TraceStep",
+    "TransientToolError",
     "UserMessage",
     "Verdict",
     "__version__",

@@ -14,6 +14,7 @@ from ._checks import instance_of
 from ._content import ContentBlock, TextBlock, text_block
 from ._errors import NonJsonValueError
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json
+from ._retry import RetryPolicy
 from ._schema._attrs_params import schema_from_attrs_class, structure_args
 from ._schema._dsl import parameter_schema_to_json_schema, value_schema_to_json_schema
 from ._schema._validate import CompiledValidator, compile_validator
@@ -182,6 +183,11 @@ def _effects(instance: object, attribute: attrs.Attribute[Any], value: object) -
         raise TypeError(f"ToolDefinition.effects must be ToolEffects or None, got {type(value).__name__}")
 
 
+def _retry(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, RetryPolicy):
+        raise TypeError(f"ToolDefinition.retry must be a RetryPolicy or None, got {type(value).__name__}")
+
+
 @attrs.frozen(slots=True, eq=False)
 class ToolDefinition:
     """A registered tool: its model-facing schema, output contract, body and host-only metadata.
@@ -202,6 +208,8 @@ class ToolDefinition:
       finer-grained scheduling in ``run_tool_calls``.
     - ``effects`` declares what running it does (:class:`ToolEffects`); ``None``
       declares nothing.
+    - ``retry`` (a :class:`RetryPolicy`) re-runs the body after a failure the
+      policy calls passing; ``None`` (the default) never retries.
     - ``inline`` declares that ``execute`` never suspends. ``define_tool`` sets
       it for a plain ``def`` body and for an ``async def`` one that awaits
       nothing; for a raw definition the runtime also reads ``execute`` itself
@@ -223,6 +231,7 @@ class ToolDefinition:
     resource_keys: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
     inline: bool = attrs.field(default=False, validator=instance_of(bool))
     effects: ToolEffects | None = attrs.field(default=None, validator=_effects)
+    retry: RetryPolicy | None = attrs.field(default=None, validator=_retry)
     schema: ToolSchema = attrs.field(init=False)
     # The compiled checks, built on the first call (compiling costs ~1 ms per schema,
     # so registering many tools stays cheap); see contract_of.
@@ -257,7 +266,10 @@ class ToolContract:
         self.args_fast = self.args.fast_function
         self.output_fast = self.output.fast_function
         self.read_arguments = self.args.flat_reader
-        self.body_suspends = not definition.inline and can_suspend(definition.execute)
+        # A retried body pauses between attempts even when each attempt runs inline.
+        self.body_suspends = definition.retry is not None or (
+            not definition.inline and can_suspend(definition.execute)
+        )
 
     def argument_violations(self, arguments: JsonValue) -> tuple[str, ...]:
         """Every violation of the parameter schema by the (snapshotted) ``arguments``; paths start at the root."""
@@ -337,6 +349,7 @@ def define_tool(
     resource_keys: Callable[[Any], object] | None = None,
     in_thread: bool = False,
     effects: ToolEffects | None = None,
+    retry: RetryPolicy | None = None,
 ) -> ToolDefinition:
     """Build a :class:`ToolDefinition` from the author DSL (or an attrs parameter class).
 
@@ -350,6 +363,11 @@ def define_tool(
     ``def`` body runs inline on the event loop (keep it quick: blocking work
     belongs in a worker thread). An ``async def`` body with no ``await`` is
     inline too: its calls need no cancel scope.
+
+    ``retry=RetryPolicy(...)`` re-runs the body after a failure the policy
+    names (:class:`TransientToolError`, a dropped connection...), pausing with
+    exponential backoff; the attempts and pauses all run inside the call's
+    signal and any wrapper's deadline.
 
     ``in_thread=True`` runs a plain ``def`` body in a worker thread through
     :meth:`ToolRunContext.run_in_thread`: a cancelled or timed-out call
@@ -496,4 +514,5 @@ def define_tool(
         present_result=soft(present_result, fallback=None),
         resource_keys=soft(resource_keys, fallback=None),
         effects=effects,
+        retry=retry,
     )

@@ -54,6 +54,7 @@ from ._decisions import (
 )
 from ._definition import ToolContract, ToolDefinition, contract_of, default_block, default_render
 from ._errors import ErrorCode, NonJsonValueError, PolicyError, ToolArgsError, ToolNotFoundError, ToolOutputError
+from ._events import send_event
 from ._execution import (
     ScopeKey,
     ToolExecution,
@@ -74,6 +75,7 @@ from ._results import (
     failure_result,
     new_success,
 )
+from ._retry import AttemptTimedOut, RetryAttempt, RetryPolicy
 from ._signal import CancelSignal
 from ._trace import TraceRecorder
 from ._waterfall import CallHooks, Chain, Listener, is_fatal
@@ -733,6 +735,8 @@ async def _dispatch_body(runtime: ToolRuntime, call: PreparedCall, current: Canc
             return _unknown_tool(execution.name)
         contract = contract_of(tool)
     assert tool is not None and contract is not None
+    if tool.retry is not None:
+        return await _dispatch_retrying(runtime, call, tool, contract, fused, tool.retry)
     deferred: list[UserMessage] = []
     call.deferred = deferred
     run = ToolRunContext(execution, fused, deferred, runtime._orphans)
@@ -762,6 +766,94 @@ async def _dispatch_body(runtime: ToolRuntime, call: PreparedCall, current: Canc
     if fused.cancelled and not result.is_error:
         return aborted_result(body_invoked=True)
     return result
+
+
+async def _dispatch_retrying(
+    runtime: ToolRuntime,
+    call: PreparedCall,
+    tool: ToolDefinition,
+    contract: ToolContract,
+    fused: CancelSignal,
+    policy: RetryPolicy,
+) -> ToolExecutionResult:
+    """Run the body until it succeeds, fails for good, or the policy runs out of attempts or patience.
+
+    Each attempt gets a fresh run context (a failed attempt's deferred contexts
+    go with it). Every attempt and pause runs in a scope linked to the fused
+    signal: a cancelled caller or a wrapper's deadline ends the retrying at once.
+    """
+    execution = call.execution
+    attempt = 1
+    while True:
+        deferred: list[UserMessage] = []
+        call.deferred = deferred
+        run = ToolRunContext(execution, fused, deferred, runtime._orphans)
+        call.run = run
+        call.body_invoked = True
+        error: BaseException | None = None
+        value: object = None
+        with trio.CancelScope() as body_scope:
+            unlink = fused.link(body_scope)
+            try:
+                if policy.attempt_timeout_s is None:
+                    value = await tool.execute(execution.arguments, run)
+                else:
+                    with trio.move_on_after(policy.attempt_timeout_s) as attempt_scope:
+                        value = await tool.execute(execution.arguments, run)
+                    if attempt_scope.cancelled_caught:
+                        error = AttemptTimedOut(f"the attempt ran past its {policy.attempt_timeout_s:g} s budget")
+            except BaseException as exc:
+                if is_fatal(exc):
+                    raise
+                error = exc
+            finally:
+                unlink()
+        if body_scope.cancelled_caught:
+            return aborted_result(body_invoked=True)
+        if error is None:
+            # An output that breaks the contract is not retried: the same body would return it again.
+            result = _build_success(tool, contract, execution, value, run)
+            if fused.cancelled and not result.is_error:
+                return aborted_result(body_invoked=True)
+            return result
+        pause = None if fused.cancelled or not policy.retries(error) else policy.pause_before(attempt + 1, error)
+        failure = failure_from_exception(error, default_code=ErrorCode.TOOL_ERROR)
+        if pause is None:
+            return _failed_after(failure, attempt)
+        info = failure.error.info
+        record = RetryAttempt(
+            call_id=execution.call_id,
+            root_call_id=execution.root_call_id,
+            tool=execution.name,
+            attempt=attempt,
+            pause_s=pause,
+            code=info.code if info is not None else ErrorCode.TOOL_ERROR.value,
+            message=failure.error.message,
+        )
+        if call.trace is not None:
+            call.trace.add("execute", record, None)
+        send_event(runtime.event_sink, "tool/retry", record.to_json(), logger)
+        with trio.CancelScope() as pause_scope:
+            unlink = fused.link(pause_scope)
+            try:
+                await trio.sleep(pause)
+            finally:
+                unlink()
+        if pause_scope.cancelled_caught:
+            return aborted_result(body_invoked=True)
+        attempt += 1
+
+
+def _failed_after(failure: ToolExecutionFailure, attempts: int) -> ToolExecutionFailure:
+    """The last attempt's failure, saying how many attempts it took (so the model does not try again at once)."""
+    if attempts == 1:
+        return failure
+    info = failure.error.info
+    return failure_result(
+        f"{failure.error.message} (after {attempts} attempts)",
+        info.code if info is not None else ErrorCode.TOOL_ERROR,
+        name=info.name if info is not None else None,
+    )
 
 
 def _build_success(

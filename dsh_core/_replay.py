@@ -211,8 +211,8 @@ class SessionRecorder:
         )
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
-        if event_type in ("tool/orphaned", "tool/orphan-finished"):
-            # A cancelled call's worker thread outlived it (or has now returned).
+        if event_type in ("tool/orphaned", "tool/orphan-finished", "tool/retry"):
+            # A cancelled call's worker thread outlived it (or has now returned), or an attempt failed and was retried.
             self.log.append({"type": event_type, "data": data})
             return
         ids = (data["root_call_id"], data["parent_call_id"], data["sub_call_id"], data["name"])

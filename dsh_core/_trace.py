@@ -18,6 +18,8 @@ approval   ``approval``             ``allow`` (``"allowed-once"``) or ``deny: <r
 guard      the guard's name         ``pass`` or ``deny: <reason>``
 execute    wrapper's plugin name    ``pass``, ``replace`` (its own success),
                                     ``fail: <CODE>: <message>`` (its own failure)
+execute    ``<tool> (attempt <n>)`` ``retry in <s> s: fail: <CODE>: <message>``: a failed
+                                    attempt of a tool with a ``RetryPolicy``, before the body step
 execute    ``<tool> (body)``        ``ok`` or ``fail: <CODE>: <message>``
 post       listener's plugin name   ``accept``, ``accept(content)``, ``accept(value)``,
                                     ``block: <feedback>``, ``pass``
@@ -43,6 +45,7 @@ from ._checks import instance_of
 from ._content import text_of
 from ._decisions import UNSET, Accept, Allow, Ask, Block, Deny, Rewrite
 from ._results import ToolExecutionFailure, ToolExecutionResult, with_trace
+from ._retry import RetryAttempt
 from .presentation import _configure_strict
 
 __all__ = ["STAGES", "DecisionTrace", "TraceRecorder", "TraceStage", "TraceStep", "trace_of"]
@@ -202,6 +205,14 @@ class TraceRecorder:
             if actor is _CHAIN:
                 listeners, base = cast(tuple[list[tuple[str, Any]], object], outcome)
                 steps.extend(_chain_steps(stage, listeners, body if stage == "execute" else base))
+            elif isinstance(actor, RetryAttempt):
+                steps.append(
+                    TraceStep(
+                        stage=stage,
+                        actor=f"{actor.tool} (attempt {actor.attempt})",
+                        outcome=f"retry in {actor.pause_s:.3g} s: fail: {actor.code}: {actor.message}",
+                    )
+                )
             elif stage == "execute":
                 steps.append(TraceStep(stage=stage, actor=f"{actor} (body)", outcome=_body(outcome)))
             elif stage == "guard" and not (outcome is None or (type(outcome) is str and outcome)):
