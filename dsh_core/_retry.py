@@ -17,6 +17,7 @@ effects allow it (read-only, idempotent, or a body that raises
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections.abc import Callable
@@ -27,6 +28,8 @@ import attrs
 from ._errors import DshError, ErrorCode
 
 __all__ = ["AttemptTimedOut", "RetryAttempt", "RetryPolicy", "TransientToolError"]
+
+logger = logging.getLogger("dsh_core")
 
 MAX_ATTEMPTS: Final = 100
 """The most attempts a policy may declare: more is a loop, not a retry."""
@@ -96,6 +99,11 @@ def _jitter(instance: object, attribute: attrs.Attribute[Any], value: object) ->
         raise ValueError(f"RetryPolicy.jitter must be a fraction from 0 to 1, got {value!r}")
 
 
+def _callable_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"RetryPolicy.{attribute.name} must be callable or None, got {type(value).__name__}")
+
+
 def _retry_on(value: object) -> tuple[type[BaseException], ...]:
     classes = (value,) if isinstance(value, type) else value
     if not isinstance(classes, tuple) or not classes:
@@ -116,7 +124,9 @@ class RetryPolicy:
       ``max_delay_s`` (exponential backoff).
     - ``jitter``: up to this fraction of each pause is taken off at random, so
       agents that failed together do not come back together (``0``: exact).
-    - ``retry_on``: the exception classes worth another attempt.
+    - ``retry_on``: the exception classes worth another attempt, and
+      ``retry_if`` (optional) a further test of such an error (a status code,
+      an error code) that must return exactly ``True``.
     - ``attempt_timeout_s``: a budget for each attempt; one that runs past it
       is cancelled and counts as a passing failure (``TOOL_TIMEOUT`` if it was
       the last). A budget for the call as a whole is the timeout plugin's
@@ -136,10 +146,25 @@ class RetryPolicy:
         default=(TransientToolError, ConnectionError, TimeoutError), converter=_retry_on
     )
     attempt_timeout_s: float | None = attrs.field(default=None, validator=_optional_budget)
+    retry_if: Callable[[BaseException], bool] | None = attrs.field(default=None, validator=_callable_or_none)
 
     def retries(self, error: BaseException) -> bool:
-        """Whether ``error`` is worth another attempt under this policy."""
-        return isinstance(error, (AttemptTimedOut, *self.retry_on))
+        """Whether ``error`` is worth another attempt under this policy.
+
+        A ``retry_if`` that raises is taken as "no" (and logged): the call then
+        fails with the body's own error, not the predicate's.
+        """
+        if isinstance(error, AttemptTimedOut):
+            return True
+        if not isinstance(error, self.retry_on):
+            return False
+        if self.retry_if is None:
+            return True
+        try:
+            return self.retry_if(error) is True
+        except Exception as exc:
+            logger.warning("RetryPolicy.retry_if raised %s: %s; not retrying", type(exc).__name__, exc)
+            return False
 
     def pause_before(
         self, attempt: int, error: BaseException, *, uniform: Callable[[], float] = random.random

@@ -17,6 +17,7 @@ Needs the ``mcp`` extra (``pip install 'dsh-tools[mcp]'``). Configure servers in
     name = "local-http"
     url = "http://127.0.0.1:8765/mcp"  # streamable HTTP; loopback hosts only
     timeout_ms = 5000                  # this server's tools' budget
+    retry_attempts = 3                 # retry read-only/idempotent tools when the server is gone
 
 Each tool a server lists becomes a raw :class:`~dsh_core.ToolDefinition` that
 runs the full pipeline like any other (policies, guards, approval, the timeout
@@ -87,7 +88,12 @@ servers' start-up) and registers what it found: ``dsh-tools list`` and
 ``MCP_SERVER_UNAVAILABLE``; an MCP protocol error is ``MCP_ERROR``. After the
 n-th consecutive failure the next start waits ``min(backoff_initial_s * 2**(n-1),
 backoff_max_s)`` (inside the calling task, so cancellation and the timeout
-plugin still apply). A successful response resets the count.
+plugin still apply). A successful response resets the count. A server with
+``retry_attempts = n`` (n > 1) has its read-only and idempotent tools (by their
+annotations) retried up to n attempts when the server was unavailable or died
+(:class:`~dsh_core.RetryPolicy`, pausing like the reconnects); its other tools
+are not, and ``dsh-tools check`` says so, since a second attempt could repeat
+what the first did before the server died.
 
 **Cancellation.** A cancelled call (the caller's signal, the timeout plugin)
 cancels the MCP request; the SDK then sends ``notifications/cancelled`` so the
@@ -117,6 +123,7 @@ from dsh_core import (
     ImageBlock,
     JsonSchemaError,
     JsonValue,
+    RetryPolicy,
     TextBlock,
     ToolDefinition,
     ToolEffects,
@@ -163,6 +170,8 @@ MCP_SERVER_UNAVAILABLE: Final = "MCP_SERVER_UNAVAILABLE"
 MCP_ERROR: Final = "MCP_ERROR"
 
 _LIST_PAGE_CAP: Final = 100
+MAX_RETRY_ATTEMPTS: Final = 10
+"""The most attempts ``retry_attempts`` may ask for (a server down for longer is down)."""
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -170,6 +179,11 @@ _LIST_PAGE_CAP: Final = 100
 
 class McpClientError(DshError):
     """A call could not be completed by its MCP server (code ``MCP_SERVER_DIED``, ``MCP_SERVER_UNAVAILABLE`` or ``MCP_ERROR``)."""
+
+
+def _server_gone(error: BaseException) -> bool:
+    """A call failed because its server could not be reached or died, not because it answered."""
+    return isinstance(error, McpClientError) and error.code in (MCP_SERVER_DIED, MCP_SERVER_UNAVAILABLE)
 
 
 class McpToolError(DshError):
@@ -194,6 +208,11 @@ def _check_timeout(instance: object, attribute: attrs.Attribute[Any], value: flo
 def _check_positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+
+
+def _check_attempts(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if type(value) is not int or not 1 <= value <= MAX_RETRY_ATTEMPTS:
+        raise ValueError(f"{attribute.name} must be an integer from 1 to {MAX_RETRY_ATTEMPTS}, got {value!r}")
 
 
 def _check_url(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
@@ -238,6 +257,7 @@ class McpServerSettings:
     url: str | None = attrs.field(default=None, validator=_check_url)
     prefix: str | None = attrs.field(default=None, validator=_check_name)
     timeout_ms: float | None = attrs.field(default=None, validator=_check_timeout)
+    retry_attempts: int = attrs.field(default=1, validator=_check_attempts)
 
     def tool_name(self, mcp_name: str) -> str:
         """The registered name of the server's tool ``mcp_name``."""
@@ -899,6 +919,22 @@ class McpClientPlugin:
             output = ToolOutput(schema=ENVELOPE_SCHEMA, render=render_envelope)
 
         effects = _effects_of(tool.annotations)
+        retry = None
+        if server.settings.retry_attempts > 1:
+            if effects is not None and (effects.read_only or effects.idempotent):
+                retry = RetryPolicy(
+                    max_attempts=server.settings.retry_attempts,
+                    initial_delay_s=self.settings.backoff_initial_s,
+                    max_delay_s=self.settings.backoff_max_s,
+                    retry_on=McpClientError,
+                    retry_if=_server_gone,
+                )
+            else:
+                note(
+                    "warning",
+                    f"not retried (retry_attempts = {server.settings.retry_attempts}): the server does not "
+                    "annotate it read-only or idempotent, so a second attempt could repeat its effect",
+                )
         definition = ToolDefinition(
             name=name,
             description=tool.description or tool.title or "",
@@ -908,6 +944,7 @@ class McpClientPlugin:
             timeout_ms=server.timeout_ms,
             is_concurrency_safe=_always if effects is not None and effects.read_only else None,
             effects=effects,
+            retry=retry,
         )
         return definition, notes
 

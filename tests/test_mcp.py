@@ -461,6 +461,73 @@ async def test_an_unstartable_server_fails_calls_with_growing_backoff() -> None:
         assert durations[1] > durations[0]
 
 
+async def test_retry_attempts_retry_read_only_tools_of_a_server_that_is_gone() -> None:
+    runtime = ToolRuntime()
+    entry = {"name": "gone", "command": str(REPO / "no-such-mcp-server"), "prefix": "gone", "retry_attempts": 3}
+    plugin = McpClientPlugin(runtime, _settings({"servers": [entry], "backoff_initial_s": 0.01, "backoff_max_s": 0.05}))
+    from dsh_plugins.mcp_client import _Server
+
+    server: _Server = plugin._servers[0]
+    import mcp_types
+
+    plugin._sync(
+        server,
+        [
+            mcp_types.Tool.model_validate(
+                {"name": "ping", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+            ),
+            mcp_types.Tool.model_validate({"name": "poke", "inputSchema": {"type": "object"}}),
+        ],
+    )
+    retried = runtime.get("gone__ping")
+    assert retried is not None and retried.retry is not None and retried.retry.max_attempts == 3
+    assert runtime.get("gone__poke").retry is None  # type: ignore[union-attr]
+    warnings = [str(d) for d in plugin.diagnostics() if d.tool == "gone__poke"]
+    assert warnings == [
+        'MCP server "gone", tool "gone__poke": not retried (retry_attempts = 3): the server does not annotate '
+        "it read-only or idempotent, so a second attempt could repeat its effect"
+    ]
+    events: list[str] = []
+    runtime.event_sink = lambda kind, data: events.append(kind)
+    async with plugin.running():
+        ping = await runtime.execute(make_input("gone__ping"))
+        assert ping.code == MCP_SERVER_UNAVAILABLE
+        assert ping.error.message.endswith("(after 3 attempts)")
+        assert events == ["tool/retry", "tool/retry"]
+        events.clear()
+        poke = await runtime.execute(make_input("gone__poke"))
+        assert poke.code == MCP_SERVER_UNAVAILABLE and "attempts" not in poke.error.message
+        assert events == []
+
+
+@pytest.mark.parametrize("attempts", [0, 11, "3", True])
+def test_retry_attempts_out_of_range_are_refused(attempts: Any) -> None:
+    entry = {"name": "x", "command": "x", "retry_attempts": attempts}
+    with pytest.raises(ConfigError, match="retry_attempts"):
+        _settings({"servers": [entry]})
+
+
+async def test_an_answer_from_the_server_is_not_retried_even_for_a_read_only_tool() -> None:
+    server = MCPServer("flaky")
+    answers = 0
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def lookup() -> str:
+        """Always fails."""
+        nonlocal answers
+        answers += 1
+        raise ToolError("no such key")
+
+    events: list[str] = []
+    runtime = ToolRuntime(event_sink=lambda kind, data: events.append(kind))
+    config = {"servers": [{"name": "flaky", "retry_attempts": 3}]}
+    async with McpClientPlugin.connect(runtime, config, in_process={"flaky": server}):
+        assert runtime.get("lookup").retry is not None  # type: ignore[union-attr]
+        failed = await runtime.execute(make_input("lookup"))
+    assert failed.code == "TOOL_ERROR" and "attempts" not in failed.error.message
+    assert answers == 1 and events == []
+
+
 async def test_the_example_config_denies_delete_and_calls_add() -> None:
     config = load_config(REPO / "examples" / "mcp" / "dsh.toml")
     demo = runpy.run_path(str(REPO / "examples" / "mcp" / "demo_server.py"))["server"]
@@ -684,9 +751,7 @@ async def test_cli_serve_mcp_over_stdio_runs_the_pipeline() -> None:
 
     # The example tools come through entry points; the example policy's workspace
     # guard denies a path escaping the workspace, and the denial reaches the client.
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "dsh_core._cli", "serve-mcp"], cwd=str(REPO)
-    )
+    params = StdioServerParameters(command=sys.executable, args=["-m", "dsh_core._cli", "serve-mcp"], cwd=str(REPO))
     with trio.fail_after(60):
         async with Client(params, mode="legacy") as client:
             names = {tool.name for tool in (await client.list_tools()).tools}

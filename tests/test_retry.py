@@ -429,3 +429,46 @@ async def test_a_tool_without_a_policy_runs_once(autojump_clock: trio.testing.Mo
     runtime = make_runtime(json_tool("fetch", body))
     assert failure(await runtime.execute(make_input("fetch"))).error.message == "busy"
     assert len(body.started) == 1
+
+
+class HttpError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+
+
+async def test_retry_if_narrows_the_classes_to_the_errors_worth_it(autojump_clock: trio.testing.MockClock) -> None:
+    policy = attrs.evolve(EXACT, retry_on=HttpError, retry_if=lambda error: getattr(error, "status", 0) in (429, 503))
+    unavailable = Flaky(HttpError(503))
+    missing = Flaky(HttpError(404))
+    runtime = make_runtime(json_tool("a", unavailable, retry=policy), json_tool("b", missing, retry=policy))
+    assert success(await runtime.execute(make_input("a"))).value == "ok"
+    assert failure(await runtime.execute(make_input("b"))).error.message == "HTTP 404"
+    assert (len(unavailable.started), len(missing.started)) == (2, 1)
+
+
+async def test_retry_if_must_answer_exactly_true(autojump_clock: trio.testing.MockClock) -> None:
+    body = Flaky(TransientToolError("busy"))
+    policy = attrs.evolve(EXACT, retry_if=lambda error: "yes")
+    runtime = make_runtime(json_tool("fetch", body, retry=policy))
+    failure(await runtime.execute(make_input("fetch")))
+    assert len(body.started) == 1
+
+
+async def test_a_raising_retry_if_keeps_the_bodys_error_and_is_logged(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(error: BaseException) -> bool:
+        raise RuntimeError("predicate bug")
+
+    body = Flaky(TransientToolError("busy"))
+    runtime = make_runtime(json_tool("fetch", body, retry=attrs.evolve(EXACT, retry_if=broken)))
+    with caplog.at_level("WARNING", logger="dsh_core"):
+        result = failure(await runtime.execute(make_input("fetch")))
+    assert result.error.message == "busy"
+    assert "retry_if raised RuntimeError: predicate bug; not retrying" in caplog.text
+
+
+def test_retry_if_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="retry_if must be callable or None, got str"):
+        RetryPolicy(retry_if="status == 429")  # type: ignore[arg-type]
