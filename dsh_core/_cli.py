@@ -326,6 +326,7 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
     host = _build_host(ctx)
     scope = agent_scope(host.runtime, agent)
     rows: list[dict[str, Any]] = []
+    deferred = {definition.name for definition in host.runtime.deferred_tools(scope)}
     for definition, defined_in in _visible(host.runtime, scope):
         rows.append(
             {
@@ -336,6 +337,9 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
                 "timeout_ms": definition.timeout_ms,
                 # None: the tool declares nothing (not the same as declaring no effects, []).
                 "effects": list(definition.effects.names) if definition.effects is not None else None,
+                "retry_attempts": definition.retry.max_attempts if definition.retry is not None else None,
+                # True: callable, but its schema reaches the model only once a search loads it.
+                "deferred": definition.name in deferred,
             }
         )
     if as_json:
@@ -351,8 +355,10 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
     for row in rows:
         timeout = row["timeout_ms"]
         effects = row["effects"]
+        attempts = row["retry_attempts"]
+        notes = [note for note in ("deferred" if row["deferred"] else "", f"{attempts} tries" if attempts else "") if note]
         table.add_row(
-            escape(str(row["name"])),
+            escape(str(row["name"])) + (f" [dim]({', '.join(notes)})[/dim]" if notes else ""),
             escape(str(row["description"])),
             escape(str(row["scope"] or "global")),
             "per call" if row["parallel"] else "no",

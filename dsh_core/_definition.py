@@ -210,6 +210,10 @@ class ToolDefinition:
       declares nothing.
     - ``retry`` (a :class:`RetryPolicy`) re-runs the body after a failure the
       policy calls passing; ``None`` (the default) never retries.
+    - ``defer_loading=True`` keeps the tool's schema out of what the model is
+      sent (``schemas()``, ``model_tools()``, the Code Mode SDK) until a scope
+      loads it (``ToolRuntime.load_tools``, which the ``tool_search`` plugin's
+      search tool does); it stays callable, and every policy still applies.
     - ``inline`` declares that ``execute`` never suspends. ``define_tool`` sets
       it for a plain ``def`` body and for an ``async def`` one that awaits
       nothing; for a raw definition the runtime also reads ``execute`` itself
@@ -232,6 +236,7 @@ class ToolDefinition:
     inline: bool = attrs.field(default=False, validator=instance_of(bool))
     effects: ToolEffects | None = attrs.field(default=None, validator=_effects)
     retry: RetryPolicy | None = attrs.field(default=None, validator=_retry)
+    defer_loading: bool = attrs.field(default=False, validator=instance_of(bool))
     schema: ToolSchema = attrs.field(init=False)
     # The compiled checks, built on the first call (compiling costs ~1 ms per schema,
     # so registering many tools stays cheap); see contract_of.
@@ -350,6 +355,7 @@ def define_tool(
     in_thread: bool = False,
     effects: ToolEffects | None = None,
     retry: RetryPolicy | None = None,
+    defer_loading: bool = False,
 ) -> ToolDefinition:
     """Build a :class:`ToolDefinition` from the author DSL (or an attrs parameter class).
 
@@ -515,4 +521,5 @@ def define_tool(
         resource_keys=soft(resource_keys, fallback=None),
         effects=effects,
         retry=retry,
+        defer_loading=defer_loading,
     )

@@ -10,6 +10,7 @@ lookups on the hot path are a dict access.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Literal, TypeAlias
 
@@ -86,16 +87,20 @@ class Disposer:
 
 
 class _Layer:
-    __slots__ = ("guards", "mode", "restrictions", "tools")
+    __slots__ = ("deferring", "guards", "loaded", "mode", "restrictions", "tools")
 
     def __init__(self) -> None:
         self.tools: dict[str, ToolDefinition] = {}
         self.restrictions: list[ToolRestriction] = []
         self.guards: list[ToolGuard] = []
         self.mode: PresentationMode | None = None
+        # Deferred tools loaded for this scope, counted: each load_tools() disposer undoes its own.
+        self.loaded: dict[str, int] = {}
+        # defer_tools() patterns (fnmatch globs): tools they match are deferred here and below.
+        self.deferring: list[tuple[str, ...]] = []
 
     def empty(self) -> bool:
-        return not (self.tools or self.restrictions or self.guards or self.mode)
+        return not (self.tools or self.restrictions or self.guards or self.mode or self.loaded or self.deferring)
 
 
 @attrs.frozen(slots=True)
@@ -109,6 +114,8 @@ class _View:
     tools: dict[str, ToolDefinition]
     inherited_names: frozenset[str]
     schemas: tuple[ToolSchema, ...]
+    deferrable: frozenset[str]  # deferred by declaration or pattern, loaded or not
+    deferred: frozenset[str]  # of those, the ones not loaded: left out of ``schemas``
     guards: tuple[ToolGuard, ...]
     mode: PresentationMode
     derived: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
@@ -297,6 +304,68 @@ class Registry:
         self._changed()
         return Disposer(restore)
 
+    def defer(self, patterns: Iterable[str], scope: ScopeKey | None) -> Disposer:
+        if isinstance(patterns, (str, bytes)) or not isinstance(patterns, Iterable):
+            raise TypeError(f"defer_tools() takes a list of tool names or globs, got {type(patterns).__name__}")
+        entry = tuple(patterns)
+        for pattern in entry:
+            if type(pattern) is not str or not pattern:
+                raise TypeError(f"defer_tools() takes tool names or globs (non-empty str), got {safe_repr(pattern)}")
+        if not entry:
+            raise RegistrationError("defer_tools([]) defers nothing: pass tool names or globs")
+        layer = self._layer(scope, create=True)
+        assert layer is not None
+        layer.deferring.append(entry)
+
+        def undefer() -> None:
+            current = self._layer(scope, create=False)
+            if current is not None:
+                for index, existing in enumerate(current.deferring):
+                    if existing is entry:
+                        del current.deferring[index]
+                        self._reclaim(scope)
+                        self._changed()
+                        return
+
+        self._changed()
+        return Disposer(undefer)
+
+    def load(self, names: Iterable[str], scope: ScopeKey | None) -> Disposer:
+        if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+            raise TypeError(f"load_tools() takes a list of tool names, got {type(names).__name__}")
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            if type(name) is not str:
+                raise TypeError(f"load_tools() takes tool names (str), got {safe_repr(name)}")
+        visible = self.view(scope).tools
+        unknown = [name for name in wanted if name not in visible]
+        if unknown:
+            raise RegistrationError(
+                "load_tools() names tools this scope cannot see: " + ", ".join(f'"{name}"' for name in unknown)
+            )
+        if not wanted:
+            return Disposer(lambda: None)
+        layer = self._layer(scope, create=True)
+        assert layer is not None
+        for name in wanted:
+            layer.loaded[name] = layer.loaded.get(name, 0) + 1
+
+        def unload() -> None:
+            current = self._layer(scope, create=False)
+            if current is None:
+                return
+            for name in wanted:
+                count = current.loaded.get(name, 0)
+                if count <= 1:
+                    current.loaded.pop(name, None)
+                else:
+                    current.loaded[name] = count - 1
+            self._reclaim(scope)
+            self._changed()
+
+        self._changed()
+        return Disposer(unload)
+
     # -- resolution ------------------------------------------------------------
 
     def view(self, scope: ScopeKey | None) -> _View:
@@ -329,10 +398,26 @@ class Registry:
         if mode != "native" and self.run_code is not None:
             tools[RUN_CODE_NAME] = self.run_code
         guards = tuple(self._global.guards) + tuple(g for layer in layers for g in layer.guards)
+        deferrable: frozenset[str] = frozenset()
+        deferred: frozenset[str] = frozenset()
+        patterns = [p for entry in self._global.deferring for p in entry]
+        patterns += [p for layer in layers for entry in layer.deferring for p in entry]
+        if patterns or any(tool.defer_loading for tool in tools.values()):
+            deferrable = frozenset(
+                name
+                for name, tool in tools.items()
+                if name != RUN_CODE_NAME
+                and (tool.defer_loading or any(fnmatch.fnmatchcase(name, p) for p in patterns))
+            )
+            # Loaded for this scope, an ancestor or every scope (the global layer).
+            loaded = set(self._global.loaded).union(*(layer.loaded for layer in layers))
+            deferred = deferrable - loaded
         return _View(
             tools=tools,
             inherited_names=frozenset(inherited),
-            schemas=tuple(tool.schema for tool in tools.values()),
+            schemas=tuple(tool.schema for name, tool in tools.items() if name not in deferred),
+            deferrable=deferrable,
+            deferred=deferred,
             guards=guards,
             mode=mode,
         )

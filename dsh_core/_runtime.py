@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
@@ -203,6 +203,45 @@ class ToolRuntime:
             self._install_code_mode()
         return self._recorded(disposer)
 
+    def defer_tools(self, patterns: Iterable[str], scope: ScopeKey | None = None) -> Disposer:
+        """Defer the tools matching these names or globs (``"demo__*"``) for ``scope`` and below.
+
+        The same as each matching tool declaring ``defer_loading=True``, for
+        tools registered by others (an MCP server's, a plugin's); it applies to
+        tools registered later too (``run_code`` itself is never deferred).
+        Returns the disposer that lifts it.
+
+        Raises:
+            RegistrationError: no patterns.
+            TypeError: ``patterns`` is a string or holds something other than non-empty strings.
+        """
+        return self._recorded(self._registry.defer(patterns, scope))
+
+    def load_tools(self, names: Iterable[str], scope: ScopeKey | None = None) -> Disposer:
+        """Show ``scope`` the schemas of these deferred tools (``defer_loading=True``) from now on.
+
+        Loading for ``None`` loads for every scope; a scope also sees what its
+        ancestors loaded. The change fires ``dsh_tools_change`` (the model's next
+        request should carry the new schemas). Naming a tool that is not
+        deferred is allowed and changes nothing; the disposer unloads exactly
+        this call's names (a name loaded twice stays loaded until both are
+        disposed).
+
+        Raises:
+            RegistrationError: a name is not a tool ``scope`` can see.
+            TypeError: ``names`` is a string or holds something other than strings.
+        """
+        return self._recorded(self._registry.load(names, scope))
+
+    def deferred_tools(self, scope: ScopeKey | None = None, *, include_loaded: bool = False) -> list[ToolDefinition]:
+        """The tools ``scope`` can call whose schemas it is not shown yet (deferred and not loaded).
+
+        ``include_loaded=True`` adds the deferred tools already loaded for it.
+        """
+        view = self._registry.view(scope)
+        names = view.deferrable if include_loaded else view.deferred
+        return [tool for name, tool in view.tools.items() if name in names]
+
     def _recorded(self, disposer: Disposer) -> Disposer:
         for recorder in self._recorders:
             recorder.added(disposer)
@@ -235,7 +274,8 @@ class ToolRuntime:
     def schemas(self, scope: ScopeKey | None = None) -> list[ToolSchema]:
         """The model-facing schemas visible to ``scope`` (``run_code`` last when presented).
 
-        Each ``ToolSchema`` holds only name, description and parameters, all
+        Deferred tools (``defer_loading=True``) are left out until loaded for
+        the scope (:meth:`load_tools`). Each ``ToolSchema`` holds only name, description and parameters, all
         immutable; the list is a fresh one each call, built from a cache that
         any registry change invalidates.
         """
@@ -263,7 +303,7 @@ class ToolRuntime:
         from .code_mode._bridge import checked_code_runtime
 
         checked_code_runtime(self, view.mode)  # before rendering: a wire without a usable run_code is an error
-        tools = [tool for name, tool in view.tools.items() if name != RUN_CODE_NAME]
+        tools = [tool for name, tool in view.tools.items() if name != RUN_CODE_NAME and name not in view.deferred]
         sdk = render_python_sdk(tools)
         if view.mode == "code":
             rule = (
@@ -389,6 +429,15 @@ class ScopedToolRuntime:
 
     def schemas(self) -> list[ToolSchema]:
         return self._runtime.schemas(self.scope)
+
+    def defer_tools(self, patterns: Iterable[str]) -> Disposer:
+        return self._runtime.defer_tools(patterns, self.scope)
+
+    def load_tools(self, names: Iterable[str]) -> Disposer:
+        return self._runtime.load_tools(names, self.scope)
+
+    def deferred_tools(self, *, include_loaded: bool = False) -> list[ToolDefinition]:
+        return self._runtime.deferred_tools(self.scope, include_loaded=include_loaded)
 
     def effective_mode(self) -> PresentationMode:
         return self._runtime.effective_mode(self.scope)

@@ -113,6 +113,35 @@ def test_list_shows_visible_tools(tools: list[str]) -> None:
     assert "5 tools" in out
 
 
+DEFERRED_PLUGIN = """
+from dsh_core import RetryPolicy, define_tool, hookimpl
+
+async def _echo(args):
+    return args
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(
+        name="rare", description="Rarely needed.", parameters={}, output={"type": "json"}, execute=_echo,
+        defer_loading=True, retry=RetryPolicy(max_attempts=3)))
+    runtime.register(define_tool(
+        name="common", description="Always shown.", parameters={}, output={"type": "json"}, execute=_echo))
+"""
+
+
+def test_list_marks_deferred_and_retried_tools(dists: Dists) -> None:
+    module = dists.module("deferredtools", DEFERRED_PLUGIN)
+    options = ["--no-plugins", "--plugin", f"deferred={module}"]
+    rows = json.loads(invoke([*options, "list", "--json"]).stdout)
+    assert [(row["name"], row["deferred"], row["retry_attempts"]) for row in rows] == [
+        ("rare", True, 3),
+        ("common", False, None),
+    ]
+    text = invoke([*options, "list"]).stdout
+    assert "rare (deferred, 3 tries)" in text
+    assert [schema["name"] for schema in json.loads(invoke([*options, "schemas", "--json"]).stdout)] == ["common"]
+
+
 def test_list_json(tools: list[str]) -> None:
     result = invoke([*tools, "list", "--json"])
     assert result.exit_code == 0
@@ -125,6 +154,8 @@ def test_list_json(tools: list[str]) -> None:
         "parallel": True,
         "timeout_ms": 5000,
         "effects": None,
+        "retry_attempts": None,
+        "deferred": False,
     }
     assert rows[1]["parallel"] is False and rows[1]["timeout_ms"] is None
 

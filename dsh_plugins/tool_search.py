@@ -1,0 +1,216 @@
+"""Tool search: the model finds deferred tools by asking, instead of being sent every schema.
+
+A host with hundreds of tools (a few MCP servers, say) spends a large part of
+every request on schemas the model rarely needs. Tools declared
+``defer_loading=True``, or deferred by this plugin's ``defer`` globs, are left
+out of ``schemas()``, ``model_tools()`` and the Code Mode SDK; this plugin
+registers one search tool, ``search_tools``, through which the model finds them by what they do.
+The matches are loaded for the calling agent (``ToolRuntime.load_tools``), so
+the host's next request carries their schemas, and the search answers with
+their names, descriptions and parameters::
+
+    [plugins.tool_search]
+    enabled = true
+    defer = ["github__*", "jira__*"]   # also defer these (globs); tools may declare defer_loading themselves
+    max_results = 5                   # matches returned (and loaded) per search, 1 to 50
+
+Deferring is about what the model is shown, not what it may do: a deferred
+tool is callable all along (a model that knows its name can call it), and every
+policy, guard and approval applies to it as to any other. Use restrictions
+(``ToolRuntime.restrict``) or the permissions plugin to take tools away.
+
+Ranking is lexical and deterministic: each word of the query scores when it is
+a word of a tool's name (3), of its description (1), or the start of one
+(1.5 and 0.5), and the query naming a tool exactly puts that tool first. Ties
+go to the shorter, then alphabetically first name.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import attrs
+
+from dsh_core import (
+    ConfigError,
+    RegistrationError,
+    TextBlock,
+    ToolDefinition,
+    ToolEffects,
+    ToolOutput,
+    ToolRunContext,
+    ToolRuntime,
+    define_tool,
+    hookimpl,
+    structure_table,
+    thaw,
+)
+
+__all__ = ["DEFAULT_NAME", "SearchMatch", "ToolSearchSettings", "rank_tools", "search_tool"]
+
+DEFAULT_NAME: Final = "search_tools"
+MAX_RESULTS: Final = 50
+_WORD = re.compile(r"[a-z0-9]+")
+
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [DEFAULT_NAME], "affects": []}
+
+
+def _results(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if type(value) is not int or not 1 <= value <= MAX_RESULTS:
+        raise ValueError(f"max_results must be an integer from 1 to {MAX_RESULTS}, got {value!r}")
+
+
+def _patterns(instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for pattern in value:
+        if not pattern:
+            raise ValueError("defer lists tool names or globs; an empty one defers nothing")
+
+
+@attrs.frozen(kw_only=True)
+class ToolSearchSettings:
+    """The ``[plugins.tool_search]`` table."""
+
+    enabled: bool = False
+    defer: tuple[str, ...] = attrs.field(default=(), validator=_patterns)
+    max_results: int = attrs.field(default=5, validator=_results)
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class SearchMatch:
+    """One tool a query matched, with its score (higher first)."""
+
+    tool: ToolDefinition
+    score: float
+
+
+def _words(text: str) -> list[str]:
+    # snake_case, kebab-case, "prefix__name" and camelCase all split into words.
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
+    return _WORD.findall(spaced.lower())
+
+
+def _score(query_words: list[str], name_words: set[str], description_words: set[str]) -> float:
+    score = 0.0
+    for word in query_words:
+        if word in name_words:
+            score += 3
+        elif len(word) >= 3 and any(candidate.startswith(word) for candidate in name_words):
+            score += 1.5
+        if word in description_words:
+            score += 1
+        elif len(word) >= 3 and any(candidate.startswith(word) for candidate in description_words):
+            score += 0.5
+    return score
+
+
+def rank_tools(query: str, tools: list[ToolDefinition], limit: int) -> list[SearchMatch]:
+    """The ``limit`` best matches of ``query`` among ``tools`` (none that share no word with it)."""
+    query_words = list(dict.fromkeys(_words(query)))
+    exact = query.strip()
+    matches = []
+    for tool in tools:
+        score = _score(query_words, set(_words(tool.name)), set(_words(tool.description)))
+        if tool.name == exact:
+            score += 100
+        if score > 0:
+            matches.append(SearchMatch(tool=tool, score=score))
+    matches.sort(key=lambda match: (-match.score, len(match.tool.name), match.tool.name))
+    return matches[:limit]
+
+
+def _render(args: Any, value: Any) -> list[TextBlock]:
+    found = value["tools"]
+    if not found:
+        waiting = value["deferred"]
+        return [
+            TextBlock(
+                f"No tool matches {args['query']!r} ({waiting} more tool{'s' if waiting != 1 else ''} can be found "
+                "by searching; try other words for what you want to do)."
+            )
+        ]
+    lines = [f"{len(found)} tool{'s' if len(found) != 1 else ''} found; you can call them now:"]
+    for tool in found:
+        lines.append(f"- {tool['name']}: {tool['description']}")
+    return [TextBlock("\n".join(lines))]
+
+
+def search_tool(runtime: ToolRuntime, *, name: str = DEFAULT_NAME, max_results: int = 5) -> ToolDefinition:
+    """The search tool over ``runtime``'s deferred tools, loading what it finds for the calling agent."""
+
+    async def execute(args: Any, run: ToolRunContext) -> dict[str, Any]:
+        agent = run.agent
+        waiting = {tool.name for tool in runtime.deferred_tools(agent)}
+        # Loaded ones too: searching again for a tool already found finds it again.
+        searchable = [tool for tool in runtime.deferred_tools(agent, include_loaded=True) if tool.name != name]
+        limit = min(args.get("limit", max_results), max_results)
+        matches = rank_tools(args["query"], searchable, limit)
+        to_load = [match.tool.name for match in matches if match.tool.name in waiting]
+        if to_load:
+            runtime.load_tools(to_load, agent)
+        return {
+            "tools": [
+                {
+                    "name": match.tool.name,
+                    "description": match.tool.description,
+                    "parameters": thaw(match.tool.parameters),
+                }
+                for match in matches
+            ],
+            "deferred": len(waiting) - len(to_load),
+        }
+
+    return define_tool(
+        name=name,
+        description=(
+            "Find tools that are not in your tool list yet. Describe what you want to do in a few words "
+            f"(for example: 'create a github issue'); the best matches (at most {max_results}) are added to "
+            "your tools and you can call them right after this."
+        ),
+        parameters={
+            "query": {"type": "string", "required": True, "description": "What you want to do, in a few words."},
+            "limit": {"type": "integer", "description": f"At most this many tools (default and most: {max_results})."},
+        },
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "tools": {
+                        "type": "array",
+                        "required": True,
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "name": {"type": "string", "required": True},
+                                "description": {"type": "string", "required": True},
+                                "parameters": {"type": "json", "required": True},
+                            },
+                        },
+                    },
+                    "deferred": {"type": "integer", "required": True},
+                },
+            },
+            render=_render,
+        ),
+        execute=execute,
+        effects=ToolEffects(read_only=True, idempotent=True),
+    )
+
+
+@hookimpl
+def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
+    """Defer the ``defer`` globs and register the search tool when ``enabled = true``."""
+    settings = structure_table(ToolSearchSettings, config, "[plugins.tool_search]")
+    if not settings.enabled:
+        if settings.defer:
+            # Deferred tools with no way to find them would be lost to the model.
+            raise ConfigError(["[plugins.tool_search]: defer needs enabled = true (nothing could find those tools)"])
+        return
+    try:
+        if settings.defer:
+            runtime.defer_tools(settings.defer)
+        runtime.register(search_tool(runtime, max_results=settings.max_results))
+    except RegistrationError as exc:
+        raise ConfigError([f"[plugins.tool_search]: {exc}"]) from None
