@@ -1,0 +1,204 @@
+"""OpenTelemetry: one span per tool call, Code Mode sub-calls nested under their ``run_code``.
+
+Needs ``opentelemetry-api`` (``pip install 'dsh-tools[otel]'``); the host sets
+up the SDK and its exporter as usual, and this plugin only asks for a tracer.
+Enable it in ``[plugins.otel]``::
+
+    [plugins.otel]
+    enabled = true
+    record_content = false   # true: arguments and result text go into span attributes
+
+**Spans.** A call's span starts when the policy stages begin (the first
+pre-execute listener) and ends when its final result is published
+(``dsh_result``), so it covers policy, approval, the body and post-processing.
+Its parent is whatever span is current in the caller (a host's "agent turn"
+span, say); a Code Mode sub-call's parent is its ``run_code`` call's span.
+While the body runs, the call's span is the current span, so the tool's own
+instrumentation (an HTTP client's spans) nests under it. A call that fails
+before any policy sees it (``UNKNOWN_TOOL``, ``INVALID_ARGS``) still gets a
+span, started and ended when its result is published.
+
+Names and attributes follow OpenTelemetry's GenAI conventions: the span is
+``execute_tool <name>`` with ``gen_ai.operation.name = "execute_tool"``,
+``gen_ai.tool.name``, ``gen_ai.tool.call.id`` and ``gen_ai.tool.type``; dsh
+adds ``dsh.agent``, ``dsh.root_call_id`` and, for a failure, ``error.type`` (the
+error code), ``dsh.plugin`` (the plugin blamed, if any) and an ``ERROR`` status
+with the message. With ``ToolRuntime(trace_decisions=True)`` each decision
+step (listener, approval, guard, retry) is a ``dsh.decision`` span event.
+Arguments and results are not recorded unless ``record_content = true``: they
+are the model's input and the tool's output, which an exporter ships off the
+host.
+
+Observing never changes an outcome: a tracer that raises is logged and the
+call goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from dsh_core import (
+    ConfigError,
+    TextBlock,
+    ToolDispatchExecution,
+    ToolExecution,
+    ToolExecutionResult,
+    __version__,
+    hookimpl,
+    json_text,
+    scope_id,
+    structure_table,
+    trace_of,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer
+
+    from dsh_core import PreToolDecision, ToolExecutionToken
+
+__all__ = ["PLUGIN_NAME", "OtelSettings", "OtelTracing"]
+
+PLUGIN_NAME: Final = "otel"
+MAX_CONTENT_CHARS: Final = 8192
+"""Recorded arguments and results are cut to this many characters (span attributes are not a store)."""
+
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": []}
+
+logger = logging.getLogger("dsh_plugins.otel")
+
+
+@attrs.frozen(kw_only=True)
+class OtelSettings:
+    """The ``[plugins.otel]`` table."""
+
+    enabled: bool = False
+    record_content: bool = False
+
+
+def _text(result: ToolExecutionResult) -> str:
+    return "\n".join(b.text if isinstance(b, TextBlock) else f"[{b.type} content]" for b in result.content)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_CONTENT_CHARS else text[: MAX_CONTENT_CHARS - 1] + "…"
+
+
+class OtelTracing:
+    """The plugin object: register it with ``runtime.plugins.register(OtelTracing(), name="otel")``.
+
+    Args:
+        tracer: the tracer to use (default: ``opentelemetry.trace.get_tracer("dsh-tools")``
+            from the global tracer provider, looked up when each span starts so
+            a provider installed later is used).
+        record_content: record the call's arguments and its result's text
+            (cut to :data:`MAX_CONTENT_CHARS`).
+    """
+
+    def __init__(self, tracer: Tracer | None = None, *, record_content: bool = False) -> None:
+        from opentelemetry import trace  # the optional dependency, needed only once the plugin is used
+
+        self._trace = trace
+        self._tracer = tracer
+        self.record_content = record_content
+        self._spans: dict[ToolExecutionToken, Span] = {}
+
+    def _tracer_now(self) -> Tracer:
+        return self._tracer if self._tracer is not None else self._trace.get_tracer("dsh-tools", __version__)
+
+    def _start(self, execution: ToolExecution) -> Span:
+        parent = self._spans.get(execution.parent) if execution.parent is not None else None
+        context = self._trace.set_span_in_context(parent) if parent is not None else None
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": execution.name,
+            "gen_ai.tool.call.id": execution.call_id,
+            "gen_ai.tool.type": "function",
+            "dsh.root_call_id": execution.root_call_id,
+        }
+        agent = scope_id(execution.agent)
+        if agent is not None:
+            attributes["dsh.agent"] = agent
+        if self.record_content:
+            attributes["gen_ai.tool.call.arguments"] = _cut(json_text(execution.arguments))
+        span = self._tracer_now().start_span(f"execute_tool {execution.name}", context=context, attributes=attributes)
+        self._spans[execution.token] = span
+        return span
+
+    @hookimpl(tryfirst=True)
+    async def dsh_pre_execute(
+        self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
+    ) -> PreToolDecision:
+        # A rewritten call runs this stage again with the same token: one span per call.
+        if execution.token not in self._spans:
+            try:
+                self._start(execution)
+            except Exception as exc:
+                logger.warning("otel: cannot start the span of call %s: %s", execution.call_id, exc)
+        return await next()
+
+    @hookimpl(tryfirst=True)
+    async def dsh_execute(
+        self, execution: ToolDispatchExecution, next: Callable[[], Awaitable[ToolExecutionResult]]
+    ) -> ToolExecutionResult:
+        span = self._spans.get(execution.token)
+        if span is None:
+            return await next()
+        from opentelemetry import context
+
+        # The body's own spans (an HTTP client's, a sub-call's) nest under this call's.
+        attached = context.attach(self._trace.set_span_in_context(span))
+        try:
+            return await next()
+        finally:
+            context.detach(attached)
+
+    @hookimpl
+    def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        span = self._spans.pop(execution.token, None)
+        try:
+            if span is None:
+                span = self._start(execution)  # failed before any policy saw it
+                self._spans.pop(execution.token, None)
+            self._finish(span, result)
+        except Exception as exc:
+            logger.warning("otel: cannot record the span of call %s: %s", execution.call_id, exc)
+
+    def _finish(self, span: Span, result: ToolExecutionResult) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        try:
+            trace = trace_of(result)
+            if trace is not None:
+                for step in trace.steps:
+                    span.add_event(
+                        "dsh.decision", {"dsh.stage": step.stage, "dsh.actor": step.actor, "dsh.outcome": step.outcome}
+                    )
+            if self.record_content:
+                span.set_attribute("gen_ai.tool.call.result", _cut(_text(result)))
+            if result.is_error:
+                info = result.error.info
+                span.set_attribute("error.type", info.code if info is not None else "TOOL_ERROR")
+                if info is not None and info.plugin:
+                    span.set_attribute("dsh.plugin", info.plugin)
+                span.set_status(Status(StatusCode.ERROR, result.error.message))
+        finally:
+            span.end()
+
+
+@hookimpl
+def dsh_setup(runtime: Any, config: dict[str, Any]) -> None:
+    """Register :class:`OtelTracing` when ``enabled = true``."""
+    settings = structure_table(OtelSettings, config, "[plugins.otel]")
+    if not settings.enabled:
+        return
+    try:
+        tracing = OtelTracing(record_content=settings.record_content)
+    except ImportError:
+        raise ConfigError(
+            ["[plugins.otel]: opentelemetry-api is not installed (pip install 'dsh-tools[otel]')"]
+        ) from None
+    runtime.plugins.register(tracing, name=PLUGIN_NAME)

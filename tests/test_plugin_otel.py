@@ -1,0 +1,264 @@
+"""The OpenTelemetry plugin: one span per call, the right parent, attributes, and no effect on outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from dsh_core import (
+    Agent,
+    ConfigError,
+    Deny,
+    RetryPolicy,
+    Rewrite,
+    ToolExecution,
+    ToolRuntime,
+    TransientToolError,
+    hookimpl,
+)
+from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
+from dsh_plugins import otel
+from dsh_plugins.otel import MAX_CONTENT_CHARS, OtelTracing
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracer(exporter: InMemorySpanExporter) -> trace.Tracer:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider.get_tracer("test")
+
+
+def spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    return list(exporter.get_finished_spans())
+
+
+def traced(tracer: trace.Tracer, *tools: Any, record_content: bool = False, **options: Any) -> ToolRuntime:
+    runtime = make_runtime(*tools, **options)
+    runtime.plugins.register(OtelTracing(tracer, record_content=record_content), name="otel")
+    return runtime
+
+
+async def test_a_call_gets_one_span_with_the_genai_attributes(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter
+) -> None:
+    runtime = traced(tracer, json_tool("echo"))
+    result = await runtime.execute(make_input("echo", {"x": 1}, call_id="c1", agent=Agent("planner")))
+    assert not result.is_error
+    (span,) = spans(exporter)
+    assert span.name == "execute_tool echo"
+    assert dict(span.attributes or {}) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "echo",
+        "gen_ai.tool.call.id": "c1",
+        "gen_ai.tool.type": "function",
+        "dsh.root_call_id": "c1",
+        "dsh.agent": "planner",
+    }
+    assert span.status.status_code == StatusCode.UNSET
+
+
+async def test_a_failure_sets_error_status_code_and_blamed_plugin(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter
+) -> None:
+    class Refuse:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            raise RuntimeError("policy bug")
+
+    runtime = traced(tracer, json_tool("echo"))
+    runtime.plugins.register(Refuse(), name="refuse")
+    result = await runtime.execute(make_input("echo"))
+    assert result.code == "POLICY_ERROR"
+    (span,) = spans(exporter)
+    assert span.status.status_code == StatusCode.ERROR
+    assert span.status.description == result.error.message
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "POLICY_ERROR" and span.attributes["dsh.plugin"] == "refuse"
+
+
+async def test_a_denied_call_is_traced_as_an_error(tracer: trace.Tracer, exporter: InMemorySpanExporter) -> None:
+    class DenyAll:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            return Deny("no")
+
+    runtime = traced(tracer, json_tool("echo"))
+    runtime.plugins.register(DenyAll())
+    await runtime.execute(make_input("echo"))
+    (span,) = spans(exporter)
+    assert span.attributes is not None and span.attributes["error.type"] == "DENIED"
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "code"), [("nope", {}, "UNKNOWN_TOOL"), ("typed", {"n": "x"}, "INVALID_ARGS")]
+)
+async def test_a_call_that_fails_before_any_policy_still_gets_a_span(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter, name: str, arguments: Any, code: str
+) -> None:
+    runtime = traced(tracer, json_tool("typed", parameters={"n": {"type": "integer", "required": True}}))
+    await runtime.execute(make_input(name, arguments))
+    (span,) = spans(exporter)
+    assert span.name == f"execute_tool {name}"
+    assert span.attributes is not None and span.attributes["error.type"] == code
+
+
+async def test_the_span_is_current_while_the_body_runs(tracer: trace.Tracer, exporter: InMemorySpanExporter) -> None:
+    async def body(args: Any) -> str:
+        with tracer.start_as_current_span("http GET"):
+            return "ok"
+
+    runtime = traced(tracer, json_tool("fetch", body))
+    await runtime.execute(make_input("fetch"))
+    inner, outer = spans(exporter)
+    assert inner.name == "http GET" and outer.name == "execute_tool fetch"
+    assert inner.parent is not None and inner.parent.span_id == outer.context.span_id  # type: ignore[union-attr]
+
+
+async def test_the_callers_current_span_is_the_parent(tracer: trace.Tracer, exporter: InMemorySpanExporter) -> None:
+    runtime = traced(tracer, json_tool("echo"))
+    with tracer.start_as_current_span("agent turn"):
+        await runtime.execute(make_input("echo"))
+    call, turn = spans(exporter)
+    assert call.parent is not None and call.parent.span_id == turn.context.span_id  # type: ignore[union-attr]
+
+
+async def test_code_mode_sub_calls_nest_under_their_run_code_span(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter
+) -> None:
+    async def program(tools: Any) -> None:
+        await tools["echo"]({"n": 1})
+        await tools["echo"]({"n": 2})
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(json_tool("echo"))
+    runtime.plugins.register(OtelTracing(tracer), name="otel")
+    result = await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="outer"))
+    assert not result.is_error, result
+    finished = spans(exporter)
+    assert [span.name for span in finished] == ["execute_tool echo", "execute_tool echo", "execute_tool run_code"]
+    outer = finished[-1]
+    for sub in finished[:2]:
+        assert sub.parent is not None and sub.parent.span_id == outer.context.span_id  # type: ignore[union-attr]
+        assert sub.attributes is not None and sub.attributes["dsh.root_call_id"] == "outer"
+
+
+async def test_a_rewritten_call_has_one_span(tracer: trace.Tracer, exporter: InMemorySpanExporter) -> None:
+    class Tidy:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            if execution.arguments.get("path") == "a":
+                return Rewrite({"path": "b"}, "tidy")
+            return await next()
+
+    runtime = traced(tracer, json_tool("read"))
+    runtime.plugins.register(Tidy())
+    result = await runtime.execute(make_input("read", {"path": "a"}))
+    assert result.value == {"path": "b"}
+    assert len(spans(exporter)) == 1
+
+
+async def test_decision_steps_and_retries_become_span_events(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter, autojump_clock: Any
+) -> None:
+    attempts = 0
+
+    async def flaky(args: Any) -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise TransientToolError("busy")
+        return "ok"
+
+    tool = json_tool("fetch", flaky, retry=RetryPolicy(jitter=0))
+    runtime = traced(tracer, tool, trace_decisions=True)
+    await runtime.execute(make_input("fetch"))
+    (span,) = spans(exporter)
+    events = [(event.name, dict(event.attributes or {})) for event in span.events]
+    steps = [(attributes["dsh.stage"], attributes["dsh.actor"], attributes["dsh.outcome"]) for _, attributes in events]
+    assert {name for name, _ in events} == {"dsh.decision"}
+    assert steps == [
+        ("pre", "otel", "pass"),  # the plugin's own listeners are layers like any other
+        ("execute", "otel", "pass"),
+        ("execute", "fetch (attempt 1)", "retry in 0.5 s: fail: TOOL_ERROR: busy"),
+        ("execute", "fetch (body)", "ok"),
+    ]
+
+
+async def test_content_is_recorded_only_when_asked_and_cut(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter
+) -> None:
+    runtime = traced(tracer, json_tool("echo"), record_content=True)
+    await runtime.execute(make_input("echo", {"text": "x" * (MAX_CONTENT_CHARS * 2)}))
+    (span,) = spans(exporter)
+    assert span.attributes is not None
+    arguments = span.attributes["gen_ai.tool.call.arguments"]
+    assert isinstance(arguments, str) and len(arguments) == MAX_CONTENT_CHARS and arguments.endswith("…")
+    assert isinstance(span.attributes["gen_ai.tool.call.result"], str)
+
+
+async def test_a_broken_tracer_changes_no_outcome(caplog: pytest.LogCaptureFixture) -> None:
+    class BrokenTracer:
+        def start_span(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("exporter down")
+
+    runtime = traced(BrokenTracer(), json_tool("echo"))  # type: ignore[arg-type]
+    result = await runtime.execute(make_input("echo", {"a": 1}))
+    assert not result.is_error and result.value == {"a": 1}
+    assert "otel: cannot start the span" in caplog.text
+
+
+def test_the_entry_point_registers_only_when_enabled() -> None:
+    runtime = ToolRuntime()
+    otel.dsh_setup(runtime, {})
+    assert runtime.plugins.get_plugin("otel") is None
+    otel.dsh_setup(runtime, {"enabled": True, "record_content": True})
+    plugin = runtime.plugins.get_plugin("otel")
+    assert isinstance(plugin, OtelTracing) and plugin.record_content
+
+
+def test_an_unknown_setting_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError, match="record_arguments"):
+        otel.dsh_setup(ToolRuntime(), {"enabled": True, "record_arguments": True})
+
+
+async def test_a_sub_call_from_another_task_still_nests_under_its_parent_call(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter
+) -> None:
+    # The bridge may send a sub-call from a task that did not inherit the parent's context.
+    import trio
+
+    tokens: list[Any] = []
+    release = trio.Event()
+
+    class Capture:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            tokens.append(execution.token)
+            return await next()
+
+    async def wait(args: Any) -> str:
+        await release.wait()
+        return "done"
+
+    runtime = traced(tracer, json_tool("outer", wait), json_tool("inner"))
+    runtime.plugins.register(Capture())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(runtime.execute, make_input("outer", call_id="o"))
+        await trio.testing.wait_all_tasks_blocked()
+        sub = make_input("inner", call_id="o/1", parent=tokens[0], root_call_id="o")
+        await runtime.execute(sub)
+        release.set()
+    inner, outer = spans(exporter)
+    assert inner.parent is not None and inner.parent.span_id == outer.context.span_id  # type: ignore[union-attr]
