@@ -1,0 +1,147 @@
+"""Call budgets: at most so many tool calls per agent, in all and per tool.
+
+A model in a loop, or a Code Mode program iterating over more than it should,
+can make thousands of calls. Enable budgets in ``[plugins.limits]``::
+
+    [plugins.limits]
+    max_calls = 200                        # calls per agent, every tool together
+    per_tool = { bash = 20, web_fetch = 50 }
+    count_sub_calls = true                 # Code Mode sub-calls count as calls (default)
+
+**What counts** is a dispatched call: one that every policy, the approval and
+the guards let through and whose body is about to run. A denied call costs
+nothing; a rewritten call is one call. Budgets are per agent (``scope_id``;
+agent-less calls share one budget), for the runtime's life unless the host
+starts afresh with :meth:`CallLimits.reset` or :meth:`CallLimits.reset_agent` (at the start of a turn or a
+conversation, say).
+
+**When a budget is spent** the pre-execute listener denies the call with a
+reason the model can act on (``call budget spent: bash made 20 of 20 calls
+for this agent``), so ``simulate`` and ``explain`` show it like any policy.
+Calls already past that check when the budget ran out (a batch of parallel
+calls racing for the last one) are refused at dispatch with the same
+``DENIED`` result: a budget is never exceeded, by any interleaving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from dsh_core import (
+    Deny,
+    ErrorCode,
+    PreToolDecision,
+    ToolDispatchExecution,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolRuntime,
+    failure_result,
+    hookimpl,
+    scope_id,
+    structure_table,
+)
+
+__all__ = ["PLUGIN_NAME", "CallLimits", "LimitsSettings"]
+
+PLUGIN_NAME: Final = "call-limits"
+
+# It denies any tool's calls once a budget is spent.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
+
+
+def _budget(value: object, what: str) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{what} must be a whole number of calls >= 0, got {value!r}")
+
+
+def _max_calls(instance: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None:
+        _budget(value, "max_calls")
+
+
+def _per_tool(instance: object, attribute: attrs.Attribute[Any], value: Mapping[str, int]) -> None:
+    for name, budget in value.items():
+        if not name:
+            raise ValueError("per_tool names a tool with an empty name")
+        _budget(budget, f"per_tool.{name}")
+
+
+@attrs.frozen(kw_only=True)
+class LimitsSettings:
+    """The ``[plugins.limits]`` table (no budget set: the plugin registers nothing)."""
+
+    max_calls: int | None = attrs.field(default=None, validator=_max_calls)
+    per_tool: dict[str, int] = attrs.field(factory=dict, validator=_per_tool)
+    count_sub_calls: bool = True
+
+
+class CallLimits:
+    """Counts each agent's dispatched calls and refuses those past a budget (see the module documentation)."""
+
+    def __init__(self, settings: LimitsSettings) -> None:
+        self.settings = settings
+        # (agent id, tool) -> dispatched calls; tool None is the agent's total.
+        self._counts: dict[tuple[str | None, str | None], int] = {}
+
+    def used(self, agent: str | None = None, tool: str | None = None) -> int:
+        """Calls ``agent`` (its ``scope_id``) has made, of ``tool`` or of every tool."""
+        return self._counts.get((agent, tool), 0)
+
+    def reset(self) -> None:
+        """Start every agent's budgets afresh (a new turn or conversation)."""
+        self._counts.clear()
+
+    def reset_agent(self, agent: str | None) -> None:
+        """Start one agent's budgets afresh (its ``scope_id``; ``None``: the agent-less calls)."""
+        for key in [key for key in self._counts if key[0] == agent]:
+            del self._counts[key]
+
+    def _counted(self, execution: ToolExecution | ToolDispatchExecution) -> bool:
+        return self.settings.count_sub_calls or execution.parent is None
+
+    def _spent(self, agent: str | None, tool: str) -> str | None:
+        """Why a call of ``tool`` for ``agent`` may not run, or ``None`` when its budgets allow one more."""
+        per_tool = self.settings.per_tool.get(tool)
+        if per_tool is not None and self.used(agent, tool) >= per_tool:
+            return f"call budget spent: {tool} made {self.used(agent, tool)} of {per_tool} calls for this agent"
+        total = self.settings.max_calls
+        if total is not None and self.used(agent) >= total:
+            return f"call budget spent: this agent made {self.used(agent)} of {total} tool calls"
+        return None
+
+    @hookimpl(trylast=True)
+    async def dsh_pre_execute(
+        self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
+    ) -> PreToolDecision:
+        if self._counted(execution):
+            reason = self._spent(scope_id(execution.agent), execution.name)
+            if reason is not None:
+                return Deny(reason)
+        return await next()
+
+    @hookimpl(tryfirst=True)
+    async def dsh_execute(
+        self, execution: ToolDispatchExecution, next: Callable[[], Awaitable[ToolExecutionResult]]
+    ) -> ToolExecutionResult:
+        if not self._counted(execution):
+            return await next()
+        agent = scope_id(execution.agent)
+        # Checked and counted with no await in between: concurrent calls cannot both take the last one.
+        reason = self._spent(agent, execution.name)
+        if reason is not None:
+            return failure_result(reason, ErrorCode.DENIED, plugin=PLUGIN_NAME)
+        self._counts[(agent, None)] = self.used(agent) + 1
+        self._counts[(agent, execution.name)] = self.used(agent, execution.name) + 1
+        return await next()
+
+
+@hookimpl
+def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
+    """Register :class:`CallLimits` when a budget is configured."""
+    settings = structure_table(LimitsSettings, config, "[plugins.limits]")
+    if settings.max_calls is None and not settings.per_tool:
+        return
+    runtime.plugins.register(CallLimits(settings), name=PLUGIN_NAME)

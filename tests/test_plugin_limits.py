@@ -1,0 +1,207 @@
+"""Call budgets (dsh_plugins.limits): what counts, when a call is refused, and that no race exceeds a budget."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from dsh_core import (
+    Agent,
+    ConfigError,
+    Deny,
+    Rewrite,
+    ToolExecution,
+    ToolRuntime,
+    hookimpl,
+    run_tool_calls,
+)
+from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
+from dsh_plugins import limits
+from dsh_plugins.limits import PLUGIN_NAME, CallLimits, LimitsSettings
+
+
+def limited(*tools: Any, **settings: Any) -> tuple[ToolRuntime, CallLimits]:
+    runtime = make_runtime(*tools)
+    plugin = CallLimits(LimitsSettings(**settings))
+    runtime.plugins.register(plugin, name=PLUGIN_NAME)
+    return runtime, plugin
+
+
+async def test_calls_past_the_total_budget_are_denied_with_a_reason() -> None:
+    runtime, plugin = limited(json_tool("a"), json_tool("b"), max_calls=2)
+    assert not (await runtime.execute(make_input("a"))).is_error
+    assert not (await runtime.execute(make_input("b"))).is_error
+    third = await runtime.execute(make_input("a"))
+    assert third.code == "DENIED"
+    assert third.error.message == "call budget spent: this agent made 2 of 2 tool calls"
+    assert plugin.used() == 2 and plugin.used(None, "a") == 1
+
+
+async def test_a_per_tool_budget_leaves_other_tools_alone() -> None:
+    runtime, _ = limited(json_tool("bash"), json_tool("read"), per_tool={"bash": 1})
+    await runtime.execute(make_input("bash"))
+    second = await runtime.execute(make_input("bash"))
+    assert second.code == "DENIED"
+    assert second.error.message == "call budget spent: bash made 1 of 1 calls for this agent"
+    assert not (await runtime.execute(make_input("read"))).is_error
+
+
+async def test_budgets_are_per_agent_and_reset_per_agent_or_all() -> None:
+    a, b = Agent("a"), Agent("b")
+    runtime, plugin = limited(json_tool("t"), max_calls=1)
+    await runtime.execute(make_input("t", agent=a))
+    assert (await runtime.execute(make_input("t", agent=a))).code == "DENIED"
+    assert not (await runtime.execute(make_input("t", agent=b))).is_error
+    plugin.reset_agent("a")
+    assert not (await runtime.execute(make_input("t", agent=a))).is_error
+    assert (await runtime.execute(make_input("t", agent=b))).code == "DENIED"
+    plugin.reset()
+    assert not (await runtime.execute(make_input("t", agent=b))).is_error
+
+
+async def test_a_denied_call_costs_nothing() -> None:
+    class DenyFirst:
+        def __init__(self) -> None:
+            self.denied = False
+
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            if not self.denied:
+                self.denied = True
+                return Deny("not yet")
+            return await next()
+
+    runtime, plugin = limited(json_tool("t"), max_calls=1)
+    runtime.plugins.register(DenyFirst())
+    assert (await runtime.execute(make_input("t"))).error.message == "not yet"
+    assert plugin.used() == 0
+    assert not (await runtime.execute(make_input("t"))).is_error
+
+
+async def test_a_rewritten_call_counts_once() -> None:
+    class Tidy:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            if execution.arguments.get("p") == "a":
+                return Rewrite({"p": "b"}, "tidy")
+            return await next()
+
+    runtime, plugin = limited(json_tool("t"), max_calls=5)
+    runtime.plugins.register(Tidy())
+    await runtime.execute(make_input("t", {"p": "a"}))
+    assert plugin.used() == 1
+
+
+async def test_parallel_calls_never_exceed_the_budget(autojump_clock: trio.testing.MockClock) -> None:
+    async def slow(args: Any) -> str:
+        await trio.sleep(0.01)
+        return "ok"
+
+    tool = json_tool("fetch", slow, is_concurrency_safe=lambda args: True)
+    runtime, plugin = limited(tool, max_calls=3)
+    calls = [make_input("fetch", {"n": n}) for n in range(10)]
+    results = await run_tool_calls(runtime, calls)
+    assert sum(not result.is_error for result in results) == 3
+    refused = [result for result in results if result.is_error]
+    assert {result.code for result in refused} == {"DENIED"}
+    assert plugin.used() == 3
+
+
+async def test_the_dispatch_check_holds_when_the_policy_check_was_passed_by_many() -> None:
+    # Every call passes pre-execute while nothing has been dispatched yet (an approval is pending for all).
+    release = trio.Event()
+
+    class SlowApproval:
+        @hookimpl(tryfirst=True)
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            decision = await next()
+            await release.wait()
+            return decision
+
+    runtime, plugin = limited(json_tool("t"), max_calls=2)
+    runtime.plugins.register(SlowApproval())
+    results: list[Any] = []
+
+    async def call(n: int) -> None:
+        results.append(await runtime.execute(make_input("t", {"n": n})))
+
+    async with trio.open_nursery() as nursery:
+        for n in range(5):
+            nursery.start_soon(call, n)
+        await trio.testing.wait_all_tasks_blocked()
+        release.set()
+    assert sum(not result.is_error for result in results) == 2
+    late = [result for result in results if result.is_error]
+    assert len(late) == 3 and all(result.code == "DENIED" for result in late)
+    assert all(result.error.info.plugin == PLUGIN_NAME for result in late)
+    assert plugin.used() == 2
+
+
+async def test_code_mode_sub_calls_count_unless_told_not_to() -> None:
+    async def program(tools: Any) -> None:
+        for n in range(3):
+            await tools["t"]({"n": n})
+
+    for count_sub_calls, expected in ((True, 4), (False, 1)):
+        runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+        runtime.register(json_tool("t"))
+        plugin = CallLimits(LimitsSettings(max_calls=100, count_sub_calls=count_sub_calls))
+        runtime.plugins.register(plugin)
+        result = await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}))
+        assert not result.is_error, result
+        assert plugin.used() == expected
+
+
+async def test_a_program_past_its_budget_sees_its_sub_calls_denied() -> None:
+    seen: list[Any] = []
+
+    async def program(tools: Any) -> None:
+        for n in range(3):
+            try:
+                seen.append(await tools["t"]({"n": n}))
+            except Exception as exc:
+                seen.append(str(exc))
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(json_tool("t"))
+    runtime.plugins.register(CallLimits(LimitsSettings(per_tool={"t": 2})))
+    await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}))
+    assert seen[:2] == [{"n": 0}, {"n": 1}]
+    assert "call budget spent: t made 2 of 2 calls" in str(seen[2])
+
+
+async def test_the_decision_trace_names_the_budget() -> None:
+    runtime = make_runtime(json_tool("t"), trace_decisions=True)
+    runtime.plugins.register(CallLimits(LimitsSettings(max_calls=0)), name=PLUGIN_NAME)
+    result = await runtime.execute(make_input("t"))
+    assert result.trace is not None
+    assert [(s.stage, s.actor, s.outcome) for s in result.trace.steps] == [
+        ("pre", PLUGIN_NAME, "deny: call budget spent: this agent made 0 of 0 tool calls")
+    ]
+
+
+def test_the_plugin_registers_only_with_a_budget() -> None:
+    runtime = ToolRuntime()
+    limits.dsh_setup(runtime, {})
+    assert runtime.plugins.get_plugin(PLUGIN_NAME) is None
+    limits.dsh_setup(runtime, {"per_tool": {"bash": 3}})
+    assert isinstance(runtime.plugins.get_plugin(PLUGIN_NAME), CallLimits)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"max_calls": -1}, "max_calls must be a whole number of calls >= 0"),
+        ({"max_calls": 1.5}, "max_calls"),
+        ({"per_tool": {"bash": -2}}, "per_tool.bash must be a whole number"),
+        ({"per_tool": {"": 2}}, "empty name"),
+        ({"max_call": 3}, "max_call"),
+    ],
+)
+def test_bad_settings_are_configuration_errors(table: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        limits.dsh_setup(ToolRuntime(), table)
