@@ -43,6 +43,7 @@ from dsh_core import (
     ToolRuntime,
     define_tool,
     hookimpl,
+    json_text,
     structure_table,
     thaw,
 )
@@ -131,7 +132,10 @@ def _render(args: Any, value: Any) -> list[TextBlock]:
         ]
     lines = [f"{len(found)} tool{'s' if len(found) != 1 else ''} found; you can call them now:"]
     for tool in found:
+        # The parameters too: a host that does not refresh the tool list mid-turn (an MCP
+        # client that missed the change, say) still leaves the model able to call them.
         lines.append(f"- {tool['name']}: {tool['description']}")
+        lines.append(f"  parameters: {json_text(tool['parameters'])}")
     return [TextBlock("\n".join(lines))]
 
 

@@ -593,6 +593,20 @@ async def test_serve_registry_lists_tools_with_their_schemas() -> None:
     }
 
 
+async def test_serve_registry_lists_deferred_tools_once_a_search_loads_them() -> None:
+    from dsh_plugins.tool_search import search_tool
+
+    runtime = make_runtime(json_tool("shown"), json_tool("rare_report", defer_loading=True))
+    runtime.register(search_tool(runtime))
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        assert {tool.name for tool in (await client.list_tools()).tools} == {"shown", "search_tools"}
+        found = await client.call_tool("search_tools", {"query": "report"})
+        assert "rare_report" in found.content[0].text  # type: ignore[union-attr]
+        assert "rare_report" in {tool.name for tool in (await client.list_tools()).tools}
+        called = await client.call_tool("rare_report", {"x": 1})
+    assert not called.is_error
+
+
 async def test_serve_registry_runs_an_allowed_call_through_the_pipeline() -> None:
     recorder = Recorder()
     runtime, _ = serving_runtime(recorder)

@@ -237,7 +237,10 @@ async def test_searching_loads_the_matches_for_the_calling_agent() -> None:
     assert set(schema_names(runtime, agent)) == {"read_file", DEFAULT_NAME, *names}
     assert schema_names(runtime) == ["read_file", DEFAULT_NAME]  # another agent still sees none
     assert isinstance(result.content[0], TextBlock)
-    assert result.content[0].text.startswith("3 tools found; you can call them now:\n- github__create_issue:")
+    assert result.content[0].text.startswith(
+        "3 tools found; you can call them now:\n- github__create_issue: test tool github__create_issue\n"
+        '  parameters: {"type": "object", "properties": {}}\n'
+    )
 
 
 async def test_a_second_search_finds_loaded_tools_again() -> None:
