@@ -23,7 +23,7 @@ import attrs
 from ._definition import ToolDefinition, ToolOutput, define_tool
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput, ToolExecutionToken
 from ._registry import PresentationMode
-from ._results import ToolExecutionResult
+from ._results import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess
 from ._runtime import ApprovalService, ToolRuntime
 from ._signal import CancelSignal
 from .hookspecs import hookimpl
@@ -35,6 +35,8 @@ __all__ = [
     "FakeCodeRuntime",
     "Recorder",
     "StaticApproval",
+    "expect_failure",
+    "expect_success",
     "json_tool",
     "make_input",
     "make_runtime",
@@ -63,6 +65,25 @@ def make_input(
         parent=parent,
         root_call_id=root_call_id,
     )
+
+
+def expect_failure(result: object) -> ToolExecutionFailure:
+    """``result`` typed as a failure, or an ``AssertionError`` showing what it was instead.
+
+    ``assert expect_failure(result).code == "DENIED"`` reads as the test means
+    and gives type checkers the failure's fields. (A plain ``raise``, not
+    ``assert``: it still checks under ``python -O``.)
+    """
+    if not isinstance(result, ToolExecutionFailure):
+        raise AssertionError(f"expected a failure, got {result!r}")
+    return result
+
+
+def expect_success(result: object) -> ToolExecutionSuccess:
+    """``result`` typed as a success, or an ``AssertionError`` showing the failure instead."""
+    if not isinstance(result, ToolExecutionSuccess):
+        raise AssertionError(f"expected a success, got {result!r}")
+    return result
 
 
 def make_runtime(

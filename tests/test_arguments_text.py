@@ -14,14 +14,12 @@ from dsh_core import (
     FrozenDict,
     SessionLog,
     SessionRecorder,
-    ToolExecutionFailure,
-    ToolExecutionResult,
     ToolExecutionSuccess,
     define_tool,
     read_session_log,
     run_tool_calls,
 )
-from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
+from dsh_core.testing import Recorder, expect_failure, json_tool, make_input, make_runtime
 
 
 def add_tool(**options: Any) -> Any:
@@ -38,10 +36,6 @@ def add_tool(**options: Any) -> Any:
     )
 
 
-def failure(result: ToolExecutionResult) -> ToolExecutionFailure:
-    assert isinstance(result, ToolExecutionFailure), result
-    return result
-
 
 async def test_valid_text_is_parsed_and_validated_like_any_arguments() -> None:
     recorder = Recorder()
@@ -51,7 +45,7 @@ async def test_valid_text_is_parsed_and_validated_like_any_arguments() -> None:
     [(execution, _)] = recorder.results
     assert isinstance(execution.arguments, FrozenDict)
     assert execution.arguments == {"a": 2, "b": 40}
-    invalid = failure(await runtime.execute(make_input("add", ArgumentsText('{"a": "2", "b": 40}'))))
+    invalid = expect_failure(await runtime.execute(make_input("add", ArgumentsText('{"a": "2", "b": 40}'))))
     assert invalid.code == "INVALID_ARGS" and invalid.error.info is not None
     assert invalid.error.info.name == "ToolArgsError"
 
@@ -60,7 +54,7 @@ async def test_a_cut_off_text_says_so_and_asks_for_a_smaller_call() -> None:
     recorder = Recorder()
     runtime = make_runtime(json_tool("write", parameters={"content": {"type": "string"}}), plugins=[recorder])
     text = '{"content": "' + "x" * 100
-    result = failure(await runtime.execute(make_input("write", ArgumentsText(text))))
+    result = expect_failure(await runtime.execute(make_input("write", ArgumentsText(text))))
     assert result.code == "INVALID_ARGS"
     assert result.error.info is not None and result.error.info.name == "ArgumentsJsonError"
     assert result.error.message.startswith("arguments are not valid JSON: Unterminated string starting at (character 12 of 113)")

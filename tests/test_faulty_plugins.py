@@ -55,7 +55,7 @@ from dsh_core import (
 )
 from dsh_core._json import safe_repr
 from dsh_core.presentation import GenericCallView, TerminalCallView
-from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
+from dsh_core.testing import StaticApproval, expect_failure, json_tool, make_input, make_runtime
 
 Next = Callable[[], Awaitable[Any]]
 FAULTY = "faulty"
@@ -111,14 +111,10 @@ def runtime_with(*plugins: object, tool: Tool | None = None, **options: Any) -> 
     return runtime, tool
 
 
-def failure(result: ToolExecutionResult) -> ToolExecutionFailure:
-    assert isinstance(result, ToolExecutionFailure), f"expected a failure, got {result!r}"
-    return result
-
 
 def info(result: ToolExecutionResult) -> tuple[str | None, str | None, str | None]:
     """(code, name, plugin) of a failure."""
-    error = failure(result).error
+    error = expect_failure(result).error
     assert error.info is not None, error.message
     return error.info.code, error.info.name, error.info.plugin
 
@@ -218,8 +214,8 @@ async def test_raising_listener_is_contained_and_blamed(
     runtime, tool = runtime_with(_raising(hook, where, make))
     result = await run(runtime)
     assert info(result) == (code or "POLICY_ERROR", name, FAULTY)
-    assert failure(result).error.message == message
-    assert failure(result).content == (TextBlock(f"Error: {message}"),)
+    assert expect_failure(result).error.message == message
+    assert expect_failure(result).content == (TextBlock(f"Error: {message}"),)
     assert (tool.entered, tool.exited) == (bodies, bodies)
     await still_serving(runtime)
 
@@ -251,7 +247,7 @@ async def test_raising_approval_service_is_blamed_as_approval(make: Callable[[],
     runtime, tool = runtime_with(listener("dsh_pre_execute", ask), approval=Broken())
     result = await run(runtime, agent=Agent("a"))
     assert info(result)[0::2] == ("POLICY_ERROR", "approval")
-    assert failure(result).error.message == "approval broke"
+    assert expect_failure(result).error.message == "approval broke"
     assert tool.entered == 0
     await still_serving(runtime)
 
@@ -264,7 +260,7 @@ async def test_approval_service_returning_garbage_denies_as_policy_error(answer:
     runtime, tool = runtime_with(listener("dsh_pre_execute", ask), approval=StaticApproval(answer))  # type: ignore[arg-type]
     result = await run(runtime, agent=Agent("a"))
     assert info(result) == ("POLICY_ERROR", "PolicyError", "approval")
-    assert failure(result).error.message.startswith(f"approval service returned {answer!r}")
+    assert expect_failure(result).error.message.startswith(f"approval service returned {answer!r}")
     assert tool.entered == 0
 
 
@@ -327,7 +323,7 @@ async def test_wrong_return_type_is_a_policy_error_naming_the_plugin(hook: str, 
     runtime, tool = runtime_with(_returning(hook, garbage))
     result = await run(runtime)
     assert info(result) == ("POLICY_ERROR", "PolicyError", FAULTY)
-    assert failure(result).error.message == f"{FAULTY}: {EXPECTED_SHAPE[hook]}, got {safe_repr(garbage)}"
+    assert expect_failure(result).error.message == f"{FAULTY}: {EXPECTED_SHAPE[hook]}, got {safe_repr(garbage)}"
     assert tool.entered == (1 if hook == "dsh_post_execute" else 0)
     await still_serving(runtime)
 
@@ -344,7 +340,7 @@ async def test_wrong_return_type_too_deep_to_print_is_still_blamed(hook: str) ->
     runtime, _ = runtime_with(_returning(hook, _deep_list(100_000)))
     result = await run(runtime)
     assert info(result) == ("POLICY_ERROR", "PolicyError", FAULTY)
-    assert failure(result).error.message.startswith(f"{FAULTY}: {EXPECTED_SHAPE[hook]}, got ")
+    assert expect_failure(result).error.message.startswith(f"{FAULTY}: {EXPECTED_SHAPE[hook]}, got ")
 
 
 async def test_sync_listener_on_a_waterfall_fails_every_call_by_name() -> None:
@@ -355,7 +351,7 @@ async def test_sync_listener_on_a_waterfall_fails_every_call_by_name() -> None:
     for _ in range(2):
         result = await run(runtime)
         assert info(result) == ("POLICY_ERROR", "PolicyError", FAULTY)
-        assert failure(result).error.message == f"{FAULTY}: dsh_pre_execute listeners must be async def"
+        assert expect_failure(result).error.message == f"{FAULTY}: dsh_pre_execute listeners must be async def"
     assert tool.entered == 0
 
 
@@ -398,7 +394,7 @@ async def test_next_called_twice_fails_and_runs_nothing_twice(hook: str) -> None
     runtime, tool = runtime_with(_twice(hook, swallow=False), inner_plugin)
     result = await run(runtime)
     assert info(result) == ("POLICY_ERROR", "PolicyError", FAULTY)
-    assert failure(result).error.message == f"{FAULTY}: next() may be called at most once per listener"
+    assert expect_failure(result).error.message == f"{FAULTY}: next() may be called at most once per listener"
     assert inner_calls == [hook]  # the inner listener ran once, not twice
     assert tool.entered == tool.exited == (0 if hook == "dsh_pre_execute" else 1)
     await still_serving(runtime)
@@ -434,7 +430,7 @@ async def test_pre_listener_that_never_calls_next_still_lets_guards_run() -> Non
     runtime, tool = runtime_with(listener("dsh_pre_execute", outer, tryfirst=True), listener("dsh_pre_execute", inner))
     runtime.guard(lambda execution: "guard still says no")
     result = await run(runtime)
-    assert info(result)[0] == "DENIED" and failure(result).error.message == "guard still says no"
+    assert info(result)[0] == "DENIED" and expect_failure(result).error.message == "guard still says no"
     assert inner_calls == [] and tool.entered == 0
 
 
@@ -746,7 +742,7 @@ async def test_evil_in_the_output_contract_is_invalid_output(seat: str, expected
     runtime, _ = runtime_with(tool=Tool(output=output))
     result = await run(runtime)
     assert info(result)[:2] == ("INVALID_TOOL_OUTPUT", "ToolOutputError")
-    assert failure(result).error.message == expected
+    assert expect_failure(result).error.message == expected
     await still_serving(runtime)
 
 
@@ -856,7 +852,7 @@ async def test_faulty_finalize_content_becomes_one_failure_and_runs_once(
     result = await run(runtime, arguments={"a": "not an int"} if outcome == "invalid-args" else {"a": 1})
     assert calls == [outcome != "success"]  # exactly once, seeing the real outcome
     assert info(result) == ("TOOL_ERROR", name, None)
-    assert failure(result).error.message == f"finalize_content violated its total contract: {why}"
+    assert expect_failure(result).error.message == f"finalize_content violated its total contract: {why}"
     await still_serving(runtime)
 
 

@@ -24,7 +24,6 @@ from dsh_core import (
     OrphanedWork,
     SessionLog,
     SessionRecorder,
-    ToolExecutionFailure,
     ToolExecutionSuccess,
     ToolExecutionToken,
     ToolRunContext,
@@ -34,7 +33,7 @@ from dsh_core import (
     replay,
 )
 from dsh_core._execution import new_execution
-from dsh_core.testing import json_tool, make_input, make_runtime
+from dsh_core.testing import expect_failure, json_tool, make_input, make_runtime
 from dsh_plugins import timeout
 
 REAL_WAIT = 10  # seconds: a bound on real thread hand-offs, never reached when the code works
@@ -84,10 +83,6 @@ def threaded_tool(gate: Gate, name: str = "blocking", **options: Any) -> Any:
     return json_tool(name, body, **options)
 
 
-def failure(result: object) -> ToolExecutionFailure:
-    assert isinstance(result, ToolExecutionFailure), result
-    return result
-
 
 async def cancel_once_started(gate: Gate, signal: CancelSignal) -> None:
     await gate.wait_started()
@@ -114,7 +109,7 @@ async def test_exception_in_the_thread_is_the_calls_failure() -> None:
         return await run.run_in_thread(gate, ValueError("disk on fire"))
 
     runtime = make_runtime(json_tool("blocking", body))
-    result = failure(await runtime.execute(make_input("blocking")))
+    result = expect_failure(await runtime.execute(make_input("blocking")))
     assert result.code == "TOOL_ERROR"
     assert "disk on fire" in result.error.message
     assert runtime.orphaned_work() == []
@@ -135,7 +130,7 @@ async def test_cancelled_call_resolves_at_once_and_reports_the_running_thread(
             result = await runtime.execute(make_input("blocking", call_id="c-1", signal=signal))
     # The thread is still blocked: the call did not wait for it.
     assert not gate.finished.is_set()
-    assert failure(result).code == "ABORTED"
+    assert expect_failure(result).code == "ABORTED"
     [work] = runtime.orphaned_work()
     assert isinstance(work, OrphanedWork)
     assert (work.call_id, work.tool, work.agent) == ("c-1", "blocking", None)
@@ -168,7 +163,7 @@ async def test_orphan_that_raises_is_reported_as_raised() -> None:
     signal = CancelSignal()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(cancel_once_started, gate, signal)
-        assert failure(await runtime.execute(make_input("blocking", signal=signal))).code == "ABORTED"
+        assert expect_failure(await runtime.execute(make_input("blocking", signal=signal))).code == "ABORTED"
     gate.release.set()
     with trio.fail_after(REAL_WAIT):
         await runtime.wait_for_orphans()
@@ -189,7 +184,7 @@ async def test_timeout_resolves_on_time_and_the_thread_is_orphaned(mock_clock: t
         nursery.start_soon(call)
         await gate.wait_started()
         mock_clock.jump(0.5)
-    assert failure(outcome[0]).code == "TOOL_TIMEOUT"
+    assert expect_failure(outcome[0]).code == "TOOL_TIMEOUT"
     assert [work.call_id for work in runtime.orphaned_work()] == ["slow-1"]
     gate.release.set()
     with trio.fail_after(REAL_WAIT):
@@ -218,7 +213,7 @@ async def test_work_given_up_before_a_thread_took_it_never_starts() -> None:
     async with limiter, trio.open_nursery() as nursery:
         nursery.start_soon(cancel_when_waiting)
         result = await runtime.execute(make_input("blocking", signal=signal))
-    assert failure(result).code == "ABORTED"
+    assert expect_failure(result).code == "ABORTED"
     assert gate.calls == 0
     assert runtime.orphaned_work() == []
     assert events.seen == []
@@ -266,7 +261,7 @@ async def test_a_raising_event_sink_does_not_disturb_the_call(caplog: pytest.Log
     signal = CancelSignal()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(cancel_once_started, gate, signal)
-        assert failure(await runtime.execute(make_input("blocking", signal=signal))).code == "ABORTED"
+        assert expect_failure(await runtime.execute(make_input("blocking", signal=signal))).code == "ABORTED"
     assert len(runtime.orphaned_work()) == 1
     assert "event sink failed for tool/orphaned: sink down" in caplog.text
     gate.release.set()
@@ -310,7 +305,7 @@ async def test_define_tool_in_thread_orphan_names_the_authors_function() -> None
     signal = CancelSignal()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(cancel_once_started, gate, signal)
-        assert failure(await runtime.execute(make_input("lookup", signal=signal))).code == "ABORTED"
+        assert expect_failure(await runtime.execute(make_input("lookup", signal=signal))).code == "ABORTED"
     [work] = runtime.orphaned_work()
     assert work.function.endswith("slow_lookup")
     gate.release.set()
@@ -347,7 +342,7 @@ async def test_in_thread_body_returning_an_awaitable_is_refused() -> None:
         execute=lambda args: later(),
         in_thread=True,
     )
-    result = failure(await make_runtime(tool).execute(make_input("t")))
+    result = expect_failure(await make_runtime(tool).execute(make_input("t")))
     assert "returned an awaitable" in result.error.message
 
 

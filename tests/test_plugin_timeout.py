@@ -15,13 +15,12 @@ from dsh_core import (
     DshError,
     TextBlock,
     ToolDispatchExecution,
-    ToolExecutionFailure,
     ToolExecutionResult,
     ToolRunContext,
     ToolRuntime,
     hookimpl,
 )
-from dsh_core.testing import json_tool, make_input, make_runtime
+from dsh_core.testing import expect_failure, json_tool, make_input, make_runtime
 from dsh_plugins import timeout
 
 Next = Callable[[], Awaitable[ToolExecutionResult]]
@@ -41,15 +40,11 @@ def sleeper(name: str = "slow", seconds: float = 100, **options: Any) -> Any:
     return json_tool(name, body, **options)
 
 
-def failure(result: ToolExecutionResult) -> ToolExecutionFailure:
-    assert isinstance(result, ToolExecutionFailure), result
-    return result
-
 
 async def test_cooperative_body_times_out_exactly_at_the_budget(autojump_clock: trio.testing.MockClock) -> None:
     runtime = with_timeout(sleeper(timeout_ms=500))
     start = trio.current_time()
-    result = failure(await runtime.execute(make_input("slow")))
+    result = expect_failure(await runtime.execute(make_input("slow")))
     assert trio.current_time() - start == pytest.approx(0.5)
     assert result.code == "TOOL_TIMEOUT"
     assert result.error.info is not None and result.error.info.name == "ToolTimeoutError"
@@ -74,7 +69,7 @@ async def test_body_that_shields_its_cleanup_is_awaited_past_the_deadline(
 
     runtime = with_timeout(json_tool("stubborn", stubborn, timeout_ms=1000))
     start = trio.current_time()
-    result = failure(await runtime.execute(make_input("stubborn")))
+    result = expect_failure(await runtime.execute(make_input("stubborn")))
     assert trio.current_time() - start == pytest.approx(3.0)
     assert cleanup and cleanup[0] - start == pytest.approx(3.0)
     assert result.code == "TOOL_TIMEOUT"
@@ -87,7 +82,7 @@ async def test_success_returned_after_the_deadline_becomes_a_timeout(autojump_cl
         return "late"
 
     runtime = with_timeout(json_tool("late", ignores_signal, timeout_ms=500))
-    assert failure(await runtime.execute(make_input("late"))).code == "TOOL_TIMEOUT"
+    assert expect_failure(await runtime.execute(make_input("late"))).code == "TOOL_TIMEOUT"
 
 
 async def test_tool_without_budget_sees_the_callers_own_signal() -> None:
@@ -132,7 +127,7 @@ async def test_caller_cancel_before_the_deadline_is_aborted_not_timeout(
 
         nursery.start_soon(cancel_soon)
         start = trio.current_time()
-        result = failure(await runtime.execute(make_input("slow", signal=signal)))
+        result = expect_failure(await runtime.execute(make_input("slow", signal=signal)))
     assert trio.current_time() - start == pytest.approx(0.1)
     assert result.code == "ABORTED"
 
@@ -157,7 +152,7 @@ async def test_caller_cancel_first_stays_aborted_even_if_cleanup_outlasts_the_bu
             signal.cancel()
 
         nursery.start_soon(cancel_soon)
-        result = failure(await runtime.execute(make_input("t", signal=signal)))
+        result = expect_failure(await runtime.execute(make_input("t", signal=signal)))
     assert result.code == "ABORTED"
 
 
@@ -178,7 +173,7 @@ async def test_caller_cancel_first_stays_aborted_when_the_body_ignores_it_past_t
             signal.cancel()
 
         nursery.start_soon(cancel_soon)
-        result = failure(await runtime.execute(make_input("t", signal=signal)))
+        result = expect_failure(await runtime.execute(make_input("t", signal=signal)))
     assert result.code == "ABORTED"
 
 
@@ -214,7 +209,7 @@ async def test_timeout_first_stays_timeout_when_the_caller_cancels_during_cleanu
             signal.cancel()
 
         nursery.start_soon(cancel_late)
-        result = failure(await runtime.execute(make_input("t", signal=signal)))
+        result = expect_failure(await runtime.execute(make_input("t", signal=signal)))
     assert result.code == "TOOL_TIMEOUT"
 
 
@@ -224,7 +219,7 @@ async def test_failure_from_the_body_before_the_deadline_stays(autojump_clock: t
         raise DshError("disk on fire", code="DISK_ON_FIRE")
 
     runtime = with_timeout(json_tool("broken", broken, timeout_ms=500))
-    result = failure(await runtime.execute(make_input("broken")))
+    result = expect_failure(await runtime.execute(make_input("broken")))
     assert result.code == "DISK_ON_FIRE"
     assert result.error.message == "disk on fire"
 
@@ -238,10 +233,10 @@ async def test_success_before_the_deadline_is_returned_unchanged(autojump_clock:
 async def test_config_default_ms_bounds_tools_without_their_own(autojump_clock: trio.testing.MockClock) -> None:
     runtime = with_timeout(sleeper("plain"), sleeper("own", timeout_ms=1000), config={"default_ms": 300})
     start = trio.current_time()
-    plain = failure(await runtime.execute(make_input("plain")))
+    plain = expect_failure(await runtime.execute(make_input("plain")))
     assert trio.current_time() - start == pytest.approx(0.3)
     assert plain.error.message == "tool call timed out after 300ms"
-    own = failure(await runtime.execute(make_input("own")))
+    own = expect_failure(await runtime.execute(make_input("own")))
     assert own.error.message == "tool call timed out after 1000ms"
 
 
@@ -255,7 +250,7 @@ async def test_without_default_ms_a_tool_without_budget_runs_to_completion(
 async def test_two_runtimes_do_not_share_settings(autojump_clock: trio.testing.MockClock) -> None:
     short = with_timeout(sleeper(seconds=1), config={"default_ms": 100})
     unbounded = with_timeout(sleeper(seconds=1))
-    assert failure(await short.execute(make_input("slow"))).code == "TOOL_TIMEOUT"
+    assert expect_failure(await short.execute(make_input("slow"))).code == "TOOL_TIMEOUT"
     assert not (await unbounded.execute(make_input("slow"))).is_error
 
 
@@ -286,7 +281,7 @@ async def test_budget_above_the_maximum_fails_the_call_clearly_without_running_i
         return "ok"
 
     runtime = with_timeout(json_tool("forever", body, timeout_ms=3e9))
-    result = failure(await runtime.execute(make_input("forever")))
+    result = expect_failure(await runtime.execute(make_input("forever")))
     assert result.code == "POLICY_ERROR"
     assert result.error.info is not None and result.error.info.plugin == "timeout-policy"
     assert 'tool "forever" timeout_ms = 3000000000 ms exceeds' in result.error.message
@@ -336,7 +331,7 @@ async def test_execution_signal_is_restored_when_an_inner_wrapper_raises() -> No
     timeout.dsh_setup(runtime, {})
     runtime.plugins.register(Raising(), name="raising")
     request = make_input("t")
-    result = failure(await runtime.execute(request))
+    result = expect_failure(await runtime.execute(request))
     assert result.error.info is not None and result.error.info.plugin == "raising"
     assert dict(log)["outer:after"] is request.signal
 
@@ -380,7 +375,7 @@ async def test_an_earlier_outer_deadline_reads_as_a_plain_cancellation(
     runtime = with_timeout(json_tool("t", slow_cleanup, timeout_ms=500))
     runtime.plugins.register(OuterDeadline())
     start = trio.current_time()
-    result = failure(await runtime.execute(make_input("t")))
+    result = expect_failure(await runtime.execute(make_input("t")))
     assert trio.current_time() - start == pytest.approx(1.2)
     assert result.code == "ABORTED"
 
@@ -396,7 +391,7 @@ async def test_parallel_calls_each_get_their_own_deadline(autojump_clock: trio.t
         nursery.start_soon(run, "a")
         nursery.start_soon(run, "b")
     assert not results["a"].is_error
-    assert failure(results["b"]).code == "TOOL_TIMEOUT"
+    assert expect_failure(results["b"]).code == "TOOL_TIMEOUT"
 
 
 def test_setup_registers_one_fresh_instance_per_runtime() -> None:
@@ -424,7 +419,7 @@ async def test_a_body_that_cannot_suspend_still_sees_its_deadline_and_times_out(
 
     runtime = with_timeout(json_tool("busy", busy, timeout_ms=500))
     assert runtime.get("busy").inline
-    result = failure(await runtime.execute(make_input("busy")))
+    result = expect_failure(await runtime.execute(make_input("busy")))
     assert seen == [False, True]
     assert result.code == "TOOL_TIMEOUT"
 

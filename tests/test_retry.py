@@ -23,9 +23,6 @@ from dsh_core import (
     SessionLog,
     SessionRecorder,
     TextBlock,
-    ToolExecutionFailure,
-    ToolExecutionResult,
-    ToolExecutionSuccess,
     ToolRunContext,
     ToolRuntime,
     TransientToolError,
@@ -33,7 +30,7 @@ from dsh_core import (
     define_tool,
     read_session_log,
 )
-from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
+from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, json_tool, make_input, make_runtime
 from dsh_plugins import timeout
 
 EXACT = RetryPolicy(max_attempts=3, initial_delay_s=0.5, multiplier=2.0, jitter=0)
@@ -62,20 +59,12 @@ class Flaky:
 HANG = Exception("hang")  # a marker: this attempt never returns on its own
 
 
-def failure(result: ToolExecutionResult) -> ToolExecutionFailure:
-    assert isinstance(result, ToolExecutionFailure), result
-    return result
-
-
-def success(result: ToolExecutionResult) -> ToolExecutionSuccess:
-    assert isinstance(result, ToolExecutionSuccess), result
-    return result
 
 
 async def test_a_transient_failure_is_retried_with_exponential_backoff(autojump_clock: trio.testing.MockClock) -> None:
     body = Flaky(TransientToolError("busy"), TransientToolError("still busy"))
     runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
-    result = success(await runtime.execute(make_input("fetch")))
+    result = expect_success(await runtime.execute(make_input("fetch")))
     assert result.value == "ok"
     start = body.started[0]
     assert [round(t - start, 6) for t in body.started] == [0, 0.5, 1.5]
@@ -84,7 +73,7 @@ async def test_a_transient_failure_is_retried_with_exponential_backoff(autojump_
 async def test_the_last_failure_says_how_many_attempts_it_took(autojump_clock: trio.testing.MockClock) -> None:
     body = Flaky(*(TransientToolError(f"busy {n}") for n in range(3)))
     runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
-    result = failure(await runtime.execute(make_input("fetch")))
+    result = expect_failure(await runtime.execute(make_input("fetch")))
     assert len(body.started) == 3
     assert result.error.message == "busy 2 (after 3 attempts)"
     assert result.content == (TextBlock("Error: busy 2 (after 3 attempts)"),)
@@ -95,7 +84,7 @@ async def test_the_last_failure_says_how_many_attempts_it_took(autojump_clock: t
 async def test_a_failure_the_policy_does_not_name_is_not_retried(autojump_clock: trio.testing.MockClock) -> None:
     body = Flaky(ValueError("bad input"))
     runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
-    result = failure(await runtime.execute(make_input("fetch")))
+    result = expect_failure(await runtime.execute(make_input("fetch")))
     assert len(body.started) == 1
     assert result.error.message == "bad input"  # one attempt: nothing to add
     assert result.error.info is not None and result.error.info.name == "ValueError"
@@ -104,7 +93,7 @@ async def test_a_failure_the_policy_does_not_name_is_not_retried(autojump_clock:
 async def test_a_failure_after_retries_that_is_not_transient_ends_them(autojump_clock: trio.testing.MockClock) -> None:
     body = Flaky(ConnectionError("reset"), KeyError("gone"), value="never")
     runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
-    result = failure(await runtime.execute(make_input("fetch")))
+    result = expect_failure(await runtime.execute(make_input("fetch")))
     assert len(body.started) == 2
     assert result.error.message.endswith("(after 2 attempts)")
     assert result.error.info is not None and result.error.info.name == "KeyError"
@@ -116,7 +105,7 @@ async def test_the_default_policy_retries_dropped_connections_and_socket_timeout
 ) -> None:
     body = Flaky(error)
     runtime = make_runtime(json_tool("fetch", body, retry=RetryPolicy()))
-    assert success(await runtime.execute(make_input("fetch"))).value == "ok"
+    assert expect_success(await runtime.execute(make_input("fetch"))).value == "ok"
     assert len(body.started) == 2
 
 
@@ -126,8 +115,8 @@ async def test_retry_on_replaces_the_default_classes(autojump_clock: trio.testin
         json_tool("lookup", Flaky(KeyError("k")), retry=policy),
         json_tool("connect", Flaky(ConnectionError("c")), retry=policy),
     )
-    assert success(await runtime.execute(make_input("lookup"))).value == "ok"
-    assert failure(await runtime.execute(make_input("connect"))).error.message == "c"
+    assert expect_success(await runtime.execute(make_input("lookup"))).value == "ok"
+    assert expect_failure(await runtime.execute(make_input("connect"))).error.message == "c"
 
 
 async def test_a_single_class_is_accepted_for_retry_on() -> None:
@@ -137,21 +126,21 @@ async def test_a_single_class_is_accepted_for_retry_on() -> None:
 async def test_max_attempts_of_one_never_retries(autojump_clock: trio.testing.MockClock) -> None:
     body = Flaky(TransientToolError("busy"))
     runtime = make_runtime(json_tool("fetch", body, retry=RetryPolicy(max_attempts=1)))
-    assert failure(await runtime.execute(make_input("fetch"))).error.message == "busy"
+    assert expect_failure(await runtime.execute(make_input("fetch"))).error.message == "busy"
     assert len(body.started) == 1
 
 
 async def test_retry_after_lengthens_the_pause(autojump_clock: trio.testing.MockClock) -> None:
     body = Flaky(TransientToolError("rate limited", retry_after_s=5))
     runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
-    success(await runtime.execute(make_input("fetch")))
+    expect_success(await runtime.execute(make_input("fetch")))
     assert body.started[1] - body.started[0] == pytest.approx(5)
 
 
 async def test_retry_after_past_the_longest_pause_fails_now(autojump_clock: trio.testing.MockClock) -> None:
     body = Flaky(TransientToolError("come back tomorrow", retry_after_s=86_400))
     runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
-    result = failure(await runtime.execute(make_input("fetch")))
+    result = expect_failure(await runtime.execute(make_input("fetch")))
     assert len(body.started) == 1
     assert result.error.message == "come back tomorrow"
     assert trio.current_time() - body.started[0] < 1
@@ -161,7 +150,7 @@ async def test_the_pause_never_exceeds_max_delay(autojump_clock: trio.testing.Mo
     policy = RetryPolicy(max_attempts=4, initial_delay_s=10, multiplier=10, max_delay_s=15, jitter=0)
     body = Flaky(*(TransientToolError("busy") for _ in range(3)))
     runtime = make_runtime(json_tool("fetch", body, retry=policy))
-    success(await runtime.execute(make_input("fetch")))
+    expect_success(await runtime.execute(make_input("fetch")))
     gaps = [round(b - a, 6) for a, b in zip(body.started, body.started[1:], strict=False)]
     assert gaps == [10, 15, 15]
 
@@ -189,7 +178,7 @@ async def test_an_output_contract_failure_is_never_retried(autojump_clock: trio.
         return "not a number"
 
     runtime = make_runtime(json_tool("count", wrong, output={"type": "integer"}, retry=EXACT))
-    result = failure(await runtime.execute(make_input("count")))
+    result = expect_failure(await runtime.execute(make_input("count")))
     assert result.code == ErrorCode.INVALID_TOOL_OUTPUT
     assert calls == 1
 
@@ -204,7 +193,7 @@ async def test_a_plain_def_body_is_retried_too(autojump_clock: trio.testing.Mock
         return "ok"
 
     runtime = make_runtime(json_tool("sync", body, retry=EXACT))  # type: ignore[arg-type]
-    assert success(await runtime.execute(make_input("sync"))).value == "ok"
+    assert expect_success(await runtime.execute(make_input("sync"))).value == "ok"
     assert attempts[1] - attempts[0] == pytest.approx(0.5)
 
 
@@ -220,7 +209,7 @@ async def test_a_cancel_during_the_pause_aborts_the_call_at_once(autojump_clock:
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_soon)
-        result = failure(await runtime.execute(make_input("fetch", signal=signal)))
+        result = expect_failure(await runtime.execute(make_input("fetch", signal=signal)))
     assert result.code == ErrorCode.ABORTED
     assert len(body.started) == 1
     assert trio.current_time() - body.started[0] == pytest.approx(1)
@@ -239,7 +228,7 @@ async def test_a_failure_while_the_caller_gives_up_stands_without_retry(
         raise TransientToolError("busy")
 
     runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
-    result = failure(await runtime.execute(make_input("fetch", signal=signal)))
+    result = expect_failure(await runtime.execute(make_input("fetch", signal=signal)))
     assert attempts == 1
     assert result.error.message == "busy"  # failures are never replaced by cancellation
 
@@ -248,7 +237,7 @@ async def test_an_attempt_past_its_budget_is_cancelled_and_retried(autojump_cloc
     body = Flaky(HANG)
     policy = attrs.evolve(EXACT, attempt_timeout_s=2)
     runtime = make_runtime(json_tool("fetch", body, retry=policy))
-    assert success(await runtime.execute(make_input("fetch"))).value == "ok"
+    assert expect_success(await runtime.execute(make_input("fetch"))).value == "ok"
     assert [round(t - body.started[0], 6) for t in body.started] == [0, 2.5]
 
 
@@ -256,7 +245,7 @@ async def test_the_last_attempt_past_its_budget_fails_tool_timeout(autojump_cloc
     body = Flaky(HANG, HANG)
     policy = RetryPolicy(max_attempts=2, initial_delay_s=1, jitter=0, attempt_timeout_s=3)
     runtime = make_runtime(json_tool("fetch", body, retry=policy))
-    result = failure(await runtime.execute(make_input("fetch")))
+    result = expect_failure(await runtime.execute(make_input("fetch")))
     assert result.code == ErrorCode.TOOL_TIMEOUT
     assert result.error.message == "the attempt ran past its 3 s budget (after 2 attempts)"
     assert result.error.info is not None and result.error.info.name == AttemptTimedOut.__name__
@@ -270,7 +259,7 @@ async def test_the_timeout_plugin_budget_covers_every_attempt_and_pause(
     policy = RetryPolicy(max_attempts=10, initial_delay_s=1, multiplier=1, jitter=0)
     runtime = make_runtime(json_tool("fetch", body, retry=policy, timeout_ms=3500))
     timeout.dsh_setup(runtime, {})
-    result = failure(await runtime.execute(make_input("fetch")))
+    result = expect_failure(await runtime.execute(make_input("fetch")))
     assert result.code == ErrorCode.TOOL_TIMEOUT
     assert len(body.started) == 4  # at 0, 1, 2 and 3 s; the pause after the fourth ran into the deadline
     assert trio.current_time() - body.started[0] == pytest.approx(3.5)
@@ -289,7 +278,7 @@ async def test_a_failed_attempts_deferred_contexts_go_with_it(autojump_clock: tr
         return "ok"
 
     runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
-    result = success(await runtime.execute(make_input("fetch")))
+    result = expect_success(await runtime.execute(make_input("fetch")))
     assert [context.content for context in result.additional_contexts] == [(TextBlock("note from attempt 2"),)]
 
 
@@ -301,7 +290,7 @@ async def test_each_retry_is_an_event_and_a_trace_step(autojump_clock: trio.test
         trace_decisions=True,
         event_sink=lambda kind, data: events.append((kind, data)),
     )
-    result = success(await runtime.execute(make_input("fetch", call_id="c1")))
+    result = expect_success(await runtime.execute(make_input("fetch", call_id="c1")))
     assert events == [
         (
             "tool/retry",
@@ -342,7 +331,7 @@ async def test_a_failing_event_sink_does_not_stop_the_retry(autojump_clock: trio
 
     body = Flaky(TransientToolError("busy"))
     runtime = make_runtime(json_tool("fetch", body, retry=EXACT), event_sink=broken)
-    assert success(await runtime.execute(make_input("fetch"))).value == "ok"
+    assert expect_success(await runtime.execute(make_input("fetch"))).value == "ok"
 
 
 async def test_the_session_log_keeps_the_retries(autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
@@ -353,7 +342,7 @@ async def test_the_session_log_keeps_the_retries(autojump_clock: trio.testing.Mo
         runtime.event_sink = recorder.event_sink
         request = make_input("fetch", call_id="c9")
         recorder.record_call(request)
-        success(await runtime.execute(request))
+        expect_success(await runtime.execute(request))
     types = [event.type for event in read_session_log(tmp_path / "session.jsonl").events]
     assert types == ["tool/call", "tool/retry", "tool/result"]
 
@@ -427,7 +416,7 @@ def test_a_transient_error_keeps_a_code_of_its_own() -> None:
 async def test_a_tool_without_a_policy_runs_once(autojump_clock: trio.testing.MockClock) -> None:
     body = Flaky(TransientToolError("busy"))
     runtime = make_runtime(json_tool("fetch", body))
-    assert failure(await runtime.execute(make_input("fetch"))).error.message == "busy"
+    assert expect_failure(await runtime.execute(make_input("fetch"))).error.message == "busy"
     assert len(body.started) == 1
 
 
@@ -442,8 +431,8 @@ async def test_retry_if_narrows_the_classes_to_the_errors_worth_it(autojump_cloc
     unavailable = Flaky(HttpError(503))
     missing = Flaky(HttpError(404))
     runtime = make_runtime(json_tool("a", unavailable, retry=policy), json_tool("b", missing, retry=policy))
-    assert success(await runtime.execute(make_input("a"))).value == "ok"
-    assert failure(await runtime.execute(make_input("b"))).error.message == "HTTP 404"
+    assert expect_success(await runtime.execute(make_input("a"))).value == "ok"
+    assert expect_failure(await runtime.execute(make_input("b"))).error.message == "HTTP 404"
     assert (len(unavailable.started), len(missing.started)) == (2, 1)
 
 
@@ -451,7 +440,7 @@ async def test_retry_if_must_answer_exactly_true(autojump_clock: trio.testing.Mo
     body = Flaky(TransientToolError("busy"))
     policy = attrs.evolve(EXACT, retry_if=lambda error: "yes")
     runtime = make_runtime(json_tool("fetch", body, retry=policy))
-    failure(await runtime.execute(make_input("fetch")))
+    expect_failure(await runtime.execute(make_input("fetch")))
     assert len(body.started) == 1
 
 
@@ -464,7 +453,7 @@ async def test_a_raising_retry_if_keeps_the_bodys_error_and_is_logged(
     body = Flaky(TransientToolError("busy"))
     runtime = make_runtime(json_tool("fetch", body, retry=attrs.evolve(EXACT, retry_if=broken)))
     with caplog.at_level("WARNING", logger="dsh_core"):
-        result = failure(await runtime.execute(make_input("fetch")))
+        result = expect_failure(await runtime.execute(make_input("fetch")))
     assert result.error.message == "busy"
     assert "retry_if raised RuntimeError: predicate bug; not retrying" in caplog.text
 

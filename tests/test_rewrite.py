@@ -17,16 +17,21 @@ from dsh_core import (
     Deny,
     Rewrite,
     ToolExecution,
-    ToolExecutionFailure,
-    ToolExecutionResult,
-    ToolExecutionSuccess,
     ToolRuntime,
     define_tool,
     hookimpl,
     run_tool_calls,
     trace_of,
 )
-from dsh_core.testing import FakeCodeRuntime, Recorder, StaticApproval, make_input, make_runtime
+from dsh_core.testing import (
+    FakeCodeRuntime,
+    Recorder,
+    StaticApproval,
+    expect_failure,
+    expect_success,
+    make_input,
+    make_runtime,
+)
 
 Next = Callable[[], Awaitable[Any]]
 MAIN = Agent("main")
@@ -80,14 +85,6 @@ class DenyEtc:
         return await next()
 
 
-def failure(result: ToolExecutionResult) -> ToolExecutionFailure:
-    assert isinstance(result, ToolExecutionFailure), result
-    return result
-
-
-def success(result: ToolExecutionResult) -> ToolExecutionSuccess:
-    assert isinstance(result, ToolExecutionSuccess), result
-    return result
 
 
 async def test_the_body_runs_with_the_rewritten_arguments_and_the_model_is_told() -> None:
@@ -95,7 +92,7 @@ async def test_the_body_runs_with_the_rewritten_arguments_and_the_model_is_told(
     rewriter = RewritePath({"./a.txt": "a.txt"})
     runtime = make_runtime(path_tool(seen=seen))
     runtime.plugins.register(rewriter, name="paths")
-    result = success(await runtime.execute(make_input("read", {"path": "./a.txt", "lines": 3}, call_id="c-1")))
+    result = expect_success(await runtime.execute(make_input("read", {"path": "./a.txt", "lines": 3}, call_id="c-1")))
     assert seen == [{"path": "a.txt", "lines": 3}]
     assert result.value == "read a.txt"
     [note] = result.additional_contexts
@@ -121,7 +118,7 @@ async def test_a_rewrite_cannot_carry_a_call_past_another_policy(deny_first: boo
     rewriter, denier = RewritePath({"notes.txt": "/etc/shadow"}), DenyEtc()
     plugins = [denier, rewriter] if deny_first else [rewriter, denier]
     runtime = make_runtime(path_tool(seen=seen), plugins=plugins)
-    result = failure(await runtime.execute(make_input("read", {"path": "notes.txt"})))
+    result = expect_failure(await runtime.execute(make_input("read", {"path": "notes.txt"})))
     assert result.code == "DENIED"
     assert result.error.message == "nothing under /etc"
     assert seen == []
@@ -133,7 +130,7 @@ async def test_a_rewrite_cannot_carry_a_call_past_another_policy(deny_first: boo
 async def test_guards_judge_the_rewritten_arguments() -> None:
     runtime = make_runtime(path_tool(), plugins=[RewritePath({"a": "secret"})])
     runtime.guard(lambda execution: "no secrets" if execution.arguments["path"] == "secret" else None)
-    result = failure(await runtime.execute(make_input("read", {"path": "a"})))
+    result = expect_failure(await runtime.execute(make_input("read", {"path": "a"})))
     assert (result.code, result.error.message) == ("DENIED", "no secrets")
 
 
@@ -153,7 +150,7 @@ async def test_approval_is_asked_about_the_rewritten_call() -> None:
 
     # The rewriter is innermost: the asker passes its Rewrite on, and asks on the second pass.
     runtime = make_runtime(path_tool(), plugins=[RewritePath({"a": "b"}), AskAlways()], approval=Approver())
-    result = success(await runtime.execute(make_input("read", {"path": "a"}, agent=MAIN)))
+    result = expect_success(await runtime.execute(make_input("read", {"path": "a"}, agent=MAIN)))
     assert result.value == "read b"
     assert asked == ["b"]
 
@@ -168,7 +165,7 @@ async def test_rewritten_arguments_that_break_the_schema_fail_naming_the_plugin(
     seen: list[Any] = []
     runtime = make_runtime(path_tool(seen=seen))
     runtime.plugins.register(Breaks(), name="breaks-things")
-    result = failure(await runtime.execute(make_input("read", {"path": "a"})))
+    result = expect_failure(await runtime.execute(make_input("read", {"path": "a"})))
     assert result.code == "INVALID_ARGS"
     assert result.error.message.startswith("arguments rewritten by breaks-things are invalid:")
     assert result.error.info is not None and result.error.info.plugin == "breaks-things"
@@ -192,7 +189,7 @@ async def test_a_malformed_rewrite_is_a_policy_error_of_its_listener(build: Call
 
     runtime = make_runtime(path_tool())
     runtime.plugins.register(Malformed(), name="malformed")
-    result = failure(await runtime.execute(make_input("read", {"path": "a"})))
+    result = expect_failure(await runtime.execute(make_input("read", {"path": "a"})))
     assert result.code == "POLICY_ERROR"
     assert message in result.error.message
     assert result.error.info is not None and result.error.info.plugin == "malformed"
@@ -212,12 +209,12 @@ async def test_rewriting_to_the_same_arguments_is_an_allow() -> None:
     normaliser = Normaliser()
     seen: list[Any] = []
     runtime = make_runtime(path_tool(seen=seen), plugins=[normaliser])
-    result = success(await runtime.execute(make_input("read", {"path": "  a  "})))
+    result = expect_success(await runtime.execute(make_input("read", {"path": "  a  "})))
     assert seen == [{"path": "a"}]
     assert normaliser.passes == 2
     assert len(result.additional_contexts) == 1  # one real change, one note
 
-    untouched = success(await runtime.execute(make_input("read", {"path": "b"})))
+    untouched = expect_success(await runtime.execute(make_input("read", {"path": "b"})))
     assert untouched.additional_contexts == ()
 
 
@@ -231,7 +228,7 @@ async def test_a_policy_that_never_settles_fails_the_call_after_max_rewrites() -
     seen: list[Any] = []
     runtime = make_runtime(path_tool(seen=seen))
     runtime.plugins.register(Counter(), name="counter")
-    result = failure(await runtime.execute(make_input("read", {"path": "a"})))
+    result = expect_failure(await runtime.execute(make_input("read", {"path": "a"})))
     assert result.code == "POLICY_ERROR"
     assert result.error.message == (
         f"pre-execute policies rewrote the arguments of read {MAX_REWRITES} times without settling "
@@ -249,7 +246,7 @@ async def test_an_outer_listener_can_overrule_an_inner_rewrite() -> None:
             return Deny("closed")
 
     runtime = make_runtime(path_tool(), plugins=[RewritePath({"a": "b"}), DenyAll()])
-    result = failure(await runtime.execute(make_input("read", {"path": "a"})))
+    result = expect_failure(await runtime.execute(make_input("read", {"path": "a"})))
     assert result.error.message == "closed"
     assert result.additional_contexts == ()
 
@@ -300,7 +297,7 @@ async def test_a_call_rewritten_onto_another_key_waits_for_what_runs(autojump_cl
     second = make_input("write", {"path": "b"})  # admitted for key "b", rewritten onto "a"
     third = make_input("write", {"path": "c"})
     results = await run_tool_calls(runtime, [first, second, third])
-    assert [success(result).value for result in results] == ["a", "a", "c"]
+    assert [expect_success(result).value for result in results] == ["a", "a", "c"]
     starts = {(path, time) for kind, path, time in log if kind == "start"}
     # The rewritten call starts only once the first has finished; nothing overlaps it.
     assert [entry for entry in log if entry[0] == "start"][:2] == [("start", "a", 0), ("start", "a", 1)]

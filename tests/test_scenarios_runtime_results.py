@@ -43,7 +43,7 @@ from dsh_core import (
     define_tool,
     hookimpl,
 )
-from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
+from dsh_core.testing import Recorder, expect_failure, json_tool, make_input, make_runtime
 
 Next = Callable[[], Awaitable[Any]]
 
@@ -99,10 +99,6 @@ def post_decision(decide: Callable[[ToolExecution, ToolExecutionResult], Any]) -
 def ctx(text: str) -> UserMessage:
     return UserMessage([TextBlock(text)], source="test")
 
-
-def failure(result: ToolExecutionResult) -> ToolExecutionFailure:
-    assert isinstance(result, ToolExecutionFailure), f"expected a failure, got {result!r}"
-    return result
 
 
 class Hostile:
@@ -177,7 +173,7 @@ async def test_non_json_presentation_meta_fails_before_observers_see_the_result(
     recorder = Recorder()
     tool = echo_tool("meta-tool", body=_ok, meta=lambda args, value: lambda: None)
     runtime = make_runtime(tool, plugins=[recorder])
-    result = failure(await runtime.execute(make_input("meta-tool")))
+    result = expect_failure(await runtime.execute(make_input("meta-tool")))
     assert result.error.info == OUTPUT_ERROR
     assert result.error.message.startswith(
         'tool "meta-tool" returned invalid output: output.presentation_meta returned non-lossless JSON'
@@ -200,9 +196,9 @@ async def test_meta_whose_inspection_raises_still_reaches_the_finalizer_once() -
     tool = echo_tool(
         "throwing-meta", body=_ok, meta=lambda args, value: {"card": Hostile("m" * 1700)}, finalize_content=truncate
     )
-    result = failure(await make_runtime(tool).execute(make_input("throwing-meta")))
+    result = expect_failure(await make_runtime(tool).execute(make_input("throwing-meta")))
     [seen] = calls
-    assert failure(seen).error.message == (
+    assert expect_failure(seen).error.message == (
         f'tool "throwing-meta" returned invalid output: output.presentation_meta failed: {"m" * 1700}'
     )
     assert result.error.info == OUTPUT_ERROR
@@ -225,8 +221,8 @@ async def test_lossy_and_mismatched_body_values_are_invalid_output() -> None:
         json_tool("lossy-output", lossy, output={"type": "json"}),
         json_tool("wrong-output", wrong, output={"type": "string"}),
     )
-    lossy_result = failure(await runtime.execute(make_input("lossy-output")))
-    wrong_result = failure(await runtime.execute(make_input("wrong-output")))
+    lossy_result = expect_failure(await runtime.execute(make_input("lossy-output")))
+    wrong_result = expect_failure(await runtime.execute(make_input("wrong-output")))
     assert lossy_result.error.info == OUTPUT_ERROR
     assert wrong_result.error.info == OUTPUT_ERROR
     assert "not lossless JSON" in lossy_result.error.message
@@ -239,7 +235,7 @@ async def test_body_value_whose_inspection_raises_is_invalid_output() -> None:
     async def body(args: Any) -> Any:
         return {"payload": Hostile("body snapshot getter exploded")}
 
-    result = failure(await make_runtime(json_tool("t", body)).execute(make_input("t")))
+    result = expect_failure(await make_runtime(json_tool("t", body)).execute(make_input("t")))
     assert result.error.info == OUTPUT_ERROR
     assert "value snapshot failed: body snapshot getter exploded" in result.error.message
 
@@ -256,7 +252,7 @@ async def test_projector_output_whose_inspection_raises_is_invalid_output(
 ) -> None:
     """S14: a projector whose returned value raises while being read fails the call as INVALID_TOOL_OUTPUT."""
     tool = json_tool("t", output=ToolOutput(schema={"type": "json"}, **{seat: projector}))
-    result = failure(await make_runtime(tool).execute(make_input("t")))
+    result = expect_failure(await make_runtime(tool).execute(make_input("t")))
     assert result.error.info == OUTPUT_ERROR
     assert result.error.message == f'tool "t" returned invalid output: output.{seat} failed: snapshot getter exploded'
     assert not hasattr(result, "value")
@@ -316,7 +312,7 @@ async def test_accept_replacing_both_value_and_content_is_a_policy_error() -> No
     decide = post_decision(lambda e, r: Accept(value="x", content=[TextBlock("y")]))
     runtime = make_runtime(echo_tool())
     runtime.plugins.register(decide, name="both")
-    result = failure(await runtime.execute(make_input("echo", {"text": "hi"})))
+    result = expect_failure(await runtime.execute(make_input("echo", {"text": "hi"})))
     assert result.error == ToolFailure(
         message="an Accept decision cannot replace both value and content",
         info=ToolErrorInfo(name="PolicyError", code="POLICY_ERROR", plugin="both"),
@@ -343,7 +339,7 @@ async def test_value_replacement_manufactures_no_context() -> None:
 async def test_block_message_names_non_text_feedback_blocks(feedback: list[Any], message: str) -> None:
     """S19: the block message spells a non-text feedback block as ``[<type> content]``."""
     runtime = make_runtime(echo_tool(), plugins=[post_decision(lambda e, r: Block(feedback=feedback))])
-    result = failure(await runtime.execute(make_input("echo", {"text": "hi"})))
+    result = expect_failure(await runtime.execute(make_input("echo", {"text": "hi"})))
     assert result.error.message == message
     assert result.content == tuple(feedback)
 
@@ -353,7 +349,7 @@ async def test_block_with_feedback_that_is_not_content_is_refused() -> None:
     decide = post_decision(lambda e, r: Block(feedback=[TextBlock("ok"), lambda: None]))
     runtime = make_runtime(echo_tool())
     runtime.plugins.register(decide, name="bad-feedback")
-    result = failure(await runtime.execute(make_input("echo", {"text": "hi"})))
+    result = expect_failure(await runtime.execute(make_input("echo", {"text": "hi"})))
     assert result.error == ToolFailure(
         message="content[1] must be a TextBlock or ImageBlock, got function",
         info=ToolErrorInfo(name="PolicyError", code="POLICY_ERROR", plugin="bad-feedback"),
@@ -368,7 +364,7 @@ async def test_value_replacement_of_a_failed_dispatch_is_refused() -> None:
         raise RuntimeError("body failed")
 
     runtime = make_runtime(echo_tool(body=body), plugins=[post_decision(lambda e, r: Accept(value="replacement"))])
-    result = failure(await runtime.execute(make_input("echo", {"text": "hi"})))
+    result = expect_failure(await runtime.execute(make_input("echo", {"text": "hi"})))
     assert result.error.message == "dsh_post_execute cannot replace the value of a failed result"
     assert result.error.info is not None and result.error.info.code == "POLICY_ERROR"
 
@@ -383,7 +379,7 @@ async def test_value_replacement_after_the_tool_vanished_is_unknown_tool() -> No
         return Accept(value="replacement")
 
     runtime.plugins.register(post_decision(decide))
-    result = failure(await runtime.execute(make_input("echo", {"text": "hi"})))
+    result = expect_failure(await runtime.execute(make_input("echo", {"text": "hi"})))
     assert result.error == UNKNOWN_ECHO
     assert result.content == (TextBlock('Error: unknown tool "echo"'),)
 
@@ -462,7 +458,7 @@ async def test_wrapper_authored_failure_with_non_json_fields_is_replaced(
     """
     runtime = make_runtime(echo_tool())
     runtime.plugins.register(short_circuit(authored), name="sloppy-wrapper")
-    result = failure(await runtime.execute(make_input("echo", {"text": "hi"})))
+    result = expect_failure(await runtime.execute(make_input("echo", {"text": "hi"})))
     assert result.error.message == message
     assert result.error.info is not None
     assert (result.error.info.code, result.error.info.plugin) == (code, "sloppy-wrapper")
@@ -477,7 +473,7 @@ async def test_wrapper_authored_success_after_the_tool_vanished_is_unknown_tool(
     runtime.plugins.register(
         short_circuit(lambda: ToolExecutionSuccess(value="replacement", content=()), before=dispose)
     )
-    result = failure(await runtime.execute(make_input("echo", {"text": "hi"})))
+    result = expect_failure(await runtime.execute(make_input("echo", {"text": "hi"})))
     assert result.error == UNKNOWN_ECHO
     assert result.content == (TextBlock('Error: unknown tool "echo"'),)
 
@@ -534,12 +530,12 @@ async def test_unknown_and_throwing_tools_are_structured_failures() -> None:
         raise RuntimeError("exploded")
 
     runtime = make_runtime(json_tool("boom", boom))
-    unknown = failure(await runtime.execute(make_input("nope")))
+    unknown = expect_failure(await runtime.execute(make_input("nope")))
     assert unknown.content == (TextBlock('Error: unknown tool "nope"'),)
     assert unknown.error == ToolFailure(
         message='unknown tool "nope"', info=ToolErrorInfo(name="ToolNotFoundError", code="UNKNOWN_TOOL")
     )
-    thrown = failure(await runtime.execute(make_input("boom")))
+    thrown = expect_failure(await runtime.execute(make_input("boom")))
     assert thrown.content == (TextBlock("Error: exploded"),)
     assert thrown.error.message == "exploded"
 
@@ -554,7 +550,7 @@ async def test_body_raising_an_unprintable_exception_still_resolves() -> None:
     async def body(args: Any) -> Any:
         raise Unprintable()
 
-    result = failure(await make_runtime(json_tool("hostile", body)).execute(make_input("hostile")))
+    result = expect_failure(await make_runtime(json_tool("hostile", body)).execute(make_input("hostile")))
     assert result.content == (TextBlock("Error: <unprintable exception>"),)
     assert result.error.message == "<unprintable exception>"
 
@@ -588,7 +584,7 @@ async def test_pre_execute_denial_reaches_post_execute_as_a_frozen_result() -> N
         return await next()
 
     runtime = make_runtime(echo_tool(), plugins=[listener("dsh_pre_execute", deny), listener("dsh_post_execute", post)])
-    result = failure(await runtime.execute(make_input("echo", {"text": "hi"})))
+    result = expect_failure(await runtime.execute(make_input("echo", {"text": "hi"})))
     assert result.content == (TextBlock("Error: denied by policy"),)
     assert result.error.message == "denied by policy"
     assert mutations == ["refused"]
@@ -645,7 +641,7 @@ async def test_caller_cancel_overtakes_a_late_approval(autojump_clock: trio.test
     signal = CancelSignal()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(cancel_soon, signal)
-        result = failure(await runtime.execute(make_input("echo", signal=signal, agent=Agent("main"))))
+        result = expect_failure(await runtime.execute(make_input("echo", signal=signal, agent=Agent("main"))))
     assert result.error.info is not None
     assert (result.error.info.name, result.error.info.code) == ("AbortError", "ABORTED_BEFORE_DISPATCH")
     assert runs == []

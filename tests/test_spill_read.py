@@ -10,20 +10,10 @@ from typing import Any
 import pytest
 from test_spill import BIG, CAP, only_text, text_tool, with_spill
 
-from dsh_core import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess, ToolRuntime
-from dsh_core.testing import make_input, make_runtime
+from dsh_core import ToolExecutionResult, ToolRuntime
+from dsh_core.testing import expect_failure, expect_success, make_input, make_runtime
 from dsh_plugins import spill
 from dsh_plugins._spill_read import SpillReadError, read_spilled
-
-
-def success(result: ToolExecutionResult) -> ToolExecutionSuccess:
-    assert isinstance(result, ToolExecutionSuccess), result
-    return result
-
-
-def failure(result: ToolExecutionResult) -> ToolExecutionFailure:
-    assert isinstance(result, ToolExecutionFailure), result
-    return result
 
 
 async def spilled(runtime: ToolRuntime, tool: str = "dump") -> str:
@@ -47,7 +37,7 @@ async def test_the_notice_names_the_tool_and_windows_read_everything_back(tmp_pa
     start: int | None = 1
     windows = 0
     while start is not None:
-        result = success(await read(runtime, path=path, start_line=start))
+        result = expect_success(await read(runtime, path=path, start_line=start))
         windows += 1
         assert len(only_text(result).encode()) <= CAP  # an answer never needs spilling itself
         value = result.value
@@ -64,7 +54,7 @@ async def test_the_notice_names_the_tool_and_windows_read_everything_back(tmp_pa
 async def test_a_window_is_rendered_with_line_numbers_and_where_to_continue(tmp_path: Path) -> None:
     runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
     path = await spilled(runtime)
-    text = only_text(success(await read(runtime, path=path, start_line=10, max_lines=3)))
+    text = only_text(expect_success(await read(runtime, path=path, start_line=10, max_lines=3)))
     assert text == (
         "[lines 10-12 of 500; more from start_line=13]\n"
         "    10\tline 00010 of a long result\n"
@@ -76,20 +66,20 @@ async def test_a_window_is_rendered_with_line_numbers_and_where_to_continue(tmp_
 async def test_contains_returns_only_matching_lines_with_their_numbers(tmp_path: Path) -> None:
     runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
     path = await spilled(runtime)
-    value = success(await read(runtime, path=path, contains="line 0012", max_lines=5)).value
+    value = expect_success(await read(runtime, path=path, contains="line 0012", max_lines=5)).value
     assert [line["number"] for line in value["lines"]] == [120, 121, 122, 123, 124]
     assert value["next_line"] == 125
-    rest = success(await read(runtime, path=path, contains="line 0012", start_line=125)).value
+    rest = expect_success(await read(runtime, path=path, contains="line 0012", start_line=125)).value
     assert [line["number"] for line in rest["lines"]] == [125, 126, 127, 128, 129]
     assert rest["next_line"] is None
-    none = success(await read(runtime, path=path, contains="no such text"))
+    none = expect_success(await read(runtime, path=path, contains="no such text"))
     assert only_text(none) == "[no lines containing 'no such text' from line 1 of 500]"
 
 
 async def test_a_bare_file_name_is_enough(tmp_path: Path) -> None:
     runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
     path = await spilled(runtime)
-    value = success(await read(runtime, path=os.path.basename(path), max_lines=1)).value
+    value = expect_success(await read(runtime, path=os.path.basename(path), max_lines=1)).value
     assert value["lines"] == ({"number": 1, "text": "line 00001 of a long result"},)
 
 
@@ -97,7 +87,7 @@ async def test_a_line_longer_than_the_budget_is_cut_and_reported(tmp_path: Path)
     long_line = "x" * 5000 + "\nshort\n"
     runtime = with_spill(tmp_path / "spill", text_tool("dump", long_line))
     path = await spilled(runtime)
-    result = success(await read(runtime, path=path))
+    result = expect_success(await read(runtime, path=path))
     assert result.value["cut_lines"] == (1,)
     assert result.value["lines"][0]["text"] == "x" * len(result.value["lines"][0]["text"])
     assert len(only_text(result).encode()) <= CAP
@@ -122,7 +112,7 @@ async def test_a_line_longer_than_the_budget_is_cut_and_reported(tmp_path: Path)
 async def test_bad_requests_fail_with_a_clear_message(tmp_path: Path, arguments: dict[str, Any], message: str) -> None:
     runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
     await spilled(runtime)
-    result = failure(await read(runtime, **arguments))
+    result = expect_failure(await read(runtime, **arguments))
     assert message in result.error.message
     assert result.code == "SPILL_READ_ERROR"
 
@@ -133,13 +123,13 @@ async def test_a_symlink_in_the_spill_directory_is_not_followed(tmp_path: Path) 
     secret = tmp_path / "secret.txt"
     secret.write_text("password\n")
     (tmp_path / "spill" / "link.txt").symlink_to(secret)
-    result = failure(await read(runtime, path="link.txt"))
+    result = expect_failure(await read(runtime, path="link.txt"))
     assert "is not a regular file" in result.error.message
 
 
 async def test_nothing_spilled_yet_is_a_clear_error(tmp_path: Path) -> None:
     runtime = with_spill(tmp_path / "never-created", text_tool("dump", "small"))
-    result = failure(await read(runtime, path="call-1-dump.txt"))
+    result = expect_failure(await read(runtime, path="call-1-dump.txt"))
     assert "nothing has been spilled yet" in result.error.message
 
 
@@ -163,7 +153,7 @@ async def test_answers_of_the_read_tool_are_never_spilled_even_under_a_tiny_cap(
     runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), cap=400)
     path = await spilled(runtime)
     files_before = sorted(os.listdir(tmp_path / "spill"))
-    result = success(await read(runtime, path=path))
+    result = expect_success(await read(runtime, path=path))
     assert "saved at" not in only_text(result)
     assert result.value["lines"]  # at least some text per window, whatever the cap
     assert sorted(os.listdir(tmp_path / "spill")) == files_before
