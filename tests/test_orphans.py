@@ -22,6 +22,7 @@ import trio.testing
 from dsh_core import (
     CancelSignal,
     OrphanedWork,
+    RetryPolicy,
     SessionLog,
     SessionRecorder,
     ToolExecutionSuccess,
@@ -33,7 +34,7 @@ from dsh_core import (
     replay,
 )
 from dsh_core._execution import new_execution
-from dsh_core.testing import expect_failure, json_tool, make_input, make_runtime
+from dsh_core.testing import expect_failure, expect_success, json_tool, make_input, make_runtime
 from dsh_plugins import timeout
 
 REAL_WAIT = 10  # seconds: a bound on real thread hand-offs, never reached when the code works
@@ -187,6 +188,35 @@ async def test_timeout_resolves_on_time_and_the_thread_is_orphaned(mock_clock: t
     assert expect_failure(outcome[0]).code == "TOOL_TIMEOUT"
     assert [work.call_id for work in runtime.orphaned_work()] == ["slow-1"]
     gate.release.set()
+    with trio.fail_after(REAL_WAIT):
+        await runtime.wait_for_orphans()
+    assert runtime.orphaned_work() == []
+
+
+async def test_a_retried_attempt_past_its_budget_leaves_its_thread_orphaned(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    stuck, second = Gate(), Gate()
+    second.release.set()
+    gates = [stuck, second]
+
+    async def body(args: Any, run: ToolRunContext) -> Any:
+        return await run.run_in_thread(gates.pop(0), "done")
+
+    policy = RetryPolicy(max_attempts=2, initial_delay_s=0, jitter=0, attempt_timeout_s=1)
+    runtime = make_runtime(json_tool("blocking", body, retry=policy))
+    outcome: list[Any] = []
+
+    async def call() -> None:
+        outcome.append(await runtime.execute(make_input("blocking", call_id="r-1")))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await stuck.wait_started()
+        mock_clock.jump(1)  # the first attempt's budget: it is cancelled and the call retries
+    assert expect_success(outcome[0]).value == "done"
+    assert [work.call_id for work in runtime.orphaned_work()] == ["r-1"]  # the first attempt's thread
+    stuck.release.set()
     with trio.fail_after(REAL_WAIT):
         await runtime.wait_for_orphans()
     assert runtime.orphaned_work() == []
