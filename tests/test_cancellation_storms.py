@@ -20,7 +20,9 @@ The oracle works from what was observed, never from dsh_core's code:
   tool-owned error stays what it was; otherwise ``ABORTED`` exactly when the
   body started and ``ABORTED_BEFORE_DISPATCH`` exactly when it did not;
 - exclusive bodies overlap nothing; conflicting keyed bodies never overlap
-  and run in model order.
+  and run in model order;
+- a retried body that keeps failing runs exactly its policy's attempts, and
+  a call cancelled in the pause before a retry is ``ABORTED``.
 
 1 000 calls run by default; the 10 000-call storm is ``@pytest.mark.slow``.
 """
@@ -43,6 +45,7 @@ from hypothesis import strategies as st
 from dsh_core import (
     CancelSignal,
     Deny,
+    RetryPolicy,
     ToolDispatchExecution,
     ToolExecution,
     ToolExecutionFailure,
@@ -58,6 +61,7 @@ from dsh_core import (
 
 Next = Callable[[], Awaitable[Any]]
 CALLS_PER_TURN = 50
+RETRY = RetryPolicy(max_attempts=2, initial_delay_s=0.5, jitter=0, retry_on=ValueError)
 KEYS = ("a", "b", "c", "d")
 
 
@@ -75,6 +79,7 @@ class Observed:
     body_entered: float | None = None
     body_exited: float | None = None
     raised: bool = False
+    attempts: int = 0
     deadline_fired: bool = False
     notified: list[tuple[float, bool, ToolExecutionResult]] = attrs.field(factory=list)
 
@@ -90,6 +95,8 @@ class Storm:
             ("sleepy", {"is_concurrency_safe": lambda args: True}),
             ("serial", {}),
             ("keyed", {"resource_keys": lambda args: {"read": args["read"], "write": args["write"]}}),
+            # A raising plan raises on every attempt: it is retried once, after a pause that can be cancelled.
+            ("retrying", {"is_concurrency_safe": lambda args: True, "retry": RETRY}),
         ):
             self.runtime.register(
                 define_tool(
@@ -107,7 +114,9 @@ class Storm:
     async def _body(self, args: Any, run: ToolRunContext) -> str:
         seen = self.observed[run.call_id]
         plan = args["plan"]
-        seen.body_entered = trio.current_time()
+        seen.attempts += 1
+        if seen.body_entered is None:  # a retried body's window runs from its first attempt to its last
+            seen.body_entered = trio.current_time()
         try:
             if plan["coop"]:
                 # Cooperative: ignores trio cancellation, watches its signal, returns normally.
@@ -201,7 +210,17 @@ def build_turn(storm: Storm, rng: random.Random, turn: int, *, outer: bool = Fal
     fires: list[tuple[float, CancelSignal]] = [
         (rng.uniform(0.5, 40), signal) for signal in shared if rng.random() < 0.5
     ]
-    tools = rng.choice([("sleepy",), ("sleepy", "serial"), ("sleepy", "keyed"), ("sleepy", "serial", "keyed")])
+    tools = rng.choice(
+        [
+            ("sleepy",),
+            ("sleepy", "serial"),
+            ("sleepy", "keyed"),
+            ("sleepy", "serial", "keyed"),
+            ("sleepy", "serial", "retrying"),
+            ("retrying", "keyed"),
+            ("retrying",),
+        ]
+    )
     inputs = []
     for index in range(CALLS_PER_TURN):
         call_id = f"t{turn}-c{index}"
@@ -323,8 +342,12 @@ def check_turn(
         expected: str
         if obs.denied:
             expected = "DENIED"
+        elif obs.raised and obs.tool == "retrying" and interrupted and code == "ABORTED":
+            expected = "ABORTED"  # cancelled in the pause before the retry: nothing the body returned is lost
         elif obs.raised:
             expected = "TOOL_ERROR"
+            if obs.tool == "retrying" and not interrupted and obs.attempts != RETRY.max_attempts:
+                problem(call_id, f"a failing retried body ran {obs.attempts} times, not {RETRY.max_attempts}")
         elif not interrupted:
             expected = "<success>"
         else:
