@@ -340,6 +340,7 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
                 "retry_attempts": definition.retry.max_attempts if definition.retry is not None else None,
                 # True: callable, but its schema reaches the model only once a search loads it.
                 "deferred": definition.name in deferred,
+                "revertible": definition.revert is not None,
             }
         )
     if as_json:
@@ -356,7 +357,15 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
         timeout = row["timeout_ms"]
         effects = row["effects"]
         attempts = row["retry_attempts"]
-        notes = [note for note in ("deferred" if row["deferred"] else "", f"{attempts} tries" if attempts else "") if note]
+        notes = [
+            note
+            for note in (
+                "deferred" if row["deferred"] else "",
+                f"{attempts} tries" if attempts else "",
+                "undoable" if row["revertible"] else "",
+            )
+            if note
+        ]
         table.add_row(
             escape(str(row["name"])) + (f" [dim]({', '.join(notes)})[/dim]" if notes else ""),
             escape(str(row["description"])),

@@ -210,6 +210,9 @@ class ToolDefinition:
       declares nothing.
     - ``retry`` (a :class:`RetryPolicy`) re-runs the body after a failure the
       policy calls passing; ``None`` (the default) never retries.
+    - ``revert(args, value)`` (plain or ``async``) undoes what a successful
+      call with those arguments did, given its canonical value; it raises when
+      it cannot (the world changed since). The ``undo`` plugin calls it.
     - ``defer_loading=True`` keeps the tool's schema out of what the model is
       sent (``schemas()``, ``model_tools()``, the Code Mode SDK) until a scope
       loads it (``ToolRuntime.load_tools``, which the ``tool_search`` plugin's
@@ -237,6 +240,7 @@ class ToolDefinition:
     effects: ToolEffects | None = attrs.field(default=None, validator=_effects)
     retry: RetryPolicy | None = attrs.field(default=None, validator=_retry)
     defer_loading: bool = attrs.field(default=False, validator=instance_of(bool))
+    revert: Callable[[Any, Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
     schema: ToolSchema = attrs.field(init=False)
     # The compiled checks, built on the first call (compiling costs ~1 ms per schema,
     # so registering many tools stays cheap); see contract_of.
@@ -356,6 +360,7 @@ def define_tool(
     effects: ToolEffects | None = None,
     retry: RetryPolicy | None = None,
     defer_loading: bool = False,
+    revert: Callable[[Any, Any], object] | None = None,
 ) -> ToolDefinition:
     """Build a :class:`ToolDefinition` from the author DSL (or an attrs parameter class).
 
@@ -374,6 +379,9 @@ def define_tool(
     names (:class:`TransientToolError`, a dropped connection...), pausing with
     exponential backoff; the attempts and pauses all run inside the call's
     signal and any wrapper's deadline.
+
+    ``revert`` declares how to undo a successful call (see ``ToolDefinition``);
+    it receives the same structured arguments as the body.
 
     ``in_thread=True`` runs a plain ``def`` body in a worker thread through
     :meth:`ToolRunContext.run_in_thread`: a cancelled or timed-out call
@@ -405,6 +413,7 @@ def define_tool(
         ("present_call", present_call),
         ("present_result", present_result),
         ("resource_keys", resource_keys),
+        ("revert", revert),
     ):
         if callback is not None and not callable(callback):
             raise TypeError(f'define_tool("{name}"): {option} must be callable or None, got {type(callback).__name__}')
@@ -522,4 +531,5 @@ def define_tool(
         effects=effects,
         retry=retry,
         defer_loading=defer_loading,
+        revert=(lambda args, value: revert(typed(args), value)) if revert is not None and params_class is not None else revert,
     )

@@ -211,8 +211,9 @@ class SessionRecorder:
         )
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
-        if event_type in ("tool/orphaned", "tool/orphan-finished", "tool/retry"):
-            # A cancelled call's worker thread outlived it (or has now returned), or an attempt failed and was retried.
+        if event_type in ("tool/orphaned", "tool/orphan-finished", "tool/retry", "tool/reverted", "tool/revert-failed"):
+            # Side records: a worker thread that outlived its call (or has now returned), a retried
+            # attempt, an undone call.
             self.log.append({"type": event_type, "data": data})
             return
         ids = (data["root_call_id"], data["parent_call_id"], data["sub_call_id"], data["name"])

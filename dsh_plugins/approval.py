@@ -64,12 +64,18 @@ def _call_view(execution: ToolExecution, runtime: ToolRuntime | None) -> CallVie
 
 
 def _declared_effects(execution: ToolExecution, runtime: ToolRuntime | None) -> str:
-    """``effects: destructive, open world`` when the tool declares its effects ("" when it does not)."""
+    """``effects: destructive, open world; can be undone``: what the tool declares ("" when nothing)."""
     definition = runtime.get(execution.name, execution.agent) if runtime is not None else None
-    if definition is None or definition.effects is None:
+    if definition is None:
         return ""
-    names = definition.effects.names
-    return "effects: " + (", ".join(name.replace("_", " ") for name in names) if names else "none declared")
+    parts = []
+    if definition.effects is not None:
+        names = definition.effects.names
+        parts.append("effects: " + (", ".join(name.replace("_", " ") for name in names) if names else "none declared"))
+    if definition.revert is not None:
+        # Whether a "yes" can be taken back matters to the person answering (the undo plugin reverts it).
+        parts.append("can be undone")
+    return "; ".join(parts)
 
 
 def short_call(execution: ToolExecution, runtime: ToolRuntime | None = None) -> str:

@@ -502,6 +502,38 @@ def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
     return {"path": workspace.display(real), "created": not existed, "bytes_written": len(data), "old_text": old_text}
 
 
+def _read_current(real: str, path: str, tool: str) -> bytes:
+    """The file's bytes now, for a revert; a file gone or no longer a regular file cannot be reverted."""
+    try:
+        if not _check_regular(real, path):
+            raise FileToolError(f"{path!r} no longer exists; the {tool} call was not reverted")
+        with open(real, "rb") as stream:
+            return stream.read()
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+
+
+def _unwrite(workspace: Workspace, path: str, content: str, created: bool, old_text: str | None) -> None:
+    """Undo one write_file: remove the file it created, or put back the text it replaced."""
+    real = workspace.resolve(path)
+    if _read_current(real, path, "write_file") != content.encode("utf-8"):
+        raise FileToolError(f"{path!r} changed since write_file wrote it; not reverted, so that change is kept")
+    if not created and old_text is None:
+        raise FileToolError(
+            f"the content write_file replaced in {path!r} was not kept (not UTF-8 text, or over "
+            f"{MAX_BEFORE_IMAGE_BYTES // 1024} KiB); not reverted"
+        )
+    try:
+        if created:
+            os.remove(real)
+        else:
+            assert old_text is not None
+            with open(real, "wb") as stream:
+                stream.write(old_text.encode("utf-8"))
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+
+
 def _render_write(args: Any, value: Any) -> list[TextBlock]:
     verb = "Created" if value["created"] else "Overwrote"
     lines = _count_lines(args["content"])
@@ -512,6 +544,11 @@ def _write_file_tool(workspace: Workspace) -> ToolDefinition:
     async def write_file(args: Any) -> dict[str, Any]:
         value: dict[str, Any] = await _in_thread(partial(_write, workspace, args["path"], args["content"]))
         return value
+
+    async def revert(args: Any, value: Any) -> None:
+        await _in_thread(
+            partial(_unwrite, workspace, args["path"], args["content"], value["created"], value["old_text"])
+        )
 
     def present_call(args: Any) -> DiffCallView:
         # Pending cards are pure: the before-image is not read here, so the diff is whole-file.
@@ -561,6 +598,7 @@ def _write_file_tool(workspace: Workspace) -> ToolDefinition:
             presentation_meta=_value_as_meta,
         ),
         execute=write_file,
+        revert=revert,
         effects=ToolEffects(destructive=True, idempotent=True),
         present_call=present_call,
         present_result=present_result,
@@ -614,6 +652,29 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
     return {"path": workspace.display(real), "replacements": count}
 
 
+def _unedit(workspace: Workspace, path: str, old: str, new: str, replacements: int) -> None:
+    """Undo one edit_file: put ``old`` back where ``new`` is, when the file still shows exactly that edit."""
+    if not new:
+        raise FileToolError("an edit that deleted text cannot be reverted: where the text was is not known")
+    real = workspace.resolve(path)
+    try:
+        text = _read_current(real, path, "edit_file").decode("utf-8")
+    except UnicodeDecodeError:
+        raise FileToolError(f"{path!r} is no longer UTF-8 text; the edit_file call was not reverted") from None
+    found = text.count(new)
+    if found != replacements:
+        # More: new_string was already there, or was added since; fewer: it was changed since.
+        raise FileToolError(
+            f"{path!r} changed since edit_file edited it (the new text occurs {found} times, the edit made "
+            f"{replacements}); not reverted"
+        )
+    try:
+        with open(real, "wb") as stream:
+            stream.write(text.replace(new, old).encode("utf-8"))
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+
+
 def _render_edit(args: Any, value: Any) -> list[TextBlock]:
     count = value["replacements"]
     return [TextBlock(f"Edited {value['path']}: replaced {_plural(count, 'occurrence')}")]
@@ -627,6 +688,11 @@ def _edit_file_tool(workspace: Workspace) -> ToolDefinition:
             )
         )
         return value
+
+    async def revert(args: Any, value: Any) -> None:
+        await _in_thread(
+            partial(_unedit, workspace, args["path"], args["old_string"], args["new_string"], value["replacements"])
+        )
 
     def hunk(args: Any) -> FileDiff:
         return FileDiff(path=args["path"], old_text=args["old_string"], new_text=args["new_string"])
@@ -672,6 +738,7 @@ def _edit_file_tool(workspace: Workspace) -> ToolDefinition:
             presentation_meta=_value_as_meta,
         ),
         execute=edit_file,
+        revert=revert,
         effects=ToolEffects(destructive=True),
         present_call=present_call,
         present_result=present_result,

@@ -123,7 +123,7 @@ async def _echo(args):
 def dsh_setup(runtime, config):
     runtime.register(define_tool(
         name="rare", description="Rarely needed.", parameters={}, output={"type": "json"}, execute=_echo,
-        defer_loading=True, retry=RetryPolicy(max_attempts=3)))
+        defer_loading=True, retry=RetryPolicy(max_attempts=3), revert=lambda args, value: None))
     runtime.register(define_tool(
         name="common", description="Always shown.", parameters={}, output={"type": "json"}, execute=_echo))
 """
@@ -138,7 +138,7 @@ def test_list_marks_deferred_and_retried_tools(dists: Dists) -> None:
         ("common", False, None),
     ]
     text = invoke([*options, "list"]).stdout
-    assert "rare (deferred, 3 tries)" in text
+    assert "rare (deferred, 3 tries, undoable)" in text
     assert [schema["name"] for schema in json.loads(invoke([*options, "schemas", "--json"]).stdout)] == ["common"]
 
 
@@ -156,6 +156,7 @@ def test_list_json(tools: list[str]) -> None:
         "effects": None,
         "retry_attempts": None,
         "deferred": False,
+        "revertible": False,
     }
     assert rows[1]["parallel"] is False and rows[1]["timeout_ms"] is None
 

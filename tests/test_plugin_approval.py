@@ -506,6 +506,21 @@ async def test_declared_effects_are_shown_first() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("effects", "line"),
+    [
+        (ToolEffects(destructive=True), "effects: destructive; can be undone"),
+        (None, "can be undone"),
+    ],
+)
+async def test_a_tool_that_can_be_undone_says_so(effects: ToolEffects | None, line: str) -> None:
+    tool = string_tool("drop_table", "table", effects=effects, revert=lambda args, value: None)
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers), tool)
+    await runtime.execute(make_input("drop_table", {"table": "users"}, agent=MAIN))
+    assert answers.questions == [f'{line}\nAllow drop_table {{"table": "users"}}? [y/N/a] ']
+
+
 async def test_a_generic_card_with_content_shows_the_content_not_the_arguments() -> None:
     card = GenericCallView(title="Fetch", content=[TextBlock("will fetch https://a.example")])
     tool = string_tool("fetch", "url", present_call=lambda args: card)

@@ -1,0 +1,209 @@
+"""Undo: revert what completed calls did, newest first, through each tool's declared ``revert``.
+
+A tool that can be undone declares ``define_tool(..., revert=fn)``: ``fn(args,
+value)`` undoes one successful call given its arguments and canonical value
+(``write_file`` restores the text it replaced, ``edit_file`` puts the old
+string back), and raises when it cannot, because the world changed since in a
+way it cannot undo safely. This plugin remembers every successful call of
+such a tool, Code Mode sub-calls included, and undoes them on request::
+
+    [plugins.undo]
+    enabled = true
+    max_entries = 1000        # the oldest are forgotten past this (they can no longer be undone)
+
+    log = runtime.plugins.get_plugin("undo")
+    outcomes = await log.undo(3)                   # the last three undoable calls, newest first
+    outcomes = await log.undo_to("call_17")        # call_17 and everything undoable after it
+
+Undo is the host's action (a person's "undo" button, a rejected turn), not the
+model's: the reverts run directly, outside the tool pipeline, one at a time,
+newest first. It stops at the first revert that fails, since an earlier
+effect may be what a later one depended on; that entry and the older ones stay
+in the log. Each outcome is also sent to the runtime's ``event_sink`` as
+``tool/reverted`` or ``tool/revert-failed`` (a :class:`~dsh_core.SessionRecorder`
+keeps them). The log lives in memory: it undoes what this process did.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import attrs
+
+from dsh_core import (
+    ScopeKey,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolRuntime,
+    hookimpl,
+    scope_id,
+    structure_table,
+)
+
+__all__ = ["PLUGIN_NAME", "UndoEntry", "UndoLog", "UndoOutcome", "UndoSettings"]
+
+PLUGIN_NAME: Final = "undo"
+MAX_ENTRIES: Final = 100_000
+
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": []}
+
+logger = logging.getLogger("dsh_plugins.undo")
+
+
+def _max_entries(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if type(value) is not int or not 1 <= value <= MAX_ENTRIES:
+        raise ValueError(f"max_entries must be an integer from 1 to {MAX_ENTRIES}, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class UndoSettings:
+    """The ``[plugins.undo]`` table."""
+
+    enabled: bool = False
+    max_entries: int = attrs.field(default=1000, validator=_max_entries)
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class UndoEntry:
+    """One successful call that can be undone: what ran, what it returned, and how to revert it."""
+
+    call_id: str
+    root_call_id: str
+    tool: str
+    agent: ScopeKey | None
+    arguments: Any
+    value: Any
+    revert: Callable[[Any, Any], object] = attrs.field(repr=False)
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class UndoOutcome:
+    """What undoing one entry did: ``reverted``, or the ``error`` that stopped the undo there."""
+
+    call_id: str
+    tool: str
+    reverted: bool
+    error: str | None = None
+
+
+class UndoLog:
+    """The undo log of one runtime (register it as a plugin; see the module documentation).
+
+    Args:
+        runtime: the runtime whose calls it records (for the tools' ``revert``
+            and its ``event_sink``).
+        max_entries: how many undoable calls to remember; older ones are forgotten.
+    """
+
+    def __init__(self, runtime: ToolRuntime, *, max_entries: int = 1000) -> None:
+        _max_entries(self, attrs.fields(UndoSettings).max_entries, max_entries)
+        self.runtime = runtime
+        self._entries: collections.deque[UndoEntry] = collections.deque(maxlen=max_entries)
+        self.forgotten = 0
+        """How many undoable calls were dropped for ``max_entries``."""
+
+    def entries(self) -> tuple[UndoEntry, ...]:
+        """The calls that can be undone, oldest first."""
+        return tuple(self._entries)
+
+    @hookimpl
+    def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        if result.is_error:
+            return
+        definition = self.runtime.get(execution.name, execution.agent)
+        if definition is None or definition.revert is None:
+            return
+        if len(self._entries) == self._entries.maxlen:
+            self.forgotten += 1
+        self._entries.append(
+            UndoEntry(
+                call_id=execution.call_id,
+                root_call_id=execution.root_call_id,
+                tool=execution.name,
+                agent=execution.agent,
+                arguments=execution.arguments,
+                value=result.value,
+                revert=definition.revert,
+            )
+        )
+
+    async def undo(self, count: int = 1, *, where: Callable[[UndoEntry], bool] | None = None) -> list[UndoOutcome]:
+        """Undo the ``count`` newest entries (of those ``where`` accepts), newest first.
+
+        Returns one outcome per revert attempted; the last one failed when the
+        undo stopped early. Fewer entries than ``count`` is not an error.
+
+        Raises:
+            ValueError: ``count`` is not a positive integer.
+        """
+        if type(count) is not int or count < 1:
+            raise ValueError(f"count must be a positive integer, got {count!r}")
+        chosen = [entry for entry in reversed(self._entries) if where is None or where(entry)][:count]
+        return await self._revert(chosen)
+
+    async def undo_to(self, call_id: str) -> list[UndoOutcome]:
+        """Undo the entry of ``call_id`` and every entry recorded after it, newest first.
+
+        Raises:
+            LookupError: no undoable call has that id (never recorded, already undone, or forgotten).
+        """
+        entries = list(self._entries)
+        for index in range(len(entries) - 1, -1, -1):
+            if entries[index].call_id == call_id:
+                return await self._revert(list(reversed(entries[index:])))
+        raise LookupError(f"no undoable call {call_id!r} (it failed, was undone, or was forgotten)")
+
+    async def _revert(self, chosen: list[UndoEntry]) -> list[UndoOutcome]:
+        outcomes: list[UndoOutcome] = []
+        for entry in chosen:
+            try:
+                done = entry.revert(entry.arguments, entry.value)
+                if inspect.isawaitable(done):
+                    await done
+            except Exception as exc:
+                reason = str(exc) or type(exc).__name__
+                outcome = UndoOutcome(call_id=entry.call_id, tool=entry.tool, reverted=False, error=reason)
+                outcomes.append(outcome)
+                self._announce("tool/revert-failed", entry, outcome.error)
+                break
+            self._forget(entry)
+            outcomes.append(UndoOutcome(call_id=entry.call_id, tool=entry.tool, reverted=True))
+            self._announce("tool/reverted", entry, None)
+        return outcomes
+
+    def _forget(self, undone: UndoEntry) -> None:
+        # By identity: two entries can hold equal fields (a provider reusing a call id).
+        for index, entry in enumerate(self._entries):
+            if entry is undone:
+                del self._entries[index]
+                return
+
+    def _announce(self, event_type: str, entry: UndoEntry, error: str | None) -> None:
+        data: dict[str, Any] = {
+            "call_id": entry.call_id,
+            "root_call_id": entry.root_call_id,
+            "tool": entry.tool,
+            "agent": scope_id(entry.agent),
+        }
+        if error is not None:
+            data["error"] = error
+        sink = self.runtime.event_sink
+        if sink is None:
+            return
+        try:
+            sink(event_type, data)
+        except Exception as exc:
+            # The revert happened (or failed) either way: a broken recorder must not hide that from the caller.
+            logger.warning("event sink failed for %s: %s", event_type, exc)
+
+
+@hookimpl
+def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
+    """Register an :class:`UndoLog` (named ``undo``) when ``enabled = true``."""
+    settings = structure_table(UndoSettings, config, "[plugins.undo]")
+    if settings.enabled:
+        runtime.plugins.register(UndoLog(runtime, max_entries=settings.max_entries), name=PLUGIN_NAME)

@@ -1,0 +1,308 @@
+"""Undo (dsh_plugins.undo) and the file tools' reverts: what is recorded, the order, and when a revert refuses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from dsh_core import ConfigError, ToolRuntime, define_tool
+from dsh_core.testing import FakeCodeRuntime, expect_success, json_tool, make_input, make_runtime
+from dsh_plugins import undo
+from dsh_plugins.files import file_tools
+from dsh_plugins.undo import PLUGIN_NAME, UndoLog, UndoOutcome
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, event_type: str, data: Mapping[str, Any]) -> None:
+        self.seen.append((event_type, dict(data)))
+
+
+def with_undo(*tools: Any, max_entries: int = 1000) -> tuple[ToolRuntime, UndoLog, Events]:
+    events = Events()
+    runtime = make_runtime(*tools, event_sink=events)
+    log = UndoLog(runtime, max_entries=max_entries)
+    runtime.plugins.register(log, name=PLUGIN_NAME)
+    return runtime, log, events
+
+
+def counter_tool(name: str, state: list[str], *, fail_revert: bool = False) -> Any:
+    async def body(args: Any) -> str:
+        state.append(args["item"])
+        return args["item"]
+
+    def revert(args: Any, value: Any) -> None:
+        if fail_revert:
+            raise RuntimeError(f"cannot take {value} back")
+        state.remove(value)
+
+    return json_tool(name, body, revert=revert)
+
+
+# -- the log ------------------------------------------------------------------------------------
+
+
+async def test_undo_reverts_the_newest_calls_first() -> None:
+    state: list[str] = []
+    runtime, log, events = with_undo(counter_tool("add", state))
+    for item in "abc":
+        expect_success(await runtime.execute(make_input("add", {"item": item}, call_id=f"c-{item}")))
+    assert [entry.call_id for entry in log.entries()] == ["c-a", "c-b", "c-c"]
+    outcomes = await log.undo(2)
+    assert outcomes == [
+        UndoOutcome(call_id="c-c", tool="add", reverted=True),
+        UndoOutcome(call_id="c-b", tool="add", reverted=True),
+    ]
+    assert state == ["a"]
+    assert [entry.call_id for entry in log.entries()] == ["c-a"]
+    assert [kind for kind, _ in events.seen] == ["tool/reverted", "tool/reverted"]
+    assert events.seen[0][1] == {"call_id": "c-c", "root_call_id": "c-c", "tool": "add", "agent": None}
+
+
+async def test_undo_to_reverts_that_call_and_everything_after_it() -> None:
+    state: list[str] = []
+    runtime, log, _ = with_undo(counter_tool("add", state))
+    for item in "abcd":
+        await runtime.execute(make_input("add", {"item": item}, call_id=f"c-{item}"))
+    outcomes = await log.undo_to("c-b")
+    assert [outcome.call_id for outcome in outcomes] == ["c-d", "c-c", "c-b"]
+    assert state == ["a"]
+    with pytest.raises(LookupError, match="no undoable call 'c-b'"):
+        await log.undo_to("c-b")
+
+
+async def test_a_failing_revert_stops_the_undo_and_keeps_what_is_left() -> None:
+    kept: list[str] = []
+    stuck: list[str] = []
+    runtime, log, events = with_undo(counter_tool("add", kept), counter_tool("sticky", stuck, fail_revert=True))
+    await runtime.execute(make_input("add", {"item": "a"}, call_id="c1"))
+    await runtime.execute(make_input("sticky", {"item": "s"}, call_id="c2"))
+    await runtime.execute(make_input("add", {"item": "b"}, call_id="c3"))
+    outcomes = await log.undo(3)
+    assert outcomes == [
+        UndoOutcome(call_id="c3", tool="add", reverted=True),
+        UndoOutcome(call_id="c2", tool="sticky", reverted=False, error="cannot take s back"),
+    ]
+    assert kept == ["a"] and stuck == ["s"]
+    assert [entry.call_id for entry in log.entries()] == ["c1", "c2"]
+    assert events.seen[-1] == (
+        "tool/revert-failed",
+        {"call_id": "c2", "root_call_id": "c2", "tool": "sticky", "agent": None, "error": "cannot take s back"},
+    )
+
+
+async def test_only_successful_calls_of_tools_with_a_revert_are_recorded() -> None:
+    async def boom(args: Any) -> Any:
+        raise RuntimeError("no")
+
+    state: list[str] = []
+    runtime, log, _ = with_undo(
+        counter_tool("add", state), json_tool("plain"), json_tool("boom", boom, revert=lambda a, v: None)
+    )
+    await runtime.execute(make_input("plain"))
+    await runtime.execute(make_input("boom"))
+    await runtime.execute(make_input("nope"))
+    assert log.entries() == ()
+    assert await log.undo() == []
+
+
+async def test_where_selects_the_entries_to_undo() -> None:
+    state: list[str] = []
+    runtime, log, _ = with_undo(counter_tool("add", state))
+    for item in "abc":
+        await runtime.execute(make_input("add", {"item": item}))
+    await log.undo(5, where=lambda entry: entry.value != "b")
+    assert state == ["b"]
+
+
+async def test_async_reverts_are_awaited() -> None:
+    state: list[str] = []
+
+    async def body(args: Any) -> str:
+        state.append("x")
+        return "x"
+
+    async def revert(args: Any, value: Any) -> None:
+        state.remove(value)
+
+    runtime, log, _ = with_undo(json_tool("t", body, revert=revert))
+    await runtime.execute(make_input("t"))
+    assert (await log.undo())[0].reverted and state == []
+
+
+async def test_the_oldest_entries_are_forgotten_past_max_entries() -> None:
+    state: list[str] = []
+    runtime, log, _ = with_undo(counter_tool("add", state), max_entries=2)
+    for item in "abc":
+        await runtime.execute(make_input("add", {"item": item}, call_id=item))
+    assert [entry.call_id for entry in log.entries()] == ["b", "c"] and log.forgotten == 1
+
+
+async def test_code_mode_sub_calls_are_undoable() -> None:
+    state: list[str] = []
+
+    async def program(tools: Any) -> None:
+        await tools["add"]({"item": "p"})
+        await tools["add"]({"item": "q"})
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(counter_tool("add", state))
+    log = UndoLog(runtime)
+    runtime.plugins.register(log)
+    expect_success(await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="run")))
+    assert [entry.root_call_id for entry in log.entries()] == ["run", "run"]
+    await log.undo(2)
+    assert state == []
+
+
+async def test_a_revert_receives_structured_arguments_for_an_attrs_parameter_class() -> None:
+    @attrs.define
+    class Params:
+        item: str
+
+    seen: list[Any] = []
+
+    async def body(args: Params) -> str:
+        return args.item
+
+    def revert(args: Params, value: Any) -> None:
+        seen.append((args, value))
+
+    tool = define_tool(
+        name="typed", description="d", parameters=Params, output={"type": "string"}, execute=body, revert=revert
+    )
+    runtime, log, _ = with_undo(tool)
+    await runtime.execute(make_input("typed", {"item": "z"}))
+    await log.undo()
+    assert seen == [(Params(item="z"), "z")]
+
+
+def test_a_revert_that_is_not_callable_is_refused() -> None:
+    with pytest.raises(TypeError, match="revert must be callable or None"):
+        json_tool("t", revert="undo it")
+
+
+@pytest.mark.parametrize("count", [0, -1, 1.5, True])
+async def test_undo_count_must_be_a_positive_integer(count: Any) -> None:
+    _, log, _ = with_undo()
+    with pytest.raises(ValueError, match="count must be a positive integer"):
+        await log.undo(count)
+
+
+def test_the_plugin_registers_only_when_enabled() -> None:
+    runtime = ToolRuntime()
+    undo.dsh_setup(runtime, {})
+    assert runtime.plugins.get_plugin(PLUGIN_NAME) is None
+    undo.dsh_setup(runtime, {"enabled": True, "max_entries": 5})
+    assert isinstance(runtime.plugins.get_plugin(PLUGIN_NAME), UndoLog)
+
+
+@pytest.mark.parametrize("table", [{"enabled": True, "max_entries": 0}, {"enabled": True, "size": 3}])
+def test_bad_settings_are_configuration_errors(table: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        undo.dsh_setup(ToolRuntime(), table)
+
+
+# -- the file tools' reverts ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("one\ntwo\nthree\n")
+    return workspace
+
+
+def file_undo(root: Path) -> tuple[ToolRuntime, UndoLog]:
+    runtime, log, _ = with_undo(*file_tools(root))
+    return runtime, log
+
+
+async def test_undoing_a_created_file_removes_it(root: Path) -> None:
+    runtime, log = file_undo(root)
+    expect_success(await runtime.execute(make_input("write_file", {"path": "new/a.txt", "content": "hi"})))
+    assert (await log.undo())[0].reverted
+    assert not (root / "new" / "a.txt").exists()
+
+
+async def test_undoing_an_overwrite_puts_the_old_text_back(root: Path) -> None:
+    runtime, log = file_undo(root)
+    await runtime.execute(make_input("write_file", {"path": "notes.txt", "content": "replaced"}))
+    assert (await log.undo())[0].reverted
+    assert (root / "notes.txt").read_text() == "one\ntwo\nthree\n"
+
+
+async def test_a_file_changed_since_the_write_is_not_reverted(root: Path) -> None:
+    runtime, log = file_undo(root)
+    await runtime.execute(make_input("write_file", {"path": "notes.txt", "content": "replaced"}))
+    (root / "notes.txt").write_text("someone else's work")
+    (outcome,) = await log.undo()
+    assert not outcome.reverted and "changed since write_file wrote it" in (outcome.error or "")
+    assert (root / "notes.txt").read_text() == "someone else's work"
+    assert len(log.entries()) == 1
+
+
+async def test_a_write_over_binary_content_cannot_be_reverted(root: Path) -> None:
+    (root / "blob.bin").write_bytes(b"\xff\xfe\x00binary")
+    runtime, log = file_undo(root)
+    await runtime.execute(make_input("write_file", {"path": "blob.bin", "content": "text"}))
+    (outcome,) = await log.undo()
+    assert not outcome.reverted and "was not kept" in (outcome.error or "")
+    assert (root / "blob.bin").read_text() == "text"
+
+
+async def test_a_deleted_file_cannot_be_reverted(root: Path) -> None:
+    runtime, log = file_undo(root)
+    await runtime.execute(make_input("write_file", {"path": "gone.txt", "content": "x"}))
+    (root / "gone.txt").unlink()
+    (outcome,) = await log.undo()
+    assert not outcome.reverted and "no longer exists" in (outcome.error or "")
+
+
+async def test_undoing_an_edit_puts_the_old_string_back(root: Path) -> None:
+    runtime, log = file_undo(root)
+    await runtime.execute(make_input("edit_file", {"path": "notes.txt", "old_string": "two", "new_string": "2"}))
+    await runtime.execute(
+        make_input("edit_file", {"path": "notes.txt", "old_string": "e", "new_string": "E!", "replace_all": True})
+    )
+    assert (root / "notes.txt").read_text() == "onE!\n2\nthrE!E!\n"
+    assert [outcome.reverted for outcome in await log.undo(2)] == [True, True]
+    assert (root / "notes.txt").read_text() == "one\ntwo\nthree\n"
+
+
+async def test_an_edit_whose_new_text_was_there_before_is_not_reverted(root: Path) -> None:
+    runtime, log = file_undo(root)
+    await runtime.execute(make_input("edit_file", {"path": "notes.txt", "old_string": "two", "new_string": "one"}))
+    (outcome,) = await log.undo()
+    assert not outcome.reverted and "occurs 2 times, the edit made 1" in (outcome.error or "")
+    assert (root / "notes.txt").read_text() == "one\none\nthree\n"
+
+
+async def test_an_edit_that_deleted_text_cannot_be_reverted(root: Path) -> None:
+    runtime, log = file_undo(root)
+    await runtime.execute(make_input("edit_file", {"path": "notes.txt", "old_string": "two\n", "new_string": ""}))
+    (outcome,) = await log.undo()
+    assert not outcome.reverted and "deleted text cannot be reverted" in (outcome.error or "")
+
+
+async def test_the_session_log_keeps_what_was_undone(tmp_path: Path) -> None:
+    from dsh_core import SessionLog, SessionRecorder, read_session_log
+
+    state: list[str] = []
+    with SessionLog(tmp_path / "s.jsonl") as session:
+        runtime = make_runtime(counter_tool("add", state))
+        recorder = SessionRecorder(session, runtime)
+        runtime.event_sink = recorder.event_sink
+        log = UndoLog(runtime)
+        runtime.plugins.register(log)
+        await runtime.execute(make_input("add", {"item": "a"}, call_id="c1"))
+        await log.undo()
+    events = read_session_log(tmp_path / "s.jsonl").events
+    assert [(event.type, event.data.get("call_id")) for event in events] == [("tool/reverted", "c1")]
