@@ -34,6 +34,8 @@ import attrs
 
 from dsh_core import (
     ConfigError,
+    DshError,
+    ErrorCode,
     RegistrationError,
     TextBlock,
     ToolDefinition,
@@ -147,7 +149,10 @@ def search_tool(runtime: ToolRuntime, *, name: str = DEFAULT_NAME, max_results: 
         waiting = {tool.name for tool in runtime.deferred_tools(agent)}
         # Loaded ones too: searching again for a tool already found finds it again.
         searchable = [tool for tool in runtime.deferred_tools(agent, include_loaded=True) if tool.name != name]
-        limit = min(args.get("limit", max_results), max_results)
+        asked = args.get("limit", max_results)
+        if asked < 1:
+            raise DshError(f"limit must be at least 1, got {asked}", code=ErrorCode.INVALID_ARGS)
+        limit = min(asked, max_results)
         matches = rank_tools(args["query"], searchable, limit)
         to_load = [match.tool.name for match in matches if match.tool.name in waiting]
         if to_load:

@@ -267,6 +267,16 @@ async def test_limit_is_capped_by_max_results() -> None:
     assert len(result.value["tools"]) == 1
 
 
+@pytest.mark.parametrize("limit", [0, -3])
+async def test_a_limit_below_one_is_the_models_mistake_and_says_so(limit: int) -> None:
+    runtime = make_runtime(*tools_for_search())
+    runtime.register(search_tool(runtime))
+    result = await runtime.execute(make_input(DEFAULT_NAME, {"query": "create", "limit": limit}))
+    assert result.code == "INVALID_ARGS"
+    assert result.error.message == f"limit must be at least 1, got {limit}"
+    assert runtime.deferred_tools() != []  # nothing was loaded
+
+
 async def test_the_search_never_lists_tools_that_are_not_deferred() -> None:
     runtime = make_runtime(json_tool("create_file"), json_tool("create_issue", defer_loading=True))
     runtime.register(search_tool(runtime))
