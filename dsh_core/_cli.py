@@ -683,6 +683,12 @@ def _check_tool(definition: ToolDefinition, owner: str, findings: _Findings) -> 
             f'{owner}: tool name "{definition.name}" does not match {TOOL_NAME_PATTERN.pattern} '
             "(some model providers will refuse it)"
         )
+    effects = definition.effects
+    if definition.retry is not None and effects is not None and effects.destructive and not effects.idempotent:
+        findings.warnings.append(
+            f'{owner}: tool "{definition.name}" retries a destructive, non-idempotent body: a failure after its '
+            "effect happened would repeat it (raise TransientToolError only when nothing happened, or narrow retry_on)"
+        )
 
 
 def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:

@@ -27,6 +27,7 @@ go to the shorter, then alphabetically first name.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from typing import Any, Final
 
@@ -50,7 +51,15 @@ from dsh_core import (
     thaw,
 )
 
-__all__ = ["DEFAULT_NAME", "SearchMatch", "ToolSearchSettings", "rank_tools", "search_tool"]
+__all__ = [
+    "DEFAULT_NAME",
+    "SearchDiagnostic",
+    "SearchMatch",
+    "ToolSearch",
+    "ToolSearchSettings",
+    "rank_tools",
+    "search_tool",
+]
 
 DEFAULT_NAME: Final = "search_tools"
 MAX_RESULTS: Final = 50
@@ -208,6 +217,37 @@ def search_tool(runtime: ToolRuntime, *, name: str = DEFAULT_NAME, max_results: 
     )
 
 
+@attrs.frozen
+class SearchDiagnostic:
+    """A warning for ``dsh-tools check``."""
+
+    message: str
+    level: str = "warning"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ToolSearch:
+    """The plugin object ``dsh_setup`` registers (as ``tool-search``): it reports what ``check`` should show."""
+
+    def __init__(self, runtime: ToolRuntime, defer: tuple[str, ...]) -> None:
+        self.runtime = runtime
+        self.defer = defer
+
+    def diagnostics(self) -> list[SearchDiagnostic]:
+        """``defer`` globs that match no registered tool, and a search with nothing to find."""
+        names = {definition.name for _, definition in self.runtime.registrations()}
+        out = [
+            SearchDiagnostic(f"defer pattern {pattern!r} matches no registered tool")
+            for pattern in self.defer
+            if not any(fnmatch.fnmatchcase(name, pattern) for name in names)
+        ]
+        if not self.runtime.deferred_tools(include_loaded=True):
+            out.append(SearchDiagnostic(f"{DEFAULT_NAME} has nothing to find: no tool is deferred"))
+        return out
+
+
 @hookimpl
 def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """Defer the ``defer`` globs and register the search tool when ``enabled = true``."""
@@ -223,3 +263,4 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
         runtime.register(search_tool(runtime, max_results=settings.max_results))
     except RegistrationError as exc:
         raise ConfigError([f"[plugins.tool_search]: {exc}"]) from None
+    runtime.plugins.register(ToolSearch(runtime, settings.defer), name="tool-search")

@@ -827,3 +827,44 @@ def test_grants_compact_keeps_the_grants_in_force(tmp_path: Path) -> None:
     assert len(read_grants(tmp_path / "old.jsonl")) == 2
     again = invoke(["grants", "compact", str(book), "--archive", str(tmp_path / "old.jsonl")])
     assert again.exit_code == 2 and "exists already" in again.stderr
+
+
+def test_check_warns_about_defer_patterns_that_match_nothing(tools: list[str], tmp_path: Path) -> None:
+    config = tmp_path / "dsh.toml"
+    config.write_text('[plugins.tool_search]\nenabled = true\ndefer = ["sl*", "github__*"]\n')
+    args = ["--config", str(config), *tools, "--plugin", "tool_search=dsh_plugins.tool_search", "check"]
+    result = invoke(args)
+    assert "plugin tool-search: defer pattern 'github__*' matches no registered tool" in result.stdout
+    assert "'sl*'" not in result.stdout
+    assert "has nothing to find" not in result.stdout  # slow is deferred
+
+
+def test_check_warns_when_the_search_has_nothing_to_find(tools: list[str], tmp_path: Path) -> None:
+    config = tmp_path / "dsh.toml"
+    config.write_text("[plugins.tool_search]\nenabled = true\n")
+    args = ["--config", str(config), *tools, "--plugin", "tool_search=dsh_plugins.tool_search", "check"]
+    assert "search_tools has nothing to find: no tool is deferred" in invoke(args).stdout
+
+
+RETRYING_PLUGIN = """
+from dsh_core import RetryPolicy, ToolEffects, define_tool, hookimpl
+
+async def _echo(args):
+    return args
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(
+        name="charge_card", description="Charges.", parameters={}, output={"type": "json"}, execute=_echo,
+        effects=ToolEffects(destructive=True), retry=RetryPolicy()))
+    runtime.register(define_tool(
+        name="put_object", description="Writes.", parameters={}, output={"type": "json"}, execute=_echo,
+        effects=ToolEffects(destructive=True, idempotent=True), retry=RetryPolicy()))
+"""
+
+
+def test_check_warns_about_retrying_a_destructive_non_idempotent_tool(dists: Dists) -> None:
+    module = dists.module("retrying", RETRYING_PLUGIN)
+    result = invoke(["--no-plugins", "--plugin", f"retrying={module}", "check"])
+    assert 'tool "charge_card" retries a destructive, non-idempotent body' in result.stdout
+    assert "put_object" not in result.stdout
