@@ -153,8 +153,8 @@ class PreparedCall:
     """
 
     __slots__ = (
-        "body_invoked", "contract", "deferred", "execution", "finalizer", "hooks", "latest", "registry_version",
-        "result", "rewrites", "run", "scoped", "step", "suspends", "tool", "trace",
+        "body_error", "body_invoked", "contract", "deferred", "execution", "finalizer", "hooks", "latest",
+        "registry_version", "result", "rewrites", "run", "scoped", "step", "suspends", "tool", "trace",
     )  # fmt: skip
 
     def __init__(self, execution: ToolExecution, finalizer: Any, hooks: CallHooks) -> None:
@@ -175,6 +175,9 @@ class PreparedCall:
         self.scoped = False
         # What each Rewrite changed, told to the model on the result; None: never rewritten.
         self.rewrites: list[UserMessage] | None = None
+        # body_error (set only when a body raises, so a call that never fails never pays for it):
+        # the exception, for a RetryPolicy to judge.
+        self.body_error: BaseException | None
 
     @property
     def dispatch_suspends(self) -> bool:
@@ -717,7 +720,13 @@ async def _dispatch_chain(runtime: ToolRuntime, call: PreparedCall) -> ToolExecu
     return result
 
 
-async def _dispatch_body(runtime: ToolRuntime, call: PreparedCall, current: CancelSignal) -> ToolExecutionResult:
+async def _dispatch_body(
+    runtime: ToolRuntime, call: PreparedCall, current: CancelSignal, *, attempt: bool = False
+) -> ToolExecutionResult:
+    """Run the body once (or, for a tool with a ``RetryPolicy``, until the policy is done: ``attempt=False``).
+
+    A raising body's exception is kept in ``call.body_error`` for the retry loop to judge.
+    """
     execution = call.execution
     caller = execution.signal
     fused = caller if current is caller else CancelSignal.any(caller, current)
@@ -735,8 +744,8 @@ async def _dispatch_body(runtime: ToolRuntime, call: PreparedCall, current: Canc
             return _unknown_tool(execution.name)
         contract = contract_of(tool)
     assert tool is not None and contract is not None
-    if tool.retry is not None:
-        return await _dispatch_retrying(runtime, call, tool, contract, fused, tool.retry)
+    if tool.retry is not None and not attempt:
+        return await _dispatch_retrying(runtime, call, current, fused, tool.retry)
     deferred: list[UserMessage] = []
     call.deferred = deferred
     run = ToolRunContext(execution, fused, deferred, runtime._orphans)
@@ -761,6 +770,7 @@ async def _dispatch_body(runtime: ToolRuntime, call: PreparedCall, current: Canc
     except BaseException as exc:
         if is_fatal(exc):
             raise
+        call.body_error = exc
         return failure_from_exception(exc, default_code=ErrorCode.TOOL_ERROR)
     result = _build_success(tool, contract, execution, value, run)
     if fused.cancelled and not result.is_error:
@@ -769,58 +779,40 @@ async def _dispatch_body(runtime: ToolRuntime, call: PreparedCall, current: Canc
 
 
 async def _dispatch_retrying(
-    runtime: ToolRuntime,
-    call: PreparedCall,
-    tool: ToolDefinition,
-    contract: ToolContract,
-    fused: CancelSignal,
-    policy: RetryPolicy,
+    runtime: ToolRuntime, call: PreparedCall, current: CancelSignal, fused: CancelSignal, policy: RetryPolicy
 ) -> ToolExecutionResult:
     """Run the body until it succeeds, fails for good, or the policy runs out of attempts or patience.
 
-    Each attempt gets a fresh run context (a failed attempt's deferred contexts
-    go with it). Every attempt and pause runs in a scope linked to the fused
-    signal: a cancelled caller or a wrapper's deadline ends the retrying at once.
+    Each attempt is one ordinary dispatch of the body (a fresh run context: a
+    failed attempt's deferred contexts go with it), under the attempt's own
+    budget when the policy has one. Every pause runs in a scope linked to
+    ``fused`` (the caller's signal and any wrapper's): cancelling ends the
+    retrying at once.
     """
     execution = call.execution
     attempt = 1
     while True:
-        deferred: list[UserMessage] = []
-        call.deferred = deferred
-        run = ToolRunContext(execution, fused, deferred, runtime._orphans)
-        call.run = run
-        call.body_invoked = True
-        error: BaseException | None = None
-        value: object = None
-        with trio.CancelScope() as body_scope:
-            unlink = fused.link(body_scope)
-            try:
-                if policy.attempt_timeout_s is None:
-                    value = await tool.execute(execution.arguments, run)
-                else:
-                    with trio.move_on_after(policy.attempt_timeout_s) as attempt_scope:
-                        value = await tool.execute(execution.arguments, run)
-                    if attempt_scope.cancelled_caught:
-                        error = AttemptTimedOut(f"the attempt ran past its {policy.attempt_timeout_s:g} s budget")
-            except BaseException as exc:
-                if is_fatal(exc):
-                    raise
-                error = exc
-            finally:
-                unlink()
-        if body_scope.cancelled_caught:
-            return aborted_result(body_invoked=True)
-        if error is None:
-            # An output that breaks the contract is not retried: the same body would return it again.
-            result = _build_success(tool, contract, execution, value, run)
-            if fused.cancelled and not result.is_error:
-                return aborted_result(body_invoked=True)
+        budget = None
+        signal = current
+        if policy.attempt_timeout_s is not None:
+            budget = CancelSignal.after(policy.attempt_timeout_s, reason="attempt budget")
+            signal = CancelSignal.any(current, budget)
+        call.body_error = None
+        result = await _dispatch_body(runtime, call, signal, attempt=True)
+        if not result.is_error:
             return result
-        pause = None if fused.cancelled or not policy.retries(error) else policy.pause_before(attempt + 1, error)
-        failure = failure_from_exception(error, default_code=ErrorCode.TOOL_ERROR)
+        error: BaseException | None = call.body_error
+        if budget is not None and budget.cancelled and not fused.cancelled and error is None:
+            # The attempt's own budget stopped it (the body was cancelled, or gave up when told to).
+            error = AttemptTimedOut(f"the attempt ran past its {policy.attempt_timeout_s:g} s budget")
+            result = failure_from_exception(error, default_code=ErrorCode.TOOL_TIMEOUT)
+        if error is None or fused.cancelled or not policy.retries(error):
+            # Not the body's own failure (an output contract, a cancellation), or not one to retry.
+            return _failed_after(result, attempt) if error is not None else result
+        pause = policy.pause_before(attempt + 1, error)
         if pause is None:
-            return _failed_after(failure, attempt)
-        info = failure.error.info
+            return _failed_after(result, attempt)
+        info = result.error.info if isinstance(result, ToolExecutionFailure) else None
         record = RetryAttempt(
             call_id=execution.call_id,
             root_call_id=execution.root_call_id,
@@ -828,7 +820,7 @@ async def _dispatch_retrying(
             attempt=attempt,
             pause_s=pause,
             code=info.code if info is not None else ErrorCode.TOOL_ERROR.value,
-            message=failure.error.message,
+            message=result.error.message if isinstance(result, ToolExecutionFailure) else "",
         )
         if call.trace is not None:
             call.trace.add("execute", record, None)
@@ -839,14 +831,14 @@ async def _dispatch_retrying(
                 await trio.sleep(pause)
             finally:
                 unlink()
-        if pause_scope.cancelled_caught:
+        if pause_scope.cancelled_caught or fused.cancelled:
             return aborted_result(body_invoked=True)
         attempt += 1
 
 
-def _failed_after(failure: ToolExecutionFailure, attempts: int) -> ToolExecutionFailure:
+def _failed_after(failure: ToolExecutionResult, attempts: int) -> ToolExecutionResult:
     """The last attempt's failure, saying how many attempts it took (so the model does not try again at once)."""
-    if attempts == 1:
+    if attempts == 1 or not isinstance(failure, ToolExecutionFailure):
         return failure
     info = failure.error.info
     return failure_result(
