@@ -708,7 +708,10 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
         owner = f"plugin {refusal.plugin}"
         if refusal.conflicts_with is not None:
             holder = "the host" if refusal.conflicts_with == "<host>" else f"plugin {refusal.conflicts_with}"
-            findings.problems.append(f"{owner}: {tool} is already registered by {holder} (duplicate tool name)")
+            findings.problems.append(
+                f"{owner}: {tool} is already registered by {holder} (duplicate tool name; to load both, "
+                f'give one a prefix: [tool_prefixes] {refusal.plugin} = "..." in dsh.toml)'
+            )
             # Refused for its name alone: the rest of its checks still apply.
             if refusal.definition is not None:
                 _check_tool(refusal.definition, owner, findings)

@@ -15,6 +15,9 @@ The layout of a configuration file::
     strict_capabilities = false
     session_log = "calls.jsonl"
 
+    [tool_prefixes]                 # register a plugin's tools as "<prefix>__<name>"
+    dsh-example-tools = "ex"        # (two plugins offering the same tool name can then both load)
+
     [plugins.permissions]           # handed, as a dict, to that plugin's dsh_setup
     rules = [{ tool = "shell", action = "ask" }]
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import tomllib
 import types
 import typing
@@ -326,6 +330,22 @@ def _plugin_names(value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
+_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+
+def _tool_prefixes(value: object) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"DshConfig.tool_prefixes must map plugin names to prefixes, got {type(value).__name__}")
+    for plugin, prefix in value.items():
+        if type(plugin) is not str or not plugin:
+            raise TypeError(f"DshConfig.tool_prefixes: a plugin name must be a non-empty str, got {safe_repr(plugin)}")
+        if type(prefix) is not str or not _PREFIX.match(prefix):
+            raise ValueError(
+                f"tool_prefixes.{plugin}: a prefix is 1-32 letters, digits, '_' or '-', got {safe_repr(prefix)}"
+            )
+    return types.MappingProxyType(dict(value))
+
+
 def _plain_tables(value: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
     return types.MappingProxyType({name: types.MappingProxyType(dict(table)) for name, table in value.items()})
 
@@ -364,6 +384,10 @@ class DshConfig:
     hands a plain ``dict`` copy of it to the plugin's ``dsh_setup`` as ``config``
     (``{}`` when the file has no table for it), and the plugin structures it
     (:func:`structure_table`). The mapping itself is read-only.
+
+    ``tool_prefixes`` maps an entry-point name to a prefix: every tool that
+    plugin registers is registered as ``<prefix>__<name>`` (the way MCP servers'
+    tools are), so two plugins offering a tool of the same name can both load.
     """
 
     mode: Literal["native", "code", "both"] = attrs.field(default="native", validator=one_of(_MODES))
@@ -372,6 +396,7 @@ class DshConfig:
     plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_plain_tables, hash=False)
     session_log: str | None = attrs.field(default=None, validator=instance_of(str, optional=True))
     code_runtime: CodeRuntimeSettings = attrs.field(factory=CodeRuntimeSettings)
+    tool_prefixes: Mapping[str, str] = attrs.field(factory=dict, converter=_tool_prefixes, hash=False)
 
     def plugin_config(self, name: str) -> dict[str, Any]:
         """A fresh, deep plain-``dict`` copy of ``[plugins.<name>]`` (``{}`` when absent)."""
@@ -397,6 +422,7 @@ class _ConfigFile:
     plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     session_log: str | None = None
     code_runtime: CodeRuntimeSettings = attrs.field(factory=CodeRuntimeSettings)
+    tool_prefixes: dict[str, str] = attrs.field(factory=dict)
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.PathLike[str] | None = None) -> DshConfig:
@@ -458,6 +484,7 @@ def _parse(file: Path, table: object, *, where: str) -> DshConfig:
             plugins=raw.plugins,
             session_log=session_log,
             code_runtime=raw.code_runtime,
+            tool_prefixes=raw.tool_prefixes,
         )
     except (TypeError, ValueError) as exc:  # what the file's types allow but the settings do not
         raise ConfigError([f"{file}: {exc}"]) from exc

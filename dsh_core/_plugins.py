@@ -235,7 +235,7 @@ class _SetupRecorder:
         self.strict = loader.config.strict_capabilities
         self.granted = owned.capabilities or Capabilities()
 
-    def admit(self, definition: object, scope: ScopeKey | None) -> None:
+    def admit(self, definition: object, scope: ScopeKey | None) -> object:
         name = getattr(definition, "name", None)
         if self.strict and isinstance(name, str) and not self.granted.may_register(name):
             declared = ", ".join(self.granted.tools) or "none"
@@ -243,6 +243,11 @@ class _SetupRecorder:
                 f'plugin {self.owned.name} may not register tool "{name}": its {MANIFEST_NAME} tools are '
                 f"{declared} (strict_capabilities)"
             )
+        prefix = self.loader.config.tool_prefixes.get(self.owned.name)
+        if prefix is not None and isinstance(definition, ToolDefinition):
+            # The manifest names the plugin's own tool names; the host renames them on the way in.
+            return attrs.evolve(definition, name=f"{prefix}__{definition.name}")
+        return definition
 
     def refused(self, definition: object, scope: ScopeKey | None, error: Exception) -> None:
         self.loader.note_refusal(self.owned, definition, scope, error)

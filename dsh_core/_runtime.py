@@ -52,13 +52,14 @@ class RegistrationRecorder(Protocol):
 
     The plugin loader installs one around a plugin's ``dsh_setup`` (see
     :meth:`ToolRuntime._recording`) so a failed plugin can be rolled back and
-    its refusals reported. ``admit`` may raise to refuse a registration (it is
-    then reported to ``refused`` like any other refusal), ``wrap_guard`` may
-    replace a guard before it is added; ``added`` gets the disposer of every
-    change that went through.
+    its refusals reported. ``admit`` returns what to register (the definition
+    itself, or a renamed copy) or raises to refuse it (it is then reported to
+    ``refused`` like any other refusal), ``wrap_guard`` may replace a guard
+    before it is added; ``added`` gets the disposer of every change that went
+    through.
     """
 
-    def admit(self, definition: object, scope: ScopeKey | None) -> None: ...
+    def admit(self, definition: object, scope: ScopeKey | None) -> object: ...
 
     def refused(self, definition: object, scope: ScopeKey | None, error: Exception) -> None: ...
 
@@ -159,16 +160,17 @@ class ToolRuntime:
         recorders = self._recorders
         if not recorders:
             return self._registry.register(definition, scope)
+        admitted: object = definition
         try:
             for recorder in reversed(recorders):
-                recorder.admit(definition, scope)
-            disposer = self._registry.register(definition, scope)
+                admitted = recorder.admit(admitted, scope)
+            disposer = self._registry.register(admitted, scope)
         except Exception as exc:
             for recorder in recorders:
-                recorder.refused(definition, scope, exc)
+                recorder.refused(admitted, scope, exc)
             raise
         for recorder in recorders:
-            recorder.registered(definition, scope, disposer)
+            recorder.registered(admitted, scope, disposer)
         return disposer
 
     def restrict(self, restriction: ToolRestriction, scope: ScopeKey) -> Disposer:

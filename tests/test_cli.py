@@ -523,7 +523,10 @@ def test_check_lists_every_problem(tools: list[str], dists: Dists) -> None:
     assert result.exit_code == 1
     out = result.stdout
     assert "problem: plugin broken" in out and "failed at import" in out
-    assert 'problem: plugin bait: tool "echo" is already registered by plugin cli (duplicate tool name)' in out
+    assert (
+        'problem: plugin bait: tool "echo" is already registered by plugin cli (duplicate tool name; to load both, '
+        'give one a prefix: [tool_prefixes] bait = "..." in dsh.toml)'
+    ) in out
     assert "problem: plugin lint-sync-policy: dsh_pre_execute listeners must be async def" in out
     assert "problem: plugin typo" in out and 'unknown hook "dsh_tools_chnage"' in out
     assert 'warning: plugin bait: tool name "bad.name" does not match' in out

@@ -310,7 +310,8 @@ def test_bad_settings_are_all_reported_with_the_file(tmp_path: Path) -> None:
         prefix + 'strict_capabilities: expected a boolean (true or false), got "yes"',
         prefix + "plugins: expected a table, got 3",
         prefix
-        + 'unknown key "colour" (allowed: mode, disabled_plugins, strict_capabilities, plugins, session_log, code_runtime)',
+        + 'unknown key "colour" (allowed: mode, disabled_plugins, strict_capabilities, plugins, session_log, '
+        "code_runtime, tool_prefixes)",
     }
 
 
@@ -356,3 +357,17 @@ def test_code_runtime_settings_are_read_and_checked(tmp_path: Path) -> None:
         load_config(cwd=tmp_path)
     (tmp_path / "empty").mkdir()
     assert load_config(cwd=tmp_path / "empty").code_runtime.options() == {}
+
+
+def test_tool_prefixes_are_read_and_checked(tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('[tool_prefixes]\nweather = "wx"\n')
+    assert dict(load_config(cwd=tmp_path).tool_prefixes) == {"weather": "wx"}
+    (tmp_path / "dsh.toml").write_text('[tool_prefixes]\nweather = "w x"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    assert info.value.violations == (
+        f"{tmp_path / 'dsh.toml'}: tool_prefixes.weather: a prefix is 1-32 letters, digits, '_' or '-', got 'w x'",
+    )
+    (tmp_path / "dsh.toml").write_text("[tool_prefixes]\nweather = 3\n")
+    with pytest.raises(ConfigError, match="tool_prefixes"):
+        load_config(cwd=tmp_path)

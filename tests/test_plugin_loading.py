@@ -627,6 +627,37 @@ def test_order_is_sorted_by_distribution_then_name(dists: Dists) -> None:
     assert [ep.name for ep in discover_entry_points(dists.group)] == ["a_first", "z_second", "b1", "c1"]
 
 
+SHARED_TOOL = """
+from dsh_core import define_tool, hookimpl
+
+DSH_CAPABILITIES = {"tools": ["shared"], "affects": []}
+
+async def _body(args):
+    return __name__
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(
+        name="shared", description="", parameters={}, output={"type": "json"}, execute=_body))
+"""
+
+
+async def test_a_tool_prefix_lets_two_plugins_with_the_same_tool_name_load(dists: Dists) -> None:
+    dists.module("same1", SHARED_TOOL)
+    dists.module("same2", SHARED_TOOL)
+    dists.dist("dsh-a", {"first": "{p}same1"})
+    dists.dist("dsh-b", {"second": "{p}same2"})
+    # strict_capabilities: the manifest names the plugin's own tool name, before the host's prefix.
+    config = DshConfig(tool_prefixes={"second": "two"}, strict_capabilities=True)
+    runtime, report = dists.load(config=config)
+    assert report.ok and report.refused == ()
+    assert sorted(runtime.names()) == ["shared", "two__shared"]
+    assert [loaded.tools for loaded in report.loaded] == [("shared",), ("two__shared",)]
+    renamed = await runtime.execute(make_input("two__shared"))
+    assert renamed.value == dists.prefix + "same2"
+    assert [schema.name for schema in runtime.schemas()] == ["shared", "two__shared"]
+
+
 def test_duplicate_entry_point_names_first_wins(dists: Dists) -> None:
     dists.module("good", GOOD_MODULE)
     dists.module("other", "from dsh_core import hookimpl\n")
