@@ -81,6 +81,7 @@ from ._scheduling import run_tool_calls
 from ._session_log import SessionEvent, SessionLog, SessionLogError, SessionLogRead, TornLine, read_session_log
 from ._signal import CancelSignal
 from ._simulate import SimulatedCall, SimulationReport, SimulationRuntime, Verdict, simulate
+from ._tool_decorator import tool
 from ._trace import DecisionTrace, TraceStage, TraceStep, trace_of
 from ._waterfall import DshPluginManager
 from .hookspecs import hookimpl
@@ -201,5 +202,6 @@ __all__ = [
     "snapshot_json",
     "structure_table",
     "thaw",
+    "tool",
     "trace_of",
 ]

@@ -349,7 +349,7 @@ def define_tool(
     description: str,
     parameters: Mapping[str, Any] | type,
     output: ToolOutput | Mapping[str, Any],
-    execute: Callable[..., Awaitable[Any]],
+    execute: Callable[..., Any],
     finalize_content: FinalizeContent | None = None,
     timeout_ms: float | None = None,
     is_concurrency_safe: Callable[[Any], object] | None = None,

@@ -59,7 +59,7 @@ from .._errors import JsonSchemaError, NonJsonValueError, SchemaSpecError, ToolA
 from .._json import FrozenDict, JsonValue, json_equal, snapshot_json, thaw
 from ._subset import assert_supported_json_schema
 
-__all__ = ["schema_from_attrs_class", "structure_args"]
+__all__ = ["schema_from_attrs_class", "structure_args", "value_schema_from_annotation"]
 
 T = TypeVar("T")
 
@@ -93,6 +93,23 @@ def schema_from_attrs_class(cls: type) -> dict[str, Any]:
             ``Args.servers[].port`` (``[]`` steps into an item or a dict value).
     """
     return thaw(_derive(cls).schema)  # type: ignore[no-any-return]
+
+
+def value_schema_from_annotation(annotation: object, owner: Callable[..., Any], path: str) -> dict[str, Any]:
+    """The raw schema of values of ``annotation`` (a return annotation, say), as a field of it would have.
+
+    ``owner`` is the function the annotation belongs to: nested string
+    annotations are evaluated in its module.
+
+    Raises:
+        SchemaSpecError: the annotation cannot be expressed (the violations name ``path``).
+    """
+    deriver = _Deriver()
+    namespace = type("_AnnotationOwner", (), {"__module__": getattr(owner, "__module__", __name__)})
+    derived = deriver.type_schema(annotation, namespace, path, frozenset())
+    if deriver.errors or derived is None:
+        raise SchemaSpecError(deriver.errors)
+    return derived[0]
 
 
 def structure_args(cls: type[T], args: Mapping[str, object]) -> T:

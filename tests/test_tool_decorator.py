@@ -1,0 +1,218 @@
+"""``@tool``: schemas, output contract and description from a typed function."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import attrs
+import pytest
+
+from dsh_core import (
+    RetryPolicy,
+    SchemaSpecError,
+    TextBlock,
+    ToolDefinition,
+    ToolEffects,
+    ToolRunContext,
+    UserMessage,
+    thaw,
+    tool,
+)
+from dsh_core.testing import expect_failure, expect_success, make_input, make_runtime
+
+
+@attrs.frozen
+class Forecast:
+    day: int
+    summary: str
+    rain_mm: float | None = None
+
+
+@tool(effects=ToolEffects(read_only=True))
+async def weather(city: str, days: int = 1, unit: Literal["C", "F"] = "C") -> list[Forecast]:
+    """The forecast for a city.
+
+    Several lines of description
+    are kept together.
+
+    Args:
+        city: the city's name,
+            in English.
+        days (int): how many days ahead.
+
+    Returns:
+        One forecast per day.
+    """
+    return [Forecast(day=n, summary=f"{city} {unit}") for n in range(days)]
+
+
+def test_the_schema_comes_from_the_signature_and_the_docstring() -> None:
+    assert isinstance(weather, ToolDefinition)
+    assert weather.name == "weather"
+    assert weather.description == "The forecast for a city.\n\nSeveral lines of description\nare kept together."
+    assert thaw(weather.parameters) == {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "city": {"type": "string", "description": "the city's name, in English."},
+            "days": {"type": "integer", "description": "how many days ahead.", "default": 1},
+            "unit": {"type": "string", "enum": ["C", "F"], "default": "C"},
+        },
+        "required": ["city"],
+    }
+    assert weather.effects == ToolEffects(read_only=True)
+
+
+def test_the_output_schema_comes_from_the_return_annotation() -> None:
+    items = weather.output.schema["items"]
+    assert weather.output.schema["type"] == "array"
+    assert items["type"] == "object" and items["additionalProperties"] is False
+    assert set(items["required"]) == {"day", "summary"}
+    assert items["properties"]["rain_mm"] == {"oneOf": [{"type": "number"}, {"type": "null"}], "default": None}
+
+
+async def test_a_decorated_tool_runs_and_returns_plain_json() -> None:
+    runtime = make_runtime(weather)
+    result = expect_success(await runtime.execute(make_input("weather", {"city": "Oslo", "days": 2})))
+    assert thaw(result.value) == [
+        {"day": 0, "summary": "Oslo C", "rain_mm": None},
+        {"day": 1, "summary": "Oslo C", "rain_mm": None},
+    ]
+
+
+async def test_arguments_are_validated_before_the_function_runs() -> None:
+    runtime = make_runtime(weather)
+    result = expect_failure(await runtime.execute(make_input("weather", {"city": "Oslo", "unit": "K"})))
+    assert result.code == "INVALID_ARGS"
+    result = expect_failure(await runtime.execute(make_input("weather", {"city": "Oslo", "extra": 1})))
+    assert result.code == "INVALID_ARGS"
+
+
+async def test_a_wrong_return_value_breaks_the_output_contract() -> None:
+    @tool
+    async def count(text: str) -> int:
+        """Count."""
+        return "many"  # type: ignore[return-value]
+
+    result = expect_failure(await make_runtime(count).execute(make_input("count", {"text": "x"})))
+    assert result.code == "INVALID_TOOL_OUTPUT"
+
+
+async def test_a_plain_function_runs_inline_and_annotated_text_describes() -> None:
+    @tool(name="add_numbers", description="Add two numbers.")
+    def add(a: Annotated[int, "the first"], b: int) -> int:
+        return a + b
+
+    assert add.name == "add_numbers" and add.inline
+    assert add.parameters["properties"]["a"] == {"type": "integer", "description": "the first"}
+    result = expect_success(await make_runtime(add).execute(make_input("add_numbers", {"a": 2, "b": 40})))
+    assert result.value == 42
+
+
+async def test_a_run_context_parameter_is_not_a_model_argument() -> None:
+    @tool
+    async def note(text: str, run: ToolRunContext) -> str:
+        """Leave a note."""
+        run.defer_context(UserMessage(content=(TextBlock(f"noted {text}"),)))
+        return run.call_id
+
+    assert list(note.parameters["properties"]) == ["text"]
+    result = expect_success(await make_runtime(note).execute(make_input("note", {"text": "hi"}, call_id="c7")))
+    assert result.value == "c7"
+    assert result.additional_contexts[0].content == (TextBlock("noted hi"),)
+
+
+async def test_options_reach_define_tool() -> None:
+    attempts = 0
+
+    @tool(retry=RetryPolicy(initial_delay_s=0, jitter=0), is_concurrency_safe=lambda args: args.n > 0)
+    async def flaky(n: int) -> int:
+        """Fails once."""
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise ConnectionError("reset")
+        return n
+
+    assert flaky.is_concurrency_safe is not None and flaky.is_concurrency_safe({"n": 1}) is True
+    assert expect_success(await make_runtime(flaky).execute(make_input("flaky", {"n": 3}))).value == 3
+
+
+def test_a_function_without_a_docstring_or_description_is_refused() -> None:
+    def nameless(a: int) -> int:
+        return a
+
+    with pytest.raises(TypeError, match='@tool "nameless": give the model a description'):
+        tool(nameless)
+
+
+def test_a_function_without_a_return_annotation_is_refused() -> None:
+    def no_return(a: int):  # type: ignore[no-untyped-def]
+        """Does things."""
+
+    with pytest.raises(TypeError, match="annotate what it returns"):
+        tool(no_return)
+
+
+def test_every_unusable_parameter_is_reported() -> None:
+    def bad(a, *rest: int, **more: int) -> int:  # type: ignore[no-untyped-def]
+        """Bad."""
+        return 0
+
+    with pytest.raises(SchemaSpecError) as info:
+        tool(bad)
+    assert info.value.violations == (
+        "@tool \"bad\": parameter 'a' has no type annotation",
+        "@tool \"bad\": parameter 'rest' must be passable by name (no *args, **kwargs or /)",
+        "@tool \"bad\": parameter 'more' must be passable by name (no *args, **kwargs or /)",
+    )
+
+
+def test_an_annotation_the_schema_cannot_express_is_reported() -> None:
+    def mixed(a: int | str) -> int:
+        """Mixed."""
+        return 0
+
+    with pytest.raises(SchemaSpecError, match="the union"):
+        tool(mixed)
+
+    def returns_set(a: int) -> set[int]:
+        """Set."""
+        return set()
+
+    with pytest.raises(SchemaSpecError, match="returns_set -> return: the annotation set"):
+        tool(returns_set)
+
+
+def test_output_cannot_be_given_twice() -> None:
+    def f(a: int) -> int:
+        """F."""
+        return a
+
+    with pytest.raises(TypeError, match="drop output="):
+        tool(output={"type": "integer"})(f)
+
+
+def test_a_docstring_without_sections_is_the_whole_description() -> None:
+    @tool
+    def echo(text: str) -> str:
+        """Echo the text back, unchanged."""
+        return text
+
+    assert echo.description == "Echo the text back, unchanged."
+    assert "description" not in echo.parameters["properties"]["text"]
+
+
+def test_any_and_none_returns() -> None:
+    @tool
+    def anything(x: Any) -> Any:
+        """Anything."""
+        return x
+
+    @tool
+    def nothing(x: int) -> None:
+        """Nothing."""
+
+    assert dict(anything.output.schema) == {}
+    assert dict(nothing.output.schema) == {"type": "null"}
+    assert anything.parameters["properties"]["x"] == {}
