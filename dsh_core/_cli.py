@@ -396,14 +396,19 @@ def schemas_command(ctx: click.Context, agent: str | None, as_json: bool) -> Non
 @agent_option
 @click.pass_context
 def sdk_command(ctx: click.Context, agent: str | None) -> None:
-    """Print the Code Mode Python SDK generated for the visible tools."""
+    """Print the Code Mode Python SDK generated for the tools the model is shown (deferred ones once loaded)."""
     try:
         from .code_mode import render_python_sdk
     except ImportError as exc:
         raise _UsageProblem(f"Code Mode is not available in this installation: {exc}") from exc
     host = _build_host(ctx)
     scope = agent_scope(host.runtime, agent)
-    tools = [definition for definition, _ in _visible(host.runtime, scope) if definition.name != RUN_CODE_NAME]
+    deferred = {definition.name for definition in host.runtime.deferred_tools(scope)}
+    tools = [
+        definition
+        for definition, _ in _visible(host.runtime, scope)
+        if definition.name != RUN_CODE_NAME and definition.name not in deferred
+    ]
     click.echo(render_python_sdk(tools), nl=False)
 
 

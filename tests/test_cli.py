@@ -140,6 +140,8 @@ def test_list_marks_deferred_and_retried_tools(dists: Dists) -> None:
     text = invoke([*options, "list"]).stdout
     assert "rare (deferred, 3 tries, undoable)" in text
     assert [schema["name"] for schema in json.loads(invoke([*options, "schemas", "--json"]).stdout)] == ["common"]
+    sdk = invoke([*options, "sdk"]).stdout
+    assert "def common(" in sdk and "rare" not in sdk
 
 
 def test_list_json(tools: list[str]) -> None:
