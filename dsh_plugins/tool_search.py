@@ -27,8 +27,10 @@ go to the shorter, then alphabetically first name.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import re
+import weakref
 from typing import Any, Final
 
 import attrs
@@ -63,6 +65,8 @@ __all__ = [
 
 DEFAULT_NAME: Final = "search_tools"
 MAX_RESULTS: Final = 50
+MAX_QUERY_CHARS: Final = 1000
+MAX_QUERY_WORDS: Final = 32
 _WORD = re.compile(r"[a-z0-9]+")
 
 DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [DEFAULT_NAME], "affects": []}
@@ -102,16 +106,48 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(spaced.lower())
 
 
-def _score(query_words: list[str], name_words: set[str], description_words: set[str]) -> float:
+@attrs.frozen(slots=True)
+class _Words:
+    """A tool's name and description words, as a set (exact matches) and sorted (word starts)."""
+
+    name: frozenset[str]
+    name_sorted: tuple[str, ...]
+    description: frozenset[str]
+    description_sorted: tuple[str, ...]
+
+    @classmethod
+    def of(cls, tool: ToolDefinition) -> _Words:
+        name, description = set(_words(tool.name)), set(_words(tool.description))
+        return cls(frozenset(name), tuple(sorted(name)), frozenset(description), tuple(sorted(description)))
+
+
+# Per definition, computed once: a search over many tools must not re-split every description each time.
+_WORDS_CACHE: weakref.WeakKeyDictionary[ToolDefinition, _Words] = weakref.WeakKeyDictionary()
+
+
+def _words_of(tool: ToolDefinition) -> _Words:
+    words = _WORDS_CACHE.get(tool)
+    if words is None:
+        words = _WORDS_CACHE[tool] = _Words.of(tool)
+    return words
+
+
+def _starts_one(word: str, candidates: tuple[str, ...]) -> bool:
+    """Whether some candidate starts with ``word`` (``candidates`` sorted)."""
+    index = bisect.bisect_left(candidates, word)
+    return index < len(candidates) and candidates[index].startswith(word)
+
+
+def _score(query_words: list[str], words: _Words) -> float:
     score = 0.0
     for word in query_words:
-        if word in name_words:
+        if word in words.name:
             score += 3
-        elif len(word) >= 3 and any(candidate.startswith(word) for candidate in name_words):
+        elif len(word) >= 3 and _starts_one(word, words.name_sorted):
             score += 1.5
-        if word in description_words:
+        if word in words.description:
             score += 1
-        elif len(word) >= 3 and any(candidate.startswith(word) for candidate in description_words):
+        elif len(word) >= 3 and _starts_one(word, words.description_sorted):
             score += 0.5
     return score
 
@@ -122,7 +158,7 @@ def rank_tools(query: str, tools: list[ToolDefinition], limit: int) -> list[Sear
     exact = query.strip()
     matches = []
     for tool in tools:
-        score = _score(query_words, set(_words(tool.name)), set(_words(tool.description)))
+        score = _score(query_words, _words_of(tool))
         if tool.name == exact:
             score += 100
         if score > 0:
@@ -158,11 +194,19 @@ def search_tool(runtime: ToolRuntime, *, name: str = DEFAULT_NAME, max_results: 
         waiting = {tool.name for tool in runtime.deferred_tools(agent)}
         # Loaded ones too: searching again for a tool already found finds it again.
         searchable = [tool for tool in runtime.deferred_tools(agent, include_loaded=True) if tool.name != name]
+        query = args["query"]
+        # The model's text: bounded, since the ranking runs on the event loop.
+        if len(query) > MAX_QUERY_CHARS or len(set(_words(query))) > MAX_QUERY_WORDS:
+            raise DshError(
+                f"the query is too long (at most {MAX_QUERY_CHARS} characters and {MAX_QUERY_WORDS} different "
+                "words): describe what you want to do in a few words",
+                code=ErrorCode.INVALID_ARGS,
+            )
         asked = args.get("limit", max_results)
         if asked < 1:
             raise DshError(f"limit must be at least 1, got {asked}", code=ErrorCode.INVALID_ARGS)
         limit = min(asked, max_results)
-        matches = rank_tools(args["query"], searchable, limit)
+        matches = rank_tools(query, searchable, limit)
         to_load = [match.tool.name for match in matches if match.tool.name in waiting]
         if to_load:
             runtime.load_tools(to_load, agent)

@@ -20,7 +20,7 @@ from dsh_core import (
 )
 from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
 from dsh_plugins import tool_search
-from dsh_plugins.tool_search import DEFAULT_NAME, rank_tools, search_tool
+from dsh_plugins.tool_search import DEFAULT_NAME, MAX_QUERY_CHARS, MAX_QUERY_WORDS, rank_tools, search_tool
 
 
 def described(name: str, description: str = "") -> Any:
@@ -275,6 +275,22 @@ async def test_a_limit_below_one_is_the_models_mistake_and_says_so(limit: int) -
     assert result.code == "INVALID_ARGS"
     assert result.error.message == f"limit must be at least 1, got {limit}"
     assert runtime.deferred_tools() != []  # nothing was loaded
+
+
+@pytest.mark.parametrize("query", ["x" * (MAX_QUERY_CHARS + 1), " ".join(f"w{n}" for n in range(MAX_QUERY_WORDS + 1))])
+async def test_a_query_past_its_bounds_is_refused_before_any_ranking(query: str) -> None:
+    runtime = make_runtime(*tools_for_search())
+    runtime.register(search_tool(runtime))
+    result = await runtime.execute(make_input(DEFAULT_NAME, {"query": query}))
+    assert result.code == "INVALID_ARGS" and "the query is too long" in result.error.message
+
+
+async def test_a_query_at_its_bounds_is_ranked() -> None:
+    runtime = make_runtime(*tools_for_search())
+    runtime.register(search_tool(runtime))
+    words = " ".join(["email", *(f"w{n}" for n in range(MAX_QUERY_WORDS - 1))])
+    result = await runtime.execute(make_input(DEFAULT_NAME, {"query": words}))
+    assert [tool["name"] for tool in result.value["tools"]] == ["send_email"]
 
 
 async def test_the_search_never_lists_tools_that_are_not_deferred() -> None:
