@@ -58,6 +58,14 @@ class DshPluginManager(pluggy.PluginManager):
         policy that silently does not apply. A hookimpl marked
         ``optionalhook=True`` may name a hook that does not exist (yet).
         """
+        holder = self.get_plugin(name) if name is not None else None
+        if holder is not None:
+            # pluggy's own message appends every registered plugin's repr: unreadable in a report.
+            raise ValueError(
+                f"plugin name {name!r} is already taken by {type(holder).__qualname__} "
+                f"{getattr(holder, '__name__', '')}".rstrip()
+                + "; register this object under another name"
+            )
         result = super().register(plugin, name)
         self.dsh_version += 1
         if result is not None:

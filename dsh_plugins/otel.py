@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PLUGIN_NAME", "OtelSettings", "OtelTracing"]
 
-PLUGIN_NAME: Final = "otel"
+PLUGIN_NAME: Final = "otel-tracing"  # the entry point's module is registered as "otel"
 MAX_CONTENT_CHARS: Final = 8192
 """Recorded arguments and results are cut to this many characters (span attributes are not a store)."""
 
@@ -88,7 +88,7 @@ def _cut(text: str) -> str:
 
 
 class OtelTracing:
-    """The plugin object: register it with ``runtime.plugins.register(OtelTracing(), name="otel")``.
+    """The plugin object: register it with ``runtime.plugins.register(OtelTracing(), name="otel-tracing")``.
 
     Args:
         tracer: the tracer to use (default: ``opentelemetry.trace.get_tracer("dsh-tools")``

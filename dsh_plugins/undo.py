@@ -11,7 +11,7 @@ such a tool, Code Mode sub-calls included, and undoes them on request::
     enabled = true
     max_entries = 1000        # the oldest are forgotten past this (they can no longer be undone)
 
-    log = runtime.plugins.get_plugin("undo")
+    log = runtime.plugins.get_plugin("undo-log")
     outcomes = await log.undo(3)                   # the last three undoable calls, newest first
     outcomes = await log.undo_to("call_17")        # call_17 and everything undoable after it
 
@@ -46,7 +46,7 @@ from dsh_core import (
 
 __all__ = ["PLUGIN_NAME", "UndoEntry", "UndoLog", "UndoOutcome", "UndoSettings"]
 
-PLUGIN_NAME: Final = "undo"
+PLUGIN_NAME: Final = "undo-log"  # the entry point's module is registered as "undo"
 MAX_ENTRIES: Final = 100_000
 
 DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": []}
@@ -203,7 +203,7 @@ class UndoLog:
 
 @hookimpl
 def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
-    """Register an :class:`UndoLog` (named ``undo``) when ``enabled = true``."""
+    """Register an :class:`UndoLog` (named ``undo-log``) when ``enabled = true``."""
     settings = structure_table(UndoSettings, config, "[plugins.undo]")
     if settings.enabled:
         runtime.plugins.register(UndoLog(runtime, max_entries=settings.max_entries), name=PLUGIN_NAME)

@@ -764,3 +764,41 @@ def test_load_plugins_refuses_arguments_of_the_wrong_kind(call: Any, message: st
     with pytest.raises(TypeError) as raised:
         call()
     assert str(raised.value) == message
+
+
+def test_every_first_party_plugin_loads_through_its_entry_point_at_once(tmp_path: Path) -> None:
+    # Each plugin's module is registered under its entry-point name: an object a plugin
+    # registers must be named otherwise, or loading fails (only the real loader shows it).
+    config = DshConfig(
+        strict_capabilities=True,
+        plugins={
+            "timeout": {"default_ms": 30_000},
+            "permissions": {"rules": [{"tool": "bash", "action": "ask"}]},
+            "audit": {"path": str(tmp_path / "audit.jsonl")},
+            "files": {"root": str(tmp_path)},
+            "shell": {"root": str(tmp_path)},
+            "spill": {"max_inline_bytes": 4096, "directory": str(tmp_path / "spill")},
+            "ledger": {"path": str(tmp_path / "effects.jsonl")},
+            "limits": {"max_calls": 100},
+            "otel": {"enabled": True},
+            "undo": {"enabled": True},
+            "tool_search": {"enabled": True, "defer": ["grep"]},
+        },
+    )
+    points = [point for point in discover_entry_points() if point.value.startswith("dsh_plugins.")]
+    assert {point.name for point in points} >= set(config.plugins) | {"mcp"}
+    runtime = ToolRuntime()
+    report = load_plugins(runtime, config=config, entry_points=points)
+    assert [(failed.name, failed.error) for failed in report.failed] == []
+    for name in ("timeout-policy", "call-limits", "otel-tracing", "undo-log", "tool-search", "effect-ledger"):
+        assert runtime.plugins.get_plugin(name) is not None, name
+    assert "grep" not in [schema.name for schema in runtime.schemas()]
+    assert "search_tools" in runtime.names()
+
+
+def test_a_taken_plugin_name_is_reported_readably() -> None:
+    runtime = ToolRuntime()
+    runtime.plugins.register(object(), name="taken")
+    with pytest.raises(ValueError) as info:
+        runtime.plugins.register(object(), name="taken")
+    assert str(info.value) == "plugin name 'taken' is already taken by object; register this object under another name"

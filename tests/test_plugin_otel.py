@@ -25,7 +25,7 @@ from dsh_core import (
 )
 from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
 from dsh_plugins import otel
-from dsh_plugins.otel import MAX_CONTENT_CHARS, OtelTracing
+from dsh_plugins.otel import MAX_CONTENT_CHARS, PLUGIN_NAME, OtelTracing
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
 
 def traced(tracer: trace.Tracer, *tools: Any, record_content: bool = False, **options: Any) -> ToolRuntime:
     runtime = make_runtime(*tools, **options)
-    runtime.plugins.register(OtelTracing(tracer, record_content=record_content), name="otel")
+    runtime.plugins.register(OtelTracing(tracer, record_content=record_content), name=PLUGIN_NAME)
     return runtime
 
 
@@ -143,7 +143,7 @@ async def test_code_mode_sub_calls_nest_under_their_run_code_span(
 
     runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
     runtime.register(json_tool("echo"))
-    runtime.plugins.register(OtelTracing(tracer), name="otel")
+    runtime.plugins.register(OtelTracing(tracer), name=PLUGIN_NAME)
     result = await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="outer"))
     assert not result.is_error, result
     finished = spans(exporter)
@@ -189,8 +189,8 @@ async def test_decision_steps_and_retries_become_span_events(
     steps = [(attributes["dsh.stage"], attributes["dsh.actor"], attributes["dsh.outcome"]) for _, attributes in events]
     assert {name for name, _ in events} == {"dsh.decision"}
     assert steps == [
-        ("pre", "otel", "pass"),  # the plugin's own listeners are layers like any other
-        ("execute", "otel", "pass"),
+        ("pre", PLUGIN_NAME, "pass"),  # the plugin's own listeners are layers like any other
+        ("execute", PLUGIN_NAME, "pass"),
         ("execute", "fetch (attempt 1)", "retry in 0.5 s: fail: TOOL_ERROR: busy"),
         ("execute", "fetch (body)", "ok"),
     ]
@@ -222,9 +222,9 @@ async def test_a_broken_tracer_changes_no_outcome(caplog: pytest.LogCaptureFixtu
 def test_the_entry_point_registers_only_when_enabled() -> None:
     runtime = ToolRuntime()
     otel.dsh_setup(runtime, {})
-    assert runtime.plugins.get_plugin("otel") is None
+    assert runtime.plugins.get_plugin(PLUGIN_NAME) is None
     otel.dsh_setup(runtime, {"enabled": True, "record_content": True})
-    plugin = runtime.plugins.get_plugin("otel")
+    plugin = runtime.plugins.get_plugin(PLUGIN_NAME)
     assert isinstance(plugin, OtelTracing) and plugin.record_content
 
 
