@@ -291,6 +291,9 @@ class McpDiagnostic:
     server: str
     message: str
     tool: str | None = None
+    # False: shown by ``dsh-tools check`` only, not logged each time the server is listed
+    # (a note about the configuration, not about what the server sent).
+    logged: bool = True
 
     def __str__(self) -> str:
         where = f'MCP server "{self.server}"' + (f', tool "{self.tool}"' if self.tool else "")
@@ -880,7 +883,8 @@ class McpClientPlugin:
             if notes:
                 server.notes[name] = notes
             for note in notes:
-                logger.warning("%s", note)
+                if note.logged:
+                    logger.warning("%s", note)
 
     def _definition(
         self, server: _Server, name: str, tool: mcp_types.Tool
@@ -930,10 +934,15 @@ class McpClientPlugin:
                     retry_if=_server_gone,
                 )
             else:
-                note(
-                    "warning",
-                    f"not retried (retry_attempts = {server.settings.retry_attempts}): the server does not "
-                    "annotate it read-only or idempotent, so a second attempt could repeat its effect",
+                notes.append(
+                    McpDiagnostic(
+                        level="warning",
+                        server=server.name,
+                        tool=name,
+                        message=f"not retried (retry_attempts = {server.settings.retry_attempts}): the server "
+                        "does not annotate it read-only or idempotent, so a second attempt could repeat its effect",
+                        logged=False,
+                    )
                 )
         definition = ToolDefinition(
             name=name,
