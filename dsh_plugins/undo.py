@@ -13,7 +13,7 @@ such a tool, Code Mode sub-calls included, and undoes them on request::
 
     log = runtime.plugins.get_plugin("undo-log")
     outcomes = await log.undo(3)                   # the last three undoable calls, newest first
-    outcomes = await log.undo_to("call_17")        # call_17 and everything undoable after it
+    outcomes = await log.undo_to("call_17")        # call_17 (or its run_code sub-calls) and all after it
 
 Undo is the host's action (a person's "undo" button, a rejected turn), not the
 model's: the reverts run directly, outside the tool pipeline, one at a time,
@@ -146,15 +146,21 @@ class UndoLog:
         return await self._revert(chosen)
 
     async def undo_to(self, call_id: str) -> list[UndoOutcome]:
-        """Undo the entry of ``call_id`` and every entry recorded after it, newest first.
+        """Undo the call ``call_id`` and everything recorded after it, newest first.
+
+        ``call_id`` may also be a ``run_code`` call's id: its undoable sub-calls,
+        and everything after the first of them, are undone.
 
         Raises:
             LookupError: no undoable call has that id (never recorded, already undone, or forgotten).
         """
         entries = list(self._entries)
-        for index in range(len(entries) - 1, -1, -1):
-            if entries[index].call_id == call_id:
-                return await self._revert(list(reversed(entries[index:])))
+        # The newest call with that id (a provider may reuse ids across turns); else the first sub-call of it.
+        start = next((i for i in range(len(entries) - 1, -1, -1) if entries[i].call_id == call_id), None)
+        if start is None:
+            start = next((i for i, entry in enumerate(entries) if entry.root_call_id == call_id), None)
+        if start is not None:
+            return await self._revert(list(reversed(entries[start:])))
         raise LookupError(f"no undoable call {call_id!r} (it failed, was undone, or was forgotten)")
 
     async def _revert(self, chosen: list[UndoEntry]) -> list[UndoOutcome]:

@@ -157,7 +157,8 @@ async def test_code_mode_sub_calls_are_undoable() -> None:
     runtime.plugins.register(log)
     expect_success(await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="run")))
     assert [entry.root_call_id for entry in log.entries()] == ["run", "run"]
-    await log.undo(2)
+    outcomes = await log.undo_to("run")  # the run_code call's id: its sub-calls
+    assert [outcome.reverted for outcome in outcomes] == [True, True]
     assert state == []
 
 
