@@ -1079,6 +1079,24 @@ def plugins_command(ctx: click.Context, capabilities: bool, as_json: bool) -> No
         out.print("no plugins found")
 
 
+@cli.command("new-plugin")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--name", default=None, help="Entry-point name (default: the directory's name without dsh-).")
+def new_plugin_command(directory: Path, name: str | None) -> None:
+    """Write a plugin distribution to start from: a tool, a policy, their tests and a nox matrix."""
+    from ._scaffold import write_plugin
+
+    chosen = name if name is not None else directory.resolve().name.lower().removeprefix("dsh-").removeprefix("dsh_")
+    try:
+        written = write_plugin(directory, chosen)
+    except ValueError as exc:
+        raise _UsageProblem(str(exc)) from exc
+    out = _stdout()
+    for path in written:
+        out.print(f"wrote {escape(str(path))}")
+    out.print(escape(f"next: cd {directory} && pip install -e '.[test]' && pytest"))
+
+
 @cli.group("ledger")
 def ledger_group() -> None:
     """Inspect an effect ledger and settle calls whose effect is in doubt."""

@@ -1,0 +1,234 @@
+"""``dsh-tools new-plugin``: a plugin distribution to start from, with its tests and nox matrix.
+
+The generated package registers one tool (``@tool``) and one policy from its
+``dsh_setup``, reads its own ``[plugins.<name>]`` table strictly, declares its
+capability manifest, and comes with pytest-trio tests written with
+:mod:`dsh_core.testing` and a ``noxfile.py`` for Python 3.11 to 3.13. It
+passes its own tests and ``dsh-tools check`` as generated.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final
+
+__all__ = ["plugin_files", "write_plugin"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
+
+_PYPROJECT: Final = """\
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "{distribution}"
+version = "0.1.0"
+description = "A dsh-tools plugin: {name}."
+requires-python = ">=3.11"
+dependencies = ["dsh-tools"]
+
+[project.optional-dependencies]
+test = ["pytest", "pytest-trio"]
+
+# The host discovers the plugin here; its settings are the host's [plugins.{name}] table.
+[project.entry-points.dsh]
+{name} = "{package}"
+
+[tool.hatch.build.targets.wheel]
+packages = ["{package}"]
+
+[tool.pytest.ini_options]
+trio_mode = true
+"""
+
+_MODULE: Final = '''\
+"""{name}: a dsh-tools plugin (one tool and one policy; change both to yours).
+
+Configure it in the host's ``dsh.toml``::
+
+    [plugins.{name}]
+    blocked_words = ["rm -rf"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+from dsh_core import (
+    Deny,
+    PreToolDecision,
+    ToolEffects,
+    ToolExecution,
+    hookimpl,
+    json_text,
+    structure_table,
+    tool,
+)
+
+# What this plugin may register and which tools its policy may decide
+# (``dsh-tools plugins --capabilities``); strict_capabilities hosts enforce it.
+DSH_CAPABILITIES = {{"tools": ["{tool}"], "affects": ["*"]}}
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    """The ``[plugins.{name}]`` table (unknown keys and wrong types are errors)."""
+
+    blocked_words: tuple[str, ...] = ()
+
+
+@tool(effects=ToolEffects(read_only=True, idempotent=True))
+def {tool}(text: str) -> int:
+    """Count the words in a text.
+
+    Args:
+        text: the text to count the words of.
+    """
+    return len(text.split())
+
+
+class BlockWords:
+    """Denies any call whose arguments contain one of the configured words."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @hookimpl
+    async def dsh_pre_execute(
+        self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
+    ) -> PreToolDecision:
+        arguments = json_text(execution.arguments)
+        for word in self.settings.blocked_words:
+            if word in arguments:
+                return Deny(f"{{word!r}} is not allowed in a tool call")
+        return await next()
+
+
+@hookimpl
+def dsh_setup(runtime: Any, config: dict[str, Any]) -> None:
+    """Register the tool and the policy (the policy object needs a name of its own)."""
+    settings = structure_table(Settings, config, "[plugins.{name}]")
+    runtime.register({tool})
+    runtime.plugins.register(BlockWords(settings), name="{name}-policy")
+'''
+
+_TESTS: Final = '''\
+"""Tests of the {name} plugin, with dsh_core.testing (run: nox, or pytest)."""
+
+from __future__ import annotations
+
+import pytest
+from dsh_core import ConfigError, ToolRuntime
+from dsh_core.testing import expect_failure, expect_success, make_input
+
+import {package}
+
+
+def runtime_with(config: dict[str, object]) -> ToolRuntime:
+    runtime = ToolRuntime()
+    {package}.dsh_setup(runtime, config)
+    return runtime
+
+
+async def test_the_tool_counts_words() -> None:
+    call = make_input("{tool}", {{"text": "one two three"}})
+    result = expect_success(await runtime_with({{}}).execute(call))
+    assert result.value == 3
+
+
+async def test_arguments_are_checked_before_the_tool_runs() -> None:
+    call = make_input("{tool}", {{"text": 3}})
+    result = expect_failure(await runtime_with({{}}).execute(call))
+    assert result.code == "INVALID_ARGS"
+
+
+async def test_the_policy_denies_blocked_words() -> None:
+    runtime = runtime_with({{"blocked_words": ["secret"]}})
+    call = make_input("{tool}", {{"text": "a secret"}})
+    result = expect_failure(await runtime.execute(call))
+    assert result.code == "DENIED"
+    assert result.error.info is not None
+    assert result.error.info.plugin == "{name}-policy"
+
+
+def test_a_bad_setting_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError):
+        runtime_with({{"blocked_word": ["typo"]}})
+'''
+
+_NOXFILE: Final = '''\
+"""The test matrix: ``nox`` (each installed Python 3.11-3.13), ``nox -s tests-3.12``."""
+
+import nox
+
+nox.options.error_on_missing_interpreters = False
+
+
+@nox.session(python=["3.11", "3.12", "3.13"])
+def tests(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+    session.run("pytest", "-q", *session.posargs)
+'''
+
+_README: Final = """\
+# {distribution}
+
+A dsh-tools plugin: the `{tool}` tool and a policy denying configured words.
+
+    pip install -e '.[test]'    # then a host with dsh-tools finds it through its entry point
+    dsh-tools list              # shows {tool}
+    nox                         # the tests on Python 3.11-3.13
+
+Settings (`dsh.toml` of the host):
+
+```toml
+[plugins.{name}]
+blocked_words = ["rm -rf"]
+```
+"""
+
+
+def plugin_files(name: str) -> dict[str, str]:
+    """The files of a new plugin named ``name`` (its entry-point name), by relative path.
+
+    Raises:
+        ValueError: ``name`` is not lowercase letters and digits, optionally joined by ``-`` or ``_``.
+    """
+    if not _NAME.match(name):
+        raise ValueError(f"a plugin name is lowercase letters and digits joined by '-' or '_', got {name!r}")
+    package = "dsh_" + name.replace("-", "_")
+    fields = {
+        "name": name,
+        "package": package,
+        "distribution": "dsh-" + name.replace("_", "-"),
+        "tool": f"{package.removeprefix('dsh_')}_word_count",
+    }
+    return {
+        "pyproject.toml": _PYPROJECT.format(**fields),
+        f"{package}/__init__.py": _MODULE.format(**fields),
+        "tests/test_plugin.py": _TESTS.format(**fields),
+        "noxfile.py": _NOXFILE,
+        "README.md": _README.format(**fields),
+    }
+
+
+def write_plugin(directory: Path, name: str) -> list[Path]:
+    """Write :func:`plugin_files` under ``directory``; returns the paths written.
+
+    Raises:
+        ValueError: a bad name, or ``directory`` exists and is not empty (nothing is overwritten).
+    """
+    files = plugin_files(name)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise ValueError(f"{directory} exists and is not an empty directory; nothing was written")
+    written = []
+    for relative, text in files.items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,92 @@
+"""``dsh-tools new-plugin``: the generated plugin loads, passes its own tests, and nothing is overwritten."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dsh_core import DshConfig, ToolRuntime, load_plugins
+from dsh_core._cli import cli
+from dsh_core._scaffold import plugin_files
+from dsh_core.testing import expect_failure, expect_success, make_input
+
+
+def generate(tmp_path: Path, *args: str) -> Path:
+    target = tmp_path / "dsh-word-guard"
+    result = CliRunner().invoke(cli, ["new-plugin", str(target), *args])
+    assert result.exit_code == 0, result.output
+    assert "pip install -e '.[test]'" in result.output
+    return target
+
+
+def test_the_generated_plugin_passes_its_own_tests(tmp_path: Path) -> None:
+    target = generate(tmp_path)
+    environment = {**os.environ, "PYTHONPATH": str(target)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(target / "tests")],
+        cwd=target,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "4 passed" in run.stdout
+
+
+async def test_the_generated_plugin_loads_through_its_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = generate(tmp_path)
+    monkeypatch.syspath_prepend(str(target))
+    project = tomllib.loads((target / "pyproject.toml").read_text())
+    ((name, value),) = project["project"]["entry-points"]["dsh"].items()
+    assert (name, value) == ("word-guard", "dsh_word_guard")
+    point = importlib.metadata.EntryPoint(name=name, value=value, group="dsh")
+    runtime = ToolRuntime()
+    config = DshConfig(strict_capabilities=True, plugins={name: {"blocked_words": ["secret"]}})
+    report = load_plugins(runtime, config=config, entry_points=[point])
+    assert report.ok, report.failed
+    ok = await runtime.execute(make_input("word_guard_word_count", {"text": "one two"}))
+    assert expect_success(ok).value == 2
+    denied = await runtime.execute(make_input("word_guard_word_count", {"text": "a secret"}))
+    assert expect_failure(denied).code == "DENIED"
+    for module in [m for m in sys.modules if m.startswith("dsh_word_guard")]:
+        del sys.modules[module]
+
+
+def test_nothing_is_overwritten(tmp_path: Path) -> None:
+    target = tmp_path / "busy"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    result = CliRunner().invoke(cli, ["new-plugin", str(target)])
+    assert result.exit_code == 2
+    assert "exists and is not an empty directory; nothing was written" in result.output
+    assert sorted(path.name for path in target.iterdir()) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("name", ["Upper", "1st", "has space", "trailing-", ""])
+def test_a_name_that_cannot_be_an_entry_point_is_refused(tmp_path: Path, name: str) -> None:
+    result = CliRunner().invoke(cli, ["new-plugin", str(tmp_path / "x"), "--name", name])
+    assert result.exit_code == 2 and "a plugin name is lowercase letters and digits" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_plugin_files_lay_out_a_distribution() -> None:
+    files = plugin_files("word_guard")
+    assert set(files) == {
+        "pyproject.toml",
+        "dsh_word_guard/__init__.py",
+        "tests/test_plugin.py",
+        "noxfile.py",
+        "README.md",
+    }
+    assert 'word_guard = "dsh_word_guard"' in files["pyproject.toml"]
+    assert 'name = "dsh-word-guard"' in files["pyproject.toml"]
