@@ -108,7 +108,11 @@ async def dsh_pre_execute(
 async def dsh_execute(
     execution: ToolDispatchExecution, next: Callable[[], Awaitable[ToolExecutionResult]]
 ) -> ToolExecutionResult:
-    """Wrap the dispatch of an allowed call (timeouts, retries, metrics).
+    """Wrap the dispatch of an allowed call (timeouts, metrics, tracing).
+
+    ``next()`` runs at most once, so a wrapper cannot retry; a tool declares
+    its retries (``define_tool(retry=RetryPolicy(...))``) and the body is re-run
+    inside every wrapper, an outer deadline bounding all the attempts.
 
     ``next()`` returns the normalised result of the inner wrappers and the body;
     a raising body arrives as a failure result, not an exception. A wrapper may
