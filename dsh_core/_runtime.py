@@ -276,10 +276,11 @@ class ToolRuntime:
     def schemas(self, scope: ScopeKey | None = None) -> list[ToolSchema]:
         """The model-facing schemas visible to ``scope`` (``run_code`` last when presented).
 
-        Deferred tools (``defer_loading=True``) are left out until loaded for
-        the scope (:meth:`load_tools`). Each ``ToolSchema`` holds only name, description and parameters, all
-        immutable; the list is a fresh one each call, built from a cache that
-        any registry change invalidates.
+        Deferred tools (``defer_loading=True`` or :meth:`defer_tools`) are left
+        out until loaded for the scope (:meth:`load_tools`). Each ``ToolSchema``
+        holds only name, description and parameters, all immutable; the list is
+        a fresh one each call, built from a cache that any registry change
+        invalidates.
         """
         return list(self._registry.view(scope).schemas)
 
