@@ -19,7 +19,8 @@ Undo is the host's action (a person's "undo" button, a rejected turn), not the
 model's: the reverts run directly, outside the tool pipeline, one at a time,
 newest first. It stops at the first revert that fails, since an earlier
 effect may be what a later one depended on; that entry and the older ones stay
-in the log. Each outcome is also sent to the runtime's ``event_sink`` as
+in the log (``keep_going=True`` attempts every entry instead, for effects
+known to be independent). Each outcome is also sent to the runtime's ``event_sink`` as
 ``tool/reverted`` or ``tool/revert-failed`` (a :class:`~dsh_core.SessionRecorder`
 keeps them). The log lives in memory: it undoes what this process did.
 """
@@ -131,11 +132,16 @@ class UndoLog:
             )
         )
 
-    async def undo(self, count: int = 1, *, where: Callable[[UndoEntry], bool] | None = None) -> list[UndoOutcome]:
+    async def undo(
+        self, count: int = 1, *, where: Callable[[UndoEntry], bool] | None = None, keep_going: bool = False
+    ) -> list[UndoOutcome]:
         """Undo the ``count`` newest entries (of those ``where`` accepts), newest first.
 
         Returns one outcome per revert attempted; the last one failed when the
-        undo stopped early. Fewer entries than ``count`` is not an error.
+        undo stopped early. ``keep_going=True`` goes on past a failed revert
+        (for effects known to be independent, such as edits of different
+        files): every entry is attempted, and the failed ones stay in the log.
+        Fewer entries than ``count`` is not an error.
 
         Raises:
             ValueError: ``count`` is not a positive integer.
@@ -143,13 +149,14 @@ class UndoLog:
         if type(count) is not int or count < 1:
             raise ValueError(f"count must be a positive integer, got {count!r}")
         chosen = [entry for entry in reversed(self._entries) if where is None or where(entry)][:count]
-        return await self._revert(chosen)
+        return await self._revert(chosen, keep_going)
 
-    async def undo_to(self, call_id: str) -> list[UndoOutcome]:
+    async def undo_to(self, call_id: str, *, keep_going: bool = False) -> list[UndoOutcome]:
         """Undo the call ``call_id`` and everything recorded after it, newest first.
 
         ``call_id`` may also be a ``run_code`` call's id: its undoable sub-calls,
-        and everything after the first of them, are undone.
+        and everything after the first of them, are undone. ``keep_going`` as
+        for :meth:`undo`.
 
         Raises:
             LookupError: no undoable call has that id (never recorded, already undone, or forgotten).
@@ -160,10 +167,10 @@ class UndoLog:
         if start is None:
             start = next((i for i, entry in enumerate(entries) if entry.root_call_id == call_id), None)
         if start is not None:
-            return await self._revert(list(reversed(entries[start:])))
+            return await self._revert(list(reversed(entries[start:])), keep_going)
         raise LookupError(f"no undoable call {call_id!r} (it failed, was undone, or was forgotten)")
 
-    async def _revert(self, chosen: list[UndoEntry]) -> list[UndoOutcome]:
+    async def _revert(self, chosen: list[UndoEntry], keep_going: bool) -> list[UndoOutcome]:
         outcomes: list[UndoOutcome] = []
         for entry in chosen:
             try:
@@ -175,6 +182,8 @@ class UndoLog:
                 outcome = UndoOutcome(call_id=entry.call_id, tool=entry.tool, reverted=False, error=reason)
                 outcomes.append(outcome)
                 self._announce("tool/revert-failed", entry, outcome.error)
+                if keep_going:
+                    continue
                 break
             self._forget(entry)
             outcomes.append(UndoOutcome(call_id=entry.call_id, tool=entry.tool, reverted=True))

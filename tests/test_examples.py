@@ -568,3 +568,18 @@ def test_resume_after_crash_sends_nothing_twice(tmp_path: Path) -> None:
     assert any(line.startswith("  look-1: ok") for line in lines)
     outbox = ledger.with_suffix(".outbox").read_text(encoding="utf-8").splitlines()
     assert outbox == ["ann@example.com: invoice", "bob@example.com: invoice"]  # each sent once
+
+
+def test_undo_a_turn_reverts_what_it_can_and_keeps_a_hand_edit(tmp_path: Path) -> None:
+    script = Path(__file__).parent.parent / "examples" / "undo_a_turn.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:3] == ["t1-edit: ok", "t1-plan: ok", "t1-todo: ok"]
+    assert "  t1-plan: undone" in lines and "  t1-edit: undone" in lines
+    assert lines[-1] == "still undoable: ['t1-todo']"
+    assert (tmp_path / "notes.md").read_text() == "a draft of the notes\n"
+    assert not (tmp_path / "plan.md").exists()
+    assert "added by hand" in (tmp_path / "todo.md").read_text()

@@ -97,6 +97,19 @@ async def test_a_failing_revert_stops_the_undo_and_keeps_what_is_left() -> None:
     )
 
 
+async def test_keep_going_attempts_every_entry_and_keeps_the_failed_ones() -> None:
+    kept: list[str] = []
+    stuck: list[str] = []
+    runtime, log, _ = with_undo(counter_tool("add", kept), counter_tool("sticky", stuck, fail_revert=True))
+    await runtime.execute(make_input("add", {"item": "a"}, call_id="c1"))
+    await runtime.execute(make_input("sticky", {"item": "s"}, call_id="c2"))
+    await runtime.execute(make_input("add", {"item": "b"}, call_id="c3"))
+    outcomes = await log.undo_to("c1", keep_going=True)
+    assert [(outcome.call_id, outcome.reverted) for outcome in outcomes] == [("c3", True), ("c2", False), ("c1", True)]
+    assert kept == [] and stuck == ["s"]
+    assert [entry.call_id for entry in log.entries()] == ["c2"]
+
+
 async def test_only_successful_calls_of_tools_with_a_revert_are_recorded() -> None:
     async def boom(args: Any) -> Any:
         raise RuntimeError("no")
