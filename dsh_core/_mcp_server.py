@@ -250,11 +250,14 @@ def serve_registry(
 
     Serve it with :func:`serve_stdio` / :func:`serve_http`, or connect to it
     in-process with ``mcp.Client(server)``. The tool list is read at every
-    ``tools/list``, so registrations made later show up (clients are not
-    notified of changes).
+    ``tools/list``, so registrations made later show up. A call that changes
+    the list (``search_tools`` loading deferred tools, say) is followed by
+    ``notifications/tools/list_changed``: on the session itself for clients of
+    the handshake era, on ``subscriptions/listen`` streams for the others.
     """
     import mcp_types
     from mcp.server import Server
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
     from . import __version__
 
@@ -292,21 +295,33 @@ def serve_registry(
             signal=CancelSignal(),
             agent=scope,
         )
+        listed = _listed_names(runtime, scope)
         token = _current_call.set(call)
         try:
             result = await _execute(runtime, request)
         finally:
             _current_call.reset(token)
+        if _listed_names(runtime, scope) != listed:
+            # Both channels: each era's transport drops what is not its own.
+            await bus.publish(ToolsListChanged())
+            await ctx.session.send_tool_list_changed()
         return _mcp_result(runtime, scope, params.name, result, call)
 
     instructions = runtime.model_tools(scope).instructions or None
+    bus = InMemorySubscriptionBus()
     return Server(
         name,
         version=__version__,
         instructions=instructions,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_subscriptions_listen=ListenHandler(bus),
     )
+
+
+def _listed_names(runtime: ToolRuntime, scope: ScopeKey | None) -> tuple[str, ...]:
+    """The names ``tools/list`` answers with now (a cached tuple while nothing changed)."""
+    return tuple(schema.name for schema in runtime.model_tools(scope).schemas)
 
 
 async def serve_stdio(
@@ -316,11 +331,14 @@ async def serve_stdio(
 
     Nothing else may write to stdout meanwhile: it carries the protocol.
     """
+    from mcp.server.lowlevel.server import NotificationOptions
     from mcp.server.stdio import stdio_server
 
     server = serve_registry(runtime, scope=scope, approval=approval)
+    # Handshake-era clients learn from the capability that the tool list can change.
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        await server.run(read_stream, write_stream, options)
 
 
 async def serve_http(

@@ -608,6 +608,42 @@ async def test_serve_registry_lists_deferred_tools_once_a_search_loads_them() ->
     assert not called.is_error
 
 
+def searchable_runtime() -> ToolRuntime:
+    from dsh_plugins.tool_search import search_tool
+
+    runtime = make_runtime(json_tool("shown"), json_tool("rare_report", defer_loading=True))
+    runtime.register(search_tool(runtime))
+    return runtime
+
+
+async def test_a_search_that_loads_tools_notifies_listening_clients() -> None:
+    async with Client(serve_registry(searchable_runtime())) as client:
+        async with client.listen(tools_list_changed=True) as subscription:
+            await client.call_tool("shown", {})  # changes nothing
+            await client.call_tool("search_tools", {"query": "report"})
+            with trio.fail_after(5):
+                async for event in subscription:
+                    assert type(event).__name__ == "ToolsListChanged"
+                    break
+        assert "rare_report" in {tool.name for tool in (await client.list_tools()).tools}
+
+
+async def test_a_search_that_loads_tools_notifies_handshake_era_clients() -> None:
+    seen: list[str] = []
+
+    async def handler(message: Any) -> None:
+        seen.append(type(message).__name__)
+
+    server = serve_registry(searchable_runtime())
+    async with Client(server, mode="legacy", message_handler=handler) as client:
+        await client.call_tool("shown", {})
+        assert "ToolListChangedNotification" not in seen  # a call that changes nothing says nothing
+        await client.call_tool("search_tools", {"query": "report"})
+        with trio.fail_after(5):
+            while "ToolListChangedNotification" not in seen:
+                await trio.sleep(0.01)
+
+
 async def test_serve_registry_runs_an_allowed_call_through_the_pipeline() -> None:
     recorder = Recorder()
     runtime, _ = serving_runtime(recorder)
