@@ -106,6 +106,15 @@ class OtelTracing:
         self.record_content = record_content
         self._spans: dict[ToolExecutionToken, Span] = {}
 
+    def diagnostics(self) -> list[str]:
+        """What ``dsh-tools check`` should say: spans that would go nowhere."""
+        if self._tracer is None and type(self._trace.get_tracer_provider()).__name__ == "ProxyTracerProvider":
+            return [
+                "no OpenTelemetry tracer provider is set, so every span is dropped: set one up in the host "
+                "(the SDK and an exporter), or run under opentelemetry-instrument"
+            ]
+        return []
+
     def _tracer_now(self) -> Tracer:
         return self._tracer if self._tracer is not None else self._trace.get_tracer("dsh-tools", __version__)
 

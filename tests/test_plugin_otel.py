@@ -262,3 +262,9 @@ async def test_a_sub_call_from_another_task_still_nests_under_its_parent_call(
         release.set()
     inner, outer = spans(exporter)
     assert inner.parent is not None and inner.parent.span_id == outer.context.span_id  # type: ignore[union-attr]
+
+
+def test_check_says_when_spans_would_go_nowhere(tracer: trace.Tracer) -> None:
+    # No provider set in this process (the tests pass their own tracer): the global one is a proxy.
+    assert "no OpenTelemetry tracer provider is set" in OtelTracing().diagnostics()[0]
+    assert OtelTracing(tracer).diagnostics() == []
