@@ -4,8 +4,9 @@ A tool that can be undone declares ``define_tool(..., revert=fn)``: ``fn(args,
 value)`` undoes one successful call given its arguments and canonical value
 (``write_file`` restores the text it replaced, ``edit_file`` puts the old
 string back), and raises when it cannot, because the world changed since in a
-way it cannot undo safely. This plugin remembers every successful call of
-such a tool, Code Mode sub-calls included, and undoes them on request::
+way it cannot undo safely. This plugin remembers every call of such a tool
+whose body succeeded (a policy blocking the result afterwards does not undo
+what the body did), Code Mode sub-calls included, and undoes them on request::
 
     [plugins.undo]
     enabled = true
@@ -30,15 +31,16 @@ from __future__ import annotations
 import collections
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import attrs
 
 from dsh_core import (
     ScopeKey,
-    ToolExecution,
+    ToolDispatchExecution,
     ToolExecutionResult,
+    ToolExecutionSuccess,
     ToolRuntime,
     hookimpl,
     scope_id,
@@ -111,10 +113,19 @@ class UndoLog:
         """The calls that can be undone, oldest first."""
         return tuple(self._entries)
 
-    @hookimpl
-    def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
-        if result.is_error:
-            return
+    @hookimpl(tryfirst=True)
+    async def dsh_execute(
+        self, execution: ToolDispatchExecution, next: Callable[[], Awaitable[ToolExecutionResult]]
+    ) -> ToolExecutionResult:
+        # The dispatched result, outside every other wrapper and before any post-execute
+        # listener: a call a policy blocks afterwards (or whose value it replaces) still did
+        # what its body did, and can be undone.
+        result = await next()
+        if isinstance(result, ToolExecutionSuccess):
+            self._record(execution, result)
+        return result
+
+    def _record(self, execution: ToolDispatchExecution, result: ToolExecutionSuccess) -> None:
         definition = self.runtime.get(execution.name, execution.agent)
         if definition is None or definition.revert is None:
             return

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import pytest
 
-from dsh_core import ConfigError, ToolRuntime, define_tool
+from dsh_core import Block, ConfigError, ToolRuntime, define_tool, hookimpl
 from dsh_core.testing import FakeCodeRuntime, expect_success, json_tool, make_input, make_runtime
 from dsh_plugins import undo
 from dsh_plugins.files import file_tools
@@ -123,6 +123,21 @@ async def test_only_successful_calls_of_tools_with_a_revert_are_recorded() -> No
     await runtime.execute(make_input("nope"))
     assert log.entries() == ()
     assert await log.undo() == []
+
+
+async def test_a_result_a_policy_blocked_after_the_body_ran_can_still_be_undone() -> None:
+    class BlockAll:
+        @hookimpl
+        async def dsh_post_execute(self, execution: Any, result: Any, next: Any) -> Any:
+            return Block("the reviewer did not like it")
+
+    state: list[str] = []
+    runtime, log, _ = with_undo(counter_tool("add", state))
+    runtime.plugins.register(BlockAll())
+    blocked = await runtime.execute(make_input("add", {"item": "a"}, call_id="c1"))
+    assert blocked.is_error and state == ["a"]  # the body ran: its effect happened
+    assert [entry.call_id for entry in log.entries()] == ["c1"]
+    assert (await log.undo())[0].reverted and state == []
 
 
 async def test_where_selects_the_entries_to_undo() -> None:
