@@ -58,6 +58,7 @@ from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, thaw
 from ._results import ToolExecutionResult
 from ._signal import CancelSignal
+from .presentation import declared_effects
 
 if TYPE_CHECKING:
     import mcp_types
@@ -84,9 +85,10 @@ _call_ids = itertools.count(1)
 class _McpCall:
     """The MCP request a pipeline run is serving, for the approval router."""
 
-    __slots__ = ("approval", "denial", "request_id", "session")
+    __slots__ = ("approval", "denial", "request_id", "runtime", "session")
 
-    def __init__(self, session: ServerSession, request_id: Any, approval: ApprovalMode) -> None:
+    def __init__(self, runtime: ToolRuntime, session: ServerSession, request_id: Any, approval: ApprovalMode) -> None:
+        self.runtime = runtime
         self.session = session
         self.request_id = request_id
         self.approval = approval
@@ -105,6 +107,10 @@ class _McpCall:
         message = f'Allow the tool "{name}" to run?'
         if reason:
             message += f" {reason}"
+        definition = self.runtime.get(name, execution.agent)
+        declared = declared_effects(definition) if definition is not None else ""
+        if declared:
+            message += f"\n{declared[0].upper()}{declared[1:]}"
         message += f"\nArguments: {json_text(execution.arguments)}"
         try:
             answer = await session.elicit_form(message, _APPROVAL_SCHEMA, related_request_id=self.request_id)
@@ -287,7 +293,7 @@ def serve_registry(
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
-        call = _McpCall(ctx.session, ctx.request_id, approval)
+        call = _McpCall(runtime, ctx.session, ctx.request_id, approval)
         request = ToolExecutionInput(
             call_id=f"mcp-{next(_call_ids)}",
             name=params.name,

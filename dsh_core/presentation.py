@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeAlias, final, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final, get_args
 
 import attrs
 import cattrs
@@ -41,6 +41,9 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from ._content import ContentBlock, ImageBlock, TextBlock, as_content
 from ._errors import DshError, NonJsonValueError
+
+if TYPE_CHECKING:
+    from ._definition import ToolDefinition
 from ._json import FrozenDict, JsonValue, snapshot_json, thaw
 from ._terminal_text import printable
 
@@ -65,6 +68,7 @@ __all__ = [
     "WebResultView",
     "WebSource",
     "converter",
+    "declared_effects",
     "printable",
     "structure_call_view",
     "structure_result_view",
@@ -649,3 +653,20 @@ def unstructure_view(view: ToolCallView | ToolResultView) -> dict[str, Any]:
 
 
 _VIEW_CLASSES = frozenset((*_CALL_CARDS.values(), *_RESULT_CARDS.values()))
+
+
+def declared_effects(definition: ToolDefinition) -> str:
+    """``effects: destructive, open world; can be undone``: what a tool declares about running it.
+
+    For an approval question: its :class:`~dsh_core.ToolEffects` (``effects:
+    none declared`` when it declares that it has none) and whether a call can
+    be taken back (a ``revert``). ``""`` when the tool declares neither.
+    """
+    parts = []
+    if definition.effects is not None:
+        names = definition.effects.names
+        parts.append("effects: " + (", ".join(name.replace("_", " ") for name in names) if names else "none declared"))
+    if definition.revert is not None:
+        parts.append("can be undone")
+    return "; ".join(parts)
+

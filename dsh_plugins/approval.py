@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from dsh_core import APPROVAL_ANSWERS, ApprovalService, TextBlock, ToolExecution, ToolRuntime, json_text
-from dsh_core.presentation import DiffCallView, GenericCallView, TerminalCallView, printable
+from dsh_core.presentation import DiffCallView, GenericCallView, TerminalCallView, declared_effects, printable
 
 from .grants import ALLOWED_ALWAYS
 
@@ -64,18 +64,9 @@ def _call_view(execution: ToolExecution, runtime: ToolRuntime | None) -> CallVie
 
 
 def _declared_effects(execution: ToolExecution, runtime: ToolRuntime | None) -> str:
-    """``effects: destructive, open world; can be undone``: what the tool declares ("" when nothing)."""
+    """The visible tool's :func:`~dsh_core.presentation.declared_effects` ("" when there is none)."""
     definition = runtime.get(execution.name, execution.agent) if runtime is not None else None
-    if definition is None:
-        return ""
-    parts = []
-    if definition.effects is not None:
-        names = definition.effects.names
-        parts.append("effects: " + (", ".join(name.replace("_", " ") for name in names) if names else "none declared"))
-    if definition.revert is not None:
-        # Whether a "yes" can be taken back matters to the person answering (the undo plugin reverts it).
-        parts.append("can be undone")
-    return "; ".join(parts)
+    return declared_effects(definition) if definition is not None else ""
 
 
 def short_call(execution: ToolExecution, runtime: ToolRuntime | None = None) -> str:

@@ -157,7 +157,7 @@ class DenyDeletes:
 class AskFirst:
     @hookimpl
     async def dsh_pre_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
-        if execution.name == "guarded":
+        if execution.name.startswith("guarded"):
             return Ask("guarded needs a yes")
         return await next()
 
@@ -699,6 +699,28 @@ async def test_serve_registry_asks_through_elicitation_when_the_client_can_answe
         result = await client.call_tool("guarded", {"x": 1})
     assert not result.is_error, result.content
     assert len(asked) == 1 and 'Allow the tool "guarded" to run? guarded needs a yes' in asked[0]
+
+
+async def test_the_elicited_question_shows_the_declared_effects_and_undo() -> None:
+    runtime, _ = serving_runtime(AskFirst())
+    agent = Agent(id="mcp-test")
+    runtime.register(
+        json_tool("guarded_write", effects=ToolEffects(destructive=True), revert=lambda args, value: None), agent
+    )
+    asked: list[str] = []
+
+    async def answer(context: Any, params: Any) -> Any:
+        import mcp_types
+
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="decline")
+
+    server = serve_registry(runtime, scope=agent, approval="elicit")
+    async with Client(server, mode="legacy", elicitation_callback=answer) as client:
+        await client.call_tool("guarded", {})
+        await client.call_tool("guarded_write", {"path": "a"})
+    assert "Effects" not in asked[0] and "undone" not in asked[0]  # the plain tool declares nothing
+    assert asked[1].splitlines()[1] == "Effects: destructive; can be undone"
 
 
 async def test_serve_registry_denies_an_ask_it_is_not_allowed_to_put_to_the_client() -> None:
