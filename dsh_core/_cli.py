@@ -780,6 +780,15 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
             target = findings.problems if getattr(item, "level", "warning") == "problem" else findings.warnings
             target.append(f"plugin {pm.get_name(plugin)}: {item}")
 
+    for plugin_name in host.config.tool_prefixes:
+        if plugin_name not in loaded_names:
+            findings.warnings.append(f'tool_prefixes names "{plugin_name}", but no such plugin is loaded')
+        elif plugin_name == "mcp":
+            findings.warnings.append(
+                'tool_prefixes names "mcp": it prefixes only the tools listed at setup, not those a server '
+                "lists later; give each [[plugins.mcp.servers]] entry a prefix instead"
+            )
+
     known = {ep.name for ep in importlib.metadata.entry_points(group=options.group)} | loaded_names
     known |= {f.name for f in report.failed}
     for disabled in host.config.disabled_plugins:

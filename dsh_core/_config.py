@@ -386,8 +386,10 @@ class DshConfig:
     (:func:`structure_table`). The mapping itself is read-only.
 
     ``tool_prefixes`` maps an entry-point name to a prefix: every tool that
-    plugin registers is registered as ``<prefix>__<name>`` (the way MCP servers'
-    tools are), so two plugins offering a tool of the same name can both load.
+    plugin registers in its ``dsh_setup`` is registered as ``<prefix>__<name>``
+    (the way MCP servers' tools are), so two plugins offering a tool of the same
+    name can both load. (The MCP client also registers tools later, when a
+    server's list changes: give its servers their own ``prefix`` instead.)
     """
 
     mode: Literal["native", "code", "both"] = attrs.field(default="native", validator=one_of(_MODES))

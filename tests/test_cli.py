@@ -873,3 +873,14 @@ def test_check_warns_about_retrying_a_destructive_non_idempotent_tool(dists: Dis
     result = invoke(["--no-plugins", "--plugin", f"retrying={module}", "check"])
     assert 'tool "charge_card" retries a destructive, non-idempotent body' in result.stdout
     assert "put_object" not in result.stdout
+
+
+def test_check_warns_about_tool_prefixes_that_cannot_apply(tools: list[str], tmp_path: Path) -> None:
+    config = tmp_path / "dsh.toml"
+    config.write_text('[tool_prefixes]\ncli = "c"\ntypo = "t"\nmcp = "m"\n')
+    mcp = ["--plugin", "mcp=dsh_plugins.mcp_client"]
+    out = invoke(["--config", str(config), *tools, *mcp, "check"]).stdout
+    assert 'tool_prefixes names "typo", but no such plugin is loaded' in out
+    assert 'tool_prefixes names "mcp": it prefixes only the tools listed at setup' in out
+    assert '"cli"' not in out
+    assert "c__echo" in invoke(["--config", str(config), *tools, "list"]).stdout
