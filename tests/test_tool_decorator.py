@@ -216,3 +216,26 @@ def test_any_and_none_returns() -> None:
     assert dict(anything.output.schema) == {}
     assert dict(nothing.output.schema) == {"type": "null"}
     assert anything.parameters["properties"]["x"] == {}
+
+
+async def test_a_plain_function_can_run_in_a_worker_thread() -> None:
+    import threading
+
+    main_thread = threading.get_ident()
+
+    @tool(in_thread=True)
+    def blocking(x: int) -> bool:
+        """Runs off the event loop."""
+        return threading.get_ident() != main_thread
+
+    assert not blocking.inline
+    assert expect_success(await make_runtime(blocking).execute(make_input("blocking", {"x": 1}))).value is True
+
+
+def test_an_async_function_cannot_ask_for_a_thread() -> None:
+    async def coroutine_tool(x: int) -> int:
+        """Async."""
+        return x
+
+    with pytest.raises(TypeError, match="in_thread=True takes a plain def"):
+        tool(in_thread=True)(coroutine_tool)
