@@ -27,7 +27,7 @@ import inspect
 import re
 import typing
 from collections.abc import Callable
-from typing import Any, get_args, get_origin, overload
+from typing import Any, overload
 
 import attrs
 import cattrs
@@ -35,7 +35,7 @@ import cattrs
 from ._definition import ToolDefinition, ToolOutput, default_render, define_tool
 from ._errors import SchemaSpecError
 from ._execution import ToolRunContext
-from ._schema._attrs_params import value_schema_from_annotation
+from ._schema._attrs_params import _first_text, value_schema_from_annotation
 
 __all__ = ["tool"]
 
@@ -73,13 +73,6 @@ def _docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
         elif current is not None:
             arguments[current] = (arguments[current] + " " + line.strip()).strip()
     return "\n".join(description).strip(), arguments
-
-
-def _described(annotation: object) -> str | None:
-    """The first plain string in an ``Annotated[X, ...]``'s metadata."""
-    if get_origin(annotation) is typing.Annotated:
-        return next((item for item in get_args(annotation)[1:] if isinstance(item, str)), None)
-    return None
 
 
 def _raw_to_dsl(schema: dict[str, Any]) -> dict[str, Any]:
@@ -132,7 +125,7 @@ def _build(
         if annotation is ToolRunContext:
             run_parameter = parameter.name
             continue
-        text = documented.get(parameter.name) or _described(annotation)
+        text = documented.get(parameter.name) or _first_text(annotation)
         default = attrs.NOTHING if parameter.default is parameter.empty else parameter.default
         fields[parameter.name] = attrs.field(
             type=annotation, default=default, metadata={"description": text} if text else {}

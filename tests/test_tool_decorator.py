@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
 
 import attrs
 import pytest
@@ -239,3 +239,56 @@ def test_an_async_function_cannot_ask_for_a_thread() -> None:
 
     with pytest.raises(TypeError, match="in_thread=True takes a plain def"):
         tool(in_thread=True)(coroutine_tool)
+
+
+class Point(TypedDict):
+    x: int
+    y: Annotated[int, "the vertical one"]
+    label: NotRequired[str]
+
+
+class Options(TypedDict, total=False):
+    precise: bool
+    unit: Required[Literal["m", "km"]]
+
+
+async def test_typed_dicts_are_closed_objects_with_their_required_keys() -> None:
+    @tool
+    def move(point: Point, options: Options) -> Point:
+        """Move a point one step right."""
+        return {"x": point["x"] + 1, "y": point["y"], "label": options["unit"]}
+
+    point_schema = thaw(move.parameters)["properties"]["point"]
+    assert point_schema == {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "x": {"type": "integer"},
+            "y": {"type": "integer", "description": "the vertical one"},
+            "label": {"type": "string"},
+        },
+        "required": ["x", "y"],  # NotRequired, even with postponed annotations
+    }
+    assert thaw(move.parameters)["properties"]["options"]["required"] == ["unit"]  # total=False, but Required
+    assert thaw(move.output.schema) == point_schema
+    runtime = make_runtime(move)
+    moved = await runtime.execute(make_input("move", {"point": {"x": 1, "y": 2}, "options": {"unit": "km"}}))
+    assert thaw(expect_success(moved).value) == {"x": 2, "y": 2, "label": "km"}
+    bad = await runtime.execute(make_input("move", {"point": {"x": 1, "y": 2, "z": 3}, "options": {"unit": "km"}}))
+    assert expect_failure(bad).code == "INVALID_ARGS"
+    missing = await runtime.execute(make_input("move", {"point": {"x": 1, "y": 2}, "options": {"precise": True}}))
+    assert expect_failure(missing).code == "INVALID_ARGS"
+
+
+class Node(TypedDict):
+    name: str
+    children: list[Node]
+
+
+def test_a_typed_dict_that_contains_itself_is_refused() -> None:
+    def walk(tree: Node) -> int:
+        """Walk."""
+        return 0
+
+    with pytest.raises(SchemaSpecError, match="the TypedDict Node contains itself"):
+        tool(walk)

@@ -23,6 +23,7 @@ Supported field annotations and what they become:
 ``Literal[...]``               ``enum`` of one scalar type, or a ``oneOf`` of one
                                ``enum`` per type when the values mix types
 nested attrs class             a closed object (``additionalProperties: false``)
+``TypedDict``                  a closed object; ``NotRequired`` keys optional
 ``X | None``, ``Optional[X]``  ``oneOf: [X, null]`` (just ``X`` when ``X``
                                already admits null)
 ``Any``, ``JsonValue``         annotation-only (any JSON value)
@@ -66,7 +67,7 @@ T = TypeVar("T")
 _NoneType = type(None)
 _SUPPORTED = (
     "supported: str, int, float, bool, None, list[X], tuple[X, ...], dict[str, X], Literal[...], "
-    "X | None, nested attrs classes, Any, JsonValue"
+    "X | None, nested attrs classes, TypedDict, Any, JsonValue"
 )
 
 
@@ -285,6 +286,8 @@ class _Deriver:
             return self._array(annotation, tuple, args[:1], owner, path, ancestors)
         if annotation is dict or origin is dict:
             return self._mapping(annotation, args, owner, path, ancestors)
+        if typing.is_typeddict(annotation):
+            return self._typed_dict(annotation, owner, path, ancestors)
         if origin is None and isinstance(annotation, type) and attrs.has(annotation):
             if annotation in ancestors:
                 self.errors.append(
@@ -296,6 +299,68 @@ class _Deriver:
             return None if schema is None else (schema, annotation)
         self.errors.append(f"{path}: the annotation {_spell(annotation)} is not supported ({_SUPPORTED})")
         return None
+
+    def _typed_dict(
+        self, annotation: Any, owner: type, path: str, ancestors: frozenset[type]
+    ) -> tuple[dict[str, Any], Any] | None:
+        """A ``TypedDict``: a closed object, its required keys required (``NotRequired`` ones optional)."""
+        if annotation in ancestors:
+            self.errors.append(
+                f"{path}: the TypedDict {annotation.__qualname__} contains itself, "
+                "which the schema subset cannot express (it has no references)"
+            )
+            return None
+        try:
+            hints = typing.get_type_hints(annotation, include_extras=True)
+        except Exception as exc:
+            self.errors.append(f"{path}: cannot evaluate the TypedDict {annotation.__qualname__} ({exc})")
+            return None
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        resolved: dict[str, Any] = {}
+        ok = True
+        for key, hint in hints.items():
+            # Read from the hints, not __required_keys__: with postponed annotations the
+            # class cannot see NotRequired when it is created.
+            needed = bool(annotation.__total__)
+            while get_origin(hint) in (typing.Required, typing.NotRequired):
+                needed = get_origin(hint) is typing.Required
+                hint = get_args(hint)[0]
+            derived = self.type_schema(hint, owner, f"{path}.{key}", ancestors | {annotation})
+            if derived is None:
+                ok = False
+                continue
+            properties[key] = _annotate(derived[0], _first_text(hint), attrs.NOTHING)
+            resolved[key] = derived[1]
+            if needed:
+                required.append(key)
+        if not ok:
+            return None
+        self._register_typed_dict_hook(annotation, resolved, frozenset(required))
+        node: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
+        if required:
+            node["required"] = required
+        return node, annotation
+
+    def _register_typed_dict_hook(self, annotation: Any, fields: dict[str, Any], required: frozenset[str]) -> None:
+        # Our own hook: cattrs would take the required keys from __required_keys__, which
+        # postponed annotations get wrong, and would resolve the hints again.
+        converter = self.converter
+
+        def structure_typed_dict(value: object, _: object) -> dict[str, Any]:
+            if not isinstance(value, Mapping):
+                _mismatch("an object", value)
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                if key not in fields:
+                    raise _StrictMismatch(f"unexpected key {key!r}")
+                out[key] = converter.structure(item, fields[key])
+            missing = sorted(required - out.keys())
+            if missing:
+                raise _StrictMismatch(f"missing required key {missing[0]!r}")
+            return out
+
+        converter.register_structure_hook_func(lambda candidate: candidate is annotation, structure_typed_dict)
 
     def _literal(self, annotation: object, values: tuple[Any, ...], path: str) -> tuple[dict[str, Any], Any] | None:
         groups: dict[str, list[Any]] = {}
@@ -382,6 +447,13 @@ _SCALARS: dict[object, tuple[str, type]] = {
     _NoneType: ("null", _NoneType),
 }
 _LITERAL_KINDS: dict[type, str] = {str: "string", bool: "boolean", int: "integer", _NoneType: "null"}
+
+
+def _first_text(annotation: object) -> str | None:
+    """The first plain string in an ``Annotated[X, ...]``'s metadata (a description)."""
+    if get_origin(annotation) is typing.Annotated:
+        return next((item for item in get_args(annotation)[1:] if isinstance(item, str)), None)
+    return None
 
 
 def _is_json_value(annotation: object) -> bool:
