@@ -9,11 +9,14 @@ passes its own tests and ``dsh-tools check`` as generated.
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Final
 
-__all__ = ["plugin_files", "write_plugin"]
+__all__ = ["dsh_tools_source", "plugin_files", "write_plugin"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 
@@ -163,13 +166,19 @@ def test_a_bad_setting_is_a_configuration_error() -> None:
 _NOXFILE: Final = '''\
 """The test matrix: ``nox`` (each installed Python 3.11-3.13), ``nox -s tests-3.12``."""
 
+import os
+
 import nox
 
 nox.options.error_on_missing_interpreters = False
 
+# Where dsh-tools comes from: a package index, or the checkout this plugin was made with.
+DSH_TOOLS = os.environ.get("DSH_TOOLS_SOURCE", {source})
+
 
 @nox.session(python=["3.11", "3.12", "3.13"])
 def tests(session: nox.Session) -> None:
+    session.install(DSH_TOOLS)
     session.install("-e", ".[test]")
     session.run("pytest", "-q", *session.posargs)
 '''
@@ -179,7 +188,7 @@ _README: Final = """\
 
 A dsh-tools plugin: the `{tool}` tool and a policy denying configured words.
 
-    pip install -e '.[test]'    # then a host with dsh-tools finds it through its entry point
+    pip install -e '.[test]'    # (dsh-tools first, if your index does not have it)
     dsh-tools list              # shows {tool}
     nox                         # the tests on Python 3.11-3.13
 
@@ -192,8 +201,23 @@ blocked_words = ["rm -rf"]
 """
 
 
-def plugin_files(name: str) -> dict[str, str]:
+def dsh_tools_source() -> str:
+    """What ``pip install`` needs for the dsh-tools running now: its checkout when installed from one."""
+    try:
+        direct = importlib.metadata.distribution("dsh-tools").read_text("direct_url.json")
+        url = json.loads(direct)["url"] if direct else ""
+    except (importlib.metadata.PackageNotFoundError, ValueError, KeyError, TypeError):
+        url = ""
+    if url.startswith("file://"):
+        return urllib.parse.unquote(url.removeprefix("file://"))
+    return "dsh-tools"
+
+
+def plugin_files(name: str, *, source: str = "dsh-tools") -> dict[str, str]:
     """The files of a new plugin named ``name`` (its entry-point name), by relative path.
+
+    ``source`` is what its ``noxfile.py`` installs dsh-tools from (a package
+    name or a local checkout; ``DSH_TOOLS_SOURCE`` overrides it when nox runs).
 
     Raises:
         ValueError: ``name`` is not lowercase letters and digits, optionally joined by ``-`` or ``_``.
@@ -211,18 +235,21 @@ def plugin_files(name: str) -> dict[str, str]:
         "pyproject.toml": _PYPROJECT.format(**fields),
         f"{package}/__init__.py": _MODULE.format(**fields),
         "tests/test_plugin.py": _TESTS.format(**fields),
-        "noxfile.py": _NOXFILE,
+        # A JSON string is a Python string literal, in the double quotes formatters want.
+        "noxfile.py": _NOXFILE.format(source=json.dumps(source)),
         "README.md": _README.format(**fields),
     }
 
 
-def write_plugin(directory: Path, name: str) -> list[Path]:
+def write_plugin(directory: Path, name: str, *, source: str | None = None) -> list[Path]:
     """Write :func:`plugin_files` under ``directory``; returns the paths written.
+
+    ``source`` defaults to :func:`dsh_tools_source`.
 
     Raises:
         ValueError: a bad name, or ``directory`` exists and is not empty (nothing is overwritten).
     """
-    files = plugin_files(name)
+    files = plugin_files(name, source=source if source is not None else dsh_tools_source())
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ValueError(f"{directory} exists and is not an empty directory; nothing was written")
     written = []

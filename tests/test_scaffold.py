@@ -90,3 +90,12 @@ def test_plugin_files_lay_out_a_distribution() -> None:
     }
     assert 'word_guard = "dsh_word_guard"' in files["pyproject.toml"]
     assert 'name = "dsh-word-guard"' in files["pyproject.toml"]
+
+
+def test_the_noxfile_installs_dsh_tools_from_where_it_came_from() -> None:
+    from dsh_core._scaffold import dsh_tools_source
+
+    assert '"/opt/src/dsh-tools"' in plugin_files("x", source="/opt/src/dsh-tools")["noxfile.py"]
+    assert 'os.environ.get("DSH_TOOLS_SOURCE", "dsh-tools")' in plugin_files("x")["noxfile.py"]
+    source = dsh_tools_source()  # this checkout when installed from it (editable), else the index name
+    assert source == "dsh-tools" or (Path(source) / "dsh_core" / "__init__.py").is_file()
