@@ -1200,6 +1200,21 @@ def ledger_forget_command(file: Path, call_id: str, agent: str | None) -> None:
     _stdout().print(f"{escape(call_id)}: released; a later call with this id runs")
 
 
+@ledger_group.command("compact")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--archive", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Keep the old file under this name (it must not exist).")  # fmt: skip
+def ledger_compact_command(file: Path, archive: Path | None) -> None:
+    """Rewrite the ledger as its entries: one start line per call and its outcome, released calls dropped."""
+    with _open_ledger(file) as ledger:
+        try:
+            before, after = ledger.compact(archive=archive)
+        except (ValueError, OSError) as exc:  # LedgerError
+            raise _UsageProblem(str(exc)) from exc
+    kept = f"; the old file is {escape(str(archive))}" if archive is not None else ""
+    _stdout().print(f"{escape(str(file))}: {before} line(s) -> {after}{kept}")
+
+
 @cli.group("grants")
 def grants_group() -> None:
     """List, add and revoke standing approvals ("always allow" grants)."""

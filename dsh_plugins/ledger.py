@@ -58,11 +58,13 @@ what it is, and logs a warning; the call's result is returned unchanged.
 ``1``, ... afresh every turn would make a later ``get_time`` replay an earlier
 turn's answer; such hosts pass ``key=`` to derive unique keys (a turn number
 plus the call id, say), or return ``None`` from it for calls that should not
-be recorded. The file grows with every call: use one ledger per conversation.
+be recorded. The file grows with every call: use one ledger per conversation,
+or :meth:`EffectLedger.compact` one that lives longer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import logging
@@ -114,6 +116,8 @@ __all__ = [
 DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
 
 PLUGIN_NAME: Final = "effect-ledger"
+LOCK_SUFFIX: Final = ".lock"
+"""The ledger ``effects.jsonl`` is locked through ``effects.jsonl.lock`` (kept; it holds nothing)."""
 EFFECT_IN_DOUBT: Final = "EFFECT_IN_DOUBT"
 IDEMPOTENCY_CONFLICT: Final = "IDEMPOTENCY_CONFLICT"
 
@@ -288,6 +292,7 @@ class EffectLedger:
         self.runtime = runtime
         self.rerun_in_doubt = frozenset(rerun_in_doubt) | {RUN_CODE_NAME}
         self._key = key
+        self._fsync: Literal["always", "close", "never"] = fsync
         self._lock_fd = _lock(self.path, sync_directory=fsync != "never")
         try:
             self._entries = _load(self.path) if os.path.exists(self.path) else {}
@@ -348,6 +353,52 @@ class EffectLedger:
         if (agent, key) in self._running:
             raise LedgerError(f"call {key!r} is running now; settle it after it ends")
         return entry
+
+    def compact(self, *, archive: str | os.PathLike[str] | None = None) -> tuple[int, int]:
+        """Rewrite the file as what it knows: one ``effect/started`` line per key and its outcome.
+
+        A released key (settled as never done) and the lines superseded by
+        later ones go; every entry keeps its state, value, failure and start
+        time. The new file is written and checked beside the old one, then
+        replaces it in one rename; ``archive`` (a path that must not exist yet)
+        keeps the old file. Returns the number of lines before and after.
+
+        Raises:
+            LedgerError: the ledger is closed, a call is running, the archive
+                exists, or the rewritten file would not read back as the same
+                entries (the old file is then left as it was).
+            OSError: the directory cannot be written.
+        """
+        if self._log is None:
+            raise LedgerError(f"the effect ledger {self.path} is closed")
+        if self._running:
+            raise LedgerError(f"{len(self._running)} call(s) are running; compact the ledger between calls")
+        archive_path = os.path.abspath(os.fspath(archive)) if archive is not None else None
+        if archive_path is not None and os.path.exists(archive_path):
+            raise LedgerError(f"the archive {archive_path} exists already; choose another path")
+        before = len(read_session_log(self.path).events)
+        temporary = self.path + ".compacting"
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
+        events = [event for entry in self._entries.values() for event in _events_of(entry)]
+        with SessionLog(temporary, fsync="always") as out:
+            for event_type, data in events:
+                out.append({"type": event_type, "data": data})
+        if _comparable(_load(temporary)) != _comparable(self._entries):
+            os.remove(temporary)
+            raise LedgerError("the compacted ledger would not read back as the same entries; nothing was changed")
+        self._log.close()
+        self._closer.detach()
+        try:
+            if archive_path is not None:
+                os.link(self.path, archive_path)  # the old file, under its new name, before it is replaced
+            os.replace(temporary, self.path)
+            if self._fsync != "never":
+                _sync_directory(os.path.dirname(self.path))
+        finally:
+            self._log = SessionLog(self.path, fsync=self._fsync)
+            self._closer = weakref.finalize(self, _release, self._log, self._lock_fd)
+        return before, len(events)
 
     def __enter__(self) -> EffectLedger:
         return self
@@ -490,22 +541,24 @@ def _release(log: SessionLog, lock_fd: int) -> None:
 
 
 def _lock(path: str, *, sync_directory: bool) -> int:
+    """Take ``<path>.lock`` for this ledger (and create the ledger file if missing); returns the lock's fd.
+
+    The lock lives in a file of its own, not in the ledger: :meth:`EffectLedger.compact`
+    replaces the ledger file, and a lock on the replaced file would lock nothing.
+    """
     import fcntl  # POSIX; imported here so the module still imports elsewhere and fails only when used
 
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise LedgerError(f"cannot open the effect ledger {path}: the directory {directory} does not exist")
-    created = not os.path.exists(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    fd = os.open(path + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
-        if created and sync_directory:
-            # The file is created here, before SessionLog sees it: make its directory entry durable now.
-            directory_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(directory_fd)
-            finally:
-                os.close(directory_fd)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not os.path.exists(path):
+            # Created here, before SessionLog sees it: make its directory entry durable now.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
+            if sync_directory:
+                _sync_directory(directory)
     except BlockingIOError:
         os.close(fd)
         raise LedgerError(f"the effect ledger {path} is in use by another ledger (one writer per file)") from None
@@ -513,6 +566,43 @@ def _lock(path: str, *, sync_directory: bool) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _sync_directory(directory: str) -> None:
+    directory_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(directory_fd)
+    finally:
+        os.close(directory_fd)
+
+
+def _events_of(entry: LedgerEntry) -> list[tuple[str, dict[str, Any]]]:
+    """The lines that rebuild ``entry``: its start and, when it has one, its outcome."""
+    slot = {"key": entry.key, "agent": entry.agent}
+    started = {
+        **slot,
+        "tool": entry.tool,
+        "arguments": entry.arguments_digest,
+        "contract": entry.contract,
+        "at": entry.at,
+    }
+    events: list[tuple[str, dict[str, Any]]] = [(_STARTED, started)]
+    if entry.state == "committed":
+        events.append((_COMMITTED, {**slot, "value": entry.value}))
+    elif entry.state in ("failed", "interrupted"):
+        failure = {
+            "code": entry.error_code,
+            "message": entry.error_message,
+            "name": entry.error_name,
+            "plugin": entry.error_plugin,
+        }
+        events.append((_FAILED if entry.state == "failed" else _INTERRUPTED, {**slot, **failure}))
+    return events
+
+
+def _comparable(entries: dict[tuple[str | None, str], LedgerEntry]) -> list[str]:
+    """The entries as canonical JSON, in order (values compare as JSON, whatever their container types)."""
+    return [canonical_json(_events_of(entry)) for entry in entries.values()]
 
 
 def read_ledger(path: str | os.PathLike[str]) -> tuple[LedgerEntry, ...]:

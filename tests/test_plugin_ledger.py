@@ -36,7 +36,7 @@ from dsh_core.code_mode import CodeRunResult
 from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
 from dsh_plugins import ledger as ledger_plugin
 from dsh_plugins import timeout
-from dsh_plugins.ledger import EFFECT_IN_DOUBT, IDEMPOTENCY_CONFLICT, EffectLedger, LedgerError
+from dsh_plugins.ledger import EFFECT_IN_DOUBT, IDEMPOTENCY_CONFLICT, EffectLedger, LedgerError, read_ledger
 
 Next = Callable[[], Awaitable[ToolExecutionResult]]
 
@@ -854,3 +854,107 @@ async def test_a_rewrite_that_changed_since_the_call_is_a_conflict(tmp_path: Pat
     result = await resumed.execute(make_input("send", {"to": "ANN"}, call_id="c1"))
     assert code(result) == IDEMPOTENCY_CONFLICT
     assert len(effects.runs) == 1
+
+
+# --- compaction -------------------------------------------------------------------------------------
+
+
+async def ledger_with_every_state(path: Path, effects: Effects) -> tuple[ToolRuntime, EffectLedger]:
+    """c1 committed, c2 failed, c3 interrupted (timed out), c4 in doubt, c5 released."""
+    runtime, ledger = with_ledger(path, effects.tool(), effects.tool("broken", fail=True))
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    await runtime.execute(make_input("broken", {"to": "bob"}, call_id="c2"))
+    ledger._append("effect/started", {"key": "c3", "agent": None, "tool": "send", "arguments": "sha256:x",
+                                       "contract": None, "at": "2026-01-01T00:00:00.000+00:00"})  # fmt: skip
+    ledger._append("effect/interrupted", {"key": "c3", "agent": None, "code": "TOOL_TIMEOUT", "message": "late",
+                                          "name": "ToolTimeoutError", "plugin": "timeout-policy"})  # fmt: skip
+    ledger._append("effect/started", {"key": "c4", "agent": "a1", "tool": "send", "arguments": "sha256:y",
+                                       "contract": None, "at": "2026-01-01T00:00:01.000+00:00"})  # fmt: skip
+    ledger._append("effect/started", {"key": "c5", "agent": None, "tool": "send", "arguments": "sha256:z",
+                                       "contract": None, "at": "2026-01-01T00:00:02.000+00:00"})  # fmt: skip
+    ledger.forget("c5")
+    return runtime, ledger
+
+
+async def test_compaction_keeps_every_entry_and_drops_released_ones(tmp_path: Path) -> None:
+    path = tmp_path / "effects.jsonl"
+    effects = Effects()
+    _, ledger = await ledger_with_every_state(path, effects)
+    before = ledger.entries()
+    assert ledger.compact() == (9, 7)
+    assert ledger.entries() == before
+    reread = read_ledger(path)
+    assert [(e.key, e.agent, e.state) for e in reread] == [
+        ("c1", None, "committed"),
+        ("c2", None, "failed"),
+        ("c3", None, "interrupted"),
+        ("c4", "a1", "started"),
+    ]
+    assert reread == before  # values, failures, start times and digests included
+    assert ledger.compact() == (7, 7)  # nothing more to drop
+
+
+async def test_the_ledger_goes_on_after_compaction(tmp_path: Path) -> None:
+    path = tmp_path / "effects.jsonl"
+    effects = Effects()
+    runtime, ledger = await ledger_with_every_state(path, effects)
+    ledger.compact()
+    again = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert isinstance(again, ToolExecutionSuccess) and len(effects.runs) == 2  # replayed, not re-sent
+    fresh = await runtime.execute(make_input("send", {"to": "cy"}, call_id="c6"))
+    assert isinstance(fresh, ToolExecutionSuccess)
+    ledger.close()
+    assert [entry.key for entry in read_ledger(path)] == ["c1", "c2", "c3", "c4", "c6"]
+
+
+async def test_a_second_ledger_is_still_refused_after_compaction(tmp_path: Path) -> None:
+    path = tmp_path / "effects.jsonl"
+    _, ledger = await ledger_with_every_state(path, Effects())
+    ledger.compact()
+    with pytest.raises(LedgerError, match="in use by another ledger"):
+        open_ledger(path)  # the lock is in effects.jsonl.lock, which compaction does not replace
+
+
+async def test_compaction_can_keep_the_old_file(tmp_path: Path) -> None:
+    path, archive = tmp_path / "effects.jsonl", tmp_path / "effects.old.jsonl"
+    _, ledger = await ledger_with_every_state(path, Effects())
+    ledger.compact(archive=archive)
+    assert len(read_session_log(archive).events) == 9
+    with pytest.raises(LedgerError, match="exists already"):
+        ledger.compact(archive=archive)
+
+
+async def test_compaction_waits_for_running_calls(tmp_path: Path) -> None:
+    release = trio.Event()
+    outcome: list[Any] = []
+
+    async def slow(args: Any) -> str:
+        await release.wait()
+        return "done"
+
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", json_tool("slow", slow))
+    async with trio.open_nursery() as nursery:
+
+        async def call() -> None:
+            outcome.append(await runtime.execute(make_input("slow", call_id="s1")))
+
+        nursery.start_soon(call)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(LedgerError, match="running"):
+            ledger.compact()
+        release.set()
+    assert ledger.compact() == (2, 2)
+
+
+def test_cli_ledger_compact(tmp_path: Path) -> None:
+    path = tmp_path / "effects.jsonl"
+    ledger = open_ledger(path)
+    for key in ("k1", "k2"):
+        ledger._append("effect/started", {"key": key, "agent": None, "tool": "t", "arguments": "sha256:x",
+                                          "contract": None, "at": "2026-01-01T00:00:00.000+00:00"})  # fmt: skip
+    ledger.forget("k1")
+    ledger.close()
+    result = _cli(["ledger", "compact", str(path), "--archive", str(tmp_path / "old.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "3 line(s) -> 1" in " ".join(result.output.split())
+    assert [entry.key for entry in read_ledger(path)] == ["k2"]
