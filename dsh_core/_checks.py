@@ -14,7 +14,7 @@ import attrs
 
 from ._json import safe_repr
 
-__all__ = ["instance_of", "one_of"]
+__all__ = ["callable_or_none", "instance_of", "one_of"]
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
@@ -40,3 +40,9 @@ def one_of(values: Collection[object]) -> Validator:
             raise ValueError(f"{type(instance).__name__}.{attribute.name} must be one of {listed}, got {safe_repr(value)}")
 
     return check
+
+
+def callable_or_none(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """The field must be callable, or ``None``."""
+    if value is not None and not callable(value):
+        raise TypeError(f"{type(instance).__name__}.{attribute.name} must be callable or None, got {type(value).__name__}")

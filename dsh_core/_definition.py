@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 import attrs
 
-from ._checks import instance_of
+from ._checks import callable_or_none, instance_of
 from ._content import ContentBlock, TextBlock, text_block
 from ._errors import NonJsonValueError
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json
@@ -52,11 +52,6 @@ def default_block(value: JsonValue) -> TextBlock:
     else:
         text = json_text(value)
     return text_block(text)  # type: ignore[arg-type]
-
-
-def _callable_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(f"{type(instance).__name__}.{attribute.name} must be callable or None, got {type(value).__name__}")
 
 
 def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -122,7 +117,7 @@ class ToolOutput:
 
     schema: FrozenDict = attrs.field(converter=_schema_mapping)
     render: Render = attrs.field(default=default_render, validator=_callable)
-    presentation_meta: PresentationMeta | None = attrs.field(default=None, validator=_callable_or_none)
+    presentation_meta: PresentationMeta | None = attrs.field(default=None, validator=callable_or_none)
 
 
 def _positive_timeout(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -230,17 +225,17 @@ class ToolDefinition:
     parameters: FrozenDict = attrs.field(converter=attrs.Converter(_tool_parameters, takes_self=True))  # type: ignore[misc]
     output: ToolOutput = attrs.field(validator=_output)
     execute: Execute = attrs.field(validator=_callable)
-    finalize_content: FinalizeContent | None = attrs.field(default=None, validator=_callable_or_none)
+    finalize_content: FinalizeContent | None = attrs.field(default=None, validator=callable_or_none)
     timeout_ms: float | None = attrs.field(default=None, validator=_positive_timeout)
-    is_concurrency_safe: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
-    present_call: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
-    present_result: Callable[[Any, Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
-    resource_keys: Callable[[Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
+    is_concurrency_safe: Callable[[Any], object] | None = attrs.field(default=None, validator=callable_or_none)
+    present_call: Callable[[Any], object] | None = attrs.field(default=None, validator=callable_or_none)
+    present_result: Callable[[Any, Any], object] | None = attrs.field(default=None, validator=callable_or_none)
+    resource_keys: Callable[[Any], object] | None = attrs.field(default=None, validator=callable_or_none)
     inline: bool = attrs.field(default=False, validator=instance_of(bool))
     effects: ToolEffects | None = attrs.field(default=None, validator=_effects)
     retry: RetryPolicy | None = attrs.field(default=None, validator=_retry)
     defer_loading: bool = attrs.field(default=False, validator=instance_of(bool))
-    revert: Callable[[Any, Any], object] | None = attrs.field(default=None, validator=_callable_or_none)
+    revert: Callable[[Any, Any], object] | None = attrs.field(default=None, validator=callable_or_none)
     schema: ToolSchema = attrs.field(init=False)
     # The compiled checks, built on the first call (compiling costs ~1 ms per schema,
     # so registering many tools stays cheap); see contract_of.

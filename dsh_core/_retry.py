@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import attrs
 
+from ._checks import callable_or_none
 from ._errors import DshError, ErrorCode
 
 __all__ = ["AttemptTimedOut", "RetryAttempt", "RetryPolicy", "TransientToolError"]
@@ -99,11 +100,6 @@ def _jitter(instance: object, attribute: attrs.Attribute[Any], value: object) ->
         raise ValueError(f"RetryPolicy.jitter must be a fraction from 0 to 1, got {value!r}")
 
 
-def _callable_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(f"RetryPolicy.{attribute.name} must be callable or None, got {type(value).__name__}")
-
-
 def _retry_on(value: object) -> tuple[type[BaseException], ...]:
     classes = (value,) if isinstance(value, type) else value
     if not isinstance(classes, tuple) or not classes:
@@ -146,7 +142,7 @@ class RetryPolicy:
         default=(TransientToolError, ConnectionError, TimeoutError), converter=_retry_on
     )
     attempt_timeout_s: float | None = attrs.field(default=None, validator=_optional_budget)
-    retry_if: Callable[[BaseException], bool] | None = attrs.field(default=None, validator=_callable_or_none)
+    retry_if: Callable[[BaseException], bool] | None = attrs.field(default=None, validator=callable_or_none)
 
     def retries(self, error: BaseException) -> bool:
         """Whether ``error`` is worth another attempt under this policy.
