@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import trio
 
 from ._content import ImageBlock, TextBlock, text_of
-from ._definition import ToolEffects
+from ._definition import ToolEffects, ToolSchema
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, thaw
 from ._results import ToolExecutionResult
@@ -301,13 +301,13 @@ def serve_registry(
             signal=CancelSignal(),
             agent=scope,
         )
-        listed = _listed_names(runtime, scope)
+        listed = runtime.model_tools(scope).schemas
         token = _current_call.set(call)
         try:
             result = await _execute(runtime, request)
         finally:
             _current_call.reset(token)
-        if _listed_names(runtime, scope) != listed:
+        if _list_changed(listed, runtime.model_tools(scope).schemas):
             # Both channels: each era's transport drops what is not its own.
             await bus.publish(ToolsListChanged())
             await ctx.session.send_tool_list_changed()
@@ -325,9 +325,13 @@ def serve_registry(
     )
 
 
-def _listed_names(runtime: ToolRuntime, scope: ScopeKey | None) -> tuple[str, ...]:
-    """The names ``tools/list`` answers with now (a cached tuple while nothing changed)."""
-    return tuple(schema.name for schema in runtime.model_tools(scope).schemas)
+def _list_changed(before: tuple[ToolSchema, ...], after: tuple[ToolSchema, ...]) -> bool:
+    """Whether ``tools/list`` would now name other tools than it did.
+
+    The schemas tuple is the resolved view's own, the same object until the
+    registry changes, so a call that changed nothing costs one identity check.
+    """
+    return after is not before and [schema.name for schema in after] != [schema.name for schema in before]
 
 
 async def serve_stdio(
