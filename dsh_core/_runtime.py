@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
@@ -12,6 +13,7 @@ import pluggy
 from . import _pipeline, hookspecs
 from ._arguments_text import model_arguments
 from ._definition import ToolDefinition, ToolSchema, is_async_callable
+from ._events import send_event
 from ._execution import (
     EXCLUSIVE,
     PARALLEL,
@@ -24,6 +26,8 @@ from ._execution import (
 from ._orphans import OrphanedWork, OrphanTracker
 from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, Registry, ToolGuard, ToolRestriction, _View
 from ._waterfall import is_fatal
+
+_events_logger = logging.getLogger("dsh_core")
 
 __all__ = ["ApprovalService", "ModelTools", "ScopedToolRuntime", "ToolRuntime"]
 
@@ -146,6 +150,19 @@ class ToolRuntime:
 
         self._registry.run_code = build_run_code_tool(self)
         self._registry._changed(notify=False)
+
+    def send_event(self, event_type: str, data: Mapping[str, Any]) -> None:
+        """Deliver a plugin's side event to ``event_sink``, as the runtime delivers its own.
+
+        Nothing happens without a sink. A sink that raises is logged as a warning
+        (logger ``dsh_core``) and the caller goes on: an event records something
+        that already happened, and a broken recorder must not undo or hide it.
+        """
+        if type(event_type) is not str or not event_type:
+            raise TypeError(f"event_type must be a non-empty str, got {event_type!r}")
+        if not isinstance(data, Mapping):
+            raise TypeError(f"event data must be a Mapping, got {type(data).__name__}")
+        send_event(self.event_sink, event_type, data, _events_logger)
 
     # -- registration ------------------------------------------------------------
 

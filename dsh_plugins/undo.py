@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import inspect
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -54,7 +53,6 @@ MAX_ENTRIES: Final = 100_000
 
 DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": []}
 
-logger = logging.getLogger("dsh_plugins.undo")
 
 
 def _max_entries(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -217,14 +215,8 @@ class UndoLog:
         }
         if error is not None:
             data["error"] = error
-        sink = self.runtime.event_sink
-        if sink is None:
-            return
-        try:
-            sink(event_type, data)
-        except Exception as exc:
-            # The revert happened (or failed) either way: a broken recorder must not hide that from the caller.
-            logger.warning("event sink failed for %s: %s", event_type, exc)
+        # A broken sink is logged and ignored: the revert happened (or failed) either way.
+        self.runtime.send_event(event_type, data)
 
 
 @hookimpl

@@ -140,6 +140,21 @@ async def test_a_result_a_policy_blocked_after_the_body_ran_can_still_be_undone(
     assert (await log.undo())[0].reverted and state == []
 
 
+async def test_a_raising_event_sink_does_not_hide_the_undo(caplog: pytest.LogCaptureFixture) -> None:
+    state: list[str] = []
+    runtime, log, _ = with_undo(counter_tool("add", state))
+    expect_success(await runtime.execute(make_input("add", {"item": "a"}, call_id="c-a")))
+
+    def broken_sink(event_type: str, data: Mapping[str, Any]) -> None:
+        raise OSError("disk full")
+
+    runtime.event_sink = broken_sink
+    assert await log.undo() == [UndoOutcome(call_id="c-a", tool="add", reverted=True)]
+    assert state == []
+    assert log.entries() == ()
+    assert "event sink failed for tool/reverted: disk full" in caplog.text
+
+
 async def test_where_selects_the_entries_to_undo() -> None:
     state: list[str] = []
     runtime, log, _ = with_undo(counter_tool("add", state))

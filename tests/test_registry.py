@@ -443,6 +443,38 @@ def test_runtime_options_of_the_wrong_kind_are_refused(options: dict[str, object
     assert str(raised.value) == message
 
 
+def test_send_event_delivers_a_plugin_event_to_the_sink() -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+    runtime = ToolRuntime(event_sink=lambda event_type, data: seen.append((event_type, dict(data))))
+    runtime.send_event("my-plugin/flushed", {"rows": 3})
+    assert seen == [("my-plugin/flushed", {"rows": 3})]
+    ToolRuntime().send_event("my-plugin/flushed", {"rows": 3})  # no sink: nothing to deliver to
+
+
+def test_send_event_contains_a_raising_sink(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(event_type: str, data: object) -> None:
+        raise OSError("disk full")
+
+    ToolRuntime(event_sink=broken).send_event("my-plugin/flushed", {})
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("dsh_core", "WARNING", "event sink failed for my-plugin/flushed: disk full")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("event_type", "data", "message"),
+    [
+        ("", {}, "event_type must be a non-empty str, got ''"),
+        (None, {}, "event_type must be a non-empty str, got None"),
+        ("x/y", [("a", 1)], "event data must be a Mapping, got list"),
+    ],
+)
+def test_send_event_refuses_malformed_events(event_type: Any, data: Any, message: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        ToolRuntime(event_sink=lambda *_: None).send_event(event_type, data)
+    assert str(raised.value) == message
+
+
 def test_scoped_view_binds_scope() -> None:
     runtime = ToolRuntime()
     agent = Agent("a")
