@@ -78,6 +78,7 @@ from ._results import (
 from ._retry import AttemptTimedOut, RetryAttempt, RetryPolicy, TransientToolError
 from ._runtime import ApprovalService, ModelTools, ScopedToolRuntime, ToolRuntime
 from ._scheduling import run_tool_calls
+from ._schema._raw import RawSchema
 from ._session_log import SessionEvent, SessionLog, SessionLogError, SessionLogRead, TornLine, read_session_log
 from ._signal import CancelSignal
 from ._simulate import SimulatedCall, SimulationReport, SimulationRuntime, Verdict, simulate
@@ -134,6 +135,7 @@ __all__ = [
     "PostToolDecision",
     "PreToolDecision",
     "PresentationMode",
+    "RawSchema",
     "RefusedRegistration",
     "RegistrationError",
     "ReplayedCall",

@@ -12,11 +12,13 @@ import attrs
 
 from ._checks import callable_or_none, instance_of
 from ._content import ContentBlock, TextBlock, text_block
-from ._errors import NonJsonValueError
+from ._errors import JsonSchemaError, NonJsonValueError
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json
 from ._retry import RetryPolicy
 from ._schema._attrs_params import schema_from_attrs_class, structure_args
 from ._schema._dsl import parameter_schema_to_json_schema, value_schema_to_json_schema
+from ._schema._raw import RawSchema
+from ._schema._subset import assert_object_json_schema
 from ._schema._validate import CompiledValidator, compile_validator
 from ._suspension import can_suspend
 
@@ -72,9 +74,18 @@ def _schema_mapping(value: object) -> FrozenDict:
     return frozen
 
 
+def _output_schema(value: object, output: Any) -> FrozenDict:
+    if isinstance(value, RawSchema):
+        object.__setattr__(output, "_schema_is_raw", True)
+        return value.node
+    return _schema_mapping(value)
+
+
 def _tool_parameters(value: object, definition: Any) -> FrozenDict:
     # A host registering many raw definitions (from MCP, say) must learn which one is broken:
     # ``name`` is set before this runs (fields convert in order), so the error can say.
+    if isinstance(value, RawSchema):
+        return value.node
     try:
         return _schema_mapping(value)
     except NonJsonValueError as exc:
@@ -112,10 +123,15 @@ class ToolOutput:
     the pure projection to model-facing content (default: the value as text or
     compact JSON). ``presentation_meta(args, value)``, when given, computes
     replayable UI metadata for top-level calls only. For ``define_tool`` the
-    schema is written in the value DSL; a raw ``ToolDefinition`` takes raw JSON Schema.
+    schema is written in the value DSL, or given as a :class:`RawSchema`; a raw
+    ``ToolDefinition`` takes raw JSON Schema (a ``RawSchema`` too).
     """
 
-    schema: FrozenDict = attrs.field(converter=_schema_mapping)
+    # Set by the schema's converter when it was given as a RawSchema: define_tool then
+    # takes it as it is instead of compiling it as the DSL. (Declared first: attrs
+    # assigns defaults in declaration order, and the converter runs after this.)
+    _schema_is_raw: bool = attrs.field(init=False, default=False, eq=False, repr=False)
+    schema: FrozenDict = attrs.field(converter=attrs.Converter(_output_schema, takes_self=True))  # type: ignore[misc]
     render: Render = attrs.field(default=default_render, validator=_callable)
     presentation_meta: PresentationMeta | None = attrs.field(default=None, validator=callable_or_none)
 
@@ -342,8 +358,8 @@ def define_tool(
     *,
     name: str,
     description: str,
-    parameters: Mapping[str, Any] | type,
-    output: ToolOutput | Mapping[str, Any],
+    parameters: Mapping[str, Any] | type | RawSchema,
+    output: ToolOutput | Mapping[str, Any] | RawSchema,
     execute: Callable[..., Any],
     finalize_content: FinalizeContent | None = None,
     timeout_ms: float | None = None,
@@ -364,7 +380,9 @@ def define_tool(
     the latter case the body, renderers, presenters and classifiers receive a
     structured instance instead of the frozen dict. ``output`` is a
     :class:`ToolOutput` whose schema is a DSL value spec, or just the DSL value
-    spec (then the default renderer is used). ``execute`` may take ``(args)`` or
+    spec (then the default renderer is used). Either schema may instead be a
+    :class:`RawSchema`: JSON Schema already in the enforced subset, taken as it
+    is (parameters must be an object schema). ``execute`` may take ``(args)`` or
     ``(args, run)``; an ``async def`` body can await and be cancelled, a plain
     ``def`` body runs inline on the event loop (keep it quick: blocking work
     belongs in a worker thread). An ``async def`` body with no ``await`` is
@@ -414,13 +432,24 @@ def define_tool(
             raise TypeError(f'define_tool("{name}"): {option} must be callable or None, got {type(callback).__name__}')
 
     params_class: type | None = None
+    raw_parameters: Mapping[str, Any]
     if isinstance(parameters, type):
         params_class = parameters
         raw_parameters = schema_from_attrs_class(parameters)
+    elif isinstance(parameters, RawSchema):
+        try:
+            assert_object_json_schema(parameters.node)
+        except JsonSchemaError as exc:
+            raise JsonSchemaError([f'define_tool("{name}") parameters: {v}' for v in exc.violations]) from None
+        raw_parameters = parameters.node
     else:
         raw_parameters = parameter_schema_to_json_schema(parameters)
 
-    if isinstance(output, ToolOutput):
+    if isinstance(output, RawSchema):
+        raw_output = ToolOutput(schema=output)
+    elif isinstance(output, ToolOutput) and output._schema_is_raw:
+        raw_output = output
+    elif isinstance(output, ToolOutput):
         raw_output = ToolOutput(
             schema=value_schema_to_json_schema(output.schema),
             render=output.render,

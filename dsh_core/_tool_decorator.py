@@ -36,6 +36,7 @@ from ._definition import ToolDefinition, ToolOutput, default_render, define_tool
 from ._errors import SchemaSpecError
 from ._execution import ToolRunContext
 from ._schema._attrs_params import _first_text, value_schema_from_annotation
+from ._schema._raw import RawSchema
 
 __all__ = ["tool"]
 
@@ -73,24 +74,6 @@ def _docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
         elif current is not None:
             arguments[current] = (arguments[current] + " " + line.strip()).strip()
     return "\n".join(description).strip(), arguments
-
-
-def _raw_to_dsl(schema: dict[str, Any]) -> dict[str, Any]:
-    """A raw schema-subset node written as the author DSL ``define_tool`` takes for ``output``."""
-    node = dict(schema)
-    if not ({"type", "oneOf", "enum", "const"} & node.keys()):
-        node["type"] = "json"
-    required = set(node.pop("required", ()))
-    if "properties" in node:
-        node["properties"] = {
-            name: {**_raw_to_dsl(child), **({"required": True} if name in required else {})}
-            for name, child in node["properties"].items()
-        }
-    if "items" in node:
-        node["items"] = _raw_to_dsl(node["items"])
-    if "oneOf" in node:
-        node["oneOf"] = [_raw_to_dsl(branch) for branch in node["oneOf"]]
-    return node
 
 
 def _build(
@@ -134,7 +117,7 @@ def _build(
         raise SchemaSpecError(problems)
     arguments_class = attrs.make_class(f"{tool_name}_arguments", fields, frozen=True, slots=True)
     arguments_class.__module__ = getattr(fn, "__module__", __name__)
-    output_schema = _raw_to_dsl(value_schema_from_annotation(hints["return"], fn, f"{tool_name} -> return"))
+    output_schema = RawSchema(value_schema_from_annotation(hints["return"], fn, f"{tool_name} -> return"))
     names = tuple(fields)
 
     def keywords(args: Any, run: ToolRunContext | None) -> dict[str, Any]:
