@@ -53,7 +53,15 @@ from ._decisions import (
     Rewrite,
 )
 from ._definition import ToolContract, ToolDefinition, contract_of, default_block, default_render
-from ._errors import ErrorCode, NonJsonValueError, PolicyError, ToolArgsError, ToolNotFoundError, ToolOutputError
+from ._errors import (
+    DshError,
+    ErrorCode,
+    NonJsonValueError,
+    PolicyError,
+    ToolArgsError,
+    ToolNotFoundError,
+    ToolOutputError,
+)
 from ._events import send_event
 from ._execution import (
     ScopeKey,
@@ -237,6 +245,9 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
             )
         else:
             failure = failure_from_exception(exc, default_code=ErrorCode.INVALID_ARGS)
+        if collapsed and not signal.cancelled:
+            # The model called a code-only tool directly: its finaliser is not this call's.
+            finalizer = None
         return PreparedCall(execution, finalizer, hooks)._settle("final", failure)
 
     execution = new_execution(call_id, root_call_id, name, arguments, signal, ToolExecutionToken(), agent, parent)
@@ -287,6 +298,9 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
         if call.suspends:
             # One cancel scope for every stage that can suspend.
             await _scoped_stage(runtime, call, _stages)
+            if call.step == "post":
+                # The signal interrupted the gate or the dispatch.
+                await _scoped_stage(runtime, call, _post_stage)
         elif call.hooks.waterfalls_empty:
             # No listener, nothing that can suspend: the stages inline.
             if call.step == "policy":
@@ -327,13 +341,20 @@ async def _stages(runtime: ToolRuntime, call: PreparedCall) -> None:
 
 
 def _resolve_cancelled(call: PreparedCall) -> None:
-    """The caller's signal interrupted a stage: keep a specific failure, else abort."""
+    """The caller's signal interrupted a stage: keep a specific failure, else abort.
+
+    An interrupted gate or dispatch still goes to post-execute, as it does when
+    the gate or the body notices the cancellation itself and returns: whether a
+    post-execute listener sees an aborted call must not depend on where the
+    cancellation happened to land. (Its listeners run under the fired signal,
+    so one that awaits is interrupted in turn.)
+    """
     latest = call.latest
     if latest is None or not latest.is_error:
         contexts = tuple(call.deferred or ()) + (latest.additional_contexts if latest is not None else ())
-        call._settle("final", aborted_result(body_invoked=call.body_invoked, contexts=_dedupe(contexts)))
-    else:
-        call._settle("final", latest)
+        latest = aborted_result(body_invoked=call.body_invoked, contexts=_dedupe(contexts))
+    call.latest = latest
+    call._settle("post" if call.step in ("policy", "dispatch") else "final", latest)
 
 
 async def _scoped_stage(
@@ -971,10 +992,10 @@ def _finalized(call: PreparedCall, settled: ToolExecutionResult) -> ToolExecutio
         except BaseException as exc:
             if is_fatal(exc):
                 raise
+            # A DshError keeps its own code, as it does wherever else it is raised.
+            code = exc.code if isinstance(exc, DshError) and isinstance(exc.code, str) else ErrorCode.TOOL_ERROR
             result = failure_result(
-                f"finalize_content violated its total contract: {error_message(exc)}",
-                ErrorCode.TOOL_ERROR,
-                name=type(exc).__name__,
+                f"finalize_content violated its total contract: {error_message(exc)}", code, name=type(exc).__name__
             )
         if trace is not None:
             trace.add("finalize", "finalize_content", (settled, result))

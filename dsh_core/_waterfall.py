@@ -289,6 +289,8 @@ class HookChains:
 # returned its own outcome (or swallowed next()'s exception) from one that passed.
 _UNCALLED: Any = object()
 _PENDING: Any = object()
+# Its listener returned (or raised) without calling it: the chain it would start is over.
+_EXPIRED: Any = object()
 
 
 class _Next:
@@ -308,12 +310,16 @@ class _Next:
 
     @property
     def called(self) -> bool:
-        return self.result is not _UNCALLED
+        return self.result is not _UNCALLED and self.result is not _EXPIRED
 
     def __call__(self) -> Coroutine[Any, Any, Any]:
         if self.result is not _UNCALLED:
-            owner = self._chain._listeners[self._index - 1]
-            raise PolicyError(f"{owner.plugin_name}: next() may be called at most once per listener")
+            owner = self._chain._listeners[self._index - 1].plugin_name
+            if self.result is _EXPIRED:
+                # Kept and called later (after the call's result was published, say), it
+                # would run the rest of the chain, the body included, outside the call.
+                raise PolicyError(f"{owner}: next() called after its listener returned")
+            raise PolicyError(f"{owner}: next() may be called at most once per listener")
         self.result = _PENDING
         return self._chain._step(self._index, self)
 
@@ -379,9 +385,13 @@ class Chain:
                 else:
                     outcome = await listener.fn(self._first, self._second, nxt)
             except BaseException as exc:
+                if nxt.result is _UNCALLED:
+                    nxt.result = _EXPIRED
                 if not is_fatal(exc):
                     self._blame(exc, listener)
                 raise
+            if nxt.result is _UNCALLED:
+                nxt.result = _EXPIRED
             if outcome is not nxt.result:
                 problem = self._check(outcome)
                 if problem is not None:

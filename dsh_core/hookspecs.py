@@ -22,8 +22,11 @@ name matches no spec (a typo) is refused at registration, unless it is marked
 ``next``, an argument-less coroutine function that runs the rest of the chain
 (ending in the built-in default) and returns its outcome. Return that outcome,
 return your own to short-circuit everything inner, or inspect and change it.
-``next`` may be awaited at most once; a second call, a wrong return type, or
-an exception makes the call fail with ``POLICY_ERROR`` naming your plugin
+``next`` may be awaited at most once, and only while your listener runs: a
+second call, or a call of a ``next`` kept after your listener returned, raises
+``PolicyError`` and runs nothing (the inner chain never runs twice, nor outside
+its call). Left uncaught, that error, a wrong return type or any other
+exception makes the call fail with ``POLICY_ERROR`` naming your plugin
 (``ToolErrorInfo.plugin``), never lets it through.
 
 **Cost**: the runtime reads each listener's code once. A listener whose
@@ -97,9 +100,12 @@ async def dsh_pre_execute(
 
     Async listeners should watch ``execution.signal``; the runtime re-checks
     cancellation after the waterfall settles (``ABORTED_BEFORE_DISPATCH``) but
-    never abandons a running listener. A raising listener fails the call
-    (``POLICY_ERROR`` unless it raised a ``DshError`` with its own code) and
-    post-execute does not run.
+    never abandons a running listener. When the signal fires while a listener
+    awaits, trio interrupts that await (``trio.Cancelled``: let it propagate);
+    the call then ends ``ABORTED_BEFORE_DISPATCH`` and post-execute sees that,
+    as it does when a listener notices the cancellation and returns. A raising
+    listener fails the call (``POLICY_ERROR`` unless it raised a ``DshError``
+    with its own code) and post-execute does not run.
     """
     raise NotImplementedError
 
@@ -115,7 +121,12 @@ async def dsh_execute(
     inside every wrapper, an outer deadline bounding all the attempts.
 
     ``next()`` returns the normalised result of the inner wrappers and the body;
-    a raising body arrives as a failure result, not an exception. A wrapper may
+    a raising body arrives as a failure result, not an exception. The caller's
+    signal firing during the body is trio's cancellation, not a result: it
+    raises ``trio.Cancelled`` out of ``next()`` (let it propagate; a ``finally``
+    restoring the signal runs), and post-execute then sees the call ``ABORTED``.
+    A signal of the wrapper's own firing (a deadline) comes back from ``next()``
+    as an ``ABORTED`` result instead. A wrapper may
     assign ``execution.signal`` (and should restore it before returning); the
     runtime fuses the caller's signal back in before the body, so replacing it
     cannot detach caller cancellation. No other field can be assigned.

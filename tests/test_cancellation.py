@@ -433,6 +433,112 @@ async def test_exactly_one_result_per_call_when_cancelled_at_each_point(autojump
     assert recorder.hooks.count("dsh_result") == len(expected)
 
 
+class PostWitness:
+    """A post-execute listener recording the code of every result it is shown."""
+
+    def __init__(self) -> None:
+        self.seen: list[str | None] = []
+
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: ToolExecutionResult, next: Next) -> Any:
+        self.seen.append(code(result) if result.is_error else None)
+        return await next()
+
+
+class SleepingPre:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        await trio.sleep(50)  # interrupted by the runtime's scope
+        return await next()
+
+
+class NoticingPre:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        with trio.CancelScope(shield=True):
+            await execution.signal.wait()  # notices, and returns
+        return await next()
+
+
+class AskAlways:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        return Ask()
+
+
+class SlowApproval:
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        await trio.sleep(1000)
+        return "allowed-once"
+
+
+async def _noticing_body(args: Any, run: ToolRunContext) -> str:
+    with trio.CancelScope(shield=True):
+        await run.signal.wait()
+    return "done"
+
+
+async def _sleeping_body(args: Any, run: ToolRunContext) -> str:
+    await trio.sleep(100)
+    return "done"
+
+
+WHERE_THE_CANCEL_LANDS = {
+    "a body that is interrupted": (_sleeping_body, [], "ABORTED"),
+    "a body that notices and returns": (_noticing_body, [], "ABORTED"),
+    "a pre-execute listener that is interrupted": (_sleeping_body, [SleepingPre()], "ABORTED_BEFORE_DISPATCH"),
+    "a pre-execute listener that notices": (_sleeping_body, [NoticingPre()], "ABORTED_BEFORE_DISPATCH"),
+    "an approval that is interrupted": (_sleeping_body, [AskAlways()], "ABORTED_BEFORE_DISPATCH"),
+}
+
+
+@pytest.mark.parametrize("scheduled", [False, True], ids=["execute", "run_tool_calls"])
+@pytest.mark.parametrize("where", list(WHERE_THE_CANCEL_LANDS))
+async def test_post_execute_sees_an_aborted_call_wherever_the_cancel_landed(
+    autojump_clock: trio.testing.MockClock, where: str, scheduled: bool
+) -> None:
+    from dsh_core import run_tool_calls
+
+    body, plugins, expected = WHERE_THE_CANCEL_LANDS[where]
+    witness = PostWitness()
+    runtime = make_runtime(
+        json_tool("t", body, output={"type": "string"}), plugins=[*plugins, witness], approval=SlowApproval()
+    )
+    signal = CancelSignal()
+    request = make_input("t", signal=signal, agent=Agent("a"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 3)
+        result = (await run_tool_calls(runtime, [request]))[0] if scheduled else await runtime.execute(request)
+    assert code(result) == expected
+    assert witness.seen == [expected]
+    assert trio.current_time() == pytest.approx(3)
+
+
+async def test_a_post_execute_listener_that_awaits_after_the_cancel_is_interrupted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    interrupted: list[str | None] = []
+
+    class AuditsSlowly:
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: ToolExecutionResult, next: Next) -> Any:
+            try:
+                await trio.sleep(10)
+            except trio.Cancelled:
+                interrupted.append(code(result))
+                raise
+            return await next()
+
+    runtime = make_runtime(json_tool("t", _sleeping_body, output={"type": "string"}), plugins=[AuditsSlowly()])
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 3)
+        result = await runtime.execute(make_input("t", signal=signal))
+    assert code(result) == "ABORTED"
+    assert interrupted == ["ABORTED"]
+    assert trio.current_time() == pytest.approx(3)
+
+
 def test_cancel_signal_reason_and_fusion() -> None:
     a, b = CancelSignal(), CancelSignal()
     fused = CancelSignal.any(a, b)

@@ -37,6 +37,7 @@ from dsh_core import (
     Deny,
     DshError,
     ImageBlock,
+    PolicyError,
     TextBlock,
     ToolDispatchExecution,
     ToolErrorInfo,
@@ -54,6 +55,7 @@ from dsh_core import (
     run_tool_calls,
 )
 from dsh_core._json import safe_repr
+from dsh_core._results import failure_from_exception
 from dsh_core.presentation import GenericCallView, TerminalCallView
 from dsh_core.testing import StaticApproval, expect_failure, json_tool, make_input, make_runtime
 
@@ -109,7 +111,6 @@ def runtime_with(*plugins: object, tool: Tool | None = None, **options: Any) -> 
     for index, plugin in enumerate(plugins):
         runtime.plugins.register(plugin, name=FAULTY if index == 0 else f"{FAULTY}-{index}")
     return runtime, tool
-
 
 
 def info(result: ToolExecutionResult) -> tuple[str | None, str | None, str | None]:
@@ -415,6 +416,54 @@ async def test_second_next_error_can_be_caught_and_the_first_outcome_kept(hook: 
     assert isinstance(result, ToolExecutionSuccess)
     assert json_equal(result.value, {"echo": {"a": 1}})
     assert tool.entered == 1
+
+
+def _keeps_next(hook: str, kept: list[Next]) -> object:
+    """A listener that keeps its ``next`` for later and short-circuits without calling it."""
+    if hook == "dsh_post_execute":
+
+        async def post(execution: ToolExecution, result: Any, next: Next) -> Any:
+            kept.append(next)
+            return Accept()
+
+        return listener(hook, post)
+
+    async def other(execution: Any, next: Next) -> Any:
+        kept.append(next)
+        if hook == "dsh_pre_execute":
+            return Deny("not now")
+        return failure_from_exception(RuntimeError("not now"))
+
+    return listener(hook, other)
+
+
+@pytest.mark.parametrize("hook", ["dsh_pre_execute", "dsh_execute", "dsh_post_execute"])
+async def test_a_next_kept_after_its_listener_returned_runs_nothing(hook: str) -> None:
+    kept: list[Next] = []
+    runtime, tool = runtime_with(_keeps_next(hook, kept))
+    await run(runtime)
+    entered = tool.entered
+    with pytest.raises(PolicyError) as raised:
+        await kept[0]()
+    assert str(raised.value) == f"{FAULTY}: next() called after its listener returned"
+    assert tool.entered == entered  # the body did not run outside its call
+
+
+async def test_a_kept_pre_execute_next_called_from_a_later_stage_fails_that_call() -> None:
+    kept: list[Next] = []
+
+    async def pre(execution: Any, next: Next) -> Any:
+        kept.append(next)
+        return Allow()
+
+    async def post(execution: ToolExecution, result: Any, next: Next) -> Any:
+        await kept[-1]()
+        return await next()
+
+    runtime, _ = runtime_with(listener("dsh_pre_execute", pre), listener("dsh_post_execute", post))
+    result = await run(runtime)
+    assert info(result) == ("POLICY_ERROR", "PolicyError", f"{FAULTY}-1")
+    assert expect_failure(result).error.message == f"{FAULTY}: next() called after its listener returned"
 
 
 async def test_pre_listener_that_never_calls_next_still_lets_guards_run() -> None:
@@ -854,6 +903,22 @@ async def test_faulty_finalize_content_becomes_one_failure_and_runs_once(
     assert info(result) == ("TOOL_ERROR", name, None)
     assert expect_failure(result).error.message == f"finalize_content violated its total contract: {why}"
     await still_serving(runtime)
+
+
+async def test_a_finalizer_raising_a_dsh_error_keeps_its_code() -> None:
+    class LedgerDown(DshError):
+        code = "LEDGER_DOWN"
+
+    def finalize(execution: ToolExecution, result: ToolExecutionResult) -> Any:
+        raise LedgerDown("cannot record the outcome")
+
+    runtime, _ = runtime_with(tool=Tool(finalize_content=finalize))
+    result = await run(runtime)
+    assert info(result) == ("LEDGER_DOWN", "LedgerDown", None)
+    assert (
+        expect_failure(result).error.message
+        == "finalize_content violated its total contract: cannot record the outcome"
+    )
 
 
 async def test_finalize_content_may_replace_content_with_images() -> None:

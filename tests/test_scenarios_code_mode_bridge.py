@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -832,6 +833,21 @@ async def test_model_direct_native_call_under_code_is_unknown_with_the_route_bac
         "UNKNOWN_TOOL",
     )
     assert calls == []
+
+
+@pytest.mark.parametrize("cancelled", [False, True])
+async def test_a_collapsed_call_with_non_json_arguments_keeps_its_finalizer_only_when_aborted(cancelled: bool) -> None:
+    """f.1 step 4: the finalizer is dropped for a collapsed call unless its signal had already fired."""
+    finalized: list[bool] = []
+    tool = attrs.evolve(echo_tool(), finalize_content=lambda execution, result: finalized.append(result.is_error))
+    runtime, _, _ = setup(None, tool)
+    signal = CancelSignal()
+    if cancelled:
+        signal.cancel()
+    result = await runtime.execute(make_input("echo", {"value": {1, 2}}, signal=signal))
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.error.message.startswith("tool execution arguments must be losslessly JSON-serializable")
+    assert finalized == ([True] if cancelled else [])
 
 
 async def test_pre_aborted_collapsed_call_is_aborted_before_dispatch() -> None:
