@@ -7,6 +7,7 @@ tuple of the message, the attribute, the type and the value; these say
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -14,7 +15,7 @@ import attrs
 
 from ._json import safe_repr
 
-__all__ = ["callable_or_none", "instance_of", "one_of"]
+__all__ = ["callable_or_none", "instance_of", "one_of", "positive_finite"]
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
@@ -46,3 +47,16 @@ def callable_or_none(instance: Any, attribute: attrs.Attribute[Any], value: Any)
     """The field must be callable, or ``None``."""
     if value is not None and not callable(value):
         raise TypeError(f"{type(instance).__name__}.{attribute.name} must be callable or None, got {type(value).__name__}")
+
+
+def positive_finite(value: object) -> bool:
+    """Whether ``value`` is a real number above zero (not a bool, not NaN or infinite).
+
+    An ``int`` of any size is finite: ``math.isfinite`` would overflow on one
+    beyond a float's range instead of answering.
+    """
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value > 0
+    return isinstance(value, float) and math.isfinite(value) and value > 0

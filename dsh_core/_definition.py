@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 import attrs
 
-from ._checks import callable_or_none, instance_of
+from ._checks import callable_or_none, instance_of, positive_finite
 from ._content import ContentBlock, TextBlock, text_block
 from ._errors import JsonSchemaError, NonJsonValueError
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json
@@ -139,7 +138,7 @@ class ToolOutput:
 def _positive_timeout(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+    if not positive_finite(value):
         name = getattr(instance, "name", "?")
         raise TypeError(f'tool "{name}" timeout_ms must be a positive finite number, got {value!r}')
 
@@ -411,9 +410,7 @@ def define_tool(
     Raises ``SchemaSpecError``/``JsonSchemaError`` for bad schemas and
     ``TypeError`` for a non-positive or non-finite ``timeout_ms``.
     """
-    if timeout_ms is not None and (
-        type(timeout_ms) not in (int, float) or not math.isfinite(timeout_ms) or timeout_ms <= 0
-    ):
+    if timeout_ms is not None and (type(timeout_ms) not in (int, float) or not positive_finite(timeout_ms)):
         raise TypeError(f'define_tool("{name}"): timeout_ms must be a positive finite number, got {timeout_ms!r}')
 
     if not callable(execute):

@@ -128,10 +128,7 @@ def check_definition(definition: object) -> ToolDefinition:
             f"register() takes a ToolDefinition (see define_tool), got {type(definition).__name__}"
         )
     name = definition.name
-    if name == RUN_CODE_NAME:
-        raise RegistrationError(
-            f'tool name "{RUN_CODE_NAME}" is reserved for the Code Mode transport and cannot be registered or shadowed'
-        )
+    # The schemas first, as in the original: a broken definition is reported as broken whatever its name.
     try:
         assert_object_json_schema(definition.parameters)
     except JsonSchemaError as exc:
@@ -140,7 +137,19 @@ def check_definition(definition: object) -> ToolDefinition:
         assert_supported_json_schema(definition.output.schema)
     except JsonSchemaError as exc:
         raise JsonSchemaError([f'tool "{name}" output: {v}' for v in exc.violations]) from None
+    if name == RUN_CODE_NAME:
+        raise RegistrationError(
+            f'tool name "{RUN_CODE_NAME}" is reserved for the Code Mode transport and cannot be registered or shadowed'
+        )
     return definition
+
+
+def _remove(entries: list[Any], entry: object) -> None:
+    """Remove ``entry`` itself (equal entries are distinct registrations) if it is still there."""
+    for index, existing in enumerate(entries):
+        if existing is entry:
+            del entries[index]
+            return
 
 
 class Registry:
@@ -162,7 +171,10 @@ class Registry:
     def _layer(self, scope: ScopeKey | None, *, create: bool) -> _Layer | None:
         if scope is None:
             return self._global
-        layer = self._layers.get(scope)
+        try:
+            layer = self._layers.get(scope)
+        except TypeError:
+            raise TypeError(f"a scope must be None, an Agent or a hashable key, got {type(scope).__name__}") from None
         if layer is None and create:
             layer = self._layers[scope] = _Layer()
         return layer
@@ -178,6 +190,24 @@ class Registry:
         self.version += 1
         if notify:
             self._on_change()
+
+    def _announce(self, undo: Callable[[], object], scope: ScopeKey | None) -> None:
+        """Notify a change just made; a tools-change listener that raises refuses it.
+
+        The change is then undone (and that announced) before the listener's
+        error reaches the caller, who gets no disposer: a change kept without
+        one could never be taken back.
+        """
+        try:
+            self._changed()
+        except BaseException as refusal:
+            undo()
+            self._reclaim(scope)
+            try:
+                self._changed()
+            finally:
+                # The refusal is the caller's answer, not a second failure of the same listener.
+                raise refusal
 
     def register(self, definition: object, scope: ScopeKey | None) -> Disposer:
         tool = check_definition(definition)
@@ -199,14 +229,11 @@ class Registry:
                 self._reclaim(scope)
                 self._changed()
 
-        try:
-            self._changed()
-        except BaseException:
-            # A tools-change listener refused the change: roll the insertion back.
-            del layer.tools[tool.name]
-            self._reclaim(scope)
-            self._changed()
-            raise
+        def refused() -> None:
+            if layer.tools.get(tool.name) is tool:
+                del layer.tools[tool.name]
+
+        self._announce(refused, scope)
         return Disposer(unregister)
 
     def restrict(self, restriction: ToolRestriction, scope: ScopeKey | None) -> Disposer:
@@ -253,7 +280,7 @@ class Registry:
                 self._reclaim(scope)
                 self._changed()
 
-        self._changed()
+        self._announce(lambda: _remove(layer.restrictions, restriction), scope)
         return Disposer(lift)
 
     def guard(self, guard: ToolGuard, scope: ScopeKey | None) -> Disposer:
@@ -301,7 +328,11 @@ class Registry:
                 self._reclaim(scope)
                 self._changed()
 
-        self._changed()
+        def refused() -> None:
+            if layer.mode == mode:
+                layer.mode = None
+
+        self._announce(refused, scope)
         return Disposer(restore)
 
     def defer(self, patterns: Iterable[str], scope: ScopeKey | None) -> Disposer:
@@ -327,7 +358,7 @@ class Registry:
                         self._changed()
                         return
 
-        self._changed()
+        self._announce(lambda: _remove(layer.deferring, entry), scope)
         return Disposer(undefer)
 
     def load(self, names: Iterable[str], scope: ScopeKey | None) -> Disposer:
@@ -350,20 +381,23 @@ class Registry:
         for name in wanted:
             layer.loaded[name] = layer.loaded.get(name, 0) + 1
 
+        def release(holder: _Layer) -> None:
+            for name in wanted:
+                count = holder.loaded.get(name, 0)
+                if count <= 1:
+                    holder.loaded.pop(name, None)
+                else:
+                    holder.loaded[name] = count - 1
+
         def unload() -> None:
             current = self._layer(scope, create=False)
             if current is None:
                 return
-            for name in wanted:
-                count = current.loaded.get(name, 0)
-                if count <= 1:
-                    current.loaded.pop(name, None)
-                else:
-                    current.loaded[name] = count - 1
+            release(current)
             self._reclaim(scope)
             self._changed()
 
-        self._changed()
+        self._announce(lambda: release(layer), scope)
         return Disposer(unload)
 
     # -- resolution ------------------------------------------------------------

@@ -70,7 +70,10 @@ def _number(value: object) -> float | None:
     """``value`` as a finite float when it is a finite int or float (not a bool), else ``None``."""
     if type(value) not in (int, float):
         return None
-    number = float(value)  # type: ignore[arg-type]
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int beyond a float's range
+        return None
     return number if math.isfinite(number) else None
 
 

@@ -217,10 +217,11 @@ class ToolRuntime:
 
     def present_as(self, mode: PresentationMode, scope: ScopeKey) -> Disposer:
         """Present ``scope``'s tools in ``mode`` (nearest declaration on the chain wins)."""
-        disposer = self._registry.present_as(mode, scope)
-        if mode != "native" and self._registry.run_code is None:
+        if mode in ("code", "both") and self._registry.run_code is None:
+            # Before the change is announced: a listener reading the scope's tools then sees run_code.
+            # (Installed for good: only a scope presented in code or both ever shows it.)
             self._install_code_mode()
-        return self._recorded(disposer)
+        return self._recorded(self._registry.present_as(mode, scope))
 
     def defer_tools(self, patterns: Iterable[str], scope: ScopeKey | None = None) -> Disposer:
         """Defer the tools matching these names or globs (``"demo__*"``) for ``scope`` and below.
@@ -461,3 +462,9 @@ class ScopedToolRuntime:
 
     def effective_mode(self) -> PresentationMode:
         return self._runtime.effective_mode(self.scope)
+
+    def names(self) -> list[str]:
+        return self._runtime.names(self.scope)
+
+    def model_tools(self) -> ModelTools:
+        return self._runtime.model_tools(self.scope)

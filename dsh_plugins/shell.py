@@ -244,7 +244,8 @@ class _Bash:
     async def run(self, args: Any) -> dict[str, Any]:
         command: str = args["command"]
         requested = args.get("timeout_ms")
-        if requested is not None and not (requested >= 1 and math.isfinite(requested)):
+        # An int of any size is finite (math.isfinite would overflow on a huge one from the model).
+        if requested is not None and not (requested >= 1 and (type(requested) is int or math.isfinite(requested))):
             raise ShellError(f"timeout_ms must be at least 1, got {requested!r}")
         budget_ms = self.settings.timeout_ms if requested is None else min(int(requested), self.settings.timeout_ms)
         shell = shutil.which(self.settings.shell)

@@ -82,11 +82,14 @@ a tool declaring a larger ``timeout_ms`` fails each call with ``POLICY_ERROR``
 
 def format_ms(ms: float) -> str:
     """``5`` and ``5.0`` as ``5``, ``2.5`` as ``2.5`` (the way a budget reads in messages)."""
+    if type(ms) is int and ms.bit_length() > 64:
+        # Beyond a float's range (and, past 4300 digits, beyond what str() will print).
+        return f"about 2**{ms.bit_length() - 1}"
     return str(int(ms)) if float(ms).is_integer() else repr(float(ms))
 
 
 def _check_budget(ms: float, what: str) -> str | None:
-    if type(ms) not in (int, float) or not math.isfinite(ms) or ms <= 0:
+    if type(ms) not in (int, float) or not (ms > 0 if type(ms) is int else math.isfinite(ms) and ms > 0):
         return f"{what} must be a positive finite number of milliseconds, got {ms!r}"
     if ms > MAX_TIMEOUT_MS:
         return (

@@ -260,6 +260,8 @@ async def test_two_runtimes_do_not_share_settings(autojump_clock: trio.testing.M
         ({"default_ms": -1}, "positive finite"),
         ({"default_ms": 0}, "positive finite"),
         ({"default_ms": float("inf")}, "positive finite"),
+        ({"default_ms": float("nan")}, "positive finite"),
+        ({"default_ms": True}, "expected a number"),
         ({"default_ms": 3e9}, "maximum of 2147483647 ms"),
         ({"default_ms": "30s"}, "expected a number"),
         ({"deafult_ms": 10}, 'unknown key "deafult_ms"'),
@@ -280,11 +282,15 @@ async def test_budget_above_the_maximum_fails_the_call_clearly_without_running_i
         ran.append(True)
         return "ok"
 
-    runtime = with_timeout(json_tool("forever", body, timeout_ms=3e9))
+    runtime = with_timeout(json_tool("forever", body, timeout_ms=3e9), json_tool("beyond", body, timeout_ms=10**400))
     result = expect_failure(await runtime.execute(make_input("forever")))
     assert result.code == "POLICY_ERROR"
     assert result.error.info is not None and result.error.info.plugin == "timeout-policy"
     assert 'tool "forever" timeout_ms = 3000000000 ms exceeds' in result.error.message
+    # An int beyond any float: the same clear failure, not an OverflowError from formatting it.
+    beyond = expect_failure(await runtime.execute(make_input("beyond")))
+    assert beyond.code == "POLICY_ERROR"
+    assert 'tool "beyond" timeout_ms = about 2**1328 ms exceeds' in beyond.error.message
     assert ran == []
 
 

@@ -373,6 +373,95 @@ def test_failing_tools_change_listener_rolls_registration_back() -> None:
     assert runtime.schemas() == []
 
 
+class RefuseWhileArmed:
+    """A tools-change listener that raises while ``armed`` (and counts every notification)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.notified = 0
+
+    @hookimpl
+    def dsh_tools_change(self) -> None:
+        self.notified += 1
+        if self.armed:
+            self.armed = False  # refuses once; the rollback's own notification goes through
+            raise RuntimeError("listener refuses")
+
+
+REFUSABLE_CHANGES = {
+    "restrict": lambda rt, agent: rt.restrict(ToolRestriction(deny=["a"]), agent),
+    "present_as": lambda rt, agent: rt.present_as("code", agent),
+    "defer_tools": lambda rt, agent: rt.defer_tools(["a"], agent),
+    "load_tools": lambda rt, agent: rt.load_tools(["b"], agent),
+    "register": lambda rt, agent: rt.register(json_tool("c"), agent),
+}
+
+
+@pytest.mark.parametrize("change", list(REFUSABLE_CHANGES))
+def test_a_change_a_listener_refuses_is_rolled_back_and_announced(change: str) -> None:
+    runtime = ToolRuntime()
+    runtime.register(json_tool("a"))
+    runtime.register(define_tool(name="b", description="d", parameters={}, output={"type": "json"},
+                                 execute=lambda args: None, defer_loading=True))  # fmt: skip
+    agent = Agent("x")
+    listener = RefuseWhileArmed()
+    runtime.plugins.register(listener)
+    before = [schema.name for schema in runtime.schemas(agent)]
+    listener.armed = True
+    with pytest.raises(RuntimeError, match="listener refuses"):
+        REFUSABLE_CHANGES[change](runtime, agent)
+    assert listener.notified == 2  # the refused change, then its rollback
+    assert [schema.name for schema in runtime.schemas(agent)] == before == ["a"]
+    assert [schema.name for schema in runtime.model_tools(agent).schemas] == ["a"]
+    assert runtime.get("a", agent) is not None
+    # Nothing was left behind without a disposer: the same change can be made again, and undone.
+    with REFUSABLE_CHANGES[change](runtime, agent):
+        assert [schema.name for schema in runtime.schemas(agent)] != before
+    assert [schema.name for schema in runtime.schemas(agent)] == before
+
+
+def test_a_change_listener_sees_run_code_when_a_scope_is_first_presented_in_code() -> None:
+    runtime = ToolRuntime()
+    runtime.register(json_tool("echo"))
+    agent = Agent("x")
+    seen: list[list[str]] = []
+
+    class Watcher:
+        @hookimpl
+        def dsh_tools_change(self) -> None:
+            seen.append([schema.name for schema in runtime.schemas(agent)])
+
+    runtime.plugins.register(Watcher())
+    runtime.present_as("code", agent)
+    assert seen == [["echo", "run_code"]]
+
+
+def test_a_broken_schema_is_reported_before_the_reserved_name() -> None:
+    broken = raw_tool("run_code", output=ToolOutput(schema={"type": "weird"}))
+    with pytest.raises(JsonSchemaError, match='tool "run_code" output'):
+        ToolRuntime().register(broken)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda rt: rt.register(json_tool("x"), ["not", "hashable"]),
+        lambda rt: rt.guard(lambda execution: None, ["not", "hashable"]),
+        lambda rt: rt.present_as("code", ["not", "hashable"]),
+        lambda rt: rt.defer_tools(["x"], ["not", "hashable"]),
+        lambda rt: rt.restrict(ToolRestriction(deny=["x"]), ["not", "hashable"]),
+        lambda rt: rt.schemas(["not", "hashable"]),
+    ],
+    ids=["register", "guard", "present_as", "defer_tools", "restrict", "schemas"],
+)
+def test_an_unhashable_scope_is_refused_the_same_way_everywhere(change: Any) -> None:
+    runtime = ToolRuntime()
+    runtime.register(json_tool("x"))
+    with pytest.raises(TypeError) as raised:
+        change(runtime)
+    assert str(raised.value) == "a scope must be None, an Agent or a hashable key, got list"
+
+
 @pytest.mark.parametrize("bad", [0, -1, math.inf, math.nan, "5", True])
 def test_timeout_ms_must_be_positive_finite(bad: object) -> None:
     with pytest.raises(TypeError, match="timeout_ms must be a positive finite number"):
@@ -484,6 +573,8 @@ def test_scoped_view_binds_scope() -> None:
     assert view.get("mine") is tool
     assert runtime.get("mine") is None
     assert [s.name for s in view.schemas()] == ["mine"]
+    assert view.names() == ["mine"] and runtime.names() == []
+    assert [s.name for s in view.model_tools().schemas] == ["mine"]
 
 
 def test_scope_id_names_scopes_for_files_that_outlive_the_process() -> None:

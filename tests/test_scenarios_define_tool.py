@@ -646,6 +646,27 @@ def test_define_tool_refuses_a_non_positive_or_non_finite_timeout(bad: float) ->
     assert str(caught.value) == f'define_tool("b"): timeout_ms must be a positive finite number, got {bad!r}'
 
 
+@pytest.mark.parametrize("bad", [float("nan"), True, "5", None.__class__], ids=["nan", "bool", "str", "type"])
+def test_define_tool_refuses_a_timeout_that_is_not_a_number(bad: Any) -> None:
+    with pytest.raises(TypeError) as caught:
+        define_tool(name="b", description="", parameters={}, output={"type": "null"}, execute=_none_body,
+                    timeout_ms=bad)  # fmt: skip
+    assert str(caught.value) == f'define_tool("b"): timeout_ms must be a positive finite number, got {bad!r}'
+
+
+def test_an_int_timeout_beyond_a_floats_range_is_finite_and_kept() -> None:
+    """Python ints have no infinity: 10**400 is a (silly) finite budget, not an OverflowError."""
+    huge = 10**400
+    defined = define_tool(name="b", description="", parameters={}, output={"type": "null"}, execute=_none_body,
+                          timeout_ms=huge)  # fmt: skip
+    assert defined.timeout_ms == huge
+    assert ToolDefinition(name="r", description="", parameters={"type": "object"}, output=ToolOutput(schema={}),
+                          execute=_args_and_run, timeout_ms=huge).timeout_ms == huge  # fmt: skip
+    with pytest.raises(TypeError, match="timeout_ms must be a positive finite number, got -"):
+        ToolDefinition(name="r", description="", parameters={"type": "object"}, output=ToolOutput(schema={}),
+                       execute=_args_and_run, timeout_ms=-huge)  # fmt: skip
+
+
 def _args_only(args: Any) -> None:
     return None
 

@@ -150,6 +150,11 @@ async def test_the_deadline_argument_is_capped_by_the_configured_maximum(tmp_pat
     assert value["timed_out"] is True and value["timeout_ms"] == 300
 
 
+async def test_a_deadline_argument_beyond_any_float_is_capped_too(tmp_path: Path) -> None:
+    value = ok(await bash(tmp_path, {"command": "true", "timeout_ms": 10**400}, timeout_ms=5_000))
+    assert value["timed_out"] is False and value["timeout_ms"] == 5_000
+
+
 async def test_a_fast_command_is_not_timed_out(tmp_path: Path) -> None:
     value = ok(await bash(tmp_path, {"command": "true", "timeout_ms": 5_000}))
     assert value["timed_out"] is False and value["exit_code"] == 0

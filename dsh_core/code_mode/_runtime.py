@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import contextlib
 import keyword
-import math
 import os
 import re
 import signal
@@ -66,7 +65,7 @@ from typing import Any, ClassVar, Final, Literal, Protocol, TypeAlias
 import attrs
 import trio
 
-from .._checks import instance_of, one_of
+from .._checks import instance_of, one_of, positive_finite
 from .._errors import NonJsonValueError
 from .._json import JsonValue, snapshot_json
 from .._jsoncodec import decode_json, encode_json
@@ -201,7 +200,7 @@ def _check_namespace(global_name: str, error_class_name: str) -> None:
 
 
 def _positive_budget(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+    if not positive_finite(value):
         raise ValueError(f"{attribute.name} must be a positive finite number of seconds, not {value!r}")
 
 
