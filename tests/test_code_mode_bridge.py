@@ -7,6 +7,7 @@ the real clock with short budgets.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -163,6 +164,81 @@ async def test_exclusive_sub_call_is_a_barrier(autojump_clock: trio.testing.Mock
     assert spans["r1"][0] == spans["r2"][0] == pytest.approx(0)
     assert spans["w"] == (pytest.approx(1), pytest.approx(2))
     assert spans["r3"][0] == pytest.approx(2)
+
+
+async def test_one_sub_calls_post_execute_never_overlaps_the_next_ones_pre_execute(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """h.5: starts and commits share one ordered lane; only dispatches overlap."""
+    spans: list[tuple[str, str, float, float]] = []
+
+    class SlowPolicies:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            if execution.parent is None:
+                return await next()  # run_code itself
+            start = trio.current_time()
+            await trio.sleep(0.5 if execution.call_id.endswith(":2") else 0.1)
+            spans.append(("pre", execution.call_id[-1], start, trio.current_time()))
+            return await next()
+
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+            if execution.parent is None:
+                return await next()  # run_code itself
+            start = trio.current_time()
+            await trio.sleep(0.3)
+            spans.append(("post", execution.call_id[-1], start, trio.current_time()))
+            return await next()
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        values = await gather(*[lambda i=i: tools["read"]({"id": str(i)}) for i in (1, 2, 3)])()
+        return CodeRunResult(value=values, has_value=True)
+
+    runtime, _ = code_runtime(program, sleepy("read", 0.01, {}, parallel=True))
+    runtime.plugins.register(SlowPolicies())
+    result = await runtime.execute(run_code())
+    assert result.value["result"] == ("1", "2", "3")  # type: ignore[index]
+    ordered = sorted(spans, key=lambda span: span[2])
+    for (_, _, _, end), (_, _, start, _) in itertools.pairwise(ordered):
+        assert start >= end - 1e-9, ordered  # no two ordered stages at once
+    assert [(stage, number) for stage, number, _, _ in ordered if stage == "post"] == [
+        ("post", "1"), ("post", "2"), ("post", "3")
+    ]  # fmt: skip
+
+
+async def test_a_slow_dispatch_log_holds_back_later_starts_not_the_programs_value(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """h.5/h.6: the binding resolves first; while no log slot is free, the next sub-call waits to start."""
+    returned: list[float] = []
+    started: list[float] = []
+
+    class SlowLog:
+        @hookimpl
+        async def dsh_code_dispatch_log(self, dispatch: Any, next: Next) -> Any:
+            await trio.sleep(0.5)
+            return await next()
+
+    async def echo(args: Any) -> Any:
+        started.append(trio.current_time())
+        return args
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        for index in range(4):
+            await tools["echo"]({"i": index})
+            returned.append(trio.current_time())
+        return CodeRunResult()
+
+    runtime, events = code_runtime(program, json_tool("echo", echo), max_parallel_sub_calls=1)
+    runtime.plugins.register(SlowLog())
+    result = await runtime.execute(run_code(agent=Agent("a")))
+    assert not result.is_error
+    # Each value reaches the program as soon as its call commits; the log backlog delays the next start.
+    assert [round(at - start, 6) for at, start in zip(returned, started, strict=True)] == [0, 0, 0, 0]
+    assert started == [pytest.approx(0), pytest.approx(0), pytest.approx(0.5), pytest.approx(1.0)]
+    assert [event for event, _ in events].count("tool/code-dispatch") == 4
+    assert trio.current_time() == pytest.approx(2.0)  # the run waits for the last log
 
 
 async def test_denied_sub_call_reaches_the_program_as_an_error() -> None:
@@ -492,6 +568,9 @@ def test_pretty_json_caps_indentation_and_survives_deep_values() -> None:
     rendered = pretty_json(nested)
     assert max(len(line) - len(line.lstrip()) for line in rendered.splitlines()) <= 10
     assert "[[1,2]]" in rendered.replace(" ", "")
+    # Past the indentation cap containers are compact, with no space after "," or ":".
+    assert "\n          [[1,2]]\n" in rendered
+    assert '\n          {"k":"v","n":[1,2]}\n' in pretty_json([[[[[{"k": "v", "n": [1, 2]}]]]]])
     deep: Any = []
     for _ in range(5000):
         deep = [deep]

@@ -36,6 +36,7 @@ from .._errors import CodeRunFailedError, DshError, NonJsonValueError
 from .._events import send_event
 from .._execution import Exclusive, ToolExecution, ToolExecutionInput, ToolRunContext, input_of
 from .._json import JsonValue, json_text, snapshot_json
+from .._jsoncodec import encode_json
 from .._results import ToolExecutionResult, ToolExecutionSuccess, error_message
 from .._signal import CancelSignal
 from .._waterfall import Chain, Listener, is_fatal
@@ -72,7 +73,10 @@ class _ProgramFacingError(Exception):
 
 
 class _Ticket:
-    __slots__ = ("call", "done", "error", "exclusive", "name", "number", "request", "started", "sub_call_id", "value")
+    __slots__ = (
+        "call", "dispatched", "done", "error", "exclusive", "name", "number", "request", "started", "sub_call_id",
+        "value",
+    )  # fmt: skip
 
     def __init__(self, number: int, sub_call_id: str, name: str, request: ToolExecutionInput) -> None:
         self.number = number
@@ -81,6 +85,7 @@ class _Ticket:
         self.request = request
         self.exclusive = False
         self.started = False
+        self.dispatched = False  # its dispatch stage is over: it waits to commit
         self.call: _pipeline.PreparedCall | None = None
         self.done: trio.Event | None = None  # only a ticket run by a worker task is waited for
         self.value: JsonValue = None
@@ -88,7 +93,14 @@ class _Ticket:
 
 
 class _Lane:
-    """The per-run scheduler state; every change wakes the waiting tickets."""
+    """The per-run scheduler state; every change wakes the waiting tickets.
+
+    One ordered lane: a start (the start event and pre-execute) and a commit
+    (post-execute and finish) never run at the same time, and a commit that is
+    ready goes before the next start; only dispatches overlap. ``busy`` is held
+    by whichever ordered stage runs. ``log_backlog`` counts settled sub-calls
+    waiting for a log slot: they hold back later starts, never a program's value.
+    """
 
     def __init__(self, runtime: ToolRuntime, cap: int, run_signal: CancelSignal) -> None:
         self.runtime = runtime
@@ -96,7 +108,8 @@ class _Lane:
         self.run_signal = run_signal
         self.pending: deque[_Ticket] = deque()
         self.commits: deque[_Ticket] = deque()
-        self.starting = False
+        self.busy = False
+        self.log_backlog = 0
         self.in_flight = 0
         self.exclusive_active = False
         self._changed: trio.Event | None = None  # created only while someone waits for a change
@@ -116,8 +129,10 @@ class _Lane:
     def may_start(self, ticket: _Ticket) -> bool:
         if self.run_signal.cancelled:
             return True  # the worker abandons it
-        if not self.pending or self.pending[0] is not ticket or self.starting or self.exclusive_active:
+        if not self.pending or self.pending[0] is not ticket or self.busy or self.exclusive_active:
             return False
+        if self.log_backlog or (self.commits and self.commits[0].dispatched):
+            return False  # logs to make room for, or a commit to run first
         ticket.exclusive = isinstance(self.runtime.execution_mode(ticket.request), Exclusive)
         if ticket.exclusive:
             return self.in_flight == 0 and not self.commits
@@ -208,7 +223,7 @@ class _Bridge:
         """Whether a sub-call submitted now would start and commit at once (nothing else in the lane)."""
         lane = self.lane
         return not (
-            lane.pending or lane.commits or lane.in_flight or lane.starting or lane.exclusive_active
+            lane.pending or lane.commits or lane.in_flight or lane.busy or lane.exclusive_active or lane.log_backlog
         ) and not self.run_signal.cancelled
 
     def quiet(self, name: str) -> bool:
@@ -258,7 +273,7 @@ class _Bridge:
                 return
             lane.pending.popleft()
             ticket.started = True
-            lane.starting = True
+            lane.busy = True
             lane.in_flight += 1
             lane.commits.append(ticket)
             if ticket.exclusive:
@@ -283,7 +298,7 @@ class _Bridge:
                     ticket.exclusive = True
                     lane.exclusive_active = True
             finally:
-                lane.starting = False
+                lane.busy = False
                 lane.notify()
             if ticket.exclusive and not (lane.in_flight == 1 and lane.commits[0] is ticket):
                 await lane.wait_until(lambda: lane.in_flight == 1 and lane.commits[0] is ticket)
@@ -291,11 +306,14 @@ class _Bridge:
                 await _pipeline.dispatch(runtime, call)
             finally:
                 lane.in_flight -= 1
+                ticket.dispatched = True
                 lane.notify()
-            await lane.wait_until(lambda: lane.commits[0] is ticket)
+            await lane.wait_until(lambda: lane.commits[0] is ticket and not lane.busy)
+            lane.busy = True
             try:
                 result = await _pipeline.finalize(runtime, call)
             finally:
+                lane.busy = False
                 lane.commits.popleft()
                 if ticket.exclusive:
                     lane.exclusive_active = False
@@ -307,8 +325,16 @@ class _Bridge:
             elif self.logging_is_instant(listeners):
                 await self.log(ticket, logged_arguments, result, started_at, slot=False)
             else:
-                # A slow log listener must not hold the program's reply back.
-                await lane.log_slots.acquire_on_behalf_of(ticket)
+                # A slow log listener never holds the program's value back: the program
+                # goes on, and while the log has no slot, later sub-calls wait to start.
+                if ticket.done is not None:
+                    ticket.done.set()
+                lane.log_backlog += 1
+                try:
+                    await lane.log_slots.acquire_on_behalf_of(ticket)
+                finally:
+                    lane.log_backlog -= 1
+                    lane.notify()
                 self.nursery.start_soon(self.log, ticket, logged_arguments, result, started_at)
         finally:
             if ticket.done is not None:
@@ -443,7 +469,7 @@ def pretty_json(value: JsonValue) -> str:
             out.append(item)
             continue
         if isinstance(item, (dict, list, tuple)) and depth >= _INDENT_CAP_DEPTH:
-            out.append(json_text(item))  # type: ignore[arg-type]  # a container of JSON
+            out.append(encode_json(item, ascii_only=False))  # compact: [1,2], {"k":"v"}
             continue
         if isinstance(item, dict):
             if not item:
