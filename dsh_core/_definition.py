@@ -11,7 +11,7 @@ import attrs
 
 from ._checks import callable_or_none, instance_of, positive_finite
 from ._content import ContentBlock, TextBlock, text_block
-from ._errors import JsonSchemaError, NonJsonValueError
+from ._errors import JsonSchemaError, NonJsonValueError, ToolArgsError
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json
 from ._retry import RetryPolicy
 from ._schema._attrs_params import schema_from_attrs_class, structure_args
@@ -518,7 +518,13 @@ def define_tool(
         def checked(args: Any, *rest: Any) -> Any:
             if validate_args(args):
                 return fallback
-            return fn(typed(args), *rest)
+            try:
+                typed_args = typed(args)
+            except ToolArgsError:
+                # Valid for the schema but not for the class (a dict[str, int] holding a string):
+                # as soft as a schema violation; the body's call reports it.
+                return fallback
+            return fn(typed_args, *rest)
 
         checked.__name__ = getattr(fn, "__name__", "checked")
         checked.__qualname__ = getattr(fn, "__qualname__", "checked")

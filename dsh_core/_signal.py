@@ -81,7 +81,11 @@ class CancelSignal:
 
     @classmethod
     def any(cls, *signals: CancelSignal) -> CancelSignal:
-        """A signal that fires when any of ``signals`` fires, with the first one's reason.
+        """A signal that fires when any of ``signals`` fires, with the reason of the one that fired first.
+
+        First in time, also when several had fired before fusing (``AbortSignal.any``
+        would take the first in argument order then): the reason reports what
+        actually stopped the work.
 
         Fusing is lazy (the fused signal asks its sources), so fusing costs nothing
         until somebody waits on the result.

@@ -24,9 +24,12 @@ READ_TOOL_NAME: Final = "read_spilled_output"
 DEFAULT_MAX_LINES: Final = 200
 # A window always has room for some text, even under a tiny max_inline_bytes.
 MIN_BUDGET: Final = 256
-# Room left in the budget for the rendered header line, and per line for its number.
+# Room left in the budget for the rendered header line, and per line for its number (a
+# first estimate: every answer is measured as rendered and trimmed to the cap, see _fit).
 _HEADER_ROOM: Final = 160
 _LINE_ROOM: Final = 8
+# How much of a `contains` text the header quotes.
+_SEARCH_SHOWN: Final = 40
 
 
 class SpillReadError(DshError, ValueError):
@@ -114,7 +117,8 @@ def read_spilled(
             text = raw.decode("utf-8", errors="surrogatepass").rstrip("\n")
             if contains is not None and contains not in text:
                 continue
-            size = _encoded_size(text) + _LINE_ROOM
+            # The rendered line: its number padded to six digits (more past 999 999), a tab, a newline.
+            size = _encoded_size(text) + max(_LINE_ROOM, len(str(number)) + 2)
             if len(lines) == max_lines or (lines and used + size > budget):
                 next_line = number
                 continue
@@ -139,17 +143,22 @@ def read_spilled(
     }
 
 
+def _shown(search: str) -> str:
+    # The model wrote it and may have written a lot: the header quotes only its start.
+    return repr(search) if len(search) <= _SEARCH_SHOWN else repr(search[:_SEARCH_SHOWN]) + "..."
+
+
 def _render(args: Any, value: Any) -> list[TextBlock]:
     lines = value["lines"]
     total = value["total_lines"]
     search = args.get("contains")
     if not lines:
-        where = f" containing {search!r}" if search is not None else ""
+        where = f" containing {_shown(search)}" if search is not None else ""
         return [TextBlock(f"[no lines{where} from line {args.get('start_line', 1)} of {total}]")]
     body = "\n".join(f"{line['number']:>6}\t{line['text']}" for line in lines)
     span = f"lines {lines[0]['number']}-{lines[-1]['number']} of {total}"
     if search is not None:
-        span = f"{len(lines)} line(s) containing {search!r}, {span}"
+        span = f"{len(lines)} line(s) containing {_shown(search)}, {span}"
     notes = []
     if value["next_line"] is not None:
         notes.append(f"more from start_line={value['next_line']}")
@@ -159,13 +168,42 @@ def _render(args: Any, value: Any) -> list[TextBlock]:
     return [TextBlock(f"[{span}{suffix}]\n{body}")]
 
 
+def _rendered_size(args: Any, value: dict[str, Any]) -> int:
+    return _encoded_size(_render(args, value)[0].text)
+
+
+def _fit(args: Any, value: dict[str, Any], cap: int) -> dict[str, Any]:
+    """``value`` with lines dropped from its end (then its one line cut) until its answer fits ``cap`` bytes.
+
+    The policy never spills this tool's answers, so this is what bounds them.
+    Only a cap smaller than the header itself (a notice would not fit either,
+    so nothing spills under it) leaves an answer over it.
+    """
+    lines: list[dict[str, Any]] = value["lines"]
+    while len(lines) > 1 and _rendered_size(args, value) > cap:
+        dropped = lines.pop()["number"]
+        value["next_line"] = dropped
+        if dropped in value["cut_lines"]:
+            value["cut_lines"].remove(dropped)
+    excess = _rendered_size(args, value) - cap
+    if lines and excess > 0:
+        line = lines[0]
+        line["text"] = _cut(line["text"], max(_encoded_size(line["text"]) - excess, 0))
+        if line["number"] not in value["cut_lines"]:
+            value["cut_lines"].append(line["number"])
+        excess = _rendered_size(args, value) - cap
+        if excess > 0:  # the note about the cut line took room too
+            line["text"] = _cut(line["text"], max(_encoded_size(line["text"]) - excess, 0))
+    return value
+
+
 def read_tool(directory: str, max_inline_bytes: int) -> ToolDefinition:
     """The ``read_spilled_output`` tool for spills saved in ``directory``."""
     budget = max(max_inline_bytes - _HEADER_ROOM, MIN_BUDGET)
     line_counts: dict[tuple[str, int, int], int] = {}
 
     async def execute(args: Any) -> dict[str, Any]:
-        return await trio.to_thread.run_sync(
+        value = await trio.to_thread.run_sync(
             lambda: read_spilled(
                 directory,
                 args["path"],
@@ -176,6 +214,7 @@ def read_tool(directory: str, max_inline_bytes: int) -> ToolDefinition:
                 line_counts=line_counts,
             )
         )
+        return _fit(args, value, max_inline_bytes)
 
     return define_tool(
         name=READ_TOOL_NAME,

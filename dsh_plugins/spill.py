@@ -102,12 +102,17 @@ def _non_negative(instance: object, attribute: attrs.Attribute[int | None], valu
         raise ValueError(f"max_inline_bytes must be a non-negative integer (got {value})")
 
 
+def _directory(instance: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is not None and (not value or "\x00" in value):
+        raise ValueError(f"directory must be a non-empty path without NUL characters (got {value!r})")
+
+
 @attrs.frozen(kw_only=True)
 class SpillSettings:
     """The ``[plugins.spill]`` table."""
 
     max_inline_bytes: int | None = attrs.field(default=None, validator=_non_negative)
-    directory: str | None = None
+    directory: str | None = attrs.field(default=None, validator=_directory)
     read_tool: bool = True
 
 
@@ -155,7 +160,8 @@ def bounded_replacement(text: str, cap: int, locator: str, reader: str | None = 
 
     def notice(omitted: int) -> str:
         return (
-            f"[{omitted} of {total} bytes omitted here. The full output ({lines} lines, {total} bytes) is saved "
+            f"[{omitted} of {total} bytes omitted here. The full output ({lines} line{'' if lines == 1 else 's'}, "
+            f"{total} bytes) is saved "
             f"at {locator}; read it in parts {how}(a range of lines, or a search) rather than all at once.]"
         )
 
@@ -249,7 +255,8 @@ class SpillPolicy:
             return None
         try:
             path: str = await trio.to_thread.run_sync(self.store.save, call_id, tool, text)
-        except OSError as exc:
+        except Exception as exc:
+            # Not only OSError: whatever breaks in the machinery, the result it was bounding stands.
             logger.warning(
                 "spill-policy: cannot save the %s of %s (%s): %s; keeping the inline content", label, tool, call_id, exc
             )

@@ -549,6 +549,8 @@ def test_cancel_signal_reason_and_fusion() -> None:
     assert CancelSignal.any(a) is a
     with pytest.raises(TypeError, match="fires through its sources"):
         fused.cancel()
+    # Fused after both fired: still the one that fired first, whatever the argument order.
+    assert CancelSignal.any(a, b).reason == "b first"
 
 
 @pytest.mark.parametrize("fires", ["caller", "deadline"])

@@ -20,7 +20,8 @@ from dsh_core import (
     ToolRuntime,
     hookimpl,
 )
-from dsh_core.testing import expect_failure, json_tool, make_input, make_runtime
+from dsh_core.code_mode import CodeRunResult
+from dsh_core.testing import FakeCodeRuntime, expect_failure, json_tool, make_input, make_runtime
 from dsh_plugins import timeout
 
 Next = Callable[[], Awaitable[ToolExecutionResult]]
@@ -446,3 +447,62 @@ async def test_a_wrapper_is_told_whether_the_dispatch_can_suspend() -> None:
     await runtime.execute(make_input("instant"))
     await runtime.execute(make_input("slow"))
     assert seen == {"instant": False, "slow": True}
+
+
+# -- Code Mode ------------------------------------------------------------------------------
+
+
+def code_mode_runtime(program: Any, *tools: Any, config: dict[str, Any]) -> ToolRuntime:
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    for tool in tools:
+        runtime.register(tool)
+    timeout.dsh_setup(runtime, config)
+    return runtime
+
+
+def run_code_input() -> Any:
+    return make_input("run_code", {"code": "...", "description": "timed"}, call_id="outer")
+
+
+async def test_a_sub_call_past_its_own_budget_times_out_inside_the_program(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    outcomes: list[str] = []
+
+    async def program(tools: Any) -> CodeRunResult:
+        try:
+            await tools["slow"]({})
+        except Exception as error:
+            outcomes.append(str(error))
+        outcomes.append(await tools["fast"]({}))
+        return CodeRunResult(value=outcomes, has_value=True)
+
+    runtime = code_mode_runtime(
+        program, sleeper("slow", timeout_ms=2000), sleeper("fast", seconds=1, output={"type": "string"}), config={}
+    )
+    result = await runtime.execute(run_code_input())
+    assert not result.is_error
+    assert outcomes == ["tool call timed out after 2000ms", "done"]
+    assert trio.current_time() == pytest.approx(3)
+
+
+async def test_the_run_codes_own_deadline_aborts_the_sub_call_in_flight(autojump_clock: trio.testing.MockClock) -> None:
+    seen: list[str | None] = []
+
+    class Outcomes:
+        @hookimpl
+        def dsh_result(self, execution: Any, result: ToolExecutionResult) -> None:
+            if execution.parent is not None:
+                seen.append(result.error.info.code if result.is_error and result.error.info else None)
+
+    async def program(tools: Any) -> CodeRunResult:
+        await tools["slow"]({})
+        return CodeRunResult()
+
+    runtime = code_mode_runtime(program, sleeper("slow", timeout_ms=10_000), config={"default_ms": 5000})
+    runtime.plugins.register(Outcomes())
+    result = expect_failure(await runtime.execute(run_code_input()))
+    assert result.code == "TOOL_TIMEOUT"
+    assert result.error.message == "tool call timed out after 5000ms"
+    assert seen == ["ABORTED"]  # the sub-call was stopped by the run's end, not by a budget of its own
+    assert trio.current_time() == pytest.approx(5)

@@ -131,10 +131,35 @@ async def test_reclassification_before_each_start_honours_registry_changes() -> 
     assert [r.is_error for r in results] == [False, True, False]
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "2"])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, False])
 async def test_max_parallel_must_be_positive_integer(bad: Any) -> None:
     with pytest.raises(ValueError, match="max_parallel must be a positive integer"):
         await run_tool_calls(make_runtime(), [], max_parallel=bad)
+
+
+async def test_a_max_parallel_beyond_the_batch_is_just_no_limit(autojump_clock: trio.testing.MockClock) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+    runtime = make_runtime(timed_tool("read", 1, spans, parallel=True))
+    await run_tool_calls(runtime, [make_input("read", {"id": str(i)}) for i in range(5)], max_parallel=10**100)
+    assert trio.current_time() == pytest.approx(1)
+
+
+async def test_a_raising_classifier_makes_its_calls_exclusive_not_failed(autojump_clock: trio.testing.MockClock) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+
+    def broken(args: Any) -> bool:
+        raise RuntimeError("classifier broke")
+
+    async def body(args: Any) -> str:
+        start = trio.current_time()
+        await trio.sleep(1)
+        spans[args["id"]] = (start, trio.current_time())
+        return args["id"]
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "string"}, is_concurrency_safe=broken))
+    results = await run_tool_calls(runtime, [make_input("t", {"id": str(i)}) for i in range(3)])
+    assert [result.value for result in results] == ["0", "1", "2"]  # type: ignore[union-attr]
+    assert [spans[str(i)] for i in range(3)] == [(i, i + 1) for i in range(3)]  # one at a time, in order
 
 
 async def test_items_that_are_not_inputs_are_refused_before_any_call_runs() -> None:

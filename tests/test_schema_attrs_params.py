@@ -582,3 +582,51 @@ def test_dict_values_are_enforced_by_structuring_not_by_the_schema() -> None:
     assert validate_json_schema_value(schema_from_attrs_class(cls), args) == ()
     with pytest.raises(ToolArgsError):
         structure_args(cls, args)
+
+
+async def test_soft_callbacks_fall_back_when_valid_arguments_do_not_structure() -> None:
+    """b.6: presenters and the classifier never raise on arguments the class refuses; the call itself says why."""
+    from dsh_core import define_tool
+    from dsh_core.testing import expect_failure, make_input, make_runtime
+
+    cls = _one_field(dict[str, int])
+    seen: list[Any] = []
+
+    def classify(args: Any) -> bool:
+        seen.append(args)
+        return True
+
+    tool = define_tool(
+        name="t",
+        description="d",
+        parameters=cls,
+        output={"type": "json"},
+        execute=lambda args: None,
+        is_concurrency_safe=classify,
+        present_call=lambda args: seen.append(args),
+        resource_keys=lambda args: seen.append(args),
+    )
+    refused = snapshot_json({"x": {"k": "v"}})
+    assert tool.is_concurrency_safe is not None and tool.present_call is not None
+    assert tool.resource_keys is not None
+    assert tool.is_concurrency_safe(refused) is False
+    assert tool.present_call(refused) is None
+    assert tool.resource_keys(refused) is None
+    assert seen == []  # never called with what the class refuses
+    assert tool.is_concurrency_safe(snapshot_json({"x": {"k": 1}})) is True
+    failure = expect_failure(await make_runtime(tool).execute(make_input("t", {"x": {"k": "v"}})))
+    assert failure.code == "INVALID_ARGS"
+
+
+def test_annotations_nested_past_the_recursion_limit_are_a_schema_spec_error() -> None:
+    deep: Any = int
+    for _ in range(3000):
+        deep = list[deep]
+    cls = _one_field(deep)
+    with pytest.raises(SchemaSpecError, match="annotations nested too deeply"):
+        schema_from_attrs_class(cls)
+
+    def fn() -> None: ...
+
+    with pytest.raises(SchemaSpecError, match="annotations nested too deeply"):
+        _attrs_params.value_schema_from_annotation(deep, fn, "f -> return")

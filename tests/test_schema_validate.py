@@ -115,6 +115,12 @@ SERVERS = {
         pytest.param(OBJECT, {"x": math.nan}, '"value" must be a lossless JSON object', id="object-nan-inside"),
         pytest.param(OBJECT, {1: "a"}, '"value" must be a lossless JSON object', id="object-int-key"),
         pytest.param(
+            {"type": "object", "additionalProperties": False},
+            {1: "a"},
+            '"value" must be a lossless JSON object',
+            id="closed-object-int-key",  # not '"value.1" is not a declared property': 1 is no JSON key
+        ),
+        pytest.param(
             {"type": "object", "properties": {"a": ANY}},
             {"a": 1, "b": {2}},
             '"value" must be a lossless JSON object',

@@ -185,6 +185,24 @@ async def test_a_save_failure_keeps_the_original_and_warns(tmp_path: Path, caplo
     assert "cannot save the result of dump" in caplog.text and "keeping the inline content" in caplog.text
 
 
+async def test_any_failure_of_the_store_keeps_the_original(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    class BrokenStore(spill.SpillStore):
+        def save(self, call_id: str, tool: str, text: str) -> str:
+            raise UnicodeEncodeError("utf-8", text, 0, 1, "surrogates not allowed")
+
+    runtime = make_runtime(text_tool("dump", BIG))
+    runtime.plugins.register(SpillPolicy(CAP, BrokenStore(str(tmp_path))))
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.spill"):
+        result = await runtime.execute(make_input("dump"))
+    assert isinstance(result, ToolExecutionSuccess) and only_text(result) == BIG
+    assert "cannot save the result of dump" in caplog.text
+
+
+async def test_a_one_line_output_says_line(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", "z" * 5000))
+    assert "(1 line, 5000 bytes)" in only_text(await runtime.execute(make_input("dump")))
+
+
 async def test_a_cap_too_small_for_the_notice_keeps_the_original(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -282,6 +300,12 @@ def test_the_policy_registers_under_its_name(tmp_path: Path) -> None:
 def test_an_invalid_max_inline_bytes_fails_the_load(value: object, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         spill.dsh_setup(make_runtime(), {"max_inline_bytes": value})
+
+
+@pytest.mark.parametrize("directory", ["", "/tmp/a\x00b"], ids=["empty", "nul"])
+def test_an_unusable_directory_fails_the_load(directory: str) -> None:
+    with pytest.raises(ConfigError, match="directory must be a non-empty path without NUL characters"):
+        spill.dsh_setup(make_runtime(), {"max_inline_bytes": 100, "directory": directory})
 
 
 @given(text=st.text(min_size=1, max_size=400), cap=st.integers(min_value=0, max_value=600))

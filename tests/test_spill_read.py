@@ -159,6 +159,44 @@ async def test_answers_of_the_read_tool_are_never_spilled_even_under_a_tiny_cap(
     assert sorted(os.listdir(tmp_path / "spill")) == files_before
 
 
+async def test_a_long_contains_text_is_quoted_short_and_the_answer_stays_within_the_cap(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    path = await spilled(runtime)
+    for needle in ("x" * 40_000, "é" * 3_000, "line 0001"):
+        text = only_text(expect_success(await read(runtime, path=path, contains=needle)))
+        assert len(text.encode()) <= CAP, (needle[:10], len(text.encode()))
+    text = only_text(expect_success(await read(runtime, path=path, contains="x" * 40_000)))
+    assert text == f"[no lines containing {'x' * 40!r}... from line 1 of 500]"
+
+
+async def test_answers_with_line_numbers_of_seven_digits_stay_within_the_cap(tmp_path: Path) -> None:
+    lines = 1_010_000
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", "ab\n" * lines), cap=32768)
+    path = await spilled(runtime)
+    result = expect_success(await read(runtime, path=path, start_line=1_000_000, max_lines=100_000))
+    text = only_text(result)
+    assert len(text.encode()) <= 32768
+    numbers = [line["number"] for line in result.value["lines"]]
+    assert numbers == list(range(1_000_000, 1_000_000 + len(numbers)))
+    assert result.value["next_line"] == numbers[-1] + 1
+    assert f"\n{1_000_000}\tab\n" in text
+
+
+@pytest.mark.parametrize("cap", [400, 600, 2000])
+async def test_every_window_fits_a_small_cap_and_together_they_read_everything(tmp_path: Path, cap: int) -> None:
+    long_lines = "".join(f"{n:04d} " + "y" * (n * 37 % 900) + "\n" for n in range(1, 60))
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", long_lines), cap=cap)
+    path = await spilled(runtime)
+    start: int | None = 1
+    seen: list[int] = []
+    while start is not None:
+        result = expect_success(await read(runtime, path=path, start_line=start))
+        assert len(only_text(result).encode()) <= cap
+        seen.extend(line["number"] for line in result.value["lines"])
+        start = result.value["next_line"]
+    assert seen == list(range(1, 60))
+
+
 async def test_the_policy_never_spills_its_readers_answers(tmp_path: Path) -> None:
     runtime = make_runtime(text_tool("reader", BIG), text_tool("other", BIG))
     policy = spill.SpillPolicy(CAP, spill.SpillStore(str(tmp_path)), reader="reader")

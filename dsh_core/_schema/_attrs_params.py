@@ -107,10 +107,19 @@ def value_schema_from_annotation(annotation: object, owner: Callable[..., Any], 
     """
     deriver = _Deriver()
     namespace = type("_AnnotationOwner", (), {"__module__": getattr(owner, "__module__", __name__)})
-    derived = deriver.type_schema(annotation, namespace, path, frozenset())
+    try:
+        derived = deriver.type_schema(annotation, namespace, path, frozenset())
+    except RecursionError:
+        raise SchemaSpecError([_too_deep(path)]) from None
     if deriver.errors or derived is None:
         raise SchemaSpecError(deriver.errors)
     return derived[0]
+
+
+def _too_deep(path: str) -> str:
+    # Python types are walked the way cattrs structures them, recursively; JSON schemas of any
+    # depth are fine (RawSchema or the DSL), annotations this deep are not.
+    return f"{path}: annotations nested too deeply to derive a schema from (past Python's recursion limit)"
 
 
 def structure_args(cls: type[T], args: Mapping[str, object]) -> T:
@@ -148,7 +157,10 @@ def _derive(cls: type) -> _Derived:
     if not attrs.has(cls):
         raise SchemaSpecError([f"{cls!r} is not an attrs class"])
     deriver = _Deriver()
-    schema = deriver.class_schema(cls, cls.__qualname__, frozenset({cls}))
+    try:
+        schema = deriver.class_schema(cls, cls.__qualname__, frozenset({cls}))
+    except RecursionError:
+        raise SchemaSpecError([_too_deep(cls.__qualname__)]) from None
     if deriver.errors or schema is None:
         raise SchemaSpecError(deriver.errors)
     try:

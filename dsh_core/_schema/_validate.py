@@ -215,10 +215,11 @@ def _start(frame: _Frame) -> list[str] | None:
             if name in value  # type: ignore[operator]
         ]
         if node.get("additionalProperties") is False:
+            # A key that is not a str is not a property at all: the object check at the end reports it.
             frame.tail = [
                 f'"{_child_path(path, key)}" is not a declared property (additionalProperties: false)'
                 for key in value  # type: ignore[attr-defined]
-                if key not in properties
+                if type(key) is str and key not in properties
             ]
         return None
     if schema_type == "array":
@@ -270,6 +271,9 @@ def _finish(frame: _Frame) -> list[str]:
         return [f'"{_label(frame.path)}" must match exactly one oneOf branch (matched {frame.matches})']
     violations = frame.violations
     violations.extend(frame.tail)
+    if frame.kind == _OBJECT and type(frame.value) is dict and any(type(key) is not str for key in frame.value):
+        violations.append(f'"{_label(frame.path)}" must be a lossless JSON object')
+        return violations
     if violations or frame.kind == _ARRAY:
         # Every element of an items-checked array was validated, and a valid
         # child is lossless JSON, so nothing is left to check.
