@@ -1,8 +1,11 @@
 """Lossless JSON values: the one materialisation boundary of the pipeline.
 
 Every walk here uses an explicit work stack, never Python recursion, so values
-nested hundreds of thousands of levels deep snapshot, thaw, compare and hash
-without reaching the interpreter's recursion limit.
+nested hundreds of thousands of levels deep snapshot, thaw, compare (with
+:func:`json_equal`, and ``FrozenDict.__eq__``, which uses it), hash and print
+without reaching the interpreter's recursion limit. Arrays are plain tuples:
+``==`` between two of them is Python's own tuple comparison, recursive and not
+JSON-strict (``(True,) == (1,)``); compare arrays with :func:`json_equal`.
 """
 
 from __future__ import annotations
@@ -107,7 +110,11 @@ class FrozenDict(dict[str, "JsonValue"]):
         return cached
 
     def __repr__(self) -> str:
-        return f"FrozenDict({dict.__repr__(self)})"
+        try:
+            return f"FrozenDict({dict.__repr__(self)})"
+        except RecursionError:
+            # Too deep for the builtin repr: the same content, as JSON text.
+            return f"FrozenDict({json_text(self)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrozenDict, (thaw(self),))

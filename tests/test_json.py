@@ -403,3 +403,13 @@ def test_deep_refusal_at_the_bottom() -> None:
     with pytest.raises(NonJsonValueError) as caught:
         snapshot_json(source)
     assert caught.value.path == "$" + ".k" * DEEP + ".bad"
+
+
+def test_a_deep_frozen_dict_prints_without_recursion_error() -> None:
+    value: Any = {}
+    for _ in range(50_000):
+        value = {"a": value}
+    text = repr(snapshot_json(value))
+    assert text.startswith("FrozenDict({'a': FrozenDict(")
+    assert text.count('"a"') + text.count("'a'") == 50_000
+    assert repr(snapshot_json({"a": [1, True]})) == "FrozenDict({'a': (1, True)})"
