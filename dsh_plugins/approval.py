@@ -109,7 +109,8 @@ def _card(execution: ToolExecution, view: CallView | None, max_lines: int) -> st
             source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
             lines += difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{diff.path}", lineterm="")
     elif isinstance(view, TerminalCallView):
-        if len(view.title) <= SHORT_LIMIT and "\n" not in view.title and view.cwd is None:
+        # Measured as the question shows it: escaping (a zero-width space becomes \u200b) lengthens it.
+        if len(_one_line(view.title)) <= SHORT_LIMIT and "\n" not in view.title and view.cwd is None:
             return ""
         lines = [f"$ {line}" for line in view.title.splitlines() or [""]]
         if view.cwd is not None:
@@ -123,7 +124,7 @@ def _card(execution: ToolExecution, view: CallView | None, max_lines: int) -> st
         lines = text.splitlines()
     else:
         compact = json_text(execution.arguments)
-        if len(compact) <= SHORT_LIMIT:
+        if len(_one_line(compact)) <= SHORT_LIMIT:
             return ""
         lines = json_text(execution.arguments, indent=2).splitlines()
     if len(lines) > max_lines:

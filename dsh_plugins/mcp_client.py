@@ -566,16 +566,30 @@ def _result_text(result: mcp_types.CallToolResult) -> str:
 
 
 def _effects_of(annotations: Any) -> ToolEffects | None:
-    """A server's tool annotations as ToolEffects (``None``: it declared none)."""
-    if annotations is None:
+    """A server's tool annotations as ToolEffects (``None``: it declared none).
+
+    Annotations that carry no hint (a title alone) declare nothing, so rules for
+    undeclared tools apply. A hint left out takes the MCP specification's
+    default, which assumes the worst: ``destructiveHint`` true unless the tool
+    is read-only, ``openWorldHint`` true.
+    """
+    hints = (
+        annotations.read_only_hint,
+        annotations.destructive_hint,
+        annotations.idempotent_hint,
+        annotations.open_world_hint,
+    ) if annotations is not None else (None, None, None, None)  # fmt: skip
+    if all(hint is None for hint in hints):
         return None
-    destructive = annotations.destructive_hint is True
+    read_only_hint, destructive_hint, idempotent_hint, open_world_hint = hints
+    read_only = read_only_hint is True
+    # Contradictory hints (read-only and destructive): trust the more dangerous one.
+    destructive = destructive_hint is True if read_only else destructive_hint is not False
     return ToolEffects(
-        # Contradictory hints: trust the more dangerous one.
-        read_only=annotations.read_only_hint is True and not destructive,
+        read_only=read_only and not destructive,
         destructive=destructive,
-        idempotent=annotations.idempotent_hint is True,
-        open_world=annotations.open_world_hint is True,
+        idempotent=idempotent_hint is True,
+        open_world=open_world_hint is not False,
     )
 
 

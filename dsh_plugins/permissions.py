@@ -42,16 +42,20 @@ platform).
 ``config.host``, ``items[0]``, ``headers["X-Token"]`` (a bracketed JSON string
 for keys that contain ``.`` or ``[``). A string argument is matched as is; any
 other value by its compact JSON text (``true``, ``3``, ``null``,
-``["rm","-rf"]``), so a deny rule cannot be dodged by wrapping a value in a
-list. A path that leads nowhere does not match.
+``["rm","-rf"]``). An array or object also matches a ``deny`` or ``ask`` rule
+when any value inside it (at any depth) matches, and an ``allow`` rule when
+every value inside it does, so wrapping a value in a list or an object never
+dodges a rule. A path that leads nowhere does not match.
 
-Decisions: ``deny`` and ``ask`` are final for the call (inner pre-execute
-listeners do not run); the message names the rule, numbered from 1 in file
-order (``denied by permissions rule #2 (tool "write_*")``) unless the rule
-gives a ``reason``. ``allow`` means "no objection": the call continues down the
-waterfall, so inner policies (a rate limit, say) and guards still apply. An
-``ask`` goes to the host's :class:`~dsh_core.ApprovalService`; without one (or
-for a call without an agent) the runtime denies it.
+Decisions: ``deny`` is final for the call (inner pre-execute listeners do not
+run); the message names the rule, numbered from 1 in file order (``denied by
+permissions rule #2 (tool "write_*")``) unless the rule gives a ``reason``.
+``allow`` means "no objection": the call continues down the waterfall, so inner
+policies (a rate limit, say) and guards still apply. ``ask`` lets the inner
+policies decide first (their denial stands and nobody is asked; a question, or
+a standing grant answering it, never runs what another policy refuses), then
+goes to the host's :class:`~dsh_core.ApprovalService`; without one (or for a
+call without an agent) the runtime denies it.
 
 The listener is registered plainly (no ``tryfirst``/``trylast``): like any
 policy plugin, its place among other plain listeners follows load order.
@@ -72,6 +76,7 @@ from dsh_core import (
     Deny,
     JsonValue,
     PreToolDecision,
+    Rewrite,
     ToolExecution,
     ToolRuntime,
     hookimpl,
@@ -187,6 +192,39 @@ def _match_text(value: JsonValue) -> str:
     return value if isinstance(value, str) else json_text(value)
 
 
+def _scalars(value: JsonValue) -> list[JsonValue]:
+    """Every scalar inside an array or object, at any depth (an explicit stack: values may be deep)."""
+    out: list[JsonValue] = []
+    stack: list[JsonValue] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        else:
+            out.append(item)
+    return out
+
+
+def _value_matches(value: JsonValue, glob: str, action: str) -> bool:
+    """Whether an argument value matches an ``args`` glob, so that wrapping it never helps a model.
+
+    A value matches when its text does. A container also matches a ``deny``
+    or ``ask`` rule when any scalar inside it does (``["/etc/passwd"]`` is
+    still ``/etc/passwd``), and an ``allow`` rule when every one does (one
+    path outside the glob must not ride along with one inside it).
+    """
+    if fnmatch.fnmatchcase(_match_text(value), glob):
+        return True
+    if not isinstance(value, (Mapping, list, tuple)):
+        return False
+    scalars = _scalars(value)
+    if action == "allow":
+        return bool(scalars) and all(fnmatch.fnmatchcase(_match_text(item), glob) for item in scalars)
+    return any(fnmatch.fnmatchcase(_match_text(item), glob) for item in scalars)
+
+
 def _check_args(instance: object, attribute: attrs.Attribute[Any], value: dict[str, str] | None) -> None:
     for key in value or {}:
         try:
@@ -250,7 +288,7 @@ class _CompiledRule:
                 return False
         for path, glob in self.args:
             found = resolve_path(execution.arguments, path)
-            if isinstance(found, _Missing) or not fnmatch.fnmatchcase(_match_text(found), glob):
+            if isinstance(found, _Missing) or not _value_matches(found, glob, rule.action):
                 return False
         return True
 
@@ -330,6 +368,11 @@ class Permissions:
                 assert reason is not None
                 return Deny(reason)
             case "ask":
+                # The policies inside still decide first: a question must never stand in for
+                # their denial (an answer, or a standing grant, would then run what they refuse).
+                inner = await next()
+                if isinstance(inner, Deny | Rewrite):
+                    return inner  # a rewritten call comes back through this listener
                 return Ask(reason)
             case _:
                 return await next()

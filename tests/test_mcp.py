@@ -281,7 +281,8 @@ async def test_annotations_become_the_tools_effects() -> None:
     runtime = ToolRuntime()
     async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server()}):
         add, shout = runtime.get("mem__add"), runtime.get("mem__shout")
-        assert add is not None and add.effects == ToolEffects(read_only=True)
+        # readOnlyHint alone: openWorldHint takes the specification's default (true)
+        assert add is not None and add.effects == ToolEffects(read_only=True, open_world=True)
         assert shout is not None and shout.effects is None  # declared nothing
 
 
@@ -289,7 +290,24 @@ def test_contradictory_annotations_are_taken_as_the_more_dangerous() -> None:
     from dsh_plugins.mcp_client import _effects_of
 
     effects = _effects_of(ToolAnnotations(read_only_hint=True, destructive_hint=True, idempotent_hint=False))
-    assert effects == ToolEffects(destructive=True)
+    assert effects == ToolEffects(destructive=True, open_world=True)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "effects"),
+    [
+        (None, None),
+        (ToolAnnotations(title="Delete everything"), None),  # a title declares no effect
+        (ToolAnnotations(idempotent_hint=True), ToolEffects(destructive=True, idempotent=True, open_world=True)),
+        (ToolAnnotations(read_only_hint=False), ToolEffects(destructive=True, open_world=True)),
+        (ToolAnnotations(destructive_hint=False, open_world_hint=False), ToolEffects()),
+        (ToolAnnotations(read_only_hint=True, open_world_hint=False), ToolEffects(read_only=True)),
+    ],
+)
+def test_hints_left_out_take_the_specifications_defaults(annotations: Any, effects: ToolEffects | None) -> None:
+    from dsh_plugins.mcp_client import _effects_of
+
+    assert _effects_of(annotations) == effects
 
 
 async def test_serve_registry_publishes_declared_effects_as_annotations() -> None:

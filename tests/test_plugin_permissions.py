@@ -91,12 +91,37 @@ async def test_tool_globs_are_case_sensitive() -> None:
         ("true", {"path": True}, True),
         ("4?", {"path": 42}, True),
         ('*"rm"*', {"path": ["rm", "-rf"]}, True),  # containers by their compact JSON text
+        # ... and by every value inside them: wrapping never dodges a deny rule
+        ("/etc/*", {"path": ["/etc/passwd"]}, True),
+        ("/etc/*", {"path": {"x": "/etc/passwd"}}, True),
+        ("/etc/*", {"path": [[{"deep": ["/home/a", "/etc/shadow"]}]]}, True),
+        ("/etc/*", {"path": ["/home/a", {"x": "/tmp/b"}]}, False),
     ],
 )
 async def test_argument_globs(glob: str, arguments: dict[str, Any], denied: bool) -> None:
     runtime = runtime_with({"rules": [{"tool": "write_file", "args": {"path": glob}, "action": "deny"}]})
     result = await runtime.execute(make_input("write_file", arguments))
     assert result.is_error is denied
+
+
+@pytest.mark.parametrize(
+    ("arguments", "allowed"),
+    [
+        ({"path": "/workspace/a"}, True),
+        ({"path": ["/workspace/a", "/workspace/b"]}, True),
+        ({"path": ["/workspace/a", "/etc/passwd"]}, False),  # one path outside must not ride along
+        ({"path": {"x": "/workspace/a", "y": 3}}, False),
+        ({"path": []}, False),
+    ],
+)
+async def test_an_allow_rule_takes_a_container_only_when_every_value_inside_matches(
+    arguments: dict[str, Any], allowed: bool
+) -> None:
+    runtime = runtime_with(
+        {"rules": [{"tool": "write_file", "args": {"path": "/workspace/*"}, "action": "allow"}], "default": "deny"}
+    )
+    result = await runtime.execute(make_input("write_file", arguments))
+    assert result.is_error is not allowed
 
 
 async def test_nested_and_indexed_argument_paths() -> None:
@@ -206,6 +231,30 @@ async def test_allow_leaves_inner_policies_their_say() -> None:
     runtime = runtime_with({"rules": [{"tool": "*", "action": "allow"}]})
     runtime.plugins.register(InnerDeny())
     assert denial(await runtime.execute(make_input("shell"))) == "inner policy says no"
+
+
+@pytest.mark.parametrize("inner_first", [True, False], ids=["inner registered first", "inner registered last"])
+async def test_an_ask_rule_never_stands_in_for_an_inner_denial(inner_first: bool) -> None:
+    """An answer (or a standing grant) must not run what another policy refuses, whatever the load order."""
+
+    class NeverRm:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            if "rm" in execution.arguments.get("cmd", ""):
+                return Deny("never rm")
+            return await next()
+
+    approval = StaticApproval("allowed-once")
+    runtime = make_runtime(*(json_tool(name) for name in TOOLS), approval=approval)
+    if inner_first:
+        runtime.plugins.register(NeverRm())
+    permissions.dsh_setup(runtime, {"rules": [{"tool": "shell", "action": "ask"}]})
+    if not inner_first:
+        runtime.plugins.register(NeverRm())
+    assert denial(await runtime.execute(make_input("shell", {"cmd": "rm -rf /"}, agent=Agent("a")))) == "never rm"
+    assert approval.requests == []  # nobody is asked about what is refused anyway
+    assert not (await runtime.execute(make_input("shell", {"cmd": "ls"}, agent=Agent("a")))).is_error
+    assert len(approval.requests) == 1
 
 
 async def test_deny_short_circuits_inner_policies() -> None:
