@@ -33,9 +33,13 @@ this is a guard against model mistakes and honest paths, not a sandbox.
   support). Both skip hidden and binary files and never follow symlinks.
   Parallel-safe.
 
-All file I/O runs in worker threads (``trio.to_thread.run_sync``) that check
-for cancellation between files, so the event loop is never blocked and a
-cancelled search stops promptly instead of being abandoned.
+All file I/O runs in the runtime's worker threads (``run.run_in_thread``),
+which check for cancellation between files and between chunks of a long line:
+the event loop is never blocked, a cancelled or timed-out call resolves at
+once, and a thread still inside one indivisible step (a slow regular
+expression of the built-in grep) is reported as orphaned work until it ends.
+Glob patterns are matched by an automaton in time linear in the path (never
+a backtracking regex), and a line of any length is read in bounded memory.
 
 **Presentation.** Each tool's presentation meta is its value, so its result
 presenter works from the durable ``{content, isError, meta}`` record alone
@@ -46,6 +50,7 @@ presenter works from the durable ``{content, isError, meta}`` record alone
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -66,6 +71,7 @@ from dsh_core import (
     ToolDefinition,
     ToolEffects,
     ToolOutput,
+    ToolRunContext,
     ToolRuntime,
     define_tool,
     hookimpl,
@@ -91,6 +97,7 @@ __all__ = [
     "MAX_LINE_CHARS",
     "FileToolError",
     "FilesSettings",
+    "GlobMatcher",
     "Workspace",
     "WorkspaceError",
     "compile_glob",
@@ -105,6 +112,9 @@ DEFAULT_READ_LIMIT: Final = 2000
 DEFAULT_GLOB_LIMIT: Final = 200
 DEFAULT_GREP_LIMIT: Final = 100
 MAX_LINE_CHARS: Final = 2000
+# Bounds on a model-written glob: its length, and how many patterns its {a,b} braces expand to.
+MAX_GLOB_CHARS: Final = 1000
+MAX_GLOB_ALTERNATIVES: Final = 256
 """Lines of ``read_file`` longer than this are cut (minified files would flood the context)."""
 MAX_MATCH_CHARS: Final = 500
 """Matching lines of ``grep`` longer than this are cut."""
@@ -148,6 +158,12 @@ class Workspace:
         """
         if "\x00" in path:
             raise WorkspaceError(f"path {path!r} contains a NUL character")
+        if not path.isascii():
+            try:
+                path.encode("utf-8")
+            except UnicodeEncodeError:
+                # JSON allows "\ud800"; no file system path can hold it.
+                raise FileToolError(f"path {path!r} is not valid Unicode text (it holds a lone surrogate)") from None
         real = os.path.realpath(os.path.join(self.root, path))
         if os.path.commonpath([self.root, real]) != self.root:
             raise WorkspaceError(
@@ -178,10 +194,31 @@ def _is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
+def _cut(text: str, limit: int, length: int | None = None) -> str:
+    """``text`` cut to ``limit`` characters, saying how long the line was (``length``: when longer than ``text``)."""
+    length = len(text) if length is None else length
+    if length <= limit:
         return text
-    return f"{text[:limit]}… [line cut: {len(text)} characters]"
+    return f"{text[:limit]}… [line cut: {length} characters]"
+
+
+# How much of one line read_file reads: enough for MAX_LINE_CHARS characters of any UTF-8.
+_LINE_HEAD_BYTES: Final = 4 * MAX_LINE_CHARS + 4
+_CHUNK_BYTES: Final = 1 << 20
+# bytes.translate deletes these, leaving a chunk's UTF-8 continuation bytes to count.
+_NOT_CONTINUATION: Final = bytes(byte for byte in range(256) if not 0x80 <= byte <= 0xBF)
+
+
+def _skip_line(stream: Any) -> int:
+    """Read past the rest of the current line in bounded chunks; returns its length in characters."""
+    characters = 0
+    while chunk := stream.readline(_CHUNK_BYTES):
+        _check_cancelled()
+        body = chunk.rstrip(b"\n").rstrip(b"\r") if chunk.endswith(b"\n") else chunk
+        characters += len(body) - len(body.translate(None, _NOT_CONTINUATION))
+        if chunk.endswith(b"\n"):
+            break
+    return characters
 
 
 def _plural(count: int, noun: str) -> str:
@@ -223,8 +260,11 @@ def _check_regular(real: str, path: str) -> bool:
     return True
 
 
-async def _in_thread(fn: Callable[[], Any]) -> Any:
-    return await trio.to_thread.run_sync(fn)
+async def _in_thread(run: ToolRunContext, fn: Callable[[], Any]) -> Any:
+    # The runtime's worker thread: a cancelled or timed-out call resolves at once, and a
+    # thread still busy (one huge line, one slow regex) is reported as orphaned work while
+    # it runs to its next cancellation check, instead of holding the call open.
+    return await run.run_in_thread(fn)
 
 
 def _settled_meta(result: object) -> Mapping[str, Any] | None:
@@ -298,50 +338,146 @@ def _brace_alternatives(pattern: str, start: int) -> tuple[list[str], int] | Non
     return None
 
 
-def _translate(pattern: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:[^/]*/)*")  # any number of directories, including none
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[" and (end := _closing_bracket(pattern, i)) != -1:
-            body = pattern[i + 1 : end]
-            negate = body[:1] in ("!", "^")
-            body = body[1:] if negate else body
-            body = body.replace("\\", "\\\\")
-            out.append(f"[{'^/' if negate else ''}{body}]")
-            i = end + 1
-            continue
-        elif char == "{" and (braces := _brace_alternatives(pattern, i)) is not None:
-            alternatives, end = braces
-            out.append("(?:" + "|".join(_translate(alt) for alt in alternatives) + ")")
-            i = end + 1
-            continue
+def _expand_braces(pattern: str) -> list[str]:
+    """``a{b,c{d,e}}`` as ``["ab", "acd", "ace"]``: an explicit work list, bounded in size."""
+    done: list[str] = []
+    work = [pattern]
+    while work:
+        current = work.pop()
+        i = 0
+        while i < len(current):
+            if current[i] == "[" and (end := _closing_bracket(current, i)) != -1:
+                i = end + 1  # a brace inside a class is a character
+                continue
+            if current[i] == "{" and (braces := _brace_alternatives(current, i)) is not None:
+                alternatives, end = braces
+                work.extend(current[:i] + alt + current[end + 1 :] for alt in reversed(alternatives))
+                if len(work) + len(done) > MAX_GLOB_ALTERNATIVES:
+                    raise FileToolError(
+                        f"glob pattern has more than {MAX_GLOB_ALTERNATIVES} {{...}} alternatives; split it up"
+                    )
+                break
+            i += 1
         else:
-            out.append(re.escape(char))
-        i += 1
-    return "".join(out)
+            done.append(current)
+    return done
 
 
-def compile_glob(pattern: str) -> re.Pattern[str]:
-    """A regex matching ``/``-separated relative paths against a glob pattern.
+# One step of a glob automaton: (what the character must be, the state it leads to). The
+# predicate is "any", "segment" (anything but "/"), a literal character, or a compiled class.
+_Step = tuple[Any, int]
+
+
+class _GlobAutomaton:
+    """One brace-free glob alternative as a small NFA, run in time linear in the path.
+
+    Python's ``re`` backtracks: ``*a*a*a*a*b`` against a long name of ``a``s takes
+    hours, and the model writes both the pattern and (through write_file) the
+    names. Simulating every state at once takes ``len(path) * len(pattern)``.
+    """
+
+    __slots__ = ("accept", "epsilon", "steps")
+
+    def __init__(self, pattern: str) -> None:
+        self.steps: list[list[_Step]] = []
+        self.epsilon: list[list[int]] = []
+        i = 0
+        while i < len(pattern):
+            state = self._state()
+            if pattern.startswith("**/", i):
+                # (?:[^/]*/)*: any run of whole directories, none included.
+                inside = self._state()
+                self.epsilon[state].append(inside + 1)
+                self.steps[state] += [("/", state), ("segment", inside)]
+                self.steps[inside] += [("/", state), ("segment", inside)]
+                i += 3
+                continue
+            if pattern.startswith("**", i):
+                self.epsilon[state].append(state + 1)
+                self.steps[state].append(("any", state))
+                i += 2
+                continue
+            char = pattern[i]
+            if char == "*":
+                self.epsilon[state].append(state + 1)
+                self.steps[state].append(("segment", state))
+            elif char == "?":
+                self.steps[state].append(("segment", state + 1))
+            elif char == "[" and (end := _closing_bracket(pattern, i)) != -1:
+                self.steps[state].append((_character_class(pattern[i + 1 : end]), state + 1))
+                i = end + 1
+                continue
+            else:
+                self.steps[state].append((char, state + 1))
+            i += 1
+        self.accept = self._state()
+
+    def _state(self) -> int:
+        self.steps.append([])
+        self.epsilon.append([])
+        return len(self.steps) - 1
+
+    def _closure(self, states: set[int]) -> set[int]:
+        pending = list(states)
+        while pending:
+            for target in self.epsilon[pending.pop()]:
+                if target not in states:
+                    states.add(target)
+                    pending.append(target)
+        return states
+
+    def match(self, path: str) -> bool:
+        current = self._closure({0})
+        for char in path:
+            following: set[int] = set()
+            for state in current:
+                for want, target in self.steps[state]:
+                    if (
+                        want == "any"
+                        or (want == "segment" and char != "/")
+                        or want == char
+                        or (not isinstance(want, str) and want.fullmatch(char))
+                    ):
+                        following.add(target)
+            if not following:
+                return False
+            current = self._closure(following)
+        return self.accept in current
+
+
+def _character_class(body: str) -> re.Pattern[str]:
+    negate = body[:1] in ("!", "^")
+    body = body[1:] if negate else body
+    try:
+        # One character against one class: nothing for re to backtrack over.
+        return re.compile(f"[{'^/' if negate else ''}{body.replace(chr(92), chr(92) * 2)}]")
+    except re.error:
+        raise FileToolError(f"glob character class [{'!' if negate else ''}{body}] is not valid") from None
+
+
+@attrs.frozen
+class GlobMatcher:
+    """Matches ``/``-separated relative paths against one glob pattern (see :func:`compile_glob`)."""
+
+    pattern: str
+    _alternatives: tuple[_GlobAutomaton, ...] = attrs.field(repr=False)
+
+    def match(self, path: str) -> bool:
+        return any(alternative.match(path) for alternative in self._alternatives)
+
+
+def compile_glob(pattern: str) -> GlobMatcher:
+    """A matcher of ``/``-separated relative paths for a glob pattern, linear in the path's length.
 
     ``*`` and ``?`` stay within one path segment, ``**`` crosses segments
     (``**/`` also matches no directory at all), ``[abc]``/``[!abc]`` are
-    character classes and ``{a,b}`` alternatives (nesting allowed).
+    character classes and ``{a,b}`` alternatives (nesting allowed, at most
+    ``MAX_GLOB_ALTERNATIVES`` in all). Raises :class:`FileToolError` for a
+    pattern longer than ``MAX_GLOB_CHARS`` or an invalid character class.
     """
-    return re.compile(f"(?s:{_translate(pattern)})\\Z")
+    if len(pattern) > MAX_GLOB_CHARS:
+        raise FileToolError(f"glob pattern is {len(pattern)} characters long; at most {MAX_GLOB_CHARS} are taken")
+    return GlobMatcher(pattern, tuple(_GlobAutomaton(alternative) for alternative in _expand_braces(pattern)))
 
 
 def _check_pattern(pattern: str) -> None:
@@ -370,12 +506,17 @@ def _read_window(workspace: Workspace, path: str, offset: int, limit: int) -> di
                     f"{path!r} looks like a binary file (it contains NUL bytes); it cannot be read as text"
                 )
             stream.seek(0)
-            for total, raw in enumerate(stream, start=1):
+            while raw := stream.readline(_LINE_HEAD_BYTES):
+                total += 1
                 if total % 4096 == 0:
                     _check_cancelled()
+                rest = 0
+                if len(raw) == _LINE_HEAD_BYTES and not raw.endswith(b"\n"):
+                    # An overlong line: its rest is counted, never held (one line may be gigabytes).
+                    rest = _skip_line(stream)
                 if offset <= total <= last:
                     text = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", errors="replace")
-                    lines.append({"number": total, "text": _cut(text, MAX_LINE_CHARS)})
+                    lines.append({"number": total, "text": _cut(text, MAX_LINE_CHARS, len(text) + rest)})
     except OSError as exc:
         raise _os_error(exc, path) from None
     return {"path": workspace.display(real), "offset": offset, "lines": lines, "total_lines": total}
@@ -399,10 +540,10 @@ def _render_read(args: Any, value: Any) -> list[TextBlock]:
 
 
 def _read_file_tool(workspace: Workspace) -> ToolDefinition:
-    async def read_file(args: Any) -> dict[str, Any]:
+    async def read_file(args: Any, run: ToolRunContext) -> dict[str, Any]:
         offset = _positive(args.get("offset", 1), "offset")
         limit = _positive(args.get("limit", DEFAULT_READ_LIMIT), "limit")
-        value: dict[str, Any] = await _in_thread(partial(_read_window, workspace, args["path"], offset, limit))
+        value: dict[str, Any] = await _in_thread(run, partial(_read_window, workspace, args["path"], offset, limit))
         return value
 
     def present_call(args: Any) -> GenericCallView:
@@ -487,6 +628,9 @@ def _before_image(real: str, path: str) -> tuple[bool, str | None]:
 
 
 def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
+    if path.endswith(("/", os.sep)):
+        # realpath would drop the slash and write a file where a directory was meant.
+        raise FileToolError(f"{path!r} names a directory (it ends with '/'); write_file writes files")
     try:
         data = content.encode("utf-8")
     except UnicodeEncodeError:
@@ -541,12 +685,12 @@ def _render_write(args: Any, value: Any) -> list[TextBlock]:
 
 
 def _write_file_tool(workspace: Workspace) -> ToolDefinition:
-    async def write_file(args: Any) -> dict[str, Any]:
-        value: dict[str, Any] = await _in_thread(partial(_write, workspace, args["path"], args["content"]))
+    async def write_file(args: Any, run: ToolRunContext) -> dict[str, Any]:
+        value: dict[str, Any] = await _in_thread(run, partial(_write, workspace, args["path"], args["content"]))
         return value
 
     async def revert(args: Any, value: Any) -> None:
-        await _in_thread(
+        await trio.to_thread.run_sync(
             partial(_unwrite, workspace, args["path"], args["content"], value["created"], value["old_text"])
         )
 
@@ -608,6 +752,15 @@ def _write_file_tool(workspace: Workspace) -> ToolDefinition:
 # --- edit_file ----------------------------------------------------------------------------
 
 
+def _occurrences(text: str, old: str) -> int:
+    """How many places ``old`` starts at, overlapping ones included (``"aa"`` is at two places in ``"aaa"``)."""
+    count, start = 0, text.find(old)
+    while start != -1:
+        count += 1
+        start = text.find(old, start + 1)
+    return count
+
+
 def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool) -> dict[str, Any]:
     if not old:
         raise FileToolError("old_string must not be empty; use write_file to create or replace a whole file")
@@ -625,8 +778,8 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise FileToolError(f"{path!r} is not UTF-8 text; edit_file only edits text files") from None
-    count = text.count(old)
-    if count == 0:
+    places = _occurrences(text, old)
+    if places == 0:
         hint = ""
         if "\r\n" in text and "\n" in old and "\r\n" not in old:
             hint = " (the file uses CRLF line endings; include the \\r characters)"
@@ -634,12 +787,26 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
             f"old_string was not found in {path!r}{hint}; it must match exactly, including whitespace. "
             "Read the file first to copy the exact text."
         )
-    if count > 1 and not replace_all:
+    if places > 1 and not replace_all:
         raise FileToolError(
-            f"old_string occurs {count} times in {path!r}; include more surrounding text to make it unique, "
+            f"old_string occurs {places} times in {path!r}; include more surrounding text to make it unique, "
             "or pass replace_all=true to replace every occurrence"
         )
-    updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+    # Where each replacement lands in the new text (str.replace's left-to-right, non-overlapping
+    # matches), so that a revert puts the old text back exactly there and nowhere else.
+    pieces: list[str] = []
+    positions: list[int] = []
+    cursor = 0
+    shift = 0
+    while (found := text.find(old, cursor)) != -1:
+        pieces += [text[cursor:found], new]
+        positions.append(found + shift)
+        shift += len(new) - len(old)
+        cursor = found + len(old)
+        if not replace_all:
+            break
+    pieces.append(text[cursor:])
+    updated = "".join(pieces)
     try:
         data = updated.encode("utf-8")
     except UnicodeEncodeError:
@@ -649,28 +816,31 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
             stream.write(data)
     except OSError as exc:
         raise _os_error(exc, path) from None
-    return {"path": workspace.display(real), "replacements": count}
+    return {
+        "path": workspace.display(real),
+        "replacements": len(positions),
+        "positions": positions,
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
 
 
-def _unedit(workspace: Workspace, path: str, old: str, new: str, replacements: int) -> None:
-    """Undo one edit_file: put ``old`` back where ``new`` is, when the file still shows exactly that edit."""
-    if not new:
-        raise FileToolError("an edit that deleted text cannot be reverted: where the text was is not known")
+def _unedit(workspace: Workspace, path: str, old: str, new: str, value: Mapping[str, Any]) -> None:
+    """Undo one edit_file: put ``old`` back where the edit put ``new``, when the file is exactly as the edit left it."""
     real = workspace.resolve(path)
-    try:
-        text = _read_current(real, path, "edit_file").decode("utf-8")
-    except UnicodeDecodeError:
-        raise FileToolError(f"{path!r} is no longer UTF-8 text; the edit_file call was not reverted") from None
-    found = text.count(new)
-    if found != replacements:
-        # More: new_string was already there, or was added since; fewer: it was changed since.
-        raise FileToolError(
-            f"{path!r} changed since edit_file edited it (the new text occurs {found} times, the edit made "
-            f"{replacements}); not reverted"
-        )
+    current = _read_current(real, path, "edit_file")
+    if hashlib.sha256(current).hexdigest() != value["sha256"]:
+        raise FileToolError(f"{path!r} changed since edit_file edited it; not reverted, so that change is kept")
+    text = current.decode("utf-8")
+    pieces: list[str] = []
+    cursor = 0
+    for position in value["positions"]:
+        assert text[position : position + len(new)] == new  # the file is byte for byte what the edit wrote
+        pieces += [text[cursor:position], old]
+        cursor = position + len(new)
+    pieces.append(text[cursor:])
     try:
         with open(real, "wb") as stream:
-            stream.write(text.replace(new, old).encode("utf-8"))
+            stream.write("".join(pieces).encode("utf-8"))
     except OSError as exc:
         raise _os_error(exc, path) from None
 
@@ -681,8 +851,9 @@ def _render_edit(args: Any, value: Any) -> list[TextBlock]:
 
 
 def _edit_file_tool(workspace: Workspace) -> ToolDefinition:
-    async def edit_file(args: Any) -> dict[str, Any]:
+    async def edit_file(args: Any, run: ToolRunContext) -> dict[str, Any]:
         value: dict[str, Any] = await _in_thread(
+            run,
             partial(
                 _edit, workspace, args["path"], args["old_string"], args["new_string"], args.get("replace_all", False)
             )
@@ -690,8 +861,8 @@ def _edit_file_tool(workspace: Workspace) -> ToolDefinition:
         return value
 
     async def revert(args: Any, value: Any) -> None:
-        await _in_thread(
-            partial(_unedit, workspace, args["path"], args["old_string"], args["new_string"], value["replacements"])
+        await trio.to_thread.run_sync(
+            partial(_unedit, workspace, args["path"], args["old_string"], args["new_string"], value)
         )
 
     def hunk(args: Any) -> FileDiff:
@@ -732,6 +903,10 @@ def _edit_file_tool(workspace: Workspace) -> ToolDefinition:
                 "properties": {
                     "path": {"type": "string", "required": True},
                     "replacements": {"type": "integer", "required": True},
+                    # Where the new text starts in the edited file, and the file's digest after
+                    # the edit: what a revert needs to undo exactly this edit, or refuse.
+                    "positions": {"type": "array", "items": {"type": "integer"}, "required": True},
+                    "sha256": {"type": "string", "required": True},
                 },
             },
             render=_render_edit,
@@ -757,11 +932,12 @@ def _sorted_entries(directory: str) -> Iterator[os.DirEntry[str]]:
     return iter(entries)
 
 
-def _walk_files(base: str, *, hidden_dirs: bool) -> Iterator[str]:
+def _walk_files(base: str, *, hidden_dirs: bool, file_links: bool = True) -> Iterator[str]:
     """Every file below ``base`` in path order (each directory's entries by name, descending where met).
 
-    Symlinked directories are not followed; ``.git`` is never entered, nor
-    other hidden directories unless ``hidden_dirs``.
+    Symlinked directories are not followed, symlinked files only with
+    ``file_links``; ``.git`` is never entered, nor other hidden directories
+    unless ``hidden_dirs``.
     """
     stack = [_sorted_entries(base)]
     while stack:
@@ -774,7 +950,7 @@ def _walk_files(base: str, *, hidden_dirs: bool) -> Iterator[str]:
             if entry.is_dir(follow_symlinks=False):
                 if entry.name not in _SKIPPED_DIRS and (hidden_dirs or not entry.name.startswith(".")):
                     stack.append(_sorted_entries(entry.path))
-            elif entry.is_file(follow_symlinks=True):
+            elif entry.is_file(follow_symlinks=file_links):
                 yield entry.path
         except OSError:
             continue
@@ -814,9 +990,10 @@ def _render_glob(args: Any, value: Any) -> list[TextBlock]:
 
 
 def _glob_tool(workspace: Workspace) -> ToolDefinition:
-    async def glob(args: Any) -> dict[str, Any]:
+    async def glob(args: Any, run: ToolRunContext) -> dict[str, Any]:
         limit = _positive(args.get("limit", DEFAULT_GLOB_LIMIT), "limit")
         value: dict[str, Any] = await _in_thread(
+            run,
             partial(_glob, workspace, args["pattern"], args.get("path", "."), limit)
         )
         return value
@@ -892,6 +1069,24 @@ class _Matches:
         }
 
 
+def _search_root_is_dir(base: str, path: str) -> bool:
+    """Whether grep's resolved ``base`` is a directory (else a regular file); raises for anything else.
+
+    A FIFO or a device would block or never end the search (ripgrep opens what it is given).
+    """
+    try:
+        mode = os.stat(base).st_mode
+    except FileNotFoundError:
+        raise FileToolError(f"{path!r} does not exist (use glob to find files)") from None
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+    if stat.S_ISDIR(mode):
+        return True
+    if not stat.S_ISREG(mode):
+        raise FileToolError(f"{path!r} is not a regular file or a directory")
+    return False
+
+
 def _grep_python(
     workspace: Workspace, pattern: str, path: str, file_glob: str | None, ignore_case: bool, limit: int
 ) -> dict[str, Any]:
@@ -901,12 +1096,10 @@ def _grep_python(
         raise FileToolError(f"invalid regular expression {pattern!r}: {exc}") from None
     base = workspace.resolve(path)
     matcher = compile_glob(file_glob) if file_glob else None
-    if os.path.isdir(base):
-        candidates: Iterator[str] = _walk_files(base, hidden_dirs=False)
-    elif os.path.isfile(base):
-        candidates = iter([base])
+    if _search_root_is_dir(base, path):
+        candidates: Iterator[str] = _walk_files(base, hidden_dirs=False, file_links=False)
     else:
-        raise FileToolError(f"{path!r} does not exist (use glob to find files)")
+        candidates = iter([base])
     found = _Matches(limit)
     # Like rg's --glob: a pattern without "/" matches the file name at any depth, and
     # a hidden file is searched only when the glob names it (hidden dirs never are).
@@ -945,11 +1138,17 @@ def _rg_text(field: Mapping[str, Any]) -> str:
 
 
 async def _grep_rg(
-    rg: str, workspace: Workspace, pattern: str, path: str, file_glob: str | None, ignore_case: bool, limit: int
+    run: ToolRunContext,
+    rg: str,
+    workspace: Workspace,
+    pattern: str,
+    path: str,
+    file_glob: str | None,
+    ignore_case: bool,
+    limit: int,
 ) -> dict[str, Any]:
-    base = await _in_thread(partial(workspace.resolve, path))
-    if not await trio.Path(base).exists():
-        raise FileToolError(f"{path!r} does not exist (use glob to find files)")
+    base = await _in_thread(run, partial(workspace.resolve, path))
+    await _in_thread(run, partial(_search_root_is_dir, base, path))
     # --sort path makes the file order deterministic (and equal to the fallback's).
     argv = [rg, "--json", "--no-config", "--sort", "path", "--no-messages"]
     if ignore_case:
@@ -1025,7 +1224,7 @@ def _render_grep(args: Any, value: Any) -> list[TextBlock]:
 
 
 def _grep_tool(workspace: Workspace) -> ToolDefinition:
-    async def grep(args: Any) -> dict[str, Any]:
+    async def grep(args: Any, run: ToolRunContext) -> dict[str, Any]:
         limit = _positive(args.get("limit", DEFAULT_GREP_LIMIT), "limit")
         pattern: str = args["pattern"]
         path: str = args.get("path", ".")
@@ -1037,8 +1236,9 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
             _check_pattern(file_glob)
         rg = shutil.which("rg")
         if rg is not None:
-            return await _grep_rg(rg, workspace, pattern, path, file_glob, ignore_case, limit)
+            return await _grep_rg(run, rg, workspace, pattern, path, file_glob, ignore_case, limit)
         value: dict[str, Any] = await _in_thread(
+            run,
             partial(_grep_python, workspace, pattern, path, file_glob, ignore_case, limit)
         )
         return value

@@ -321,19 +321,39 @@ async def test_undoing_an_edit_puts_the_old_string_back(root: Path) -> None:
     assert (root / "notes.txt").read_text() == "one\ntwo\nthree\n"
 
 
-async def test_an_edit_whose_new_text_was_there_before_is_not_reverted(root: Path) -> None:
+async def test_an_edit_whose_new_text_was_there_before_is_reverted_where_it_was_made(root: Path) -> None:
     runtime, log = file_undo(root)
     await runtime.execute(make_input("edit_file", {"path": "notes.txt", "old_string": "two", "new_string": "one"}))
-    (outcome,) = await log.undo()
-    assert not outcome.reverted and "occurs 2 times, the edit made 1" in (outcome.error or "")
     assert (root / "notes.txt").read_text() == "one\none\nthree\n"
+    assert [outcome.reverted for outcome in await log.undo()] == [True]
+    assert (root / "notes.txt").read_text() == "one\ntwo\nthree\n"  # not the first "one"
 
 
-async def test_an_edit_that_deleted_text_cannot_be_reverted(root: Path) -> None:
+async def test_an_edit_that_deleted_text_is_reverted_too(root: Path) -> None:
     runtime, log = file_undo(root)
     await runtime.execute(make_input("edit_file", {"path": "notes.txt", "old_string": "two\n", "new_string": ""}))
+    assert [outcome.reverted for outcome in await log.undo()] == [True]
+    assert (root / "notes.txt").read_text() == "one\ntwo\nthree\n"
+
+
+async def test_an_edit_whose_new_text_overlaps_its_surroundings_is_reverted_exactly(root: Path) -> None:
+    (root / "a.txt").write_text("aX")
+    runtime, log = file_undo(root)
+    await runtime.execute(make_input("edit_file", {"path": "a.txt", "old_string": "X", "new_string": "aa"}))
+    assert (root / "a.txt").read_text() == "aaa"
+    assert [outcome.reverted for outcome in await log.undo()] == [True]
+    assert (root / "a.txt").read_text() == "aX"
+
+
+async def test_an_edited_file_changed_since_is_left_alone(root: Path) -> None:
+    (root / "conf.py").write_text("x = 1\ny = 0\n")
+    runtime, log = file_undo(root)
+    await runtime.execute(make_input("edit_file", {"path": "conf.py", "old_string": "x = 1", "new_string": "x = 2"}))
+    # Someone else's change that still holds the edit's new text (once, as the edit made it).
+    (root / "conf.py").write_text("x = 3\ny = 0  # was x = 2\n")
     (outcome,) = await log.undo()
-    assert not outcome.reverted and "deleted text cannot be reverted" in (outcome.error or "")
+    assert not outcome.reverted and "changed since edit_file edited it" in (outcome.error or "")
+    assert (root / "conf.py").read_text() == "x = 3\ny = 0  # was x = 2\n"
 
 
 async def test_the_session_log_keeps_what_was_undone(tmp_path: Path) -> None:
