@@ -9,8 +9,10 @@ Enable it through the ``shell`` entry point; configure it in ``[plugins.shell]``
     kill_grace_ms = 2000        # SIGTERM -> SIGKILL grace when stopping a command
 
 Each call runs ``bash -c <command>`` through ``trio.run_process`` in a **new
-session** (``start_new_session=True``), so the command and everything it starts
-share one process group that the tool can end as a whole. Standard input is
+session** (``start_new_session=True``), so everything the command starts stays
+in a session the tool can end as a whole. The command inherits the host
+process's environment (secrets included): start the host with only what
+commands may see. Standard input is
 ``/dev/null``; standard output and standard error are merged into one stream,
 of which the first and last ``max_output_bytes / 2`` bytes are kept (with a
 marker saying how much was left out between them). The value is::
@@ -33,11 +35,14 @@ per-call deadline always reports ``timed_out``.
 
 **No survivors.** However the call ends (the command exited, the deadline
 passed, the caller cancelled, the timeout plugin fired), the tool sends
-SIGTERM to the whole process group, waits up to ``kill_grace_ms`` for it to
-go, then sends SIGKILL, and only then returns. Background jobs therefore do
-not outlive the call (start a daemon with ``setsid`` if it must; it then
-leaves the group and the tool's control). Zombie members waiting for a reaper
-count as gone (some container inits never reap orphans).
+SIGTERM to every process group of the command's session (job control, ``set
+-m``, gives background jobs groups of their own inside it), waits up to
+``kill_grace_ms`` for them to go, then sends SIGKILL, and only then returns.
+Background jobs therefore do not outlive the call (start a daemon with
+``setsid`` if it must; it then leaves the session and the tool's control).
+Where there is no ``/proc`` to list the session, only the shell's own group is
+stopped. Zombie members waiting for a reaper count as gone (some container
+inits never reap orphans).
 
 The tool is exclusive (never runs alongside other calls) and its presenters
 give a ``TerminalCallView`` (the command, its ``description`` and ``cwd``) and
@@ -115,12 +120,19 @@ class ShellSettings:
 # --- the process group ---------------------------------------------------------------------
 
 
-def _has_live_member(pgid: int) -> bool:
-    """Whether a non-zombie process of group ``pgid`` is listed in ``/proc`` (True where there is no ``/proc``)."""
+def _live_groups(leader: int) -> set[int] | None:
+    """The process groups with a live (non-zombie) member in the session or group ``leader`` leads.
+
+    ``None`` where there is no ``/proc`` to read. The command's shell leads a new
+    session, and ``set -m`` (job control) puts each background job in a process
+    group of its own inside that session: the session, not the shell's group, is
+    what holds everything the command started (short of ``setsid``).
+    """
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return True
+        return None
+    groups: set[int] = set()
     for name in entries:
         if not name.isdigit():
             continue
@@ -129,44 +141,59 @@ def _has_live_member(pgid: int) -> bool:
                 data = stream.read()
         except OSError:
             continue  # exited meanwhile
-        # "pid (comm) state ppid pgrp ...": comm may contain anything, so split after its last ")".
+        # "pid (comm) state ppid pgrp session ...": comm may hold anything, so split after its last ")".
         fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+        if len(fields) > 3 and fields[0] not in (b"Z", b"X"):
+            pgrp, session = int(fields[2]), int(fields[3])
+            if pgrp == leader or session == leader:
+                groups.add(pgrp)
+    return groups
+
+
+async def _groups_left(leader: int) -> set[int]:
+    groups = await trio.to_thread.run_sync(_live_groups, leader)
+    if groups is not None:
+        return groups
+    try:  # no /proc: only the leader's own group can be seen
+        os.killpg(leader, 0)
+    except ProcessLookupError:
+        return set()
+    except PermissionError:
+        pass
+    return {leader}
 
 
 async def group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` still has a member that is not a zombie."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    alive: bool = await trio.to_thread.run_sync(_has_live_member, pgid)
-    return alive
+    """Whether the session or process group ``pgid`` leads still has a member that is not a zombie."""
+    return bool(await _groups_left(pgid))
 
 
-def _signal_group(pgid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signum)
+def _signal_groups(groups: set[int], signum: signal.Signals) -> None:
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signum)
 
 
 async def stop_group(pgid: int, grace_s: float) -> None:
-    """SIGTERM every process of group ``pgid``, then SIGKILL whatever is left after ``grace_s`` seconds.
+    """SIGTERM every process of the session (or group) ``pgid`` leads, then SIGKILL what is left after ``grace_s``.
 
-    Returns at once when the group is already gone. Call it shielded from
-    cancellation when it is cleanup.
+    Every process group of the session is signalled, so background jobs that
+    job control moved to groups of their own end too. Returns at once when
+    nothing is left. Call it shielded from cancellation when it is cleanup.
     """
-    if not await group_alive(pgid):
+    groups = await _groups_left(pgid)
+    if not groups:
         return
-    _signal_group(pgid, signal.SIGTERM)
+    _signal_groups(groups, signal.SIGTERM)
+    signalled = set(groups)
     with trio.move_on_after(grace_s):
-        while await group_alive(pgid):
+        while groups := await _groups_left(pgid):
+            # Once each: a group that appeared since (a job started late) gets its SIGTERM too.
+            _signal_groups(groups - signalled, signal.SIGTERM)
+            signalled |= groups
             await trio.sleep(_POLL_S)
         return
-    _signal_group(pgid, signal.SIGKILL)
+    _signal_groups(await _groups_left(pgid), signal.SIGKILL)
 
 
 # --- output capture ------------------------------------------------------------------------
@@ -211,12 +238,16 @@ class _Capture:
             return bytes(self.head + self.tail).decode("utf-8", errors="replace")
         # Cut on character boundaries: an incomplete sequence at the head's end stays
         # buffered in the decoder, continuation bytes at the tail's start are skipped.
-        head = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(bytes(self.head), final=False)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        head = decoder.decode(bytes(self.head), final=False)
+        # Bytes of the head the text shows: what the decoder consumed, not the re-encoded text
+        # (an invalid byte shown as U+FFFD is one byte of output, three once encoded).
+        shown_head = len(self.head) - len(decoder.getstate()[0])
         start = 0
         while start < min(3, len(self.tail)) and 0x80 <= self.tail[start] <= 0xBF:
             start += 1
         tail = bytes(self.tail[start:]).decode("utf-8", errors="replace")
-        omitted = self.total - len(head.encode("utf-8", errors="surrogatepass")) - (len(self.tail) - start)
+        omitted = self.total - shown_head - (len(self.tail) - start)
         return f"{head}\n[... {omitted} bytes of output omitted ...]\n{tail}"
 
 
@@ -288,7 +319,18 @@ class _Bash:
                 with trio.CancelScope(shield=True):
                     await stop_group(process.pid, self.grace_s)
 
-        assert process is not None and process.returncode is not None
+        if process is None:
+            # The deadline passed before the shell had even started (a budget of a millisecond
+            # or two): trio.run_process ended whatever it had spawned.
+            return {
+                "exit_code": None,
+                "signal": None,
+                "output": "",
+                "truncated": False,
+                "timed_out": True,
+                "timeout_ms": budget_ms,
+            }
+        assert process.returncode is not None
         code = process.returncode
         return {
             "exit_code": code if code >= 0 else None,

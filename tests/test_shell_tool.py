@@ -113,6 +113,14 @@ async def test_output_cap_cuts_on_character_boundaries(tmp_path: Path) -> None:
     assert marker == "[... 190 bytes of output omitted ...]"
 
 
+async def test_the_omitted_count_is_in_output_bytes_even_when_they_are_not_utf8(tmp_path: Path) -> None:
+    command = "printf '\\377%.0s' $(seq 8); printf 'x%.0s' $(seq 20)"  # 8 invalid bytes, then 20 x: 28 bytes
+    value = ok(await bash(tmp_path, {"command": command}, max_output_bytes=10))
+    head, marker, tail = value["output"].split("\n")
+    assert head == "\ufffd" * 5 and tail == "x" * 5
+    assert marker == "[... 18 bytes of output omitted ...]"
+
+
 async def test_cwd_is_resolved_inside_the_workspace(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     assert ok(await bash(tmp_path, {"command": "pwd", "cwd": "sub"}))["output"] == f"{tmp_path / 'sub'}\n"
@@ -209,6 +217,26 @@ async def test_background_jobs_do_not_outlive_a_normal_exit(tmp_path: Path) -> N
     value = ok(await bash(tmp_path, {"command": "sleep 30 & echo $!"}))
     assert trio.current_time() - start < 5
     assert value["exit_code"] == 0 and not pid_alive(int(value["output"]))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="the session is listed through /proc")
+async def test_jobs_in_groups_of_their_own_do_not_outlive_the_call(tmp_path: Path) -> None:
+    """Job control (set -m) gives each background job its own process group inside the session."""
+    value = ok(await bash(tmp_path, {"command": "set -m; sleep 30 >/dev/null 2>&1 & echo $!"}))
+    job = int(value["output"])
+    assert value["exit_code"] == 0
+    for _ in range(100):  # the kill is sent before the call returns; reaping may lag a moment
+        if not pid_alive(job):
+            break
+        await trio.sleep(0.02)
+    assert not pid_alive(job)
+
+
+@pytest.mark.parametrize("budget_ms", [1, 2, 5])
+async def test_a_deadline_shorter_than_the_shells_start_is_a_timed_out_result(tmp_path: Path, budget_ms: int) -> None:
+    for _ in range(5):
+        value = ok(await bash(tmp_path, {"command": "sleep 2", "timeout_ms": budget_ms}))
+        assert value["timed_out"] is True and value["timeout_ms"] == budget_ms
 
 
 # --- presentation, scheduling, configuration ------------------------------------------------
