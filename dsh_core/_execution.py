@@ -21,6 +21,7 @@ from ._signal import CancelSignal
 
 if TYPE_CHECKING:
     from ._orphans import OrphanTracker
+    from ._results import ToolExecutionResult
 
 __all__ = [
     "Agent",
@@ -273,15 +274,41 @@ class ToolDispatchExecution(_ExecutionView):
     read-only.
     """
 
-    __slots__ = ("_may_suspend", "_signal")
+    __slots__ = ("_body", "_may_suspend", "_signal")
 
     _signal: CancelSignal
     _may_suspend: bool
+    # None until the body is invoked, then _BODY_STARTED, then what it produced.
+    _body: object
 
     def __init__(self, execution: ToolExecution, *, may_suspend: bool = True) -> None:
         _set_execution(self, execution)
         _set_dispatch_signal(self, execution.signal)
         _set_may_suspend(self, may_suspend)
+        _set_body(self, None)
+
+    @property
+    def body_started(self) -> bool:
+        """Whether the tool's body was invoked in this dispatch (read it after ``next()``).
+
+        ``False`` when nothing inner ran it: a wrapper answered (a cache, the
+        effect ledger), the signal had fired, the tool was gone. A failure coded
+        ``UNKNOWN_TOOL`` or ``ABORTED_BEFORE_DISPATCH`` with ``body_started``
+        came from the body itself, which may have done its work.
+        """
+        return self._body is not None
+
+    @property
+    def body_result(self) -> ToolExecutionResult | None:
+        """What the body itself produced in this dispatch (``None``: it did not run, or did not return).
+
+        When cancellation replaced the body's success with ``ABORTED`` (the
+        caller's signal fired as it returned), this is still that success: the
+        work happened, and whatever records or compensates work (an effect
+        ledger, an undo log) needs its value. After retries, the last attempt's.
+        """
+        body = self._body
+        return None if body is None or body is _BODY_STARTED else body  # type: ignore[return-value]
 
     @property
     def signal(self) -> CancelSignal:
@@ -319,7 +346,14 @@ class ToolDispatchExecution(_ExecutionView):
 _set_execution = _ExecutionView.__dict__["_execution"].__set__
 _set_dispatch_signal = ToolDispatchExecution.__dict__["_signal"].__set__
 _set_may_suspend = ToolDispatchExecution.__dict__["_may_suspend"].__set__
+_set_body = ToolDispatchExecution.__dict__["_body"].__set__
 _new_object = object.__new__
+_BODY_STARTED: Any = object()
+
+
+def note_body(view: ToolDispatchExecution, result: ToolExecutionResult | None) -> None:
+    """Record on the dispatch view that the body ran (and what it produced, when it returned)."""
+    _set_body(view, _BODY_STARTED if result is None else result)
 
 
 def dispatch_view(execution: ToolExecution, may_suspend: bool) -> ToolDispatchExecution:
@@ -328,6 +362,7 @@ def dispatch_view(execution: ToolExecution, may_suspend: bool) -> ToolDispatchEx
     _set_execution(view, execution)
     _set_dispatch_signal(view, execution.signal)
     _set_may_suspend(view, may_suspend)
+    _set_body(view, None)
     return view
 
 

@@ -71,6 +71,7 @@ from ._execution import (
     ToolRunContext,
     dispatch_view,
     new_execution,
+    note_body,
 )
 from ._json import JsonValue, json_equal, json_text, safe_repr, snapshot_json
 from ._registry import RUN_CODE_NAME, Registry, ToolGuard
@@ -162,7 +163,7 @@ class PreparedCall:
 
     __slots__ = (
         "body_error", "body_invoked", "contract", "deferred", "execution", "finalizer", "hooks", "latest",
-        "registry_version", "result", "rewrites", "run", "scoped", "step", "suspends", "tool", "trace",
+        "registry_version", "result", "rewrites", "run", "scoped", "step", "superseded", "suspends", "tool", "trace",
     )  # fmt: skip
 
     def __init__(self, execution: ToolExecution, finalizer: Any, hooks: CallHooks) -> None:
@@ -186,6 +187,9 @@ class PreparedCall:
         # body_error (set only when a body raises, so a call that never fails never pays for it):
         # the exception, for a RetryPolicy to judge.
         self.body_error: BaseException | None
+        # superseded (set only then): the body's success that cancellation replaced with
+        # ABORTED, which dsh_execute wrappers see as execution.body_result.
+        self.superseded: ToolExecutionSuccess
 
     @property
     def dispatch_suspends(self) -> bool:
@@ -711,7 +715,14 @@ async def _dispatch_chain(runtime: ToolRuntime, call: PreparedCall) -> ToolExecu
     view = dispatch_view(execution, call.dispatch_suspends)
 
     async def base() -> ToolExecutionResult:
-        outcome = await _dispatch_body(runtime, call, view.signal)
+        try:
+            outcome = await _dispatch_body(runtime, call, view.signal)
+        finally:
+            if call.body_invoked:
+                note_body(view, None)  # started; interrupted bodies stay "started"
+        if call.body_invoked:
+            # The success cancellation replaced, if it did: the work happened.
+            note_body(view, getattr(call, "superseded", outcome) if outcome.is_error else outcome)
         if trace is not None:
             trace.add("execute", execution.name, outcome)
         call.latest = outcome
@@ -795,6 +806,7 @@ async def _dispatch_body(
         return failure_from_exception(exc, default_code=ErrorCode.TOOL_ERROR)
     result = _build_success(tool, contract, execution, value, run)
     if fused.cancelled and not result.is_error:
+        call.superseded = result
         return aborted_result(body_invoked=True)
     return result
 

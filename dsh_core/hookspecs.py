@@ -131,6 +131,12 @@ async def dsh_execute(
     runtime fuses the caller's signal back in before the body, so replacing it
     cannot detach caller cancellation. No other field can be assigned.
 
+    After ``next()`` returns, ``execution.body_started`` says whether the body
+    ran in this dispatch and ``execution.body_result`` what it produced (the
+    success itself when cancellation then made the call ``ABORTED``): what a
+    wrapper that records or compensates work needs, as the result alone
+    cannot tell a body's own ``UNKNOWN_TOOL`` from a tool that was gone.
+
     A success a wrapper builds itself has its ``value`` re-validated and
     re-rendered against the tool's output contract. A raising wrapper fails the
     call and post-execute does not run.

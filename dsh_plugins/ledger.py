@@ -510,12 +510,18 @@ class EffectLedger:
         finally:
             del self._running[slot]
             done.set()
+        body = execution.body_result
         if isinstance(result, ToolExecutionSuccess):
             self._settle(slot, _COMMITTED, {"value": result.value})
+        elif isinstance(body, ToolExecutionSuccess):
+            # The body finished its work, then the caller's signal turned the call ABORTED:
+            # the effect happened, once; a later call with this id gets its value.
+            self._settle(slot, _COMMITTED, {"value": body.value})
         else:
             assert isinstance(result, ToolExecutionFailure)
             fields = _failure_fields(result)
-            if fields["code"] in _NOT_DISPATCHED:
+            if fields["code"] in _NOT_DISPATCHED and not execution.body_started:
+                # Nothing ran (a body that raised such a code itself may have done its work).
                 self._settle(slot, _RELEASED, {})
             else:
                 self._settle(slot, _INTERRUPTED if fields["code"] in _CUT_SHORT else _FAILED, fields)

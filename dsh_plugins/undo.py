@@ -115,12 +115,15 @@ class UndoLog:
     async def dsh_execute(
         self, execution: ToolDispatchExecution, next: Callable[[], Awaitable[ToolExecutionResult]]
     ) -> ToolExecutionResult:
-        # The dispatched result, outside every other wrapper and before any post-execute
-        # listener: a call a policy blocks afterwards (or whose value it replaces) still did
-        # what its body did, and can be undone.
+        # What the body itself did, outside every other wrapper and before any post-execute
+        # listener: a call a policy blocks afterwards (or whose value it replaces), or that the
+        # caller's signal turned ABORTED as the body returned, still did its work and can be
+        # undone; an answer a wrapper gave without running the body here (the effect ledger's
+        # record of an earlier process) did nothing here to undo.
         result = await next()
-        if isinstance(result, ToolExecutionSuccess):
-            self._record(execution, result)
+        body = execution.body_result
+        if isinstance(body, ToolExecutionSuccess):
+            self._record(execution, body)
         return result
 
     def _record(self, execution: ToolDispatchExecution, result: ToolExecutionSuccess) -> None:

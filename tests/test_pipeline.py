@@ -556,6 +556,77 @@ async def test_the_wrappers_view_refuses_a_signal_that_is_not_one_and_matches_th
     assert [getattr(public, f) for f in fields] == [getattr(view, f) for f in fields]
     assert public.may_suspend is view.may_suspend and type(public) is type(view)
     assert repr(view) == repr(public) == f"<ToolDispatchExecution add call_id={request.call_id!r}>"
+    assert public.body_started is False and public.body_result is None
+
+
+class BodyWitness:
+    """A wrapper recording what ``execution.body_started``/``body_result`` say before and after ``next()``."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[bool, Any, bool, Any]] = []
+
+    @hookimpl(tryfirst=True)
+    async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+        before = (execution.body_started, execution.body_result)
+        try:
+            return await next()
+        finally:
+            self.seen.append((*before, execution.body_started, execution.body_result))
+
+
+async def test_a_wrapper_can_tell_what_the_body_itself_did() -> None:
+    async def fails(args: Any) -> Any:
+        raise DshError("gone", code="UNKNOWN_TOOL")
+
+    class ShortCircuit:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            if execution.name == "cached":
+                return ToolExecutionSuccess(value=1, content=())
+            return await next()
+
+    witness = BodyWitness()
+    runtime = make_runtime(
+        add_tool(), json_tool("fails", fails), json_tool("cached"), plugins=[ShortCircuit(), witness]
+    )
+    ran = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    await runtime.execute(make_input("fails", {}))
+    await runtime.execute(make_input("cached", {}))
+    (added, failed, cached) = witness.seen
+    assert added == (False, None, True, ran)
+    assert failed[:3] == (False, None, True) and failed[3].error.info.code == "UNKNOWN_TOOL"  # raised by the body
+    assert cached == (False, None, False, None)  # answered without the body
+
+
+async def test_the_body_result_keeps_a_success_that_cancellation_replaced() -> None:
+    signal = CancelSignal()
+
+    async def finishes_as_cancelled(args: Any) -> Any:
+        with trio.CancelScope(shield=True):
+            signal.cancel()
+            await trio.lowlevel.checkpoint()
+        return "done"
+
+    witness = BodyWitness()
+    runtime = make_runtime(json_tool("t", finishes_as_cancelled), plugins=[witness])
+    result = await runtime.execute(make_input("t", {}, signal=signal))
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.code == "ABORTED"
+    ((_, _, started, body),) = witness.seen
+    assert started is True and isinstance(body, ToolExecutionSuccess) and body.value == "done"
+
+
+async def test_an_interrupted_body_counts_as_started_without_a_result() -> None:
+    signal = CancelSignal()
+
+    async def sleeps(args: Any) -> Any:
+        signal.cancel()
+        await trio.sleep_forever()
+
+    witness = BodyWitness()
+    runtime = make_runtime(json_tool("t", sleeps), plugins=[witness])
+    await runtime.execute(make_input("t", {}, signal=signal))
+    assert witness.seen == [(False, None, True, None)]
 
 
 async def test_wrapper_short_circuit_skips_body_and_success_is_revalidated() -> None:

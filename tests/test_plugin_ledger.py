@@ -18,6 +18,7 @@ from dsh_core import (
     CancelSignal,
     ConfigError,
     Deny,
+    DshError,
     Rewrite,
     ToolDispatchExecution,
     ToolEffects,
@@ -25,6 +26,7 @@ from dsh_core import (
     ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
+    ToolNotFoundError,
     ToolRuntime,
     contract_fingerprint,
     define_tool,
@@ -378,6 +380,46 @@ async def test_a_call_stopped_before_its_body_releases_the_key(tmp_path: Path) -
     assert isinstance(second, ToolExecutionSuccess) and len(effects.runs) == 1
     kinds = [kind for kind, _ in events(tmp_path / "effects.jsonl")]
     assert kinds == ["effect/started", "effect/released", "effect/started", "effect/committed"]
+
+
+@pytest.mark.parametrize("error", [ToolNotFoundError("other"), DshError("gone", code="ABORTED_BEFORE_DISPATCH")])
+async def test_a_body_that_did_its_work_then_raised_a_not_dispatched_code_is_recorded_failed(
+    tmp_path: Path, error: DshError
+) -> None:
+    """Only a call whose body never ran releases its key: a body's own error code says nothing about that."""
+    runs: list[Any] = []
+
+    async def body(args: Any) -> Any:
+        runs.append(args)  # the effect
+        raise error
+
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", json_tool("send", body))
+    for _ in range(3):
+        await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert len(runs) == 1
+    assert ledger.get("c1").state == "failed"  # type: ignore[union-attr]
+
+
+async def test_a_body_that_finished_as_the_caller_cancelled_is_committed(tmp_path: Path) -> None:
+    """The body's work completed; the caller's signal made the call ABORTED: the ledger records the effect."""
+    signal = CancelSignal()
+    runs: list[Any] = []
+
+    async def body(args: Any) -> Any:
+        runs.append(args)
+        with trio.CancelScope(shield=True):
+            signal.cancel()  # the user presses stop as the work finishes
+            await trio.lowlevel.checkpoint()
+        return {"sent": args["to"]}
+
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", json_tool("send", body))
+    first = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1", signal=signal))
+    assert code(first) == "ABORTED"
+    entry = ledger.get("c1")
+    assert entry is not None and entry.state == "committed" and entry.value == {"sent": "ann"}
+    again = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert isinstance(again, ToolExecutionSuccess) and again.value == {"sent": "ann"}
+    assert len(runs) == 1
 
 
 async def test_an_inner_wrapper_that_raises_leaves_the_call_in_doubt(tmp_path: Path) -> None:

@@ -155,6 +155,49 @@ async def test_a_raising_event_sink_does_not_hide_the_undo(caplog: pytest.LogCap
     assert "event sink failed for tool/reverted: disk full" in caplog.text
 
 
+async def test_a_call_aborted_as_its_body_finished_can_still_be_undone() -> None:
+    import trio
+
+    from dsh_core import CancelSignal
+
+    state: list[str] = []
+    signal = CancelSignal()
+
+    async def body(args: Any) -> str:
+        state.append(args["item"])
+        with trio.CancelScope(shield=True):
+            signal.cancel()  # stop pressed as the work completes
+            await trio.lowlevel.checkpoint()
+        return args["item"]
+
+    runtime, log, _ = with_undo(json_tool("add", body, revert=lambda args, value: state.remove(value)))
+    result = await runtime.execute(make_input("add", {"item": "a"}, call_id="c-a", signal=signal))
+    assert result.is_error and state == ["a"]
+    assert [entry.call_id for entry in log.entries()] == ["c-a"]
+    assert await log.undo() == [UndoOutcome(call_id="c-a", tool="add", reverted=True)]
+    assert state == []
+
+
+async def test_an_answer_given_without_running_the_body_here_is_not_recorded(tmp_path: Path) -> None:
+    """The effect ledger answers a call id an earlier process ran: this process did nothing to undo."""
+    from dsh_plugins.ledger import EffectLedger
+
+    state: list[str] = []
+    path = tmp_path / "effects.jsonl"
+    for _ in range(2):  # two processes, one after the other
+        runtime = make_runtime(counter_tool("add", state))
+        ledger = EffectLedger(str(path), runtime=runtime)
+        log = UndoLog(runtime, max_entries=10)
+        runtime.plugins.register(ledger, name="effect-ledger")
+        runtime.plugins.register(log, name=PLUGIN_NAME)  # outside the ledger's answer
+        try:
+            expect_success(await runtime.execute(make_input("add", {"item": "a"}, call_id="c-a")))
+        finally:
+            ledger.close()
+    assert state == ["a"]  # the second process replayed the recorded value
+    assert log.entries() == ()
+
+
 async def test_where_selects_the_entries_to_undo() -> None:
     state: list[str] = []
     runtime, log, _ = with_undo(counter_tool("add", state))
