@@ -10,7 +10,10 @@ object is listed with ``{"type": "object", "properties": {"result": <schema>}}``
 and its structured content is ``{"result": <value>}``.
 
 Every ``tools/call`` runs ``runtime.execute`` with ``agent=scope``: the full
-pipeline, policies, guards and observers included. The result maps onto MCP as:
+pipeline, policies, guards and observers included. Its call id,
+``mcp-<12 random hex digits>-<n>``, is unique across processes too (the effect
+ledger remembers calls by id from one session to the next). The result maps
+onto MCP as:
 
 - success: ``content`` = the rendered blocks (text, image), ``structuredContent``
   = the value (wrapped as above when needed), ``isError: false``;
@@ -45,7 +48,9 @@ call it does not know was rewritten): their text is appended to the result's
 from __future__ import annotations
 
 import contextvars
+import functools
 import itertools
+import uuid
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -62,8 +67,9 @@ from .presentation import declared_effects
 
 if TYPE_CHECKING:
     import mcp_types
-    from mcp.server import Server
+    from mcp.server import NotificationOptions, Server
     from mcp.server.context import ServerRequestContext
+    from mcp.server.models import InitializationOptions
     from mcp.server.session import ServerSession
 
     from ._runtime import ApprovalService, ToolRuntime
@@ -79,7 +85,15 @@ _APPROVAL_SCHEMA: Final = {
     "required": ["allow"],
 }
 
-_call_ids = itertools.count(1)
+# Call ids must differ between processes, not only within one: the effect ledger keys
+# what it records by call id across sessions. A random per-process part keeps them
+# unique; the counter after it keeps one session's calls readable and ordered.
+_CALL_ID_PREFIX: Final = f"mcp-{uuid.uuid4().hex[:12]}-"
+_call_numbers = itertools.count(1)
+
+
+def _next_call_id() -> str:
+    return f"{_CALL_ID_PREFIX}{next(_call_numbers)}"
 
 
 class _McpCall:
@@ -262,7 +276,6 @@ def serve_registry(
     the handshake era, on ``subscriptions/listen`` streams for the others.
     """
     import mcp_types
-    from mcp.server import Server
     from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
     from . import __version__
@@ -295,7 +308,7 @@ def serve_registry(
     ) -> mcp_types.CallToolResult:
         call = _McpCall(runtime, ctx.session, ctx.request_id, approval)
         request = ToolExecutionInput(
-            call_id=f"mcp-{next(_call_ids)}",
+            call_id=_next_call_id(),
             name=params.name,
             arguments=params.arguments if params.arguments is not None else {},
             signal=CancelSignal(),
@@ -315,7 +328,7 @@ def serve_registry(
 
     instructions = runtime.model_tools(scope).instructions or None
     bus = InMemorySubscriptionBus()
-    return Server(
+    return _server_class()(
         name,
         version=__version__,
         instructions=instructions,
@@ -323,6 +336,31 @@ def serve_registry(
         on_call_tool=call_tool,
         on_subscriptions_listen=ListenHandler(bus),
     )
+
+
+@functools.cache
+def _server_class() -> type[Server[Any]]:
+    """``mcp.server.Server`` that tells handshake-era clients its tool list can change.
+
+    Every transport builds the ``initialize`` answer from
+    ``create_initialization_options()``, but only stdio lets the caller pass
+    options: HTTP sessions and in-memory clients call it with none. So the
+    default is changed here, for all of them.
+    """
+    from mcp.server import NotificationOptions, Server
+
+    class ListChangingServer(Server[Any]):
+        def create_initialization_options(
+            self,
+            notification_options: NotificationOptions | None = None,
+            experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+            extensions: dict[str, dict[str, Any]] | None = None,
+        ) -> InitializationOptions:
+            return super().create_initialization_options(
+                notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+            )
+
+    return ListChangingServer
 
 
 def _list_changed(before: tuple[ToolSchema, ...], after: tuple[ToolSchema, ...]) -> bool:
@@ -341,14 +379,12 @@ async def serve_stdio(
 
     Nothing else may write to stdout meanwhile: it carries the protocol.
     """
-    from mcp.server.lowlevel.server import NotificationOptions
     from mcp.server.stdio import stdio_server
 
     server = serve_registry(runtime, scope=scope, approval=approval)
-    # Handshake-era clients learn from the capability that the tool list can change.
-    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, options)
+        # The options say the tool list can change (see _server_class).
+        await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
 async def serve_http(

@@ -38,11 +38,14 @@ silently ignored. MCP input schemas (pydantic-generated, mostly) go through
   superset and never rejects a value the server accepts. The stripped
   constraints are appended to that node's ``description`` so the model still
   reads them, and each stripped tool gets a *warning* (``dsh-tools check``);
+  vendor keywords (``x-``-prefixed annotations, which constrain nothing) are
+  dropped with the same warning, and a ``true`` subschema (any value) is
+  rewritten to ``{}``;
 - *refusal*: keywords that decide a value's shape (``$ref``, non-disjoint
   ``anyOf``, ``allOf``, ``not``, ``if``/``then``/``else``, ``patternProperties``,
-  ``prefixItems``, ...) cannot be dropped without changing what the model is
-  told or what is accepted, so the tool is not registered and a *problem* is
-  reported.
+  ``prefixItems``, ...), and ``false`` subschemas (no value), cannot be dropped
+  without changing what the model is told or what is accepted, so the tool is
+  not registered and a *problem* is reported.
 
 An output schema goes through the same rules; one that cannot be downgraded
 leaves the tool registered with an any-JSON output contract and a warning (the
@@ -53,11 +56,17 @@ the value (rendered as JSON text). A tool without one returns the envelope
 :data:`ENVELOPE_SCHEMA`: ``{"content": [{"type": "text", "text": ...} |
 {"type": "image", "data": ..., "mime_type": ...} | {"type": <other>, ...}]}``,
 rendered back to text and image blocks. A result with ``isError`` fails the call
-(``TOOL_ERROR``, message = its text). A tool's annotations become its
-:class:`~dsh_core.ToolEffects` (``readOnlyHint``, ``destructiveHint``,
-``idempotentHint``, ``openWorldHint``; only a hint that is exactly ``true``
-counts, and a tool claiming both read-only and destructive is taken as
-destructive); a read-only one is concurrency-safe (parallel in
+(``TOOL_ERROR``, message = its text, else its structured content as JSON). A
+result the SDK refuses (it does not parse, or its structured content is missing
+or breaks the tool's output schema) is a protocol error, ``MCP_ERROR``.
+
+A tool's annotations become its :class:`~dsh_core.ToolEffects`
+(``readOnlyHint``, ``destructiveHint``, ``idempotentHint``, ``openWorldHint``).
+Annotations with no hint at all (a title alone) declare nothing; a hint left
+out takes the MCP specification's default, which assumes the worst
+(``destructiveHint`` true unless the tool is read-only, ``openWorldHint`` true;
+``idempotentHint`` false). A tool claiming both read-only and destructive is
+taken as destructive; a read-only one is concurrency-safe (parallel in
 ``run_tool_calls``).
 
 **Connections and background tasks.** An MCP session needs a task that reads
@@ -84,8 +93,14 @@ servers' start-up) and registers what it found: ``dsh-tools list`` and
 ``check`` see MCP tools without any async host.
 
 **Failures.** A server that dies during a call fails it with
-``MCP_SERVER_DIED``; one that cannot be started or reached fails it with
-``MCP_SERVER_UNAVAILABLE``; an MCP protocol error is ``MCP_ERROR``. After the
+``MCP_SERVER_DIED`` (the connection ended: the transport closed, or the HTTP
+transport gave up on a response stream); one that cannot be started or reached
+fails it with ``MCP_SERVER_UNAVAILABLE``. An MCP protocol error is
+``MCP_ERROR``: a JSON-RPC error answer (whatever its code, ``-32000`` included),
+an invalid result, and a message no pending request can be matched to (one the
+SDK cannot parse, or a response to an id this client never sent), which fails
+every request then pending instead of leaving it to wait forever. A line of
+plain text (a server printing to stdout) is no message and is ignored. After the
 n-th consecutive failure the next start waits ``min(backoff_initial_s * 2**(n-1),
 backoff_max_s)`` (inside the calling task, so cancellation and the timeout
 plugin still apply). A successful response resets the count. A server with
@@ -111,7 +126,8 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
 
 import attrs
 import trio
@@ -187,7 +203,7 @@ def _server_gone(error: BaseException) -> bool:
 
 
 class McpToolError(DshError):
-    """The MCP server answered the call with ``isError: true``; the message is the result's text."""
+    """The MCP server answered the call with ``isError: true``; the message says what the result carries."""
 
 
 # -- settings ---------------------------------------------------------------------------------
@@ -366,22 +382,31 @@ _DISJOINT_TYPES: Final = frozenset({"object", "array", "string", "number", "inte
 class SchemaDowngrade:
     """A schema made to fit the enforced subset, and what was changed to get there.
 
-    ``stripped`` names each removed narrowing keyword by path (warn about these);
-    ``rewritten`` each exact rewrite (``anyOf`` → ``oneOf``), which changes nothing.
+    ``stripped`` names each removed narrowing keyword by path and ``dropped`` each
+    removed vendor (``x-``) keyword (warn about these); ``rewritten`` each exact
+    rewrite (``anyOf`` → ``oneOf``, ``true`` → ``{}``), which changes nothing.
     """
 
     schema: dict[str, Any]
     stripped: tuple[str, ...] = ()
     rewritten: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
 
 
 class _Downgrader:
     def __init__(self) -> None:
         self.stripped: list[str] = []
         self.rewritten: list[str] = []
+        self.dropped: list[str] = []
         self.refused: list[str] = []
 
     def node(self, node: object, path: str) -> object:
+        if node is True:  # the schema every value matches
+            self.rewritten.append(path)
+            return {}
+        if node is False:
+            self.refused.append(f"{path}: false (no value is valid) cannot be downgraded safely")
+            return node
         if not isinstance(node, Mapping):
             return node  # the subset check reports it
         out: dict[str, Any] = {}
@@ -392,6 +417,9 @@ class _Downgrader:
                 self.refused.append(f"{where}: {key} decides the value's shape and cannot be downgraded safely")
             elif key in IGNORED_KEYWORDS:
                 continue
+            elif isinstance(key, str) and key.startswith("x-"):
+                # A vendor annotation: validators ignore it, so dropping it accepts the same values.
+                self.dropped.append(where)
             elif key in NARROWING_KEYWORDS:
                 self.stripped.append(where)
                 notes.append(key if key in _SCHEMA_VALUED_NARROWING else f"{key} {json_text(_plain(value))}")
@@ -400,7 +428,7 @@ class _Downgrader:
                 notes.append("additionalProperties " + json_text(_plain(value)))
             elif key == "properties" and isinstance(value, Mapping):
                 out[key] = {name: self.node(item, f"{where}.{name}") for name, item in value.items()}
-            elif key == "items" and isinstance(value, Mapping):
+            elif key == "items" and isinstance(value, (Mapping, bool)):
                 out[key] = self.node(value, where)
             elif key == "items" and isinstance(value, list):
                 self.refused.append(f"{where}: tuple-form items cannot be downgraded safely")
@@ -479,12 +507,36 @@ def downgrade_schema(schema: Mapping[str, Any], *, root: str = "schema", object_
         result = downgrader.node(schema, root)
     except RecursionError:
         raise JsonSchemaError([f"{root}: nested too deeply to downgrade"]) from None
-    assert isinstance(result, dict)
     if downgrader.refused:
         raise JsonSchemaError(downgrader.refused)
     check = assert_object_json_schema if object_root else assert_supported_json_schema
-    check(result)
-    return SchemaDowngrade(schema=result, stripped=tuple(downgrader.stripped), rewritten=tuple(downgrader.rewritten))
+    try:
+        check(result)
+    except JsonSchemaError as exc:
+        # The subset check names its root "schema"; say ``root`` like the refusals above.
+        raise JsonSchemaError([_relabel(violation, root) for violation in exc.violations]) from None
+    assert isinstance(result, dict)  # the check accepted it
+    return SchemaDowngrade(
+        schema=result,
+        stripped=tuple(downgrader.stripped),
+        rewritten=tuple(downgrader.rewritten),
+        dropped=tuple(downgrader.dropped),
+    )
+
+
+def _downgrade_note(result: SchemaDowngrade, checked_by: str) -> str:
+    parts = []
+    if result.stripped:
+        parts.append(f"stripped {', '.join(result.stripped)} ({checked_by})")
+    if result.dropped:
+        parts.append(f"dropped the vendor keywords {', '.join(result.dropped)} (annotations, not constraints)")
+    return "; ".join(parts)
+
+
+def _relabel(violation: str, root: str) -> str:
+    if violation == "schema" or violation.startswith(("schema.", "schema ", "schema[")):
+        return root + violation[len("schema") :]
+    return violation
 
 
 # -- the result envelope ----------------------------------------------------------------------------
@@ -556,13 +608,46 @@ def render_envelope(args: object, value: JsonValue) -> list[ContentBlock]:
     return blocks
 
 
+_DETAIL_CAP: Final = 500
+"""The most characters of a server's structured detail or refusal quoted in a message."""
+
+
+def _bounded(text: str, cap: int = _DETAIL_CAP) -> str:
+    return text if len(text) <= cap else text[: cap - 1] + "…"
+
+
 def _result_text(result: mcp_types.CallToolResult) -> str:
+    """The message of an ``isError`` result: its text, else what else it carries."""
     import mcp_types
 
     texts = [block.text for block in result.content if isinstance(block, mcp_types.TextContent)]
-    text = "\n".join(texts)
     # A dsh-tools server (and many others) already prefix their failure text.
-    return text.removeprefix("Error: ") or "the MCP tool reported an error"
+    text = "\n".join(texts).removeprefix("Error: ")
+    if text:
+        return text
+    if result.structured_content is not None:
+        return "the MCP tool reported an error: " + _bounded(json_text(_plain(result.structured_content)))
+    kinds = sorted({block.type for block in result.content})
+    if kinds:
+        return f"the MCP tool reported an error (with {', '.join(kinds)} content only)"
+    return "the MCP tool reported an error"
+
+
+def _invalid_result(exc: Exception) -> str:
+    """One line saying why the SDK refused a tool result (its exceptions carry multi-line dumps)."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the result"
+        return _bounded(f"the result does not parse ({where}: {first['msg']})")
+    # The SDK raises RuntimeError from the jsonschema error that says what broke where.
+    cause = exc.__cause__
+    message, path = getattr(cause, "message", None), getattr(cause, "json_path", None)
+    if isinstance(message, str) and isinstance(path, str):
+        return _bounded(f"its structured content does not match the tool's output schema ({message} at {path})")
+    lines = str(exc).strip().splitlines()
+    return _bounded(lines[0] if lines else type(exc).__name__)
 
 
 def _effects_of(annotations: Any) -> ToolEffects | None:
@@ -601,11 +686,20 @@ def _always(args: object) -> bool:
 
 
 class _ReadWatch:
-    """Wraps a transport's read stream and reports its end (the server closed the connection)."""
+    """A transport's read stream that reports to its session what only the stream sees.
 
-    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+    Its end (the server closed the connection), and the messages no pending
+    request can be matched to: the SDK would drop those or hand them to the
+    message handler, and the request waiting for its answer would wait forever.
+    """
+
+    def __init__(self, stream: Any, session: _Session, *, one_stream: bool) -> None:
         self._stream = stream
-        self._on_end = on_end
+        self._session = session
+        # Over stdio every message shares one stream, so one that does not parse may be
+        # any request's answer. Over HTTP an answer that does not parse comes back as its
+        # own request's error; one failing alone here came on the notification stream.
+        self._unparsed_may_answer = one_stream
 
     def __getattr__(self, name: str) -> Any:  # ``last_context`` and friends
         return getattr(self._stream, name)
@@ -614,10 +708,32 @@ class _ReadWatch:
         import anyio
 
         try:
-            return await self._stream.receive()
+            item = await self._stream.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._on_end()
+            self._session.end()
             raise
+        self._check(item)
+        return item
+
+    def _check(self, item: object) -> None:
+        from mcp.shared.dispatcher import coerce_request_id
+        from mcp_types import JSONRPCError, JSONRPCResponse
+
+        session = self._session
+        if isinstance(item, Exception):  # what the transport could not parse
+            problem = _unparsed_message(item) if self._unparsed_may_answer else None
+            if problem is not None:
+                session.unmatched(f"sent a message the MCP SDK could not parse ({problem})")
+            return
+        message = getattr(item, "message", None)
+        if not isinstance(message, (JSONRPCResponse, JSONRPCError)):
+            return
+        if message.id is None:  # JSON-RPC's answer to a request it could not read
+            assert isinstance(message, JSONRPCError)
+            error = message.error
+            session.unmatched(f"answered with an error that names no request ({error.code}: {error.message})")
+        elif coerce_request_id(message.id) not in session.sent:
+            session.unmatched(f"answered request id {message.id!r}, which this client never sent")
 
     def __aiter__(self) -> _ReadWatch:
         return self
@@ -640,14 +756,88 @@ class _ReadWatch:
         await self.aclose()
 
 
-class _Session:
-    """One connection attempt to a server: its client, once up, and what its reader noticed."""
+class _WriteWatch:
+    """A transport's write stream that notes each request id sent, and reports a broken connection."""
+
+    def __init__(self, stream: Any, session: _Session) -> None:
+        self._stream = stream
+        self._session = session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    async def send(self, item: Any) -> None:
+        import anyio
+        from mcp.shared.dispatcher import coerce_request_id
+        from mcp_types import JSONRPCRequest
+
+        message = getattr(item, "message", None)
+        if isinstance(message, JSONRPCRequest):
+            self._session.note_sent(coerce_request_id(message.id))
+        try:
+            await self._stream.send(item)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            # The transport's writer is gone; the read side may not have noticed yet.
+            self._session.end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _WriteWatch:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _unparsed_message(exc: Exception) -> str | None:
+    """What to say about an item the transport could not parse; ``None`` for a line of plain text.
+
+    A server printing a line of text to stdout sent no message (the SDK logs
+    it); a JSON object that does not parse may be the answer a request waits for.
+    """
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return _bounded(_describe(exc))
+    invalid = [error for error in exc.errors(include_url=False) if error["type"] == "json_invalid"]
+    if not invalid:
+        return "valid JSON, but not a JSON-RPC message"
+    text = invalid[0].get("input")
+    if isinstance(text, str) and not text.lstrip().startswith("{"):
+        return None
+    return _bounded(invalid[0]["msg"])
+
+
+_SENT_IDS_KEPT: Final = 4096
+"""How many recent request ids a session remembers to match answers against."""
+
+_T = TypeVar("_T")
+
+
+class _Pending:
+    """A request in flight on a session, failed by cancelling its scope."""
 
     def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.problem: str | None = None
+
+
+class _Session:
+    """One connection attempt to a server: its client, once up, and what its streams noticed."""
+
+    def __init__(self, server_name: str) -> None:
+        self.server_name = server_name
         self.client: Client | None = None
         self.ended = False
         self.list_changed = False
         self.wake = trio.Event()
+        # Ids of the requests sent (the most recent ones): an answer to an id the
+        # client never sent matches no request, while a late answer to an abandoned
+        # one is harmless. Insertion-ordered, so the oldest is dropped first.
+        self.sent: dict[object, None] = {}
+        self.pending: set[_Pending] = set()
 
     def end(self) -> None:
         self.ended = True
@@ -660,6 +850,34 @@ class _Session:
     @property
     def live(self) -> bool:
         return self.client is not None and not self.ended
+
+    def note_sent(self, request_id: object) -> None:
+        self.sent[request_id] = None
+        if len(self.sent) > _SENT_IDS_KEPT:
+            del self.sent[next(iter(self.sent))]
+
+    def unmatched(self, problem: str) -> None:
+        """The server sent something no pending request can be matched to: fail every pending request.
+
+        Whichever request that message answered would otherwise wait forever,
+        and which one it was cannot be known.
+        """
+        logger.warning('MCP server "%s" %s', self.server_name, problem)
+        for pending in self.pending:
+            pending.problem = problem
+            pending.scope.cancel()
+
+    async def request(self, send: Callable[[], Awaitable[_T]], what: str) -> _T:
+        """``await send()``, failed with ``MCP_ERROR`` if :meth:`unmatched` fires meanwhile."""
+        pending = _Pending()
+        self.pending.add(pending)
+        try:
+            with pending.scope:
+                return await send()
+        finally:
+            self.pending.discard(pending)
+        # Only reached when unmatched() cancelled the scope (an outer cancellation propagates).
+        raise McpClientError(f'MCP server "{self.server_name}" {pending.problem}; {what} was abandoned', code=MCP_ERROR)
 
 
 class _Server:
@@ -683,13 +901,16 @@ class _Server:
     def name(self) -> str:
         return self.settings.name
 
+    def new_session(self) -> _Session:
+        return _Session(self.name)
+
     def transport(self, session: _Session) -> Any:
         """What ``mcp.Client`` connects to for ``session``."""
         from mcp.client.stdio import StdioServerParameters, stdio_client
         from mcp.client.streamable_http import streamable_http_client
 
         if self.in_process is not None:
-            return self.in_process  # cannot die: no end watch needed
+            return self.in_process  # in memory: cannot die, and passes objects, not text to parse
         settings = self.settings
         if settings.url is not None:
             inner = streamable_http_client(settings.url)
@@ -699,19 +920,20 @@ class _Server:
                 command=settings.command, args=list(settings.args), env=settings.env, cwd=settings.cwd
             )
             inner = stdio_client(params)
-        return _WatchedTransport(inner, session.end)
+        return _WatchedTransport(inner, session, one_stream=settings.url is None)
 
 
 class _WatchedTransport:
-    """A transport whose read side reports the end of the connection to the session."""
+    """A transport whose streams report to the session (see :class:`_ReadWatch`, :class:`_WriteWatch`)."""
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+    def __init__(self, inner: Any, session: _Session, *, one_stream: bool) -> None:
         self._inner = inner
-        self._on_end = on_end
+        self._session = session
+        self._one_stream = one_stream
 
     async def __aenter__(self) -> tuple[Any, Any]:
         read, write = await self._inner.__aenter__()
-        return _ReadWatch(read, self._on_end), write
+        return _ReadWatch(read, self._session, one_stream=self._one_stream), _WriteWatch(write, self._session)
 
     async def __aexit__(self, *exc: Any) -> bool | None:
         result: bool | None = await self._inner.__aexit__(*exc)
@@ -728,13 +950,27 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _connection_lost(exc: BaseException) -> bool:
+_HTTP_STAND_IN: Final = "SSE stream"
+"""How the streamable HTTP transport's own -32000 errors begin: it stands in with one for a
+response that can never arrive (``mcp.client.streamable_http``, ``_resolve_abandoned_request``)."""
+
+
+def _connection_lost(exc: BaseException, session: _Session, *, http: bool) -> bool:
+    """Whether a failed request means the connection is gone, rather than that the server answered.
+
+    The SDK fails a request with -32000 (its ``CONNECTION_CLOSED``) when the
+    connection ends, but -32000 is also JSON-RPC's "server error", which a
+    server may answer with; so only the watched streams (``session.ended``)
+    prove the end, plus the HTTP transport's own stand-ins.
+    """
     import anyio
     from mcp import MCPError
     from mcp_types import CONNECTION_CLOSED
 
+    if session.ended:
+        return True
     if isinstance(exc, MCPError):
-        return exc.code == CONNECTION_CLOSED
+        return http and exc.code == CONNECTION_CLOSED and exc.message.startswith(_HTTP_STAND_IN)
     return isinstance(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError))
 
 
@@ -847,11 +1083,11 @@ class McpClientPlugin:
             self._apply_listing(server, listings[server.name])
 
     async def _list_once(self, server: _Server, out: dict[str, list[mcp_types.Tool] | BaseException]) -> None:
-        session = _Session()
+        session = server.new_session()
         try:
             with trio.fail_after(self.settings.connect_timeout_s):
                 async with self._client(server, session) as client:
-                    out[server.name] = await _list_tools(client)
+                    out[server.name] = await _list_tools(session, client)
         except Exception as exc:
             out[server.name] = exc
 
@@ -913,19 +1149,16 @@ class McpClientPlugin:
         except JsonSchemaError as exc:
             note("problem", "not registered: its input schema " + "; ".join(exc.violations))
             return None, notes
-        if parameters.stripped:
-            note(
-                "warning",
-                "input schema downgraded: stripped " + ", ".join(parameters.stripped) + " (the MCP server checks them)",
-            )
+        if parameters.stripped or parameters.dropped:
+            note("warning", "input schema downgraded: " + _downgrade_note(parameters, "the MCP server checks them"))
 
         structured = tool.output_schema is not None
         if tool.output_schema is not None:
             try:
                 result = downgrade_schema(tool.output_schema, root="output")
                 output = ToolOutput(schema=result.schema)
-                if result.stripped:
-                    note("warning", "output schema downgraded: stripped " + ", ".join(result.stripped))
+                if result.stripped or result.dropped:
+                    note("warning", "output schema downgraded: " + _downgrade_note(result, "the MCP SDK checks them"))
             except JsonSchemaError as exc:
                 output = ToolOutput(schema={"description": "structured content (validated by the MCP SDK)"})
                 note(
@@ -1000,6 +1233,8 @@ class McpClientPlugin:
         async def on_message(message: object) -> None:
             import mcp_types
 
+            # Transport exceptions (unparseable messages) arrive here too; the
+            # transport's read watch has already dealt with them.
             if isinstance(message, mcp_types.ToolListChangedNotification):
                 session.changed()
 
@@ -1046,27 +1281,26 @@ class McpClientPlugin:
         except McpClientError as exc:
             server.connect_problem = McpDiagnostic(level="problem", server=server.name, message=exc.message)
 
-    async def _ensure_session(self, server: _Server) -> Client:
-        """The live client of ``server``, connecting first (in the caller's task) if needed."""
+    async def _ensure_session(self, server: _Server) -> _Session:
+        """The live session of ``server`` (its client set), connecting first (in the caller's task) if needed."""
         nursery = self._nursery
         assert nursery is not None
         async with server.lock:
             current = server.session
             if current is not None and current.live:
-                assert current.client is not None
-                return current.client
+                return current
             await self._wait_backoff(server)
-            session = _Session()
+            session = server.new_session()
             try:
                 with trio.fail_after(self.settings.connect_timeout_s):
-                    client: Client = await nursery.start(self._serve, server, session)
+                    await nursery.start(self._serve, server, session)
             except Exception as exc:
                 self._note_failure(server)
                 raise McpClientError(
                     f'MCP server "{server.name}" is unavailable: {_describe(exc)}', code=MCP_SERVER_UNAVAILABLE
                 ) from exc
             server.connect_problem = None
-            return client
+            return session
 
     async def _serve(
         self, server: _Server, session: _Session, *, task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED
@@ -1075,7 +1309,7 @@ class McpClientPlugin:
         started = False
         try:
             async with self._client(server, session) as client:
-                listing = await _list_tools(client)
+                listing = await _list_tools(session, client)
                 session.client = client
                 server.session = session
                 self._sync(server, listing)
@@ -1088,7 +1322,7 @@ class McpClientPlugin:
                         break
                     if session.list_changed:
                         session.list_changed = False
-                        self._sync(server, await _list_tools(client))
+                        self._sync(server, await _list_tools(session, client))
         except Exception as exc:
             if not started:
                 raise
@@ -1129,15 +1363,15 @@ class McpClientPlugin:
 
     async def _call(self, server: _Server, mcp_name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         if self._nursery is not None:
-            client = await self._ensure_session(server)
-            session = server.session
-            return await self._send(server, session, client, mcp_name, arguments)
+            session = await self._ensure_session(server)
+            assert session.client is not None
+            return await self._send(server, session, session.client, mcp_name, arguments)
         return await self._call_once(server, mcp_name, arguments)
 
     async def _call_once(self, server: _Server, mcp_name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         """A call over a session opened and closed in the caller's task (no ``running()`` block)."""
         await self._wait_backoff(server)
-        session = _Session()
+        session = server.new_session()
         entered = False
         outcome: mcp_types.CallToolResult | None = None
         error: Exception | None = None
@@ -1166,40 +1400,44 @@ class McpClientPlugin:
         return outcome
 
     async def _send(
-        self,
-        server: _Server,
-        session: _Session | None,
-        client: Client,
-        mcp_name: str,
-        arguments: dict[str, Any],
+        self, server: _Server, session: _Session, client: Client, mcp_name: str, arguments: dict[str, Any]
     ) -> mcp_types.CallToolResult:
         from mcp import MCPError
 
         try:
-            result = await client.call_tool(mcp_name, arguments)
+            result = await session.request(partial(client.call_tool, mcp_name, arguments), f'the call to "{mcp_name}"')
+        except McpClientError:
+            raise  # the session matched no request to what the server sent
         except Exception as exc:
-            if _connection_lost(exc) or (session is not None and session.ended):
+            if _connection_lost(exc, session, http=server.settings.url is not None):
                 self._note_failure(server)
-                if session is not None:
-                    session.end()
+                session.end()
                 raise McpClientError(
                     f'MCP server "{server.name}" died during the call to "{mcp_name}"; '
                     "it is restarted on the next call",
                     code=MCP_SERVER_DIED,
                 ) from exc
             if isinstance(exc, MCPError):
-                raise McpClientError(f'MCP server "{server.name}": {exc}', code=MCP_ERROR) from exc
-            raise McpToolError(f'MCP server "{server.name}": {exc}') from exc
+                raise McpClientError(
+                    f'MCP server "{server.name}" answered the call to "{mcp_name}" with error {exc.code}: '
+                    + _bounded(str(exc)),
+                    code=MCP_ERROR,
+                ) from exc
+            # The SDK refused the result: a protocol error, not the tool's own failure.
+            raise McpClientError(
+                f'MCP server "{server.name}" sent an invalid result for "{mcp_name}": {_invalid_result(exc)}',
+                code=MCP_ERROR,
+            ) from exc
         server.failures = 0
         server.retry_at = -math.inf
         return result
 
 
-async def _list_tools(client: Client) -> list[mcp_types.Tool]:
+async def _list_tools(session: _Session, client: Client) -> list[mcp_types.Tool]:
     tools: list[mcp_types.Tool] = []
     cursor: str | None = None
     for _ in range(_LIST_PAGE_CAP):
-        page = await client.list_tools(cursor=cursor)
+        page = await session.request(partial(client.list_tools, cursor=cursor), "tools/list")
         tools.extend(page.tools)
         cursor = page.next_cursor
         if cursor is None:

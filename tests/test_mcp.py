@@ -2,16 +2,20 @@
 
 Servers run in-process (the SDK's in-memory transport) where that is enough,
 and as real stdio subprocesses where the behaviour is about processes (start-up,
-death, restart). Subprocess tests use the real clock with short budgets. Run as
-a script, this module is the test MCP server (``python tests/test_mcp.py``).
+death, restart) or about what reaches the client as text (``mcp_raw_server.py``,
+a server sending what the SDK's servers never would). Subprocess tests use the
+real clock with short budgets. Run as a script, this module is the test MCP
+server (``python tests/test_mcp.py``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import signal
+import subprocess
 import sys
 import textwrap
 from collections.abc import Awaitable, Callable
@@ -23,8 +27,10 @@ import pytest
 pytest.importorskip("mcp")
 
 import anyio
+import mcp_types
 import trio
 from mcp import Client
+from mcp.server import Server
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -48,6 +54,7 @@ from dsh_core._mcp_server import serve_http, serve_registry
 from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
 from dsh_plugins import permissions
 from dsh_plugins.mcp_client import (
+    MCP_ERROR,
     MCP_SERVER_DIED,
     MCP_SERVER_UNAVAILABLE,
     PLUGIN_NAME,
@@ -129,6 +136,44 @@ def build_test_server(events: list[str] | None = None) -> MCPServer:
     return server
 
 
+ODD_OUTPUT: dict[str, Any] = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+def build_odd_server() -> Server[Any]:
+    """A low-level MCP server sending what MCPServer never would: odd schemas, results that break them."""
+
+    def tool(name: str, input_schema: dict[str, Any] | None = None, **options: Any) -> mcp_types.Tool:
+        return mcp_types.Tool(name=name, input_schema=input_schema or {"type": "object"}, **options)
+
+    tools = [
+        tool("no_structured", output_schema=ODD_OUTPUT),
+        tool("wrong_structured", output_schema=ODD_OUTPUT),
+        tool("image_error"),
+        tool("structured_error"),
+        tool("vendor", {"type": "object", "properties": {"a": {"type": "string", "x-foo": 1}, "b": True}}),
+        tool("never", {"type": "object", "properties": {"a": False}}),
+    ]
+    results = {
+        "no_structured": mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="7")]),
+        "wrong_structured": mcp_types.CallToolResult(content=[], structured_content={"n": "seven"}),
+        "image_error": mcp_types.CallToolResult(
+            content=[mcp_types.ImageContent(type="image", data="AAAA", mime_type="image/png")], is_error=True
+        ),
+        "structured_error": mcp_types.CallToolResult(
+            content=[], structured_content={"reason": "quota", "left": 0}, is_error=True
+        ),
+    }
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        default = mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="ok")])
+        return results.get(params.name, default)
+
+    return Server("odd", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
 # -- helpers -------------------------------------------------------------------------------------
 
 
@@ -144,6 +189,16 @@ def mem_config(**options: Any) -> dict[str, Any]:
 
 def stdio_server_entry(**options: Any) -> dict[str, Any]:
     return {"name": "proc", "command": sys.executable, "args": [str(HERE)], "prefix": "proc", **options}
+
+
+def raw_server_entry(**options: Any) -> dict[str, Any]:
+    raw = str(HERE.parent / "mcp_raw_server.py")
+    return {"name": "raw", "command": sys.executable, "args": [raw], "prefix": "raw", **options}
+
+
+def text_value(*texts: str) -> dict[str, Any]:
+    """The value of an MCP tool without an output schema whose result is these text blocks."""
+    return {"content": tuple({"type": "text", "text": text} for text in texts)}
 
 
 class DenyDeletes:
@@ -212,6 +267,35 @@ def test_shape_keywords_are_refused(schema: dict[str, Any], fragment: str) -> No
 def test_parameters_must_stay_object_rooted() -> None:
     with pytest.raises(JsonSchemaError):
         downgrade_schema({"type": "string"}, object_root=True)
+
+
+def test_vendor_keywords_are_dropped_and_reported() -> None:
+    schema = {"type": "object", "x-origin": "gen", "properties": {"a": {"type": "string", "x-foo": 1}}}
+    result = downgrade_schema(schema, root="parameters", object_root=True)
+    assert result.schema == {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert result.dropped == ("parameters.x-origin", "parameters.properties.a.x-foo")
+    assert result.stripped == ()
+
+
+def test_a_true_subschema_is_rewritten_to_accept_anything() -> None:
+    schema = {"type": "object", "properties": {"a": True, "b": {"type": "array", "items": True}}}
+    result = downgrade_schema(schema, root="parameters", object_root=True)
+    assert result.schema == {"type": "object", "properties": {"a": {}, "b": {"type": "array", "items": {}}}}
+    assert result.rewritten == ("parameters.properties.a", "parameters.properties.b.items")
+
+
+def test_a_false_subschema_is_refused() -> None:
+    with pytest.raises(JsonSchemaError) as caught:
+        downgrade_schema({"type": "object", "properties": {"a": False}}, root="parameters", object_root=True)
+    (violation,) = caught.value.violations
+    assert violation == "parameters.properties.a: false (no value is valid) cannot be downgraded safely"
+
+
+def test_refusals_of_the_subset_check_name_the_same_root_as_downgrades() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string", "nullable": True}}}
+    with pytest.raises(JsonSchemaError) as caught:
+        downgrade_schema(schema, root="parameters", object_root=True)
+    assert [violation.split(" ")[0] for violation in caught.value.violations] == ["parameters.properties.a.nullable"]
 
 
 # -- settings ------------------------------------------------------------------------------------
@@ -359,6 +443,54 @@ async def test_a_tool_whose_schema_cannot_be_downgraded_is_refused_and_reported(
         assert str(problems[0]).startswith('MCP server "mem", tool "mem__nested": not registered')
 
 
+async def test_odd_schemas_are_downgraded_with_a_warning_or_refused() -> None:
+    runtime = ToolRuntime()
+    config = {"servers": [{"name": "odd"}]}
+    async with McpClientPlugin.connect(runtime, config, in_process={"odd": build_odd_server()}) as plugin:
+        vendor = runtime.get("vendor")
+        assert vendor is not None
+        assert vendor.parameters["properties"] == {"a": {"type": "string"}, "b": {}}
+        assert (await runtime.execute(make_input("vendor", {"a": "x", "b": [1]}))).value == text_value("ok")
+        assert runtime.get("never") is None
+        notes = {note.tool: str(note) for note in plugin.diagnostics()}
+    assert notes["vendor"] == (
+        'MCP server "odd", tool "vendor": input schema downgraded: dropped the vendor keywords '
+        "parameters.properties.a.x-foo (annotations, not constraints)"
+    )
+    assert notes["never"] == (
+        'MCP server "odd", tool "never": not registered: its input schema '
+        "parameters.properties.a: false (no value is valid) cannot be downgraded safely"
+    )
+
+
+async def test_a_result_the_sdk_refuses_is_an_mcp_error_in_one_line() -> None:
+    runtime = ToolRuntime()
+    config = {"servers": [{"name": "odd"}]}
+    async with McpClientPlugin.connect(runtime, config, in_process={"odd": build_odd_server()}):
+        missing = await runtime.execute(make_input("no_structured"))
+        wrong = await runtime.execute(make_input("wrong_structured"))
+    assert (missing.code, wrong.code) == (MCP_ERROR, MCP_ERROR)
+    assert missing.error.message == (
+        'MCP server "odd" sent an invalid result for "no_structured": '
+        "Tool no_structured has an output schema but did not return structured content"
+    )
+    assert wrong.error.message == (
+        'MCP server "odd" sent an invalid result for "wrong_structured": its structured content does not '
+        "match the tool's output schema ('seven' is not of type 'integer' at $.n)"
+    )
+
+
+async def test_an_error_result_without_text_says_what_it_carries() -> None:
+    runtime = ToolRuntime()
+    config = {"servers": [{"name": "odd"}]}
+    async with McpClientPlugin.connect(runtime, config, in_process={"odd": build_odd_server()}):
+        image = await runtime.execute(make_input("image_error"))
+        structured = await runtime.execute(make_input("structured_error"))
+    assert (image.code, structured.code) == ("TOOL_ERROR", "TOOL_ERROR")
+    assert image.error.message == "the MCP tool reported an error (with image content only)"
+    assert structured.error.message == 'the MCP tool reported an error: {"reason": "quota", "left": 0}'
+
+
 async def test_list_changed_resyncs_registrations_and_fires_tools_change() -> None:
     recorder = Recorder()
     runtime = make_runtime(plugins=[recorder])
@@ -438,6 +570,61 @@ async def test_stdio_server_is_listed_at_setup_and_restarted_after_dying_mid_cal
 
         second_pid = (await runtime.execute(make_input("proc__pid"))).value["result"]
         assert second_pid != first_pid
+
+
+@pytest.mark.parametrize(
+    ("tool", "problem"),
+    [
+        ("deep", "sent a message the MCP SDK could not parse (Invalid JSON: recursion limit exceeded"),
+        ("wrong_id", "answered request id 12345, which this client never sent"),
+        ("null_id", "answered with an error that names no request (-32600: Invalid Request)"),
+    ],
+)
+async def test_an_answer_no_request_can_be_matched_to_fails_the_pending_call(tool: str, problem: str) -> None:
+    runtime = ToolRuntime()
+    with trio.fail_after(20):  # the call used to wait forever
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            failed = await runtime.execute(make_input(f"raw__{tool}"))
+            calls = await runtime.execute(make_input("raw__calls"))
+    assert failed.code == MCP_ERROR
+    assert failed.error.message.startswith(f'MCP server "raw" {problem}')
+    assert failed.error.message.endswith(f'; the call to "{tool}" was abandoned')
+    assert calls.value == text_value("2")  # the same session goes on
+
+
+async def test_a_line_of_plain_text_on_stdout_is_not_taken_for_an_answer() -> None:
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            result = await runtime.execute(make_input("raw__stray_text"))
+    assert result.value == text_value("fine")
+
+
+async def test_a_server_error_answer_is_an_mcp_error_and_never_retried() -> None:
+    # -32000 is also the SDK's code for a closed connection; this one is the server's answer.
+    events: list[str] = []
+    runtime = ToolRuntime(event_sink=lambda kind, data: events.append(kind))
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry(retry_attempts=3)]}):
+            failed = await runtime.execute(make_input("raw__server_error"))
+            calls = await runtime.execute(make_input("raw__calls"))
+    assert failed.code == MCP_ERROR
+    message = 'MCP server "raw" answered the call to "server_error" with error -32000: custom failure'
+    assert failed.error.message == message
+    assert events == []  # no retry
+    assert calls.value == text_value("2")  # one attempt, and the server was not restarted
+
+
+async def test_a_result_that_does_not_parse_is_an_mcp_error_in_one_line() -> None:
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            failed = await runtime.execute(make_input("raw__bad_result"))
+    assert failed.code == MCP_ERROR
+    assert failed.error.message == (
+        'MCP server "raw" sent an invalid result for "bad_result": '
+        "the result does not parse (content: Input should be a valid list)"
+    )
 
 
 async def test_without_running_each_call_uses_a_short_lived_session() -> None:
@@ -781,6 +968,41 @@ async def test_a_cancelled_mcp_request_cancels_the_call_signal() -> None:
     assert seen == ["wait cancelled"]
 
 
+async def test_serve_registry_gives_calls_ids_unique_across_processes() -> None:
+    # The effect ledger remembers calls by id across sessions: a second serve-mcp
+    # process must not hand out the ids the first one did.
+    recorder = Recorder()
+    runtime, _ = serving_runtime(recorder)
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        await client.call_tool("add", {"a": 1, "b": 2})
+        await client.call_tool("add", {"a": 3, "b": 4})
+    first, second = (execution.call_id for execution, _ in recorder.results)
+    assert re.fullmatch(r"mcp-[0-9a-f]{12}-\d+", first), first
+    prefix = first.rsplit("-", 1)[0]
+    assert second == f"{prefix}-{int(first.rsplit('-', 1)[1]) + 1}"  # one process: one prefix, counted
+
+    code = "from dsh_core._mcp_server import _next_call_id; print(_next_call_id())"
+    with trio.fail_after(30):
+        other = await trio.run_process([sys.executable, "-c", code], capture_stdout=True, cwd=str(REPO))
+    other_id = other.stdout.decode().strip()
+    assert re.fullmatch(r"mcp-[0-9a-f]{12}-1", other_id), other_id
+    assert not other_id.startswith(prefix)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_serve_registry_advertises_that_its_tool_list_can_change() -> None:
+    runtime, _ = serving_runtime()
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        in_memory = client.server_capabilities.tools
+    async with trio.open_nursery() as nursery:
+        (base,) = await nursery.start(serve_http, runtime, "127.0.0.1", 0)
+        async with Client(base + "/mcp", mode="legacy") as client:
+            over_http = client.server_capabilities.tools
+        nursery.cancel_scope.cancel()
+    assert in_memory is not None and in_memory.list_changed is True
+    assert over_http is not None and over_http.list_changed is True
+
+
 async def test_serve_http_answers_an_sdk_client_on_loopback() -> None:
     runtime, _ = serving_runtime()
     async with trio.open_nursery() as nursery:
@@ -835,6 +1057,77 @@ async def test_round_trip_client_plugin_over_serve_http() -> None:
         nursery.cancel_scope.cancel()
     assert added.value == {"result": 42}
     assert denied.code == "TOOL_ERROR" and denied.error.message == "nothing is deleted here"
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_an_http_server_dying_mid_call_is_reported_as_died(tmp_path: Path) -> None:
+    # The HTTP transport stands in for the lost response with a -32000 error of its
+    # own; unlike a server's -32000 answer, that one means the server is gone.
+    script = tmp_path / "serve_http.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import trio
+            from dsh_core._mcp_server import serve_http
+            from dsh_core.testing import json_tool, make_runtime
+
+            async def wait(args):
+                print("started", flush=True)
+                await trio.sleep(60)
+                return "waited"
+
+            async def main():
+                runtime = make_runtime(json_tool("wait", wait, output={"type": "string"}))
+                async with trio.open_nursery() as nursery:
+                    (base,) = await nursery.start(serve_http, runtime, "127.0.0.1", 0)
+                    print(base, flush=True)
+
+            trio.run(main)
+            """
+        )
+    )
+    runtime = ToolRuntime()
+    with trio.fail_after(60):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(REPO)
+        )
+        assert process.stdout is not None
+        lines = line_reader(process.stdout)
+        try:
+            base = await lines()
+            config = {"servers": [{"name": "web", "url": base + "/mcp"}]}
+            async with McpClientPlugin.connect(runtime, config), trio.open_nursery() as nursery:
+                results: list[Any] = []
+
+                async def call() -> None:
+                    results.append(await runtime.execute(make_input("wait", {"x": 1})))
+
+                nursery.start_soon(call)
+                assert await lines() == "started"
+                process.kill()
+        finally:
+            process.kill()
+            await process.wait()
+    died = results[0]
+    assert died.code == MCP_SERVER_DIED
+    assert died.error.message == 'MCP server "web" died during the call to "wait"; it is restarted on the next call'
+
+
+def line_reader(stream: trio.abc.ReceiveStream) -> Callable[[], Awaitable[str]]:
+    """Read ``stream`` a line at a time."""
+    buffer = bytearray()
+
+    async def next_line() -> str:
+        while b"\n" not in buffer:
+            chunk = await stream.receive_some()
+            if not chunk:
+                raise EOFError("the stream ended before a full line")
+            buffer.extend(chunk)
+        line, _, rest = bytes(buffer).partition(b"\n")
+        buffer[:] = rest
+        return line.decode().strip()
+
+    return next_line
 
 
 async def test_cli_serve_mcp_over_stdio_runs_the_pipeline() -> None:

@@ -1,0 +1,91 @@
+"""A raw MCP server over stdio (stdlib only) that answers ``tools/call`` the ways the SDK cannot.
+
+``tests/test_mcp.py`` runs it as a subprocess: the SDK's own servers always
+send well-formed messages, and the behaviours under test are about what
+reaches the client's transport as text. Each tool is one kind of answer:
+
+- ``ok``: a normal text result;
+- ``calls``: the number of ``tools/call`` requests this process received;
+- ``deep``: ``structuredContent`` nested deeper than the SDK's JSON parser accepts;
+- ``wrong_id``: a result for a request id the client never sent;
+- ``null_id``: an error with ``id: null`` (JSON-RPC's answer to an unreadable request);
+- ``server_error``: a JSON-RPC error ``-32000`` (an implementation-defined server error);
+- ``bad_result``: a result that is no ``CallToolResult`` (``content`` is a string);
+- ``stray_text``: a line of plain text on stdout, then a normal result.
+
+Every tool is annotated read-only, so a client configured to retry would retry it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+TOOLS = ["ok", "calls", "deep", "wrong_id", "null_id", "server_error", "bad_result", "stray_text"]
+DEPTH = 300
+
+
+def send(message: dict[str, Any]) -> None:
+    write(json.dumps(message))
+
+
+def write(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def answer_call(request_id: Any, name: str, calls: int) -> None:
+    def result(value: dict[str, Any]) -> None:
+        send({"jsonrpc": "2.0", "id": request_id, "result": value})
+
+    if name == "calls":
+        result({"content": [{"type": "text", "text": str(calls)}]})
+    elif name == "deep":
+        # Spliced in as text: json.dumps itself refuses to encode this depth.
+        nested = "[" * DEPTH + '"x"' + "]" * DEPTH
+        shallow = {"jsonrpc": "2.0", "id": request_id, "result": {"content": [], "structuredContent": {"v": "V"}}}
+        write(json.dumps(shallow).replace('"V"', nested))
+    elif name == "wrong_id":
+        send({"jsonrpc": "2.0", "id": 12345, "result": {"content": []}})
+    elif name == "null_id":
+        send({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}})
+    elif name == "server_error":
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": "custom failure"}})
+    elif name == "bad_result":
+        result({"content": "not a list"})
+    elif name == "stray_text":
+        write("debug: this line is not JSON-RPC")
+        result({"content": [{"type": "text", "text": "fine"}]})
+    else:
+        result({"content": [{"type": "text", "text": "ok"}]})
+
+
+def main() -> None:
+    tools = [{"name": name, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}} for name in TOOLS]
+    calls = 0
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, request_id = message.get("method"), message.get("id")
+        if method == "initialize":
+            version = message["params"]["protocolVersion"]
+            capabilities = {"tools": {"listChanged": False}}
+            info = {"name": "raw", "version": "0"}
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "result": {"protocolVersion": version, "capabilities": capabilities, "serverInfo": info},
+                }
+            )
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
+        elif method == "tools/call":
+            calls += 1
+            answer_call(request_id, message["params"]["name"], calls)
+        elif request_id is not None:
+            send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+
+
+if __name__ == "__main__":
+    main()
