@@ -72,6 +72,7 @@ from ._execution import (
     dispatch_view,
     new_execution,
     note_body,
+    scope_id,
 )
 from ._json import JsonValue, json_equal, json_text, safe_repr, snapshot_json
 from ._registry import RUN_CODE_NAME, Registry, ToolGuard
@@ -842,6 +843,19 @@ async def _dispatch_retrying(
         if error is None or fused.cancelled or not policy.retries(error):
             # Not the body's own failure (an output contract, a cancellation), or not one to retry.
             return _failed_after(result, attempt) if error is not None else result
+        if _still_running(runtime, execution):
+            # The attempt left a worker thread that nothing can stop: another attempt
+            # would do the same work beside it (the side effect twice, at once).
+            assert isinstance(result, ToolExecutionFailure)
+            info = result.error.info
+            return _failed_after(
+                failure_result(
+                    f"{result.error.message}; not retried while its worker thread still runs",
+                    info.code if info is not None else ErrorCode.TOOL_ERROR,
+                    name=info.name if info is not None else None,
+                ),
+                attempt,
+            )
         pause = policy.pause_before(attempt + 1, error)
         if pause is None:
             return _failed_after(result, attempt)
@@ -867,6 +881,15 @@ async def _dispatch_retrying(
         if pause_scope.cancelled_caught or fused.cancelled:
             return aborted_result(body_invoked=True)
         attempt += 1
+
+
+def _still_running(runtime: ToolRuntime, execution: ToolExecution) -> bool:
+    """Whether a worker thread this call abandoned (``run_in_thread``) is still running."""
+    agent = scope_id(execution.agent)
+    return any(
+        work.call_id == execution.call_id and work.tool == execution.name and work.agent == agent
+        for work in runtime._orphans.running()
+    )
 
 
 def _failed_after(failure: ToolExecutionResult, attempts: int) -> ToolExecutionResult:

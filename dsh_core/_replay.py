@@ -117,15 +117,20 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
     """Rebuild every call's presentation from a session log alone.
 
     Cards come from the tools registered in ``runtime`` now (the presenters are
-    pure), resolved in the global view. A call whose result was never logged
+    pure), resolved as the call's agent sees them (its own variant of a tool, if
+    it has one; the global tool otherwise). A call whose result was never logged
     (the host stopped mid-call) has ``result=None``. Code Mode sub-calls are
     attached to their outer call as ``dispatches``. ``contract_changed`` says
     whether the tool's parameter or output schema changed since the call was
     recorded (the cards then come from presenters written for the new contract).
     """
+    from ._runtime import agent_scope  # local: the runtime module uses the presenters here
+
     events = log.events if isinstance(log, SessionLogRead) else tuple(log)
     out: list[ReplayedCall] = []
     for call in logged_calls(events):
+        # The tool as the calling agent saw it (its own variant, if it had one).
+        scope = agent_scope(runtime, call.agent)
         durable: ToolResult | None = None
         view: ToolResultView | None = None
         error = None
@@ -135,7 +140,7 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
             durable = ToolResult(
                 content=structure_content(logged["content"]), is_error=bool(logged["isError"]), meta=logged.get("meta")
             )
-            view = present_result(runtime, call.name, call.arguments, durable)
+            view = present_result(runtime, call.name, call.arguments, durable, scope)
             error = logged.get("error")
             contexts = structure_contexts(logged.get("contexts"))
         out.append(
@@ -144,13 +149,13 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
                 name=call.name,
                 arguments=call.arguments,
                 agent=call.agent,
-                call_view=present_call(runtime, call.name, call.arguments),
+                call_view=present_call(runtime, call.name, call.arguments, scope),
                 result=durable,
                 result_view=view,
                 error=error,
                 dispatches=call.dispatches,
                 contexts=contexts,
-                contract_changed=contract_changed(runtime.get(call.name), call.contract),
+                contract_changed=contract_changed(runtime.get(call.name, scope), call.contract),
             )
         )
     return out

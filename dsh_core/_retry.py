@@ -165,6 +165,20 @@ class RetryPolicy:
             logger.warning("RetryPolicy.retry_if raised %s: %s; not retrying", type(exc).__name__, exc)
             return False
 
+    def _backoff(self, steps: int) -> float:
+        """``initial_delay_s * multiplier ** steps``, at most ``max_delay_s``.
+
+        Grown one step at a time and stopped at the cap: the power itself can
+        exceed a float long before the attempts run out (``2000 ** 95``), and
+        must not turn a retry into an ``OverflowError``.
+        """
+        delay = float(self.initial_delay_s)
+        for _ in range(steps):
+            if delay >= self.max_delay_s:
+                break
+            delay *= self.multiplier  # at worst inf, never an error: min() below caps it
+        return min(delay, self.max_delay_s)
+
     def pause_before(
         self, attempt: int, error: BaseException, *, uniform: Callable[[], float] = random.random
     ) -> float | None:
@@ -175,7 +189,7 @@ class RetryPolicy:
         """
         if attempt > self.max_attempts:
             return None
-        backoff = min(self.initial_delay_s * self.multiplier ** (attempt - 2), self.max_delay_s)
+        backoff = self._backoff(attempt - 2)
         backoff -= backoff * self.jitter * uniform()
         asked = error.retry_after_s if isinstance(error, TransientToolError) else None
         if asked is not None:

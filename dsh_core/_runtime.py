@@ -151,6 +151,16 @@ class ToolRuntime:
         self._registry.run_code = build_run_code_tool(self)
         self._registry._changed(notify=False)
 
+    @property
+    def dry_run(self) -> bool:
+        """Whether this runtime only rehearses calls (``dsh-tools simulate``): nothing it runs happens.
+
+        A plugin that keeps durable records (an audit trail, an effect ledger,
+        an exporter) checks it in ``dsh_setup`` and stays out of a dry run;
+        ``dsh_result`` observers are not called in one.
+        """
+        return False
+
     def send_event(self, event_type: str, data: Mapping[str, Any]) -> None:
         """Deliver a plugin's side event to ``event_sink``, as the runtime delivers its own.
 

@@ -112,6 +112,11 @@ class SessionLogRead:
     torn: TornLine | None
     # The byte offset just past the last committed event: where a later read picks up.
     end: int = 0
+    # The seq the next event will have: a read that found nothing new keeps it, so the
+    # read after it still knows where the numbering stands.
+    next_seq: int = attrs.field(
+        default=attrs.Factory(lambda self: self.events[-1].seq + 1 if self.events else 1, takes_self=True)
+    )
 
 
 # --- lines --------------------------------------------------------------------------------
@@ -183,6 +188,45 @@ def _lines_backwards(file: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
         yield 0, b"".join(reversed(later))
 
 
+_LINE_START: Final = b'{"seq":'
+
+
+def _could_be_torn(raw: bytes) -> bool:
+    """Whether ``raw`` (a bad last line) is crash damage to a log line rather than someone else's text.
+
+    Each event is one write of a whole line starting ``{"seq":``: a write cut
+    short leaves a start of that, and a crash can leave zero bytes or garbage
+    where the file had grown. A readable line of text that is not ours (the
+    notes or batch file given as a log by mistake) is none of these, and must
+    not be cut off.
+    """
+    body = raw[:-1] if raw.endswith(b"\n") else raw
+    if not body.strip() or b"\x00" in body:
+        return True
+    if body.startswith(_LINE_START) or (body is raw and _LINE_START.startswith(body)):
+        return True
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _lock_exclusively(file: BinaryIO, path: Path) -> None:
+    """Hold an exclusive lock on the log for as long as ``file`` is open: one writer per file."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: nothing to lock with
+        return
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SessionLogError(
+            "another writer has this session log open (one writer per file; give each session its own log)",
+            path=os.fspath(path),
+        ) from None
+
+
 def _line_number(file: BinaryIO, offset: int) -> int:
     """The 1-based number of the line starting at ``offset`` (counts the newlines before it)."""
     file.seek(0)
@@ -199,14 +243,15 @@ def _line_number(file: BinaryIO, offset: int) -> int:
 def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | None = None) -> SessionLogRead:
     """Read every committed event of the log at ``path`` (with ``after``: only those written since).
 
-    A damaged last line (no newline, not JSON, not an event) is skipped and
-    described in ``torn``. ``after`` is an earlier read of the same file: the
+    A torn last line (crash damage: the start of an event line, zero bytes,
+    bytes that are not text) is skipped and described in ``torn``. ``after`` is an earlier read of the same file: the
     read starts at its ``end`` and its seq numbering, so a reader following a
     growing log pays for the new lines only (line numbers in errors then count
     from that point).
 
     Raises:
-        SessionLogError: a line other than the last is damaged, or the ``seq``
+        SessionLogError: a line is damaged (the last one only when no interrupted
+            write can have left it: the file is not a session log), or the ``seq``
             numbers do not run 1, 2, 3, ... (on from ``after``'s); the message
             names the line. Also when the file is shorter than ``after.end``
             (it was replaced or cut).
@@ -216,7 +261,7 @@ def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | No
     events: list[SessionEvent] = []
     bad: TornLine | None = None
     offset = after.end if after is not None else 0
-    first_seq = (after.events[-1].seq + 1 if after.events else 1) if after is not None else 1
+    first_seq = after.next_seq if after is not None else 1
     with open(path, "rb") as file:
         if offset and file.seek(0, os.SEEK_END) < offset:
             raise SessionLogError(f"the file is shorter than the {offset} bytes read before", path=name)
@@ -229,6 +274,12 @@ def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | No
                 event = _parse_line(raw)
             except _BadLine as exc:
                 bad = TornLine(line=number, offset=offset, size=len(raw), reason=str(exc))
+                if not _could_be_torn(raw):
+                    raise SessionLogError(
+                        f"{bad.reason}: this is not a session log line (nor the start of one a crash cut short)",
+                        path=name,
+                        line=number,
+                    ) from None
             else:
                 expected = first_seq + len(events)
                 if event.seq != expected:
@@ -236,7 +287,7 @@ def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | No
                 events.append(event)
                 end = offset + len(raw)
             offset += len(raw)
-    return SessionLogRead(events=tuple(events), torn=bad, end=end)
+    return SessionLogRead(events=tuple(events), torn=bad, end=end, next_seq=first_seq + len(events))
 
 
 # --- the writer ---------------------------------------------------------------------------
@@ -333,14 +384,23 @@ class SessionLog:
     when the OS is asked to put it on disk: ``"always"`` after every line,
     ``"close"`` once on :meth:`close` (the default), ``"never"``.
 
-    One writer per file: two ``SessionLog`` objects appending to the same path
-    interleave their numbering. Use it as a context manager::
+    One writer per file: the log holds an exclusive lock on it while open, so a
+    second ``SessionLog`` on the same file (in this process or another) is
+    refused rather than interleaving its numbering. A new file is created
+    readable by its owner only (it holds arguments and results). Use it as a
+    context manager::
 
         with SessionLog(path) as log:
             seq = log.append_call("call-1", "read_file", {"path": "a.txt"})
 
+    Only a last line that a crash can have damaged (the start of an event line,
+    zero bytes, bytes that are not text) is taken as torn and cut off; a
+    readable line that is not an event means the file is not a session log (a
+    notes or batch file given by mistake), and it is left alone. Opening checks
+    the end of the file; readers check every line.
+
     Raises:
-        SessionLogError: the existing file is corrupt before its last line.
+        SessionLogError: the file is not a session log, or another writer holds it.
         ValueError: ``fsync`` is not a policy.
         OSError: the file cannot be opened.
     """
@@ -351,12 +411,19 @@ class SessionLog:
         self.path = Path(path)
         self.fsync: FsyncPolicy = fsync
         self._new_file = not self.path.exists()
-        self.torn: TornLine | None
-        self._next_seq: int
-        self.torn, self._next_seq = (None, 1) if self._new_file else self._recover()
         # Unbuffered: every write goes straight to the OS, so a failed or interrupted
         # write can never be completed later by a buffer flush in the middle of the file.
-        self._file: BinaryIO | None = open(self.path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        self._file: BinaryIO | None = os.fdopen(descriptor, "ab", buffering=0)
+        try:
+            _lock_exclusively(self._file, self.path)
+            self.torn: TornLine | None
+            self._next_seq: int
+            self.torn, self._next_seq = (None, 1) if self._new_file else self._recover()
+        except BaseException:
+            self._file.close()
+            self._file = None
+            raise
         self._broken: str | None = None
         self._dirty = self._new_file or self.torn is not None
         if self.fsync == "always" and self._dirty:
@@ -372,9 +439,17 @@ class SessionLog:
                 try:
                     event = _parse_line(raw)
                 except _BadLine as exc:
-                    if torn is None:
+                    if torn is None and offset + len(raw) == size and _could_be_torn(raw):
                         torn = (offset, len(raw), str(exc))
                         continue
+                    if torn is None:
+                        line = _line_number(file, offset)
+                        raise SessionLogError(
+                            f"{exc}: this is not a session log line (nor the start of one a crash cut short); "
+                            "the file was left as it is",
+                            path=name,
+                            line=line,
+                        ) from None
                     line = _line_number(file, offset)
                     raise SessionLogError(f"{exc}; only the last line may be torn", path=name, line=line) from None
                 next_seq = event.seq + 1

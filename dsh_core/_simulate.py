@@ -68,9 +68,11 @@ from ._results import (
     ToolFailure,
 )
 from ._runtime import ToolRuntime
+from ._schema._raw import RawSchema
 from ._session_log import SessionEvent, SessionLogError, SessionLogRead, structure_content
 from ._signal import CancelSignal
 from ._trace import DecisionTrace, trace_of
+from ._waterfall import HookChains, Listener
 from .hookspecs import hookimpl
 
 __all__ = ["SimulatedCall", "SimulationReport", "SimulationRuntime", "Verdict", "simulate"]
@@ -241,15 +243,23 @@ async def _never(args: Any) -> JsonValue:
 _STAND_INS: weakref.WeakSet[ToolDefinition] = weakref.WeakSet()
 
 
-def _stand_in(name: str, replayer: _Replayer) -> ToolDefinition:
+# A SimulationRuntime's stand-in for a plugin's tool, mapped to that tool: its contract is the one to compare.
+_STOOD_IN_FOR: weakref.WeakKeyDictionary[ToolDefinition, ToolDefinition] = weakref.WeakKeyDictionary()
+
+
+def _stand_in(name: str, replayer: _Replayer, real: ToolDefinition | None = None) -> ToolDefinition:
+    """A tool of that name whose body never runs: open parameters, or ``real``'s (so its schema still applies)."""
     tool = define_tool(
         name=name,
         description=f"stand-in for {name} in a policy simulation",
-        parameters={},
+        parameters=RawSchema(real.parameters) if real is not None else {},
         output=ToolOutput(schema={"type": "json"}, render=lambda args, value: replayer.content()),
         execute=_never,
     )
-    _STAND_INS.add(tool)
+    if real is None:
+        _STAND_INS.add(tool)
+    else:
+        _STOOD_IN_FOR[tool] = real
     return tool
 
 
@@ -257,6 +267,9 @@ def _unreached(result: ToolExecutionResult, tool: ToolDefinition | None, recorde
     """Why a simulated call never reached policy, and whether its tool's contract moved since it was recorded."""
     info = result.error.info if isinstance(result, ToolExecutionFailure) else None
     note = "the simulated call never reached policy" + (f" ({info.code})" if info is not None else "")
+    real = _STOOD_IN_FOR.get(tool) if tool is not None else None
+    if real is not None:
+        tool = real
     if tool not in _STAND_INS and contract_changed(tool, recorded_contract):
         note += "; the tool's contract changed since the call was recorded"
     return note
@@ -268,19 +281,32 @@ class SimulationRuntime(ToolRuntime):
     Load the policy plugins into it as into a real host: their listeners,
     guards and restrictions take effect, and each tool they register is
     checked as usual, kept in :attr:`set_aside` (``(scope, definition)``) and
-    registered, in the same scope, as a stand-in of the same name (open
+    registered, in the same scope, as a stand-in of the same name (the same
     parameters, any-JSON output, a body that never runs). Restrictions and
-    shadowing therefore see the same names as in the real host.
+    shadowing therefore see the same names as in the real host, and a recorded
+    call the tool's parameters refuse now is noted as such (with whether its
+    contract changed since it was recorded).
+
+    It is a dry run (:attr:`dry_run` is true): ``dsh_result`` observers are
+    not called, since no call happens, and plugins that keep durable records
+    (the audit log, the effect ledger) do not open them.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.set_aside: list[tuple[ScopeKey | None, ToolDefinition]] = []
         self._replayer = _Replayer()
+        # No call happens in a dry run: nothing for a dsh_result observer (an audit trail,
+        # a tracing exporter) to record.
+        self._chains = _WithoutObservers(self.plugins)
+
+    @property
+    def dry_run(self) -> bool:
+        return True
 
     def register(self, definition: ToolDefinition, scope: ScopeKey | None = None) -> Disposer:
         tool = check_definition(definition)
-        disposer = super().register(_stand_in(tool.name, self._replayer), scope)
+        disposer = super().register(_stand_in(tool.name, self._replayer, tool), scope)
         entry = (scope, tool)
         self.set_aside.append(entry)
 
@@ -290,6 +316,13 @@ class SimulationRuntime(ToolRuntime):
                 self.set_aside.remove(entry)
 
         return Disposer(remove)
+
+
+class _WithoutObservers(HookChains):
+    """The runtime's hook chains with no ``dsh_result`` observers."""
+
+    def listeners(self, hook_name: str, agent: ScopeKey | None) -> tuple[Listener, ...]:
+        return () if hook_name == "dsh_result" else super().listeners(hook_name, agent)
 
 
 class _Scopes:

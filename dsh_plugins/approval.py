@@ -281,6 +281,9 @@ class EscalatingApproval:
     Raises:
         ValueError: no steps, a budget that is not a positive finite number of
             seconds, or an ``on_exhausted`` that is not an approval answer.
+        TypeError: a step that is not a ``(service, seconds)`` pair, a service
+            without an async ``request`` method, or an ``on_step`` that is not
+            callable.
     """
 
     def __init__(
@@ -291,13 +294,24 @@ class EscalatingApproval:
     ) -> None:
         if not steps:
             raise ValueError("EscalatingApproval needs at least one (service, seconds) step")
-        for index, (_, seconds) in enumerate(steps):
+        # Checked now: a bad step would otherwise fail only when a call reaches it, maybe rarely.
+        for index, step in enumerate(steps):
+            if not (isinstance(step, tuple) and len(step) == 2):
+                raise TypeError(f"step {index}: expected a (service, seconds) pair, got {step!r}")
+            service, seconds = step
+            if not isinstance(service, ApprovalService):
+                raise TypeError(
+                    f"step {index}: the service must be an ApprovalService (an object with an async request "
+                    f"method), got {type(service).__name__}"
+                )
             if type(seconds) not in (int, float) or not (0 < seconds < float("inf")):
                 raise ValueError(
                     f"step {index}: the budget must be a positive finite number of seconds, got {seconds!r}"
                 )
         if on_exhausted not in ("denied", "unavailable"):
             raise ValueError(f"on_exhausted must be 'denied' or 'unavailable', got {on_exhausted!r}")
+        if on_step is not None and not callable(on_step):
+            raise TypeError(f"on_step must be callable or None, got {type(on_step).__name__}")
         self.steps = steps
         self.on_exhausted = on_exhausted
         self.on_step = on_step

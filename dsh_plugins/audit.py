@@ -31,7 +31,10 @@ descriptor opened with ``O_APPEND`` (lines of concurrent writers do not
 interleave; a small write to a local file does not stall the event loop). A
 failed write (full disk, ``ENOSPC``; a vanished mount) is logged as a warning
 once per kind of error and the call goes on; a line cut short by a failure is
-terminated before the next one, so later lines stay parseable. Arguments
+terminated before the next one, so later lines stay parseable. The same holds
+across processes: a file that ends in a partial line (a writer crashed
+mid-line) gets that line terminated, with a warning, before the first new
+record, so that record is not glued to it and lost. Arguments
 nested deeper than :data:`MAX_DEPTH` levels, or that cannot be serialised at
 all, are written as ``null`` with an ``"arguments_omitted"`` note saying why.
 The file is created ``0600``: arguments may contain secrets.
@@ -202,6 +205,15 @@ class AuditLog:
         if self._fd is None:
             self._fd = os.open(self.path, _OPEN_FLAGS, 0o600)
             self._closer = weakref.finalize(self, _close_quietly, self._fd)
+            if _ends_mid_line(self._fd, self.path):
+                # An earlier writer died mid-line: end that line first, or the
+                # next record would be glued to it and unreadable too.
+                self._broken_line = True
+                logger.warning(
+                    "audit log %s ends in a partial line (an earlier writer stopped mid-line); "
+                    "terminating it so new records start on a line of their own",
+                    self.path,
+                )
         return self._fd
 
     def close(self) -> None:
@@ -241,10 +253,10 @@ class AuditLog:
         """Append one encoded line; failures are logged (once per kind) and swallowed."""
         if self._closed:
             return
-        if self._broken_line:
-            line = b"\n" + line
         try:
-            fd = self._descriptor()
+            fd = self._descriptor()  # first: opening the file may find a partial line to end
+            if self._broken_line:
+                line = b"\n" + line
             written = os.write(fd, line)
             while written < len(line):  # a short write: finish the line, so it is not joined to the next
                 self._broken_line = True
@@ -272,6 +284,21 @@ def _check_writable(path: str) -> None:
         raise ConfigError([f"[plugins.audit].path: cannot create {path!r}: the directory is not writable"])
 
 
+def _ends_mid_line(fd: int, path: str) -> bool:
+    """Whether the file open as ``fd`` is non-empty and its last byte is not a newline."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return False
+    try:
+        # ``fd`` is write-only; a log we may append to but not read is left as it is.
+        with open(path, "rb") as reader:
+            reader.seek(size - 1)
+            last = reader.read(1)
+    except OSError:
+        return False
+    return last not in (b"\n", b"")  # b"": the file shrank meanwhile (rotated, truncated)
+
+
 def _close_quietly(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
@@ -285,4 +312,6 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
         # Opt-in: installing the package must not start writing files in every
         # working directory; configure [plugins.audit] path = "..." to audit.
         return
+    if runtime.dry_run:
+        return  # a rehearsal (dsh-tools simulate): no call happens, nothing to audit
     runtime.plugins.register(AuditLog(settings.path), name=PLUGIN_NAME)

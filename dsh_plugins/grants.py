@@ -11,9 +11,11 @@ must be traceable to it. Here:
 - a :class:`GrantBook` keeps grants in an append-only file (or in memory) in
   which every grant, revocation and use is a line (``grant/added``,
   ``grant/revoked``, ``grant/used``) with who and when. Several hosts and the
-  ``dsh-tools grants`` command may share one file: each write takes the file's
-  lock for the length of the write, and every lookup first reads what others
-  appended, so a revocation made in another shell applies to the next call;
+  ``dsh-tools grants`` command may share one file: each write takes the lock
+  of ``<file>.lock`` (kept beside it; it holds nothing) for the length of the
+  write, and every lookup first reads what others appended, so a revocation
+  made in another shell applies to the next call. The grants file is created
+  ``0600``;
 - :class:`GrantingApproval` wraps any approval service: a call a live grant
   covers is allowed without asking (and the use recorded); otherwise the inner
   service is asked, and its answer :data:`ALLOWED_ALWAYS` becomes a new grant
@@ -30,6 +32,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -41,6 +44,7 @@ import attrs
 import trio
 
 from dsh_core import (
+    RUN_CODE_NAME,
     ApprovalService,
     DshError,
     FrozenDict,
@@ -49,6 +53,7 @@ from dsh_core import (
     SessionLogError,
     SessionLogRead,
     ToolExecution,
+    ToolRuntime,
     json_equal,
     json_text,
     read_session_log,
@@ -58,6 +63,7 @@ from dsh_core import (
 
 __all__ = [
     "ALLOWED_ALWAYS",
+    "LOCK_SUFFIX",
     "GrantBook",
     "GrantError",
     "GrantingApproval",
@@ -68,7 +74,12 @@ __all__ = [
 ALLOWED_ALWAYS: Final = "allowed-always"
 """The answer an approval service wrapped by :class:`GrantingApproval` gives to mean "allow, and do not ask again"."""
 
+LOCK_SUFFIX: Final = ".lock"
+"""The grants file ``grants.jsonl`` is locked through ``grants.jsonl.lock`` (kept; it holds nothing)."""
+
 logger = logging.getLogger("dsh_plugins.grants")
+
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 
 _ADDED: Final = "grant/added"
 _REVOKED: Final = "grant/revoked"
@@ -288,6 +299,21 @@ class GrantBook:
             self._refresh()
             return self._grants.get(grant_id)
 
+    def diagnostics(self, runtime: ToolRuntime) -> list[str]:
+        """Warnings for ``dsh-tools check``: grants in force for a tool ``runtime`` does not register.
+
+        Such a grant answers no call, so it is harmless, but it is most likely a
+        misspelt name (``dsh-tools grants add FILE shel``), and the tool it was
+        meant for is still asked about every time.
+        """
+        known = {definition.name for _, definition in runtime.registrations()} | {RUN_CODE_NAME}
+        return [
+            f'grant {grant.id} is for tool "{grant.tool}", which is not registered, so it never applies '
+            "(revoke it and grant the tool's exact name)"
+            for grant in self.grants()
+            if grant.tool not in known
+        ]
+
     def find(self, execution: ToolExecution) -> StandingGrant | None:
         """The oldest grant in force that covers ``execution``, or ``None``."""
         with self._mutex:
@@ -402,19 +428,30 @@ class GrantBook:
             return self._grants[grant.id]
 
     def compact(self, archive: str | os.PathLike[str] | None = None) -> str | None:
-        """Move the file's history to ``archive`` and keep only the grants in force, with their use counts.
+        """Copy the file's history to ``archive`` and keep only the grants in force, with their use counts.
 
-        The grants file grows by a line for every use. Compacting renames it to
-        ``archive`` (default ``<path>.<UTC time>``), the complete audit trail,
-        and writes in its place one ``grant/added`` line per grant still in
-        force, carrying its ``uses``; revoked and expired grants stay in the
-        archive only. Runs under the file's lock: hosts sharing the file see the
-        new one at their next lookup. Returns the archive's path (``None`` for
-        a book without a file, or a file that does not exist yet).
+        The grants file grows by a line for every use. Compacting keeps the
+        file as it is under the name ``archive`` (default ``<path>.<UTC
+        time>``; a hard link, or a ``0600`` copy where links fail), the
+        complete audit trail, and replaces the grants file in one atomic step
+        with one holding a ``grant/added`` line per grant still in force,
+        carrying its ``uses``; revoked and expired grants stay in the archive
+        only. There is never a moment without a grants file, and the lock is
+        held throughout, so a grant written by another host waits and lands in
+        the new file; hosts sharing the file see it at their next lookup.
+        Returns the archive's path (``None`` for a book without a file, or a
+        file that does not exist yet).
+
+        Raises:
+            GrantError: the archive exists already.
+            OSError: the directory cannot be written (the grants file is then
+                left as it was).
         """
-        if self.path is None or not os.path.exists(self.path):
-            return None  # checked before locking: taking the lock creates the file
+        if self.path is None:
+            return None
         with self._locked():
+            if not os.path.exists(self.path):
+                return None
             moved = (
                 os.fspath(archive)
                 if archive is not None
@@ -426,12 +463,20 @@ class GrantBook:
             kept = [grant for grant in self._grants.values() if grant.active(now)]
             fresh = f"{self.path}.compacting"
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(fresh)
+                os.unlink(fresh)  # left by a compaction that crashed: never in force
+            _create_private(fresh)
             with SessionLog(fresh, fsync="always") as log:
                 for grant in kept:
                     log.append({"type": _ADDED, "data": _added_data(grant)})
-            os.rename(self.path, moved)
-            os.rename(fresh, self.path)
+            _archive(self.path, moved)
+            try:
+                # One rename over the old file: a crash leaves either the old file or the new one.
+                os.replace(fresh, self.path)
+            except BaseException:
+                for leftover in (moved, fresh):  # as if nothing happened: compacting again may reuse the name
+                    with contextlib.suppress(OSError):
+                        os.unlink(leftover)
+                raise
             _sync_directory(self.path)
             self._grants, self._read = _load_read(self.path)
             self._tail = _tail(self.path, self._read.end)
@@ -449,6 +494,7 @@ class GrantBook:
         except _Malformed as exc:
             raise GrantError(str(exc)) from None
         if self.path is not None:
+            _create_private(self.path)  # SessionLog would create it readable by all (the umask's mode)
             # Written (and fsynced) before it counts: a failed write leaves the book as it was.
             with SessionLog(self.path, fsync="always") as log:
                 if log.torn is not None:
@@ -470,7 +516,7 @@ class GrantBook:
             if self.path is None:
                 yield
                 return
-            fd = _lock_current(self.path)
+            fd = _lock(self.path)
             try:
                 self._refresh()
                 yield
@@ -515,25 +561,53 @@ class GrantBook:
         self._grants, self._read = grants, SessionLogRead(events=last, torn=None, end=new.end)
 
 
-def _lock_current(path: str) -> int:
-    """A descriptor of the file now at ``path``, exclusively locked.
+def _lock(path: str) -> int:
+    """Take ``<path>.lock`` exclusively (creating it ``0600``), waiting for other holders; returns its fd.
 
-    ``compact`` replaces the file under its lock: a writer that waited for the
-    lock of the file it opened may then hold the old one, so it checks and
-    tries again rather than append to the archive.
+    The lock lives in a file of its own, not in the grants file: ``compact``
+    replaces the grants file, and a lock on the replaced file would lock
+    nothing. Taking it never creates the grants file either.
     """
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass  # renamed away between the open and the check: open what is there now
-        except BaseException:
-            os.close(fd)
-            raise
+    fd = os.open(path + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
+
+
+def _create_private(path: str) -> None:
+    """Create ``path`` empty and ``0600`` unless it exists, its directory entry on disk: grants are not for all."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+    _sync_directory(path)
+
+
+def _archive(path: str, archive: str) -> None:
+    """Give the file at ``path`` the name ``archive`` too: a hard link, or a ``0600`` copy where links fail."""
+    try:
+        os.link(path, archive)
+    except FileExistsError:
+        raise GrantError(f"the archive {archive} exists already") from None
+    except OSError:  # another file system (EXDEV), or one without hard links
+        try:
+            fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o600)
+        except FileExistsError:
+            raise GrantError(f"the archive {archive} exists already") from None
+        try:
+            with open(fd, "wb") as target, open(path, "rb") as source:
+                shutil.copyfileobj(source, target)
+                target.flush()
+                os.fsync(target.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(archive)  # a partial archive is no audit trail
+            raise
+    _sync_directory(os.path.abspath(archive))  # a bare file name has no directory part to open
 
 
 _TAIL_BYTES: Final = 64
@@ -596,8 +670,9 @@ class GrantingApproval:
     line or asked again as if nothing had been granted.
 
     Raises:
-        ValueError: a bad ``scope`` or ``ttl_s``.
-        TypeError: ``inner`` is not an approval service.
+        ValueError: a bad ``scope`` or ``ttl_s``, or an empty ``granted_by``.
+        TypeError: ``inner`` is not an approval service, ``book`` not a
+            :class:`GrantBook`, or ``all_agents`` not a bool.
     """
 
     def __init__(
@@ -612,6 +687,13 @@ class GrantingApproval:
     ) -> None:
         if not isinstance(inner, ApprovalService):
             raise TypeError(f"inner must be an ApprovalService, got {type(inner).__name__}")
+        # Checked now, not when the first "always" arrives: that call would fail instead of being granted.
+        if not isinstance(book, GrantBook):
+            raise TypeError(f"book must be a GrantBook, got {type(book).__name__}")
+        if type(all_agents) is not bool:
+            raise TypeError(f"all_agents must be a bool, got {all_agents!r}")
+        if type(granted_by) is not str or not granted_by:
+            raise ValueError(f"granted_by must be a non-empty str (who answers), got {granted_by!r}")
         if scope not in ("tool", "arguments"):
             raise ValueError(f"scope must be 'tool' or 'arguments', got {scope!r}")
         if ttl_s is not None and (type(ttl_s) not in (int, float) or not (0 < ttl_s < float("inf"))):

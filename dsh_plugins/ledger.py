@@ -66,9 +66,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import hashlib
 import logging
 import os
+import shutil
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Literal, TypeAlias
@@ -234,7 +236,16 @@ def _apply(entries: dict[tuple[str | None, str], LedgerEntry], event_type: str, 
     elif event_type == _COMMITTED:
         if "value" not in data:
             raise _Malformed('"value" is missing')
-        entries[key] = attrs.evolve(entry, state="committed", value=data["value"])
+        # A resolved in-doubt call keeps no error: it is committed, as if it had returned.
+        entries[key] = attrs.evolve(
+            entry,
+            state="committed",
+            value=data["value"],
+            error_code=None,
+            error_message=None,
+            error_name=None,
+            error_plugin=None,
+        )
     else:
         entries[key] = attrs.evolve(
             entry,
@@ -288,7 +299,8 @@ class EffectLedger:
         key: KeyFunction = _default_key,
         runtime: ToolRuntime | None = None,
     ) -> None:
-        self.path = os.path.abspath(os.fspath(path))
+        # The real path: a symlink to the ledger must lock (and compact) the same file.
+        self.path = os.path.realpath(os.fspath(path))
         self.runtime = runtime
         self.rerun_in_doubt = frozenset(rerun_in_doubt) | {RUN_CODE_NAME}
         self._key = key
@@ -391,10 +403,15 @@ class EffectLedger:
         self._closer.detach()
         try:
             if archive_path is not None:
-                os.link(self.path, archive_path)  # the old file, under its new name, before it is replaced
+                _keep_archive(self.path, archive_path)  # the old file, under its new name, before it is replaced
             os.replace(temporary, self.path)
             if self._fsync != "never":
                 _sync_directory(os.path.dirname(self.path))
+        except BaseException:
+            # Nothing replaced: the copy of every value must not stay behind.
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temporary)
+            raise
         finally:
             self._log = SessionLog(self.path, fsync=self._fsync)
             self._closer = weakref.finalize(self, _release, self._log, self._lock_fd)
@@ -539,6 +556,20 @@ class EffectLedger:
             logger.warning("effect ledger %s: cannot record the outcome of call %r: %s", self.path, slot[1], exc)
 
 
+def _keep_archive(path: str, archive: str) -> None:
+    """Keep the ledger file at ``path`` also as ``archive``: a hard link, or a private copy across file systems."""
+    try:
+        os.link(path, archive)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise LedgerError(f"cannot keep the archive {archive}: {exc.strerror or exc}; nothing was changed") from None
+        descriptor = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        with os.fdopen(descriptor, "wb") as out, open(path, "rb") as source:
+            shutil.copyfileobj(source, out)
+            out.flush()
+            os.fsync(out.fileno())
+
+
 def _release(log: SessionLog, lock_fd: int) -> None:
     try:
         log.close()
@@ -647,6 +678,8 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     settings = structure_table(LedgerSettings, config, "[plugins.ledger]")
     if settings.path is None:
         return  # opt-in, like the audit log: installing the package must not start writing files
+    if runtime.dry_run:
+        return  # a rehearsal (dsh-tools simulate) runs nothing: no effect to record, no file to hold
     try:
         ledger = EffectLedger(
             settings.path, rerun_in_doubt=settings.rerun_in_doubt, fsync=settings.fsync, runtime=runtime

@@ -21,6 +21,10 @@ for this agent``), so ``simulate`` and ``explain`` show it like any policy.
 Calls already past that check when the budget ran out (a batch of parallel
 calls racing for the last one) are refused at dispatch with the same
 ``DENIED`` result: a budget is never exceeded, by any interleaving.
+
+``per_tool`` names tools exactly (prefixed names included, ``gh__create_issue``);
+``dsh-tools check`` warns about a name no registered tool has, whose budget
+would limit nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any, Final
 import attrs
 
 from dsh_core import (
+    RUN_CODE_NAME,
     Deny,
     ErrorCode,
     PreToolDecision,
@@ -81,8 +86,10 @@ class LimitsSettings:
 class CallLimits:
     """Counts each agent's dispatched calls and refuses those past a budget (see the module documentation)."""
 
-    def __init__(self, settings: LimitsSettings) -> None:
+    def __init__(self, settings: LimitsSettings, runtime: ToolRuntime | None = None) -> None:
         self.settings = settings
+        # Only for diagnostics(): which tools per_tool can mean.
+        self.runtime = runtime
         # (agent id, tool) -> dispatched calls; tool None is the agent's total.
         self._counts: dict[tuple[str | None, str | None], int] = {}
 
@@ -98,6 +105,22 @@ class CallLimits:
         """Start one agent's budgets afresh (its ``scope_id``; ``None``: the agent-less calls)."""
         for key in [key for key in self._counts if key[0] == agent]:
             del self._counts[key]
+
+    def diagnostics(self) -> list[str]:
+        """Warnings for ``dsh-tools check``: ``per_tool`` budgets for tools that are not registered.
+
+        A misspelt name is accepted by the configuration, and its budget then
+        limits nothing while the tool it was meant for runs unlimited.
+        """
+        if self.runtime is None:
+            return []
+        known = {definition.name for _, definition in self.runtime.registrations()} | {RUN_CODE_NAME}
+        return [
+            f'per_tool names "{name}", which is not a registered tool, so its budget limits nothing '
+            "(check the name; a prefixed plugin's tools carry the prefix)"
+            for name in self.settings.per_tool
+            if name not in known
+        ]
 
     def _counted(self, execution: ToolExecution | ToolDispatchExecution) -> bool:
         return self.settings.count_sub_calls or execution.parent is None
@@ -144,4 +167,4 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     settings = structure_table(LimitsSettings, config, "[plugins.limits]")
     if settings.max_calls is None and not settings.per_tool:
         return
-    runtime.plugins.register(CallLimits(settings), name=PLUGIN_NAME)
+    runtime.plugins.register(CallLimits(settings, runtime), name=PLUGIN_NAME)

@@ -202,8 +202,8 @@ class OtelTracing:
 def dsh_setup(runtime: Any, config: dict[str, Any]) -> None:
     """Register :class:`OtelTracing` when ``enabled = true``."""
     settings = structure_table(OtelSettings, config, "[plugins.otel]")
-    if not settings.enabled:
-        return
+    if not settings.enabled or getattr(runtime, "dry_run", False):
+        return  # off, or a rehearsal (dsh-tools simulate): no call happens, so no span to export
     try:
         tracing = OtelTracing(record_content=settings.record_content)
     except ImportError:

@@ -238,6 +238,12 @@ def _check_glob(instance: object, attribute: attrs.Attribute[Any], value: str | 
         raise ValueError(f"{attribute.name} must be a non-empty glob")
 
 
+def _check_reason(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    # Refused here, not at the first matching call: a denial needs words the model can read.
+    if value is not None and (type(value) is not str or not value.strip()):
+        raise ValueError(f"reason must be a non-empty text, got {value!r}; leave it out to have the rule named")
+
+
 def _check_effects(instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...] | None) -> None:
     if value is not None and "undeclared" in value and len(value) > 1:
         raise ValueError('"undeclared" matches tools that declare no effects: it cannot be combined with others')
@@ -252,7 +258,7 @@ class Rule:
     args: dict[str, str] | None = attrs.field(default=None, validator=_check_args)
     agent: str | None = attrs.field(default=None, validator=_check_glob)
     effects: tuple[EffectName, ...] | None = attrs.field(default=None, validator=_check_effects)
-    reason: str | None = None
+    reason: str | None = attrs.field(default=None, validator=_check_reason)
 
 
 @attrs.frozen(kw_only=True)

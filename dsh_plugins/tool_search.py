@@ -14,6 +14,10 @@ their names, descriptions and parameters::
     defer = ["github__*", "jira__*"]   # also defer these (globs); tools may declare defer_loading themselves
     max_results = 5                   # matches returned (and loaded) per search, 1 to 50
 
+The search tool itself is never deferred, whatever ``defer`` says: a glob that
+matches it (``"*"``, say) leaves it in the tool list, since a model shown no
+search could find nothing, and ``dsh-tools check`` points the glob out.
+
 Deferring is about what the model is shown, not what it may do: a deferred
 tool is callable all along (a model that knows its name can call it), and every
 policy, guard and approval applies to it as to any other. Use restrictions
@@ -280,21 +284,29 @@ class ToolSearch:
         self.defer = defer
 
     def diagnostics(self) -> list[SearchDiagnostic]:
-        """``defer`` globs that match no registered tool, and a search with nothing to find."""
-        names = {definition.name for _, definition in self.runtime.registrations()}
-        out = [
-            SearchDiagnostic(f"defer pattern {pattern!r} matches no registered tool")
-            for pattern in self.defer
-            if not any(fnmatch.fnmatchcase(name, pattern) for name in names)
-        ]
-        if not self.runtime.deferred_tools(include_loaded=True):
+        """``defer`` globs that match no registered tool or the search tool, and a search with nothing to find."""
+        names = {definition.name for _, definition in self.runtime.registrations()} - {DEFAULT_NAME}
+        out = []
+        for pattern in self.defer:
+            other = "no registered tool"
+            if fnmatch.fnmatchcase(DEFAULT_NAME, pattern):
+                out.append(
+                    SearchDiagnostic(
+                        f"defer pattern {pattern!r} matches {DEFAULT_NAME} itself, which stays in the tool list: "
+                        "the model needs it to find the deferred tools"
+                    )
+                )
+                other = "no other registered tool"
+            if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+                out.append(SearchDiagnostic(f"defer pattern {pattern!r} matches {other}"))
+        if not [tool for tool in self.runtime.deferred_tools(include_loaded=True) if tool.name != DEFAULT_NAME]:
             out.append(SearchDiagnostic(f"{DEFAULT_NAME} has nothing to find: no tool is deferred"))
         return out
 
 
 @hookimpl
 def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
-    """Defer the ``defer`` globs and register the search tool when ``enabled = true``."""
+    """Register the search tool (never deferred) and defer the ``defer`` globs when ``enabled = true``."""
     settings = structure_table(ToolSearchSettings, config, "[plugins.tool_search]")
     if not settings.enabled:
         if settings.defer:
@@ -302,9 +314,12 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
             raise ConfigError(["[plugins.tool_search]: defer needs enabled = true (nothing could find those tools)"])
         return
     try:
+        runtime.register(search_tool(runtime, max_results=settings.max_results))
+        # Loaded for every scope before anything is deferred, so no glob here (or a
+        # host's defer_tools later) ever hides the one tool that finds the others.
+        runtime.load_tools([DEFAULT_NAME])
         if settings.defer:
             runtime.defer_tools(settings.defer)
-        runtime.register(search_tool(runtime, max_results=settings.max_results))
     except RegistrationError as exc:
         raise ConfigError([f"[plugins.tool_search]: {exc}"]) from None
     runtime.plugins.register(ToolSearch(runtime, settings.defer), name="tool-search")

@@ -243,3 +243,21 @@ async def test_replay_of_an_unchanged_session_reports_no_change(tmp_path: Path) 
     runtime = make_runtime(json_tool("echo"))
     await _record(path, runtime, "echo", "echo")
     assert [call.contract_changed for call in replay(read_session_log(path), runtime)] == [False, False]
+
+
+async def test_replay_compares_a_scoped_call_with_the_variant_its_agent_saw(tmp_path: Path) -> None:
+    from dsh_core import Agent
+
+    path = tmp_path / "s.jsonl"
+    agent = Agent("a1")
+    runtime = make_runtime(add_tool())
+    runtime.register(add_tool(output={"type": "number"}), agent)  # a1's own variant of add
+    with SessionLog(path) as log:
+        recorder = SessionRecorder(log, runtime)
+        runtime.plugins.register(recorder)
+        for call_id, scope in (("global", None), ("scoped", agent)):
+            request = make_input("add", {"a": 1, "b": 2}, call_id=call_id, agent=scope)
+            recorder.record_call(request)
+            await runtime.execute(request)
+    changed = {call.call_id: call.contract_changed for call in replay(read_session_log(path), runtime)}
+    assert changed == {"global": False, "scoped": False}  # nothing changed for either

@@ -34,7 +34,7 @@ from dsh_core import (
     replay,
 )
 from dsh_core._execution import new_execution
-from dsh_core.testing import expect_failure, expect_success, json_tool, make_input, make_runtime
+from dsh_core.testing import expect_failure, json_tool, make_input, make_runtime
 from dsh_plugins import timeout
 
 REAL_WAIT = 10  # seconds: a bound on real thread hand-offs, never reached when the code works
@@ -193,9 +193,10 @@ async def test_timeout_resolves_on_time_and_the_thread_is_orphaned(mock_clock: t
     assert runtime.orphaned_work() == []
 
 
-async def test_a_retried_attempt_past_its_budget_leaves_its_thread_orphaned(
+async def test_an_attempt_past_its_budget_whose_thread_still_runs_is_not_retried(
     mock_clock: trio.testing.MockClock,
 ) -> None:
+    """A second attempt would do the same work beside the first, which nothing can stop: no retry."""
     stuck, second = Gate(), Gate()
     second.release.set()
     gates = [stuck, second]
@@ -213,8 +214,11 @@ async def test_a_retried_attempt_past_its_budget_leaves_its_thread_orphaned(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(call)
         await stuck.wait_started()
-        mock_clock.jump(1)  # the first attempt's budget: it is cancelled and the call retries
-    assert expect_success(outcome[0]).value == "done"
+        mock_clock.jump(1)  # the first attempt's budget: it is cancelled, its thread runs on
+    failure = expect_failure(outcome[0])
+    assert failure.code == "TOOL_TIMEOUT"
+    assert failure.error.message == "the attempt ran past its 1 s budget; not retried while its worker thread still runs"
+    assert gates == [second]  # the second attempt never started
     assert [work.call_id for work in runtime.orphaned_work()] == ["r-1"]  # the first attempt's thread
     stuck.release.set()
     with trio.fail_after(REAL_WAIT):

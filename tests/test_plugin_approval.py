@@ -406,6 +406,22 @@ def test_escalating_approval_refuses_bad_steps(steps: Any, options: Any, fragmen
         approval_module.EscalatingApproval(*steps, **options)
 
 
+@pytest.mark.parametrize(
+    ("steps", "options", "fragment"),
+    [
+        ((("not a service", 5),), {}, "step 0: the service must be an ApprovalService .* got str"),
+        (((NonInteractiveApproval(), 5), NonInteractiveApproval()), {}, "step 1: expected a .service, seconds. pair"),
+        (((NonInteractiveApproval(), 5, "x"),), {}, "step 0: expected a .service, seconds. pair"),
+        (((NonInteractiveApproval(), 5),), {"on_step": "log"}, "on_step must be callable or None, got str"),
+    ],
+)
+def test_escalating_approval_refuses_what_is_not_a_service_when_built(
+    steps: Any, options: Any, fragment: str
+) -> None:
+    with pytest.raises(TypeError, match=fragment):
+        approval_module.EscalatingApproval(*steps, **options)
+
+
 # --- the approval card --------------------------------------------------------------------
 
 

@@ -192,6 +192,21 @@ async def test_a_line_cut_short_is_terminated_before_the_next(tmp_path: Path, mo
     assert json.loads(raw[1])["call_id"] == "whole"
 
 
+async def test_a_partial_line_left_by_a_crash_is_terminated_before_the_first_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b'{"call_id": "old"}\n{"call_id": "torn", "argu')  # a writer died mid-line
+    runtime, _ = audited(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.audit"):
+        await runtime.execute(make_input("echo", call_id="c1"))
+        await runtime.execute(make_input("echo", call_id="c2"))
+    raw = path.read_text(encoding="utf-8").splitlines()
+    assert raw[:2] == ['{"call_id": "old"}', '{"call_id": "torn", "argu']
+    assert [json.loads(line)["call_id"] for line in raw[2:]] == ["c1", "c2"]
+    assert "ends in a partial line" in caplog.text
+
+
 async def test_deep_arguments_are_summarised_not_fatal(tmp_path: Path) -> None:
     deep: Any = "leaf"
     for _ in range(10_000):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import stat
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -303,9 +305,22 @@ def test_a_new_file_is_created_on_the_first_write_only(tmp_path: Path) -> None:
     assert book.grants() == ()
     assert book.find(execution()) is None
     assert book.use(execution()) is None
-    assert path.read_bytes() == b""  # the lock created it empty; nothing was written
+    assert not path.exists()  # looking up writes nothing, and the lock is a file of its own
     book.grant("shell", agent="main", granted_by="ana")
     assert len(read_session_log(path).events) == 1
+
+
+def test_the_grants_file_and_its_lock_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    path = tmp_path / "grants.jsonl"
+    previous = os.umask(0)
+    try:
+        book = GrantBook(path)
+        book.grant("shell", agent="main", granted_by="ana")
+        book.compact(tmp_path / "old.jsonl")
+    finally:
+        os.umask(previous)
+    for private in (path, tmp_path / "grants.jsonl.lock", tmp_path / "old.jsonl"):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600, private
 
 
 # --- GrantingApproval in the pipeline -----------------------------------------------------
@@ -440,6 +455,25 @@ def test_granting_approval_refuses_bad_settings() -> None:
         GrantingApproval(Scripted(), GrantBook(), scope="everything")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ttl_s must be a positive finite number"):
         GrantingApproval(Scripted(), GrantBook(), ttl_s=-1)
+    with pytest.raises(TypeError, match="book must be a GrantBook, got str"):
+        GrantingApproval(Scripted(), "grants.jsonl")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="all_agents must be a bool, got 'no'"):
+        GrantingApproval(Scripted(), GrantBook(), all_agents="no")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="granted_by must be a non-empty str"):
+        GrantingApproval(Scripted(), GrantBook(), granted_by="")
+
+
+def test_diagnostics_name_grants_for_tools_that_are_not_registered() -> None:
+    book = GrantBook()
+    book.grant("shell", agent="main", granted_by="ana")
+    typo = book.grant("shel", agent="main", granted_by="ana")
+    book.grant("run_code", any_agent=True, granted_by="ana")  # the runtime's own tool: known
+    book.revoke(book.grant("gone", agent="main", granted_by="ana").id, by="ana")  # not in force: not reported
+    runtime = runtime_with(GrantingApproval(Scripted(), book))
+    assert book.diagnostics(runtime) == [
+        f'grant {typo.id} is for tool "shel", which is not registered, so it never applies '
+        "(revoke it and grant the tool's exact name)"
+    ]
 
 
 # --- the approval services that can say "always" ------------------------------------------
@@ -577,20 +611,91 @@ def test_a_book_sharing_the_file_follows_a_compaction(tmp_path: Path) -> None:
     assert host.get(grant.id).uses == 4  # type: ignore[union-attr]
 
 
-def test_a_writer_holding_the_replaced_file_locks_the_current_one(tmp_path: Path) -> None:
-    from dsh_plugins.grants import _lock_current
+def pause_when_moved(monkeypatch: pytest.MonkeyPatch, path: Path) -> tuple[threading.Event, threading.Event]:
+    """Make the first rename to or from ``path`` stop right after it, until told to go on."""
+    paused, resume = threading.Event(), threading.Event()
 
+    def pausing(real: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        def move(source: Any, target: Any) -> None:
+            real(source, target)
+            if str(path) in (os.fspath(source), os.fspath(target)) and not paused.is_set():
+                paused.set()
+                assert resume.wait(5)
+
+        return move
+
+    monkeypatch.setattr(os, "rename", pausing(os.rename))
+    monkeypatch.setattr(os, "replace", pausing(os.replace))
+    return paused, resume
+
+
+def test_a_grant_made_by_another_book_during_a_compaction_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "grants.jsonl"
-    path.write_text("old\n")
-    stale = os.open(path, os.O_RDWR)  # opened before the file was replaced
-    os.rename(path, tmp_path / "archive.jsonl")
-    path.write_text("new\n")
-    fd = _lock_current(str(path))
-    try:
-        assert os.fstat(fd).st_ino == os.stat(path).st_ino != os.fstat(stale).st_ino
-    finally:
-        os.close(fd)
-        os.close(stale)
+    host, other = GrantBook(path), GrantBook(path)
+    first = host.grant("shell", agent="main", granted_by="ana")
+    paused, resume = pause_when_moved(monkeypatch, path)
+    compacting = threading.Thread(target=host.compact, args=(tmp_path / "old.jsonl",))
+    compacting.start()
+    assert paused.wait(5)
+    assert path.exists()  # never a moment without the grants file
+    granted: list[StandingGrant] = []
+    granting = threading.Thread(target=lambda: granted.append(other.grant("deploy", agent="main", granted_by="bob")))
+    granting.start()
+    granting.join(0.2)
+    assert granting.is_alive()  # it waits for the compaction's lock
+    resume.set()
+    compacting.join(5)
+    granting.join(5)
+    assert [grant.id for grant in read_grants(path)] == [first.id, granted[0].id]
+    assert [grant.tool for grant in GrantBook(path).grants()] == ["shell", "deploy"]
+
+
+def test_a_compaction_that_fails_to_replace_the_file_leaves_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "grants.jsonl"
+    book = GrantBook(path)
+    grant = book.grant("shell", agent="main", granted_by="ana")
+    book.use(execution())
+    real_rename, real_replace = os.rename, os.replace
+
+    def crash_into(real: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        def move(source: Any, target: Any) -> None:
+            if os.fspath(target) == str(path):
+                raise OSError(errno.EIO, "the disk went away")  # as if the process died here
+            real(source, target)
+
+        return move
+
+    monkeypatch.setattr(os, "rename", crash_into(real_rename))
+    monkeypatch.setattr(os, "replace", crash_into(real_replace))
+    with pytest.raises(OSError, match="the disk went away"):
+        book.compact(tmp_path / "old.jsonl")
+    monkeypatch.undo()
+    assert len(read_session_log(path).events) == 2  # the grant and its use, where they were
+    assert GrantBook(path).get(grant.id) is not None
+    assert not (tmp_path / "old.jsonl").exists()  # so the same archive name can be used again
+    assert book.compact(tmp_path / "old.jsonl") is not None
+
+
+def test_an_archive_on_a_file_system_without_hard_links_is_a_private_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "grants.jsonl"
+    book = GrantBook(path)
+    book.grant("shell", agent="main", granted_by="ana")
+    history = path.read_bytes()
+
+    def no_links(source: Any, target: Any) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_links)
+    archive = tmp_path / "old.jsonl"
+    assert book.compact(archive) == str(archive)
+    assert archive.read_bytes() == history
+    assert stat.S_IMODE(archive.stat().st_mode) == 0o600
 
 
 def test_compact_refuses_an_existing_archive_and_needs_a_file(tmp_path: Path) -> None:

@@ -1000,3 +1000,64 @@ def test_cli_ledger_compact(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "3 line(s) -> 1" in " ".join(result.output.split())
     assert [entry.key for entry in read_ledger(path)] == ["k2"]
+
+
+async def test_a_compacted_ledger_stays_private(tmp_path: Path) -> None:
+    import os
+
+    path = tmp_path / "effects.jsonl"
+    old = os.umask(0o022)
+    try:
+        _, ledger = await ledger_with_every_state(path, Effects())
+        ledger.compact(archive=tmp_path / "old.jsonl")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "old.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+async def test_an_archive_that_cannot_be_kept_changes_nothing_and_leaves_no_copy(tmp_path: Path) -> None:
+    path = tmp_path / "effects.jsonl"
+    _, ledger = await ledger_with_every_state(path, Effects())
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match="cannot keep the archive"):
+        ledger.compact(archive=tmp_path / "no-such-dir" / "old.jsonl")
+    assert path.read_bytes() == before
+    assert not (tmp_path / "effects.jsonl.compacting").exists()
+    assert ledger.get("c1") is not None  # and the ledger still works
+    assert ledger.compact() == (9, 7)
+
+
+def test_a_symlink_to_the_ledger_takes_the_same_lock(tmp_path: Path) -> None:
+    path = tmp_path / "effects.jsonl"
+    (tmp_path / "alias.jsonl").symlink_to(path)
+    first = open_ledger(path)
+    with pytest.raises(LedgerError, match="in use by another ledger"):
+        open_ledger(tmp_path / "alias.jsonl")
+    first.close()
+
+
+async def test_a_resolved_call_keeps_no_error(tmp_path: Path) -> None:
+    path = tmp_path / "effects.jsonl"
+    _, ledger = await ledger_with_every_state(path, Effects())
+    settled = ledger.resolve("c3", {"sent": "late"})
+    assert (settled.state, settled.error_code, settled.error_message) == ("committed", None, None)
+    ledger.close()
+    (reread,) = [entry for entry in read_ledger(path) if entry.key == "c3"]
+    assert (reread.state, reread.error_code, reread.error_message) == ("committed", None, None)
+
+
+def test_cli_ledger_forget_leaves_a_file_that_is_not_a_ledger_alone(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_bytes(b'{"important":"config"}')
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(_cli_group(), ["--no-plugins", "ledger", "forget", str(path), "c1"])
+    assert result.exit_code == 2, result.output
+    assert path.read_bytes() == b'{"important":"config"}'
+
+
+def _cli_group() -> Any:
+    from dsh_core._cli import cli
+
+    return cli

@@ -192,6 +192,18 @@ def test_the_plugin_registers_only_with_a_budget() -> None:
     assert isinstance(runtime.plugins.get_plugin(PLUGIN_NAME), CallLimits)
 
 
+def test_diagnostics_name_per_tool_budgets_for_tools_that_are_not_registered() -> None:
+    runtime = make_runtime(json_tool("bash"))
+    limits.dsh_setup(runtime, {"per_tool": {"bash": 3, "bsh": 3, "run_code": 2}})
+    plugin = runtime.plugins.get_plugin(PLUGIN_NAME)
+    assert isinstance(plugin, CallLimits)
+    assert plugin.diagnostics() == [
+        'per_tool names "bsh", which is not a registered tool, so its budget limits nothing '
+        "(check the name; a prefixed plugin's tools carry the prefix)"
+    ]
+    assert CallLimits(LimitsSettings(per_tool={"bsh": 1})).diagnostics() == []  # no runtime to check against
+
+
 @pytest.mark.parametrize(
     ("table", "message"),
     [

@@ -228,6 +228,14 @@ def test_the_entry_point_registers_only_when_enabled() -> None:
     assert isinstance(plugin, OtelTracing) and plugin.record_content
 
 
+def test_a_dry_run_exports_no_spans() -> None:
+    from dsh_core._simulate import SimulationRuntime
+
+    runtime = SimulationRuntime()
+    otel.dsh_setup(runtime, {"enabled": True})
+    assert runtime.plugins.get_plugin(PLUGIN_NAME) is None
+
+
 def test_an_unknown_setting_is_a_configuration_error() -> None:
     with pytest.raises(ConfigError, match="record_arguments"):
         otel.dsh_setup(ToolRuntime(), {"enabled": True, "record_arguments": True})

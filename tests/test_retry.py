@@ -164,6 +164,24 @@ def test_jitter_takes_off_at_most_its_fraction_of_the_pause() -> None:
     assert policy.pause_before(4, error) is None  # past max_attempts (3)
 
 
+@pytest.mark.parametrize("multiplier", [2000, 2000.0])
+def test_a_steep_backoff_stays_at_the_cap_instead_of_overflowing(multiplier: float) -> None:
+    policy = RetryPolicy(max_attempts=100, initial_delay_s=0.001, multiplier=multiplier, max_delay_s=1, jitter=0)
+    error = TransientToolError("busy")
+    assert policy.pause_before(2, error) == 0.001
+    assert policy.pause_before(3, error) == 1  # 2 s, capped
+    assert policy.pause_before(100, error) == 1  # 2000 ** 98 is past any float
+
+
+async def test_a_hundred_steep_attempts_end_in_the_bodys_failure(autojump_clock: trio.testing.MockClock) -> None:
+    body = Flaky(*(TransientToolError("busy") for _ in range(100)))
+    policy = RetryPolicy(max_attempts=100, initial_delay_s=0.001, multiplier=2000, max_delay_s=1, jitter=0)
+    runtime = make_runtime(json_tool("fetch", body, retry=policy))
+    result = expect_failure(await runtime.execute(make_input("fetch")))
+    assert result.error.message == "busy (after 100 attempts)"
+    assert len(body.started) == 100
+
+
 def test_jitter_never_shortens_a_pause_the_service_asked_for() -> None:
     policy = RetryPolicy(initial_delay_s=2, jitter=1.0)
     assert policy.pause_before(2, TransientToolError("busy", retry_after_s=3), uniform=lambda: 1.0) == 3

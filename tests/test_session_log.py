@@ -146,7 +146,7 @@ def test_lone_surrogates_survive_the_round_trip(log_path: Path) -> None:
 def test_each_event_is_one_write_including_its_newline(log_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A line reaches the OS in a single write call, so a crash tears at most that one line."""
     writes: list[bytes] = []
-    real_open = open
+    real_fdopen = os.fdopen
 
     class Recording:
         def __init__(self, file: Any) -> None:
@@ -160,10 +160,10 @@ def test_each_event_is_one_write_including_its_newline(log_path: Path, monkeypat
         def __getattr__(self, name: str) -> Any:
             return getattr(self._file, name)
 
-    def recording_open(*args: Any, **kwargs: Any) -> Any:
-        return Recording(real_open(*args, **kwargs))
+    def recording_fdopen(*args: Any, **kwargs: Any) -> Any:
+        return Recording(real_fdopen(*args, **kwargs))
 
-    monkeypatch.setattr(session_log_module, "open", recording_open, raising=False)
+    monkeypatch.setattr(session_log_module.os, "fdopen", recording_fdopen)
     with SessionLog(log_path) as log:
         log.append({"type": "a", "data": {}})
         log.append_call("c", "t", {"x": "y" * 10_000})
@@ -299,7 +299,7 @@ def test_torn_last_line_is_skipped_and_reported(log_path: Path, tail: bytes, rea
     assert str(read.torn).startswith(f"line 4 (byte {size}, {len(tail)} bytes) {reason}")
 
 
-@pytest.mark.parametrize("tail", [b'{"seq":4,"ty', b"garbage\n"])
+@pytest.mark.parametrize("tail", [b'{"seq":4,"ty', b'{"se', b"\x00" * 100, b'{"seq":4,"type":"x"\x00\x00'])
 def test_reopening_cuts_off_a_torn_tail_and_reports_it(log_path: Path, tail: bytes) -> None:
     """The next append starts on a clean line after the torn one is removed, reusing its seq."""
     write_three(log_path)
@@ -346,7 +346,41 @@ def test_reopening_a_log_garbled_before_its_last_line_is_an_error(log_path: Path
     log_path.write_bytes(b"".join(lines))
     with pytest.raises(SessionLogError) as info:
         SessionLog(log_path)
-    assert info.value.line == 2
+    assert info.value.line == 3  # a whole line is no torn write
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"id":"a","name":"calc","arguments":{}}\n',  # a batch file given as --session
+        b"my notes\n",
+        b'{"important":"config"}',  # one line, no newline, but no event's start either
+    ],
+)
+def test_a_file_that_is_not_a_session_log_is_refused_and_left_alone(log_path: Path, content: bytes) -> None:
+    log_path.write_bytes(content)
+    with pytest.raises(SessionLogError, match="not a session log line"):
+        SessionLog(log_path)
+    assert log_path.read_bytes() == content
+
+
+def test_a_second_writer_of_one_log_is_refused(log_path: Path) -> None:
+    with SessionLog(log_path) as first:
+        first.append({"type": "a", "data": {}})
+        with pytest.raises(SessionLogError, match="another writer has this session log open"):
+            SessionLog(log_path)
+        first.append({"type": "b", "data": {}})
+    with SessionLog(log_path) as again:  # closed: free again
+        assert again.next_seq == 3
+
+
+def test_a_new_log_is_readable_by_its_owner_only(log_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        SessionLog(log_path).close()
+    finally:
+        os.umask(old)
+    assert log_path.stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.parametrize(
@@ -515,6 +549,20 @@ def test_a_later_read_picks_up_after_an_earlier_one(tmp_path: Path) -> None:
     assert [(event.seq, event.data["callId"]) for event in later.events] == [(3, "c3")]
     assert later.torn is not None and later.end == first.end + len(path.read_bytes()) - first.end - later.torn.size
     assert read_session_log(path).events[:3] == first.events + later.events
+
+
+def test_a_reader_following_a_log_keeps_its_place_across_empty_polls(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with SessionLog(path) as log:
+        log.append_call("c1", "t", {})
+    read = read_session_log(path)
+    for _ in range(3):
+        read = read_session_log(path, after=read)  # nothing new
+        assert read.events == () and read.next_seq == 2
+    with SessionLog(path) as log:
+        log.append_call("c2", "t", {})
+    read = read_session_log(path, after=read)
+    assert [event.seq for event in read.events] == [2] and read.next_seq == 3
 
 
 def test_a_later_read_refuses_a_file_that_shrank_or_skipped_a_seq(tmp_path: Path) -> None:

@@ -276,6 +276,21 @@ async def test_a_call_the_current_tool_refuses_says_whether_its_contract_changed
     (refused,) = (await simulate(read_session_log(hand_edited), SimulationRuntime())).calls
     assert refused.summary == "not compared: the simulated call never reached policy (INVALID_ARGS)"
 
+    # A plugin's tool in a SimulationRuntime (what `dsh-tools simulate` loads) keeps its parameters.
+    loaded = SimulationRuntime()
+    loaded.register(json_tool("t", parameters={"n": {"type": "string"}}))
+    loaded.register(json_tool("u"))
+    from_plugins = await simulate(read_session_log(log), loaded)
+    assert [(call.call_id, call.summary) for call in from_plugins.calls] == [
+        (
+            "changed",
+            "not compared: the simulated call never reached policy (INVALID_ARGS); "
+            "the tool's contract changed since the call was recorded",
+        ),
+        ("kept", "unchanged"),
+        ("unfingerprinted", "not compared: the simulated call never reached policy (INVALID_ARGS)"),
+    ]
+
 
 async def test_a_restriction_in_the_new_stack_is_a_denial(tmp_path: Path) -> None:
     log = tmp_path / "s.jsonl"
@@ -372,3 +387,26 @@ async def test_a_new_rewriting_policy_is_reported_as_a_rewrite(tmp_path: Path) -
     )
     assert first.changed and first.summary == "would now rewrite: dropped ./"
     assert not second.changed
+
+
+async def test_a_dry_run_calls_no_observer_and_opens_no_ledger(tmp_path: Path) -> None:
+    """Nothing happens in a simulation: nothing for an audit trail or an effect ledger to record."""
+    from dsh_plugins import ledger
+
+    runtime = make_runtime(json_tool("t"))
+    log = await write_session(tmp_path / "s.jsonl", runtime, [make_input("t", call_id="c1")])
+    observed: list[str] = []
+
+    class Observer:
+        @hookimpl
+        def dsh_result(self, execution: Any, result: Any) -> None:
+            observed.append(execution.call_id)
+
+    dry = SimulationRuntime()
+    assert dry.dry_run is True and make_runtime().dry_run is False
+    dry.plugins.register(Observer())
+    ledger.dsh_setup(dry, {"path": str(tmp_path / "effects.jsonl")})
+    report = await simulate(read_session_log(log), dry)
+    assert [call.call_id for call in report.calls] == ["c1"]
+    assert observed == []
+    assert not (tmp_path / "effects.jsonl").exists() and not (tmp_path / "effects.jsonl.lock").exists()

@@ -350,3 +350,36 @@ def test_the_entry_point_defers_the_configured_globs_and_registers_the_search() 
     assert list(report.failed) == []
     assert schema_names(runtime) == ["local", DEFAULT_NAME]
     assert [tool.name for tool in runtime.deferred_tools()] == ["github__a"]
+
+
+async def test_a_defer_glob_never_hides_the_search_tool_itself() -> None:
+    runtime = make_runtime(json_tool("github__a"), json_tool("local"))
+    tool_search.dsh_setup(runtime, {"enabled": True, "defer": ["*"]})
+    runtime.defer_tools([DEFAULT_NAME], Agent("a"))  # nor a host's deferring, in any scope
+    assert schema_names(runtime) == [DEFAULT_NAME]
+    assert schema_names(runtime, Agent("a")) == [DEFAULT_NAME]
+    result = await runtime.execute(make_input(DEFAULT_NAME, {"query": "github"}))
+    assert [tool["name"] for tool in result.value["tools"]] == ["github__a"]
+    assert result.value["deferred"] == 1  # local; the search is not counted as a tool to find
+
+
+def test_diagnostics_say_the_search_tool_stays_listed_when_a_defer_glob_matches_it() -> None:
+    runtime = make_runtime(json_tool("github__a"))
+    tool_search.dsh_setup(runtime, {"enabled": True, "defer": ["*", "search_*", "github__*"]})
+    plugin = runtime.plugins.get_plugin("tool-search")
+    assert isinstance(plugin, tool_search.ToolSearch)
+    assert [str(diagnostic) for diagnostic in plugin.diagnostics()] == [
+        f"defer pattern '*' matches {DEFAULT_NAME} itself, which stays in the tool list: "
+        "the model needs it to find the deferred tools",
+        f"defer pattern 'search_*' matches {DEFAULT_NAME} itself, which stays in the tool list: "
+        "the model needs it to find the deferred tools",
+        "defer pattern 'search_*' matches no other registered tool",
+    ]
+
+
+def test_the_search_tool_alone_is_not_something_to_find() -> None:
+    runtime = make_runtime(json_tool("local"))
+    tool_search.dsh_setup(runtime, {"enabled": True, "defer": ["search_*"]})
+    plugin = runtime.plugins.get_plugin("tool-search")
+    assert isinstance(plugin, tool_search.ToolSearch)
+    assert f"{DEFAULT_NAME} has nothing to find: no tool is deferred" in map(str, plugin.diagnostics())
