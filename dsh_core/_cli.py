@@ -7,23 +7,32 @@ the configuration (``--config``, else ``dsh.toml``, else ``[tool.dsh]`` in
 plugins of the ``dsh`` entry-point group (``--no-plugins`` skips them;
 ``--plugin [NAME=]MODULE[:ATTR]`` adds one that is not installed as an entry
 point, e.g. while writing it). Plugins that fail to load are reported on
-stderr and left out; ``check`` and ``plugins`` report them in full.
+stderr and left out; ``check`` and ``plugins`` report them in full. The
+commands that run calls (``call``, ``run``, ``serve-mcp``, ``simulate``)
+instead refuse to start while a plugin the configuration sets up is missing
+(its ``dsh_setup`` rejected its table, or it has a ``[plugins.<name>]`` table
+and failed): its policy would silently be off.
 
 Sessions recorded by ``call`` and ``run`` (``--session`` or the config's
 ``session_log``) include each call's decision trace, which ``explain`` shows;
 ``simulate`` replays a session through a new policy stack without running any
-tool.
+tool. An existing file is appended to only when it is a session log (its first
+line an event); a torn last line it ends with is cut off, with a warning.
 
 Exit status: 0 on success; 1 when ``call`` ran a call that failed, ``check``
 found problems, ``explain`` found no trace, or ``simulate`` found calls the new
 policies decide differently; 2 for usage errors (bad options, invalid JSON
 arguments, an unreadable or invalid configuration, batch file or session log,
-an unknown call id). ``run`` exits 0 once the batch ran, whatever the calls'
-outcomes: each result line says ``is_error``.
+an unknown call id, a configured plugin that failed to load). ``run`` exits 0
+once the batch ran, whatever the calls' outcomes: each result line says
+``is_error``. Ctrl-C prints "Aborted!" (click's exit status 1), never a
+traceback.
 """
 
 from __future__ import annotations
 
+import difflib
+import gc
 import getpass
 import importlib.metadata
 import re
@@ -52,7 +61,7 @@ from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import json_text, thaw
 from ._jsoncodec import decode_json, dumps_text
 from ._logged_calls import logged_calls
-from ._plugins import PluginReport, discover_entry_points, load_plugins, unknown_hooks
+from ._plugins import FailedPlugin, PluginReport, discover_entry_points, load_plugins, unknown_hooks
 from ._registry import RUN_CODE_NAME
 from ._replay import SessionRecorder, replay
 from ._results import ToolExecutionResult
@@ -158,13 +167,37 @@ def _prompt_on_stderr(question: str) -> str:
     return line
 
 
-def _extra_entry_point(spec: str, group: str) -> importlib.metadata.EntryPoint:
+def _dotted_name(text: str) -> bool:
+    return all(part.isidentifier() for part in text.split("."))
+
+
+def _plugin_spec(spec: str) -> tuple[str, str]:
+    """``[NAME=]MODULE[:ATTR]`` as (entry-point name, value); a malformed one is a usage error.
+
+    Checked here because importlib accepts any value and fails only when the
+    entry point is loaded, with an error that does not say what was wrong.
+    """
     name, sep, value = spec.partition("=")
     if not sep:
         name, value = spec, spec
     name, value = name.strip(), value.strip()
-    if not name or not value:
-        raise click.BadParameter(f"expected [NAME=]MODULE[:ATTR], got {spec!r}", param_hint="--plugin")
+    module, colon, attr = value.partition(":")
+    module, attr = module.strip(), attr.strip()
+    if not name or not _dotted_name(module) or (colon and not _dotted_name(attr)):
+        raise click.BadParameter(
+            f"expected [NAME=]MODULE[:ATTR] (MODULE and ATTR dotted Python names), got {spec!r}", param_hint="--plugin"
+        )
+    return name, f"{module}:{attr}" if colon else module
+
+
+def _plugin_specs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    for spec in value:
+        _plugin_spec(spec)
+    return value
+
+
+def _extra_entry_point(spec: str, group: str) -> importlib.metadata.EntryPoint:
+    name, value = _plugin_spec(spec)
     return importlib.metadata.EntryPoint(name=name, value=value, group=group)
 
 
@@ -174,11 +207,15 @@ def _build_host(
     quiet: bool = False,
     config_path: Path | None = None,
     runtime_class: type[ToolRuntime] = ToolRuntime,
+    runs_calls: bool = False,
 ) -> _Host:
     """The host the options describe; ``config_path`` overrides ``--config``.
 
     ``runtime_class`` other than ``ToolRuntime`` (the simulator's) always gets
-    a native-mode runtime without an approval service.
+    a native-mode runtime without an approval service. ``runs_calls``: the
+    command runs (or simulates) calls, so a plugin the configuration sets up
+    that failed to load is a usage error, not a warning: its policy would
+    silently be off.
     """
     options: _Options = ctx.find_object(_Options)  # type: ignore[assignment]
     err = _stderr()
@@ -212,12 +249,37 @@ def _build_host(
     points = [] if options.no_plugins else discover_entry_points(options.group)
     points += [_extra_entry_point(spec, options.group) for spec in options.extra_plugins]
     report = load_plugins(runtime, options.group, config, entry_points=points)
+    # The host lives as long as the command. Its runtime and plugins refer to each other, so
+    # only the cycle collector frees them, and what they hold (the effect ledger's lock) with
+    # them: collect when the command ends, as the end of the process would, so that a next
+    # command in the same process (a test, a host calling main()) finds those files free.
+    ctx.call_on_close(gc.collect)
+    refused = report.config_failures if runs_calls else ()
     if not quiet:
         for failed in report.failed:
-            err.print(
-                f"warning: plugin {escape(failed.name)} failed ({failed.stage}): {escape(failed.error)}", soft_wrap=True
+            if failed not in refused:
+                err.print(
+                    f"warning: plugin {escape(failed.name)} failed ({failed.stage}): {escape(failed.error)}",
+                    soft_wrap=True,
+                )
+    if refused:
+        raise _UsageProblem(
+            "\n  ".join(
+                [
+                    "a plugin the configuration sets up failed to load, so nothing was run "
+                    "(fix its table, or list it in disabled_plugins):",
+                    *(line for failed in refused for line in _config_failure_lines(failed)),
+                ]
             )
+        )
     return _Host(runtime=runtime, report=report, config=config)
+
+
+def _config_failure_lines(failed: FailedPlugin) -> list[str]:
+    """A configured plugin's failure: each problem in its table, else how it failed."""
+    if failed.violations:
+        return [f"plugin {failed.name}: {violation}" for violation in failed.violations]
+    return [f"plugin {failed.name} ([plugins.{failed.name}] is set) failed at {failed.stage}: {failed.error}"]
 
 
 def _scope_label(scope: object) -> str | None:
@@ -268,7 +330,8 @@ session_option = click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Configuration file (default: ./dsh.toml, else [tool.dsh] in ./pyproject.toml).",
+    help="Configuration file (default: ./dsh.toml, else [tool.dsh] in ./pyproject.toml); "
+    "a file named pyproject.toml is read from its [tool.dsh] table.",
 )
 @click.option("--no-plugins", is_flag=True, help="Do not load the dsh entry-point plugins (debugging).")
 @click.option(
@@ -276,6 +339,7 @@ session_option = click.option(
     "extra_plugins",
     multiple=True,
     metavar="[NAME=]MODULE[:ATTR]",
+    callback=_plugin_specs,
     help="Also load this plugin, as if it were an entry point (repeatable).",
 )
 @click.option("--interactive", is_flag=True, help="Ask on the terminal when a policy says Ask (default: deny).")
@@ -480,8 +544,17 @@ def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
         return
     try:
         log_cm = SessionLog(target)
+    except SessionLogError as exc:
+        # Not a log (a batch or notes file given by mistake), or another writer has it:
+        # the log refuses before touching a byte.
+        raise _UsageProblem(f"cannot use {target} as the session log: {exc}; nothing was written to it") from None
     except (OSError, ValueError) as exc:
         raise _UsageProblem(f"cannot open session log {target}: {exc}") from exc
+    if log_cm.torn is not None:
+        _stderr().print(
+            f"warning: session log {escape(str(target))}: cut off a torn last line: {escape(str(log_cm.torn))}",
+            soft_wrap=True,
+        )
     with log_cm as log:
         yield _Session(SessionRecorder(log))
 
@@ -502,7 +575,7 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
         arguments = decode_json(json_args)
     except ValueError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON_ARGS") from exc
-    host = _build_host(ctx)
+    host = _build_host(ctx, runs_calls=True)
     scope = agent_scope(host.runtime, agent)
     request = ToolExecutionInput(
         call_id=f"cli-{uuid.uuid4().hex[:12]}", name=name, arguments=arguments, signal=CancelSignal(), agent=scope
@@ -510,7 +583,8 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
     with _session(session, host.config) as log:
         log.attach(host.runtime)
         log.call(request)
-        result = trio.run(host.runtime.execute, request)
+        with _plain_interrupts():
+            result = trio.run(host.runtime.execute, request)
     _warn_orphans(host.runtime)
     text = "\n".join(
         part
@@ -533,6 +607,22 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
         where = f" (plugin {printable(plugin)})" if plugin else ""
         click.echo(f"error: {printable(error.get('code') or 'unknown')}{where}", err=True)
         ctx.exit(1)
+
+
+@contextmanager
+def _plain_interrupts() -> Iterator[None]:
+    """Let Ctrl-C in a trio run reach click as a plain ``KeyboardInterrupt``.
+
+    trio raises the interrupt inside a task, and a nursery (``run`` overlaps
+    calls in one) wraps it in a ``BaseExceptionGroup``, which click would show
+    as a traceback: unwrapped, it prints "Aborted!" as for every other command.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if group.subgroup(KeyboardInterrupt) is not None:
+            raise KeyboardInterrupt from None
+        raise
 
 
 def _warn_orphans(runtime: ToolRuntime) -> None:
@@ -622,7 +712,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
     status 0 once the batch ran, even when calls failed.
     """
     calls = _parse_batch(file)
-    host = _build_host(ctx)
+    host = _build_host(ctx, runs_calls=True)
     scope = agent_scope(host.runtime, agent)
     if scope is not None:
         calls = [attrs.evolve(call, agent=scope) for call in calls]
@@ -643,7 +733,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
             log.call(call)
         host.runtime.plugins.register(observer, name="dsh-tools-progress")
         try:
-            with progress:
+            with _plain_interrupts(), progress:
                 results = trio.run(run_tool_calls, host.runtime, calls, max_parallel)
         finally:
             host.runtime.plugins.unregister(observer)
@@ -696,6 +786,27 @@ def _check_tool(definition: ToolDefinition, owner: str, findings: _Findings) -> 
         )
 
 
+def _duplicate(plugin: str, holder: str) -> str:
+    """What to say about a tool name ``plugin`` registered while ``holder`` had it already."""
+    if plugin == "mcp":
+        # The MCP client registers every server's tools itself: [tool_prefixes] cannot tell them apart.
+        if holder == plugin:
+            also = "another of its servers"
+        else:
+            also = "the host" if holder == "<host>" else f"plugin {holder}"
+        return (
+            f"was listed by an MCP server while {also} already registered it (duplicate tool name; "
+            "to load both, give each [[plugins.mcp.servers]] entry its own prefix)"
+        )
+    if holder == plugin:
+        return "is registered twice by this plugin itself (its own duplicate: the second registration was refused)"
+    owner = "the host" if holder == "<host>" else f"plugin {holder}"
+    return (
+        f"is already registered by {owner} (duplicate tool name; to load both, "
+        f'give one a prefix: [tool_prefixes] {plugin} = "..." in dsh.toml)'
+    )
+
+
 def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
     from ._waterfall import WATERFALLS, HookChains
 
@@ -704,19 +815,23 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
     findings = _Findings()
     for failed in report.failed:
         origin = f" from {failed.distribution} {failed.version}" if failed.distribution else ""
-        findings.problems.append(
-            f"plugin {failed.name} ({failed.value}{origin}) failed at {failed.stage}: {failed.error}"
-        )
+        if failed.violations:
+            # Each problem of its table on its own line, as for the host's own settings.
+            findings.problems.extend(
+                f"plugin {failed.name} ({failed.value}{origin}) failed at {failed.stage}: invalid configuration: "
+                f"{violation}"
+                for violation in failed.violations
+            )
+        else:
+            findings.problems.append(
+                f"plugin {failed.name} ({failed.value}{origin}) failed at {failed.stage}: {failed.error}"
+            )
 
     for refusal in report.refused:
         tool = f'tool "{refusal.tool}"' if refusal.tool else "a registration"
         owner = f"plugin {refusal.plugin}"
         if refusal.conflicts_with is not None:
-            holder = "the host" if refusal.conflicts_with == "<host>" else f"plugin {refusal.conflicts_with}"
-            findings.problems.append(
-                f"{owner}: {tool} is already registered by {holder} (duplicate tool name; to load both, "
-                f'give one a prefix: [tool_prefixes] {refusal.plugin} = "..." in dsh.toml)'
-            )
+            findings.problems.append(f"{owner}: {tool} {_duplicate(refusal.plugin, refusal.conflicts_with)}")
             # Refused for its name alone: the rest of its checks still apply.
             if refusal.definition is not None:
                 _check_tool(refusal.definition, owner, findings)
@@ -790,10 +905,16 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
             )
 
     known = {ep.name for ep in importlib.metadata.entry_points(group=options.group)} | loaded_names
-    known |= {f.name for f in report.failed}
+    known |= {f.name for f in report.failed} | {_plugin_spec(spec)[0] for spec in options.extra_plugins}
     for disabled in host.config.disabled_plugins:
         if disabled not in known and disabled not in report.disabled:
             findings.warnings.append(f'disabled_plugins names "{disabled}", but no such plugin is installed')
+    for table in host.config.plugins:
+        if table not in known and table not in report.disabled:
+            # A misspelt table would otherwise configure nothing, silently.
+            close = difflib.get_close_matches(table, sorted(known), n=1)
+            hint = f' (did you mean "{close[0]}"?)' if close else ""
+            findings.warnings.append(f"[plugins.{table}] configures no installed plugin: it is ignored{hint}")
     return findings, len(registrations)
 
 
@@ -839,8 +960,9 @@ def serve_mcp_command(ctx: click.Context, http: bool, port: int | None, agent: s
         from ._mcp_server import DEFAULT_HTTP_PORT, run_serve_mcp
     except ImportError as exc:
         raise _UsageProblem(f"serve-mcp needs the MCP extra: pip install 'dsh-tools[mcp]' ({exc})") from exc
-    host = _build_host(ctx, quiet=True)
-    run_serve_mcp(host.runtime, http=http, port=port or DEFAULT_HTTP_PORT, agent=agent)
+    host = _build_host(ctx, quiet=True, runs_calls=True)
+    with _plain_interrupts():
+        run_serve_mcp(host.runtime, http=http, port=port or DEFAULT_HTTP_PORT, agent=agent)
 
 
 @cli.command("replay")
@@ -967,9 +1089,11 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
     from ._simulate import SimulationRuntime, simulate
 
     read = _read_log(file)
-    host = _build_host(ctx, quiet=as_json, config_path=config_path, runtime_class=SimulationRuntime)
+    # A policy under test that failed to load must not pass as "nothing would change".
+    host = _build_host(ctx, quiet=as_json, config_path=config_path, runtime_class=SimulationRuntime, runs_calls=True)
     try:
-        report = trio.run(simulate, read, host.runtime)
+        with _plain_interrupts():
+            report = trio.run(simulate, read, host.runtime)
     except SessionLogError as exc:
         raise _UsageProblem(f"cannot simulate {file}: {exc}") from exc
     if as_json:
@@ -1095,11 +1219,14 @@ def new_plugin_command(directory: Path, name: str | None) -> None:
     """Write a plugin distribution to start from: a tool, a policy, their tests and a nox matrix."""
     from ._scaffold import write_plugin
 
-    chosen = name if name is not None else directory.resolve().name.lower().removeprefix("dsh-").removeprefix("dsh_")
     try:
-        written = write_plugin(directory, chosen)
+        if name is None:
+            name = directory.resolve().name.lower().removeprefix("dsh-").removeprefix("dsh_")
+        written = write_plugin(directory, name)
     except ValueError as exc:
         raise _UsageProblem(str(exc)) from exc
+    except OSError as exc:  # a parent that is a file, a read-only directory...
+        raise _UsageProblem(f"cannot write the plugin in {directory}: {exc}") from exc
     out = _stdout()
     for path in written:
         out.print(f"wrote {escape(str(path))}")

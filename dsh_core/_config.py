@@ -33,7 +33,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, TypeVar, get_args, get_origin
 
 import attrs
 import cattrs
@@ -41,7 +41,7 @@ import cattrs.cols
 import cattrs.gen
 from cattrs.errors import ForbiddenExtraKeysError
 
-from ._checks import instance_of, one_of
+from ._checks import instance_of, one_of, positive_finite
 from ._errors import ConfigError
 from ._json import safe_repr
 
@@ -235,6 +235,38 @@ def _attrs_factory(cls: Any, converter: cattrs.BaseConverter) -> Any:
     return cattrs.gen.make_dict_structure_fn(cls, converter)
 
 
+@attrs.frozen
+class _Check:
+    """``Annotated[X, _Check(problem)]``: a value of type X that ``problem`` must also accept.
+
+    ``problem(value)`` returns what is wrong (``"expected ..., got ..."``) or
+    ``None``. Checked while the table is structured, so a bad value is reported
+    together with every other problem, each with its path (an attrs validator
+    runs only once every field has structured, and stops at the first).
+    """
+
+    problem: Callable[[Any], str | None]
+
+
+def _is_checked(annotation: Any) -> bool:
+    return get_origin(annotation) is Annotated and any(isinstance(m, _Check) for m in annotation.__metadata__)
+
+
+def _checked_hook(annotation: Any, converter: cattrs.BaseConverter) -> Callable[[object, object], object]:
+    base = get_args(annotation)[0]
+    checks = [m for m in annotation.__metadata__ if isinstance(m, _Check)]
+
+    def structure_checked_value(value: object, _: object) -> object:
+        structured = converter.structure(value, base)
+        for check in checks:
+            problem = check.problem(structured)
+            if problem is not None:
+                raise _Mismatch(problem)
+        return structured
+
+    return structure_checked_value
+
+
 def _make_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     converter.register_structure_hook(str, _structure_str)
@@ -245,6 +277,7 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(Any, _passthrough)
     converter.register_structure_hook_factory(_is_literal, _literal_hook)
     converter.register_structure_hook_factory(_is_union, _union_hook)
+    converter.register_structure_hook_factory(_is_checked, _checked_hook)
     converter.register_structure_hook_factory(
         _origin_in(list), _checked((list, tuple), "an array", cattrs.cols.list_structure_factory)
     )
@@ -350,6 +383,56 @@ def _plain_tables(value: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mappin
     return types.MappingProxyType({name: types.MappingProxyType(dict(table)) for name, table in value.items()})
 
 
+# -- checks a value must pass besides its type (the file's and a host's own settings) --------
+
+
+def _plugin_name_problem(value: str) -> str | None:
+    return None if value else "expected a plugin name, got an empty string"
+
+
+def _prefix_problem(value: str) -> str | None:
+    return None if _PREFIX.match(value) else f"a prefix is 1-32 letters, digits, '_' or '-', got {_show(value)}"
+
+
+def _seconds_problem(value: float) -> str | None:
+    return None if positive_finite(value) else f"expected a positive number of seconds, got {_show(value)}"
+
+
+def _positive_problem(value: int) -> str | None:
+    return None if value >= 1 else f"expected a positive integer, got {_show(value)}"
+
+
+def _output_problem(value: int) -> str | None:
+    # The runtime's own floor: room for the smallest value and a log line's newline.
+    return None if value >= 4 else f"expected at least 4 (bytes), got {_show(value)}"
+
+
+_MIN_MEMORY: Final = 16 * 1024 * 1024
+
+
+def _memory_problem(value: int) -> str | None:
+    # The limit is the child's whole address space: the interpreter alone takes more than
+    # 16 MiB, so a smaller limit (often a value in MiB written as bytes) fails every run.
+    if value >= _MIN_MEMORY:
+        return None
+    return f"expected at least {_MIN_MEMORY} (16 MiB; the value is in bytes), got {_show(value)}"
+
+
+def _validated(problem: Callable[[Any], str | None]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """The same check as an attrs validator, for settings a host builds itself (``None`` passes)."""
+
+    def validate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        message = None if value is None else problem(value)
+        if message is not None:
+            raise ValueError(f"{type(instance).__name__}.{attribute.name}: {message}")
+
+    return validate
+
+
+_PluginName = Annotated[str, _Check(_plugin_name_problem)]
+_Prefix = Annotated[str, _Check(_prefix_problem)]
+
+
 @attrs.frozen(kw_only=True)
 class CodeRuntimeSettings:
     """The ``[code_runtime]`` table: options of the Code Mode subprocess runtime (unset: its defaults).
@@ -357,14 +440,28 @@ class CodeRuntimeSettings:
     The keys are :class:`~dsh_core.code_mode.SubprocessPythonRuntime`'s:
     ``wall_budget_s``, ``max_output_bytes``, ``max_memory_bytes``,
     ``max_cpu_s``, ``max_file_bytes``, ``allow_subprocesses``, ``allow_network``,
-    ``allow_file_writes``.
+    ``allow_file_writes``. Their values are checked here, whatever the mode, so
+    a file's mistakes show before Code Mode is ever turned on:
+    ``wall_budget_s`` is a positive number, the byte and second counts are
+    positive integers, ``max_output_bytes`` is at least 4 and
+    ``max_memory_bytes`` at least 16 MiB (less cannot run the interpreter).
     """
 
-    wall_budget_s: float | None = None
-    max_output_bytes: int | None = None
-    max_memory_bytes: int | None = None
-    max_cpu_s: int | None = None
-    max_file_bytes: int | None = None
+    wall_budget_s: Annotated[float, _Check(_seconds_problem)] | None = attrs.field(
+        default=None, validator=_validated(_seconds_problem)
+    )
+    max_output_bytes: Annotated[int, _Check(_output_problem)] | None = attrs.field(
+        default=None, validator=_validated(_output_problem)
+    )
+    max_memory_bytes: Annotated[int, _Check(_memory_problem)] | None = attrs.field(
+        default=None, validator=_validated(_memory_problem)
+    )
+    max_cpu_s: Annotated[int, _Check(_positive_problem)] | None = attrs.field(
+        default=None, validator=_validated(_positive_problem)
+    )
+    max_file_bytes: Annotated[int, _Check(_positive_problem)] | None = attrs.field(
+        default=None, validator=_validated(_positive_problem)
+    )
     allow_subprocesses: bool | None = None
     allow_network: bool | None = None
     allow_file_writes: bool | None = None
@@ -419,22 +516,35 @@ class _ConfigFile:
     """The file layout; ``plugins`` tables stay raw (each plugin checks its own)."""
 
     mode: Literal["native", "code", "both"] = "native"
-    disabled_plugins: tuple[str, ...] = ()
+    disabled_plugins: tuple[_PluginName, ...] = ()
     strict_capabilities: bool = False
     plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     session_log: str | None = None
     code_runtime: CodeRuntimeSettings = attrs.field(factory=CodeRuntimeSettings)
-    tool_prefixes: dict[str, str] = attrs.field(factory=dict)
+    tool_prefixes: dict[_PluginName, _Prefix] = attrs.field(factory=dict)
+
+
+# Files first-party plugins keep, as (entry-point name, key). Like ``session_log``, a
+# relative path there means the configuration file's directory: the same file must
+# find the same logs whichever directory the host starts in. (Workspace roots and MCP
+# command lines are where the work happens: they stay relative to the working directory.)
+_FILE_SETTINGS: Final = (("audit", "path"), ("ledger", "path"), ("spill", "directory"))
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.PathLike[str] | None = None) -> DshConfig:
     """Read the host configuration.
 
-    Lookup: the explicit ``path`` (a missing file is an error); else
-    ``dsh.toml`` in ``cwd`` (default: the current directory); else the
-    ``[tool.dsh]`` table of ``pyproject.toml`` there; else all defaults. Only the
-    first file found is read: settings are not merged across files. A relative
-    ``session_log`` is resolved against the directory of the file it came from.
+    Lookup: the explicit ``path`` (a missing file is an error; a file named
+    ``pyproject.toml`` is read as below: its ``[tool.dsh]`` table, which must
+    be there); else ``dsh.toml`` in ``cwd`` (default: the current directory);
+    else the ``[tool.dsh]`` table of ``pyproject.toml`` there; else all
+    defaults. Only the first file found is read: settings are not merged across
+    files.
+
+    Relative paths of files the host keeps resolve against the directory of the
+    configuration file, not the working directory: ``session_log``,
+    ``[plugins.audit] path``, ``[plugins.ledger] path`` and
+    ``[plugins.spill] directory``.
 
     Raises:
         ConfigError: the file is missing (explicit ``path`` only), unreadable, not
@@ -446,16 +556,27 @@ def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.Pat
         file = base / os.fspath(path)
         if not file.is_file():
             raise ConfigError([f"{file}: configuration file not found"])
+        if file.name == "pyproject.toml":
+            table = _tool_dsh(_read_toml(file))
+            if table is None:
+                raise ConfigError([f"{file}: no [tool.dsh] table (a pyproject.toml holds the configuration there)"])
+            return _parse(file, table, where="[tool.dsh]")
         return _parse(file, _read_toml(file), where="")
     candidate = base / "dsh.toml"
     if candidate.is_file():
         return _parse(candidate, _read_toml(candidate), where="")
     pyproject = base / "pyproject.toml"
     if pyproject.is_file():
-        table = _read_toml(pyproject).get("tool", {})
-        if isinstance(table, Mapping) and "dsh" in table:
-            return _parse(pyproject, table["dsh"], where="[tool.dsh]")
+        table = _tool_dsh(_read_toml(pyproject))
+        if table is not None:
+            return _parse(pyproject, table, where="[tool.dsh]")
     return DshConfig()
+
+
+def _tool_dsh(document: dict[str, Any]) -> object:
+    """The ``[tool.dsh]`` table of a ``pyproject.toml`` (``None`` when it has none)."""
+    tool = document.get("tool", {})
+    return tool.get("dsh") if isinstance(tool, Mapping) else None
 
 
 def _read_toml(file: Path) -> dict[str, Any]:
@@ -466,6 +587,9 @@ def _read_toml(file: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message already ends with "(at line L, column C)".
         raise ConfigError([f"{file}: invalid TOML: {exc}"]) from exc
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables recursively.
+        raise ConfigError([f"{file}: invalid TOML: arrays or tables nested too deeply"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{file}: cannot read: {exc}"]) from exc
 
@@ -478,12 +602,18 @@ def _parse(file: Path, table: object, *, where: str) -> DshConfig:
     session_log = raw.session_log
     if session_log is not None:
         session_log = str(file.parent / session_log)
+    plugins = dict(raw.plugins)
+    for plugin, key in _FILE_SETTINGS:
+        value = plugins.get(plugin, {}).get(key)
+        # Only a usable relative path: anything else is left for the plugin to report.
+        if isinstance(value, str) and value and "\x00" not in value and not os.path.isabs(value):
+            plugins[plugin] = {**plugins[plugin], key: str(file.parent / value)}
     try:
         return DshConfig(
             mode=raw.mode,
             disabled_plugins=raw.disabled_plugins,
             strict_capabilities=raw.strict_capabilities,
-            plugins=raw.plugins,
+            plugins=plugins,
             session_log=session_log,
             code_runtime=raw.code_runtime,
             tool_prefixes=raw.tool_prefixes,

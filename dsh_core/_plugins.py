@@ -91,7 +91,7 @@ import pluggy
 from ._capabilities import MANIFEST_NAME, Capabilities, capabilities_of, guard_guard, guard_listeners
 from ._config import DshConfig
 from ._definition import ToolDefinition
-from ._errors import RegistrationError
+from ._errors import ConfigError, RegistrationError
 from ._registry import Disposer, ToolGuard
 from ._waterfall import unknown_hooks
 
@@ -136,6 +136,9 @@ class FailedPlugin:
 
     ``stage`` says how far it got; ``error`` is one line (``"ModuleNotFoundError:
     No module named 'x'"``); ``traceback`` the formatted traceback, when there was one.
+    ``configured``: the configuration has a ``[plugins.<name>]`` table for it;
+    ``violations``: every problem its ``dsh_setup`` found in that table, when it
+    raised :class:`~dsh_core.ConfigError`.
     """
 
     name: str
@@ -145,6 +148,8 @@ class FailedPlugin:
     stage: Stage
     error: str
     traceback: str | None = attrs.field(default=None, eq=False, repr=False)
+    configured: bool = False
+    violations: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -176,6 +181,20 @@ class PluginReport:
     def ok(self) -> bool:
         """No entry point failed (disabled ones and caught refusals do not count)."""
         return not self.failed
+
+    @property
+    def config_failures(self) -> tuple[FailedPlugin, ...]:
+        """The failures a host should not run without: a plugin it configured is missing.
+
+        A failed plugin counts when its ``dsh_setup`` rejected its configuration
+        (``violations``) or the configuration has a table for it (``configured``)
+        and no plugin of that name loaded: a policy the file sets up, such as
+        ``[plugins.permissions]``, would otherwise be silently off.
+        """
+        loaded = {plugin.name for plugin in self.loaded}
+        return tuple(
+            failed for failed in self.failed if (failed.violations or failed.configured) and failed.name not in loaded
+        )
 
 
 def _normalize(name: str) -> str:
@@ -295,6 +314,8 @@ class _Loader:
                 stage=stage,
                 error=error,
                 traceback=_format_traceback(exc) if exc is not None else None,
+                configured=ep.name in self.config.plugins,
+                violations=exc.violations if isinstance(exc, ConfigError) else (),
             )
         )
 
@@ -498,6 +519,12 @@ def load_plugins(
     report, and a failed plugin leaves nothing registered (see the module
     documentation). Only ``KeyboardInterrupt`` propagates, after the plugin
     being loaded has been rolled back.
+
+    That includes configuration errors: a plugin whose ``dsh_setup`` rejects
+    its table fails like any other, so a host can still list, check and report
+    what loaded. Before running calls, a host should refuse to go on while
+    :attr:`PluginReport.config_failures` is not empty (the ``dsh-tools``
+    commands that run calls do), since a configured policy would be missing.
     """
     from ._runtime import ToolRuntime
 

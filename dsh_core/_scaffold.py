@@ -20,6 +20,10 @@ __all__ = ["dsh_tools_source", "plugin_files", "write_plugin"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 
+# dsh-tools' own packages. A plugin's package is "dsh_<name>": it can never shadow a
+# standard-library module, only these (and its distribution "dsh-<name>" only dsh-tools).
+_OWN_PACKAGES: Final = frozenset({"dsh_core", "dsh_plugins"})
+
 _PYPROJECT: Final = """\
 [build-system]
 requires = ["hatchling"]
@@ -220,15 +224,25 @@ def plugin_files(name: str, *, source: str = "dsh-tools") -> dict[str, str]:
     name or a local checkout; ``DSH_TOOLS_SOURCE`` overrides it when nox runs).
 
     Raises:
-        ValueError: ``name`` is not lowercase letters and digits, optionally joined by ``-`` or ``_``.
+        ValueError: ``name`` is not lowercase letters and digits, optionally joined by ``-`` or ``_``,
+            or its package or distribution would be dsh-tools' own (``core``, ``plugins``, ``tools``).
     """
     if not _NAME.match(name):
         raise ValueError(f"a plugin name is lowercase letters and digits joined by '-' or '_', got {name!r}")
     package = "dsh_" + name.replace("-", "_")
+    distribution = "dsh-" + name.replace("_", "-")
+    taken = f"the package {package}" if package in _OWN_PACKAGES else None
+    if distribution == "dsh-tools":
+        taken = f"the distribution {distribution}"
+    if taken is not None:
+        raise ValueError(
+            f"a plugin named {name!r} would be {taken}, which is dsh-tools' own: installing it would break "
+            "dsh-tools; choose another name (--name)"
+        )
     fields = {
         "name": name,
         "package": package,
-        "distribution": "dsh-" + name.replace("_", "-"),
+        "distribution": distribution,
         "tool": f"{package.removeprefix('dsh_')}_word_count",
     }
     return {
@@ -248,6 +262,7 @@ def write_plugin(directory: Path, name: str, *, source: str | None = None) -> li
 
     Raises:
         ValueError: a bad name, or ``directory`` exists and is not empty (nothing is overwritten).
+        OSError: a file or directory could not be created (the files written before stay).
     """
     files = plugin_files(name, source=source if source is not None else dsh_tools_source())
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):

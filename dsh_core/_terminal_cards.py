@@ -9,7 +9,6 @@ truncation stated, so a partial result never looks complete.
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
@@ -20,6 +19,7 @@ from rich.text import Text
 
 from ._content import ContentBlock, TextBlock
 from ._json import thaw
+from ._jsoncodec import dumps_text
 from ._replay import ReplayedCall
 from ._terminal_text import markup_text as escape
 from ._terminal_text import printable
@@ -54,7 +54,8 @@ def _content_text(content: Sequence[ContentBlock] | None) -> str:
 def _raw_input(value: object) -> str:
     if isinstance(value, str):
         return value
-    return json.dumps(thaw(value), ensure_ascii=False, indent=2)  # type: ignore[arg-type]
+    # Logged arguments may nest deeper than json.dumps recurses: this falls back to compact text.
+    return dumps_text(thaw(value), indent=2)  # type: ignore[arg-type]
 
 
 def _diff(diffs: Sequence[FileDiff]) -> RenderableType:

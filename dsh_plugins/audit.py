@@ -3,7 +3,7 @@
 Configure it in ``[plugins.audit]``::
 
     [plugins.audit]
-    path = "dsh-audit.jsonl"   # relative to the working directory at load time
+    path = "dsh-audit.jsonl"   # relative to the configuration file's directory
 
 Every call that reaches ``ToolRuntime.execute`` produces exactly one line
 (denied, invalid and unknown calls included), written when its final result is

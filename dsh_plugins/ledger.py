@@ -7,7 +7,7 @@ ledger is that record: a durable, append-only file keyed by call id. Enable it
 in ``[plugins.ledger]``::
 
     [plugins.ledger]
-    path = "effects.jsonl"            # one ledger per conversation (relative: to the working directory)
+    path = "effects.jsonl"            # one ledger per conversation (relative: to the config file's directory)
     rerun_in_doubt = ["read_file"]    # tools that are safe to run again (default: none)
     fsync = "always"                  # "always" (default), "close" or "never"
 

@@ -594,10 +594,20 @@ def test_plugin_tables_reach_setup(dists: Dists, tmp_path: Path) -> None:
     assert "[plugins.hello].greeting: expected a string, got 1" in failed["error"]
 
 
-def test_bad_plugin_option(tools: list[str]) -> None:
-    result = invoke([*tools, "--plugin", "=x", "list"])
+@pytest.mark.parametrize("spec", ["=x", "mod:", "a=b c", ":", "mod:attr:more", "a=.b", "m:a-b"])
+def test_bad_plugin_option(tools: list[str], spec: str) -> None:
+    result = invoke([*tools, "--plugin", spec, "list"])
     assert result.exit_code == 2
     assert "--plugin" in result.stderr
+    assert "expected [NAME=]MODULE[:ATTR]" in result.stderr
+
+
+def test_a_plugin_option_may_name_an_attribute(dists: Dists) -> None:
+    module = dists.module("attrtools", PLUGIN)
+    result = invoke(["--no-plugins", "--plugin", f"ask = {module} : AskForGuarded", "plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    (loaded,) = json.loads(result.stdout)["loaded"]
+    assert (loaded["name"], loaded["value"]) == ("ask", f"{module}:AskForGuarded")
 
 
 # -- the installed script ------------------------------------------------------------------------
@@ -771,11 +781,23 @@ def test_code_runtime_settings_reach_the_code_mode_runtime(tools: list[str], tmp
     assert "may not start other programs (os.system)" in result.stdout
 
 
-def test_an_invalid_code_runtime_setting_is_a_usage_error(tools: list[str], tmp_path: Path) -> None:
-    (tmp_path / "code.toml").write_text('mode = "code"\n[code_runtime]\nmax_cpu_s = 0\n')
+@pytest.mark.parametrize("mode", ["native", "code"])
+def test_every_invalid_code_runtime_setting_is_a_usage_error_in_any_mode(
+    tools: list[str], tmp_path: Path, mode: str
+) -> None:
+    (tmp_path / "code.toml").write_text(
+        f'mode = "{mode}"\n[code_runtime]\nmax_cpu_s = 0\nwall_budget_s = -1\nmax_memory_bytes = 1\n'
+        '[tool_prefixes]\ncli = "c c"\n'
+    )
     result = invoke(["--config", str(tmp_path / "code.toml"), *tools, "list"])
     assert result.exit_code == 2
-    assert "[code_runtime]: max_cpu_s must be a positive int or None" in result.stderr
+    for problem in (
+        "code_runtime.max_cpu_s: expected a positive integer, got 0",
+        "code_runtime.wall_budget_s: expected a positive number of seconds, got -1.0",
+        "code_runtime.max_memory_bytes: expected at least 16777216",
+        "tool_prefixes['cli']: a prefix is 1-32 letters",
+    ):
+        assert problem in result.stderr
 
 
 CARD_PLUGIN = """
@@ -884,3 +906,224 @@ def test_check_warns_about_tool_prefixes_that_cannot_apply(tools: list[str], tmp
     assert 'tool_prefixes names "mcp": it prefixes only the tools listed at setup' in out
     assert '"cli"' not in out
     assert "c__echo" in invoke(["--config", str(config), *tools, "list"]).stdout
+
+
+# -- a configured plugin that failed ---------------------------------------------------------
+
+PERMISSIONS = ["--plugin", "permissions=dsh_plugins.permissions"]
+
+
+@pytest.fixture
+def misconfigured(tmp_path: Path) -> Path:
+    config = tmp_path / "bad.toml"
+    config.write_text('[plugins.permissions]\nrules = [{ tool = "echo", action = "dny" }]\n')
+    return config
+
+
+def test_a_configured_plugin_that_failed_stops_every_command_that_runs_calls(
+    tools: list[str], tmp_path: Path, misconfigured: Path
+) -> None:
+    log = tmp_path / "session.jsonl"
+    assert invoke([*tools, "call", "echo", "{}", "--session", str(log)]).exit_code == 0
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    problem = 'plugin permissions: [plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"'
+    options = ["--config", str(misconfigured), *tools, *PERMISSIONS]
+    for command in (["call", "echo", "{}"], ["run", str(batch)], ["serve-mcp"], ["simulate", str(log), "--json"]):
+        result = invoke([*options, *command])
+        assert result.exit_code == 2, (command, result.output)
+        assert "a plugin the configuration sets up failed to load, so nothing was run" in result.stderr
+        assert problem in result.stderr
+        # simulate --json must not report "changed": false for a policy that never loaded.
+        assert result.stdout == ""
+    # The simulator's own --config is the policy under test.
+    tried = invoke([*tools, *PERMISSIONS, "simulate", str(log), "--config", str(misconfigured), "--json"])
+    assert tried.exit_code == 2 and tried.stdout == ""
+    assert len(read_session_log(log).events) == 2  # nothing more was recorded
+
+
+def test_commands_that_run_nothing_still_work_and_check_lists_each_problem(
+    tools: list[str], misconfigured: Path
+) -> None:
+    options = ["--config", str(misconfigured), *tools, *PERMISSIONS]
+    listed = invoke([*options, "list"])
+    assert listed.exit_code == 0 and "echo" in listed.stdout
+    assert "warning: plugin permissions failed (setup)" in listed.stderr
+    checked = invoke([*options, "check"])
+    assert checked.exit_code == 1
+    assert (
+        "plugin permissions (dsh_plugins.permissions) failed at setup: invalid configuration: "
+        '[plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"'
+    ) in checked.stdout
+
+
+def test_a_plugin_failing_without_a_table_is_only_a_warning_but_a_configured_one_stops_calls(
+    tools: list[str], tmp_path: Path
+) -> None:
+    ghost = ["--plugin", "ghost=dsh_no_such_module"]
+    warned = invoke([*tools, *ghost, "call", "echo", '{"a": 1}'])
+    assert warned.exit_code == 0 and json.loads(warned.stdout) == {"a": 1}
+    assert "warning: plugin ghost failed (import)" in warned.stderr
+    (tmp_path / "dsh.toml").write_text("[plugins.ghost]\nlevel = 3\n")
+    refused = invoke([*tools, *ghost, "call", "echo", "{}"])
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert "plugin ghost ([plugins.ghost] is set) failed at import: ModuleNotFoundError" in refused.stderr
+
+
+# -- session logs the CLI appends to ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"id": "c1", "name": "echo", "arguments": {}}\n',  # a batch file, given as --session by mistake
+        "notes: remember the milk",  # one line, no newline
+        "line one\nline two\n",
+    ],
+    ids=["batch", "notes", "two-lines"],
+)
+def test_session_refuses_a_file_that_is_not_a_session_log(tools: list[str], tmp_path: Path, content: str) -> None:
+    other = tmp_path / "other.jsonl"
+    other.write_text(content)
+    batch = write_batch(tmp_path / "b.jsonl", {"id": "x", "name": "echo"})
+    for command in (["call", "echo", "{}"], ["run", str(batch)]):
+        result = invoke([*tools, *command, "--session", str(other)])
+        assert result.exit_code == 2, result.output
+        assert f"cannot use {other} as the session log" in result.stderr
+        assert "not a session log line" in result.stderr and "nothing was written to it" in result.stderr
+        assert other.read_text() == content  # not one byte cut
+        assert result.stdout == ""
+
+
+def test_session_warns_when_it_cuts_a_torn_last_line(tools: list[str], tmp_path: Path) -> None:
+    log = tmp_path / "session.jsonl"
+    assert invoke([*tools, "call", "echo", "{}", "--session", str(log)]).exit_code == 0
+    with log.open("a") as file:
+        file.write('{"seq": 3, "type": "tool/ca')  # a write interrupted by a crash
+    result = invoke([*tools, "call", "echo", "{}", "--session", str(log)])
+    assert result.exit_code == 0, result.output
+    assert f"warning: session log {log}: cut off a torn last line: line 3" in result.stderr.replace("\n", "")
+    assert [event.seq for event in read_session_log(log).events] == [1, 2, 3, 4]
+
+
+def test_session_appends_to_an_empty_file(tools: list[str], tmp_path: Path) -> None:
+    log = tmp_path / "session.jsonl"
+    log.touch()
+    result = invoke([*tools, "call", "echo", "{}", "--session", str(log)])
+    assert result.exit_code == 0 and result.stderr == ""
+    assert len(read_session_log(log).events) == 2
+
+
+def test_replay_renders_arguments_nested_deeper_than_json_dumps_goes(tools: list[str], tmp_path: Path) -> None:
+    log = tmp_path / "session.jsonl"
+    depth = 3_000
+    deep = '{"x": ' + "[" * depth + "]" * depth + "}"
+    assert invoke([*tools, "call", "echo", deep, "--session", str(log)]).exit_code == 0
+    result = invoke([*tools, "replay", str(log)])
+    assert result.exit_code == 0, result.output
+    assert "[[[[" in result.stdout
+
+
+# -- Ctrl-C --------------------------------------------------------------------------------------
+
+INTERRUPTED_PLUGIN = """
+from dsh_core import define_tool, hookimpl
+
+async def _interrupted(args):
+    raise KeyboardInterrupt  # what trio raises in a task when Ctrl-C arrives
+
+@hookimpl
+def dsh_setup(runtime, config):
+    for name in ("stop", "stop_too"):
+        runtime.register(define_tool(
+            name=name, description="", parameters={}, output={"type": "json"}, execute=_interrupted,
+            is_concurrency_safe=lambda args: True))
+"""
+
+
+def test_ctrl_c_during_run_aborts_without_a_traceback(dists: Dists, tmp_path: Path) -> None:
+    module = dists.module("interrupted", INTERRUPTED_PLUGIN)
+    batch = write_batch(
+        tmp_path / "calls.jsonl", {"id": "a", "name": "stop", "arguments": {}}, {"id": "b", "name": "stop_too"}
+    )
+    for command in (["run", str(batch)], ["call", "stop"]):
+        result = invoke(["--no-plugins", "--plugin", f"i={module}", *command])
+        assert result.exit_code == 1, (command, result.output)
+        assert result.stderr.strip() == "Aborted!"
+
+
+# -- check -----------------------------------------------------------------------------------
+
+
+def test_check_warns_about_a_table_that_configures_no_plugin(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text(
+        '[plugins.permision]\ndefault = "deny"\n[plugins.cli]\n[plugins.permissions]\ndefault = "allow"\n'
+    )
+    out = invoke([*tools, "check"]).stdout
+    assert '[plugins.permision] configures no installed plugin: it is ignored (did you mean "permissions"?)' in out
+    assert "[plugins.cli]" not in out  # loaded through --plugin
+    assert "[plugins.permissions]" not in out  # installed (an entry point), though not loaded here
+    assert invoke([*tools, "check", "--strict"]).exit_code == 1
+
+
+SELF_DUPLICATE_PLUGIN = """
+from dsh_core import define_tool, hookimpl
+
+async def _echo(args):
+    return args
+
+@hookimpl
+def dsh_setup(runtime, config):
+    for _ in range(2):
+        try:
+            runtime.register(define_tool(name="twice", description="", parameters={}, output={"type": "json"},
+                                         execute=_echo))
+        except ValueError:
+            pass
+"""
+
+
+def test_check_says_when_a_plugin_duplicates_its_own_tool(dists: Dists) -> None:
+    module = dists.module("selfdup", SELF_DUPLICATE_PLUGIN)
+    out = invoke(["--no-plugins", "--plugin", f"dup={module}", "check"]).stdout
+    assert (
+        'plugin dup: tool "twice" is registered twice by this plugin itself (its own duplicate: the second '
+        "registration was refused)"
+    ) in out
+    assert "tool_prefixes" not in out
+    # The MCP client registers every server's tools: two servers listing one name need server prefixes.
+    out = invoke(["--no-plugins", "--plugin", f"mcp={module}", "check"]).stdout
+    assert (
+        'plugin mcp: tool "twice" was listed by an MCP server while another of its servers already registered it'
+    ) in out
+    assert "give each [[plugins.mcp.servers]] entry its own prefix" in out
+
+
+# -- configuration files -------------------------------------------------------------------------
+
+
+def test_config_may_name_a_pyproject_toml(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    pyproject = tmp_path / "sub" / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\n\n[tool.dsh]\n[tool.dsh.tool_prefixes]\ncli = "c"\n')
+    result = invoke(["--config", str(pyproject), *tools, "list"])
+    assert result.exit_code == 0, result.output
+    assert "c__echo" in result.stdout
+    assert "pyproject.toml is read from its [tool.dsh] table" in " ".join(invoke(["--help"]).stdout.split())
+
+
+def test_toml_nested_too_deeply_is_a_usage_error(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text("[plugins.permissions]\nrules = " + "[" * 600 + "]" * 600 + "\n")
+    result = invoke([*tools, "list"])
+    assert result.exit_code == 2
+    assert "invalid TOML: arrays or tables nested too deeply" in result.stderr
+
+
+def test_a_command_releases_what_its_plugins_hold_when_it_ends(tools: list[str], tmp_path: Path) -> None:
+    # The effect ledger locks its file while its runtime lives: a second command in the same
+    # process must find it free, as a second process would.
+    (tmp_path / "dsh.toml").write_text('[plugins.ledger]\npath = "effects.jsonl"\n')
+    options = [*tools, "--plugin", "ledger=dsh_plugins.ledger", "call", "echo", '{"n": 1}']
+    for _ in range(2):
+        result = invoke(options)
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "effects.jsonl").read_text().count("effect/committed") == 2  # two calls, two ids

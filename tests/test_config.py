@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from dsh_core import ConfigError
-from dsh_core._config import DshConfig, load_config, structure_table
+from dsh_core._config import CodeRuntimeSettings, DshConfig, load_config, structure_table
 
 
 @attrs.frozen
@@ -264,7 +264,7 @@ def test_pyproject_tool_dsh_is_used_without_dsh_toml(tmp_path: Path) -> None:
     )
     config = load_config(cwd=tmp_path)
     assert config.mode == "both"
-    assert config.plugin_config("audit") == {"path": "a.log"}
+    assert config.plugin_config("audit") == {"path": str(tmp_path / "a.log")}
 
 
 def test_pyproject_without_tool_dsh_gives_defaults(tmp_path: Path) -> None:
@@ -320,7 +320,7 @@ def test_an_empty_disabled_plugin_name_is_reported_with_the_file(tmp_path: Path)
     with pytest.raises(ConfigError) as info:
         load_config(cwd=tmp_path)
     assert info.value.violations == (
-        f"{tmp_path / 'dsh.toml'}: DshConfig.disabled_plugins lists plugin names (non-empty str), got ''",
+        f"{tmp_path / 'dsh.toml'}: disabled_plugins[1]: expected a plugin name, got an empty string",
     )
 
 
@@ -366,8 +366,83 @@ def test_tool_prefixes_are_read_and_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(cwd=tmp_path)
     assert info.value.violations == (
-        f"{tmp_path / 'dsh.toml'}: tool_prefixes.weather: a prefix is 1-32 letters, digits, '_' or '-', got 'w x'",
+        f"{tmp_path / 'dsh.toml'}: tool_prefixes['weather']: a prefix is 1-32 letters, digits, '_' or '-', got \"w x\"",
     )
     (tmp_path / "dsh.toml").write_text("[tool_prefixes]\nweather = 3\n")
     with pytest.raises(ConfigError, match="tool_prefixes"):
         load_config(cwd=tmp_path)
+
+
+def test_every_problem_of_a_file_is_reported_in_one_pass(tmp_path: Path) -> None:
+    # Type errors, value checks and [code_runtime] limits, whatever the mode: all at once.
+    (tmp_path / "dsh.toml").write_text(
+        'mode = "fast"\ndisabled_plugins = [""]\n'
+        '[tool_prefixes]\nweather = "w x"\n'
+        "[code_runtime]\nwall_budget_s = -1\nmax_memory_bytes = 1\nmax_output_bytes = 2\nmax_cpu_s = 0\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    prefix = f"{tmp_path / 'dsh.toml'}: "
+    assert set(info.value.violations) == {
+        prefix + 'mode: expected one of native/code/both, got "fast"',
+        prefix + "disabled_plugins[0]: expected a plugin name, got an empty string",
+        prefix + "tool_prefixes['weather']: a prefix is 1-32 letters, digits, '_' or '-', got \"w x\"",
+        prefix + "code_runtime.wall_budget_s: expected a positive number of seconds, got -1.0",
+        prefix + "code_runtime.max_memory_bytes: expected at least 16777216 (16 MiB; the value is in bytes), got 1",
+        prefix + "code_runtime.max_output_bytes: expected at least 4 (bytes), got 2",
+        prefix + "code_runtime.max_cpu_s: expected a positive integer, got 0",
+    }
+
+
+def test_a_host_building_code_runtime_settings_gets_the_same_checks() -> None:
+    with pytest.raises(ValueError, match=r"CodeRuntimeSettings.max_memory_bytes: expected at least 16777216"):
+        CodeRuntimeSettings(max_memory_bytes=1)
+    assert CodeRuntimeSettings(wall_budget_s=0.5, max_memory_bytes=1 << 30).options() == {
+        "wall_budget_s": 0.5,
+        "max_memory_bytes": 1 << 30,
+    }
+
+
+@pytest.mark.parametrize("value", ["[" * 500 + "]" * 500, "{a = " * 500 + "1" + "}" * 500])
+def test_toml_nested_too_deeply_is_invalid_toml(tmp_path: Path, value: str) -> None:
+    (tmp_path / "dsh.toml").write_text(f"[plugins.permissions]\nrules = {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    assert info.value.violations == (f"{tmp_path / 'dsh.toml'}: invalid TOML: arrays or tables nested too deeply",)
+
+
+def test_an_explicit_pyproject_is_read_through_its_tool_dsh_table(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    pyproject = tmp_path / "sub" / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\n\n[tool.dsh]\nmode = "code"\nsession_log = "s.jsonl"\n')
+    config = load_config(pyproject)
+    assert (config.mode, config.session_log) == ("code", str(tmp_path / "sub" / "s.jsonl"))
+    pyproject.write_text("[tool.dsh]\nmode = 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(pyproject)
+    assert info.value.violations == (f"{pyproject}: [tool.dsh].mode: expected one of native/code/both, got 1",)
+    pyproject.write_text('[project]\nname = "x"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(pyproject)
+    assert info.value.violations == (
+        f"{pyproject}: no [tool.dsh] table (a pyproject.toml holds the configuration there)",
+    )
+
+
+def test_relative_paths_of_kept_files_resolve_against_the_config_files_directory(tmp_path: Path) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "dsh.toml").write_text(
+        'session_log = "s.jsonl"\n'
+        '[plugins.audit]\npath = "logs/audit.jsonl"\n'
+        '[plugins.ledger]\npath = "/abs/effects.jsonl"\n'
+        '[plugins.spill]\ndirectory = "spill"\n'
+        '[plugins.files]\nroot = "."\n'
+    )
+    config = load_config("conf/dsh.toml", cwd=tmp_path)
+    conf = tmp_path / "conf"
+    assert config.session_log == str(conf / "s.jsonl")
+    assert config.plugin_config("audit") == {"path": str(conf / "logs" / "audit.jsonl")}
+    assert config.plugin_config("ledger") == {"path": "/abs/effects.jsonl"}
+    assert config.plugin_config("spill") == {"directory": str(conf / "spill")}
+    # A workspace root is where the work happens: the working directory, as before.
+    assert config.plugin_config("files") == {"root": "."}

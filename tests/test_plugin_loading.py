@@ -802,3 +802,63 @@ def test_a_taken_plugin_name_is_reported_readably() -> None:
     with pytest.raises(ValueError) as info:
         runtime.plugins.register(object(), name="taken")
     assert str(info.value) == "plugin name 'taken' is already taken by object; register this object under another name"
+
+
+CONFIG_CHECKING_MODULE = """
+import attrs
+from dsh_core import hookimpl, structure_table
+
+@attrs.frozen
+class Settings:
+    level: int = 0
+
+@hookimpl
+def dsh_setup(runtime, config):
+    structure_table(Settings, config, "[plugins.strict]")
+"""
+
+
+def test_configuration_failures_are_reported_with_every_violation(dists: Dists) -> None:
+    dists.module("strict", CONFIG_CHECKING_MODULE)
+    dists.module("fine", CONFIG_CHECKING_MODULE)
+    dists.module("broken", "raise ImportError('gone')")
+    dists.dist("dsh-cfg", {"strict": "{p}strict", "broken": "{p}broken", "unset": "{p}broken", "fine": "{p}fine"})
+    config = DshConfig(plugins={"strict": {"level": "3", "extra": 1}, "broken": {"x": 1}, "fine": {"level": 1}})
+    _, report = dists.load(config=config)
+    by_name = {failed.name: failed for failed in report.failed}
+    assert set(by_name) == {"strict", "broken", "unset"}
+    assert by_name["strict"].stage == "setup" and by_name["strict"].configured
+    assert set(by_name["strict"].violations) == {
+        '[plugins.strict]: unknown key "extra" (allowed: level)',
+        '[plugins.strict].level: expected an integer, got "3"',
+    }
+    assert (by_name["broken"].configured, by_name["broken"].violations) == (True, ())
+    assert (by_name["unset"].configured, by_name["unset"].violations) == (False, ())
+    # What a host must not run without: a rejected table, and a configured plugin that is missing.
+    assert [failed.name for failed in report.config_failures] == ["broken", "strict"]
+
+
+def test_a_config_error_without_a_table_is_a_configuration_failure_too(dists: Dists) -> None:
+    dists.module(
+        "needs",
+        """
+        from dsh_core import ConfigError, hookimpl
+
+        @hookimpl
+        def dsh_setup(runtime, config):
+            raise ConfigError(["[plugins.needs].token: required"])
+        """,
+    )
+    dists.dist("dsh-needs", {"needs": "{p}needs"})
+    _, report = dists.load()
+    (failed,) = report.config_failures
+    assert (failed.configured, failed.violations) == (False, ("[plugins.needs].token: required",))
+
+
+def test_a_configured_duplicate_is_no_configuration_failure_when_its_name_loaded(dists: Dists) -> None:
+    dists.module("first", GOOD_MODULE)
+    dists.dist("dsh-a", {"same": "{p}first"})
+    dists.dist("dsh-b", {"same": "{p}first"})
+    _, report = dists.load(config=DshConfig(plugins={"same": {}}))
+    assert [failed.stage for failed in report.failed] == ["register"]
+    assert report.config_failures == ()

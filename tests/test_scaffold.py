@@ -99,3 +99,40 @@ def test_the_noxfile_installs_dsh_tools_from_where_it_came_from() -> None:
     assert 'os.environ.get("DSH_TOOLS_SOURCE", "dsh-tools")' in plugin_files("x")["noxfile.py"]
     source = dsh_tools_source()  # this checkout when installed from it (editable), else the index name
     assert source == "dsh-tools" or (Path(source) / "dsh_core" / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "taken"),
+    [
+        (["dsh-core"], "the package dsh_core"),  # the default name: the directory's, without dsh-
+        (["dsh-plugins"], "the package dsh_plugins"),
+        (["x", "--name", "core"], "the package dsh_core"),
+        (["x", "--name", "plugins"], "the package dsh_plugins"),
+        (["x", "--name", "tools"], "the distribution dsh-tools"),
+    ],
+)
+def test_a_name_that_would_replace_dsh_tools_itself_is_refused(tmp_path: Path, args: list[str], taken: str) -> None:
+    directory, *options = args
+    result = CliRunner().invoke(cli, ["new-plugin", str(tmp_path / directory), *options])
+    assert result.exit_code == 2, result.output
+    assert f"would be {taken}, which is dsh-tools' own" in result.output
+    assert "choose another name (--name)" in result.output
+    assert not (tmp_path / directory).exists()
+
+
+def test_a_file_system_error_is_a_clear_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    result = CliRunner().invoke(cli, ["new-plugin", str(tmp_path / "a-file" / "sub")], catch_exceptions=False)
+    assert result.exit_code == 2
+    assert f"cannot write the plugin in {tmp_path / 'a-file' / 'sub'}: " in result.output
+    assert "Traceback" not in result.output
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o500)
+    try:
+        result = CliRunner().invoke(cli, ["new-plugin", str(read_only / "p")], catch_exceptions=False)
+    finally:
+        read_only.chmod(0o700)
+    if os.geteuid() != 0:  # root writes anywhere
+        assert result.exit_code == 2
+        assert "Permission denied" in result.output
