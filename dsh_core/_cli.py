@@ -895,6 +895,16 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
             target = findings.problems if getattr(item, "level", "warning") == "problem" else findings.warnings
             target.append(f"plugin {pm.get_name(plugin)}: {item}")
 
+    # Standing grants (--grants FILE) belong to the approval service, not to a plugin.
+    book: Any = getattr(host.runtime.approval, "book", None)
+    book_diagnostics = getattr(book, "diagnostics", None)
+    if callable(book_diagnostics):
+        try:
+            where = getattr(book, "path", None)
+            findings.warnings.extend(f"grants {where}: {item}" for item in book_diagnostics(host.runtime))
+        except Exception as exc:
+            findings.problems.append(f"grants: diagnostics() failed: {exc}")
+
     for plugin_name in host.config.tool_prefixes:
         if plugin_name not in loaded_names:
             findings.warnings.append(f'tool_prefixes names "{plugin_name}", but no such plugin is loaded')

@@ -742,6 +742,14 @@ def test_grants_show_and_revoke(tools: list[str], tmp_path: Path) -> None:
     assert denied.exit_code == 1 and "DENIED" in denied.stderr
 
 
+def test_check_warns_about_a_grant_for_a_tool_that_is_not_registered(tools: list[str], tmp_path: Path) -> None:
+    book = tmp_path / "grants.jsonl"
+    assert invoke(["grants", "add", str(book), "guardd", "--any-agent"]).exit_code == 0  # misspelt
+    result = invoke([*tools, "--grants", str(book), "check"])
+    assert f"grants {book}: grant " in result.stdout + result.stderr
+    assert 'is for tool "guardd", which is not registered' in result.stdout + result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
