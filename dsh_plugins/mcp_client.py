@@ -1127,6 +1127,19 @@ class McpClientPlugin:
                         notes.append(
                             McpDiagnostic(level="problem", server=server.name, tool=name, message=f"refused: {exc}")
                         )
+                    # Only this plugin knows which of its servers holds the name (the loader sees "mcp").
+                    holder = next((other.name for other in self._servers if name in other.listed), None)
+                    if holder is not None:
+                        notes.append(
+                            McpDiagnostic(
+                                level="warning",
+                                server=server.name,
+                                tool=name,
+                                message=f'server "{holder}" lists this name too and registered it first; give '
+                                "one of the two [[plugins.mcp.servers]] entries a prefix to load both",
+                                logged=False,
+                            )
+                        )
                     logger.warning('MCP server "%s": tool "%s" refused: %s', server.name, name, exc)
                 else:
                     server.listed[name] = (dump, disposer)

@@ -354,6 +354,18 @@ async def test_invalid_arguments_never_reach_the_server() -> None:
     assert result.code == "INVALID_ARGS"
 
 
+async def test_a_name_two_servers_list_is_reported_with_both_servers() -> None:
+    runtime = ToolRuntime()
+    config = {"servers": [{"name": "a"}, {"name": "c"}]}  # no prefixes: the same names twice
+    in_process = {"a": build_test_server(), "c": build_test_server()}
+    async with McpClientPlugin.connect(runtime, config, in_process=in_process) as plugin:
+        messages = [str(note) for note in plugin.diagnostics() if note.tool == "add"]
+    assert any(
+        message.startswith('MCP server "c", tool "add": server "a" lists this name too and registered it first')
+        for message in messages
+    ), messages
+
+
 async def test_read_only_hint_makes_a_tool_concurrency_safe() -> None:
     runtime = ToolRuntime()
     async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server()}):
