@@ -13,6 +13,13 @@ escapes, and an integral float written as the integer it equals (JSON Schema
 treats ``1`` and ``1.0`` alike, so ``{"minimum": 1.0}`` and ``{"minimum": 1}``
 fingerprint the same). The description, the name and the body are not part of
 it: none of them changes which calls are valid or what their values look like.
+
+It errs towards "changed": the schemas' annotations (a parameter's
+``description``, a ``default``) and the order of ``required`` or ``enum``
+entries are part of the text, so editing them changes the fingerprint though
+the calls accepted stay the same. Constraints outside the schemas (the value
+type of a ``dict[str, int]`` parameter, attrs validators, both enforced by
+structuring) are not part of it.
 """
 
 from __future__ import annotations
