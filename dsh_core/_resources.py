@@ -86,5 +86,12 @@ def classify_call(runtime: ToolRuntime, request: ToolExecutionInput) -> Resource
         return EXCLUSIVE
     if declared is None:
         return runtime.execution_mode(request)
-    claim = parse_claim(declared)
+    try:
+        claim = parse_claim(declared)
+    except BaseException as exc:
+        # A mapping (or list) that raises while it is read is "anything else" too: it must not
+        # take the whole turn down with it.
+        if is_fatal(exc):
+            raise
+        return EXCLUSIVE
     return EXCLUSIVE if claim is None else claim

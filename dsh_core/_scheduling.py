@@ -177,6 +177,7 @@ async def _run_group(
         async with send:
             while index < len(calls):
                 request = calls[index]
+                classified_at = runtime._registry.version
                 kind = first if index == start else classify_call(runtime, request)
                 if isinstance(kind, Exclusive):
                     break
@@ -194,12 +195,12 @@ async def _run_group(
                     await limiter.acquire_on_behalf_of(slot)
                 call = await _pipeline.prepare(runtime, request)
                 settled: trio.Event | None = None
-                if call.step == "dispatch" and call.rewrites is not None and classify_call(
-                    runtime, input_of(call.execution)
-                ) != kind:
-                    # A policy rewrote the arguments and the call now schedules otherwise (other
-                    # keys, or exclusive): it was admitted for arguments it no longer has. Run it
-                    # as a barrier, once everything dispatched before it has settled.
+                changed = call.rewrites is not None or runtime._registry.version != classified_at
+                if call.step == "dispatch" and changed and classify_call(runtime, input_of(call.execution)) != kind:
+                    # A policy rewrote the arguments, or the tool was replaced while the policies
+                    # decided, and the call now schedules otherwise (other keys, or exclusive): it
+                    # was admitted as something it no longer is. Run it as a barrier, once
+                    # everything dispatched before it has settled.
                     try:
                         await _wait_for(call, [event for event in running if not event.is_set()])
                         await _pipeline.dispatch(runtime, call)

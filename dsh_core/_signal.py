@@ -14,7 +14,9 @@ deadline directly, so no timer task is needed.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import math
 from collections.abc import Callable
 
@@ -26,6 +28,7 @@ __all__ = ["CancelSignal"]
 
 _fire_order = itertools.count(1)
 _INF = math.inf
+logger = logging.getLogger("dsh_core")
 
 
 def _now() -> float:
@@ -48,12 +51,20 @@ class CancelSignal:
     ``cancel(reason)`` fires it once (later calls do nothing); ``cancelled`` and
     ``reason`` report it; ``await wait()`` blocks until it fires. Signals are
     identity objects: they are never JSON and never frozen into results.
+
+    ``cancel`` may be called from any thread (a UI thread, a worker): the
+    work waiting on the signal is woken in the trio run it waits in.
     """
 
-    __slots__ = ("_deadline", "_deadline_reason", "_event", "_fired_at", "_listeners", "_reason", "_sources")
+    __slots__ = (
+        "_deadline", "_deadline_reason", "_event", "_fired_at", "_fired_when", "_listeners", "_reason", "_sources",
+        "_token",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._fired_at = 0  # 0 = not fired; otherwise a global firing sequence number
+        self._fired_when = _INF  # when it fired on trio's clock (a deadline: the deadline itself)
+        self._token: trio.lowlevel.TrioToken | None = None  # the run its waiters are in
         self._reason: object = None
         self._event: trio.Event | None = None
         self._listeners: list[Callable[[], None]] | None = None
@@ -90,6 +101,8 @@ class CancelSignal:
         Fusing is lazy (the fused signal asks its sources), so fusing costs nothing
         until somebody waits on the result.
         """
+        if not signals:
+            raise TypeError("CancelSignal.any() takes at least one signal")
         flat: list[CancelSignal] = []
         for signal in signals:
             for source in signal._sources or (signal,):
@@ -117,7 +130,7 @@ class CancelSignal:
         if self._sources:  # a fused signal never fires itself: it asks its sources
             return any(source.cancelled for source in self._sources)
         if self._deadline != _INF and _now() >= self._deadline:
-            self._fire(self._deadline_reason)
+            self._fire(self._deadline_reason, when=self._deadline)
             return True
         return False
 
@@ -126,7 +139,8 @@ class CancelSignal:
         """Why it fired (``None`` while it has not)."""
         if self._sources:
             fired = [s for s in self._sources if s.cancelled]
-            return min(fired, key=lambda s: s._fired_at)._reason if fired else None
+            # First in time: a deadline that passed before an explicit cancel was noticed still came first.
+            return min(fired, key=lambda s: (s._fired_when, s._fired_at))._reason if fired else None
         return self._reason if self.cancelled else None
 
     @property
@@ -149,14 +163,33 @@ class CancelSignal:
         if not self._fired_at:
             self._fire("cancelled" if reason is None else reason)
 
-    def _fire(self, reason: object) -> None:
+    def _fire(self, reason: object, *, when: float | None = None) -> None:
         self._fired_at = next(_fire_order)
+        self._fired_when = _now() if when is None else when
         self._reason = reason
+        token = self._token
+        if token is not None:
+            try:
+                in_run = trio.lowlevel.current_trio_token() is token
+            except RuntimeError:  # another thread
+                in_run = False
+            if not in_run:
+                # Trio's events and cancel scopes may be touched only from their run's thread.
+                with contextlib.suppress(trio.RunFinishedError):  # the run is over: nobody is left to wake
+                    token.run_sync_soon(self._wake)
+                return
+        self._wake()
+
+    def _wake(self) -> None:
         if self._event is not None:
             self._event.set()
         listeners, self._listeners = self._listeners, None
         for listener in listeners or ():
-            listener()
+            try:
+                listener()
+            except Exception as exc:
+                # One broken listener must not keep the others (the runtime's cancel scopes) from hearing it.
+                logger.warning("CancelSignal listener %r failed: %s: %s", listener, type(exc).__name__, exc)
 
     async def wait(self) -> None:
         """Block until the signal fires (returns at once if it already has)."""
@@ -169,6 +202,7 @@ class CancelSignal:
             return
         if self._event is None:
             self._event = trio.Event()
+            self._token = trio.lowlevel.current_trio_token()
         with trio.move_on_at(self._deadline):
             await self._event.wait()
         self.cancelled  # noqa: B018 - evaluating fires a passed deadline
@@ -183,7 +217,16 @@ class CancelSignal:
         """
         if not self._sources:
             return self._add_listener(listener)
-        removers = [target._add_listener(listener) for target in self._sources]
+        called = False
+
+        def once() -> None:
+            # Several sources may fire: the fused signal fires once.
+            nonlocal called
+            if not called:
+                called = True
+                listener()
+
+        removers = [target._add_listener(once) for target in self._sources]
 
         def unsubscribe() -> None:
             for remove in removers:
@@ -192,6 +235,11 @@ class CancelSignal:
         return unsubscribe
 
     def _add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        if self._token is None:
+            try:  # noqa: SIM105 - contextlib.suppress costs more on this per-call path
+                self._token = trio.lowlevel.current_trio_token()
+            except RuntimeError:
+                pass  # outside a trio run: no token, so listeners run where cancel() is called
         if self._listeners is None:
             self._listeners = []
         listeners = self._listeners

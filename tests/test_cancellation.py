@@ -601,3 +601,65 @@ async def test_cancel_signal_wait_and_deadline(autojump_clock: trio.testing.Mock
     fused = CancelSignal.any(CancelSignal(), CancelSignal.after(1))
     await fused.wait()
     assert trio.current_time() == pytest.approx(6)
+
+
+async def test_a_signal_cancelled_from_another_thread_interrupts_the_work() -> None:
+    import threading
+
+    signal = CancelSignal()
+    started = trio.Event()
+
+    async def waits(args: Any, run: ToolRunContext) -> str:
+        started.set()
+        await trio.sleep(100)
+        return "never"
+
+    runtime = make_runtime(json_tool("t", waits, output={"type": "string"}))
+    results: list[ToolExecutionResult] = []
+    async with trio.open_nursery() as nursery:
+
+        async def call() -> None:
+            results.append(await runtime.execute(make_input("t", signal=signal)))
+
+        nursery.start_soon(call)
+        await started.wait()
+        with trio.fail_after(5):  # real time: a thread is involved
+            thread = threading.Thread(target=signal.cancel, args=("stop from the UI thread",))
+            thread.start()
+            await trio.to_thread.run_sync(thread.join)
+            while not results:
+                await trio.sleep(0.01)
+    assert code(results[0]) == "ABORTED"
+    assert signal.reason == "stop from the UI thread"
+
+
+async def test_a_raising_signal_listener_does_not_keep_cancellation_from_the_work(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from dsh_core import run_tool_calls
+
+    signal = CancelSignal()
+    signal.subscribe(lambda: 1 / 0)  # someone's broken listener, registered first
+    runtime = make_runtime(sleeper(100))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 1)
+        results = await run_tool_calls(runtime, [make_input("sleep", signal=signal, call_id=f"c{i}") for i in range(3)])
+    # One at a time (the tool is exclusive): the running one is interrupted at t=1, the rest never start.
+    assert [code(result) for result in results] == ["ABORTED", "ABORTED_BEFORE_DISPATCH", "ABORTED_BEFORE_DISPATCH"]
+    assert trio.current_time() == pytest.approx(1)
+    assert "CancelSignal listener" in caplog.text and "ZeroDivisionError" in caplog.text
+
+
+async def test_signal_fusion_edges(autojump_clock: trio.testing.MockClock) -> None:
+    with pytest.raises(TypeError, match="at least one signal"):
+        CancelSignal.any()
+    a, b = CancelSignal.after(1, reason="deadline A"), CancelSignal()
+    await trio.sleep(2)
+    b.cancel("explicit B")  # after the deadline passed, though nobody looked at it yet
+    assert CancelSignal.any(a, b).reason == "deadline A"
+    calls: list[str] = []
+    c, d = CancelSignal(), CancelSignal()
+    CancelSignal.any(c, d).subscribe(lambda: calls.append("fired"))
+    c.cancel()
+    d.cancel()
+    assert calls == ["fired"]  # once, as the fused signal fires once

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -135,6 +136,8 @@ async def test_keys_take_precedence_over_is_concurrency_safe(autojump_clock: tri
         lambda args: {"write": [1]},
         lambda args: {"writes": ["x"]},
         lambda args: {"write": [""]},
+        lambda args: _UnreadableMapping(),
+        lambda args: {"write": _UnreadableList(["a"])},
     ],
 )
 async def test_malformed_keys_make_the_call_exclusive(autojump_clock: trio.testing.MockClock, keys: Any) -> None:
@@ -142,6 +145,24 @@ async def test_malformed_keys_make_the_call_exclusive(autojump_clock: trio.testi
     runtime = make_runtime(keyed_tool("bad", spans, keys, parallel=True))
     await run_tool_calls(runtime, [make_input("bad", {"id": str(i)}) for i in range(3)])
     assert trio.current_time() == pytest.approx(3)
+
+
+class _UnreadableMapping(Mapping[str, Any]):
+    """Keys that raise while the scheduler reads them: as malformed as any other garbage."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise KeyError(key)
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("garbage mapping")
+
+
+class _UnreadableList(list[str]):
+    def __iter__(self) -> Any:
+        raise RuntimeError("garbage list")
 
 
 async def test_raising_keys_make_the_call_exclusive(autojump_clock: trio.testing.MockClock) -> None:

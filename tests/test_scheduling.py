@@ -300,3 +300,49 @@ async def test_a_slow_observer_holds_back_commits_not_later_calls(autojump_clock
     assert [r.value for r in results] == ["c0", "c1", "c2", "c3"]  # type: ignore[union-attr]
     assert clock.started == [(f"c{n}", 0) for n in range(4)]
     assert observer.seen == [(f"c{n}", n + 1) for n in range(4)]
+
+
+async def test_a_tool_replaced_by_an_exclusive_one_while_policies_decide_runs_alone(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A host that hot-reloads a tool between classification and dispatch: the new contract is honoured."""
+    from dsh_core import ToolRuntime, define_tool
+
+    active: set[str] = set()
+    overlaps: list[str] = []
+
+    def version(exclusive: bool) -> Any:
+        async def body(args: Any, run: Any) -> str:
+            if active:
+                overlaps.append(f"{run.call_id} (exclusive={exclusive}) beside {sorted(active)}")
+            active.add(run.call_id)
+            try:
+                await trio.sleep(1)
+            finally:
+                active.discard(run.call_id)
+            return "ok"
+
+        return define_tool(name="t", description="t", parameters={}, output={"type": "string"}, execute=body,
+                           is_concurrency_safe=None if exclusive else (lambda args: True))  # fmt: skip
+
+    runtime = ToolRuntime()
+    disposers = [runtime.register(version(exclusive=False))]
+
+    class SlowGate:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            await trio.sleep(0.1)
+            return await next()
+
+    runtime.plugins.register(SlowGate(), name="gate")
+
+    async def swap() -> None:
+        await trio.sleep(0.15)
+        disposers[0]()
+        runtime.register(version(exclusive=True))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(swap)
+        results = await run_tool_calls(runtime, [make_input("t", call_id=f"c{i}") for i in range(1, 4)])
+    assert [result.is_error for result in results] == [False, False, False]
+    assert [o for o in overlaps if "exclusive=True" in o] == []

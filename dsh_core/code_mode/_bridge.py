@@ -285,15 +285,17 @@ class _Bridge:
                     "tool/code-dispatch-start",
                     {**self.ids(ticket), "name": ticket.name, "arguments": logged_arguments},
                 )
+            classified_at = runtime._registry.version
             try:
                 call = await _pipeline.prepare(runtime, ticket.request)
                 if (
-                    call.rewrites is not None
+                    (call.rewrites is not None or runtime._registry.version != classified_at)
                     and not ticket.exclusive
                     and call.step == "dispatch"
                     and isinstance(runtime.execution_mode(input_of(call.execution)), Exclusive)
                 ):
-                    # A policy rewrote the arguments into an exclusive call: nothing may start
+                    # A policy rewrote the arguments into an exclusive call, or the tool was
+                    # replaced by an exclusive one while the policies decided: nothing may start
                     # beside it, and it waits for what started before it to commit.
                     ticket.exclusive = True
                     lane.exclusive_active = True
