@@ -343,6 +343,42 @@ async def test_child_crash_is_worker_exit_with_stderr() -> None:
     assert result.logs == ("last words",)
 
 
+@pytest.mark.skipif(os.name != "posix", reason="process groups")
+async def test_what_a_child_started_before_exiting_does_not_outlive_the_run(tmp_path: Any) -> None:
+    pid_file = tmp_path / "pid"
+    program = (
+        "import os, subprocess\n"
+        "child = subprocess.Popen(['sleep', '30'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "os._exit(3)\n"
+    )
+    result = await RUNTIME.run(program, {})
+    assert_error(result, "worker-exit", "exited with code 3")
+    pid = int(pid_file.read_text())
+    for _ in range(100):  # the kill is sent before run() returns; the kernel may take a moment
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat_file:
+                state = stat_file.read().rsplit(b")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state in (b"Z", b"X"):
+            break
+        await trio.sleep(0.02)
+    else:
+        raise AssertionError(f"the grandchild {pid} outlived the run")
+
+
+async def test_an_error_message_from_the_child_is_bounded() -> None:
+    payload = (
+        '(__import__("json").dumps({"type": "done", "error": {"kind": "exception", "message": "A" * 10_000_000}})'
+        ' + "\\n").encode()'
+    )
+    result = await RUNTIME.run(writable_protocol_fd_program(payload), {})
+    assert result.error is not None
+    assert len(result.error.message) < 17 * 1024
+    assert result.error.message.endswith("more characters not shown]")
+
+
 async def test_child_killed_by_a_signal_is_worker_exit() -> None:
     result = await RUNTIME.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", {})
     assert_error(result, "worker-exit", "killed by signal 9")

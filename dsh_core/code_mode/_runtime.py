@@ -7,11 +7,14 @@ is always a :class:`CodeRunResult`; a program's failure is a value
 (:class:`CodeRunError`), never an exception.
 
 :class:`SubprocessPythonRuntime` runs each program in a fresh ``python -I``
-process started with :func:`trio.run_process`; nothing survives from one run to
-the next. **A subprocess isolates state and crashes, it is not a security
+process started with :func:`trio.run_process`; no state survives from one run
+to the next, and whatever the program started in its process group is killed
+with it. **A subprocess isolates state and crashes, it is not a security
 sandbox**: the program runs with the host user's rights and can read files,
 open sockets and start processes. It gets an empty environment by default, so
-secrets in the host's environment are not handed to it.
+secrets in the host's environment are not handed to it (though where the
+platform lets one process read another's ``/proc/<pid>/environ``, it can read
+the host's there).
 
 Wire protocol
 -------------
@@ -254,11 +257,14 @@ class SubprocessPythonRuntime:
     and loading C libraries through ``ctypes`` with ``PermissionError``).
     ``allow_network=False`` and ``allow_file_writes=False`` refuse sockets'
     connect/bind/send and name lookups, and opening files for writing or
-    creating, removing, renaming or changing them: the program then reaches
-    the world only through its tools, so every effect passes the pipeline's
-    policies. They bound runaway and careless programs; like the process
-    itself they are not a security sandbox. A limit the platform cannot apply fails the run (``exception``)
-    instead of running without it.
+    creating, removing, renaming or changing them, so a well-meaning
+    program's effects go through its tools and the pipeline's policies. They
+    bound runaway and careless programs, not hostile ones: the hook runs in
+    the program's own interpreter, which a program can reach (through the
+    garbage collector or C-level calls), and it lists only the common ways
+    out (``sqlite3`` opening a file, for one, is not refused). Like the
+    process itself they are not a security sandbox. A limit the platform
+    cannot apply fails the run (``exception``) instead of running without it.
     """
 
     language: ClassVar[str] = "python"
@@ -359,9 +365,13 @@ _NEW_SESSION: Final[dict[str, Any]] = {"start_new_session": True} if os.name == 
 
 def _kill(process: trio.Process) -> None:
     """SIGKILL the child and, on POSIX, everything it started in its session."""
-    # ``returncode`` reaps an exited child; once it is set the pid (and so the
-    # process group id) may belong to someone else, so never signal it then.
     if process.returncode is not None:
+        # The child is gone, but what it started may live on in its process group (a
+        # Popen before os._exit). A pid is not reused while a group of that id exists,
+        # so while the group has members its id is still the child's.
+        if os.name == "posix":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
         return
     if os.name == "posix":
         try:
@@ -437,8 +447,18 @@ def _parse_frame(line: bytes) -> _Frame:
             or not isinstance(error["message"], str)
         ):
             raise _FrameError("a done error has exactly a known kind and a str message")
-        return _Done(None, False, CodeRunError(kind=error["kind"], message=error["message"]))
+        return _Done(None, False, CodeRunError(kind=error["kind"], message=_capped(error["message"])))
     raise _FrameError(f"unknown frame type {kind!r}")
+
+
+_MAX_ERROR_CHARS: Final = 16 * 1024
+
+
+def _capped(message: str) -> str:
+    """A program's error message, bounded: the program writes it, and the model reads it."""
+    if len(message) <= _MAX_ERROR_CHARS:
+        return message
+    return f"{message[:_MAX_ERROR_CHARS]}… [{len(message) - _MAX_ERROR_CHARS} more characters not shown]"
 
 
 class _LineTooLong(Exception):
