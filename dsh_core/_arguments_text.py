@@ -8,13 +8,21 @@ pipeline (observers, audit and session logs see it) with a message the model
 can act on. The commonest cause gets its own words: a text that ends before its
 JSON does was cut off, usually at the model's output token limit, and the
 model is told to send a smaller call instead of the same one again.
+
+Only JSON's own whitespace (space, tab, line feed, carriage return) counts as
+whitespace: a text of nothing else is "no arguments", ``{}``, and anything else
+after the document (a form feed, a no-break space, U+2028) is extra text, not a
+sign the call was cut off. An object that repeats a key (``{"a": 1, "a": 2}``)
+is refused: parsers disagree on which value wins, so a policy or log that read
+the text one way could pass a call the tool reads the other way.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, NoReturn
 
 import attrs
 
@@ -48,7 +56,7 @@ _UNPARSED: Final = object()
 class ArgumentsText:
     """``ToolExecutionInput(arguments=ArgumentsText(raw))``: let the runtime parse the model's JSON text.
 
-    An empty (or all-whitespace) text means no arguments, ``{}``, as several
+    An empty (or all JSON whitespace) text means no arguments, ``{}``, as several
     providers send for a tool without parameters. The text is parsed once,
     whoever asks first (the scheduler classifying the call, the session
     recorder, the pipeline).
@@ -62,8 +70,9 @@ class ArgumentsText:
         """The parsed arguments, as a frozen snapshot (deep documents included).
 
         Raises:
-            ArgumentsJsonError: the text is not one JSON document; the message
-                says where and, when the text stops early, that it was cut off.
+            ArgumentsJsonError: the text is not one JSON document (or an object
+                in it repeats a key); the message says where and, when the text
+                stops early, that it was cut off.
             NonJsonValueError: the JSON holds a value that is not lossless
                 (a number too large for a float, say).
         """
@@ -85,18 +94,106 @@ class _Problem:
     message: str
 
 
+# JSON's whitespace; str.strip() and str.isspace() know many more characters.
+_JSON_SPACE: Final = " \t\n\r"
+
+
+class _RepeatedKeyError(ValueError):
+    """An object of the document gives a key twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"arguments give the key {json.dumps(key)} twice in one object; send each key once")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKeyError(key)
+            seen.add(key)
+    return value
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# decode_json's strict decoder, refusing repeated keys too.
+_DECODE: Final = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_keys).decode
+
+
 def _parse(text: str) -> JsonValue | _Problem:
-    if not text.strip():
+    if not text.strip(_JSON_SPACE):
         return FrozenDict()
     try:
-        value = decode_json(text)
+        value = _decode(text)
     except json.JSONDecodeError as exc:
-        truncated = _ends_early(text, exc)
-        where = f"{exc.msg} (character {exc.pos} of {len(text)})"
-        return _Problem(f"arguments are not valid JSON: {where}" + (f": {TRUNCATED_HINT}" if truncated else ""))
+        return _not_json(text, exc.msg, exc.pos)
+    except _RepeatedKeyError as exc:
+        return _Problem(str(exc))
     except ValueError as exc:
+        # The iterative parser of documents too deep for the C one says where it stopped
+        # in its own words: read the position back to tell a cut-off text from a mistake.
+        deep = _DEEP_ERROR.fullmatch(str(exc))
+        if deep is not None:
+            return _not_json(text, deep.group(1), int(deep.group(2)))
         return _Problem(f"arguments are not valid JSON: {exc}")
     return snapshot_json(value)
+
+
+def _decode(text: str) -> Any:
+    try:
+        return _DECODE(text)
+    except RecursionError:
+        pass
+    # Too deep for the C decoder: the codec's iterative parser, then a look for repeated keys
+    # (its own objects keep the last value of a key).
+    value = decode_json(text)
+    key = _repeated_key(text)
+    if key is not None:
+        raise _RepeatedKeyError(key)
+    return value
+
+
+# Where the codec's iterative parser stopped: "unexpected character at 12".
+_DEEP_ERROR: Final = re.compile(r"(.+) at ([0-9]+)")
+_STRUCTURE: Final = re.compile(r'[{}\[\],"]')
+# The C string scanner the json module itself uses (typeshed does not declare it).
+_scanstring: Final[Callable[[str, int, bool], tuple[str, int]]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def _repeated_key(text: str) -> str | None:
+    """The first key an object of ``text`` (a valid JSON document) gives twice, at any depth."""
+    keys: list[set[str] | None] = []  # per open container: its keys so far (None for an array)
+    expecting_key = False
+    position = 0
+    while (found := _STRUCTURE.search(text, position)) is not None:
+        char, position = found.group(), found.end()
+        if char == '"':
+            string, position = _scanstring(text, position, True)
+            seen = keys[-1] if expecting_key else None
+            if seen is not None:
+                if string in seen:
+                    return string
+                seen.add(string)
+            expecting_key = False
+        elif char in "{[":
+            keys.append(set() if char == "{" else None)
+            expecting_key = char == "{"
+        elif char in "}]":
+            keys.pop()
+            expecting_key = False
+        else:  # a comma: a key comes next inside an object
+            expecting_key = keys[-1] is not None
+    return None
+
+
+def _not_json(text: str, message: str, position: int) -> _Problem:
+    where = f"{message} (character {position} of {len(text)})"
+    hint = f": {TRUNCATED_HINT}" if _ends_early(text, message, position) else ""
+    return _Problem(f"arguments are not valid JSON: {where}{hint}")
 
 
 # What is left where the parser stopped, when a number was cut after its sign, point or exponent.
@@ -106,12 +203,15 @@ _LITERALS: Final = ("true", "false", "null")
 _CUT_ESCAPE: Final = re.compile(r"\\?u[0-9a-fA-F]{0,4}")
 
 
-def _ends_early(text: str, error: json.JSONDecodeError) -> bool:
+def _ends_early(text: str, message: str, position: int) -> bool:
     """Whether ``text`` is a valid JSON document cut short (rather than one with a mistake in it)."""
-    if error.msg.startswith("Unterminated string"):
+    if message.startswith("Unterminated string"):
         return True
-    rest = text[error.pos :].rstrip()
-    if error.msg.startswith("Invalid \\uXXXX escape"):
+    if message.lower().startswith("extra data"):
+        # The document is complete: what follows it is a mistake, whatever it looks like.
+        return False
+    rest = text[position:].rstrip(_JSON_SPACE)
+    if message.startswith("Invalid \\uXXXX escape"):
         return _CUT_ESCAPE.fullmatch(rest) is not None
     return (
         not rest
@@ -134,4 +234,3 @@ def model_arguments(arguments: object) -> object:
         return arguments.decode()
     except (ArgumentsJsonError, NonJsonValueError):
         return arguments
-

@@ -157,3 +157,79 @@ def test_a_bad_escape_inside_the_text_is_not_called_cut_off() -> None:
     with pytest.raises(ArgumentsJsonError) as caught:
         ArgumentsText('{"a": "\\u12G4"}').decode()
     assert "cut off" not in caught.value.message
+
+
+@pytest.mark.parametrize("after", ["\x0c", "\x0b", "\u2028", "\xa0", "\x00", " x", " t", "-"])
+def test_text_after_a_complete_document_is_a_mistake_not_a_cut_off(after: str) -> None:
+    # JSON whitespace is space, tab, LF and CR only: anything else after the document is extra text.
+    with pytest.raises(ArgumentsJsonError) as caught:
+        ArgumentsText('{"a": 1}' + after).decode()
+    assert caught.value.message.startswith("arguments are not valid JSON: Extra data")
+    assert "cut off" not in caught.value.message
+
+
+def test_json_whitespace_after_the_document_is_fine() -> None:
+    assert ArgumentsText('{"a": 1} \t\r\n').decode() == {"a": 1}
+
+
+@pytest.mark.parametrize("text", ["\xa0", "\x1c", "\u2028", "\x0c", " \x0b "])
+def test_only_json_whitespace_means_no_arguments(text: str) -> None:
+    with pytest.raises(ArgumentsJsonError, match="arguments are not valid JSON: Expecting value"):
+        ArgumentsText(text).decode()
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, "[" * 100_000 + "1, ", '{"a": ' * 5_000 + "tr", "[" * 5_000 + "-"])
+def test_a_deep_document_cut_off_says_so(text: str) -> None:
+    # Too deep for the C decoder: the iterative parser's errors get the same reading.
+    with pytest.raises(ArgumentsJsonError) as caught:
+        ArgumentsText(text).decode()
+    assert caught.value.message.startswith("arguments are not valid JSON")
+    assert "probably cut off at the output token limit" in caught.value.message
+
+
+@pytest.mark.parametrize("text", ["[" * 5_000 + "]" * 5_000 + " x", "[" * 5_000 + "1.]" + "]" * 4_999])
+def test_a_deep_document_with_a_mistake_is_not_called_cut_off(text: str) -> None:
+    with pytest.raises(ArgumentsJsonError) as caught:
+        ArgumentsText(text).decode()
+    assert caught.value.message.startswith("arguments are not valid JSON")
+    assert "cut off" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1, "a": 2}',
+        '{"b": {"a": 1, "a": 1}}',
+        '[{"x": [], "\\u0061": 0, "a": 1}]',  # an escaped spelling is the same key
+        "[" * 5_000 + '{"a": 1, "a": 2}' + "]" * 5_000,  # deep: the iterative parser's path
+        '{"a": ' * 3_000 + '{"k": 1, "z": "\\"k\\"", "k": 2}' + "}" * 3_000,
+    ],
+)
+def test_a_repeated_key_is_refused(text: str) -> None:
+    # Parsers disagree on which value wins: a policy reading the first could pass a call the tool
+    # reads with the last. The model is told what to fix instead.
+    with pytest.raises(ArgumentsJsonError) as caught:
+        ArgumentsText(text).decode()
+    assert caught.value.code == "INVALID_ARGS"
+    assert "twice in one object; send each key once" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]}',
+        "[" * 5_000 + '{"a": {"a": "a"}, "b": ["a", "a"], "c": "}"}' + "]" * 5_000,
+    ],
+)
+def test_the_same_key_in_different_objects_is_fine(text: str) -> None:
+    value = ArgumentsText(text).decode()
+    while isinstance(value, tuple):
+        value = value[0]
+    assert isinstance(value, FrozenDict) and "a" in value
+
+
+async def test_a_repeated_key_fails_the_call_invalid_args() -> None:
+    runtime = make_runtime(add_tool())
+    result = expect_failure(await runtime.execute(make_input("add", ArgumentsText('{"a": 1, "b": 2, "a": 40}'))))
+    assert result.code == "INVALID_ARGS"
+    assert result.error.message == 'arguments give the key "a" twice in one object; send each key once'

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import typing
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, NotRequired, Optional, Required, TypedDict
 
 import attrs
 import pytest
@@ -630,3 +630,110 @@ def test_annotations_nested_past_the_recursion_limit_are_a_schema_spec_error() -
 
     with pytest.raises(SchemaSpecError, match="annotations nested too deeply"):
         _attrs_params.value_schema_from_annotation(deep, fn, "f -> return")
+
+
+# ---------------------------------------------------------------------------
+# TypedDict required keys: total=, inheritance and qualifiers (postponed annotations here)
+
+
+class TotalBase(TypedDict):
+    a: int
+
+
+class PartialExtension(TotalBase, total=False):
+    b: str
+
+
+class PartialBase(TypedDict, total=False):
+    a: int
+
+
+class TotalExtension(PartialBase):
+    b: str
+    c: NotRequired[str]
+
+
+class PartialWithRequired(PartialBase, total=False):
+    b: Required[str]
+
+
+@pytest.mark.parametrize(
+    ("typed_dict", "required"),
+    [
+        pytest.param(PartialExtension, ["a"], id="total-base-partial-extension"),
+        pytest.param(TotalExtension, ["b"], id="partial-base-total-extension"),
+        pytest.param(PartialWithRequired, ["b"], id="required-in-a-partial-extension"),
+    ],
+)
+def test_each_typed_dict_key_is_required_as_its_own_class_says(typed_dict: type, required: list[str]) -> None:
+    # A key is required per the total= of the class that declares it, unless Required/NotRequired says.
+    cls = _one_field(typed_dict)
+    assert schema_from_attrs_class(cls)["properties"]["x"].get("required", []) == required
+    full = {"a": 1, "b": "b"}
+    assert structure_args(cls, {"x": full}).x == full
+    for key in required:
+        with pytest.raises(ToolArgsError, match=f"missing required key '{key}'"):
+            structure_args(cls, {"x": {other: value for other, value in full.items() if other != key}})
+    optional = {key: value for key, value in full.items() if key in required}
+    assert structure_args(cls, {"x": optional}).x == optional
+
+
+# ---------------------------------------------------------------------------
+# value_type: an annotation's schema and the strict check of the rest
+
+
+def _owner() -> None: ...
+
+
+@attrs.frozen
+class Positive:
+    n: int = attrs.field(validator=attrs.validators.gt(0))
+
+
+@attrs.frozen
+class Converted:
+    n: int = attrs.field(converter=int)
+
+
+@attrs.frozen
+class Checked:
+    n: int
+
+    def __attrs_post_init__(self) -> None:
+        if self.n < 0:
+            raise ValueError("n must not be negative")
+
+
+@pytest.mark.parametrize(
+    ("annotation", "complete"),
+    [
+        pytest.param(int, True, id="int"),
+        pytest.param(list[Server], True, id="attrs-class-without-checks"),
+        pytest.param(dict[str, Any], True, id="dict-of-any"),
+        pytest.param(dict[str, JsonValue], True, id="dict-of-json"),
+        pytest.param(dict, True, id="bare-dict"),
+        pytest.param(TotalExtension, True, id="typed-dict"),
+        pytest.param(Literal["a", 1] | None, True, id="literal"),
+        pytest.param(dict[str, int], False, id="dict-of-int"),
+        pytest.param(list[Optional[dict[str, str]]], False, id="nested-dict-of-str"),  # noqa: UP045
+        pytest.param(Positive, False, id="validator"),
+        pytest.param(list[Converted], False, id="converter"),
+        pytest.param(Checked | None, False, id="post-init"),
+    ],
+)
+def test_a_value_type_says_whether_its_schema_says_everything(annotation: object, complete: bool) -> None:
+    assert _attrs_params.value_type(annotation, _owner, "f").complete is complete
+
+
+def test_a_value_type_checks_what_its_schema_cannot_say() -> None:
+    values = _attrs_params.value_type(dict[str, list[int]], _owner, "f")
+    assert values.schema == {"type": "object"}
+    assert values.violations({"a": [1, 2]}) == []
+    assert values.violations({"a": [1, "2"]}, root="value") == ["expected an integer, got a string @ value['a'][1]"]
+    positive = _attrs_params.value_type(list[Positive], _owner, "f")
+    assert positive.violations([{"n": 1}]) == []
+    [violation] = positive.violations([{"n": 1}, {"n": 0}])
+    assert "'n' must be > 0" in violation and violation.endswith("@ $[1]")
+    assert _attrs_params.value_type(Checked, _owner, "f").violations({"n": -1}) == [
+        "invalid value (n must not be negative) @ $"
+    ]

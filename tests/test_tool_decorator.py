@@ -18,6 +18,7 @@ from dsh_core import (
     thaw,
     tool,
 )
+from dsh_core._tool_decorator import _docstring
 from dsh_core.testing import expect_failure, expect_success, make_input, make_runtime
 
 
@@ -292,3 +293,284 @@ def test_a_typed_dict_that_contains_itself_is_refused() -> None:
 
     with pytest.raises(SchemaSpecError, match="the TypedDict Node contains itself"):
         tool(walk)
+
+
+# ---------------------------------------------------------------------------
+# The return annotation is enforced where the output schema cannot say it all
+
+
+@attrs.frozen
+class Reading:
+    celsius: float = attrs.field(validator=attrs.validators.ge(-273.15))
+
+
+async def test_a_returned_dict_value_of_the_wrong_type_breaks_the_output_contract() -> None:
+    @tool
+    def counts() -> dict[str, int]:
+        """Counts."""
+        return {"a": 1, "b": "not an int"}  # type: ignore[dict-item]
+
+    assert dict(counts.output.schema) == {"type": "object"}  # the schema cannot say the value type
+    result = expect_failure(await make_runtime(counts).execute(make_input("counts", {})))
+    assert result.code == "INVALID_TOOL_OUTPUT" and result.error.info is not None
+    assert result.error.info.name == "ToolOutputError"
+    assert result.error.message == (
+        "tool \"counts\" returned invalid output: expected an integer, got a string @ value['b']"
+    )
+
+
+async def test_a_returned_value_is_checked_by_the_validators_of_its_classes() -> None:
+    @tool
+    async def readings(raw: list[float]) -> list[Reading]:
+        """Readings."""
+        return [{"celsius": value} for value in raw]  # type: ignore[misc]
+
+    runtime = make_runtime(readings)
+    good = expect_success(await runtime.execute(make_input("readings", {"raw": [20.5]})))
+    assert thaw(good.value) == [{"celsius": 20.5}]
+    bad = expect_failure(await runtime.execute(make_input("readings", {"raw": [20.5, -300.0]})))
+    assert bad.code == "INVALID_TOOL_OUTPUT"
+    assert "'celsius' must be >= -273.15" in bad.error.message and "@ value[1]" in bad.error.message
+
+
+async def test_a_return_the_schema_says_fully_is_not_structured_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsh_core._schema._attrs_params import ValueType
+
+    checked: list[object] = []
+    original = ValueType.violations
+
+    def spy(self: ValueType, value: object, *, root: str = "$") -> list[str]:
+        checked.append(value)
+        return original(self, value, root=root)
+
+    monkeypatch.setattr(ValueType, "violations", spy)
+
+    @tool
+    def forecasts(days: int) -> list[Forecast]:
+        """Forecasts."""
+        return [Forecast(day=n, summary="fine") for n in range(days)]
+
+    @tool
+    def totals(days: int) -> dict[str, int]:
+        """Totals."""
+        return {"days": days}
+
+    for definition in (forecasts, totals):
+        expect_success(await make_runtime(definition).execute(make_input(definition.name, {"days": 2})))
+    assert checked == [{"days": 2}]  # only the dict[str, int] result needed the check
+
+
+# ---------------------------------------------------------------------------
+# Signatures: any valid one makes a tool, or the decoration says what to change
+
+
+async def test_a_keyword_only_parameter_without_a_default_may_follow_one_with_a_default() -> None:
+    @tool
+    def join(a: int = 1, *, b: int, run: ToolRunContext, c: str = "-") -> str:
+        """Join."""
+        return f"{a}{c}{b}"
+
+    assert join.parameters["required"] == ("b",)
+    result = expect_success(await make_runtime(join).execute(make_input("join", {"b": 2})))
+    assert result.value == "1-2"
+
+
+async def test_underscored_names_keep_their_own_name() -> None:
+    @tool
+    def pick(_x: int, x: int) -> list[int]:
+        """Pick."""
+        return [_x, x]
+
+    assert list(pick.parameters["properties"]) == ["_x", "x"]
+    result = expect_success(await make_runtime(pick).execute(make_input("pick", {"_x": 1, "x": 2})))
+    assert thaw(result.value) == [1, 2]
+
+
+def test_names_the_arguments_class_cannot_hold_are_refused() -> None:
+    def odd(self: int, __x: int, __y__: int, _setattr: int, ok: int) -> int:
+        """Odd."""
+        return ok
+
+    with pytest.raises(SchemaSpecError) as info:
+        tool(odd)
+    reason = "'self', '_setattr', '_cached_setattr_get' and names starting with '__' cannot be argument names"
+    assert info.value.violations == tuple(
+        f'@tool "odd": parameter {name!r} needs another name: {reason}' for name in ("self", "__x", "__y__", "_setattr")
+    )
+
+
+def test_a_generator_function_is_refused() -> None:
+    def lines(n: int) -> Any:
+        """Lines."""
+        yield from range(n)
+
+    async def chunks(n: int) -> Any:
+        """Chunks."""
+        yield n
+
+    for function in (lines, chunks):
+        with pytest.raises(TypeError, match="a generator function cannot be a tool; return the whole value"):
+            tool(function)
+
+
+# ---------------------------------------------------------------------------
+# Defaults
+
+
+async def test_each_call_gets_its_own_copy_of_a_mutable_default() -> None:
+    @tool
+    def grow(items: list[int] = [1, 2], limits: dict[str, int] = {"a": 1}) -> list[int]:  # noqa: B006
+        """Grow."""
+        items.append(3)
+        limits["a"] += 1
+        return [*items, limits["a"]]
+
+    assert thaw(grow.parameters["properties"]["items"]["default"]) == [1, 2]
+    runtime = make_runtime(grow)
+    for _ in range(2):
+        result = expect_success(await runtime.execute(make_input("grow", {})))
+        assert thaw(result.value) == [1, 2, 3, 2]
+    given = expect_success(await runtime.execute(make_input("grow", {"items": [7]})))
+    assert thaw(given.value) == [7, 3, 2]
+
+
+async def test_a_default_the_annotation_allows_is_kept() -> None:
+    @tool
+    def maybe(a: int | None = None, b: float = 1, c: tuple[int, ...] = (), d: Any = object) -> str:
+        """Maybe."""
+        return f"{a} {b} {c}"
+
+    assert maybe.parameters["properties"]["a"]["default"] is None
+    assert expect_success(await make_runtime(maybe).execute(make_input("maybe", {}))).value == "None 1 ()"
+
+
+def test_a_default_that_is_not_a_value_of_its_annotation_is_refused_with_every_other_problem() -> None:
+    sentinel = object()
+
+    def wrong(
+        a: int = None,  # type: ignore[assignment]  # noqa: RUF013
+        b: int = "five",  # type: ignore[assignment]
+        c: list[int] = [1, "2"],  # type: ignore[list-item]  # noqa: B006
+        d: str = sentinel,  # type: ignore[assignment]
+        e: int | str = 1,  # type: ignore[assignment]
+    ) -> set[int]:
+        """Wrong."""
+        return set()
+
+    with pytest.raises(SchemaSpecError) as info:
+        tool(wrong)
+    violations = info.value.violations
+    assert violations[:3] == (
+        "@tool \"wrong\": the default of parameter 'a', None, is not a value of its annotation "
+        "(expected an integer, got null @ default)",
+        "@tool \"wrong\": the default of parameter 'b', 'five', is not a value of its annotation "
+        "(expected an integer, got a string @ default)",
+        "@tool \"wrong\": the default of parameter 'c', [1, '2'], is not a value of its annotation "
+        "(expected an integer, got a string @ default[1])",
+    )
+    assert violations[3].startswith("@tool \"wrong\": the default of parameter 'd', <object object at ")
+    assert violations[3].endswith("(expected a string, got object @ default)")
+    assert violations[4].startswith("wrong.e: the union int | str is not supported")
+    assert violations[5].startswith("wrong -> return: the annotation set[int] is not supported")
+    assert len(violations) == 6
+
+
+# ---------------------------------------------------------------------------
+# Docstrings
+
+
+def test_a_parameter_type_with_parentheses_keeps_its_description() -> None:
+    @tool
+    def typed(a: dict[str, int], b: str) -> int:
+        """Typed.
+
+        Args:
+            a (dict(str, int)): the counts.
+            b (Literal["x", "y"]): pick one (x or y): x is first.
+        """
+        return 0
+
+    assert typed.parameters["properties"]["a"]["description"] == "the counts."
+    assert typed.parameters["properties"]["b"]["description"] == "pick one (x or y): x is first."
+
+
+def test_keyword_args_sections_describe_parameters_too() -> None:
+    @tool
+    def both(a: int, *, b: int, c: int) -> int:
+        """Both.
+
+        Args:
+            a: the a.
+
+        Keyword Args:
+            b: the b.
+
+        Keyword Arguments:
+            c: the c.
+        """
+        return 0
+
+    assert {name: node["description"] for name, node in both.parameters["properties"].items()} == {
+        "a": "the a.",
+        "b": "the b.",
+        "c": "the c.",
+    }
+
+
+def _documented(doc: str) -> Any:
+    def documented(a: int, b: int) -> int:
+        return 0
+
+    documented.__doc__ = doc
+    return documented
+
+
+@pytest.mark.parametrize("header", ["Warning", "Note", "Example", "Raises", "Yields", "See Also", "Returns"])
+def test_any_other_section_ends_the_arguments(header: str) -> None:
+    documented = _documented(f"""Sectioned.
+
+    Args:
+        a: the a.
+    {header}:
+        b: never negative.
+    """)
+    assert _docstring(documented) == ("Sectioned.", {"a": "the a."})  # no argument named after the header
+    sectioned = tool(documented)
+    assert sectioned.description == "Sectioned."
+    assert "description" not in sectioned.parameters["properties"]["b"]
+
+
+@pytest.mark.parametrize("header", ["Warning", "Note", "Example", "Raises", "Yields"])
+def test_a_section_inside_the_arguments_is_not_an_argument(header: str) -> None:
+    documented = _documented(f"""Sectioned.
+
+    Args:
+        a: the a.
+            More about a.
+        {header}:
+            b: never negative.
+
+    Args:
+        b: the b.
+    """)
+    assert _docstring(documented) == ("Sectioned.", {"a": "the a. More about a.", "b": "the b."})
+
+
+def test_text_back_at_the_header_level_ends_the_arguments() -> None:
+    def f(a: int) -> int:
+        """Sum.
+
+        Args:
+            a: the a.
+        Then a closing remark: not about a.
+        """
+        return a
+
+    def g(a: int) -> int:
+        """Args:
+        a: the a, on a docstring whose first line is the header.
+        """
+        return a
+
+    assert _docstring(f) == ("Sum.", {"a": "the a."})
+    assert _docstring(g) == ("", {"a": "the a, on a docstring whose first line is the header."})

@@ -9,7 +9,9 @@ An attrs class is the typed way to declare a tool's parameters::
 
 :func:`schema_from_attrs_class` derives the raw parameter schema the model sees,
 and :func:`structure_args` turns already-validated arguments into an instance
-with a strict cattrs converter. Both are cached per class.
+with a strict cattrs converter. Both are cached per class. :func:`value_type`
+does both for a single annotation (a function's parameter or return
+annotation), and says whether its schema alone already checks everything.
 
 Supported field annotations and what they become:
 
@@ -23,7 +25,9 @@ Supported field annotations and what they become:
 ``Literal[...]``               ``enum`` of one scalar type, or a ``oneOf`` of one
                                ``enum`` per type when the values mix types
 nested attrs class             a closed object (``additionalProperties: false``)
-``TypedDict``                  a closed object; ``NotRequired`` keys optional
+``TypedDict``                  a closed object; its required keys required
+                               (``total=``, inherited keys, ``Required``,
+                               ``NotRequired``)
 ``X | None``, ``Optional[X]``  ``oneOf: [X, null]`` (just ``X`` when ``X``
                                already admits null)
 ``Any``, ``JsonValue``         annotation-only (any JSON value)
@@ -60,7 +64,7 @@ from .._errors import JsonSchemaError, NonJsonValueError, SchemaSpecError, ToolA
 from .._json import FrozenDict, JsonValue, json_equal, snapshot_json, thaw
 from ._subset import assert_supported_json_schema
 
-__all__ = ["schema_from_attrs_class", "structure_args", "value_schema_from_annotation"]
+__all__ = ["ValueType", "schema_from_attrs_class", "structure_args", "value_schema_from_annotation", "value_type"]
 
 T = TypeVar("T")
 
@@ -105,6 +109,42 @@ def value_schema_from_annotation(annotation: object, owner: Callable[..., Any], 
     Raises:
         SchemaSpecError: the annotation cannot be expressed (the violations name ``path``).
     """
+    return value_type(annotation, owner, path).schema
+
+
+@attrs.frozen
+class ValueType:
+    """The values an annotation allows: their raw schema, and the strict structuring that checks them."""
+
+    schema: dict[str, Any]
+    #: Whether the schema says all that structuring checks. It cannot say what a ``dict[str, X]``'s
+    #: values are, nor what an attrs class's validators, converters or init hooks refuse.
+    complete: bool
+    _converter: cattrs.Converter = attrs.field(repr=False)
+    _resolved: Any = attrs.field(repr=False)
+
+    def violations(self, value: object, *, root: str = "$") -> list[str]:
+        """Why the plain JSON-like ``value`` does not structure as the annotation (path-qualified from ``root``).
+
+        Empty when it does. The same strict structuring as :func:`structure_args`:
+        no coercion, unknown keys refused, attrs validators run.
+        """
+        try:
+            self._converter.structure(value, self._resolved)
+        except Exception as exc:
+            return cattrs.transform_error(exc, path=root, format_exception=_format_exception)
+        return []
+
+
+def value_type(annotation: object, owner: Callable[..., Any], path: str) -> ValueType:
+    """What ``annotation`` allows (a parameter's or a return annotation): its raw schema and strict check.
+
+    ``owner`` is the function the annotation belongs to: nested string
+    annotations are evaluated in its module.
+
+    Raises:
+        SchemaSpecError: the annotation cannot be expressed (the violations name ``path``).
+    """
     deriver = _Deriver()
     namespace = type("_AnnotationOwner", (), {"__module__": getattr(owner, "__module__", __name__)})
     try:
@@ -113,7 +153,8 @@ def value_schema_from_annotation(annotation: object, owner: Callable[..., Any], 
         raise SchemaSpecError([_too_deep(path)]) from None
     if deriver.errors or derived is None:
         raise SchemaSpecError(deriver.errors)
-    return derived[0]
+    schema, resolved = derived
+    return ValueType(schema, deriver.complete, deriver.converter, resolved)
 
 
 def _too_deep(path: str) -> str:
@@ -184,10 +225,14 @@ class _Deriver:
         self.converter = _strict_converter()
         # Nested classes met so far: their schema (None when they failed).
         self.classes: dict[type, dict[str, Any] | None] = {}
+        # Whether the schemas derived so far say all that structuring checks (see ValueType.complete).
+        self.complete = True
 
     def class_schema(self, cls: type, path: str, ancestors: frozenset[type]) -> dict[str, Any] | None:
         if cls in self.classes:
             return self.classes[cls]
+        if _checks_itself(cls):
+            self.complete = False
         properties: dict[str, Any] = {}
         required: list[str] = []
         resolved: list[attrs.Attribute[Any]] = []
@@ -332,9 +377,10 @@ class _Deriver:
         resolved: dict[str, Any] = {}
         ok = True
         for key, hint in hints.items():
-            # Read from the hints, not __required_keys__: with postponed annotations the
-            # class cannot see NotRequired when it is created.
-            needed = bool(annotation.__total__)
+            # __required_keys__ knows each key's own class's total= (the class's __total__ is only
+            # its own), but with postponed annotations it cannot see a Required/NotRequired
+            # written as text: the evaluated hint's qualifier, when there is one, decides.
+            needed = key in annotation.__required_keys__
             while get_origin(hint) in (typing.Required, typing.NotRequired):
                 needed = get_origin(hint) is typing.Required
                 hint = get_args(hint)[0]
@@ -441,6 +487,8 @@ class _Deriver:
             return None
         # The subset has no schema for additional property values, so the schema
         # only says "object" and the strict structuring step enforces the values.
+        if derived[1] is not Any:
+            self.complete = False
         return {"type": "object"}, dict[str, derived[1]]  # type: ignore[valid-type]
 
 
@@ -466,6 +514,16 @@ def _first_text(annotation: object) -> str | None:
     if get_origin(annotation) is typing.Annotated:
         return next((item for item in get_args(annotation)[1:] if isinstance(item, str)), None)
     return None
+
+
+def _checks_itself(cls: type) -> bool:
+    """Whether building an instance of the attrs class ``cls`` runs its own code, which may refuse a value."""
+    if any(field.validator is not None or field.converter is not None for field in attrs.fields(cls)):
+        return True
+    # attrs' init hooks, or a hand-written __init__ (a class declared init=False).
+    code = getattr(vars(cls).get("__init__"), "__code__", None)
+    generated = code is not None and code.co_filename.startswith("<attrs generated")
+    return not generated or hasattr(cls, "__attrs_pre_init__") or hasattr(cls, "__attrs_post_init__")
 
 
 def _is_json_value(annotation: object) -> bool:
