@@ -127,7 +127,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, Self, TypeAlias, TypeVar
 
 import attrs
 import trio
@@ -685,8 +685,28 @@ def _always(args: object) -> bool:
 # -- one server -------------------------------------------------------------------------------------
 
 
-class _ReadWatch:
-    """A transport's read stream that reports to its session what only the stream sees.
+class _StreamWatch:
+    """A transport stream, passed through, that tells its session what only the stream sees."""
+
+    def __init__(self, stream: Any, session: _Session) -> None:
+        self._stream = stream
+        self._session = session
+
+    def __getattr__(self, name: str) -> Any:  # ``last_context`` and friends
+        return getattr(self._stream, name)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _ReadWatch(_StreamWatch):
+    """A transport's read stream that reports its end and the messages nobody waits for.
 
     Its end (the server closed the connection), and the messages no pending
     request can be matched to: the SDK would drop those or hand them to the
@@ -694,15 +714,11 @@ class _ReadWatch:
     """
 
     def __init__(self, stream: Any, session: _Session, *, one_stream: bool) -> None:
-        self._stream = stream
-        self._session = session
+        super().__init__(stream, session)
         # Over stdio every message shares one stream, so one that does not parse may be
         # any request's answer. Over HTTP an answer that does not parse comes back as its
         # own request's error; one failing alone here came on the notification stream.
         self._unparsed_may_answer = one_stream
-
-    def __getattr__(self, name: str) -> Any:  # ``last_context`` and friends
-        return getattr(self._stream, name)
 
     async def receive(self) -> Any:
         import anyio
@@ -746,25 +762,9 @@ class _ReadWatch:
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    async def aclose(self) -> None:
-        await self._stream.aclose()
 
-    async def __aenter__(self) -> _ReadWatch:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class _WriteWatch:
+class _WriteWatch(_StreamWatch):
     """A transport's write stream that notes each request id sent, and reports a broken connection."""
-
-    def __init__(self, stream: Any, session: _Session) -> None:
-        self._stream = stream
-        self._session = session
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
 
     async def send(self, item: Any) -> None:
         import anyio
@@ -780,15 +780,6 @@ class _WriteWatch:
             # The transport's writer is gone; the read side may not have noticed yet.
             self._session.end()
             raise
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-    async def __aenter__(self) -> _WriteWatch:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 def _unparsed_message(exc: Exception) -> str | None:
