@@ -7,8 +7,11 @@ A plugin module (or the object its entry point names) declares::
         "affects": ["read_file", "write_*"],  # tools its listeners and guards may decide
     }
 
-Entries are :func:`fnmatch.fnmatchcase` globs on tool names; a missing list is
-empty. ``dsh-tools plugins --capabilities`` lists every plugin's manifest.
+Entries are :func:`fnmatch.fnmatchcase` globs on tool names, the plugin's own
+names: a tool the host renamed with a ``[tool_prefixes]`` prefix
+(``<prefix>__<name>``) matches by its name with or without that prefix. A
+missing list is empty. ``dsh-tools plugins --capabilities`` lists every
+plugin's manifest.
 
 The manifest is enforced only with ``strict_capabilities = true`` in the host
 configuration; then, for each entry-point plugin (a plugin without a manifest
@@ -21,14 +24,37 @@ counts as declaring nothing):
   (those of the entry-point object and of every plugin object its
   ``dsh_setup`` registers), and the guards its ``dsh_setup`` adds, may decide
   only calls of tools matching an ``affects`` glob. On any other call a
-  listener must return exactly what ``next()`` returned and a guard must
-  return ``None``: anything else (``Deny``, ``Ask``, its own ``Allow`` or
-  ``Accept``, a ``Block``, a replaced content, value or result, a guard's
-  reason) is refused, and the call fails with ``POLICY_ERROR`` naming the
-  plugin. A refused decision never lets a call through.
+  listener must return exactly what ``next()`` returned (or let an exception
+  ``next()`` raised pass unchanged) and a guard must return ``None``: anything
+  else (``Deny``, ``Ask``, its own ``Allow`` or ``Accept``, a ``Block``, a
+  replaced content, value or result, a guard's reason, an exception of its
+  own) is refused, and the call fails with ``POLICY_ERROR`` naming the plugin
+  (and saying what it raised, when it raised). A refused decision never lets a
+  call through. ``trio.Cancelled``, ``KeyboardInterrupt`` and ``SystemExit``
+  pass as they are;
+* on those calls its listeners and guards see the call's signal read-only:
+  ``execution.signal`` is a :class:`~dsh_core.CancelSignal` that reports,
+  awaits and links like the caller's (``cancelled``, ``reason``, ``wait()``,
+  ``CancelSignal.any``) but whose ``cancel()`` (its sources' too) raises
+  :class:`CapabilityError`, and a ``dsh_execute`` wrapper's assignment to
+  ``execution.signal`` raises it and replaces nothing. Either attempt also
+  fails the call, caught or not. (The listener gets a copy of the
+  ``ToolExecution``: same fields and ``token``, another object.);
+* its ``dsh_code_dispatch_log`` listeners may change the logged copy only of
+  sub-calls of tools in ``affects``: on any other sub-call, content of their
+  own (or an exception of their own) is ignored with a warning (logger
+  ``dsh_core``) and the log gets what the rest of the chain returned.
+
+Only what a plugin adds during its ``dsh_setup`` is attributed to it: a tool,
+plugin object or guard it adds later (through a runtime it kept, from another
+hook or a task of its own) is neither refused nor wrapped. Strict mode keeps a
+well-meaning plugin to what it declared; it does not contain hostile code,
+which runs in the host's process.
 
 The check is installed by wrapping those listeners once, at load time, so a
-host without strict mode pays nothing per call.
+host without strict mode pays nothing per call. A wrapper carries the
+listener it wraps as ``__dsh_suspends_like__``: it suspends exactly when that
+listener does (see :mod:`dsh_core._suspension`).
 """
 
 from __future__ import annotations
@@ -36,6 +62,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -44,10 +71,13 @@ import pluggy
 
 from . import hookspecs
 from ._errors import PolicyError
+from ._execution import ToolDispatchExecution, ToolExecution, new_execution
+from ._signal import CancelSignal
+from ._waterfall import is_fatal
 
 if TYPE_CHECKING:
-    from ._execution import ToolExecution
     from ._registry import ToolGuard
+    from ._results import ToolExecutionResult
 
 __all__ = [
     "MANIFEST_NAME",
@@ -58,8 +88,15 @@ __all__ = [
     "guard_listeners",
 ]
 
+logger = logging.getLogger("dsh_core")
+
 MANIFEST_NAME: Final = "DSH_CAPABILITIES"
-GUARDED_HOOKS: Final = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute")
+# The waterfalls whose listeners decide calls.
+DECISION_HOOKS: Final = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute")
+LOG_HOOK: Final = "dsh_code_dispatch_log"
+GUARDED_HOOKS: Final = (*DECISION_HOOKS, LOG_HOOK)
+# Set on every listener wrapper: the listener whose code says whether the wrapper can suspend.
+SUSPENDS_LIKE: Final = "__dsh_suspends_like__"
 
 
 class CapabilityError(PolicyError):
@@ -110,9 +147,18 @@ class Capabilities:
         """Whether ``tool`` matches a ``tools`` glob."""
         return any(fnmatch.fnmatchcase(tool, glob) for glob in self.tools)
 
-    def may_affect(self, tool: str) -> bool:
-        """Whether ``tool`` matches an ``affects`` glob."""
-        return any(fnmatch.fnmatchcase(tool, glob) for glob in self.affects)
+    def may_affect(self, tool: str, prefix: str | None = None) -> bool:
+        """Whether ``tool`` matches an ``affects`` glob.
+
+        ``prefix`` is the plugin's ``[tool_prefixes]`` prefix: a ``<prefix>__<name>``
+        tool then also matches by ``<name>``, the name the plugin gave it.
+        """
+        if any(fnmatch.fnmatchcase(tool, glob) for glob in self.affects):
+            return True
+        if prefix is None:
+            return False
+        head = f"{prefix}__"
+        return tool.startswith(head) and any(fnmatch.fnmatchcase(tool[len(head) :], glob) for glob in self.affects)
 
 
 def capabilities_of(plugin: object, module: object = None) -> Capabilities | None:
@@ -126,64 +172,296 @@ def capabilities_of(plugin: object, module: object = None) -> Capabilities | Non
     return None if manifest is None else Capabilities.from_manifest(manifest)
 
 
-def _refusal(plugin: str, capabilities: Capabilities, tool: str, what: str) -> CapabilityError:
+def _refusal(plugin: str, capabilities: Capabilities, tool: str, what: str, detail: str = "") -> CapabilityError:
     declared = ", ".join(capabilities.affects) or "nothing"
     return CapabilityError(
         f'plugin {plugin} may not {what} calls of tool "{tool}": its {MANIFEST_NAME} affects {declared} '
-        "(strict_capabilities)"
+        f"(strict_capabilities){'; ' + detail if detail else ''}"
     )
 
 
-class _TrackedNext:
-    """The listener's ``next``, remembering what it returned (to recognise a pass-through)."""
+def _raised(what: str, exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return f"{what} raised {type(exc).__name__}" + (f": {text}" if text else "")
 
-    __slots__ = ("_next", "called", "result")
+
+class _Watch:
+    """One run of a listener or guard on a call outside its plugin's ``affects``: what it tried that it may not."""
+
+    __slots__ = ("capabilities", "plugin", "refusal", "tool")
+
+    def __init__(self, plugin: str, capabilities: Capabilities, tool: str) -> None:
+        self.plugin = plugin
+        self.capabilities = capabilities
+        self.tool = tool
+        self.refusal: CapabilityError | None = None
+
+    def refuse(self, what: str) -> CapabilityError:
+        """The refusal of ``what``; the first one is kept, to fail the call even if the listener catches it."""
+        error = _refusal(self.plugin, self.capabilities, self.tool, what)
+        if self.refusal is None:
+            self.refusal = error
+        return error
+
+
+class _ReadOnlySignal(CancelSignal):
+    """A call's signal as a listener outside its plugin's ``affects`` sees it: everything but firing it.
+
+    A plain signal's view asks the signal itself (``_of``); a fused signal's view
+    is fused from views of its sources, so ``sources`` hands out no signal that
+    can be fired either.
+    """
+
+    __slots__ = ("_of", "_watch")
+
+    def __init__(self, of: CancelSignal | None, watch: _Watch) -> None:
+        super().__init__()
+        self._of = of
+        self._watch = watch
+        if of is not None:
+            self._deadline = of._deadline  # read by a linked scope and by CancelSignal.any
+
+    @property
+    def cancelled(self) -> bool:
+        of = self._of
+        if of is None:
+            return super().cancelled
+        if not of.cancelled:
+            return False
+        if not self._fired_at:
+            # What a fused signal built on this view reads to tell which source fired first.
+            self._fired_at = of._fired_at
+            self._fired_when = of._fired_when
+            self._reason = of.reason
+        return True
+
+    def cancel(self, reason: object = None) -> None:
+        raise self._watch.refuse("cancel")
+
+    async def wait(self) -> None:
+        of = self._of
+        if of is None:
+            await super().wait()
+        else:
+            await of.wait()
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        of = self._of
+        return super().subscribe(listener) if of is None else of.subscribe(listener)
+
+    def _add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        of = self._of
+        return super()._add_listener(listener) if of is None else of.subscribe(listener)
+
+
+def _read_only(signal: CancelSignal, watch: _Watch) -> CancelSignal:
+    sources = signal._sources
+    if not sources:
+        return _ReadOnlySignal(signal, watch)
+    view = _ReadOnlySignal(None, watch)
+    view._sources = tuple(_ReadOnlySignal(source, watch) for source in sources)
+    view._deadline = signal._deadline
+    return view
+
+
+def _read_only_execution(execution: ToolExecution, watch: _Watch) -> ToolExecution:
+    return new_execution(
+        execution.call_id,
+        execution.root_call_id,
+        execution.name,
+        execution.arguments,
+        _read_only(execution.signal, watch),
+        execution.token,
+        execution.agent,
+        execution.parent,
+    )
+
+
+class _ReadOnlyDispatch(ToolDispatchExecution):
+    """A ``dsh_execute`` wrapper's view of a call outside its plugin's ``affects``: ``signal`` read-only too.
+
+    Reads go to the dispatch's own view (the signal an inner or outer wrapper
+    installed, what the body produced); assigning ``signal`` raises.
+    """
+
+    __slots__ = ("_copy", "_held", "_view", "_watch")
+
+    _view: ToolDispatchExecution
+    _watch: _Watch
+    _held: tuple[CancelSignal, CancelSignal] | None
+    _copy: ToolExecution | None
+
+    def __init__(self, view: ToolDispatchExecution, watch: _Watch) -> None:
+        # The fields read through _execution are the call's; only the execution handed out is a copy.
+        _set_execution(self, view.execution)
+        _set_view(self, view)
+        _set_watch(self, watch)
+        _set_held(self, None)
+        _set_copy(self, None)
+
+    @property
+    def execution(self) -> ToolExecution:
+        copy = self._copy
+        if copy is None:
+            copy = _read_only_execution(self._execution, self._watch)
+            _set_copy(self, copy)
+        return copy
+
+    @property
+    def signal(self) -> CancelSignal:
+        current = self._view.signal
+        held = self._held
+        if held is None or held[0] is not current:
+            held = (current, _read_only(current, self._watch))
+            _set_held(self, held)
+        return held[1]
+
+    @signal.setter
+    def signal(self, value: CancelSignal) -> None:
+        raise self._watch.refuse("replace the signal of")
+
+    @property
+    def body_started(self) -> bool:
+        return self._view.body_started
+
+    @property
+    def body_result(self) -> ToolExecutionResult | None:
+        return self._view.body_result
+
+    @property
+    def may_suspend(self) -> bool:
+        return self._view.may_suspend
+
+
+# The slots' own setters (ToolDispatchExecution.__setattr__ refuses writes).
+_set_execution = next(
+    k.__dict__["_execution"] for k in ToolDispatchExecution.__mro__ if "_execution" in k.__dict__
+).__set__
+_set_view = _ReadOnlyDispatch.__dict__["_view"].__set__
+_set_watch = _ReadOnlyDispatch.__dict__["_watch"].__set__
+_set_held = _ReadOnlyDispatch.__dict__["_held"].__set__
+_set_copy = _ReadOnlyDispatch.__dict__["_copy"].__set__
+
+
+def _read_only_subject(subject: Any, hook_name: str, watch: _Watch) -> Any:
+    """What a listener outside ``affects`` gets as its first argument: the same, with a read-only signal."""
+    if isinstance(subject, ToolDispatchExecution):
+        return _ReadOnlyDispatch(subject, watch)
+    if isinstance(subject, ToolExecution):
+        return _read_only_execution(subject, watch)
+    execution = getattr(subject, "execution", None)
+    if hook_name == LOG_HOOK and isinstance(execution, ToolExecution) and attrs.has(type(subject)):
+        # A CodeDispatchLog: its execution is the run_code call's.
+        return attrs.evolve(subject, execution=_read_only_execution(execution, watch))
+    return subject
+
+
+class _TrackedNext:
+    """The listener's ``next``, remembering what it returned or raised (to recognise a pass-through)."""
+
+    __slots__ = ("_next", "called", "error", "result")
 
     def __init__(self, nxt: Callable[[], Awaitable[Any]]) -> None:
         self._next = nxt
         self.called = False
         self.result: Any = None
+        self.error: BaseException | None = None
 
     async def __call__(self) -> Any:
-        result = await self._next()
+        try:
+            result = await self._next()
+        except BaseException as exc:
+            self.error = exc
+            raise
         self.called = True
         self.result = result
         return result
 
+    def raised(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is what ``next()`` raised (alone or in exception groups of nothing else)."""
+        inner = self.error
+        if inner is None:
+            return False
+        if exc is inner:
+            return True
+        if isinstance(exc, BaseExceptionGroup):
+            return all(self.raised(leaf) for leaf in exc.exceptions)
+        return False
+
 
 def _guarded(
     original: Callable[..., Awaitable[Any]],
+    hook_name: str,
     argnames: tuple[str, ...],
     spec_args: tuple[str, ...],
     plugin: str,
     capabilities: Capabilities,
+    prefix: str | None,
 ) -> Callable[..., Awaitable[Any]]:
     positions = tuple(spec_args.index(name) for name in argnames)
     next_at = spec_args.index("next")
+    logs = hook_name == LOG_HOOK
 
     def own(ordered: tuple[Any, ...]) -> dict[str, Any]:
         return {name: ordered[index] for name, index in zip(argnames, positions, strict=True)}
 
+    async def ignored(tracked: _TrackedNext, tool: str, what: str) -> Any:
+        """A log listener's content of its own: logged as a warning, the rest of the chain's goes on."""
+        logger.warning(
+            "%s; logging what the rest of the chain returned",
+            _refusal(plugin, capabilities, tool, "replace the logged content of", what),
+        )
+        if tracked.called:
+            return tracked.result
+        if tracked.error is not None:
+            raise tracked.error  # the listener swallowed the chain's failure: it is the chain's to report
+        return await tracked()
+
     @functools.wraps(original)
     async def guarded(*ordered: Any) -> Any:
-        tool = ordered[0].name  # every guarded hook's first argument is the execution
-        if capabilities.may_affect(tool):
+        subject = ordered[0]  # the execution (the sub-call's log entry for the dispatch log)
+        tool = subject.name
+        if capabilities.may_affect(tool, prefix):
             return await original(**own(ordered))
+        watch = _Watch(plugin, capabilities, tool)
         tracked = _TrackedNext(ordered[next_at])
-        outcome = await original(**own((*ordered[:next_at], tracked, *ordered[next_at + 1 :])))
+        seen = (_read_only_subject(subject, hook_name, watch), *ordered[1:next_at], tracked, *ordered[next_at + 1 :])
+        try:
+            outcome = await original(**own(seen))
+        except BaseException as exc:
+            if is_fatal(exc) or tracked.raised(exc):
+                raise  # cancellation, or the rest of the chain's failure passed on
+            if logs:
+                return await ignored(tracked, tool, _raised(f"its {hook_name} listener", exc))
+            if watch.refusal is not None:
+                raise watch.refusal from (None if exc is watch.refusal else exc)
+            raise _refusal(plugin, capabilities, tool, "decide", _raised(f"its {hook_name} listener", exc)) from exc
+        if watch.refusal is not None:
+            if logs:
+                return await ignored(tracked, tool, str(watch.refusal))
+            raise watch.refusal  # it caught the refusal: the attempt still fails the call
         if tracked.called and outcome is tracked.result:
             return outcome
+        if logs:
+            return await ignored(tracked, tool, f"its {hook_name} listener returned content of its own")
         raise _refusal(plugin, capabilities, tool, "decide")
 
+    setattr(guarded, SUSPENDS_LIKE, original)
     return guarded
 
 
-def guard_listeners(pm: pluggy.PluginManager, owner: object, plugin: str, capabilities: Capabilities) -> int:
+def guard_listeners(
+    pm: pluggy.PluginManager, owner: object, plugin: str, capabilities: Capabilities, *, prefix: str | None = None
+) -> int:
     """Wrap ``owner``'s waterfall listeners so they may decide only tools in ``capabilities.affects``.
 
-    Listeners the runtime refuses anyway (not ``async def``, unknown argument
-    names, pluggy wrappers) are left as they are so the refusal keeps its own
-    message. Returns how many listeners were wrapped.
+    ``prefix`` is the plugin's ``[tool_prefixes]`` prefix, if it has one (see
+    :meth:`Capabilities.may_affect`). Listeners the runtime refuses anyway (not
+    ``async def``, unknown argument names, pluggy wrappers) are left as they are
+    so the refusal keeps its own message. Returns how many listeners were wrapped.
     """
     wrapped = 0
     for hook_name in GUARDED_HOOKS:
@@ -196,7 +474,7 @@ def guard_listeners(pm: pluggy.PluginManager, owner: object, plugin: str, capabi
                 continue
             if not inspect.iscoroutinefunction(impl.function) or not set(impl.argnames) <= set(spec_args):
                 continue
-            guarded = _guarded(impl.function, tuple(impl.argnames), spec_args, plugin, capabilities)
+            guarded = _guarded(impl.function, hook_name, tuple(impl.argnames), spec_args, plugin, capabilities, prefix)
             # The runtime reads listeners from pluggy's hookimpls; the wrapper takes every spec argument.
             object.__setattr__(impl, "function", guarded)
             object.__setattr__(impl, "argnames", spec_args)
@@ -206,14 +484,27 @@ def guard_listeners(pm: pluggy.PluginManager, owner: object, plugin: str, capabi
     return wrapped
 
 
-def guard_guard(guard: ToolGuard, plugin: str, capabilities: Capabilities) -> ToolGuard:
-    """Wrap a guard so it may deny only tools in ``capabilities.affects``."""
+def guard_guard(guard: ToolGuard, plugin: str, capabilities: Capabilities, *, prefix: str | None = None) -> ToolGuard:
+    """Wrap a guard so it may deny only tools in ``capabilities.affects`` (``prefix``: see ``guard_listeners``)."""
 
     @functools.wraps(guard)
     def checked(execution: ToolExecution) -> str | None:
-        reason = guard(execution)
-        if reason is None or capabilities.may_affect(execution.name):
-            return reason
-        raise _refusal(plugin, capabilities, execution.name, "deny")
+        tool = execution.name
+        if capabilities.may_affect(tool, prefix):
+            return guard(execution)
+        watch = _Watch(plugin, capabilities, tool)
+        try:
+            reason = guard(_read_only_execution(execution, watch))
+        except BaseException as exc:
+            if is_fatal(exc):
+                raise
+            if watch.refusal is not None:
+                raise watch.refusal from (None if exc is watch.refusal else exc)
+            raise _refusal(plugin, capabilities, tool, "deny", _raised("its guard", exc)) from exc
+        if watch.refusal is not None:
+            raise watch.refusal
+        if reason is None:
+            return None
+        raise _refusal(plugin, capabilities, tool, "deny")
 
     return checked

@@ -280,7 +280,8 @@ class _SetupRecorder:
 
     def wrap_guard(self, guard: ToolGuard) -> ToolGuard:
         if self.strict and callable(guard):
-            return guard_guard(guard, self.owned.name, self.granted)
+            prefix = self.loader.config.tool_prefixes.get(self.owned.name)
+            return guard_guard(guard, self.owned.name, self.granted, prefix=prefix)
         return guard
 
     def added(self, disposer: Disposer) -> None:
@@ -393,8 +394,10 @@ class _Loader:
             if self.config.strict_capabilities:
                 # Wrapped once here, so strict mode costs nothing per call when it is off.
                 granted = owned.capabilities or Capabilities()
+                # The manifest names the plugin's own tools; the host may have prefixed them.
+                prefix = self.config.tool_prefixes.get(owned.name)
                 for obj in owned.plugins:
-                    guard_listeners(self.pm, obj, owned.name, granted)
+                    guard_listeners(self.pm, obj, owned.name, granted, prefix=prefix)
         except BaseException as exc:
             self.rollback(owned)
             if isinstance(exc, KeyboardInterrupt):

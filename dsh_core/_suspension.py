@@ -111,9 +111,16 @@ def _awaits_next_call(instructions: list[dis.Instruction], index: int, next_name
     return load.opname in _LOAD_LOCAL and load.argval == next_name
 
 
+# Set by dsh_core._capabilities on a listener wrapper whose own awaits are only the wrapped
+# listener's and next(): the wrapper suspends exactly when the listener it names does.
+SUSPENDS_LIKE: Final = "__dsh_suspends_like__"
+
+
 def _analyse(fn: Callable[..., Any], next_name: str | None) -> bool:
     if not ANALYSIS_ENABLED:
         return True
+    if isinstance(fn, types.FunctionType) and SUSPENDS_LIKE in fn.__dict__:
+        fn = fn.__dict__[SUSPENDS_LIKE]
     code = _code_of(fn)
     if code is None:
         return True

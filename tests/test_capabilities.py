@@ -7,19 +7,21 @@ import itertools
 import json
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from click.testing import CliRunner
 
-from dsh_core import ToolRuntime
-from dsh_core._capabilities import Capabilities
+from dsh_core import CancelSignal, CapabilityError, Deny, TextBlock, ToolRuntime, hookimpl
+from dsh_core._capabilities import Capabilities, _read_only, _Watch, guard_guard, guard_listeners
 from dsh_core._cli import cli
 from dsh_core._config import DshConfig
 from dsh_core._plugins import PluginReport, load_plugins
-from dsh_core.testing import json_tool, make_input
+from dsh_core.code_mode import CodeRunResult
+from dsh_core.testing import FakeCodeRuntime, json_tool, make_input
 
 _serial = itertools.count()
 
@@ -64,14 +66,15 @@ class Loader:
         return full
 
     def load(
-        self, plugins: dict[str, str], *, strict: bool, runtime: ToolRuntime | None = None
+        self, plugins: dict[str, str], *, strict: bool, runtime: ToolRuntime | None = None, **settings: Any
     ) -> tuple[ToolRuntime, PluginReport]:
         runtime = runtime or ToolRuntime()
         points = [
             importlib.metadata.EntryPoint(name=name, value=self.module(name, source), group="dsh")
             for name, source in plugins.items()
         ]
-        return runtime, load_plugins(runtime, config=DshConfig(strict_capabilities=strict), entry_points=points)
+        config = DshConfig(strict_capabilities=strict, **settings)
+        return runtime, load_plugins(runtime, config=config, entry_points=points)
 
 
 @pytest.fixture
@@ -277,6 +280,339 @@ async def test_a_plugin_without_a_manifest_decides_nothing_in_strict_mode(loader
     source = HEADER + "\n@hookimpl\nasync def dsh_pre_execute(execution, next):\n    return Deny('no')\n"
     runtime, _ = loader.load({"plain": source}, strict=True, runtime=tools_host(ToolRuntime(), "t"))
     assert (await runtime.execute(make_input("t"))).code == "POLICY_ERROR"
+
+
+# -- what a listener outside affects may not do ------------------------------------------------
+
+# A plugin that may decide only calls of "mine"; the hosts below also have "theirs".
+MINE = (
+    HEADER
+    + "\nfrom dsh_core import AbortError, CancelSignal, CapabilityError, DshError\n\n"
+    + 'DSH_CAPABILITIES = {"affects": ["mine"]}\n'
+)
+
+
+def mine_and_theirs() -> ToolRuntime:
+    return tools_host(ToolRuntime(), "mine", "theirs")
+
+
+@pytest.mark.parametrize(
+    ("hook", "inside"),
+    [
+        ("@hookimpl\nasync def dsh_pre_execute(execution, next):\n    raise DshError('by raising', code='DENIED')\n",
+         "DENIED"),
+        ("@hookimpl\nasync def dsh_pre_execute(execution, next):\n    raise AbortError('by raising')\n", "ABORTED"),
+        ("@hookimpl\nasync def dsh_execute(execution, next):\n    raise DshError('by raising', code='TOOL_TIMEOUT')\n",
+         "TOOL_TIMEOUT"),
+        ("@hookimpl\nasync def dsh_post_execute(execution, result, next):\n"
+         "    await next()\n    raise DshError('by raising', code='DENIED')\n", "DENIED"),
+        ("@hookimpl\nasync def dsh_pre_execute(execution, next):\n    raise RuntimeError('by raising')\n",
+         "POLICY_ERROR"),
+    ],
+    ids=["pre-denied", "pre-aborted", "execute-timeout", "post-after-next", "pre-runtime-error"],
+)  # fmt: skip
+async def test_a_listener_cannot_decide_outside_affects_by_raising(loader: Loader, hook: str, inside: str) -> None:
+    runtime, report = loader.load({"p": MINE + hook}, strict=True, runtime=mine_and_theirs())
+    assert report.ok
+    refused = await runtime.execute(make_input("theirs"))
+    assert refused.is_error and refused.code == "POLICY_ERROR"
+    assert refused.error.info is not None and (refused.error.info.name, refused.error.info.plugin) == (
+        "CapabilityError",
+        "p",
+    )
+    assert refused.error.message.startswith('plugin p may not decide calls of tool "theirs": its DSH_CAPABILITIES')
+    assert "listener raised" in refused.error.message and "by raising" in refused.error.message
+    decided = await runtime.execute(make_input("mine"))
+    assert decided.is_error and (decided.code, decided.error.message) == (inside, "by raising")
+
+
+async def test_a_guard_cannot_deny_outside_affects_by_raising(loader: Loader) -> None:
+    source = MINE + (
+        "def guard(execution):\n    raise DshError('by raising', code='DENIED')\n\n"
+        "@hookimpl\ndef dsh_setup(runtime, config):\n    runtime.guard(guard)\n"
+    )
+    runtime, _ = loader.load({"p": source}, strict=True, runtime=mine_and_theirs())
+    refused = await runtime.execute(make_input("theirs"))
+    assert refused.is_error and refused.code == "POLICY_ERROR"
+    assert 'plugin p may not deny calls of tool "theirs"' in refused.error.message
+    assert "its guard raised DshError: by raising" in refused.error.message
+    assert (await runtime.execute(make_input("mine"))).code == "DENIED"
+
+
+async def test_what_next_raised_passes_a_listener_outside_affects_unchanged(loader: Loader) -> None:
+    decider = (
+        HEADER
+        + 'from dsh_core import DshError\n\nDSH_CAPABILITIES = {"affects": ["theirs"]}\n\n'
+        + "@hookimpl\nasync def dsh_pre_execute(execution, next):\n    raise DshError('theirs to decide', code='DENIED')\n"
+    )
+    passing = MINE + (
+        "@hookimpl\nasync def dsh_pre_execute(execution, next):\n"
+        "    try:\n        return await next()\n    except DshError:\n        raise\n"
+    )
+    # Loaded later, "passing" is the outer listener: the decider's denial goes through it.
+    runtime, _ = loader.load({"decider": decider, "passing": passing}, strict=True, runtime=mine_and_theirs())
+    result = await runtime.execute(make_input("theirs"))
+    assert result.is_error and (result.code, result.error.message) == ("DENIED", "theirs to decide")
+    assert result.error.info is not None and result.error.info.plugin == "decider"
+
+
+async def test_the_runtimes_own_policy_error_from_next_passes_unchanged(loader: Loader) -> None:
+    twice = MINE + "@hookimpl\nasync def dsh_pre_execute(execution, next):\n    await next()\n    return await next()\n"
+    runtime, _ = loader.load({"p": twice}, strict=True, runtime=mine_and_theirs())
+    result = await runtime.execute(make_input("theirs"))
+    assert result.is_error and result.code == "POLICY_ERROR"
+    assert result.error.message == "p: next() may be called at most once per listener"
+
+
+async def test_cancellation_passes_a_listener_outside_affects(loader: Loader, autojump_clock: Any) -> None:
+    slow = MINE + (
+        "import trio\n\n@hookimpl\nasync def dsh_pre_execute(execution, next):\n"
+        "    await trio.sleep(10)\n    return await next()\n"
+    )
+    runtime, _ = loader.load({"p": slow}, strict=True, runtime=mine_and_theirs())
+    result = await runtime.execute(make_input("theirs", signal=CancelSignal.after(1)))
+    assert result.is_error and result.code == "ABORTED_BEFORE_DISPATCH"
+
+
+@pytest.mark.parametrize(
+    "hook",
+    [
+        # The audit's reproducer: swap in a fired signal around next(), restore it after.
+        "@hookimpl\nasync def dsh_execute(execution, next):\n"
+        "    fired = CancelSignal()\n    fired.cancel('by the wrapper')\n    held = execution.signal\n"
+        "    execution.signal = fired\n    try:\n        return await next()\n    finally:\n"
+        "        execution.signal = held\n",
+        # The refusal caught: nothing was replaced, and the attempt still fails the call.
+        "@hookimpl\nasync def dsh_execute(execution, next):\n"
+        "    fired = CancelSignal()\n    fired.cancel('by the wrapper')\n    try:\n"
+        "        execution.signal = fired\n    except CapabilityError:\n        pass\n    return await next()\n",
+    ],
+    ids=["uncaught", "caught"],
+)
+async def test_a_wrapper_outside_affects_cannot_replace_the_signal(loader: Loader, hook: str) -> None:
+    runtime, _ = loader.load({"p": MINE + hook}, strict=True, runtime=mine_and_theirs())
+    refused = await runtime.execute(make_input("theirs"))
+    assert refused.is_error and refused.code == "POLICY_ERROR"
+    assert refused.error.message.startswith('plugin p may not replace the signal of calls of tool "theirs"')
+    assert (await runtime.execute(make_input("mine"))).code == "ABORTED_BEFORE_DISPATCH"
+
+
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        "execution.signal.cancel('by the listener')",
+        "CancelSignal.any(execution.signal, CancelSignal()).sources[0].cancel()",
+    ],
+    ids=["cancel", "through-sources"],
+)
+async def test_a_listener_outside_affects_cannot_fire_the_callers_signal(loader: Loader, attempt: str) -> None:
+    hook = (
+        "@hookimpl\nasync def dsh_pre_execute(execution, next):\n"
+        f"    try:\n        {attempt}\n    except CapabilityError:\n        pass\n    return await next()\n"
+    )
+    runtime, _ = loader.load({"p": MINE + hook}, strict=True, runtime=mine_and_theirs())
+    signal = CancelSignal()
+    refused = await runtime.execute(make_input("theirs", signal=signal))
+    assert refused.is_error and refused.code == "POLICY_ERROR"
+    assert refused.error.message.startswith('plugin p may not cancel calls of tool "theirs"')
+    assert not signal.cancelled
+    decided = await runtime.execute(make_input("mine", signal=signal))
+    assert decided.code == "ABORTED_BEFORE_DISPATCH" and signal.cancelled
+
+
+async def test_the_read_only_signal_reports_waits_and_links_like_the_callers(autojump_clock: Any) -> None:
+    watch = _Watch("p", Capabilities(), "t")
+    caller = CancelSignal()
+    view = _read_only(caller, watch)
+    assert isinstance(view, CancelSignal) and not view.cancelled and view.sources == ()
+    with pytest.raises(CapabilityError, match=r'^plugin p may not cancel calls of tool "t"'):
+        view.cancel()
+    assert not caller.cancelled
+    woke = trio.Event()
+
+    async def wait() -> None:
+        await view.wait()
+        woke.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.sleep(1)
+        assert not woke.is_set()
+        caller.cancel("stop")
+    assert woke.is_set() and view.cancelled and view.reason == "stop"
+
+    timed = CancelSignal.after(5, reason="late")
+    fused = _read_only(CancelSignal.any(CancelSignal(), timed), watch)
+    assert fused.deadline == timed.deadline and len(fused.sources) == 2
+    for source in (fused, *fused.sources):
+        with pytest.raises(CapabilityError):
+            source.cancel()
+    # A listener fusing the view with a signal of its own: the deadline and the reason carry over.
+    mixed = CancelSignal.any(fused, CancelSignal())
+    start = trio.current_time()
+    with trio.CancelScope() as scope:
+        unlink = mixed.link(scope)
+        await trio.sleep(60)
+    unlink()
+    assert scope.cancelled_caught and trio.current_time() - start == 5
+    assert mixed.cancelled and mixed.reason == "late"
+
+
+async def test_a_wrapper_outside_affects_reads_the_dispatch_as_it_is(loader: Loader) -> None:
+    timer = (
+        HEADER
+        + 'from dsh_core import CancelSignal\n\nDSH_CAPABILITIES = {"affects": ["*"]}\n\n'
+        + "@hookimpl\nasync def dsh_execute(execution, next):\n    held = execution.signal\n"
+        + "    execution.signal = CancelSignal.any(held, CancelSignal.after(60))\n"
+        + "    try:\n        return await next()\n    finally:\n        execution.signal = held\n"
+    )
+    watcher = MINE + (
+        "SEEN = []\n\n@hookimpl\nasync def dsh_execute(execution, next):\n    result = await next()\n"
+        "    body = execution.body_result\n"
+        "    SEEN.append((execution.signal.deadline, execution.body_started, body.value))\n"
+        "    return result\n"
+    )
+    # Loaded later, "timer" wraps "watcher" and installs its deadline first.
+    runtime, _ = loader.load({"watcher": watcher, "timer": timer}, strict=True, runtime=mine_and_theirs())
+    result = await runtime.execute(make_input("theirs", {"x": 1}))
+    assert not result.is_error
+    ((deadline, started, value),) = sys.modules[loader.prefix + "watcher"].SEEN
+    assert deadline < float("inf") and started and value == {"x": 1}
+
+
+# -- tool prefixes -----------------------------------------------------------------------------
+
+
+def test_affects_globs_match_a_prefixed_tool_by_the_plugins_own_name() -> None:
+    own = Capabilities(affects=("fs_*",))
+    assert own.may_affect("pfx__fs_read", "pfx") and own.may_affect("fs_read", "pfx")
+    assert not own.may_affect("pfx__fs_read") and not own.may_affect("other__fs_read", "pfx")
+    assert Capabilities(affects=("pfx__fs_*",)).may_affect("pfx__fs_read", "pfx")  # prefixed globs still match
+
+
+async def test_guarded_listeners_and_guards_take_the_plugins_prefix() -> None:
+    class Policy:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: Any, next: Any) -> Any:
+            return Deny("own policy") if execution.name.endswith("fs_read") else await next()
+
+    def guard(execution: Any) -> str:
+        return "own guard"
+
+    granted = Capabilities(affects=("fs_*",))
+    runtime = tools_host(ToolRuntime(), "pfx__fs_read", "pfx__fs_write", "shell")
+    policy = Policy()
+    runtime.plugins.register(policy, name="p")
+    assert guard_listeners(runtime.plugins, policy, "p", granted, prefix="pfx") == 1
+    runtime.guard(guard_guard(guard, "p", granted, prefix="pfx"))
+    read = await runtime.execute(make_input("pfx__fs_read"))
+    assert read.is_error and (read.code, read.error.message) == ("DENIED", "own policy")
+    write = await runtime.execute(make_input("pfx__fs_write"))
+    assert write.is_error and (write.code, write.error.message) == ("DENIED", "own guard")
+    shell = await runtime.execute(make_input("shell"))
+    assert shell.code == "POLICY_ERROR" and 'plugin p may not deny calls of tool "shell"' in shell.error.message
+
+
+async def test_a_tool_prefix_keeps_a_plugins_policy_on_its_own_tools(loader: Loader) -> None:
+    source = HEADER + (
+        'DSH_CAPABILITIES = {"tools": ["fs_*"], "affects": ["fs_*"]}\n\n'
+        "@hookimpl\ndef dsh_setup(runtime, config):\n"
+        '    runtime.register(tool("fs_read"))\n    runtime.register(tool("fs_write"))\n'
+        '    runtime.guard(lambda execution: "own guard" if execution.name.endswith("fs_write") else None)\n\n'
+        "@hookimpl\nasync def dsh_pre_execute(execution, next):\n"
+        '    return Deny("own policy") if execution.name.endswith("fs_read") else await next()\n'
+    )
+    runtime, report = loader.load({"p": source}, strict=True, tool_prefixes={"p": "pfx"})
+    assert report.loaded[0].tools == ("pfx__fs_read", "pfx__fs_write")
+    read = await runtime.execute(make_input("pfx__fs_read"))
+    assert read.is_error and (read.code, read.error.message) == ("DENIED", "own policy")
+    write = await runtime.execute(make_input("pfx__fs_write"))
+    assert write.is_error and (write.code, write.error.message) == ("DENIED", "own guard")
+
+
+# -- the Code Mode dispatch log ----------------------------------------------------------------
+
+
+def code_host(*names: str) -> tuple[ToolRuntime, list[tuple[str, Any]]]:
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        for name in names:
+            await tools[name]({})
+        return CodeRunResult()
+
+    events: list[tuple[str, Any]] = []
+    runtime = ToolRuntime(
+        mode="code", code_runtime=FakeCodeRuntime(program), event_sink=lambda kind, data: events.append((kind, data))
+    )
+    return tools_host(runtime, *names), events
+
+
+def logged(events: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {data["name"]: data["content"] for kind, data in events if kind == "tool/code-dispatch"}
+
+
+async def test_a_dispatch_log_listener_replaces_the_logged_content_only_inside_affects(
+    loader: Loader, caplog: pytest.LogCaptureFixture
+) -> None:
+    forger = MINE + (
+        "@hookimpl\nasync def dsh_code_dispatch_log(dispatch, next):\n"
+        "    await next()\n    return [TextBlock('forged ' + dispatch.name)]\n"
+    )
+    runtime, events = code_host("mine", "theirs")
+    loader.load({"p": forger}, strict=True, runtime=runtime)
+    result = await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}))
+    assert not result.is_error
+    assert logged(events) == {"mine": (TextBlock("forged mine"),), "theirs": (TextBlock("{}"),)}
+    assert 'plugin p may not replace the logged content of calls of tool "theirs"' in caplog.text
+
+
+async def test_a_raising_dispatch_log_listener_outside_affects_keeps_the_rest_of_the_chain(
+    loader: Loader, caplog: pytest.LogCaptureFixture
+) -> None:
+    short = (
+        HEADER
+        + 'DSH_CAPABILITIES = {"affects": ["*"]}\n\n'
+        + "@hookimpl\nasync def dsh_code_dispatch_log(dispatch, next):\n    await next()\n"
+        + "    return [TextBlock('short')]\n"
+    )
+    rogue = MINE + (
+        "@hookimpl\nasync def dsh_code_dispatch_log(dispatch, next):\n    await next()\n    raise RuntimeError('rogue')\n"
+    )
+    runtime, events = code_host("theirs")
+    # Loaded later, "rogue" is the outer listener.
+    loader.load({"short": short, "rogue": rogue}, strict=True, runtime=runtime)
+    await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}))
+    assert logged(events) == {"theirs": (TextBlock("short"),)}
+    assert "its dsh_code_dispatch_log listener raised RuntimeError: rogue" in caplog.text
+
+
+# -- suspension --------------------------------------------------------------------------------
+
+
+def test_a_wrapper_suspends_like_the_listener_it_wraps() -> None:
+    class Policy:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: Any, next: Any) -> Any:
+            return await next()
+
+    runtime = ToolRuntime()
+    policy = Policy()
+    runtime.plugins.register(policy, name="p")
+    original = runtime.plugins.hook.dsh_pre_execute.get_hookimpls()[0].function
+    guard_listeners(runtime.plugins, policy, "p", Capabilities())
+    wrapper = runtime.plugins.hook.dsh_pre_execute.get_hookimpls()[0].function
+    assert wrapper is not original and wrapper.__dsh_suspends_like__ is original
+
+
+async def test_strict_mode_adds_no_cancel_scope_to_a_call_that_cannot_suspend(loader: Loader) -> None:
+    source = MINE + (
+        "SEEN = []\n\n@hookimpl\nasync def dsh_pre_execute(execution, next):\n    return await next()\n\n"
+        "@hookimpl(trylast=True)\nasync def dsh_execute(execution, next):\n"
+        "    SEEN.append(execution.may_suspend)\n    return await next()\n"
+    )
+    runtime, _ = loader.load({"p": source}, strict=True, runtime=mine_and_theirs())
+    assert not (await runtime.execute(make_input("mine"))).is_error
+    assert not (await runtime.execute(make_input("theirs"))).is_error
+    assert sys.modules[loader.prefix + "p"].SEEN == [False, False]
 
 
 # -- the CLI -----------------------------------------------------------------------------------
