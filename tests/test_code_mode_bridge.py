@@ -793,3 +793,85 @@ async def test_a_listener_that_can_suspend_or_ask_makes_a_binding_not_complete_a
     runtime.plugins.register(Checkpointing())
     await runtime.execute(run_code())
     assert seen == [False]
+
+
+class _TaskSteps(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+async def test_queued_sub_calls_wake_only_at_their_turn(autojump_clock: trio.testing.MockClock) -> None:
+    # A slow first call holds every commit back while hundreds of others queue to start
+    # and to commit: waking every queued ticket on every change of the lane made such a
+    # program quadratic (4 000 gathered sub-calls took 25 s). Task steps count wake-ups.
+    count = 400
+
+    async def body(args: Any) -> str:
+        await trio.sleep(50 if args["id"] == "0" else 1)
+        return args["id"]
+
+    tool = json_tool(
+        "read",
+        body,
+        parameters={"id": {"type": "string", "required": True}},
+        output={"type": "string"},
+        is_concurrency_safe=lambda a: True,
+    )
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        values = await gather(*[lambda i=i: tools["read"]({"id": str(i)}) for i in range(count)])()
+        return CodeRunResult(value=values, has_value=True)
+
+    runtime, events = code_runtime(program, tool, max_parallel_sub_calls=4)
+    steps = _TaskSteps()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        result = await runtime.execute(run_code())
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert isinstance(result, ToolExecutionSuccess), result
+    assert result.value["result"] == tuple(str(i) for i in range(count))
+    commits = [d["sub_call_id"] for t, d in events if t == "tool/code-dispatch"]
+    assert commits == [f"outer:code:{i + 1}" for i in range(count)]
+    assert steps.steps < 25 * count, steps.steps
+
+
+async def test_a_settled_run_abandons_thousands_of_queued_calls_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    count = 2000
+    started: list[str] = []
+
+    async def body(args: Any) -> str:
+        started.append(args["id"])
+        await trio.sleep(100)
+        return args["id"]
+
+    tool = json_tool(
+        "read",
+        body,
+        parameters={"id": {"type": "string", "required": True}},
+        output={"type": "string"},
+        is_concurrency_safe=lambda a: True,
+    )
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        with trio.move_on_after(1):
+            async with trio.open_nursery() as nursery:
+                for i in range(count):
+                    nursery.start_soon(tools["read"], {"id": str(i)})
+        return CodeRunResult(error=CodeRunError(kind="timeout", message="out of budget"))
+
+    runtime, events = code_runtime(program, tool, max_parallel_sub_calls=4)
+    steps = _TaskSteps()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        result = await runtime.execute(run_code())
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert code(result) == "CODE_RUN_FAILED"
+    assert len(started) == 4
+    assert trio.current_time() == pytest.approx(1)
+    assert len([t for t, _ in events if t == "tool/code-dispatch"]) == 4  # only started calls log
+    assert steps.steps < 25 * count, steps.steps
