@@ -407,17 +407,7 @@ class _Loader:
         self.loaded.append((ep, owned))
 
     def setup(self, plugin: object, table: dict[str, Any]) -> None:
-        # Only this plugin's own hookimpls: broadcasting pm.hook.dsh_setup would
-        # set up every earlier plugin again.
-        arguments = {"runtime": self.runtime, "config": table}
-        impls = [impl for impl in self.pm.hook.dsh_setup.get_hookimpls() if impl.plugin is plugin]
-        for impl in reversed(impls):  # pluggy's call order
-            outcome = impl.function(**{name: arguments[name] for name in impl.argnames})
-            if inspect.isawaitable(outcome) or inspect.isgenerator(outcome):
-                close = getattr(outcome, "close", None)
-                if close is not None:
-                    close()
-                raise TypeError("dsh_setup must be a plain (synchronous) function; it runs once at load time")
+        run_own_setup(self.runtime, plugin, table)
 
     @contextmanager
     def recording(self, owned: _Ownership) -> Iterator[None]:
@@ -502,6 +492,23 @@ class _Loader:
             # Kept for rolled-back plugins too: a refusal often explains the failure.
             refused=tuple(self.refused),
         )
+
+
+def run_own_setup(runtime: ToolRuntime, plugin: object, table: dict[str, Any]) -> None:
+    """Call ``plugin``'s own ``dsh_setup`` hookimpls (a registered plugin), in pluggy's order.
+
+    Only this plugin's: broadcasting ``hook.dsh_setup`` would set up every
+    earlier plugin again.
+    """
+    arguments = {"runtime": runtime, "config": table}
+    impls = [impl for impl in runtime.plugins.hook.dsh_setup.get_hookimpls() if impl.plugin is plugin]
+    for impl in reversed(impls):  # pluggy's call order
+        outcome = impl.function(**{name: arguments[name] for name in impl.argnames})
+        if inspect.isawaitable(outcome) or inspect.isgenerator(outcome):
+            close = getattr(outcome, "close", None)
+            if close is not None:
+                close()
+            raise TypeError("dsh_setup must be a plain (synchronous) function; it runs once at load time")
 
 
 def load_plugins(

@@ -19,6 +19,7 @@ from typing import Final
 __all__ = ["dsh_tools_source", "plugin_files", "write_plugin"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
+_MAX_TOOL_NAME = 64  # what providers accept (the check command warns past it)
 
 # dsh-tools' own packages. A plugin's package is "dsh_<name>": it can never shadow a
 # standard-library module, only these (and its distribution "dsh-<name>" only dsh-tools).
@@ -61,7 +62,7 @@ Configure it in the host's ``dsh.toml``::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
@@ -71,7 +72,6 @@ from dsh_core import (
     ToolEffects,
     ToolExecution,
     hookimpl,
-    json_text,
     structure_table,
     tool,
 )
@@ -108,11 +108,31 @@ class BlockWords:
     async def dsh_pre_execute(
         self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
     ) -> PreToolDecision:
-        arguments = json_text(execution.arguments)
+        texts = argument_strings(execution.arguments)
         for word in self.settings.blocked_words:
-            if word in arguments:
+            if any(word in text for text in texts):
                 return Deny(f"{{word!r}} is not allowed in a tool call")
         return await next()
+
+
+def argument_strings(arguments: object) -> list[str]:
+    """Every string value in the arguments, nested ones included.
+
+    The values themselves, not their JSON text, where quotes, backslashes and
+    newlines are escaped and would never match; keys are names, not text.
+    (A loop, not recursion: the arguments may be nested arbitrarily deep.)
+    """
+    found: list[str] = []
+    stack = [arguments]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return found
 
 
 @hookimpl
@@ -160,6 +180,18 @@ async def test_the_policy_denies_blocked_words() -> None:
     assert result.code == "DENIED"
     assert result.error.info is not None
     assert result.error.info.plugin == "{name}-policy"
+
+
+async def test_the_policy_sees_the_text_as_written() -> None:
+    runtime = runtime_with({{"blocked_words": ['say "hi"', "a\\\\b"]}})
+    for text in ['please say "hi"', "path a\\\\b"]:
+        call = make_input("{tool}", {{"text": text}})
+        result = expect_failure(await runtime.execute(call))
+        assert result.code == "DENIED"
+    # An argument's name is not its text.
+    named = runtime_with({{"blocked_words": ["text"]}})
+    call = make_input("{tool}", {{"text": "one"}})
+    assert expect_success(await named.execute(call)).value == 1
 
 
 def test_a_bad_setting_is_a_configuration_error() -> None:
@@ -230,6 +262,12 @@ def plugin_files(name: str, *, source: str = "dsh-tools") -> dict[str, str]:
     if not _NAME.match(name):
         raise ValueError(f"a plugin name is lowercase letters and digits joined by '-' or '_', got {name!r}")
     package = "dsh_" + name.replace("-", "_")
+    tool_name = f"{package.removeprefix('dsh_')}_word_count"
+    if len(tool_name) > _MAX_TOOL_NAME:
+        raise ValueError(
+            f"a plugin name is at most {_MAX_TOOL_NAME - len('_word_count')} characters (its tool, {tool_name!r}, "
+            f"would pass the {_MAX_TOOL_NAME}-character limit of a tool name), got {len(name)}"
+        )
     distribution = "dsh-" + name.replace("_", "-")
     taken = f"the package {package}" if package in _OWN_PACKAGES else None
     if distribution == "dsh-tools":
@@ -243,7 +281,7 @@ def plugin_files(name: str, *, source: str = "dsh-tools") -> dict[str, str]:
         "name": name,
         "package": package,
         "distribution": distribution,
-        "tool": f"{package.removeprefix('dsh_')}_word_count",
+        "tool": tool_name,
     }
     return {
         "pyproject.toml": _PYPROJECT.format(**fields),

@@ -22,6 +22,7 @@ import attrs
 
 from ._definition import ToolDefinition, ToolOutput, define_tool
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput, ToolExecutionToken
+from ._plugins import run_own_setup
 from ._registry import PresentationMode
 from ._results import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess
 from ._runtime import ApprovalService, ToolRuntime
@@ -35,6 +36,7 @@ __all__ = [
     "FakeCodeRuntime",
     "Recorder",
     "StaticApproval",
+    "ToolCallError",
     "expect_failure",
     "expect_success",
     "json_tool",
@@ -88,15 +90,25 @@ def expect_success(result: object) -> ToolExecutionSuccess:
 
 def make_runtime(
     *tools: ToolDefinition,
-    plugins: Iterable[object] = (),
+    plugins: Iterable[object | tuple[object, Mapping[str, Any]]] = (),
     approval: ApprovalService | None = None,
     mode: PresentationMode = "native",
     **options: Any,
 ) -> ToolRuntime:
-    """A ``ToolRuntime`` with ``tools`` registered globally and ``plugins`` registered in order."""
+    """A ``ToolRuntime`` with ``tools`` registered globally and ``plugins`` registered in order.
+
+    A plugin with its own ``dsh_setup`` (an entry-point module, say) is set
+    up right after it is registered, as ``load_plugins`` would: with an empty
+    configuration table, or with ``table`` when given as ``(plugin, table)``.
+    Unlike ``load_plugins``, a failing ``dsh_setup`` raises, for the test to see.
+    """
     runtime = ToolRuntime(approval=approval, mode=mode, **options)
-    for plugin in plugins:
+    for entry in plugins:
+        plugin, table = entry if isinstance(entry, tuple) else (entry, {})
+        if not isinstance(table, Mapping):
+            raise TypeError(f"make_runtime: a (plugin, table) entry takes a mapping table, got {type(table).__name__}")
         runtime.plugins.register(plugin)
+        run_own_setup(runtime, plugin, dict(table))
     for tool in tools:
         runtime.register(tool)
     return runtime
@@ -164,7 +176,12 @@ class Recorder:
 
 @attrs.define
 class StaticApproval:
-    """An ``ApprovalService`` that always gives ``answer`` and records what it was asked."""
+    """An ``ApprovalService`` that always gives ``answer`` and records what it was asked.
+
+    An ``Ask`` is routed to the approver only for a call that has an agent
+    (``make_input(..., agent=Agent("a"))``); a call without one is denied
+    before the approver is asked, so ``requests`` stays empty.
+    """
 
     answer: str = "allowed-once"
     requests: list[tuple[str, str | None]] = attrs.field(factory=list)
@@ -180,9 +197,12 @@ class FakeCodeRuntime:
 
     Tests policies on ``run_code`` sub-calls without a child process: ``program``
     receives ``{tool name: binding}`` and awaits ``binding(args)`` as a program
-    would await ``tools.name(args)``; it returns the run's ``CodeRunResult``
-    (``None``: the program returned nothing). ``runs`` counts the runs, ``names``
-    and ``namespace`` are what the last one was given.
+    would await ``tools.name(args)``; a failed call raises :class:`ToolCallError`
+    (``tool_name``, the message), which the program may catch. It returns the
+    run's ``CodeRunResult`` (``None``: the program returned nothing); an
+    exception it lets escape fails the run ``CODE_RUN_FAILED``, as a real
+    program's does. ``runs`` counts the runs, ``names`` and ``namespace`` are
+    what the last one was given.
     """
 
     program: Callable[[Mapping[str, Callable[[Any], Awaitable[Any]]]], Awaitable[CodeRunResult | None]] | None = None
@@ -200,10 +220,46 @@ class FakeCodeRuntime:
         global_name: str = "tools",
         error_class_name: str = "ToolCallError",
     ) -> CodeRunResult:
-        from .code_mode import CodeRunResult
+        from .code_mode import CodeRunError, CodeRunResult
 
         self.runs += 1
         self.names = list(bindings)
         self.namespace = (global_name, error_class_name)
-        outcome = None if self.program is None else await self.program(bindings)
+        if self.program is None:
+            return CodeRunResult()
+        try:
+            outcome = await self.program({name: _ProgramBinding(name, b) for name, b in bindings.items()})
+        except Exception as exc:
+            # What a real runtime reports for a program that raised: a failed run, not a raising tool.
+            text = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, ToolCallError):
+                text += f" (tool {exc.tool_name!r})"
+            return CodeRunResult(error=CodeRunError(kind="exception", message=text))
         return CodeRunResult() if outcome is None else outcome
+
+
+class ToolCallError(Exception):
+    """What a :class:`FakeCodeRuntime` program's failed tool call raises, as a real program's does."""
+
+    def __init__(self, tool_name: str, message: str) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+
+
+class _ProgramBinding:
+    """A binding as a program sees it: a failed call raises :class:`ToolCallError`."""
+
+    __slots__ = ("_binding", "_name")
+
+    def __init__(self, name: str, binding: Callable[[Any], Awaitable[Any]]) -> None:
+        self._name = name
+        self._binding = binding
+
+    async def __call__(self, args: Any) -> Any:
+        try:
+            return await self._binding(args)
+        except Exception as exc:
+            raise ToolCallError(self._name, str(exc) or type(exc).__name__) from None
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._binding, attribute)  # completes_at_once(), __name__

@@ -314,8 +314,11 @@ async def test_a_rewritten_call_counts_once(autojump_clock: trio.testing.MockClo
     [
         ("./a//b/./c", "a/b/c"),
         ("a/b", "a/b"),
-        ("/abs//x/", "/abs/x"),
+        ("/abs//x/", "/abs/x/"),  # a trailing slash names a directory: it stays
+        ("dir/", "dir/"),
+        ("", ""),  # an empty path is the tool's to refuse, never the workspace root
         ("./", "."),
+        ("/", "/"),
         ("../up/./x", "../up/x"),  # ".." is the workspace guard's business, never dropped here
         ("a/../b", "a/../b"),
     ],
@@ -337,6 +340,14 @@ async def test_an_untidy_path_is_rewritten_and_the_guard_judges_the_result(tmp_p
     assert "../../etc/passwd" in outside.error.message  # the guard saw the rewritten path
 
 
+async def test_tidy_paths_tidies_each_path_of_a_list() -> None:
+    runtime = make_runtime(json_tool("cat", parameters={"paths": {"type": "array", "items": {"type": "string"}}}))
+    tidy_paths.dsh_setup(runtime, {})
+    ok = await runtime.execute(make_input("cat", {"paths": ["./a//b", "c", "d/./e/"]}))
+    assert value(ok) == {"paths": ["a/b", "c", "d/e/"]}
+    assert len(ok.additional_contexts) == 1
+
+
 async def test_tidy_paths_leaves_tidy_and_refused_calls_alone() -> None:
     class DenyAll:
         @hookimpl
@@ -346,6 +357,7 @@ async def test_tidy_paths_leaves_tidy_and_refused_calls_alone() -> None:
     runtime = make_runtime(json_tool("read", parameters={"path": {"type": "string", "required": True}}))
     tidy_paths.dsh_setup(runtime, {})
     assert (await runtime.execute(make_input("read", {"path": "a/b"}))).additional_contexts == ()
+    assert (await runtime.execute(make_input("read", {"path": ""}))).additional_contexts == ()
     denied_runtime = make_runtime(json_tool("read"), plugins=[DenyAll()])
     tidy_paths.dsh_setup(denied_runtime, {})
     denied = await denied_runtime.execute(make_input("read", {"path": "./a"}))
@@ -583,3 +595,14 @@ def test_undo_a_turn_reverts_what_it_can_and_keeps_a_hand_edit(tmp_path: Path) -
     assert (tmp_path / "notes.md").read_text() == "a draft of the notes\n"
     assert not (tmp_path / "plan.md").exists()
     assert "added by hand" in (tmp_path / "todo.md").read_text()
+
+
+def test_the_examples_use_only_the_public_api() -> None:
+    # They show third-party use from the outside: a private module is not theirs to import.
+    private = re.compile(r"^\s*(?:from|import)\s+dsh_core\._", re.MULTILINE)
+    offenders = [
+        str(path.relative_to(EXAMPLES))
+        for path in sorted(EXAMPLES.rglob("*.py"))
+        if private.search(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []

@@ -38,7 +38,7 @@ def test_the_generated_plugin_passes_its_own_tests(tmp_path: Path) -> None:
         timeout=120,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "4 passed" in run.stdout
+    assert "5 passed" in run.stdout
 
 
 async def test_the_generated_plugin_loads_through_its_entry_point(
@@ -76,6 +76,15 @@ def test_nothing_is_overwritten(tmp_path: Path) -> None:
 def test_a_name_that_cannot_be_an_entry_point_is_refused(tmp_path: Path, name: str) -> None:
     result = CliRunner().invoke(cli, ["new-plugin", str(tmp_path / "x"), "--name", name])
     assert result.exit_code == 2 and "a plugin name is lowercase letters and digits" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_name_whose_tool_name_would_be_too_long_is_refused(tmp_path: Path) -> None:
+    longest = "a" * 53  # a_word_count-style tool names stop at 64 characters
+    assert "_word_count" in plugin_files(longest)[f"dsh_{longest}/__init__.py"]
+    result = CliRunner().invoke(cli, ["new-plugin", str(tmp_path / "x"), "--name", longest + "b"])
+    assert result.exit_code == 2, result.output
+    assert "a plugin name is at most 53 characters" in result.output and "got 54" in result.output
     assert not (tmp_path / "x").exists()
 
 

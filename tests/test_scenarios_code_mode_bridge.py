@@ -466,10 +466,11 @@ async def test_runtime_raising_after_starting_a_binding_drains_it_first() -> Non
 async def test_raising_backend_fails_run_code_with_its_own_message() -> None:
     """S210: a backend that raises fails run_code as a plain failure carrying the backend's message."""
 
-    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
-        raise RuntimeError("backend exploded")
+    class ExplodingBackend(FakeCodeRuntime):
+        async def run(self, program: str, bindings: Mapping[str, Any], **names: str) -> CodeRunResult:
+            raise RuntimeError("backend exploded")
 
-    runtime, _, _ = setup(program)
+    runtime = ToolRuntime(mode="code", code_runtime=ExplodingBackend())
     result = await runtime.execute(run_code())
     assert isinstance(result, ToolExecutionFailure), result
     assert result.error.message == "backend exploded"

@@ -1,11 +1,23 @@
-"""``dsh_core.testing``'s result helpers, which plugin authors use in their own tests."""
+"""``dsh_core.testing``: the helpers plugin authors use in their own tests."""
 
 from __future__ import annotations
 
+import types
+from typing import Any
+
 import pytest
 
-from dsh_core import ToolExecutionFailure, ToolExecutionSuccess
-from dsh_core.testing import expect_failure, expect_success, json_tool, make_input, make_runtime
+from dsh_core import Deny, ToolExecution, ToolExecutionFailure, ToolExecutionSuccess, ToolRuntime, hookimpl
+from dsh_core.code_mode import CodeRunResult
+from dsh_core.testing import (
+    FakeCodeRuntime,
+    ToolCallError,
+    expect_failure,
+    expect_success,
+    json_tool,
+    make_input,
+    make_runtime,
+)
 
 
 async def test_expect_success_and_failure_return_the_result_typed() -> None:
@@ -23,3 +35,85 @@ async def test_expect_success_and_failure_return_the_result_typed() -> None:
         expect_success(failed)
     with pytest.raises(AssertionError, match="expected a success, got None"):
         expect_success(None)
+
+
+def _module_plugin(blocked: list[str]) -> types.ModuleType:
+    """An entry-point-shaped plugin: a module whose dsh_setup registers a fresh policy."""
+
+    class BlockNamed:
+        def __init__(self, names: list[str]) -> None:
+            self.names = names
+
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Any) -> Any:
+            if execution.name in self.names:
+                return Deny(reason="blocked by the module plugin")
+            return await next()
+
+    module = types.ModuleType("block_named")
+
+    @hookimpl
+    def dsh_setup(runtime: Any, config: dict[str, Any]) -> None:
+        unknown = set(config) - {"names"}
+        if unknown:
+            raise ValueError(f"unknown keys {sorted(unknown)}")
+        runtime.plugins.register(BlockNamed(config.get("names", blocked)))
+
+    module.dsh_setup = dsh_setup  # type: ignore[attr-defined]
+    return module
+
+
+async def test_make_runtime_sets_up_a_plugin_that_has_its_own_dsh_setup() -> None:
+    # Registering the module alone left its policy off: every call was allowed.
+    runtime = make_runtime(json_tool("rm"), json_tool("ls"), plugins=[_module_plugin(["rm"])])
+    assert expect_failure(await runtime.execute(make_input("rm"))).code == "DENIED"
+    assert expect_success(await runtime.execute(make_input("ls"))).value == {}
+    configured = make_runtime(json_tool("rm"), json_tool("ls"), plugins=[(_module_plugin(["rm"]), {"names": ["ls"]})])
+    assert expect_success(await configured.execute(make_input("rm"))).value == {}
+    assert expect_failure(await configured.execute(make_input("ls"))).code == "DENIED"
+
+
+def test_make_runtime_raises_what_dsh_setup_raises_and_checks_the_table() -> None:
+    with pytest.raises(ValueError, match=r"unknown keys \['nmes'\]"):
+        make_runtime(plugins=[(_module_plugin([]), {"nmes": ["x"]})])
+    with pytest.raises(TypeError, match="takes a mapping table, got list"):
+        make_runtime(plugins=[(_module_plugin([]), ["x"])])  # type: ignore[list-item]
+
+
+def _code_mode(program: Any) -> ToolRuntime:
+    async def refuse(args: Any) -> Any:
+        raise RuntimeError(f"{args['path']} is not allowed")
+
+    return make_runtime(json_tool("delete", refuse), mode="code", code_runtime=FakeCodeRuntime(program))
+
+
+async def test_fake_code_runtime_fails_the_run_when_the_program_raises() -> None:
+    # An escaping error is the program's failure, as in a real run: CODE_RUN_FAILED, not TOOL_ERROR.
+    async def escapes(tools: Any) -> CodeRunResult:
+        await tools["delete"]({"path": "/x"})
+        return CodeRunResult()
+
+    failed = expect_failure(await _code_mode(escapes).execute(make_input("run_code", {"code": "", "description": "d"})))
+    assert failed.code == "CODE_RUN_FAILED"
+    assert failed.error.message == "code run failed (exception): ToolCallError: /x is not allowed (tool 'delete')"
+
+    async def raises(tools: Any) -> CodeRunResult:
+        raise ValueError("bug in the program")
+
+    failed = expect_failure(await _code_mode(raises).execute(make_input("run_code", {"code": "", "description": "d"})))
+    assert (failed.code, failed.error.message) == (
+        "CODE_RUN_FAILED",
+        "code run failed (exception): ValueError: bug in the program",
+    )
+
+
+async def test_fake_code_runtime_program_catches_tool_call_error() -> None:
+    async def catches(tools: Any) -> CodeRunResult:
+        try:
+            await tools["delete"]({"path": "/y"})
+        except ToolCallError as exc:
+            return CodeRunResult(value=[exc.tool_name, str(exc)], has_value=True)
+        return CodeRunResult()
+
+    done = expect_success(await _code_mode(catches).execute(make_input("run_code", {"code": "", "description": "d"})))
+    assert done.value == {"logs": (), "result": ("delete", "/y is not allowed")}

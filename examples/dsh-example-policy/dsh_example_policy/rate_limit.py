@@ -27,8 +27,7 @@ from typing import Any
 import attrs
 import trio
 
-from dsh_core import Deny, PreToolDecision, ToolExecution, ToolExecutionToken, ToolRuntime, hookimpl
-from dsh_core._config import structure_table
+from dsh_core import Deny, PreToolDecision, ToolExecution, ToolExecutionToken, ToolRuntime, hookimpl, structure_table
 
 __all__ = ["RateLimitSettings", "RateLimiter", "dsh_setup"]
 

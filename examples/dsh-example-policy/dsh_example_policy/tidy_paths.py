@@ -1,8 +1,8 @@
 """``tidy-paths``: rewrite untidy relative paths (``./a//b/./c`` becomes ``a/b/c``) before a call runs.
 
 No configuration. Every string under a top-level path-like argument (the keys
-of :data:`~dsh_example_policy.workspace.DEFAULT_PATH_KEYS`) loses its ``./``
-segments and repeated slashes. ``..`` segments are kept: removing them could
+of :data:`~dsh_example_policy.workspace.DEFAULT_PATH_KEYS`), or in a list
+there, loses its ``./`` segments and repeated slashes. ``..`` segments are kept: removing them could
 change which file a path names once symlinks are involved, and judging them is
 the workspace guard's job.
 
@@ -31,13 +31,30 @@ _REPEATED_SLASHES = re.compile(r"/{2,}")
 
 
 def tidy(path: str) -> str:
-    """``path`` without ``.`` segments or repeated slashes; absolute stays absolute, ``..`` stays."""
+    """``path`` without ``.`` segments or repeated slashes.
+
+    Absolute stays absolute, ``..`` and a trailing slash (a directory) stay, and
+    an empty path stays empty: it is the tool's to refuse, not the workspace root.
+    """
+    if not path:
+        return path
     absolute = path.startswith("/")
     parts = [part for part in _REPEATED_SLASHES.sub("/", path).split("/") if part not in ("", ".")]
     tidied = "/".join(parts)
-    if absolute:
-        return "/" + tidied
-    return tidied or "."
+    if not tidied:
+        return "/" if absolute else "."
+    if path.endswith("/"):
+        tidied += "/"
+    return "/" + tidied if absolute else tidied
+
+
+def _tidied(value: object) -> object:
+    """``value`` tidied if it is a path or a list of them, else ``value`` itself."""
+    if isinstance(value, str):
+        return tidy(value)
+    if isinstance(value, (list, tuple)):
+        return [tidy(item) if isinstance(item, str) else item for item in value]
+    return value
 
 
 class TidyPaths:
@@ -54,8 +71,9 @@ class TidyPaths:
         changed: dict[str, Any] = {}
         for key in DEFAULT_PATH_KEYS:
             value = arguments.get(key)
-            if isinstance(value, str) and tidy(value) != value:
-                changed[key] = tidy(value)
+            tidied = _tidied(value)
+            if tidied != (list(value) if isinstance(value, tuple) else value):
+                changed[key] = tidied
         if not changed:
             return decision
         shown = ", ".join(f"{key} {arguments[key]!r} -> {value!r}" for key, value in changed.items())
