@@ -935,15 +935,19 @@ async def test_deferred_contexts_survive_a_failing_body() -> None:
     assert [c.content[0].text for c in result.additional_contexts] == ["kept"]  # type: ignore[union-attr]
 
 
-async def test_block_discards_deferred_contexts_and_keeps_its_own() -> None:
+@pytest.mark.parametrize("body_fails", [False, True])
+async def test_block_discards_deferred_contexts_and_keeps_its_own(body_fails: bool) -> None:
     async def body(args: Any, run: ToolRunContext) -> None:
         run.defer_context(ctx("dropped"))
+        if body_fails:
+            raise RuntimeError("the body failed after deferring")
 
     runtime = make_runtime(
         json_tool("t", body, output={"type": "null"}),
         plugins=[Post(lambda r: Block(feedback=[TextBlock("no")], additional_contexts=[ctx("own")]))],
     )
     result = await runtime.execute(make_input("t"))
+    assert result.is_error
     assert [c.content[0].text for c in result.additional_contexts] == ["own"]  # type: ignore[union-attr]
 
 

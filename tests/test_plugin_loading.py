@@ -794,6 +794,10 @@ def test_every_first_party_plugin_loads_through_its_entry_point_at_once(tmp_path
         assert runtime.plugins.get_plugin(name) is not None, name
     assert "grep" not in [schema.name for schema in runtime.schemas()]
     assert "search_tools" in runtime.names()
+    # The catalogue a model is shown: every tool harvested has an object at its parameters' root.
+    catalogue = runtime.schemas()
+    assert len(catalogue) >= 7  # files, shell, spill and tool_search (grep deferred)
+    assert [s.name for s in catalogue if s.parameters.get("type") != "object"] == []
 
 
 def test_a_taken_plugin_name_is_reported_readably() -> None:

@@ -34,12 +34,19 @@ def _rows(text: str) -> list[tuple[int, str, str]]:
 
 @functools.cache
 def _test_names(path: Path) -> frozenset[str]:
+    """The tests pytest collects from ``path``: module-level ``test_*`` functions and ``Test*`` class methods.
+
+    (A nested ``test_*`` helper or a method of another class is never collected, so it covers nothing.)
+    """
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return frozenset(
-        node.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
-    )
+    functions = ast.FunctionDef | ast.AsyncFunctionDef
+    names = {node.name for node in tree.body if isinstance(node, functions) and node.name.startswith("test_")}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            names.update(
+                item.name for item in node.body if isinstance(item, functions) and item.name.startswith("test_")
+            )
+    return frozenset(names)
 
 
 def _problems(rows: Iterable[tuple[int, str, str]], entries: int = ENTRIES) -> list[str]:
@@ -91,3 +98,16 @@ def test_the_checks_catch_a_stale_map() -> None:
         "S4: fixed needs a note saying how",
         "S5: unknown status 'done'",
     ]
+
+
+def test_only_collected_tests_count(tmp_path: Path) -> None:
+    source = tmp_path / "test_sample.py"
+    source.write_text(
+        "def test_top(): pass\n"
+        "async def test_async_top(): pass\n"
+        "class TestGroup:\n    def test_method(self): pass\n"
+        "class Helper:\n    def test_not_collected_method(self): pass\n"
+        "def helper():\n    def test_nested(): pass\n",
+        encoding="utf-8",
+    )
+    assert _test_names(source) == {"test_top", "test_async_top", "test_method"}
