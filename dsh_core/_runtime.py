@@ -109,7 +109,7 @@ class ToolRuntime:
         trace_decisions: bool = False,
         event_sink: Callable[[str, Mapping[str, Any]], None] | None = None,
     ) -> None:
-        from ._waterfall import DshPluginManager, HookChains
+        from ._waterfall import DshPluginManager, HookChains, add_missing_hookspecs
 
         if plugins is None:
             plugins = DshPluginManager()
@@ -117,8 +117,8 @@ class ToolRuntime:
             raise TypeError(f"plugins must be a pluggy.PluginManager, got {type(plugins).__name__}")
         elif plugins.project_name != hookspecs.PROJECT_NAME:
             raise ValueError(f'plugins must be a PluginManager("{hookspecs.PROJECT_NAME}"), got "{plugins.project_name}"')
-        elif not hasattr(plugins.hook, "dsh_pre_execute"):
-            plugins.add_hookspecs(hookspecs)
+        else:
+            add_missing_hookspecs(plugins)
         if approval is not None and not isinstance(approval, ApprovalService):
             raise TypeError(
                 f"approval must be an ApprovalService (an object with an async request method), "

@@ -23,12 +23,22 @@ from ._errors import PolicyError
 from ._execution import ScopeKey, scope_chain
 from ._suspension import can_suspend, suspends_beyond_next
 
-__all__ = ["CallHooks", "Chain", "DshPluginManager", "HookChains", "Listener", "is_fatal", "unknown_hooks"]
+__all__ = [
+    "CallHooks",
+    "Chain",
+    "DshPluginManager",
+    "HookChains",
+    "Listener",
+    "add_missing_hookspecs",
+    "is_fatal",
+    "unknown_hooks",
+]
 
 _FATAL = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
 
 WATERFALLS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_code_dispatch_log")
 _PIPELINE_HOOKS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_result")
+SPEC_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("dsh_"))
 
 
 def is_fatal(exc: BaseException) -> bool:
@@ -85,13 +95,32 @@ class DshPluginManager(pluggy.PluginManager):
         self.dsh_version += 1
 
 
+def add_missing_hookspecs(pm: pluggy.PluginManager) -> None:
+    """Give ``pm`` every dsh hookspec it does not have yet.
+
+    Asking whether ``pm.hook`` has an attribute is not enough: registering a
+    hookimpl before its spec makes pluggy create a spec-less caller for it.
+    pluggy attaches a spec added later to such a caller (and validates the
+    hookimpls it holds against it).
+    """
+    missing = [name for name in SPEC_NAMES if not _has_spec(pm, name)]
+    if len(missing) == len(SPEC_NAMES):
+        pm.add_hookspecs(hookspecs)
+    elif missing:
+        pm.add_hookspecs(type("MissingDshHookspecs", (), {name: getattr(hookspecs, name) for name in missing}))
+
+
+def _has_spec(pm: pluggy.PluginManager, hook_name: str) -> bool:
+    caller = getattr(pm.hook, hook_name, None)
+    return caller is not None and caller.has_spec()
+
+
 def unknown_hooks(pm: pluggy.PluginManager, plugin: object | None = None) -> list[tuple[object, str]]:
     """Every hookimpl (of ``plugin``, when given) of a hook that has no spec, as ``(plugin, message)``.
 
     What ``pm.check_pending()`` checks, but listing all offenders instead of
     raising for the first; ``optionalhook=True`` impls are exempt.
     """
-    spec_names = [name for name in dir(hookspecs) if name.startswith("dsh_")]
     found: list[tuple[object, str]] = []
     for hook_name in list(vars(pm.hook)):
         if hook_name.startswith("_"):
@@ -102,7 +131,7 @@ def unknown_hooks(pm: pluggy.PluginManager, plugin: object | None = None) -> lis
         for impl in caller.get_hookimpls():
             if impl.optionalhook or (plugin is not None and impl.plugin is not plugin):
                 continue
-            hint = difflib.get_close_matches(hook_name, spec_names, n=1)
+            hint = difflib.get_close_matches(hook_name, SPEC_NAMES, n=1)
             found.append(
                 (impl.plugin, f'unknown hook "{hook_name}"' + (f' (did you mean "{hint[0]}"?)' if hint else ""))
             )
