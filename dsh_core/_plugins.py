@@ -21,16 +21,18 @@ on every machine:
    only ``KeyboardInterrupt`` propagates;
 3. ``runtime.plugins.register(obj, name=ep.name)`` (stage ``"register"``);
    pluggy validates every hookimpl first, and the runtime's plugin manager
-   refuses a hookimpl of a hook that does not exist (a typo such as
-   ``dsh_pre_exec``), so a refused plugin leaves nothing;
+   refuses a hookimpl it would never run (of a hook that does not exist, a
+   typo such as ``dsh_pre_exec``; a pluggy wrapper; an ``async def
+   dsh_tools_change``), so a refused plugin leaves nothing;
 4. the plugin's *own* ``dsh_setup(runtime, config)`` hookimpl, if it has one
    (stage ``"setup"``), with a fresh ``dict`` copy of its
    ``[plugins.<name>]`` table (``{}`` when there is none). If it raises, the
    plugin is rolled back: see *Rollback* below;
-5. once all are loaded, every loaded plugin is checked for hookimpls of hooks
-   that do not exist (what pluggy's ``check_pending`` finds, stage
-   ``"validate"``; only a plain pluggy ``PluginManager`` given to the runtime
-   lets one get this far). The offender is rolled back.
+5. once all are loaded, every loaded plugin is checked for the hookimpls
+   step 3 refuses (hooks that do not exist are what pluggy's
+   ``check_pending`` finds; stage ``"validate"``; only a plain pluggy
+   ``PluginManager`` given to the runtime lets one get this far). The
+   offender is rolled back.
 
 **Two plugin shapes.** A *stateless* plugin is a module whose functions are
 marked with ``@dsh_core.hookimpl``. A plugin with *state* (per-runtime
@@ -93,7 +95,7 @@ from ._config import DshConfig
 from ._definition import ToolDefinition
 from ._errors import ConfigError, RegistrationError
 from ._registry import Disposer, ToolGuard
-from ._waterfall import unknown_hooks
+from ._waterfall import registration_problems, unknown_hooks
 
 if TYPE_CHECKING:
     from ._execution import ScopeKey
@@ -454,9 +456,9 @@ class _Loader:
     # -- after all entry points -----------------------------------------------------
 
     def validate(self) -> None:
-        """Roll back loaded plugins that implement hooks with no spec (pluggy's check_pending)."""
+        """Roll back loaded plugins with hookimpls the runtime would never run (see ``registration_problems``)."""
         problems: dict[int, list[str]] = {}
-        for plugin, message in unknown_hooks(self.pm):
+        for plugin, message in registration_problems(self.pm):
             problems.setdefault(id(plugin), []).append(message)
         if not problems:
             return

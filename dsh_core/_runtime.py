@@ -86,8 +86,11 @@ class ToolRuntime:
     """The tool registry and execution pipeline of one host.
 
     ``plugins`` is the pluggy ``PluginManager`` the pipeline's hooks come from
-    (a fresh one with the dsh hookspecs when omitted; register hookimpl objects
-    with ``runtime.plugins.register(obj)``). ``approval`` answers ``Ask``
+    (a fresh ``DshPluginManager`` when omitted; register hookimpl objects with
+    ``runtime.plugins.register(obj)``). A host's own ``PluginManager("dsh")``
+    is given the dsh hookspecs it lacks; it refuses nothing at ``register()``,
+    so a hookimpl the runtime would never run (a misspelt hook, a wrapper)
+    fails every call ``POLICY_ERROR`` naming its plugin instead. ``approval`` answers ``Ask``
     decisions; without it they deny. ``mode`` is the deployment-wide
     presentation (``"native"``, ``"code"`` or ``"both"``); Code Mode also needs
     ``code_runtime`` (see :mod:`dsh_core.code_mode`), whose sub-calls overlap up

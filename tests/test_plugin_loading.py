@@ -322,6 +322,46 @@ def test_with_a_plain_pluggy_manager_an_unknown_hook_is_caught_at_validation(dis
     assert runtime.get("typo_tool") is None
 
 
+SHAPES_MODULE = """
+from dsh_core import hookimpl
+
+@hookimpl(wrapper=True)
+def dsh_result(execution, result):
+    return (yield)
+
+@hookimpl
+async def dsh_tools_change():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("manager", "stage", "error"),
+    [
+        (None, "register", 'PluginValidationError: dsh_result of plugin "shapes" is a pluggy wrapper (wrapper=True), '
+                           "which the runtime never runs on dsh_result: write a plain hookimpl; dsh_tools_change of "
+                           'plugin "shapes" is an async def, but dsh_tools_change is called synchronously and its '
+                           "coroutine would never run: make it a plain def"),
+        (pluggy.PluginManager, "validate", 'dsh_result of plugin "shapes" is a pluggy wrapper (wrapper=True), which '
+                                           "the runtime never runs on dsh_result: write a plain hookimpl; "
+                                           'dsh_tools_change of plugin "shapes" is an async def, but dsh_tools_change '
+                                           "is called synchronously and its coroutine would never run: make it a "
+                                           "plain def"),
+    ],
+    ids=["runtime-manager", "plain-pluggy-manager"],
+)  # fmt: skip
+def test_a_plugin_with_hookimpls_the_runtime_never_runs_fails_and_leaves_nothing(
+    dists: Dists, manager: Any, stage: str, error: str
+) -> None:
+    dists.module("shapes", SHAPES_MODULE)
+    dists.dist("dsh-shapes", {"shapes": "{p}shapes"})
+    runtime, report = dists.load(ToolRuntime(plugins=manager("dsh")) if manager else None)
+    assert report.loaded == ()
+    (failed,) = report.failed
+    assert (failed.name, failed.stage, failed.error) == ("shapes", stage, error)
+    assert not runtime.plugins.has_plugin("shapes")
+
+
 def test_unknown_hook_in_a_setup_registered_instance_rolls_back_its_owner(dists: Dists) -> None:
     dists.module(
         "owner",
