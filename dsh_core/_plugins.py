@@ -23,7 +23,9 @@ on every machine:
    pluggy validates every hookimpl first, and the runtime's plugin manager
    refuses a hookimpl it would never run (of a hook that does not exist, a
    typo such as ``dsh_pre_exec``; a pluggy wrapper; an ``async def
-   dsh_tools_change``), so a refused plugin leaves nothing;
+   dsh_tools_change``), so a refused plugin leaves nothing. A plugin with no
+   hookimpls at all could do nothing and fails too (a module whose hookimpls
+   are methods of a class is one: its entry point should name the class);
 4. the plugin's *own* ``dsh_setup(runtime, config)`` hookimpl, if it has one
    (stage ``"setup"``), with a fresh ``dict`` copy of its
    ``[plugins.<name>]`` table (``{}`` when there is none). If it raises, the
@@ -388,6 +390,11 @@ class _Loader:
         if registered is None:  # blocked between the check and now
             self.disabled.append(ep.name)
             return
+        if not self.pm.get_hookcallers(plugin):
+            # It could neither set anything up nor decide anything: loaded "ok", a policy would be silently off.
+            self.pm.unregister(plugin)
+            self.fail(ep, "register", self.inert(ep, plugin))
+            return
 
         owned = _Ownership(ep.name, plugin, capabilities)
         try:
@@ -407,6 +414,35 @@ class _Loader:
             self.fail(ep, "setup", f"dsh_setup failed: {_one_line(exc)}", exc)
             return
         self.loaded.append((ep, owned))
+
+    def inert(self, ep: importlib.metadata.EntryPoint, plugin: object) -> str:
+        """Why a plugin without hookimpls failed, naming the classes to point at when its module has some.
+
+        pluggy looks at the registered object's own attributes only, so a
+        module whose hookimpls are methods of a class registers as nothing.
+        """
+        message = f"{ep.value} has no hookimpls, so it could do nothing"
+        if not inspect.ismodule(plugin):
+            return message
+        classes = [
+            name
+            for name, value in vars(plugin).items()
+            if isinstance(value, type) and value.__module__ == plugin.__name__ and self.has_hookimpls(value)
+        ]
+        if not classes:
+            return message
+        its = f"its class {classes[0]} has some" if len(classes) == 1 else f"its classes {', '.join(classes)} have some"
+        targets = " or ".join(f'"{ep.value}:{name}"' for name in classes)
+        return f"{message}; {its}: point the entry point at {targets} (a class is instantiated with no arguments)"
+
+    def has_hookimpls(self, cls: type) -> bool:
+        for name in dir(cls):
+            try:
+                if self.pm.parse_hookimpl_opts(cls, name) is not None:
+                    return True
+            except Exception:  # an attribute that raises when read is no hookimpl
+                continue
+        return False
 
     def setup(self, plugin: object, table: dict[str, Any]) -> None:
         run_own_setup(self.runtime, plugin, table)

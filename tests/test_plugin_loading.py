@@ -205,6 +205,48 @@ def test_class_entry_point_is_instantiated(dists: Dists) -> None:
     assert isinstance(plugin, sys.modules[dists.prefix + "cls"].Observer)
 
 
+CLASS_ONLY_MODULE = """
+from dsh_core import Deny, hookimpl
+
+class NoDeletes:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        return Deny("no deletes") if execution.name.startswith("delete") else await next()
+
+class Helper:
+    def dsh_result(self, execution, result):
+        pass
+"""
+
+
+async def test_a_module_whose_hookimpls_are_in_a_class_fails_and_names_the_class(dists: Dists) -> None:
+    """pluggy scans the module's attributes only: registered as it is, the policy would never run."""
+    dists.module("policy", CLASS_ONLY_MODULE)
+    dists.dist("dsh-policy", {"no-deletes": "{p}policy"})
+    runtime, report = dists.load(make_runtime(json_tool("delete_all")))
+    assert report.loaded == ()
+    (failed,) = report.failed
+    assert (failed.name, failed.stage) == ("no-deletes", "register")
+    assert failed.error == (
+        f"{dists.prefix}policy has no hookimpls, so it could do nothing; its class NoDeletes has some: "
+        f'point the entry point at "{dists.prefix}policy:NoDeletes" (a class is instantiated with no arguments)'
+    )
+    assert not runtime.plugins.has_plugin("no-deletes")
+    assert not (await runtime.execute(make_input("delete_all"))).is_error  # nothing half-loaded either way
+
+
+def test_an_entry_point_with_no_hookimpls_at_all_fails(dists: Dists) -> None:
+    dists.module("inert", "from dsh_core import hookimpl\n\nVALUE = 1\n")
+    dists.dist("dsh-inert", {"inert": "{p}inert", "inert-object": "{p}inert:VALUE"})
+    runtime, report = dists.load()
+    assert report.loaded == ()
+    assert [(failed.name, failed.stage, failed.error) for failed in report.failed] == [
+        ("inert", "register", f"{dists.prefix}inert has no hookimpls, so it could do nothing"),
+        ("inert-object", "register", f"{dists.prefix}inert:VALUE has no hookimpls, so it could do nothing"),
+    ]
+    assert runtime.plugins.get_plugins() == set()
+
+
 def test_class_needing_arguments_is_rejected_clearly(dists: Dists) -> None:
     dists.module(
         "needy",
