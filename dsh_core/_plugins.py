@@ -573,6 +573,11 @@ def load_plugins(
     what loaded. Before running calls, a host should refuse to go on while
     :attr:`PluginReport.config_failures` is not empty (the ``dsh-tools``
     commands that run calls do), since a configured policy would be missing.
+
+    A runtime's plugins are loaded once: ``RuntimeError`` (before anything is
+    loaded) when ``entry_points`` (or discovery) names a plugin that an earlier
+    call loaded into this runtime and that is still registered. A later call
+    may load others.
     """
     from ._runtime import ToolRuntime
 
@@ -587,6 +592,13 @@ def load_plugins(
         if not isinstance(point, importlib.metadata.EntryPoint):
             raise TypeError(f"entry_points holds importlib.metadata.EntryPoint items, got {type(point).__name__} "
                             f"at position {position}")  # fmt: skip
+    # Loaded again, each would fail as "already registered by the host" and the host would refuse to start.
+    again = [name for name in dict.fromkeys(point.name for point in points) if _loaded_before(runtime, name)]
+    if again:
+        raise RuntimeError(
+            f"plugins were already loaded into this runtime by an earlier load_plugins() call: {', '.join(again)}; "
+            "load a runtime's plugins once (entry_points= loads others)"
+        )
     loader = _Loader(runtime, config if config is not None else DshConfig())
     seen: dict[str, importlib.metadata.EntryPoint] = {}
     for ep in points:
@@ -595,4 +607,13 @@ def load_plugins(
     # The loaded plugins are clean now; a remaining offender belongs to the host.
     with suppress(pluggy.PluginValidationError):
         runtime.plugins.check_pending()
-    return loader.report()
+    report = loader.report()
+    for loaded in report.loaded:
+        runtime._entry_point_plugins[loaded.name] = runtime.plugins.get_plugin(loaded.name)
+    return report
+
+
+def _loaded_before(runtime: ToolRuntime, name: str) -> bool:
+    """Whether an earlier ``load_plugins`` registered the plugin that still holds ``name``."""
+    plugin = runtime.plugins.get_plugin(name)
+    return plugin is not None and runtime._entry_point_plugins.get(name) is plugin

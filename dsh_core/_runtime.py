@@ -145,6 +145,8 @@ class ToolRuntime:
         self._chains = HookChains(plugins)
         # Innermost last: a plugin's setup may load plugins of its own.
         self._recorders: list[RegistrationRecorder] = []
+        # Entry-point name -> the plugin object load_plugins registered under it, to refuse loading it twice.
+        self._entry_point_plugins: dict[str, object] = {}
         if code_runtime is not None or mode != "native":
             self._install_code_mode()
 

@@ -789,6 +789,33 @@ def test_name_taken_by_an_earlier_plugins_setup(dists: Dists) -> None:
     assert dists.prefix + "victim" not in sys.modules
 
 
+def test_loading_the_same_plugins_into_a_runtime_again_is_an_error(dists: Dists) -> None:
+    """A second call would report every plugin "already registered by the host" and refuse to start."""
+    dists.module("good", GOOD_MODULE)
+    dists.dist("dsh-good", {"good": "{p}good"})
+    runtime, first = dists.load()
+    assert first.ok
+    with pytest.raises(RuntimeError) as raised:
+        dists.load(runtime)
+    assert str(raised.value) == (
+        "plugins were already loaded into this runtime by an earlier load_plugins() call: good; "
+        "load a runtime's plugins once (entry_points= loads others)"
+    )
+    assert runtime.plugins.has_plugin("good") and runtime.names() == ["echo"]
+
+
+def test_other_plugins_may_be_loaded_into_a_runtime_later(dists: Dists) -> None:
+    dists.module("good", GOOD_MODULE)
+    dists.module("observer", "from dsh_core import hookimpl\n\n@hookimpl\ndef dsh_result(execution, result):\n    pass\n")
+    runtime = ToolRuntime()
+    point = importlib.metadata.EntryPoint(name="good", value=dists.prefix + "good", group=dists.group)
+    assert load_plugins(runtime, dists.group, entry_points=[point]).ok
+    later = importlib.metadata.EntryPoint(name="observer", value=dists.prefix + "observer", group=dists.group)
+    assert [loaded.name for loaded in load_plugins(runtime, dists.group, entry_points=[later]).loaded] == ["observer"]
+    runtime.plugins.unregister(name="observer")  # the host took it out: loading it again is a fresh start
+    assert [loaded.name for loaded in load_plugins(runtime, dists.group, entry_points=[later]).loaded] == ["observer"]
+
+
 def test_no_entry_points_is_an_empty_ok_report(dists: Dists) -> None:
     _, report = dists.load()
     assert report == PluginReport()
