@@ -21,16 +21,20 @@ on every machine:
    only ``KeyboardInterrupt`` propagates;
 3. ``runtime.plugins.register(obj, name=ep.name)`` (stage ``"register"``);
    pluggy validates every hookimpl first, and the runtime's plugin manager
-   refuses a hookimpl of a hook that does not exist (a typo such as
-   ``dsh_pre_exec``), so a refused plugin leaves nothing;
+   refuses a hookimpl it would never run (of a hook that does not exist, a
+   typo such as ``dsh_pre_exec``; a pluggy wrapper; an ``async def
+   dsh_tools_change``), so a refused plugin leaves nothing. A plugin with no
+   hookimpls at all could do nothing and fails too (a module whose hookimpls
+   are methods of a class is one: its entry point should name the class);
 4. the plugin's *own* ``dsh_setup(runtime, config)`` hookimpl, if it has one
    (stage ``"setup"``), with a fresh ``dict`` copy of its
    ``[plugins.<name>]`` table (``{}`` when there is none). If it raises, the
    plugin is rolled back: see *Rollback* below;
-5. once all are loaded, every loaded plugin is checked for hookimpls of hooks
-   that do not exist (what pluggy's ``check_pending`` finds, stage
-   ``"validate"``; only a plain pluggy ``PluginManager`` given to the runtime
-   lets one get this far). The offender is rolled back.
+5. once all are loaded, every loaded plugin is checked for the hookimpls
+   step 3 refuses (hooks that do not exist are what pluggy's
+   ``check_pending`` finds; stage ``"validate"``; only a plain pluggy
+   ``PluginManager`` given to the runtime lets one get this far). The
+   offender is rolled back.
 
 **Two plugin shapes.** A *stateless* plugin is a module whose functions are
 marked with ``@dsh_core.hookimpl``. A plugin with *state* (per-runtime
@@ -93,7 +97,7 @@ from ._config import DshConfig
 from ._definition import ToolDefinition
 from ._errors import ConfigError, RegistrationError
 from ._registry import Disposer, ToolGuard
-from ._waterfall import unknown_hooks
+from ._waterfall import registration_problems, unknown_hooks
 
 if TYPE_CHECKING:
     from ._execution import ScopeKey
@@ -386,6 +390,11 @@ class _Loader:
         if registered is None:  # blocked between the check and now
             self.disabled.append(ep.name)
             return
+        if not self.pm.get_hookcallers(plugin):
+            # It could neither set anything up nor decide anything: loaded "ok", a policy would be silently off.
+            self.pm.unregister(plugin)
+            self.fail(ep, "register", self.inert(ep, plugin))
+            return
 
         owned = _Ownership(ep.name, plugin, capabilities)
         try:
@@ -405,6 +414,35 @@ class _Loader:
             self.fail(ep, "setup", f"dsh_setup failed: {_one_line(exc)}", exc)
             return
         self.loaded.append((ep, owned))
+
+    def inert(self, ep: importlib.metadata.EntryPoint, plugin: object) -> str:
+        """Why a plugin without hookimpls failed, naming the classes to point at when its module has some.
+
+        pluggy looks at the registered object's own attributes only, so a
+        module whose hookimpls are methods of a class registers as nothing.
+        """
+        message = f"{ep.value} has no hookimpls, so it could do nothing"
+        if not inspect.ismodule(plugin):
+            return message
+        classes = [
+            name
+            for name, value in vars(plugin).items()
+            if isinstance(value, type) and value.__module__ == plugin.__name__ and self.has_hookimpls(value)
+        ]
+        if not classes:
+            return message
+        its = f"its class {classes[0]} has some" if len(classes) == 1 else f"its classes {', '.join(classes)} have some"
+        targets = " or ".join(f'"{ep.value}:{name}"' for name in classes)
+        return f"{message}; {its}: point the entry point at {targets} (a class is instantiated with no arguments)"
+
+    def has_hookimpls(self, cls: type) -> bool:
+        for name in dir(cls):
+            try:
+                if self.pm.parse_hookimpl_opts(cls, name) is not None:
+                    return True
+            except Exception:  # an attribute that raises when read is no hookimpl
+                continue
+        return False
 
     def setup(self, plugin: object, table: dict[str, Any]) -> None:
         run_own_setup(self.runtime, plugin, table)
@@ -454,9 +492,9 @@ class _Loader:
     # -- after all entry points -----------------------------------------------------
 
     def validate(self) -> None:
-        """Roll back loaded plugins that implement hooks with no spec (pluggy's check_pending)."""
+        """Roll back loaded plugins with hookimpls the runtime would never run (see ``registration_problems``)."""
         problems: dict[int, list[str]] = {}
-        for plugin, message in unknown_hooks(self.pm):
+        for plugin, message in registration_problems(self.pm):
             problems.setdefault(id(plugin), []).append(message)
         if not problems:
             return
@@ -535,6 +573,11 @@ def load_plugins(
     what loaded. Before running calls, a host should refuse to go on while
     :attr:`PluginReport.config_failures` is not empty (the ``dsh-tools``
     commands that run calls do), since a configured policy would be missing.
+
+    A runtime's plugins are loaded once: ``RuntimeError`` (before anything is
+    loaded) when ``entry_points`` (or discovery) names a plugin that an earlier
+    call loaded into this runtime and that is still registered. A later call
+    may load others.
     """
     from ._runtime import ToolRuntime
 
@@ -549,6 +592,13 @@ def load_plugins(
         if not isinstance(point, importlib.metadata.EntryPoint):
             raise TypeError(f"entry_points holds importlib.metadata.EntryPoint items, got {type(point).__name__} "
                             f"at position {position}")  # fmt: skip
+    # Loaded again, each would fail as "already registered by the host" and the host would refuse to start.
+    again = [name for name in dict.fromkeys(point.name for point in points) if _loaded_before(runtime, name)]
+    if again:
+        raise RuntimeError(
+            f"plugins were already loaded into this runtime by an earlier load_plugins() call: {', '.join(again)}; "
+            "load a runtime's plugins once (entry_points= loads others)"
+        )
     loader = _Loader(runtime, config if config is not None else DshConfig())
     seen: dict[str, importlib.metadata.EntryPoint] = {}
     for ep in points:
@@ -557,4 +607,13 @@ def load_plugins(
     # The loaded plugins are clean now; a remaining offender belongs to the host.
     with suppress(pluggy.PluginValidationError):
         runtime.plugins.check_pending()
-    return loader.report()
+    report = loader.report()
+    for loaded in report.loaded:
+        runtime._entry_point_plugins[loaded.name] = runtime.plugins.get_plugin(loaded.name)
+    return report
+
+
+def _loaded_before(runtime: ToolRuntime, name: str) -> bool:
+    """Whether an earlier ``load_plugins`` registered the plugin that still holds ``name``."""
+    plugin = runtime.plugins.get_plugin(name)
+    return plugin is not None and runtime._entry_point_plugins.get(name) is plugin

@@ -86,8 +86,11 @@ class ToolRuntime:
     """The tool registry and execution pipeline of one host.
 
     ``plugins`` is the pluggy ``PluginManager`` the pipeline's hooks come from
-    (a fresh one with the dsh hookspecs when omitted; register hookimpl objects
-    with ``runtime.plugins.register(obj)``). ``approval`` answers ``Ask``
+    (a fresh ``DshPluginManager`` when omitted; register hookimpl objects with
+    ``runtime.plugins.register(obj)``). A host's own ``PluginManager("dsh")``
+    is given the dsh hookspecs it lacks; it refuses nothing at ``register()``,
+    so a hookimpl the runtime would never run (a misspelt hook, a wrapper)
+    fails every call ``POLICY_ERROR`` naming its plugin instead. ``approval`` answers ``Ask``
     decisions; without it they deny. ``mode`` is the deployment-wide
     presentation (``"native"``, ``"code"`` or ``"both"``); Code Mode also needs
     ``code_runtime`` (see :mod:`dsh_core.code_mode`), whose sub-calls overlap up
@@ -109,7 +112,7 @@ class ToolRuntime:
         trace_decisions: bool = False,
         event_sink: Callable[[str, Mapping[str, Any]], None] | None = None,
     ) -> None:
-        from ._waterfall import DshPluginManager, HookChains
+        from ._waterfall import DshPluginManager, HookChains, add_missing_hookspecs
 
         if plugins is None:
             plugins = DshPluginManager()
@@ -117,8 +120,8 @@ class ToolRuntime:
             raise TypeError(f"plugins must be a pluggy.PluginManager, got {type(plugins).__name__}")
         elif plugins.project_name != hookspecs.PROJECT_NAME:
             raise ValueError(f'plugins must be a PluginManager("{hookspecs.PROJECT_NAME}"), got "{plugins.project_name}"')
-        elif not hasattr(plugins.hook, "dsh_pre_execute"):
-            plugins.add_hookspecs(hookspecs)
+        else:
+            add_missing_hookspecs(plugins)
         if approval is not None and not isinstance(approval, ApprovalService):
             raise TypeError(
                 f"approval must be an ApprovalService (an object with an async request method), "
@@ -142,6 +145,8 @@ class ToolRuntime:
         self._chains = HookChains(plugins)
         # Innermost last: a plugin's setup may load plugins of its own.
         self._recorders: list[RegistrationRecorder] = []
+        # Entry-point name -> the plugin object load_plugins registered under it, to refuse loading it twice.
+        self._entry_point_plugins: dict[str, object] = {}
         if code_runtime is not None or mode != "native":
             self._install_code_mode()
 

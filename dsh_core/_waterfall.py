@@ -23,12 +23,27 @@ from ._errors import PolicyError
 from ._execution import ScopeKey, scope_chain
 from ._suspension import can_suspend, suspends_beyond_next
 
-__all__ = ["CallHooks", "Chain", "DshPluginManager", "HookChains", "Listener", "is_fatal", "unknown_hooks"]
+__all__ = [
+    "CallHooks",
+    "Chain",
+    "DshPluginManager",
+    "HookChains",
+    "Listener",
+    "add_missing_hookspecs",
+    "is_fatal",
+    "registration_problems",
+    "unknown_hooks",
+    "unsupported_hookimpls",
+]
 
 _FATAL = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
 
 WATERFALLS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_code_dispatch_log")
 _PIPELINE_HOOKS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_result")
+SPEC_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("dsh_"))
+# The one hook the runtime calls through pluggy: pluggy's wrappers run there and nowhere else,
+# and pluggy calls it synchronously, so a coroutine it got back would never run.
+_CALLED_BY_PLUGGY = ("dsh_tools_change",)
 
 
 def is_fatal(exc: BaseException) -> bool:
@@ -52,11 +67,12 @@ class DshPluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
-        """Register ``plugin``; refused (``PluginValidationError``) when a hookimpl names no dsh hook.
+        """Register ``plugin``; refused (``PluginValidationError``) when a hookimpl would never run.
 
         A misspelt hook (``dsh_pre_exec``) would otherwise never be called: a
         policy that silently does not apply. A hookimpl marked
-        ``optionalhook=True`` may name a hook that does not exist (yet).
+        ``optionalhook=True`` may name a hook that does not exist (yet). So are
+        the shapes the runtime never runs (see :func:`unsupported_hookimpls`).
         """
         holder = self.get_plugin(name) if name is not None else None
         if holder is not None:
@@ -69,7 +85,7 @@ class DshPluginManager(pluggy.PluginManager):
         result = super().register(plugin, name)
         self.dsh_version += 1
         if result is not None:
-            problems = [message for _, message in unknown_hooks(self, plugin)]
+            problems = [message for _, message in registration_problems(self, plugin)]
             if problems:
                 super().unregister(plugin)
                 raise pluggy.PluginValidationError(plugin, "; ".join(problems))
@@ -85,13 +101,32 @@ class DshPluginManager(pluggy.PluginManager):
         self.dsh_version += 1
 
 
+def add_missing_hookspecs(pm: pluggy.PluginManager) -> None:
+    """Give ``pm`` every dsh hookspec it does not have yet.
+
+    Asking whether ``pm.hook`` has an attribute is not enough: registering a
+    hookimpl before its spec makes pluggy create a spec-less caller for it.
+    pluggy attaches a spec added later to such a caller (and validates the
+    hookimpls it holds against it).
+    """
+    missing = [name for name in SPEC_NAMES if not _has_spec(pm, name)]
+    if len(missing) == len(SPEC_NAMES):
+        pm.add_hookspecs(hookspecs)
+    elif missing:
+        pm.add_hookspecs(type("MissingDshHookspecs", (), {name: getattr(hookspecs, name) for name in missing}))
+
+
+def _has_spec(pm: pluggy.PluginManager, hook_name: str) -> bool:
+    caller = getattr(pm.hook, hook_name, None)
+    return caller is not None and caller.has_spec()
+
+
 def unknown_hooks(pm: pluggy.PluginManager, plugin: object | None = None) -> list[tuple[object, str]]:
     """Every hookimpl (of ``plugin``, when given) of a hook that has no spec, as ``(plugin, message)``.
 
     What ``pm.check_pending()`` checks, but listing all offenders instead of
     raising for the first; ``optionalhook=True`` impls are exempt.
     """
-    spec_names = [name for name in dir(hookspecs) if name.startswith("dsh_")]
     found: list[tuple[object, str]] = []
     for hook_name in list(vars(pm.hook)):
         if hook_name.startswith("_"):
@@ -102,11 +137,66 @@ def unknown_hooks(pm: pluggy.PluginManager, plugin: object | None = None) -> lis
         for impl in caller.get_hookimpls():
             if impl.optionalhook or (plugin is not None and impl.plugin is not plugin):
                 continue
-            hint = difflib.get_close_matches(hook_name, spec_names, n=1)
+            hint = difflib.get_close_matches(hook_name, SPEC_NAMES, n=1)
             found.append(
                 (impl.plugin, f'unknown hook "{hook_name}"' + (f' (did you mean "{hint[0]}"?)' if hint else ""))
             )
     return found
+
+
+def unsupported_hookimpls(pm: pluggy.PluginManager, plugin: object | None = None) -> list[tuple[object, str]]:
+    """Every hookimpl (of ``plugin``, when given) of a dsh hook that the runtime never runs as written.
+
+    The runtime calls the listeners of every dsh hook but ``dsh_tools_change``
+    itself, so a pluggy ``wrapper``/``hookwrapper`` on one of them would never
+    run; pluggy calls ``dsh_tools_change`` synchronously, so an ``async def``
+    (or generator) one would hand back a coroutine nobody runs. Each message
+    names the hook and the plugin.
+    """
+    found: list[tuple[object, str]] = []
+    for hook_name in SPEC_NAMES:
+        caller = getattr(pm.hook, hook_name, None)
+        if caller is None:
+            continue
+        for impl in caller.get_hookimpls():
+            if plugin is not None and impl.plugin is not plugin:
+                continue
+            problem = _never_runs(hook_name, impl)
+            if problem is not None:
+                found.append((impl.plugin, f'{hook_name} of plugin "{impl.plugin_name}" {problem}'))
+    return found
+
+
+def _never_runs(hook_name: str, impl: pluggy.HookImpl) -> str | None:
+    if impl.wrapper or impl.hookwrapper:
+        if hook_name in _CALLED_BY_PLUGGY:
+            return None
+        flag = "wrapper=True" if impl.wrapper else "hookwrapper=True"
+        if hook_name in WATERFALLS:
+            instead = "a waterfall listener is an async def that wraps the rest of the chain by awaiting next()"
+        else:
+            instead = "write a plain hookimpl"
+        return f"is a pluggy wrapper ({flag}), which the runtime never runs on {hook_name}: {instead}"
+    if hook_name in _CALLED_BY_PLUGGY:
+        if inspect.iscoroutinefunction(impl.function):
+            kind, product = "an async def", "coroutine"
+        elif inspect.isasyncgenfunction(impl.function):
+            kind, product = "an async generator", "async generator"
+        elif inspect.isgeneratorfunction(impl.function):
+            kind, product = "a generator function", "generator"
+        else:
+            return None
+        return f"is {kind}, but {hook_name} is called synchronously and its {product} would never run: make it a plain def"
+    return None
+
+
+def registration_problems(pm: pluggy.PluginManager, plugin: object | None = None) -> list[tuple[object, str]]:
+    """Every hookimpl (of ``plugin``, when given) the runtime would never run, as ``(plugin, message)``.
+
+    :func:`unknown_hooks` and :func:`unsupported_hookimpls`: what
+    ``DshPluginManager.register`` refuses and ``load_plugins`` rolls back.
+    """
+    return unknown_hooks(pm, plugin) + unsupported_hookimpls(pm, plugin)
 
 
 @attrs.frozen(slots=True)
@@ -129,6 +219,10 @@ class Listener:
         if self.positional:
             return self.fn(*ordered)
         return self.fn(**{name: ordered[index] for name, index in zip(self.argnames, self.positions, strict=True)})
+
+
+async def _never_called() -> None:
+    """The function of a listener with a ``problem``: the chain fails on reaching it instead."""
 
 
 @attrs.frozen(slots=True)
@@ -189,8 +283,11 @@ class HookChains:
             hooks = self._shared or self._call_hooks.get(agent)
             if hooks is not None:
                 return hooks
+        pre = self.listeners("dsh_pre_execute", agent)
+        if not isinstance(self._plugins, DshPluginManager):
+            pre = self._refusals() + pre
         hooks = CallHooks(
-            self.listeners("dsh_pre_execute", agent),
+            pre,
             self.listeners("dsh_execute", agent),
             self.listeners("dsh_post_execute", agent),
             self.listeners("dsh_result", agent),
@@ -204,6 +301,32 @@ class HookChains:
                     self._call_hooks.clear()  # agents may churn; keep the memo bounded
                 self._call_hooks[agent] = hooks
         return hooks
+
+    def _refusals(self) -> tuple[Listener, ...]:
+        """A host's own manager's hookimpls that would never run, as outermost listeners that fail the call.
+
+        ``DshPluginManager`` refuses them at ``register()``; a plain pluggy
+        manager accepts them, and a policy that silently does not apply is
+        worse than none, so every call fails ``POLICY_ERROR`` naming the plugin
+        until it is removed. (Such a manager's listeners are looked up on every
+        call anyway: it has no version to cache them by.)
+        """
+        pm = self._plugins
+        problems = [(plugin, f"{pm.get_name(plugin)}: {message}") for plugin, message in unknown_hooks(pm)]
+        problems += unsupported_hookimpls(pm)
+        return tuple(
+            Listener(
+                fn=_never_called,
+                plugin_name=pm.get_name(plugin) or "?",
+                argnames=(),
+                positions=(),
+                positional=False,
+                scope=None,
+                problem=message,
+                suspends=False,
+            )
+            for plugin, message in problems
+        )
 
     def _hook_listeners(self, hook_name: str) -> _HookListeners:
         version = getattr(self._plugins, "dsh_version", None)

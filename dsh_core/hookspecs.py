@@ -13,9 +13,12 @@ Every tool call runs through one ordered pipeline::
 Write a plugin as a module or an object with functions named after these
 specs, marked with :data:`dsh_core.hookimpl`, and register it with
 ``runtime.plugins.register(obj)`` or through the ``dsh`` entry-point group.
-A hookimpl may declare any subset of a spec's arguments, by name. One whose
-name matches no spec (a typo) is refused at registration, unless it is marked
-``@hookimpl(optionalhook=True)``.
+A hookimpl may declare any subset of a spec's arguments, by name. One the
+runtime would never run is refused at registration: one whose name matches no
+spec (a typo), unless it is marked ``@hookimpl(optionalhook=True)``; a pluggy
+wrapper (see *Order*); an ``async def dsh_tools_change``. (That is the
+runtime's own ``PluginManager``; a plain pluggy one of the host's accepts them,
+and then every call fails ``POLICY_ERROR`` naming the plugin until it is gone.)
 
 **Waterfalls** (``dsh_pre_execute``, ``dsh_execute``, ``dsh_post_execute``,
 ``dsh_code_dispatch_log``) must be ``async def``. Each listener receives
@@ -41,8 +44,10 @@ to worry about next to real I/O.
 outermost, then plain listeners with the *later-registered outermost*, then
 ``trylast=True`` listeners innermost (for entry-point plugins the host loads in
 sorted (distribution, entry point) order, so the order is the same on every
-machine). pluggy ``wrapper``/``hookwrapper`` impls are not supported on
-waterfalls and are refused.
+machine). pluggy ``wrapper``/``hookwrapper`` impls are refused at registration
+on every hook but ``dsh_tools_change``, the only one pluggy itself calls: the
+runtime calls the others' listeners itself and would never run a wrapper. A
+waterfall listener wraps the rest of its chain by awaiting ``next`` instead.
 
 **Scoping**: a plugin object with a ``dsh_scope`` attribute (an ``Agent`` or
 other scope key) only sees calls whose agent is that scope or a descendant.
@@ -195,7 +200,9 @@ def dsh_tools_change() -> None:
 
     Unfiltered: every listener hears every change, whatever scope it concerned.
     A listener that raises during ``register()`` rolls that registration back and
-    the error propagates to the caller of ``register()``.
+    the error propagates to the caller of ``register()``. Called synchronously
+    (pluggy calls it, so a pluggy wrapper works here): an ``async def`` listener
+    is refused at registration, since its coroutine would never run.
     """
     raise NotImplementedError
 

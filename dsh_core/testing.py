@@ -88,26 +88,41 @@ def expect_success(result: object) -> ToolExecutionSuccess:
     return result
 
 
+_PluginEntry = object | tuple[object, Mapping[str, Any]]
+
+
 def make_runtime(
     *tools: ToolDefinition,
-    plugins: Iterable[object | tuple[object, Mapping[str, Any]]] = (),
+    plugins: Iterable[_PluginEntry] | Mapping[str, _PluginEntry] = (),
     approval: ApprovalService | None = None,
     mode: PresentationMode = "native",
     **options: Any,
 ) -> ToolRuntime:
     """A ``ToolRuntime`` with ``tools`` registered globally and ``plugins`` registered in order.
 
-    A plugin with its own ``dsh_setup`` (an entry-point module, say) is set
-    up right after it is registered, as ``load_plugins`` would: with an empty
-    configuration table, or with ``table`` when given as ``(plugin, table)``.
-    Unlike ``load_plugins``, a failing ``dsh_setup`` raises, for the test to see.
+    ``plugins`` is a list, or a mapping from plugin name to entry: the name
+    the plugin is registered under, and so the one a call it decides or
+    breaks blames (``error.info.plugin``); from a list, pluggy names a module
+    after itself and any other object by a number. A plugin with its own
+    ``dsh_setup`` (an entry-point module, say) is set up right after it is
+    registered, as ``load_plugins`` would: with an empty configuration table,
+    or with ``table`` when the entry is ``(plugin, table)``. Unlike
+    ``load_plugins``, a failing ``dsh_setup`` raises, for the test to see.
     """
     runtime = ToolRuntime(approval=approval, mode=mode, **options)
-    for entry in plugins:
+    named: Iterable[tuple[str | None, _PluginEntry]]
+    if isinstance(plugins, Mapping):
+        for name in plugins:
+            if not isinstance(name, str):
+                raise TypeError(f"make_runtime: a plugins mapping is keyed by plugin name, got {type(name).__name__}")
+        named = plugins.items()
+    else:
+        named = ((None, entry) for entry in plugins)
+    for name, entry in named:
         plugin, table = entry if isinstance(entry, tuple) else (entry, {})
         if not isinstance(table, Mapping):
             raise TypeError(f"make_runtime: a (plugin, table) entry takes a mapping table, got {type(table).__name__}")
-        runtime.plugins.register(plugin)
+        runtime.plugins.register(plugin, name=name)
         run_own_setup(runtime, plugin, dict(table))
     for tool in tools:
         runtime.register(tool)

@@ -35,6 +35,16 @@ def tool(name):
     return define_tool(name=name, description=name, parameters={}, output={"type": "json"}, execute=_echo)
 """
 
+# A plugin without a manifest (it needs a hookimpl: one with none fails to load).
+PLAIN = (
+    HEADER
+    + """
+@hookimpl
+def dsh_result(execution, result):
+    pass
+"""
+)
+
 # Registers three tools and denies every call it sees whose name starts with "rm" or is "ls".
 POLICY = (
     HEADER
@@ -102,7 +112,7 @@ def test_the_manifest_is_reported(loader: Loader) -> None:
 
 
 def test_a_plugin_without_a_manifest_reports_none(loader: Loader) -> None:
-    _, report = loader.load({"plain": HEADER}, strict=False)
+    _, report = loader.load({"plain": PLAIN}, strict=False)
     assert report.loaded[0].capabilities is None
 
 
@@ -627,7 +637,7 @@ def cli_plugin(loader: Loader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         "--plugin",
         f"policy={loader.module('policy', POLICY)}",
         "--plugin",
-        f"plain={loader.module('plain', HEADER)}",
+        f"plain={loader.module('plain', PLAIN)}",
     ]
 
 

@@ -536,6 +536,21 @@ def test_check_lists_every_problem(tools: list[str], dists: Dists) -> None:
     assert "4 problem(s), 2 warning(s)" in out
 
 
+def test_check_shows_a_module_plugin_whose_hookimpls_are_in_a_class(tools: list[str], dists: Dists) -> None:
+    policy = dists.module(
+        "policy",
+        "from dsh_core import Deny, hookimpl\n\n\nclass NoDeletes:\n    @hookimpl\n"
+        "    async def dsh_pre_execute(self, execution, next):\n        return Deny('no')\n",
+    )
+    result = invoke([*tools, "--plugin", f"no-deletes={policy}", "check"])
+    assert result.exit_code == 1
+    assert (
+        f"problem: plugin no-deletes ({policy}) failed at register: {policy} has no hookimpls, so it could do "
+        f'nothing; its class NoDeletes has some: point the entry point at "{policy}:NoDeletes" (a class is '
+        "instantiated with no arguments)"
+    ) in result.stdout
+
+
 def test_check_strict_fails_on_warnings(tools: list[str], dists: Dists, tmp_path: Path) -> None:
     (tmp_path / "dsh.toml").write_text('disabled_plugins = ["no-such-plugin"]\n')
     relaxed = invoke([*tools, "check"])

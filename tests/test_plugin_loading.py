@@ -205,6 +205,48 @@ def test_class_entry_point_is_instantiated(dists: Dists) -> None:
     assert isinstance(plugin, sys.modules[dists.prefix + "cls"].Observer)
 
 
+CLASS_ONLY_MODULE = """
+from dsh_core import Deny, hookimpl
+
+class NoDeletes:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        return Deny("no deletes") if execution.name.startswith("delete") else await next()
+
+class Helper:
+    def dsh_result(self, execution, result):
+        pass
+"""
+
+
+async def test_a_module_whose_hookimpls_are_in_a_class_fails_and_names_the_class(dists: Dists) -> None:
+    """pluggy scans the module's attributes only: registered as it is, the policy would never run."""
+    dists.module("policy", CLASS_ONLY_MODULE)
+    dists.dist("dsh-policy", {"no-deletes": "{p}policy"})
+    runtime, report = dists.load(make_runtime(json_tool("delete_all")))
+    assert report.loaded == ()
+    (failed,) = report.failed
+    assert (failed.name, failed.stage) == ("no-deletes", "register")
+    assert failed.error == (
+        f"{dists.prefix}policy has no hookimpls, so it could do nothing; its class NoDeletes has some: "
+        f'point the entry point at "{dists.prefix}policy:NoDeletes" (a class is instantiated with no arguments)'
+    )
+    assert not runtime.plugins.has_plugin("no-deletes")
+    assert not (await runtime.execute(make_input("delete_all"))).is_error  # nothing half-loaded either way
+
+
+def test_an_entry_point_with_no_hookimpls_at_all_fails(dists: Dists) -> None:
+    dists.module("inert", "from dsh_core import hookimpl\n\nVALUE = 1\n")
+    dists.dist("dsh-inert", {"inert": "{p}inert", "inert-object": "{p}inert:VALUE"})
+    runtime, report = dists.load()
+    assert report.loaded == ()
+    assert [(failed.name, failed.stage, failed.error) for failed in report.failed] == [
+        ("inert", "register", f"{dists.prefix}inert has no hookimpls, so it could do nothing"),
+        ("inert-object", "register", f"{dists.prefix}inert:VALUE has no hookimpls, so it could do nothing"),
+    ]
+    assert runtime.plugins.get_plugins() == set()
+
+
 def test_class_needing_arguments_is_rejected_clearly(dists: Dists) -> None:
     dists.module(
         "needy",
@@ -320,6 +362,46 @@ def test_with_a_plain_pluggy_manager_an_unknown_hook_is_caught_at_validation(dis
     assert failed.error == 'unknown hook "dsh_pre_exec" (did you mean "dsh_pre_execute"?)'
     assert not runtime.plugins.has_plugin("typo")
     assert runtime.get("typo_tool") is None
+
+
+SHAPES_MODULE = """
+from dsh_core import hookimpl
+
+@hookimpl(wrapper=True)
+def dsh_result(execution, result):
+    return (yield)
+
+@hookimpl
+async def dsh_tools_change():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("manager", "stage", "error"),
+    [
+        (None, "register", 'PluginValidationError: dsh_result of plugin "shapes" is a pluggy wrapper (wrapper=True), '
+                           "which the runtime never runs on dsh_result: write a plain hookimpl; dsh_tools_change of "
+                           'plugin "shapes" is an async def, but dsh_tools_change is called synchronously and its '
+                           "coroutine would never run: make it a plain def"),
+        (pluggy.PluginManager, "validate", 'dsh_result of plugin "shapes" is a pluggy wrapper (wrapper=True), which '
+                                           "the runtime never runs on dsh_result: write a plain hookimpl; "
+                                           'dsh_tools_change of plugin "shapes" is an async def, but dsh_tools_change '
+                                           "is called synchronously and its coroutine would never run: make it a "
+                                           "plain def"),
+    ],
+    ids=["runtime-manager", "plain-pluggy-manager"],
+)  # fmt: skip
+def test_a_plugin_with_hookimpls_the_runtime_never_runs_fails_and_leaves_nothing(
+    dists: Dists, manager: Any, stage: str, error: str
+) -> None:
+    dists.module("shapes", SHAPES_MODULE)
+    dists.dist("dsh-shapes", {"shapes": "{p}shapes"})
+    runtime, report = dists.load(ToolRuntime(plugins=manager("dsh")) if manager else None)
+    assert report.loaded == ()
+    (failed,) = report.failed
+    assert (failed.name, failed.stage, failed.error) == ("shapes", stage, error)
+    assert not runtime.plugins.has_plugin("shapes")
 
 
 def test_unknown_hook_in_a_setup_registered_instance_rolls_back_its_owner(dists: Dists) -> None:
@@ -705,6 +787,33 @@ def test_name_taken_by_an_earlier_plugins_setup(dists: Dists) -> None:
     (failed,) = report.failed
     assert failed.error == 'a plugin named "zz_victim" is already registered by plugin grabber\'s dsh_setup; skipped'
     assert dists.prefix + "victim" not in sys.modules
+
+
+def test_loading_the_same_plugins_into_a_runtime_again_is_an_error(dists: Dists) -> None:
+    """A second call would report every plugin "already registered by the host" and refuse to start."""
+    dists.module("good", GOOD_MODULE)
+    dists.dist("dsh-good", {"good": "{p}good"})
+    runtime, first = dists.load()
+    assert first.ok
+    with pytest.raises(RuntimeError) as raised:
+        dists.load(runtime)
+    assert str(raised.value) == (
+        "plugins were already loaded into this runtime by an earlier load_plugins() call: good; "
+        "load a runtime's plugins once (entry_points= loads others)"
+    )
+    assert runtime.plugins.has_plugin("good") and runtime.names() == ["echo"]
+
+
+def test_other_plugins_may_be_loaded_into_a_runtime_later(dists: Dists) -> None:
+    dists.module("good", GOOD_MODULE)
+    dists.module("observer", "from dsh_core import hookimpl\n\n@hookimpl\ndef dsh_result(execution, result):\n    pass\n")
+    runtime = ToolRuntime()
+    point = importlib.metadata.EntryPoint(name="good", value=dists.prefix + "good", group=dists.group)
+    assert load_plugins(runtime, dists.group, entry_points=[point]).ok
+    later = importlib.metadata.EntryPoint(name="observer", value=dists.prefix + "observer", group=dists.group)
+    assert [loaded.name for loaded in load_plugins(runtime, dists.group, entry_points=[later]).loaded] == ["observer"]
+    runtime.plugins.unregister(name="observer")  # the host took it out: loading it again is a fresh start
+    assert [loaded.name for loaded in load_plugins(runtime, dists.group, entry_points=[later]).loaded] == ["observer"]
 
 
 def test_no_entry_points_is_an_empty_ok_report(dists: Dists) -> None:

@@ -80,6 +80,32 @@ def test_make_runtime_raises_what_dsh_setup_raises_and_checks_the_table() -> Non
         make_runtime(plugins=[(_module_plugin([]), ["x"])])  # type: ignore[list-item]
 
 
+class _DenyAll:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Any) -> Any:
+        return Deny(reason="denied")
+
+
+async def test_make_runtime_registers_a_mapping_of_plugins_under_their_names() -> None:
+    # Registered from a list, an object is blamed under pluggy's numeric id.
+    runtime = make_runtime(
+        json_tool("rm"),
+        json_tool("ls"),
+        plugins={"deny-all": _DenyAll(), "block-named": (_module_plugin(["rm"]), {"names": ["ls"]})},
+    )
+    # In order; the module's dsh_setup registers its policy (unnamed) after it.
+    assert [name for name, _ in runtime.plugins.list_name_plugin()][:2] == ["deny-all", "block-named"]
+    denied = expect_failure(await runtime.execute(make_input("rm")))
+    assert (denied.code, denied.error.info.plugin) == ("DENIED", "deny-all")
+    runtime.plugins.unregister(name="deny-all")
+    assert expect_success(await runtime.execute(make_input("rm"))).value == {}  # the table's names, not ["rm"]
+
+
+def test_make_runtime_takes_only_str_names_in_a_mapping() -> None:
+    with pytest.raises(TypeError, match="make_runtime: a plugins mapping is keyed by plugin name, got int"):
+        make_runtime(plugins={1: _DenyAll()})  # type: ignore[dict-item]
+
+
 def _code_mode(program: Any) -> ToolRuntime:
     async def refuse(args: Any) -> Any:
         raise RuntimeError(f"{args['path']} is not allowed")

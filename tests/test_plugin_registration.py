@@ -1,0 +1,136 @@
+"""Which hookimpls a runtime accepts: the dsh plugin manager's refusals, and a host's own pluggy manager."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import pluggy
+import pytest
+
+from dsh_core import Deny, ToolRuntime, hookimpl, hookspecs
+from dsh_core.testing import expect_failure, json_tool, make_input, make_runtime
+
+
+class _NoDeletes:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: Any, next: Any) -> Any:
+        return Deny("no deletes") if execution.name.startswith("delete") else await next()
+
+
+class _TypoPolicy:
+    @hookimpl
+    async def dsh_pre_exectue(self, execution: Any, next: Any) -> Any:
+        return Deny("never applied")
+
+
+class _ResultWrapper:
+    @hookimpl(wrapper=True)
+    def dsh_result(self, execution: Any, result: Any) -> Generator[None, Any, Any]:
+        return (yield)
+
+
+class _ResultHookwrapper:
+    @hookimpl(hookwrapper=True)
+    def dsh_result(self, execution: Any, result: Any) -> Generator[None, Any, None]:
+        yield
+
+
+class _PreWrapper:
+    @hookimpl(wrapper=True)
+    def dsh_pre_execute(self, execution: Any, next: Any) -> Generator[None, Any, Any]:
+        return (yield)
+
+
+class _AsyncToolsChange:
+    @hookimpl
+    async def dsh_tools_change(self) -> None:
+        pass
+
+
+# -- a host's own PluginManager("dsh") ----------------------------------------------
+
+
+async def test_a_policy_registered_on_a_plain_manager_before_the_runtime_applies() -> None:
+    """pluggy creates a spec-less caller for the early hookimpl; the runtime still adds every spec."""
+    pm = pluggy.PluginManager("dsh")
+    pm.register(_NoDeletes(), name="no-deletes")
+    runtime = ToolRuntime(plugins=pm)
+    assert all(getattr(pm.hook, name).has_spec() for name in dir(hookspecs) if name.startswith("dsh_"))
+    runtime.register(json_tool("delete_all"))  # fires dsh_tools_change, which must exist
+    result = expect_failure(await runtime.execute(make_input("delete_all")))
+    assert (result.code, result.error.message, result.error.info.plugin) == ("DENIED", "no deletes", "no-deletes")
+
+
+async def test_a_plain_manager_that_already_has_the_specs_is_taken_as_it_is() -> None:
+    pm = pluggy.PluginManager("dsh")
+    pm.add_hookspecs(hookspecs)
+    runtime = ToolRuntime(plugins=pm)
+    pm.register(_NoDeletes(), name="no-deletes")
+    runtime.register(json_tool("delete_all"))
+    assert expect_failure(await runtime.execute(make_input("delete_all"))).code == "DENIED"
+
+
+@pytest.mark.parametrize(
+    ("plugin", "message"),
+    [
+        (_TypoPolicy(), 'typo: unknown hook "dsh_pre_exectue" (did you mean "dsh_pre_execute"?)'),
+        (_ResultWrapper(), 'dsh_result of plugin "typo" is a pluggy wrapper (wrapper=True), which the runtime never '
+                           "runs on dsh_result: write a plain hookimpl"),
+    ],
+    ids=["misspelt", "result-wrapper"],
+)  # fmt: skip
+async def test_on_a_plain_manager_a_hookimpl_that_never_runs_fails_every_call(plugin: object, message: str) -> None:
+    """A plain manager refuses nothing at register(): the runtime refuses to run calls without the policy."""
+    pm = pluggy.PluginManager("dsh")
+    runtime = ToolRuntime(plugins=pm)
+    runtime.register(json_tool("echo"))
+    assert not (await runtime.execute(make_input("echo"))).is_error
+    pm.register(plugin, name="typo")
+    failed = expect_failure(await runtime.execute(make_input("echo")))
+    assert (failed.code, failed.error.message, failed.error.info.plugin) == ("POLICY_ERROR", message, "typo")
+    pm.unregister(plugin)
+    assert not (await runtime.execute(make_input("echo"))).is_error
+
+
+# -- the runtime's own manager refuses at register() -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("plugin", "message"),
+    [
+        (_ResultWrapper(), 'dsh_result of plugin "shape" is a pluggy wrapper (wrapper=True), which the runtime '
+                           "never runs on dsh_result: write a plain hookimpl"),
+        (_ResultHookwrapper(), 'dsh_result of plugin "shape" is a pluggy wrapper (hookwrapper=True), which the '
+                               "runtime never runs on dsh_result: write a plain hookimpl"),
+        (_PreWrapper(), 'dsh_pre_execute of plugin "shape" is a pluggy wrapper (wrapper=True), which the runtime '
+                        "never runs on dsh_pre_execute: a waterfall listener is an async def that wraps the rest "
+                        "of the chain by awaiting next()"),
+        (_AsyncToolsChange(), 'dsh_tools_change of plugin "shape" is an async def, but dsh_tools_change is called '
+                              "synchronously and its coroutine would never run: make it a plain def"),
+    ],
+    ids=["result-wrapper", "result-hookwrapper", "waterfall-wrapper", "async-tools-change"],
+)  # fmt: skip
+def test_a_hookimpl_the_runtime_never_runs_is_refused_at_register(plugin: object, message: str) -> None:
+    runtime = make_runtime()
+    with pytest.raises(pluggy.PluginValidationError) as raised:
+        runtime.plugins.register(plugin, name="shape")
+    assert str(raised.value) == message
+    assert not runtime.plugins.is_registered(plugin)
+    runtime.register(json_tool("echo"))  # dsh_tools_change has nothing of it left to call
+
+
+def test_a_wrapper_of_dsh_tools_change_is_accepted_since_pluggy_itself_calls_that_hook() -> None:
+    heard: list[str] = []
+
+    class ChangeWrapper:
+        @hookimpl(wrapper=True)
+        def dsh_tools_change(self) -> Generator[None, Any, Any]:
+            heard.append("before")
+            outcome = yield
+            heard.append("after")
+            return outcome
+
+    runtime = make_runtime(plugins=[ChangeWrapper()])
+    runtime.register(json_tool("echo"))
+    assert heard == ["before", "after"]
