@@ -20,17 +20,18 @@ alone, and so are nested calls in post-execute (their content is not model
 context: the program gets the value).
 
 **What it becomes.** The full text is written to
-``<directory>/<call id>-<tool>.txt`` (the sub-call id for the dispatch log;
-unsafe characters become ``_``, and ``-2``, ``-3``, ... are appended instead of
-overwriting an existing file; files are created ``0600`` in a ``0700``
-directory, since results may hold secrets). The content is replaced by one
-text block: the head of the text, a notice, and its tail::
+``<directory>/<call id>-<tool>-<random>.txt`` (the sub-call id for the dispatch
+log; unsafe characters become ``_``; ``<random>`` is six hex digits, so call ids
+that repeat never run out of names and a name cannot be guessed from its call
+id; an existing file is never overwritten; files are created ``0600`` in a
+``0700`` directory, since results may hold secrets). The content is replaced by
+one text block: the head of the text, a notice, and its tail::
 
     <head>
 
     [41877 of 52000 bytes omitted here. The full output (1311 lines, 52000 bytes)
-    is saved at /tmp/dsh-spill/call-7-grep.txt; read it in parts (a range of lines,
-    or a search) rather than all at once.]
+    is saved at /var/tmp/dsh-spill/call-7-grep-3f9a1c.txt; read it in parts (a range
+    of lines, or a search) rather than all at once.]
 
     <tail>
 
@@ -59,6 +60,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import stat
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
@@ -94,6 +96,8 @@ logger = logging.getLogger("dsh_plugins.spill")
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME: Final = 120
+# Fresh random names to try before giving up: a second one is needed about once in 16 million spills.
+NAME_ATTEMPTS: Final = 4
 _FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -203,6 +207,9 @@ class SpillStore:
     def save(self, call_id: str, tool: str, text: str) -> str:
         """Write ``text`` to a new file named after the call and tool; returns its path. Blocks: run it in a thread.
 
+        The name is ``<call id>-<tool>-<6 random hex digits>.txt``; an existing
+        file is never overwritten (another random part is tried, a few times).
+
         Raises ``OSError`` when the directory or file cannot be created or written
         (a partly written file is removed).
         """
@@ -213,8 +220,10 @@ class SpillStore:
             raise PermissionError(f"spill directory {self.directory!r} is a symlink or owned by another user")
         base = _safe_name(call_id, tool)
         data = _utf8(text)
-        for attempt in range(1, 1000):
-            path = os.path.join(self.directory, f"{base}.txt" if attempt == 1 else f"{base}-{attempt}.txt")
+        for _ in range(NAME_ATTEMPTS):
+            # The random part keeps names free when call ids repeat (providers whose ids restart at
+            # call_0 every session) and makes a spill's name unguessable from its call id.
+            path = os.path.join(self.directory, f"{base}-{secrets.token_hex(3)}.txt")
             try:
                 fd = os.open(path, _FILE_FLAGS, 0o600)
             except FileExistsError:

@@ -60,6 +60,10 @@ def only_text(result: ToolExecutionResult) -> str:
     return block.text
 
 
+# <call id>-<tool>-<six random hex digits>.txt
+NAME = re.compile(r"[A-Za-z0-9._-]+-[0-9a-f]{6}\.txt")
+
+
 def locator(text: str) -> Path:
     match = re.search(r"saved at (\S+);", text)
     assert match, text
@@ -76,7 +80,8 @@ async def test_oversized_text_is_spilled_with_a_locator_and_the_value_kept(tmp_p
     text = only_text(result)
     assert len(text.encode()) <= CAP
     path = locator(text)
-    assert path == tmp_path / "spill" / "call-7-dump.txt" and path.read_text() == BIG
+    assert path.parent == tmp_path / "spill" and NAME.fullmatch(path.name)
+    assert path.name.startswith("call-7-dump-") and path.read_text() == BIG
     assert "(500 lines, 14000 bytes)" in text
     assert text.startswith("line 00001") and text.endswith("long result\n")
     omitted = int(re.search(r"\[(\d+) of 14000 bytes omitted", text).group(1))  # type: ignore[union-attr]
@@ -217,12 +222,55 @@ async def test_an_earlier_spill_is_never_overwritten(tmp_path: Path) -> None:
     runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
     first = locator(only_text(await runtime.execute(make_input("dump", call_id="c1"))))
     second = locator(only_text(await runtime.execute(make_input("dump", call_id="c1"))))
-    assert first.name == "c1-dump.txt" and second.name == "c1-dump-2.txt"
+    assert first != second and first.read_text() == second.read_text() == BIG
+    assert all(re.fullmatch(r"c1-dump-[0-9a-f]{6}\.txt", path.name) for path in (first, second))
 
 
 def test_file_names_are_made_safe(tmp_path: Path) -> None:
     path = SpillStore(str(tmp_path)).save("../a:b/c", "we ird", "x")
-    assert os.path.dirname(path) == str(tmp_path) and os.path.basename(path) == "_a_b_c-we_ird.txt"
+    assert os.path.dirname(path) == str(tmp_path)
+    assert re.fullmatch(r"_a_b_c-we_ird-[0-9a-f]{6}\.txt", os.path.basename(path))
+
+
+def fixed_random_parts(monkeypatch: pytest.MonkeyPatch, *parts: str) -> list[str]:
+    """Make the random part of spill names come from ``parts`` (the last one repeats); returns those handed out."""
+    handed: list[str] = []
+
+    def token_hex(nbytes: int) -> str:
+        assert nbytes == 3
+        handed.append(parts[min(len(handed), len(parts) - 1)])
+        return handed[-1]
+
+    monkeypatch.setattr(spill.secrets, "token_hex", token_hex)
+    return handed
+
+
+def test_a_taken_name_is_retried_with_another_random_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "call_0-dump-aaaaaa.txt").write_text("earlier")
+    handed = fixed_random_parts(monkeypatch, "aaaaaa", "bbbbbb")
+    path = SpillStore(str(tmp_path)).save("call_0", "dump", "new")
+    assert os.path.basename(path) == "call_0-dump-bbbbbb.txt" and handed == ["aaaaaa", "bbbbbb"]
+    assert (tmp_path / "call_0-dump-aaaaaa.txt").read_text() == "earlier"
+
+
+def test_call_ids_that_repeat_across_sessions_keep_spilling(tmp_path: Path) -> None:
+    # Call ids that restart every session (call_0): the numbered names of the old scheme ran out at 999.
+    store = SpillStore(str(tmp_path))
+    paths = {store.save("call_0", "dump", f"text {n}") for n in range(1200)}
+    assert len(paths) == 1200 and len(os.listdir(tmp_path)) == 1200
+
+
+async def test_a_few_taken_names_in_a_row_give_up_and_keep_the_original(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "spill").mkdir(mode=0o700)
+    (tmp_path / "spill" / "c1-dump-aaaaaa.txt").write_text("earlier")
+    handed = fixed_random_parts(monkeypatch, "aaaaaa")
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.spill"):
+        assert only_text(await runtime.execute(make_input("dump", call_id="c1"))) == BIG
+    assert len(handed) == spill.NAME_ATTEMPTS and "no free spill file name" in caplog.text
+    assert os.listdir(tmp_path / "spill") == ["c1-dump-aaaaaa.txt"]
 
 
 def test_a_symlinked_spill_directory_is_refused(tmp_path: Path) -> None:
@@ -262,7 +310,7 @@ async def test_a_large_sub_result_is_spilled_in_the_dispatch_log_only(tmp_path: 
     (block,) = logged
     assert isinstance(block, TextBlock) and len(block.text.encode()) <= CAP
     path = locator(block.text)
-    assert path.name == "outer_code_1-big.txt" and path.read_text() == huge
+    assert path.name.startswith("outer_code_1-big-") and NAME.fullmatch(path.name) and path.read_text() == huge
 
 
 async def test_small_or_non_text_dispatch_logs_are_untouched(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ from dsh_core.testing import expect_failure, expect_success, make_input, make_ru
 from dsh_plugins import spill
 from dsh_plugins._spill_read import SpillReadError, read_spilled
 
+SPILLED: Any = object()  # stands for the spilled file's name in parameters
+
 
 async def spilled(runtime: ToolRuntime, tool: str = "dump") -> str:
     text = only_text(await runtime.execute(make_input(tool, call_id="call-7")))
@@ -103,15 +105,16 @@ async def test_a_line_longer_than_the_budget_is_cut_and_reported(tmp_path: Path)
         ({"path": ".."}, "is not a spilled output"),
         ({"path": ""}, "must name a spilled output file"),
         ({"path": "nope.txt"}, "there is no spilled output 'nope.txt'"),
-        ({"path": "call-7-dump.txt", "start_line": 0}, "start_line must be at least 1"),
-        ({"path": "call-7-dump.txt", "start_line": 501}, "start_line 501 is past the end: the output has 500 lines"),
-        ({"path": "call-7-dump.txt", "max_lines": 0}, "max_lines must be at least 1"),
-        ({"path": "call-7-dump.txt", "contains": ""}, "contains must not be empty"),
+        ({"path": SPILLED, "start_line": 0}, "start_line must be at least 1"),
+        ({"path": SPILLED, "start_line": 501}, "start_line 501 is past the end: the output has 500 lines"),
+        ({"path": SPILLED, "max_lines": 0}, "max_lines must be at least 1"),
+        ({"path": SPILLED, "contains": ""}, "contains must not be empty"),
     ],
 )
 async def test_bad_requests_fail_with_a_clear_message(tmp_path: Path, arguments: dict[str, Any], message: str) -> None:
     runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
-    await spilled(runtime)
+    name = os.path.basename(await spilled(runtime))
+    arguments = {key: name if value is SPILLED else value for key, value in arguments.items()}
     result = expect_failure(await read(runtime, **arguments))
     assert message in result.error.message
     assert result.code == "SPILL_READ_ERROR"
