@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from typing import Any, Final
 
 import trio
 
 from dsh_core import DshError, TextBlock, ToolDefinition, ToolEffects, ToolOutput, define_tool
 
-__all__ = ["READ_TOOL_NAME", "SpillReadError", "read_spilled", "read_tool"]
+__all__ = ["READ_TOOL_NAME", "SpillReadError", "read_spilled", "read_tool", "untrusted_directory"]
 
 READ_TOOL_NAME: Final = "read_spilled_output"
 DEFAULT_MAX_LINES: Final = 200
@@ -38,19 +39,40 @@ class SpillReadError(DshError, ValueError):
     code = "SPILL_READ_ERROR"
 
 
-def _resolve(directory: str, path: str) -> str:
+def untrusted_directory(info: os.stat_result) -> str | None:
+    """Why a spill directory (its ``lstat``) may hold files someone else put there, or ``None``.
+
+    Spills may hold secrets and the reader shows whatever is in the directory:
+    it must be a real directory of the current user that nobody else may write to.
+    """
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a directory"
+    if hasattr(os, "getuid"):  # POSIX owners and modes; elsewhere the directory is taken as it is
+        if info.st_uid != os.getuid():
+            return "belongs to another user"
+        if info.st_mode & 0o022:
+            return f"is writable by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _resolve(directory: str | None, path: str) -> str:
     """The spill file ``path`` names (a full path from a notice, or a bare file name), checked."""
     if not path or "\x00" in path:
         raise SpillReadError("path must name a spilled output file")
     name = os.path.basename(path)
+    if directory is None:  # the private directory is made by the first spill
+        raise SpillReadError(f"there is no spilled output {name!r}: nothing has been spilled yet")
     if os.path.dirname(path) not in ("", directory) or name in ("", ".", ".."):
         raise SpillReadError(f"{path!r} is not a spilled output: spilled outputs are saved in {directory}")
     try:
         folder = os.lstat(directory)
     except FileNotFoundError:
         raise SpillReadError(f"there is no spilled output {name!r}: nothing has been spilled yet") from None
-    if stat.S_ISLNK(folder.st_mode) or (hasattr(os, "getuid") and folder.st_uid != os.getuid()):
-        raise SpillReadError(f"the spill directory {directory} is a symlink or owned by another user")
+    problem = untrusted_directory(folder)
+    if problem is not None:
+        raise SpillReadError(f"the spill directory {directory} {problem}")
     candidate = os.path.join(directory, name)
     try:
         info = os.lstat(candidate)
@@ -71,7 +93,7 @@ def _cut(text: str, budget: int) -> str:
 
 
 def read_spilled(
-    directory: str,
+    directory: str | None,
     path: str,
     *,
     start_line: int = 1,
@@ -80,7 +102,9 @@ def read_spilled(
     budget: int,
     line_counts: dict[tuple[str, int, int], int] | None = None,
 ) -> dict[str, Any]:
-    """One window of a spilled output: numbered lines from ``start_line`` (only those with ``contains``).
+    """One window of a spilled output in ``directory`` (``None``: none made yet): numbered lines from ``start_line``.
+
+    With ``contains``, only the lines that contain it.
 
     At most ``max_lines`` lines and about ``budget`` UTF-8 bytes of line text;
     a single line longer than the budget is cut (``cut_lines`` lists it).
@@ -197,15 +221,19 @@ def _fit(args: Any, value: dict[str, Any], cap: int) -> dict[str, Any]:
     return value
 
 
-def read_tool(directory: str, max_inline_bytes: int) -> ToolDefinition:
-    """The ``read_spilled_output`` tool for spills saved in ``directory``."""
+def read_tool(directory: Callable[[], str | None], max_inline_bytes: int) -> ToolDefinition:
+    """The ``read_spilled_output`` tool for spills saved in the directory ``directory()`` names.
+
+    ``directory()`` is ``None`` while there is none yet (the store makes a
+    private one on its first spill).
+    """
     budget = max(max_inline_bytes - _HEADER_ROOM, MIN_BUDGET)
     line_counts: dict[tuple[str, int, int], int] = {}
 
     async def execute(args: Any) -> dict[str, Any]:
         value = await trio.to_thread.run_sync(
             lambda: read_spilled(
-                directory,
+                directory(),
                 args["path"],
                 start_line=args.get("start_line", 1),
                 max_lines=args.get("max_lines", DEFAULT_MAX_LINES),

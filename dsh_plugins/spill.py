@@ -4,11 +4,22 @@ Enable it through the ``spill`` entry point; configure it in ``[plugins.spill]``
 
     [plugins.spill]
     max_inline_bytes = 32768          # UTF-8 bytes; omit it and the plugin does nothing
-    directory = "/var/tmp/dsh-spill"  # default: <system temp dir>/dsh-spill
+    directory = "/var/tmp/dsh-spill"  # default: a private directory per runtime, see below
     read_tool = true                  # register read_spilled_output (default)
 
 Without ``max_inline_bytes`` the plugin registers nothing. A value that is not
 a non-negative integer fails the load with a ``ConfigError``.
+
+**Where spills go.** Without ``directory``, each runtime gets a private
+directory of its own, made on its first spill by ``tempfile.mkdtemp``
+(``<system temp dir>/dsh-spill-<random>``, mode ``0700``): no other user can
+claim its name first, and no other session can read its files through
+``read_spilled_output``. It is not removed at exit, and a new process does not
+read the old one's spills back: configure ``directory`` for spills that outlive
+the process. A configured directory is created ``0700`` if missing; it must be
+a directory of the current user, not a symlink, that group and others cannot
+write to (the reader shows whatever it holds). Otherwise nothing is spilled:
+a warning is logged and oversized results stay inline.
 
 **What is bounded.** The model-facing content of a *top-level* call
 (``execution.parent is None``) whose accepted decision keeps the value (an
@@ -61,8 +72,8 @@ import logging
 import os
 import re
 import secrets
-import stat
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -83,7 +94,7 @@ from dsh_core import (
 )
 from dsh_core.code_mode import CodeDispatchLog
 
-from ._spill_read import READ_TOOL_NAME, read_tool
+from ._spill_read import READ_TOOL_NAME, read_tool, untrusted_directory
 
 __all__ = ["PLUGIN_NAME", "SpillPolicy", "SpillSettings", "SpillStore", "bounded_replacement"]
 
@@ -195,14 +206,41 @@ def _safe_name(call_id: str, tool: str) -> str:
     return name or "result"
 
 
-@attrs.frozen
 class SpillStore:
-    """Writes spilled texts as files in ``directory`` (created ``0700`` on first use).
+    """Writes spilled texts as files in one directory.
 
-    The directory must belong to the current user and must not be a symlink.
+    ``directory`` is a configured path, created ``0700`` on first use, or
+    ``None``: a private directory of this store's own, made by
+    ``tempfile.mkdtemp`` (``<system temp dir>/dsh-spill-<random>``, ``0700``) on
+    the first spill. Either way it must be a directory of the current user, not
+    a symlink, that nobody else may write to.
     """
 
-    directory: str
+    def __init__(self, directory: str | None = None) -> None:
+        self._configured = directory
+        self._private: str | None = None
+        self._making = threading.Lock()  # saves run in worker threads: make one private directory, not two
+
+    @property
+    def directory(self) -> str | None:
+        """Where spills are saved; ``None`` until the private directory is made."""
+        return self._configured if self._configured is not None else self._private
+
+    def _ready_directory(self) -> str:
+        if self._configured is not None:
+            os.makedirs(self._configured, mode=0o700, exist_ok=True)
+            directory = self._configured
+        else:
+            with self._making:
+                if self._private is None:
+                    self._private = tempfile.mkdtemp(prefix="dsh-spill-")
+                directory = self._private
+        problem = untrusted_directory(os.lstat(directory))
+        if problem is not None:
+            # In a shared temp dir another user could have planted it to read our spills, or
+            # to plant files of their own for the reader to show.
+            raise PermissionError(f"spill directory {directory!r} {problem}")
+        return directory
 
     def save(self, call_id: str, tool: str, text: str) -> str:
         """Write ``text`` to a new file named after the call and tool; returns its path. Blocks: run it in a thread.
@@ -211,19 +249,15 @@ class SpillStore:
         file is never overwritten (another random part is tried, a few times).
 
         Raises ``OSError`` when the directory or file cannot be created or written
-        (a partly written file is removed).
+        (a partly written file is removed), or the directory is not private.
         """
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        info = os.lstat(self.directory)
-        if stat.S_ISLNK(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
-            # In a shared temp dir another user could have planted it to read our spills.
-            raise PermissionError(f"spill directory {self.directory!r} is a symlink or owned by another user")
+        directory = self._ready_directory()
         base = _safe_name(call_id, tool)
         data = _utf8(text)
         for _ in range(NAME_ATTEMPTS):
             # The random part keeps names free when call ids repeat (providers whose ids restart at
             # call_0 every session) and makes a spill's name unguessable from its call id.
-            path = os.path.join(self.directory, f"{base}-{secrets.token_hex(3)}.txt")
+            path = os.path.join(directory, f"{base}-{secrets.token_hex(3)}.txt")
             try:
                 fd = os.open(path, _FILE_FLAGS, 0o600)
             except FileExistsError:
@@ -236,7 +270,7 @@ class SpillStore:
                     os.unlink(path)
                 raise
             return path
-        raise FileExistsError(f"no free spill file name for {base!r} in {self.directory!r}")
+        raise FileExistsError(f"no free spill file name for {base!r} in {directory!r}")
 
     def discard(self, path: str) -> None:
         """Remove a spill file nobody will point at (best effort)."""
@@ -309,21 +343,16 @@ class SpillPolicy:
         return content if replacement is None else [TextBlock(replacement)]
 
 
-def default_directory() -> str:
-    """``<system temp dir>/dsh-spill``."""
-    return os.path.join(tempfile.gettempdir(), "dsh-spill")
-
-
 @hookimpl
 def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """Register a :class:`SpillPolicy` (named ``spill-policy``) when ``max_inline_bytes`` is configured."""
     settings = structure_table(SpillSettings, config, "[plugins.spill]")
     if settings.max_inline_bytes is None:
         return
-    directory = os.path.abspath(settings.directory) if settings.directory is not None else default_directory()
+    store = SpillStore(os.path.abspath(settings.directory) if settings.directory is not None else None)
     reader = None
     if settings.read_tool:
-        runtime.register(read_tool(directory, settings.max_inline_bytes))
+        runtime.register(read_tool(lambda: store.directory, settings.max_inline_bytes))
         reader = READ_TOOL_NAME
-    policy = SpillPolicy(settings.max_inline_bytes, SpillStore(directory), reader=reader)
+    policy = SpillPolicy(settings.max_inline_bytes, store, reader=reader)
     runtime.plugins.register(policy, name=PLUGIN_NAME)

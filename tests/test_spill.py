@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -278,6 +279,80 @@ def test_a_symlinked_spill_directory_is_refused(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(PermissionError):
         SpillStore(str(tmp_path / "link")).save("c", "t", "x")
+
+
+# --- where spills go ------------------------------------------------------------------------
+
+
+def isolated_temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Make ``tmp_path/tmp`` the system temp directory for this test (world-writable and sticky, like /tmp)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    temp.chmod(0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return temp
+
+
+def default_spill(*tools: Any) -> ToolRuntime:
+    runtime = make_runtime(*tools)
+    spill.dsh_setup(runtime, {"max_inline_bytes": CAP})
+    return runtime
+
+
+async def test_by_default_each_runtime_spills_into_a_private_directory_made_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp_dir = isolated_temp_dir(tmp_path, monkeypatch)
+    first, second = default_spill(text_tool("dump", BIG)), default_spill(text_tool("dump", BIG))
+    assert os.listdir(temp_dir) == []  # nothing is made before something spills
+    mine = locator(only_text(await first.execute(make_input("dump", call_id="c1"))))
+    theirs = locator(only_text(await second.execute(make_input("dump", call_id="c1"))))
+    assert mine.parent != theirs.parent
+    for path in (mine, theirs):
+        assert path.parent.parent == temp_dir and path.parent.name.startswith("dsh-spill-")
+        info = path.parent.stat()
+        assert info.st_mode & 0o777 == 0o700 and info.st_uid == os.getuid()
+    again = locator(only_text(await first.execute(make_input("dump", call_id="c2"))))
+    assert again.parent == mine.parent  # one directory per runtime, not per spill
+    assert sorted(os.listdir(temp_dir)) == sorted([mine.parent.name, theirs.parent.name])
+
+
+async def test_a_directory_at_the_old_shared_name_does_not_stop_spilling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp_dir = isolated_temp_dir(tmp_path, monkeypatch)
+    # Whoever made <tmp>/dsh-spill first (another user, say) turned spilling off for everyone else.
+    squatted = temp_dir / "dsh-spill"
+    squatted.mkdir()
+    squatted.chmod(0o777)
+    runtime = default_spill(text_tool("dump", BIG))
+    text = only_text(await runtime.execute(make_input("dump")))
+    assert len(text.encode()) <= CAP and locator(text).read_text() == BIG
+    assert locator(text).parent != squatted and os.listdir(squatted) == []
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
+async def test_a_configured_directory_others_may_write_to_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int
+) -> None:
+    # The reader trusts what is in the directory: nobody else may put files there.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    runtime = with_spill(shared, text_tool("dump", BIG))
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.spill"):
+        assert only_text(await runtime.execute(make_input("dump"))) == BIG
+    assert f"is writable by other users (mode {mode:o})" in caplog.text and "keeping the inline content" in caplog.text
+    assert os.listdir(shared) == []
+
+
+async def test_a_configured_directory_of_the_user_alone_is_used_as_it_is(tmp_path: Path) -> None:
+    readable = tmp_path / "readable"
+    readable.mkdir()
+    readable.chmod(0o755)  # others may read its listing, not add to it
+    runtime = with_spill(readable, text_tool("dump", BIG))
+    assert locator(only_text(await runtime.execute(make_input("dump")))).parent == readable
+    assert readable.stat().st_mode & 0o777 == 0o755
 
 
 # --- the dispatch-log copy ---------------------------------------------------------------

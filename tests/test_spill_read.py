@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spill import BIG, CAP, only_text, text_tool, with_spill
+from test_spill import BIG, CAP, default_spill, isolated_temp_dir, only_text, text_tool, with_spill
 
 from dsh_core import ToolExecutionResult, ToolRuntime
 from dsh_core.testing import expect_failure, expect_success, make_input, make_runtime
@@ -136,12 +136,36 @@ async def test_nothing_spilled_yet_is_a_clear_error(tmp_path: Path) -> None:
     assert "nothing has been spilled yet" in result.error.message
 
 
+async def test_by_default_the_reader_reads_its_own_runtimes_spills_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    isolated_temp_dir(tmp_path, monkeypatch)
+    mine, other = default_spill(text_tool("dump", BIG)), default_spill(text_tool("dump", BIG))
+    nothing_yet = expect_failure(await read(mine, path="call-7-dump-abcdef.txt"))
+    assert "nothing has been spilled yet" in nothing_yet.error.message
+    path = await spilled(mine)
+    their_path = await spilled(other)
+    assert expect_success(await read(mine, path=path, max_lines=1)).value["lines"][0]["number"] == 1
+    refused = expect_failure(await read(mine, path=their_path))
+    assert "is not a spilled output" in refused.error.message
+    by_name = expect_failure(await read(mine, path=os.path.basename(their_path)))
+    assert "there is no spilled output" in by_name.error.message
+
+
+def test_a_spill_directory_others_may_write_to_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "spill").mkdir()
+    (tmp_path / "spill" / "a.txt").write_text("x\n")
+    (tmp_path / "spill").chmod(0o777)
+    with pytest.raises(SpillReadError, match="is writable by other users \\(mode 777\\)"):
+        read_spilled(str(tmp_path / "spill"), "a.txt", budget=1000)
+
+
 def test_a_spill_directory_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()
     (real / "a.txt").write_text("x\n")
     (tmp_path / "spill").symlink_to(real)
-    with pytest.raises(SpillReadError, match="is a symlink or owned by another user"):
+    with pytest.raises(SpillReadError, match="is a symlink"):
         read_spilled(str(tmp_path / "spill"), "a.txt", budget=1000)
 
 
