@@ -86,6 +86,7 @@ from dsh_core import (
     ContentBlock,
     PostToolDecision,
     TextBlock,
+    ToolDefinition,
     ToolExecution,
     ToolExecutionResult,
     ToolRuntime,
@@ -343,6 +344,22 @@ class SpillPolicy:
         return content if replacement is None else [TextBlock(replacement)]
 
 
+def _register(runtime: ToolRuntime, definition: ToolDefinition) -> str:
+    """Register ``definition`` globally; returns the name it got.
+
+    The host may rename it (``[tool_prefixes] spill = "sp"`` registers
+    ``sp__read_spilled_output``): notices must name the tool the model can call.
+    """
+    before = _global_names(runtime)
+    runtime.register(definition)
+    added = _global_names(runtime) - before
+    return added.pop() if len(added) == 1 else definition.name
+
+
+def _global_names(runtime: ToolRuntime) -> set[str]:
+    return {definition.name for scope, definition in runtime.registrations() if scope is None}
+
+
 @hookimpl
 def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """Register a :class:`SpillPolicy` (named ``spill-policy``) when ``max_inline_bytes`` is configured."""
@@ -352,7 +369,6 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     store = SpillStore(os.path.abspath(settings.directory) if settings.directory is not None else None)
     reader = None
     if settings.read_tool:
-        runtime.register(read_tool(lambda: store.directory, settings.max_inline_bytes))
-        reader = READ_TOOL_NAME
+        reader = _register(runtime, read_tool(lambda: store.directory, settings.max_inline_bytes))
     policy = SpillPolicy(settings.max_inline_bytes, store, reader=reader)
     runtime.plugins.register(policy, name=PLUGIN_NAME)

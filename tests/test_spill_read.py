@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spill import BIG, CAP, default_spill, isolated_temp_dir, only_text, text_tool, with_spill
+from test_spill import BIG, CAP, ContentReplacer, default_spill, isolated_temp_dir, only_text, text_tool, with_spill
 
-from dsh_core import ToolExecutionResult, ToolRuntime
+from dsh_core import DshConfig, TextBlock, ToolExecutionResult, ToolRuntime, load_plugins
 from dsh_core.testing import expect_failure, expect_success, make_input, make_runtime
 from dsh_plugins import spill
 from dsh_plugins._spill_read import SpillReadError, read_spilled
@@ -230,3 +231,24 @@ async def test_the_policy_never_spills_its_readers_answers(tmp_path: Path) -> No
     runtime.plugins.register(policy)
     assert only_text(await runtime.execute(make_input("reader"))) == BIG
     assert "saved at" in only_text(await runtime.execute(make_input("other")))
+
+
+async def test_under_a_tool_prefix_the_notice_and_the_exemption_use_the_prefixed_name(tmp_path: Path) -> None:
+    runtime = ToolRuntime()
+    runtime.register(text_tool("dump", BIG))
+    # An inner listener that makes every answer oversized, the reader's too.
+    runtime.plugins.register(ContentReplacer([TextBlock(BIG)]))
+    config = DshConfig(
+        plugins={"spill": {"max_inline_bytes": CAP, "directory": str(tmp_path / "spill")}},
+        tool_prefixes={"spill": "sp"},
+    )
+    point = importlib.metadata.EntryPoint(name="spill", value="dsh_plugins.spill", group="dsh")
+    report = load_plugins(runtime, config=config, entry_points=[point])
+    assert [plugin.tools for plugin in report.loaded] == [("sp__read_spilled_output",)]
+
+    notice = only_text(await runtime.execute(make_input("dump", call_id="call-7")))
+    assert "read it in parts with sp__read_spilled_output (a range of lines" in notice
+    path = re.search(r"saved at (\S+);", notice).group(1)  # type: ignore[union-attr]
+    answer = await runtime.execute(make_input("sp__read_spilled_output", {"path": path}))
+    assert only_text(answer) == BIG  # the reader's own answer is never spilled, under its registered name
+    assert len(os.listdir(tmp_path / "spill")) == 1
