@@ -6,6 +6,7 @@ Enable it through the ``spill`` entry point; configure it in ``[plugins.spill]``
     max_inline_bytes = 32768          # UTF-8 bytes; omit it and the plugin does nothing
     directory = "/var/tmp/dsh-spill"  # default: a private directory per runtime, see below
     read_tool = true                  # register read_spilled_output (default)
+    exempt_tools = ["read_file"]      # tools whose answers are never spilled (default)
 
 Without ``max_inline_bytes`` the plugin registers nothing. A value that is not
 a non-negative integer fails the load with a ``ConfigError``.
@@ -28,7 +29,11 @@ text and their texts (joined by newlines) exceed ``max_inline_bytes``. Also,
 through ``dsh_code_dispatch_log``, the *logged copy* of each ``run_code``
 sub-call's content. Images, mixed content and content within the cap are left
 alone, and so are nested calls in post-execute (their content is not model
-context: the program gets the value).
+context: the program gets the value). The answers of the tools named in
+``exempt_tools`` (names as registered, prefixes included) and of the spill
+reader are never spilled either: a file reader that reads a spill file back
+would otherwise spill it again. They are bounded in the dispatch log all the
+same (a log copy is not model context).
 
 **What it becomes.** The full text is written to
 ``<directory>/<call id>-<tool>-<random>.txt`` (the sub-call id for the dispatch
@@ -74,7 +79,7 @@ import re
 import secrets
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
 import attrs
@@ -123,6 +128,11 @@ def _directory(instance: object, attribute: attrs.Attribute[str | None], value: 
         raise ValueError(f"directory must be a non-empty path without NUL characters (got {value!r})")
 
 
+def _tool_names(instance: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
+    if "" in value:
+        raise ValueError("exempt_tools lists tool names; an empty one exempts nothing")
+
+
 @attrs.frozen(kw_only=True)
 class SpillSettings:
     """The ``[plugins.spill]`` table."""
@@ -130,6 +140,8 @@ class SpillSettings:
     max_inline_bytes: int | None = attrs.field(default=None, validator=_non_negative)
     directory: str | None = attrs.field(default=None, validator=_directory)
     read_tool: bool = True
+    # Readers of files: reading a spill file back with one must not spill it again.
+    exempt_tools: tuple[str, ...] = attrs.field(default=("read_file",), validator=_tool_names)
 
 
 # --- sizes and previews --------------------------------------------------------------------
@@ -285,12 +297,16 @@ class SpillStore:
 class SpillPolicy:
     """The ``dsh_post_execute`` and ``dsh_code_dispatch_log`` listeners of one runtime."""
 
-    def __init__(self, max_inline_bytes: int, store: SpillStore, *, reader: str | None = None) -> None:
+    def __init__(
+        self, max_inline_bytes: int, store: SpillStore, *, reader: str | None = None, exempt: Iterable[str] = ()
+    ) -> None:
         self.max_inline_bytes = max_inline_bytes
         self.store = store
         # The read-back tool's name, when it is registered: notices point to it, and
         # its own answers are never spilled (they are bounded by the same budget).
         self.reader = reader
+        # Tools whose answers the model sees whole (the reader's too).
+        self.exempt = frozenset(exempt) | ({reader} if reader is not None else set())
 
     async def bound(self, content: Sequence[ContentBlock], call_id: str, tool: str, label: str) -> str | None:
         """The replacement text for ``content``, or ``None`` to keep it (within the cap, not all text, or a fallback)."""
@@ -327,7 +343,7 @@ class SpillPolicy:
         decision = await next()
         if not isinstance(decision, Accept) or decision.value is not UNSET or execution.parent is not None:
             return decision
-        if self.reader is not None and execution.name == self.reader:
+        if execution.name in self.exempt:
             return decision
         content = decision.content if decision.content is not None else result.content
         replacement = await self.bound(content, execution.call_id, execution.name, "result")
@@ -370,5 +386,5 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     reader = None
     if settings.read_tool:
         reader = _register(runtime, read_tool(lambda: store.directory, settings.max_inline_bytes))
-    policy = SpillPolicy(settings.max_inline_bytes, store, reader=reader)
+    policy = SpillPolicy(settings.max_inline_bytes, store, reader=reader, exempt=settings.exempt_tools)
     runtime.plugins.register(policy, name=PLUGIN_NAME)

@@ -33,6 +33,7 @@ from dsh_core import (
 from dsh_core.code_mode import CodeRunResult
 from dsh_core.testing import FakeCodeRuntime, Recorder, json_tool, make_input, make_runtime
 from dsh_plugins import spill
+from dsh_plugins.files import file_tools
 from dsh_plugins.spill import SpillPolicy, SpillStore, bounded_replacement
 
 Next = Callable[[], Awaitable[Any]]
@@ -353,6 +354,58 @@ async def test_a_configured_directory_of_the_user_alone_is_used_as_it_is(tmp_pat
     runtime = with_spill(readable, text_tool("dump", BIG))
     assert locator(only_text(await runtime.execute(make_input("dump")))).parent == readable
     assert readable.stat().st_mode & 0o777 == 0o755
+
+
+# --- exempt tools --------------------------------------------------------------------------
+
+
+async def test_read_file_answers_are_never_spilled_so_a_spill_file_can_be_read_back(tmp_path: Path) -> None:
+    # Without the spill reader, the files plugin's read_file is how the model reads a spill back.
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), *file_tools(tmp_path), read_tool=False)
+    path = locator(only_text(await runtime.execute(make_input("dump", call_id="c1"))))
+    answer = await runtime.execute(make_input("read_file", {"path": f"spill/{path.name}"}, call_id="c2"))
+    text = only_text(answer)
+    assert "saved at" not in text and "line 00500 of a long result" in text and len(text.encode()) > CAP
+    assert os.listdir(tmp_path / "spill") == [path.name]
+
+
+async def test_exempt_tools_replaces_the_default(tmp_path: Path) -> None:
+    runtime = with_spill(
+        tmp_path / "spill", text_tool("dump", BIG), *file_tools(tmp_path), read_tool=False, exempt_tools=["dump"]
+    )
+    assert only_text(await runtime.execute(make_input("dump"))) == BIG
+    (tmp_path / "big.txt").write_text(BIG)
+    assert "saved at" in only_text(await runtime.execute(make_input("read_file", {"path": "big.txt"})))
+
+
+async def test_exempt_tools_covers_the_post_execute_copy_not_the_dispatch_log(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), exempt_tools=["dump"])
+    policy = runtime.plugins.get_plugin("spill-policy")
+    dispatch: Any = SimpleNamespace(sub_call_id="outer:code:1", name="dump")
+
+    async def next_() -> list[Any]:
+        return [TextBlock(BIG)]
+
+    (block,) = await policy.dsh_code_dispatch_log(dispatch, next_)
+    assert locator(block.text).read_text() == BIG  # a log copy is not model context: it is bounded as before
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("read_file", 'exempt_tools: expected an array, got "read_file"'),
+        ([1], "exempt_tools\\[0\\]: expected a string"),
+        ([""], "exempt_tools lists tool names; an empty one exempts nothing"),
+    ],
+)
+def test_an_invalid_exempt_tools_fails_the_load(value: object, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        spill.dsh_setup(make_runtime(), {"max_inline_bytes": 100, "exempt_tools": value})
+
+
+def test_an_unknown_setting_fails_the_load() -> None:
+    with pytest.raises(ConfigError, match="exempt_tool"):
+        spill.dsh_setup(make_runtime(), {"max_inline_bytes": 100, "exempt_tool": ["x"]})
 
 
 # --- the dispatch-log copy ---------------------------------------------------------------
