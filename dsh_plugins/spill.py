@@ -27,7 +27,8 @@ a warning is logged and oversized results stay inline.
 ``Accept`` without ``value=``; never a ``Block``), when every content block is
 text and their texts (joined by newlines) exceed ``max_inline_bytes``. Also,
 through ``dsh_code_dispatch_log``, the *logged copy* of each ``run_code``
-sub-call's content. Images, mixed content and content within the cap are left
+sub-call's content, when the runtime has an ``event_sink`` to log it to
+(without one there is no log, and nothing is written for it). Images, mixed content and content within the cap are left
 alone, and so are nested calls in post-execute (their content is not model
 context: the program gets the value). The answers of the tools named in
 ``exempt_tools`` (names as registered, prefixes included) and of the spill
@@ -298,10 +299,18 @@ class SpillPolicy:
     """The ``dsh_post_execute`` and ``dsh_code_dispatch_log`` listeners of one runtime."""
 
     def __init__(
-        self, max_inline_bytes: int, store: SpillStore, *, reader: str | None = None, exempt: Iterable[str] = ()
+        self,
+        max_inline_bytes: int,
+        store: SpillStore,
+        *,
+        reader: str | None = None,
+        exempt: Iterable[str] = (),
+        runtime: ToolRuntime | None = None,
     ) -> None:
         self.max_inline_bytes = max_inline_bytes
         self.store = store
+        # The runtime whose event_sink receives the dispatch log (``None``: assume one does).
+        self.runtime = runtime
         # The read-back tool's name, when it is registered: notices point to it, and
         # its own answers are never spilled (they are bounded by the same budget).
         self.reader = reader
@@ -356,6 +365,8 @@ class SpillPolicy:
         self, dispatch: CodeDispatchLog, next: Callable[[], Awaitable[Sequence[ContentBlock]]]
     ) -> list[ContentBlock]:
         content = list(await next())
+        if self.runtime is not None and self.runtime.event_sink is None:
+            return content  # nothing logs this copy: a spill file for it would be referenced by nothing
         replacement = await self.bound(content, dispatch.sub_call_id, dispatch.name, "dispatch")
         return content if replacement is None else [TextBlock(replacement)]
 
@@ -386,5 +397,5 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     reader = None
     if settings.read_tool:
         reader = _register(runtime, read_tool(lambda: store.directory, settings.max_inline_bytes))
-    policy = SpillPolicy(settings.max_inline_bytes, store, reader=reader, exempt=settings.exempt_tools)
+    policy = SpillPolicy(settings.max_inline_bytes, store, reader=reader, exempt=settings.exempt_tools, runtime=runtime)
     runtime.plugins.register(policy, name=PLUGIN_NAME)

@@ -380,6 +380,7 @@ async def test_exempt_tools_replaces_the_default(tmp_path: Path) -> None:
 
 async def test_exempt_tools_covers_the_post_execute_copy_not_the_dispatch_log(tmp_path: Path) -> None:
     runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), exempt_tools=["dump"])
+    runtime.event_sink = lambda kind, data: None
     policy = runtime.plugins.get_plugin("spill-policy")
     dispatch: Any = SimpleNamespace(sub_call_id="outer:code:1", name="dump")
 
@@ -439,6 +440,30 @@ async def test_a_large_sub_result_is_spilled_in_the_dispatch_log_only(tmp_path: 
     assert isinstance(block, TextBlock) and len(block.text.encode()) <= CAP
     path = locator(block.text)
     assert path.name.startswith("outer_code_1-big-") and NAME.fullmatch(path.name) and path.read_text() == huge
+
+
+async def test_without_an_event_sink_no_dispatch_log_copy_is_spilled(tmp_path: Path) -> None:
+    # Nothing logs the copy: a file for it would be referenced by nothing.
+    huge = "token=abc123\n" * 10_000
+    received: list[Any] = []
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        received.append(await tools["big"]({}))
+        return CodeRunResult(value=len(received[-1]), has_value=True)
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(text_tool("big", huge))
+    spill.dsh_setup(runtime, {"max_inline_bytes": CAP, "directory": str(tmp_path / "spill"), "read_tool": False})
+    outer = await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="outer"))
+    assert isinstance(outer, ToolExecutionSuccess) and received == [huge]
+    assert not (tmp_path / "spill").exists()
+
+    # A sink the host attaches later (as `dsh-tools run --session-log` does) gets bounded copies.
+    events: list[tuple[str, Any]] = []
+    runtime.event_sink = lambda kind, data: events.append((kind, data))
+    await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="again"))
+    (logged,) = [data["content"] for kind, data in events if kind == "tool/code-dispatch"]
+    assert locator(logged[0].text).read_text() == huge
 
 
 async def test_small_or_non_text_dispatch_logs_are_untouched(tmp_path: Path) -> None:
