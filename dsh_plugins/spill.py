@@ -66,6 +66,9 @@ output in windows of numbered lines (``start_line``, ``max_lines``) or only the
 lines containing a text (``contains``), from files directly inside the spill
 directory only. Its answers fit the same ``max_inline_bytes`` (a line too long
 for it is cut and listed in ``cut_lines``) and are never spilled themselves.
+Called from a ``run_code`` program, it sizes its window so that the value fits
+too when the program returns it (``run_code`` shows it as indented JSON, larger
+than the text rendering): following the notice in Code Mode ends.
 
 **Order.** Both listeners are ``tryfirst`` (outermost) and call ``next()``
 first, so they bound whatever inner listeners and tools produced.

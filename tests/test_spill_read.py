@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,8 @@ import pytest
 from test_spill import BIG, CAP, ContentReplacer, default_spill, isolated_temp_dir, only_text, text_tool, with_spill
 
 from dsh_core import DshConfig, TextBlock, ToolExecutionResult, ToolRuntime, load_plugins
-from dsh_core.testing import expect_failure, expect_success, make_input, make_runtime
+from dsh_core.code_mode import CodeRunResult, SubprocessPythonRuntime
+from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, make_input, make_runtime
 from dsh_plugins import spill
 from dsh_plugins._spill_read import SpillReadError, read_spilled
 
@@ -251,4 +254,83 @@ async def test_under_a_tool_prefix_the_notice_and_the_exemption_use_the_prefixed
     path = re.search(r"saved at (\S+);", notice).group(1)  # type: ignore[union-attr]
     answer = await runtime.execute(make_input("sp__read_spilled_output", {"path": path}))
     assert only_text(answer) == BIG  # the reader's own answer is never spilled, under its registered name
+    assert len(os.listdir(tmp_path / "spill")) == 1
+
+
+# --- Code Mode: the model reads through run_code -------------------------------------------
+
+# Quotes, backslashes, tabs and control characters grow in JSON (\" \\ \t \u0001); non-ASCII does not.
+AWKWARD = "".join(
+    f'{n:04d} "quoted" \\path\\ \x01\x02 tab\there é€ ' + "z" * (n * 13 % 300) + "\n" for n in range(1, 400)
+)
+
+
+def code_mode_with_spill(tmp_path: Path, text: str, cap: int, program: Any) -> ToolRuntime:
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(text_tool("dump", text))
+    spill.dsh_setup(runtime, {"max_inline_bytes": cap, "directory": str(tmp_path / "spill")})
+    return runtime
+
+
+async def run_code(runtime: ToolRuntime, call_id: str, code: str = "...") -> str:
+    result = await runtime.execute(make_input("run_code", {"code": code, "description": "d"}, call_id=call_id))
+    return only_text(expect_success(result))
+
+
+@pytest.mark.parametrize("text", [BIG, AWKWARD], ids=["plain", "awkward"])
+@pytest.mark.parametrize("cap", [600, 2000, 32768])
+async def test_a_window_a_program_returns_fits_the_cap_so_following_the_notice_ends(
+    tmp_path: Path, text: str, cap: int
+) -> None:
+    reads: list[dict[str, Any]] = []
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        if not reads:  # the first run returns the whole output: run_code's answer is spilled
+            return CodeRunResult(value=await tools["dump"]({}), has_value=True)
+        # What the notice leads to: read a window and return it (run_code shows it as indented JSON).
+        return CodeRunResult(value=await tools["read_spilled_output"](reads[-1]), has_value=True)
+
+    runtime = code_mode_with_spill(tmp_path, text * 3 if cap == 32768 else text, cap, program)
+    notice = await run_code(runtime, "r0")
+    assert "read it in parts with read_spilled_output" in notice
+    path = re.search(r"saved at (\S+);", notice).group(1)  # type: ignore[union-attr]
+    files = sorted(os.listdir(tmp_path / "spill"))
+
+    saved = Path(path).read_text().split("\n")[:-1]
+    seen: list[int] = []
+    start: int | None = 1
+    while start is not None:
+        reads.append({"path": path, "start_line": start})
+        answer = await run_code(runtime, f"r{len(reads)}")
+        assert len(answer.encode()) <= cap and "saved at" not in answer
+        window = json.loads(answer)
+        for line in window["lines"]:
+            whole = saved[line["number"] - 1]
+            # A line longer than a window is cut (and listed): a prefix of it then.
+            assert line["text"] == whole or (line["number"] in window["cut_lines"] and whole.startswith(line["text"]))
+            seen.append(line["number"])
+        start = window["next_line"]
+    assert seen == list(range(1, len(saved) + 1))
+    assert sorted(os.listdir(tmp_path / "spill")) == files  # no window was spilled again
+
+
+async def test_a_window_read_natively_is_sized_for_its_text_as_before(tmp_path: Path) -> None:
+    # Only a program gets the value to return as JSON: a native read keeps its fuller windows.
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), cap=2000)
+    path = await spilled(runtime)
+    answer = expect_success(await read(runtime, path=path))
+    # 52 lines of about 35 rendered bytes each; sized for JSON (about 80 bytes a line) it would be 21.
+    assert len(answer.value["lines"]) == 52 and len(only_text(answer).encode()) <= 2000
+
+
+async def test_a_real_program_that_returns_a_window_is_not_spilled_again(tmp_path: Path) -> None:
+    runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=20))
+    runtime.register(text_tool("dump", AWKWARD))
+    spill.dsh_setup(runtime, {"max_inline_bytes": 2000, "directory": str(tmp_path / "spill")})
+    notice = await run_code(runtime, "r0", "return await tools.dump({})")
+    path = re.search(r"saved at (\S+);", notice).group(1)  # type: ignore[union-attr]
+    answer = await run_code(runtime, "r1", f"return await tools.read_spilled_output({{'path': {path!r}}})")
+    assert len(answer.encode()) <= 2000 and "saved at" not in answer
+    window = json.loads(answer)
+    assert window["lines"][0]["text"] == AWKWARD.split("\n", 1)[0] and window["next_line"] > 1
     assert len(os.listdir(tmp_path / "spill")) == 1
