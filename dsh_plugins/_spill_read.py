@@ -12,10 +12,11 @@ window is sized so that its value, returned as the program's result (which
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import trio
 
@@ -99,6 +100,31 @@ def _resolve(directory: str | None, path: str) -> str:
     return candidate
 
 
+# O_NOFOLLOW: a symlink swapped in after _resolve's check is refused, not followed. O_NONBLOCK: a
+# FIFO swapped in does not hang the open (it is refused below); it changes nothing for a file.
+_READ_FLAGS: Final = (
+    os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def _open(file_path: str) -> BinaryIO:
+    """``file_path`` (a checked spill file) opened for reading, if it is still a regular file."""
+    name, directory = os.path.basename(file_path), os.path.dirname(file_path)
+    try:
+        fd = os.open(file_path, _READ_FLAGS)
+    except FileNotFoundError:
+        raise SpillReadError(f"there is no spilled output {name!r} in {directory}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # what O_NOFOLLOW answers for a symlink
+            raise SpillReadError(f"{name!r} in {directory} is not a regular file") from None
+        raise
+    file = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        file.close()
+        raise SpillReadError(f"{name!r} in {directory} is not a regular file")
+    return file
+
+
 def _encoded_size(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogatepass"))
 
@@ -145,7 +171,7 @@ def read_spilled(
     used = 0
     next_line: int | None = None
     total = 0
-    with open(file_path, "rb") as file:
+    with _open(file_path) as file:
         status = os.fstat(file.fileno())
         # Spill files are written once: a window after the first stops at its last line
         # instead of scanning to the end again to count them.

@@ -41,7 +41,8 @@ same (a log copy is not model context).
 log; unsafe characters become ``_``; ``<random>`` is six hex digits, so call ids
 that repeat never run out of names and a name cannot be guessed from its call
 id; an existing file is never overwritten; files are created ``0600`` in a
-``0700`` directory, since results may hold secrets). The content is replaced by
+``0700`` directory, since results may hold secrets; the text is saved as UTF-8,
+a lone surrogate as U+FFFD, and the preview shows the same). The content is replaced by
 one text block: the head of the text, a notice, and its tail::
 
     <head>
@@ -156,6 +157,19 @@ def _utf8(text: str) -> bytes:
     return text.encode("utf-8", errors="surrogatepass")
 
 
+def _well_formed(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (and a split surrogate pair joined).
+
+    What a spill file holds must be valid UTF-8; this is what the TypeScript
+    original's encoder writes for the same JavaScript string.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", errors="surrogatepass").decode("utf-16-le", errors="replace")
+    return text
+
+
 def _is_continuation(byte: int) -> bool:
     return 0x80 <= byte <= 0xBF
 
@@ -264,13 +278,14 @@ class SpillStore:
 
         The name is ``<call id>-<tool>-<6 random hex digits>.txt``; an existing
         file is never overwritten (another random part is tried, a few times).
+        The file is valid UTF-8: a lone surrogate is written as U+FFFD.
 
         Raises ``OSError`` when the directory or file cannot be created or written
         (a partly written file is removed), or the directory is not private.
         """
         directory = self._ready_directory()
         base = _safe_name(call_id, tool)
-        data = _utf8(text)
+        data = _well_formed(text).encode("utf-8")
         for _ in range(NAME_ATTEMPTS):
             # The random part keeps names free when call ids repeat (providers whose ids restart at
             # call_0 every session) and makes a spill's name unguessable from its call id.
@@ -323,7 +338,10 @@ class SpillPolicy:
     async def bound(self, content: Sequence[ContentBlock], call_id: str, tool: str, label: str) -> str | None:
         """The replacement text for ``content``, or ``None`` to keep it (within the cap, not all text, or a fallback)."""
         text = _all_text(content)
-        if text is None or len(_utf8(text)) <= self.max_inline_bytes:
+        if text is None:
+            return None
+        text = _well_formed(text)
+        if len(_utf8(text)) <= self.max_inline_bytes:
             return None
         try:
             path: str = await trio.to_thread.run_sync(self.store.save, call_id, tool, text)

@@ -179,6 +179,18 @@ async def test_multiple_text_blocks_are_joined_by_newlines(tmp_path: Path) -> No
     assert locator(only_text(await runtime.execute(make_input("t")))).read_text() == "a" * 600 + "\n" + "b" * 600
 
 
+async def test_lone_surrogates_are_saved_as_replacement_characters(tmp_path: Path) -> None:
+    # JSON allows "\ud800": the file is valid UTF-8 all the same, as the TypeScript original writes it.
+    text = "x" * 1500 + "lone \ud800 and \udfff, a split pair \ud83d\ude00.\n"
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", text))
+    notice = only_text(await runtime.execute(make_input("dump")))
+    path = locator(notice)
+    saved = path.read_bytes().decode("utf-8")  # strict
+    assert saved == "x" * 1500 + "lone \ufffd and \ufffd, a split pair \U0001f600.\n"
+    assert f"(1 line, {path.stat().st_size} bytes)" in notice
+    assert notice.endswith("a split pair \U0001f600.\n")
+
+
 # --- fallbacks ---------------------------------------------------------------------------
 
 
@@ -273,6 +285,11 @@ async def test_a_few_taken_names_in_a_row_give_up_and_keep_the_original(
         assert only_text(await runtime.execute(make_input("dump", call_id="c1"))) == BIG
     assert len(handed) == spill.NAME_ATTEMPTS and "no free spill file name" in caplog.text
     assert os.listdir(tmp_path / "spill") == ["c1-dump-aaaaaa.txt"]
+
+
+def test_the_store_writes_valid_utf8_whoever_calls_it(tmp_path: Path) -> None:
+    path = SpillStore(str(tmp_path)).save("c", "t", "a\ud800b")
+    assert Path(path).read_bytes() == "a\ufffdb".encode()
 
 
 def test_a_symlinked_spill_directory_is_refused(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from test_spill import BIG, CAP, ContentReplacer, default_spill, isolated_temp_d
 from dsh_core import DshConfig, TextBlock, ToolExecutionResult, ToolRuntime, load_plugins
 from dsh_core.code_mode import CodeRunResult, SubprocessPythonRuntime
 from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, make_input, make_runtime
+from dsh_plugins import _spill_read as spill_read
 from dsh_plugins import spill
 from dsh_plugins._spill_read import SpillReadError, read_spilled
 
@@ -132,6 +133,20 @@ async def test_a_symlink_in_the_spill_directory_is_not_followed(tmp_path: Path) 
     (tmp_path / "spill" / "link.txt").symlink_to(secret)
     result = expect_failure(await read(runtime, path="link.txt"))
     assert "is not a regular file" in result.error.message
+
+
+async def test_a_symlink_swapped_in_after_the_check_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password\n")
+    (tmp_path / "spill").mkdir(mode=0o700)
+    link = tmp_path / "spill" / "link.txt"
+    link.symlink_to(secret)
+    # What a swap between the check and the open looks like: the checked name is a symlink by now.
+    monkeypatch.setattr(spill_read, "_resolve", lambda directory, path: str(link))
+    with pytest.raises(SpillReadError, match=r"'link\.txt' in .* is not a regular file"):
+        read_spilled(str(tmp_path / "spill"), "link.txt", budget=1000)
 
 
 async def test_nothing_spilled_yet_is_a_clear_error(tmp_path: Path) -> None:
