@@ -28,13 +28,13 @@ a warning is logged and oversized results stay inline.
 text and their texts (joined by newlines) exceed ``max_inline_bytes``. Also,
 through ``dsh_code_dispatch_log``, the *logged copy* of each ``run_code``
 sub-call's content, when the runtime has an ``event_sink`` to log it to
-(without one there is no log, and nothing is written for it). Images, mixed content and content within the cap are left
-alone, and so are nested calls in post-execute (their content is not model
-context: the program gets the value). The answers of the tools named in
-``exempt_tools`` (names as registered, prefixes included) and of the spill
-reader are never spilled either: a file reader that reads a spill file back
-would otherwise spill it again. They are bounded in the dispatch log all the
-same (a log copy is not model context).
+(without one there is no log, and nothing is written for it). Images, mixed
+content and content within the cap are left alone, and so are nested calls in
+post-execute (their content is not model context: the program gets the value).
+The answers of the tools named in ``exempt_tools`` (names as registered,
+prefixes included) and of the spill reader are never spilled either: a file
+reader that reads a spill file back would otherwise spill it again. They are
+bounded in the dispatch log all the same (a log copy is not model context).
 
 **What it becomes.** The full text is written to
 ``<directory>/<call id>-<tool>-<random>.txt`` (the sub-call id for the dispatch
@@ -42,8 +42,8 @@ log; unsafe characters become ``_``; ``<random>`` is six hex digits, so call ids
 that repeat never run out of names and a name cannot be guessed from its call
 id; an existing file is never overwritten; files are created ``0600`` in a
 ``0700`` directory, since results may hold secrets; the text is saved as UTF-8,
-a lone surrogate as U+FFFD, and the preview shows the same). The content is replaced by
-one text block: the head of the text, a notice, and its tail::
+a lone surrogate as U+FFFD, and the preview shows the same). The content is
+replaced by one text block: the head of the text, a notice, and its tail::
 
     <head>
 
@@ -118,7 +118,7 @@ logger = logging.getLogger("dsh_plugins.spill")
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME: Final = 120
-# Fresh random names to try before giving up: a second one is needed about once in 16 million spills.
+# Random names to try before giving up: with 16.7 million per call id and tool, a taken one is rare.
 NAME_ATTEMPTS: Final = 4
 _FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
