@@ -5,20 +5,35 @@ the tool it does that with, whatever other tools the host has (the spill
 directory is usually outside any workspace a file tool may read). It reads only
 files directly inside the spill directory, never follows a symlink, and keeps
 its own answers within the same byte budget that made the output spill, so
-reading a spill never spills again.
+reading a spill never spills again. Called from a ``run_code`` program, its
+window is sized so that its value, returned as the program's result (which
+``run_code`` shows as indented JSON), fits that budget too.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, BinaryIO, Final
 
 import trio
 
-from dsh_core import DshError, TextBlock, ToolDefinition, ToolEffects, ToolOutput, define_tool
+from dsh_core import (
+    DshError,
+    FrozenDict,
+    TextBlock,
+    ToolDefinition,
+    ToolEffects,
+    ToolOutput,
+    ToolRunContext,
+    define_tool,
+    json_text,
+)
+from dsh_core.code_mode import render_run_code_value
 
-__all__ = ["READ_TOOL_NAME", "SpillReadError", "read_spilled", "read_tool"]
+__all__ = ["READ_TOOL_NAME", "SpillReadError", "read_spilled", "read_tool", "untrusted_directory"]
 
 READ_TOOL_NAME: Final = "read_spilled_output"
 DEFAULT_MAX_LINES: Final = 200
@@ -28,6 +43,9 @@ MIN_BUDGET: Final = 256
 # first estimate: every answer is measured as rendered and trimmed to the cap, see _fit).
 _HEADER_ROOM: Final = 160
 _LINE_ROOM: Final = 8
+# Per line of the value as run_code shows it (indented JSON, besides the line's number and JSON
+# string): '\n    {\n      "number": ', ',\n      "text": ', '\n    }' and the comma between lines.
+_JSON_LINE_ROOM: Final = 46
 # How much of a `contains` text the header quotes.
 _SEARCH_SHOWN: Final = 40
 
@@ -38,19 +56,40 @@ class SpillReadError(DshError, ValueError):
     code = "SPILL_READ_ERROR"
 
 
-def _resolve(directory: str, path: str) -> str:
+def untrusted_directory(info: os.stat_result) -> str | None:
+    """Why a spill directory (its ``lstat``) may hold files someone else put there, or ``None``.
+
+    Spills may hold secrets and the reader shows whatever is in the directory:
+    it must be a real directory of the current user that nobody else may write to.
+    """
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a directory"
+    if hasattr(os, "getuid"):  # POSIX owners and modes; elsewhere the directory is taken as it is
+        if info.st_uid != os.getuid():
+            return "belongs to another user"
+        if info.st_mode & 0o022:
+            return f"is writable by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _resolve(directory: str | None, path: str) -> str:
     """The spill file ``path`` names (a full path from a notice, or a bare file name), checked."""
     if not path or "\x00" in path:
         raise SpillReadError("path must name a spilled output file")
     name = os.path.basename(path)
+    if directory is None:  # the private directory is made by the first spill
+        raise SpillReadError(f"there is no spilled output {name!r}: nothing has been spilled yet")
     if os.path.dirname(path) not in ("", directory) or name in ("", ".", ".."):
         raise SpillReadError(f"{path!r} is not a spilled output: spilled outputs are saved in {directory}")
     try:
         folder = os.lstat(directory)
     except FileNotFoundError:
         raise SpillReadError(f"there is no spilled output {name!r}: nothing has been spilled yet") from None
-    if stat.S_ISLNK(folder.st_mode) or (hasattr(os, "getuid") and folder.st_uid != os.getuid()):
-        raise SpillReadError(f"the spill directory {directory} is a symlink or owned by another user")
+    problem = untrusted_directory(folder)
+    if problem is not None:
+        raise SpillReadError(f"the spill directory {directory} {problem}")
     candidate = os.path.join(directory, name)
     try:
         info = os.lstat(candidate)
@@ -59,6 +98,31 @@ def _resolve(directory: str, path: str) -> str:
     if not stat.S_ISREG(info.st_mode):
         raise SpillReadError(f"{name!r} in {directory} is not a regular file")
     return candidate
+
+
+# O_NOFOLLOW: a symlink swapped in after _resolve's check is refused, not followed. O_NONBLOCK: a
+# FIFO swapped in does not hang the open (it is refused below); it changes nothing for a file.
+_READ_FLAGS: Final = (
+    os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def _open(file_path: str) -> BinaryIO:
+    """``file_path`` (a checked spill file) opened for reading, if it is still a regular file."""
+    name, directory = os.path.basename(file_path), os.path.dirname(file_path)
+    try:
+        fd = os.open(file_path, _READ_FLAGS)
+    except FileNotFoundError:
+        raise SpillReadError(f"there is no spilled output {name!r} in {directory}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # what O_NOFOLLOW answers for a symlink
+            raise SpillReadError(f"{name!r} in {directory} is not a regular file") from None
+        raise
+    file = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        file.close()
+        raise SpillReadError(f"{name!r} in {directory} is not a regular file")
+    return file
 
 
 def _encoded_size(text: str) -> int:
@@ -71,7 +135,7 @@ def _cut(text: str, budget: int) -> str:
 
 
 def read_spilled(
-    directory: str,
+    directory: str | None,
     path: str,
     *,
     start_line: int = 1,
@@ -79,14 +143,19 @@ def read_spilled(
     contains: str | None = None,
     budget: int,
     line_counts: dict[tuple[str, int, int], int] | None = None,
+    as_value: bool = False,
 ) -> dict[str, Any]:
-    """One window of a spilled output: numbered lines from ``start_line`` (only those with ``contains``).
+    """One window of a spilled output in ``directory`` (``None``: none made yet): numbered lines from ``start_line``.
+
+    With ``contains``, only the lines that contain it.
 
     At most ``max_lines`` lines and about ``budget`` UTF-8 bytes of line text;
     a single line longer than the budget is cut (``cut_lines`` lists it).
     ``next_line`` is where the next window starts (``None`` at the end).
-    ``line_counts`` caches each file's line count between calls. Blocks: run
-    it in a thread.
+    ``line_counts`` caches each file's line count between calls. With
+    ``as_value``, lines are sized as the window's JSON shows them (escapes
+    included), and its path is taken out of the budget: a program gets the
+    window as a value. Blocks: run it in a thread.
     """
     if start_line < 1:
         raise SpillReadError(f"start_line must be at least 1, got {start_line}")
@@ -95,12 +164,14 @@ def read_spilled(
     if contains == "":
         raise SpillReadError("contains must not be empty (omit it to read every line)")
     file_path = _resolve(directory, path)
+    if as_value:
+        budget = max(budget - _encoded_size(json_text(file_path)), 0)
     lines: list[dict[str, Any]] = []
     cut_lines: list[int] = []
     used = 0
     next_line: int | None = None
     total = 0
-    with open(file_path, "rb") as file:
+    with _open(file_path) as file:
         status = os.fstat(file.fileno())
         # Spill files are written once: a window after the first stops at its last line
         # instead of scanning to the end again to count them.
@@ -117,13 +188,18 @@ def read_spilled(
             text = raw.decode("utf-8", errors="surrogatepass").rstrip("\n")
             if contains is not None and contains not in text:
                 continue
-            # The rendered line: its number padded to six digits (more past 999 999), a tab, a newline.
-            size = _encoded_size(text) + max(_LINE_ROOM, len(str(number)) + 2)
+            if as_value:
+                room = _JSON_LINE_ROOM + len(str(number))
+                size = _encoded_size(json_text(text)) + room
+            else:
+                # The rendered line: its number padded to six digits (more past 999 999), a tab, a newline.
+                room = max(_LINE_ROOM, len(str(number)) + 2)
+                size = _encoded_size(text) + room
             if len(lines) == max_lines or (lines and used + size > budget):
                 next_line = number
                 continue
             if size > budget:
-                text = _cut(text, budget - _LINE_ROOM)
+                text = _cut(text, max(budget - room, 0))  # escapes may still take more: _fit measures
                 cut_lines.append(number)
                 size = budget
             lines.append({"number": number, "text": text})
@@ -168,53 +244,67 @@ def _render(args: Any, value: Any) -> list[TextBlock]:
     return [TextBlock(f"[{span}{suffix}]\n{body}")]
 
 
-def _rendered_size(args: Any, value: dict[str, Any]) -> int:
-    return _encoded_size(_render(args, value)[0].text)
+def _rendered_size(args: Any, value: dict[str, Any], as_value: bool) -> int:
+    size = _encoded_size(_render(args, value)[0].text)
+    if as_value:
+        # What run_code shows for a program that returns the window.
+        shown = render_run_code_value(None, FrozenDict({"logs": (), "result": value}))
+        size = max(size, sum(_encoded_size(block.text) for block in shown if isinstance(block, TextBlock)))
+    return size
 
 
-def _fit(args: Any, value: dict[str, Any], cap: int) -> dict[str, Any]:
+def _fit(args: Any, value: dict[str, Any], cap: int, *, as_value: bool = False) -> dict[str, Any]:
     """``value`` with lines dropped from its end (then its one line cut) until its answer fits ``cap`` bytes.
 
-    The policy never spills this tool's answers, so this is what bounds them.
-    Only a cap smaller than the header itself (a notice would not fit either,
-    so nothing spills under it) leaves an answer over it.
+    With ``as_value``, until its JSON as ``run_code`` shows a program's result
+    fits too. The policy never spills this tool's answers, so this is what
+    bounds them. Only a cap smaller than the header itself (a notice would not
+    fit either, so nothing spills under it) leaves an answer over it.
     """
     lines: list[dict[str, Any]] = value["lines"]
-    while len(lines) > 1 and _rendered_size(args, value) > cap:
+    while len(lines) > 1 and _rendered_size(args, value, as_value) > cap:
         dropped = lines.pop()["number"]
         value["next_line"] = dropped
         if dropped in value["cut_lines"]:
             value["cut_lines"].remove(dropped)
-    excess = _rendered_size(args, value) - cap
+    excess = _rendered_size(args, value, as_value) - cap
     if lines and excess > 0:
+        # Cutting n bytes of text shortens either rendering by at least n (JSON escapes only add).
         line = lines[0]
         line["text"] = _cut(line["text"], max(_encoded_size(line["text"]) - excess, 0))
         if line["number"] not in value["cut_lines"]:
             value["cut_lines"].append(line["number"])
-        excess = _rendered_size(args, value) - cap
+        excess = _rendered_size(args, value, as_value) - cap
         if excess > 0:  # the note about the cut line took room too
             line["text"] = _cut(line["text"], max(_encoded_size(line["text"]) - excess, 0))
     return value
 
 
-def read_tool(directory: str, max_inline_bytes: int) -> ToolDefinition:
-    """The ``read_spilled_output`` tool for spills saved in ``directory``."""
+def read_tool(directory: Callable[[], str | None], max_inline_bytes: int) -> ToolDefinition:
+    """The ``read_spilled_output`` tool for spills saved in the directory ``directory()`` names.
+
+    ``directory()`` is ``None`` while there is none yet (the store makes a
+    private one on its first spill).
+    """
     budget = max(max_inline_bytes - _HEADER_ROOM, MIN_BUDGET)
     line_counts: dict[tuple[str, int, int], int] = {}
 
-    async def execute(args: Any) -> dict[str, Any]:
+    async def execute(args: Any, run: ToolRunContext) -> dict[str, Any]:
+        # A nested call hands the window to a program, which may return it whole.
+        as_value = run.parent is not None
         value = await trio.to_thread.run_sync(
             lambda: read_spilled(
-                directory,
+                directory(),
                 args["path"],
                 start_line=args.get("start_line", 1),
                 max_lines=args.get("max_lines", DEFAULT_MAX_LINES),
                 contains=args.get("contains"),
                 budget=budget,
                 line_counts=line_counts,
+                as_value=as_value,
             )
         )
-        return _fit(args, value, max_inline_bytes)
+        return _fit(args, value, max_inline_bytes, as_value=as_value)
 
     return define_tool(
         name=READ_TOOL_NAME,

@@ -4,33 +4,52 @@ Enable it through the ``spill`` entry point; configure it in ``[plugins.spill]``
 
     [plugins.spill]
     max_inline_bytes = 32768          # UTF-8 bytes; omit it and the plugin does nothing
-    directory = "/var/tmp/dsh-spill"  # default: <system temp dir>/dsh-spill
+    directory = "/var/tmp/dsh-spill"  # default: a private directory per runtime, see below
     read_tool = true                  # register read_spilled_output (default)
+    exempt_tools = ["read_file"]      # tools whose answers are never spilled (default)
 
 Without ``max_inline_bytes`` the plugin registers nothing. A value that is not
 a non-negative integer fails the load with a ``ConfigError``.
+
+**Where spills go.** Without ``directory``, each runtime gets a private
+directory of its own, made on its first spill by ``tempfile.mkdtemp``
+(``<system temp dir>/dsh-spill-<random>``, mode ``0700``): no other user can
+claim its name first, and no other session can read its files through
+``read_spilled_output``. It is not removed at exit, and a new process does not
+read the old one's spills back: configure ``directory`` for spills that outlive
+the process. A configured directory is created ``0700`` if missing; it must be
+a directory of the current user, not a symlink, that group and others cannot
+write to (the reader shows whatever it holds). Otherwise nothing is spilled:
+a warning is logged and oversized results stay inline.
 
 **What is bounded.** The model-facing content of a *top-level* call
 (``execution.parent is None``) whose accepted decision keeps the value (an
 ``Accept`` without ``value=``; never a ``Block``), when every content block is
 text and their texts (joined by newlines) exceed ``max_inline_bytes``. Also,
 through ``dsh_code_dispatch_log``, the *logged copy* of each ``run_code``
-sub-call's content. Images, mixed content and content within the cap are left
-alone, and so are nested calls in post-execute (their content is not model
-context: the program gets the value).
+sub-call's content, when the runtime has an ``event_sink`` to log it to
+(without one there is no log, and nothing is written for it). Images, mixed
+content and content within the cap are left alone, and so are nested calls in
+post-execute (their content is not model context: the program gets the value).
+The answers of the tools named in ``exempt_tools`` (names as registered,
+prefixes included) and of the spill reader are never spilled either: a file
+reader that reads a spill file back would otherwise spill it again. They are
+bounded in the dispatch log all the same (a log copy is not model context).
 
 **What it becomes.** The full text is written to
-``<directory>/<call id>-<tool>.txt`` (the sub-call id for the dispatch log;
-unsafe characters become ``_``, and ``-2``, ``-3``, ... are appended instead of
-overwriting an existing file; files are created ``0600`` in a ``0700``
-directory, since results may hold secrets). The content is replaced by one
-text block: the head of the text, a notice, and its tail::
+``<directory>/<call id>-<tool>-<random>.txt`` (the sub-call id for the dispatch
+log; unsafe characters become ``_``; ``<random>`` is six hex digits, so call ids
+that repeat never run out of names and a name cannot be guessed from its call
+id; an existing file is never overwritten; files are created ``0600`` in a
+``0700`` directory, since results may hold secrets; the text is saved as UTF-8,
+a lone surrogate as U+FFFD, and the preview shows the same). The content is
+replaced by one text block: the head of the text, a notice, and its tail::
 
     <head>
 
     [41877 of 52000 bytes omitted here. The full output (1311 lines, 52000 bytes)
-    is saved at /tmp/dsh-spill/call-7-grep.txt; read it in parts (a range of lines,
-    or a search) rather than all at once.]
+    is saved at /var/tmp/dsh-spill/call-7-grep-3f9a1c.txt; read it in parts (a range
+    of lines, or a search) rather than all at once.]
 
     <tail>
 
@@ -48,6 +67,9 @@ output in windows of numbered lines (``start_line``, ``max_lines``) or only the
 lines containing a text (``contains``), from files directly inside the spill
 directory only. Its answers fit the same ``max_inline_bytes`` (a line too long
 for it is cut and listed in ``cut_lines``) and are never spilled themselves.
+Called from a ``run_code`` program, it sizes its window so that the value fits
+too when the program returns it (``run_code`` shows it as indented JSON, larger
+than the text rendering): following the notice in Code Mode ends.
 
 **Order.** Both listeners are ``tryfirst`` (outermost) and call ``next()``
 first, so they bound whatever inner listeners and tools produced.
@@ -59,9 +81,10 @@ import contextlib
 import logging
 import os
 import re
-import stat
+import secrets
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
 import attrs
@@ -73,6 +96,7 @@ from dsh_core import (
     ContentBlock,
     PostToolDecision,
     TextBlock,
+    ToolDefinition,
     ToolExecution,
     ToolExecutionResult,
     ToolRuntime,
@@ -81,7 +105,7 @@ from dsh_core import (
 )
 from dsh_core.code_mode import CodeDispatchLog
 
-from ._spill_read import READ_TOOL_NAME, read_tool
+from ._spill_read import READ_TOOL_NAME, read_tool, untrusted_directory
 
 __all__ = ["PLUGIN_NAME", "SpillPolicy", "SpillSettings", "SpillStore", "bounded_replacement"]
 
@@ -94,6 +118,8 @@ logger = logging.getLogger("dsh_plugins.spill")
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME: Final = 120
+# Random names to try before giving up: with 16.7 million per call id and tool, a taken one is rare.
+NAME_ATTEMPTS: Final = 4
 _FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -107,6 +133,11 @@ def _directory(instance: object, attribute: attrs.Attribute[str | None], value: 
         raise ValueError(f"directory must be a non-empty path without NUL characters (got {value!r})")
 
 
+def _tool_names(instance: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
+    if "" in value:
+        raise ValueError("exempt_tools lists tool names; an empty one exempts nothing")
+
+
 @attrs.frozen(kw_only=True)
 class SpillSettings:
     """The ``[plugins.spill]`` table."""
@@ -114,6 +145,8 @@ class SpillSettings:
     max_inline_bytes: int | None = attrs.field(default=None, validator=_non_negative)
     directory: str | None = attrs.field(default=None, validator=_directory)
     read_tool: bool = True
+    # Readers of files: reading a spill file back with one must not spill it again.
+    exempt_tools: tuple[str, ...] = attrs.field(default=("read_file",), validator=_tool_names)
 
 
 # --- sizes and previews --------------------------------------------------------------------
@@ -122,6 +155,19 @@ class SpillSettings:
 def _utf8(text: str) -> bytes:
     # surrogatepass: a lone surrogate (JSON allows "\ud800") is sized, not an error.
     return text.encode("utf-8", errors="surrogatepass")
+
+
+def _well_formed(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (and a split surrogate pair joined).
+
+    What a spill file holds must be valid UTF-8; this is what the TypeScript
+    original's encoder writes for the same JavaScript string.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", errors="surrogatepass").decode("utf-16-le", errors="replace")
+    return text
 
 
 def _is_continuation(byte: int) -> bool:
@@ -191,30 +237,59 @@ def _safe_name(call_id: str, tool: str) -> str:
     return name or "result"
 
 
-@attrs.frozen
 class SpillStore:
-    """Writes spilled texts as files in ``directory`` (created ``0700`` on first use).
+    """Writes spilled texts as files in one directory.
 
-    The directory must belong to the current user and must not be a symlink.
+    ``directory`` is a configured path, created ``0700`` on first use, or
+    ``None``: a private directory of this store's own, made by
+    ``tempfile.mkdtemp`` (``<system temp dir>/dsh-spill-<random>``, ``0700``) on
+    the first spill. Either way it must be a directory of the current user, not
+    a symlink, that nobody else may write to.
     """
 
-    directory: str
+    def __init__(self, directory: str | None = None) -> None:
+        self._configured = directory
+        self._private: str | None = None
+        self._making = threading.Lock()  # saves run in worker threads: make one private directory, not two
+
+    @property
+    def directory(self) -> str | None:
+        """Where spills are saved; ``None`` until the private directory is made."""
+        return self._configured if self._configured is not None else self._private
+
+    def _ready_directory(self) -> str:
+        if self._configured is not None:
+            os.makedirs(self._configured, mode=0o700, exist_ok=True)
+            directory = self._configured
+        else:
+            with self._making:
+                if self._private is None:
+                    self._private = tempfile.mkdtemp(prefix="dsh-spill-")
+                directory = self._private
+        problem = untrusted_directory(os.lstat(directory))
+        if problem is not None:
+            # In a shared temp dir another user could have planted it to read our spills, or
+            # to plant files of their own for the reader to show.
+            raise PermissionError(f"spill directory {directory!r} {problem}")
+        return directory
 
     def save(self, call_id: str, tool: str, text: str) -> str:
         """Write ``text`` to a new file named after the call and tool; returns its path. Blocks: run it in a thread.
 
+        The name is ``<call id>-<tool>-<6 random hex digits>.txt``; an existing
+        file is never overwritten (another random part is tried, a few times).
+        The file is valid UTF-8: a lone surrogate is written as U+FFFD.
+
         Raises ``OSError`` when the directory or file cannot be created or written
-        (a partly written file is removed).
+        (a partly written file is removed), or the directory is not private.
         """
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        info = os.lstat(self.directory)
-        if stat.S_ISLNK(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
-            # In a shared temp dir another user could have planted it to read our spills.
-            raise PermissionError(f"spill directory {self.directory!r} is a symlink or owned by another user")
+        directory = self._ready_directory()
         base = _safe_name(call_id, tool)
-        data = _utf8(text)
-        for attempt in range(1, 1000):
-            path = os.path.join(self.directory, f"{base}.txt" if attempt == 1 else f"{base}-{attempt}.txt")
+        data = _well_formed(text).encode("utf-8")
+        for _ in range(NAME_ATTEMPTS):
+            # The random part keeps names free when call ids repeat (providers whose ids restart at
+            # call_0 every session) and makes a spill's name unguessable from its call id.
+            path = os.path.join(directory, f"{base}-{secrets.token_hex(3)}.txt")
             try:
                 fd = os.open(path, _FILE_FLAGS, 0o600)
             except FileExistsError:
@@ -227,7 +302,7 @@ class SpillStore:
                     os.unlink(path)
                 raise
             return path
-        raise FileExistsError(f"no free spill file name for {base!r} in {self.directory!r}")
+        raise FileExistsError(f"no free spill file name for {base!r} in {directory!r}")
 
     def discard(self, path: str) -> None:
         """Remove a spill file nobody will point at (best effort)."""
@@ -241,17 +316,32 @@ class SpillStore:
 class SpillPolicy:
     """The ``dsh_post_execute`` and ``dsh_code_dispatch_log`` listeners of one runtime."""
 
-    def __init__(self, max_inline_bytes: int, store: SpillStore, *, reader: str | None = None) -> None:
+    def __init__(
+        self,
+        max_inline_bytes: int,
+        store: SpillStore,
+        *,
+        reader: str | None = None,
+        exempt: Iterable[str] = (),
+        runtime: ToolRuntime | None = None,
+    ) -> None:
         self.max_inline_bytes = max_inline_bytes
         self.store = store
+        # The runtime whose event_sink receives the dispatch log (``None``: assume one does).
+        self.runtime = runtime
         # The read-back tool's name, when it is registered: notices point to it, and
         # its own answers are never spilled (they are bounded by the same budget).
         self.reader = reader
+        # Tools whose answers the model sees whole (the reader's too).
+        self.exempt = frozenset(exempt) | ({reader} if reader is not None else set())
 
     async def bound(self, content: Sequence[ContentBlock], call_id: str, tool: str, label: str) -> str | None:
         """The replacement text for ``content``, or ``None`` to keep it (within the cap, not all text, or a fallback)."""
         text = _all_text(content)
-        if text is None or len(_utf8(text)) <= self.max_inline_bytes:
+        if text is None:
+            return None
+        text = _well_formed(text)
+        if len(_utf8(text)) <= self.max_inline_bytes:
             return None
         try:
             path: str = await trio.to_thread.run_sync(self.store.save, call_id, tool, text)
@@ -283,7 +373,7 @@ class SpillPolicy:
         decision = await next()
         if not isinstance(decision, Accept) or decision.value is not UNSET or execution.parent is not None:
             return decision
-        if self.reader is not None and execution.name == self.reader:
+        if execution.name in self.exempt:
             return decision
         content = decision.content if decision.content is not None else result.content
         replacement = await self.bound(content, execution.call_id, execution.name, "result")
@@ -296,13 +386,26 @@ class SpillPolicy:
         self, dispatch: CodeDispatchLog, next: Callable[[], Awaitable[Sequence[ContentBlock]]]
     ) -> list[ContentBlock]:
         content = list(await next())
+        if self.runtime is not None and self.runtime.event_sink is None:
+            return content  # nothing logs this copy: a spill file for it would be referenced by nothing
         replacement = await self.bound(content, dispatch.sub_call_id, dispatch.name, "dispatch")
         return content if replacement is None else [TextBlock(replacement)]
 
 
-def default_directory() -> str:
-    """``<system temp dir>/dsh-spill``."""
-    return os.path.join(tempfile.gettempdir(), "dsh-spill")
+def _register(runtime: ToolRuntime, definition: ToolDefinition) -> str:
+    """Register ``definition`` globally; returns the name it got.
+
+    The host may rename it (``[tool_prefixes] spill = "sp"`` registers
+    ``sp__read_spilled_output``): notices must name the tool the model can call.
+    """
+    before = _global_names(runtime)
+    runtime.register(definition)
+    added = _global_names(runtime) - before
+    return added.pop() if len(added) == 1 else definition.name
+
+
+def _global_names(runtime: ToolRuntime) -> set[str]:
+    return {definition.name for scope, definition in runtime.registrations() if scope is None}
 
 
 @hookimpl
@@ -311,10 +414,9 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     settings = structure_table(SpillSettings, config, "[plugins.spill]")
     if settings.max_inline_bytes is None:
         return
-    directory = os.path.abspath(settings.directory) if settings.directory is not None else default_directory()
+    store = SpillStore(os.path.abspath(settings.directory) if settings.directory is not None else None)
     reader = None
     if settings.read_tool:
-        runtime.register(read_tool(directory, settings.max_inline_bytes))
-        reader = READ_TOOL_NAME
-    policy = SpillPolicy(settings.max_inline_bytes, SpillStore(directory), reader=reader)
+        reader = _register(runtime, read_tool(lambda: store.directory, settings.max_inline_bytes))
+    policy = SpillPolicy(settings.max_inline_bytes, store, reader=reader, exempt=settings.exempt_tools, runtime=runtime)
     runtime.plugins.register(policy, name=PLUGIN_NAME)

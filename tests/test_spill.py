@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,6 +33,7 @@ from dsh_core import (
 from dsh_core.code_mode import CodeRunResult
 from dsh_core.testing import FakeCodeRuntime, Recorder, json_tool, make_input, make_runtime
 from dsh_plugins import spill
+from dsh_plugins.files import file_tools
 from dsh_plugins.spill import SpillPolicy, SpillStore, bounded_replacement
 
 Next = Callable[[], Awaitable[Any]]
@@ -60,6 +62,10 @@ def only_text(result: ToolExecutionResult) -> str:
     return block.text
 
 
+# <call id>-<tool>-<six random hex digits>.txt
+NAME = re.compile(r"[A-Za-z0-9._-]+-[0-9a-f]{6}\.txt")
+
+
 def locator(text: str) -> Path:
     match = re.search(r"saved at (\S+);", text)
     assert match, text
@@ -76,7 +82,8 @@ async def test_oversized_text_is_spilled_with_a_locator_and_the_value_kept(tmp_p
     text = only_text(result)
     assert len(text.encode()) <= CAP
     path = locator(text)
-    assert path == tmp_path / "spill" / "call-7-dump.txt" and path.read_text() == BIG
+    assert path.parent == tmp_path / "spill" and NAME.fullmatch(path.name)
+    assert path.name.startswith("call-7-dump-") and path.read_text() == BIG
     assert "(500 lines, 14000 bytes)" in text
     assert text.startswith("line 00001") and text.endswith("long result\n")
     omitted = int(re.search(r"\[(\d+) of 14000 bytes omitted", text).group(1))  # type: ignore[union-attr]
@@ -172,6 +179,18 @@ async def test_multiple_text_blocks_are_joined_by_newlines(tmp_path: Path) -> No
     assert locator(only_text(await runtime.execute(make_input("t")))).read_text() == "a" * 600 + "\n" + "b" * 600
 
 
+async def test_lone_surrogates_are_saved_as_replacement_characters(tmp_path: Path) -> None:
+    # JSON allows "\ud800": the file is valid UTF-8 all the same, as the TypeScript original writes it.
+    text = "x" * 1500 + "lone \ud800 and \udfff, a split pair \ud83d\ude00.\n"
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", text))
+    notice = only_text(await runtime.execute(make_input("dump")))
+    path = locator(notice)
+    saved = path.read_bytes().decode("utf-8")  # strict
+    assert saved == "x" * 1500 + "lone \ufffd and \ufffd, a split pair \U0001f600.\n"
+    assert f"(1 line, {path.stat().st_size} bytes)" in notice
+    assert notice.endswith("a split pair \U0001f600.\n")
+
+
 # --- fallbacks ---------------------------------------------------------------------------
 
 
@@ -217,12 +236,60 @@ async def test_an_earlier_spill_is_never_overwritten(tmp_path: Path) -> None:
     runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
     first = locator(only_text(await runtime.execute(make_input("dump", call_id="c1"))))
     second = locator(only_text(await runtime.execute(make_input("dump", call_id="c1"))))
-    assert first.name == "c1-dump.txt" and second.name == "c1-dump-2.txt"
+    assert first != second and first.read_text() == second.read_text() == BIG
+    assert all(re.fullmatch(r"c1-dump-[0-9a-f]{6}\.txt", path.name) for path in (first, second))
 
 
 def test_file_names_are_made_safe(tmp_path: Path) -> None:
     path = SpillStore(str(tmp_path)).save("../a:b/c", "we ird", "x")
-    assert os.path.dirname(path) == str(tmp_path) and os.path.basename(path) == "_a_b_c-we_ird.txt"
+    assert os.path.dirname(path) == str(tmp_path)
+    assert re.fullmatch(r"_a_b_c-we_ird-[0-9a-f]{6}\.txt", os.path.basename(path))
+
+
+def fixed_random_parts(monkeypatch: pytest.MonkeyPatch, *parts: str) -> list[str]:
+    """Make the random part of spill names come from ``parts`` (the last one repeats); returns those handed out."""
+    handed: list[str] = []
+
+    def token_hex(nbytes: int) -> str:
+        assert nbytes == 3
+        handed.append(parts[min(len(handed), len(parts) - 1)])
+        return handed[-1]
+
+    monkeypatch.setattr(spill.secrets, "token_hex", token_hex)
+    return handed
+
+
+def test_a_taken_name_is_retried_with_another_random_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "call_0-dump-aaaaaa.txt").write_text("earlier")
+    handed = fixed_random_parts(monkeypatch, "aaaaaa", "bbbbbb")
+    path = SpillStore(str(tmp_path)).save("call_0", "dump", "new")
+    assert os.path.basename(path) == "call_0-dump-bbbbbb.txt" and handed == ["aaaaaa", "bbbbbb"]
+    assert (tmp_path / "call_0-dump-aaaaaa.txt").read_text() == "earlier"
+
+
+def test_call_ids_that_repeat_across_sessions_keep_spilling(tmp_path: Path) -> None:
+    # Call ids that restart every session (call_0): the numbered names of the old scheme ran out at 999.
+    store = SpillStore(str(tmp_path))
+    paths = {store.save("call_0", "dump", f"text {n}") for n in range(1200)}
+    assert len(paths) == 1200 and len(os.listdir(tmp_path)) == 1200
+
+
+async def test_a_few_taken_names_in_a_row_give_up_and_keep_the_original(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "spill").mkdir(mode=0o700)
+    (tmp_path / "spill" / "c1-dump-aaaaaa.txt").write_text("earlier")
+    handed = fixed_random_parts(monkeypatch, "aaaaaa")
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.spill"):
+        assert only_text(await runtime.execute(make_input("dump", call_id="c1"))) == BIG
+    assert len(handed) == spill.NAME_ATTEMPTS and "no free spill file name" in caplog.text
+    assert os.listdir(tmp_path / "spill") == ["c1-dump-aaaaaa.txt"]
+
+
+def test_the_store_writes_valid_utf8_whoever_calls_it(tmp_path: Path) -> None:
+    path = SpillStore(str(tmp_path)).save("c", "t", "a\ud800b")
+    assert Path(path).read_bytes() == "a\ufffdb".encode()
 
 
 def test_a_symlinked_spill_directory_is_refused(tmp_path: Path) -> None:
@@ -230,6 +297,133 @@ def test_a_symlinked_spill_directory_is_refused(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(PermissionError):
         SpillStore(str(tmp_path / "link")).save("c", "t", "x")
+
+
+# --- where spills go ------------------------------------------------------------------------
+
+
+def isolated_temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Make ``tmp_path/tmp`` the system temp directory for this test (world-writable and sticky, like /tmp)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    temp.chmod(0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return temp
+
+
+def default_spill(*tools: Any) -> ToolRuntime:
+    runtime = make_runtime(*tools)
+    spill.dsh_setup(runtime, {"max_inline_bytes": CAP})
+    return runtime
+
+
+async def test_by_default_each_runtime_spills_into_a_private_directory_made_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp_dir = isolated_temp_dir(tmp_path, monkeypatch)
+    first, second = default_spill(text_tool("dump", BIG)), default_spill(text_tool("dump", BIG))
+    assert os.listdir(temp_dir) == []  # nothing is made before something spills
+    mine = locator(only_text(await first.execute(make_input("dump", call_id="c1"))))
+    theirs = locator(only_text(await second.execute(make_input("dump", call_id="c1"))))
+    assert mine.parent != theirs.parent
+    for path in (mine, theirs):
+        assert path.parent.parent == temp_dir and path.parent.name.startswith("dsh-spill-")
+        info = path.parent.stat()
+        assert info.st_mode & 0o777 == 0o700 and info.st_uid == os.getuid()
+    again = locator(only_text(await first.execute(make_input("dump", call_id="c2"))))
+    assert again.parent == mine.parent  # one directory per runtime, not per spill
+    assert sorted(os.listdir(temp_dir)) == sorted([mine.parent.name, theirs.parent.name])
+
+
+async def test_a_directory_at_the_old_shared_name_does_not_stop_spilling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp_dir = isolated_temp_dir(tmp_path, monkeypatch)
+    # Whoever made <tmp>/dsh-spill first (another user, say) turned spilling off for everyone else.
+    squatted = temp_dir / "dsh-spill"
+    squatted.mkdir()
+    squatted.chmod(0o777)
+    runtime = default_spill(text_tool("dump", BIG))
+    text = only_text(await runtime.execute(make_input("dump")))
+    assert len(text.encode()) <= CAP and locator(text).read_text() == BIG
+    assert locator(text).parent != squatted and os.listdir(squatted) == []
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
+async def test_a_configured_directory_others_may_write_to_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int
+) -> None:
+    # The reader trusts what is in the directory: nobody else may put files there.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    runtime = with_spill(shared, text_tool("dump", BIG))
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.spill"):
+        assert only_text(await runtime.execute(make_input("dump"))) == BIG
+    assert f"is writable by other users (mode {mode:o})" in caplog.text and "keeping the inline content" in caplog.text
+    assert os.listdir(shared) == []
+
+
+async def test_a_configured_directory_of_the_user_alone_is_used_as_it_is(tmp_path: Path) -> None:
+    readable = tmp_path / "readable"
+    readable.mkdir()
+    readable.chmod(0o755)  # others may read its listing, not add to it
+    runtime = with_spill(readable, text_tool("dump", BIG))
+    assert locator(only_text(await runtime.execute(make_input("dump")))).parent == readable
+    assert readable.stat().st_mode & 0o777 == 0o755
+
+
+# --- exempt tools --------------------------------------------------------------------------
+
+
+async def test_read_file_answers_are_never_spilled_so_a_spill_file_can_be_read_back(tmp_path: Path) -> None:
+    # Without the spill reader, the files plugin's read_file is how the model reads a spill back.
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), *file_tools(tmp_path), read_tool=False)
+    path = locator(only_text(await runtime.execute(make_input("dump", call_id="c1"))))
+    answer = await runtime.execute(make_input("read_file", {"path": f"spill/{path.name}"}, call_id="c2"))
+    text = only_text(answer)
+    assert "saved at" not in text and "line 00500 of a long result" in text and len(text.encode()) > CAP
+    assert os.listdir(tmp_path / "spill") == [path.name]
+
+
+async def test_exempt_tools_replaces_the_default(tmp_path: Path) -> None:
+    runtime = with_spill(
+        tmp_path / "spill", text_tool("dump", BIG), *file_tools(tmp_path), read_tool=False, exempt_tools=["dump"]
+    )
+    assert only_text(await runtime.execute(make_input("dump"))) == BIG
+    (tmp_path / "big.txt").write_text(BIG)
+    assert "saved at" in only_text(await runtime.execute(make_input("read_file", {"path": "big.txt"})))
+
+
+async def test_exempt_tools_covers_the_post_execute_copy_not_the_dispatch_log(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), exempt_tools=["dump"])
+    runtime.event_sink = lambda kind, data: None
+    policy = runtime.plugins.get_plugin("spill-policy")
+    dispatch: Any = SimpleNamespace(sub_call_id="outer:code:1", name="dump")
+
+    async def next_() -> list[Any]:
+        return [TextBlock(BIG)]
+
+    (block,) = await policy.dsh_code_dispatch_log(dispatch, next_)
+    assert locator(block.text).read_text() == BIG  # a log copy is not model context: it is bounded as before
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("read_file", 'exempt_tools: expected an array, got "read_file"'),
+        ([1], "exempt_tools\\[0\\]: expected a string"),
+        ([""], "exempt_tools lists tool names; an empty one exempts nothing"),
+    ],
+)
+def test_an_invalid_exempt_tools_fails_the_load(value: object, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        spill.dsh_setup(make_runtime(), {"max_inline_bytes": 100, "exempt_tools": value})
+
+
+def test_an_unknown_setting_fails_the_load() -> None:
+    with pytest.raises(ConfigError, match="exempt_tool"):
+        spill.dsh_setup(make_runtime(), {"max_inline_bytes": 100, "exempt_tool": ["x"]})
 
 
 # --- the dispatch-log copy ---------------------------------------------------------------
@@ -262,7 +456,31 @@ async def test_a_large_sub_result_is_spilled_in_the_dispatch_log_only(tmp_path: 
     (block,) = logged
     assert isinstance(block, TextBlock) and len(block.text.encode()) <= CAP
     path = locator(block.text)
-    assert path.name == "outer_code_1-big.txt" and path.read_text() == huge
+    assert path.name.startswith("outer_code_1-big-") and NAME.fullmatch(path.name) and path.read_text() == huge
+
+
+async def test_without_an_event_sink_no_dispatch_log_copy_is_spilled(tmp_path: Path) -> None:
+    # Nothing logs the copy: a file for it would be referenced by nothing.
+    huge = "token=abc123\n" * 10_000
+    received: list[Any] = []
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        received.append(await tools["big"]({}))
+        return CodeRunResult(value=len(received[-1]), has_value=True)
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(text_tool("big", huge))
+    spill.dsh_setup(runtime, {"max_inline_bytes": CAP, "directory": str(tmp_path / "spill"), "read_tool": False})
+    outer = await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="outer"))
+    assert isinstance(outer, ToolExecutionSuccess) and received == [huge]
+    assert not (tmp_path / "spill").exists()
+
+    # A sink the host attaches later (as `dsh-tools run --session-log` does) gets bounded copies.
+    events: list[tuple[str, Any]] = []
+    runtime.event_sink = lambda kind, data: events.append((kind, data))
+    await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="again"))
+    (logged,) = [data["content"] for kind, data in events if kind == "tool/code-dispatch"]
+    assert locator(logged[0].text).read_text() == huge
 
 
 async def test_small_or_non_text_dispatch_logs_are_untouched(tmp_path: Path) -> None:

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spill import BIG, CAP, only_text, text_tool, with_spill
+from test_spill import BIG, CAP, ContentReplacer, default_spill, isolated_temp_dir, only_text, text_tool, with_spill
 
-from dsh_core import ToolExecutionResult, ToolRuntime
-from dsh_core.testing import expect_failure, expect_success, make_input, make_runtime
+from dsh_core import DshConfig, TextBlock, ToolExecutionResult, ToolRuntime, load_plugins
+from dsh_core.code_mode import CodeRunResult, SubprocessPythonRuntime
+from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, make_input, make_runtime
+from dsh_plugins import _spill_read as spill_read
 from dsh_plugins import spill
 from dsh_plugins._spill_read import SpillReadError, read_spilled
+
+SPILLED: Any = object()  # stands for the spilled file's name in parameters
 
 
 async def spilled(runtime: ToolRuntime, tool: str = "dump") -> str:
@@ -103,15 +110,16 @@ async def test_a_line_longer_than_the_budget_is_cut_and_reported(tmp_path: Path)
         ({"path": ".."}, "is not a spilled output"),
         ({"path": ""}, "must name a spilled output file"),
         ({"path": "nope.txt"}, "there is no spilled output 'nope.txt'"),
-        ({"path": "call-7-dump.txt", "start_line": 0}, "start_line must be at least 1"),
-        ({"path": "call-7-dump.txt", "start_line": 501}, "start_line 501 is past the end: the output has 500 lines"),
-        ({"path": "call-7-dump.txt", "max_lines": 0}, "max_lines must be at least 1"),
-        ({"path": "call-7-dump.txt", "contains": ""}, "contains must not be empty"),
+        ({"path": SPILLED, "start_line": 0}, "start_line must be at least 1"),
+        ({"path": SPILLED, "start_line": 501}, "start_line 501 is past the end: the output has 500 lines"),
+        ({"path": SPILLED, "max_lines": 0}, "max_lines must be at least 1"),
+        ({"path": SPILLED, "contains": ""}, "contains must not be empty"),
     ],
 )
 async def test_bad_requests_fail_with_a_clear_message(tmp_path: Path, arguments: dict[str, Any], message: str) -> None:
     runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
-    await spilled(runtime)
+    name = os.path.basename(await spilled(runtime))
+    arguments = {key: name if value is SPILLED else value for key, value in arguments.items()}
     result = expect_failure(await read(runtime, **arguments))
     assert message in result.error.message
     assert result.code == "SPILL_READ_ERROR"
@@ -127,10 +135,48 @@ async def test_a_symlink_in_the_spill_directory_is_not_followed(tmp_path: Path) 
     assert "is not a regular file" in result.error.message
 
 
+async def test_a_symlink_swapped_in_after_the_check_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password\n")
+    (tmp_path / "spill").mkdir(mode=0o700)
+    link = tmp_path / "spill" / "link.txt"
+    link.symlink_to(secret)
+    # What a swap between the check and the open looks like: the checked name is a symlink by now.
+    monkeypatch.setattr(spill_read, "_resolve", lambda directory, path: str(link))
+    with pytest.raises(SpillReadError, match=r"'link\.txt' in .* is not a regular file"):
+        read_spilled(str(tmp_path / "spill"), "link.txt", budget=1000)
+
+
 async def test_nothing_spilled_yet_is_a_clear_error(tmp_path: Path) -> None:
     runtime = with_spill(tmp_path / "never-created", text_tool("dump", "small"))
     result = expect_failure(await read(runtime, path="call-1-dump.txt"))
     assert "nothing has been spilled yet" in result.error.message
+
+
+async def test_by_default_the_reader_reads_its_own_runtimes_spills_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    isolated_temp_dir(tmp_path, monkeypatch)
+    mine, other = default_spill(text_tool("dump", BIG)), default_spill(text_tool("dump", BIG))
+    nothing_yet = expect_failure(await read(mine, path="call-7-dump-abcdef.txt"))
+    assert "nothing has been spilled yet" in nothing_yet.error.message
+    path = await spilled(mine)
+    their_path = await spilled(other)
+    assert expect_success(await read(mine, path=path, max_lines=1)).value["lines"][0]["number"] == 1
+    refused = expect_failure(await read(mine, path=their_path))
+    assert "is not a spilled output" in refused.error.message
+    by_name = expect_failure(await read(mine, path=os.path.basename(their_path)))
+    assert "there is no spilled output" in by_name.error.message
+
+
+def test_a_spill_directory_others_may_write_to_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "spill").mkdir()
+    (tmp_path / "spill" / "a.txt").write_text("x\n")
+    (tmp_path / "spill").chmod(0o777)
+    with pytest.raises(SpillReadError, match="is writable by other users \\(mode 777\\)"):
+        read_spilled(str(tmp_path / "spill"), "a.txt", budget=1000)
 
 
 def test_a_spill_directory_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
@@ -138,7 +184,7 @@ def test_a_spill_directory_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
     real.mkdir()
     (real / "a.txt").write_text("x\n")
     (tmp_path / "spill").symlink_to(real)
-    with pytest.raises(SpillReadError, match="is a symlink or owned by another user"):
+    with pytest.raises(SpillReadError, match="is a symlink"):
         read_spilled(str(tmp_path / "spill"), "a.txt", budget=1000)
 
 
@@ -203,3 +249,103 @@ async def test_the_policy_never_spills_its_readers_answers(tmp_path: Path) -> No
     runtime.plugins.register(policy)
     assert only_text(await runtime.execute(make_input("reader"))) == BIG
     assert "saved at" in only_text(await runtime.execute(make_input("other")))
+
+
+async def test_under_a_tool_prefix_the_notice_and_the_exemption_use_the_prefixed_name(tmp_path: Path) -> None:
+    runtime = ToolRuntime()
+    runtime.register(text_tool("dump", BIG))
+    # An inner listener that makes every answer oversized, the reader's too.
+    runtime.plugins.register(ContentReplacer([TextBlock(BIG)]))
+    config = DshConfig(
+        plugins={"spill": {"max_inline_bytes": CAP, "directory": str(tmp_path / "spill")}},
+        tool_prefixes={"spill": "sp"},
+    )
+    point = importlib.metadata.EntryPoint(name="spill", value="dsh_plugins.spill", group="dsh")
+    report = load_plugins(runtime, config=config, entry_points=[point])
+    assert [plugin.tools for plugin in report.loaded] == [("sp__read_spilled_output",)]
+
+    notice = only_text(await runtime.execute(make_input("dump", call_id="call-7")))
+    assert "read it in parts with sp__read_spilled_output (a range of lines" in notice
+    path = re.search(r"saved at (\S+);", notice).group(1)  # type: ignore[union-attr]
+    answer = await runtime.execute(make_input("sp__read_spilled_output", {"path": path}))
+    assert only_text(answer) == BIG  # the reader's own answer is never spilled, under its registered name
+    assert len(os.listdir(tmp_path / "spill")) == 1
+
+
+# --- Code Mode: the model reads through run_code -------------------------------------------
+
+# Quotes, backslashes, tabs and control characters grow in JSON (\" \\ \t \u0001); non-ASCII does not.
+AWKWARD = "".join(
+    f'{n:04d} "quoted" \\path\\ \x01\x02 tab\there é€ ' + "z" * (n * 13 % 300) + "\n" for n in range(1, 400)
+)
+
+
+def code_mode_with_spill(tmp_path: Path, text: str, cap: int, program: Any) -> ToolRuntime:
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(text_tool("dump", text))
+    spill.dsh_setup(runtime, {"max_inline_bytes": cap, "directory": str(tmp_path / "spill")})
+    return runtime
+
+
+async def run_code(runtime: ToolRuntime, call_id: str, code: str = "...") -> str:
+    result = await runtime.execute(make_input("run_code", {"code": code, "description": "d"}, call_id=call_id))
+    return only_text(expect_success(result))
+
+
+@pytest.mark.parametrize("text", [BIG, AWKWARD], ids=["plain", "awkward"])
+@pytest.mark.parametrize("cap", [600, 2000, 32768])
+async def test_a_window_a_program_returns_fits_the_cap_so_following_the_notice_ends(
+    tmp_path: Path, text: str, cap: int
+) -> None:
+    reads: list[dict[str, Any]] = []
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        if not reads:  # the first run returns the whole output: run_code's answer is spilled
+            return CodeRunResult(value=await tools["dump"]({}), has_value=True)
+        # What the notice leads to: read a window and return it (run_code shows it as indented JSON).
+        return CodeRunResult(value=await tools["read_spilled_output"](reads[-1]), has_value=True)
+
+    runtime = code_mode_with_spill(tmp_path, text * 3 if cap == 32768 else text, cap, program)
+    notice = await run_code(runtime, "r0")
+    assert "read it in parts with read_spilled_output" in notice
+    path = re.search(r"saved at (\S+);", notice).group(1)  # type: ignore[union-attr]
+    files = sorted(os.listdir(tmp_path / "spill"))
+
+    saved = Path(path).read_text().split("\n")[:-1]
+    seen: list[int] = []
+    start: int | None = 1
+    while start is not None:
+        reads.append({"path": path, "start_line": start})
+        answer = await run_code(runtime, f"r{len(reads)}")
+        assert len(answer.encode()) <= cap and "saved at" not in answer
+        window = json.loads(answer)
+        for line in window["lines"]:
+            whole = saved[line["number"] - 1]
+            # A line longer than a window is cut (and listed): a prefix of it then.
+            assert line["text"] == whole or (line["number"] in window["cut_lines"] and whole.startswith(line["text"]))
+            seen.append(line["number"])
+        start = window["next_line"]
+    assert seen == list(range(1, len(saved) + 1))
+    assert sorted(os.listdir(tmp_path / "spill")) == files  # no window was spilled again
+
+
+async def test_a_window_read_natively_is_sized_for_its_text_as_before(tmp_path: Path) -> None:
+    # Only a program gets the value to return as JSON: a native read keeps its fuller windows.
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), cap=2000)
+    path = await spilled(runtime)
+    answer = expect_success(await read(runtime, path=path))
+    # 52 lines of about 35 rendered bytes each; sized for JSON (about 80 bytes a line) it would be 21.
+    assert len(answer.value["lines"]) == 52 and len(only_text(answer).encode()) <= 2000
+
+
+async def test_a_real_program_that_returns_a_window_is_not_spilled_again(tmp_path: Path) -> None:
+    runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=20))
+    runtime.register(text_tool("dump", AWKWARD))
+    spill.dsh_setup(runtime, {"max_inline_bytes": 2000, "directory": str(tmp_path / "spill")})
+    notice = await run_code(runtime, "r0", "return await tools.dump({})")
+    path = re.search(r"saved at (\S+);", notice).group(1)  # type: ignore[union-attr]
+    answer = await run_code(runtime, "r1", f"return await tools.read_spilled_output({{'path': {path!r}}})")
+    assert len(answer.encode()) <= 2000 and "saved at" not in answer
+    window = json.loads(answer)
+    assert window["lines"][0]["text"] == AWKWARD.split("\n", 1)[0] and window["next_line"] > 1
+    assert len(os.listdir(tmp_path / "spill")) == 1
