@@ -48,8 +48,10 @@ import attrs
 import click
 import trio
 from rich.console import Console
+from rich.highlighter import JSONHighlighter
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from . import hookspecs
 from ._arguments_text import ArgumentsText
@@ -69,8 +71,8 @@ from ._runtime import ApprovalService, ToolRuntime, agent_scope
 from ._scheduling import run_tool_calls
 from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log
 from ._signal import CancelSignal
+from ._terminal_text import json_printable, printable
 from ._terminal_text import markup_text as escape
-from ._terminal_text import printable
 from ._trace import DecisionTrace
 from .hookspecs import hookimpl
 
@@ -85,9 +87,16 @@ DEFAULT_AGENT = "cli"
 
 
 class _UsageProblem(click.ClickException):
-    """A usage error that is not about one option (configuration, batch file): exit 2."""
+    """A usage error that is not about one option (configuration, batch file): exit 2.
+
+    The message quotes plugin errors, file contents and paths, so it is shown
+    with its control characters escaped.
+    """
 
     exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(message))
 
 
 @attrs.frozen(kw_only=True)
@@ -118,6 +127,17 @@ def _stderr() -> Console:
 
 def _stdout() -> Console:
     return Console(highlight=False)
+
+
+def _echo_json(value: object, *, indent: int | None = None) -> None:
+    """Write ``value`` as JSON text on stdout: every command's ``--json`` output goes through here.
+
+    Tool results and descriptions can hold lone surrogates (legal JSON, but no
+    encoding writes them) and bidi, C1 or escape characters: written as JSON
+    escapes, the text decodes to the same value and cannot fail to encode or
+    drive a terminal.
+    """
+    click.echo(json_printable(dumps_text(value, indent=indent)))
 
 
 # -- building the host -------------------------------------------------------------------
@@ -408,7 +428,7 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
             }
         )
     if as_json:
-        click.echo(dumps_text(rows, indent=2))
+        _echo_json(rows, indent=2)
         return
     table = Table(title=f"{len(rows)} tool{'s' if len(rows) != 1 else ''} (mode: {host.runtime.effective_mode(scope)})")
     table.add_column("tool", overflow="fold", style="bold")
@@ -449,11 +469,12 @@ def schemas_command(ctx: click.Context, agent: str | None, as_json: bool) -> Non
     """Print the schemas the model is given, as JSON."""
     host = _build_host(ctx)
     schemas = [schema.to_dict() for schema in host.runtime.schemas(agent_scope(host.runtime, agent))]
-    text = dumps_text(schemas, indent=2)
     if as_json:
-        click.echo(text)
-    else:
-        _stdout().print_json(text)
+        _echo_json(schemas, indent=2)
+        return
+    # Highlighted as written: print_json would decode and re-encode it, writing the escapes back raw.
+    text = JSONHighlighter()(Text(json_printable(dumps_text(schemas, indent=2)), no_wrap=True))
+    _stdout().print(text, soft_wrap=True)
 
 
 @cli.command("sdk")
@@ -473,7 +494,9 @@ def sdk_command(ctx: click.Context, agent: str | None) -> None:
         for definition, _ in _visible(host.runtime, scope)
         if definition.name != RUN_CODE_NAME and definition.name not in deferred
     ]
-    click.echo(render_python_sdk(tools), nl=False)
+    sdk = render_python_sdk(tools)
+    # Prompt text for the model, exact into a pipe; its descriptions may hold bidi controls.
+    click.echo(printable(sdk) if _stdout_is_terminal() else sdk, nl=False)
 
 
 # -- executing calls -------------------------------------------------------------------------
@@ -596,11 +619,13 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
     )
     if text:
         # On a terminal the tool's text must not drive it; into a pipe it goes exactly as it
-        # is (color=True: click would otherwise strip what looks like ANSI styling).
+        # is (color=True: click would otherwise strip what looks like ANSI styling), but for
+        # what the stream cannot encode (a lone surrogate), which is written as its escape.
         if _stdout_is_terminal():
             click.echo(printable(text))
         else:
-            click.echo(text, color=True)
+            encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+            click.echo(text.encode(encoding, "backslashreplace").decode(encoding), color=True)
     if result.is_error:
         error = _error_json(result) or {}
         plugin = error.get("plugin")
@@ -748,7 +773,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
             "meta": thaw(result.meta),
             "contexts": _contexts_json(result),
         }
-        click.echo(dumps_text(line))
+        _echo_json(line)
 
 
 # -- diagnostics -------------------------------------------------------------------------------
@@ -1046,7 +1071,7 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
             "error": thaw(error),
             "trace": trace.to_json() if trace is not None else None,
         }
-        click.echo(dumps_text(data, indent=2))
+        _echo_json(data, indent=2)
     else:
         out = _stdout()
         agent = f" (agent {escape(call.agent)})" if call.agent else ""
@@ -1119,7 +1144,7 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
             }
             for call in report.calls
         ]
-        click.echo(dumps_text({"changed": report.changed, "calls": rows}, indent=2))
+        _echo_json({"changed": report.changed, "calls": rows}, indent=2)
     else:
         out = _stdout()
         changes = report.changes
@@ -1163,7 +1188,7 @@ def _print_capabilities(host: _Host, as_json: bool) -> None:
             }
             for loaded in report.loaded
         ]
-        click.echo(dumps_text({"strict": strict, "plugins": rows}, indent=2))
+        _echo_json({"strict": strict, "plugins": rows}, indent=2)
         return
     table = Table(title=f"plugin capabilities (strict_capabilities: {'on' if strict else 'off'})")
     for column in ("plugin", "tools", "affects", "registered"):
@@ -1196,7 +1221,7 @@ def plugins_command(ctx: click.Context, capabilities: bool, as_json: bool) -> No
             "failed": [attrs.asdict(p, filter=lambda a, _: a.name != "traceback") for p in report.failed],
             "disabled": list(report.disabled),
         }
-        click.echo(dumps_text(data, indent=2))
+        _echo_json(data, indent=2)
         return
     out = _stdout()
     table = Table(title="loaded plugins")
@@ -1290,7 +1315,7 @@ def ledger_show_command(ctx: click.Context, file: Path, as_json: bool) -> None:
             }
             for entry in entries
         ]
-        click.echo(dumps_text({"entries": rows}, indent=2))
+        _echo_json({"entries": rows}, indent=2)
     else:
         out = _stdout()
         table = Table(title=f"{len(entries)} call(s) in {escape(str(file))}")
@@ -1384,7 +1409,7 @@ def grants_show_command(file: Path, show_all: bool, as_json: bool) -> None:
         raise _UsageProblem(f"cannot read grants file {file}: {exc}") from exc
     if as_json:
         rows = [grant.to_json() | {"active": grant.active(now)} for grant in grants]
-        click.echo(dumps_text({"grants": [thaw(row) for row in rows]}, indent=2))
+        _echo_json({"grants": [thaw(row) for row in rows]}, indent=2)
         return
     table = Table(title=f"{len(grants)} grant(s) in {escape(str(file))}")
     for column in ("id", "tool", "agent", "arguments", "granted by", "expires", "uses", "state"):
