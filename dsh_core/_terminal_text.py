@@ -13,8 +13,12 @@ from __future__ import annotations
 import functools
 import unicodedata
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["json_printable", "markup_text", "printable"]
+if TYPE_CHECKING:
+    from rich.text import Text
+
+__all__ = ["json_printable", "printable", "terminal_text"]
 
 # Zero-width (non-)joiners are format characters too, but they build emoji and
 # Indic text; they cannot move the cursor or reorder a line.
@@ -95,8 +99,20 @@ def json_printable(json_text: str) -> str:
     return json_text.translate(_JSON_ESCAPES)
 
 
-def markup_text(text: str) -> str:
-    """``text`` for a rich markup string: :func:`printable`, then markup brackets escaped."""
-    from rich.markup import escape  # rich is only needed where a terminal is
+def terminal_text(*pieces: str | tuple[str, str], one_line: bool = False) -> Text:
+    """A rich ``Text`` of ``pieces`` (text, or ``(text, style)``), each through :func:`printable`.
 
-    return escape(printable(text))
+    Nothing in it is read as markup: text from a tool or a log is shown as it
+    is, whatever brackets or trailing backslashes it holds (in a markup string
+    ``name\\`` would escape the tag after it), and styles come from the pieces.
+    ``one_line`` for a table cell or a title, where a newline would draw a
+    row or a border that is not there.
+    """
+    from rich.text import Text  # rich is only needed where a terminal is
+
+    return Text.assemble(
+        *(
+            (printable(text, one_line=one_line), style)
+            for text, style in ((piece, "") if isinstance(piece, str) else piece for piece in pieces)
+        )
+    )

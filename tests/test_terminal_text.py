@@ -217,3 +217,62 @@ def test_a_configured_plugin_failing_with_terminal_controls_is_refused_with_esca
         shown = "failed at setup: dsh_setup failed: RuntimeError: boom \\x1b]0;pwned\\x07\\x1b[2J\\u202e"
         assert shown in outcome.stderr
         assert not any(raw in outcome.stderr for raw in ("\x1b", "\x07", "\u202e"))
+
+
+# Texts that rich markup reads as an escape of the tag after them, and one that is a tag.
+BACKSLASHES = "x\\\\\\"
+TAGGED = "[/red] \x1b]0;pwned\x07 [bold]"
+
+
+def _backslashed_log(path: Path) -> Path:
+    b = BACKSLASHES
+    events = [
+        ("tool/call", {"callId": "c1" + b, "name": "echo" + b, "arguments": {}, "agent": None}),
+        ("tool/result", {"callId": "c1" + b, "content": [{"type": "text", "text": "t"}], "isError": True,
+                         "error": {"name": "E", "code": "X" + b, "message": "m" + b}, "meta": None,
+                         "trace": [{"stage": "pre", "actor": "p" + b, "outcome": "deny: " + b}]}),
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps({"seq": n, "type": t, "data": d}) + "\n" for n, (t, d) in enumerate(events, 1)))
+    return path
+
+
+def test_explain_and_replay_show_backslashes_before_their_styling_exactly(tmp_path: Path) -> None:
+    log = str(_backslashed_log(tmp_path / "log.jsonl"))
+    b = BACKSLASHES
+    explained = CliRunner().invoke(cli, ["--no-plugins", "explain", log, "c1" + b])
+    assert explained.exception is None, explained.output
+    assert f"call c1{b}: echo{b}: failed X{b}: m{b}" in explained.output
+    assert f"deny: {b} " in explained.output and "[/" not in explained.output
+    replayed = CliRunner().invoke(cli, ["--no-plugins", "replay", log])
+    assert replayed.exception is None, replayed.output
+    assert f"echo{b} · echo{b}  c1{b} " in replayed.output and "[/dim]" not in replayed.output
+
+
+def test_a_tool_name_ending_in_a_backslash_is_listed_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "odd_names.py").write_text(
+        "from dsh_core import define_tool, hookimpl\n"
+        "async def body(args):\n"
+        "    return ''\n"
+        "@hookimpl\n"
+        "def dsh_setup(runtime, config):\n"
+        "    runtime.register(define_tool(name='slash\\\\', description='ends in \\\\', parameters={}, "
+        "output={'type': 'string'}, execute=body))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "200")
+    listed = _printed(["--no-plugins", "--plugin", "odd_names", "list"])
+    assert "slash\\ " in listed and "ends in \\ " in listed and "\\\\" not in listed
+
+
+def test_ledger_show_prints_hand_edited_entries_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsh_core._session_log import SessionLog
+
+    path = tmp_path / "effects.jsonl"
+    with SessionLog(path) as log:
+        started = {"key": "c1", "agent": None, "tool": "t", "arguments": "d", "contract": None, "at": TAGGED}
+        log.append({"type": "effect/started", "data": started})
+    monkeypatch.setenv("COLUMNS", "200")
+    outcome = CliRunner().invoke(cli, ["ledger", "show", str(path)])
+    assert outcome.exit_code == 1, outcome.output  # the call is in doubt
+    assert outcome.exception is None or isinstance(outcome.exception, SystemExit), outcome.exception
+    assert "[/red] \\x1b]0;pwned\\x07 [bold]" in outcome.stdout and "\x1b" not in outcome.stdout
