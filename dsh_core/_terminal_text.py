@@ -25,9 +25,9 @@ __all__ = ["json_printable", "printable", "terminal_text"]
 _KEPT = frozenset("\u200c\u200d")
 # Every category str.isprintable refuses except Zs (spaces other than " " move nothing).
 _ESCAPED_CATEGORIES = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"))
-# Distinct characters remembered per table: ordinary text uses few, and text built to hold
-# every code point must not grow the table to a million entries.
-_REMEMBERED = 4096
+# Distinct characters remembered per table (a few MB at most): even CJK text uses fewer,
+# and text built to hold every code point must not grow the table to a million entries.
+_REMEMBERED = 1 << 16
 
 
 def _python_escape(code: int) -> str:
