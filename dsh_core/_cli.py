@@ -48,8 +48,10 @@ import attrs
 import click
 import trio
 from rich.console import Console
+from rich.highlighter import JSONHighlighter
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from . import hookspecs
 from ._arguments_text import ArgumentsText
@@ -69,8 +71,7 @@ from ._runtime import ApprovalService, ToolRuntime, agent_scope
 from ._scheduling import run_tool_calls
 from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log
 from ._signal import CancelSignal
-from ._terminal_text import markup_text as escape
-from ._terminal_text import printable
+from ._terminal_text import json_printable, printable, terminal_text
 from ._trace import DecisionTrace
 from .hookspecs import hookimpl
 
@@ -85,9 +86,16 @@ DEFAULT_AGENT = "cli"
 
 
 class _UsageProblem(click.ClickException):
-    """A usage error that is not about one option (configuration, batch file): exit 2."""
+    """A usage error that is not about one option (configuration, batch file): exit 2.
+
+    The message quotes plugin errors, file contents and paths, so it is shown
+    with its control characters escaped.
+    """
 
     exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(message))
 
 
 @attrs.frozen(kw_only=True)
@@ -118,6 +126,22 @@ def _stderr() -> Console:
 
 def _stdout() -> Console:
     return Console(highlight=False)
+
+
+def _cell(text: str, style: str = "") -> Text:
+    """A table cell of text from a tool, a plugin or a file: one line, never markup."""
+    return terminal_text((text, style), one_line=True)
+
+
+def _echo_json(value: object, *, indent: int | None = None) -> None:
+    """Write ``value`` as JSON text on stdout: every command's ``--json`` output goes through here.
+
+    Tool results and descriptions can hold lone surrogates (legal JSON, but no
+    encoding writes them) and bidi, C1 or escape characters: written as JSON
+    escapes, the text decodes to the same value and cannot fail to encode or
+    drive a terminal.
+    """
+    click.echo(json_printable(dumps_text(value, indent=indent)))
 
 
 # -- building the host -------------------------------------------------------------------
@@ -259,7 +283,7 @@ def _build_host(
         for failed in report.failed:
             if failed not in refused:
                 err.print(
-                    f"warning: plugin {escape(failed.name)} failed ({failed.stage}): {escape(failed.error)}",
+                    terminal_text(f"warning: plugin {failed.name} failed ({failed.stage}): {failed.error}"),
                     soft_wrap=True,
                 )
     if refused:
@@ -408,7 +432,7 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
             }
         )
     if as_json:
-        click.echo(dumps_text(rows, indent=2))
+        _echo_json(rows, indent=2)
         return
     table = Table(title=f"{len(rows)} tool{'s' if len(rows) != 1 else ''} (mode: {host.runtime.effective_mode(scope)})")
     table.add_column("tool", overflow="fold", style="bold")
@@ -431,9 +455,9 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
             if note
         ]
         table.add_row(
-            escape(str(row["name"])) + (f" [dim]({', '.join(notes)})[/dim]" if notes else ""),
-            escape(str(row["description"])),
-            escape(str(row["scope"] or "global")),
+            terminal_text(str(row["name"]), (f" ({', '.join(notes)})" if notes else "", "dim"), one_line=True),
+            _cell(str(row["description"])),
+            _cell(str(row["scope"] or "global")),
             "per call" if row["parallel"] else "no",
             f"{timeout:g} ms" if isinstance(timeout, int | float) else "-",
             "-" if effects is None else ", ".join(name.replace("_", " ") for name in effects) or "none",
@@ -449,11 +473,12 @@ def schemas_command(ctx: click.Context, agent: str | None, as_json: bool) -> Non
     """Print the schemas the model is given, as JSON."""
     host = _build_host(ctx)
     schemas = [schema.to_dict() for schema in host.runtime.schemas(agent_scope(host.runtime, agent))]
-    text = dumps_text(schemas, indent=2)
     if as_json:
-        click.echo(text)
-    else:
-        _stdout().print_json(text)
+        _echo_json(schemas, indent=2)
+        return
+    # Highlighted as written: print_json would decode and re-encode it, writing the escapes back raw.
+    text = JSONHighlighter()(Text(json_printable(dumps_text(schemas, indent=2)), no_wrap=True))
+    _stdout().print(text, soft_wrap=True)
 
 
 @cli.command("sdk")
@@ -473,7 +498,9 @@ def sdk_command(ctx: click.Context, agent: str | None) -> None:
         for definition, _ in _visible(host.runtime, scope)
         if definition.name != RUN_CODE_NAME and definition.name not in deferred
     ]
-    click.echo(render_python_sdk(tools), nl=False)
+    sdk = render_python_sdk(tools)
+    # Prompt text for the model, exact into a pipe; its descriptions may hold bidi controls.
+    click.echo(printable(sdk) if _stdout_is_terminal() else sdk, nl=False)
 
 
 # -- executing calls -------------------------------------------------------------------------
@@ -552,7 +579,7 @@ def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
         raise _UsageProblem(f"cannot open session log {target}: {exc}") from exc
     if log_cm.torn is not None:
         _stderr().print(
-            f"warning: session log {escape(str(target))}: cut off a torn last line: {escape(str(log_cm.torn))}",
+            terminal_text(f"warning: session log {target}: cut off a torn last line: {log_cm.torn}"),
             soft_wrap=True,
         )
     with log_cm as log:
@@ -596,11 +623,13 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
     )
     if text:
         # On a terminal the tool's text must not drive it; into a pipe it goes exactly as it
-        # is (color=True: click would otherwise strip what looks like ANSI styling).
+        # is (color=True: click would otherwise strip what looks like ANSI styling), but for
+        # what the stream cannot encode (a lone surrogate), which is written as its escape.
         if _stdout_is_terminal():
             click.echo(printable(text))
         else:
-            click.echo(text, color=True)
+            encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+            click.echo(text.encode(encoding, "backslashreplace").decode(encoding), color=True)
     if result.is_error:
         error = _error_json(result) or {}
         plugin = error.get("plugin")
@@ -748,7 +777,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
             "meta": thaw(result.meta),
             "contexts": _contexts_json(result),
         }
-        click.echo(dumps_text(line))
+        _echo_json(line)
 
 
 # -- diagnostics -------------------------------------------------------------------------------
@@ -941,9 +970,9 @@ def check_command(ctx: click.Context, strict: bool) -> None:
     findings, tool_count = _diagnose(host, options)
     out = _stdout()
     for problem in findings.problems:
-        out.print(f"[red]problem:[/red] {escape(problem)}", soft_wrap=True)
+        out.print(terminal_text(("problem:", "red"), f" {problem}"), soft_wrap=True)
     for warning in findings.warnings:
-        out.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
+        out.print(terminal_text(("warning:", "yellow"), f" {warning}"), soft_wrap=True)
     report = host.report
     summary = (
         f"{len(report.loaded)} plugin(s) loaded, {len(report.failed)} failed, {len(report.disabled)} disabled; "
@@ -1005,7 +1034,7 @@ def _read_log(file: Path) -> SessionLogRead:
     except (OSError, SessionLogError) as exc:
         raise _UsageProblem(f"cannot read session log {file}: {exc}") from exc
     if read.torn is not None:
-        _stderr().print(f"warning: skipped a torn last line: {escape(str(read.torn))}")
+        _stderr().print(terminal_text(f"warning: skipped a torn last line: {read.torn}"))
     return read
 
 
@@ -1046,17 +1075,19 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
             "error": thaw(error),
             "trace": trace.to_json() if trace is not None else None,
         }
-        click.echo(dumps_text(data, indent=2))
+        _echo_json(data, indent=2)
     else:
         out = _stdout()
-        agent = f" (agent {escape(call.agent)})" if call.agent else ""
+        agent = f" (agent {call.agent})" if call.agent else ""
+        outcome: tuple[tuple[str, str], ...]
         if result is None:
-            outcome = "[yellow]no result recorded[/yellow]"
+            outcome = (("no result recorded", "yellow"),)
         elif result.get("isError"):
-            outcome = f"[red]failed {escape(str((error or {}).get('code')))}[/red]: {escape(str((error or {}).get('message')))}"
+            code, message = (error or {}).get("code"), (error or {}).get("message")
+            outcome = ((f"failed {code}", "red"), (f": {message}", ""))
         else:
-            outcome = "[green]succeeded[/green]"
-        out.print(f"call {escape(call_id)}: {escape(call.name)}{agent}: {outcome}", soft_wrap=True)
+            outcome = (("succeeded", "green"),)
+        out.print(terminal_text(f"call {call_id}: {call.name}{agent}: ", *outcome), soft_wrap=True)
         if trace is not None:
             table = Table(title="decision trace")
             table.add_column("#", justify="right", no_wrap=True)
@@ -1066,13 +1097,14 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
             for number, step in enumerate(trace, start=1):
                 style = "red" if step.outcome.startswith(("deny", "block", "error", "fail")) else ""
                 style = style or ("yellow" if step.outcome.startswith("ask") else "")
-                text = f"[{style}]{escape(step.outcome)}[/{style}]" if style else escape(step.outcome)
-                table.add_row(str(number), escape(step.stage), escape(step.actor), text)
+                table.add_row(str(number), _cell(step.stage), _cell(step.actor), _cell(step.outcome, style))
             out.print(table)
     if trace is None:
         _stderr().print(
-            f"no decision trace was recorded for {escape(call_id)}: the session was recorded without "
-            "trace_decisions, or the call failed before any policy ran",
+            terminal_text(
+                f"no decision trace was recorded for {call_id}: the session was recorded without "
+                "trace_decisions, or the call failed before any policy ran"
+            ),
             soft_wrap=True,
         )
         ctx.exit(1)
@@ -1119,7 +1151,7 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
             }
             for call in report.calls
         ]
-        click.echo(dumps_text({"changed": report.changed, "calls": rows}, indent=2))
+        _echo_json({"changed": report.changed, "calls": rows}, indent=2)
     else:
         out = _stdout()
         changes = report.changes
@@ -1133,15 +1165,12 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
             for call in changes:
                 by = call.simulated.actor if call.simulated is not None else None
                 table.add_row(
-                    escape(call.call_id), escape(call.name), escape(call.agent or "-"),
-                    escape(call.summary), escape(by or "-"),
-                )  # fmt: skip
+                    *(_cell(text) for text in (call.call_id, call.name, call.agent or "-", call.summary, by or "-"))
+                )
             out.print(table)
         skipped = [call for call in report.calls if call.recorded is None or call.simulated is None]
         for call in skipped:
-            out.print(
-                f"[dim]{escape(call.call_id)} ({escape(call.name)}): {escape(call.summary)}[/dim]", soft_wrap=True
-            )
+            out.print(terminal_text((f"{call.call_id} ({call.name}): {call.summary}", "dim")), soft_wrap=True)
         compared = len(report.calls) - len(skipped)
         out.print(
             f"{compared} call(s) compared, {len(changes)} would change, {len(skipped)} not compared", soft_wrap=True
@@ -1163,7 +1192,7 @@ def _print_capabilities(host: _Host, as_json: bool) -> None:
             }
             for loaded in report.loaded
         ]
-        click.echo(dumps_text({"strict": strict, "plugins": rows}, indent=2))
+        _echo_json({"strict": strict, "plugins": rows}, indent=2)
         return
     table = Table(title=f"plugin capabilities (strict_capabilities: {'on' if strict else 'off'})")
     for column in ("plugin", "tools", "affects", "registered"):
@@ -1171,11 +1200,12 @@ def _print_capabilities(host: _Host, as_json: bool) -> None:
     for loaded in report.loaded:
         declared = loaded.capabilities
         if declared is not None:
-            tools = escape(", ".join(declared.tools)) or "(none)"
-            affects = escape(", ".join(declared.affects)) or "(none)"
+            tools = _cell(", ".join(declared.tools) or "(none)")
+            affects = _cell(", ".join(declared.affects) or "(none)")
         else:
-            tools = affects = "[yellow]not declared (none)[/yellow]" if strict else "[dim]not declared[/dim]"
-        table.add_row(escape(loaded.name), tools, affects, escape(", ".join(loaded.tools)) or "-")
+            missing = ("not declared (none)", "yellow") if strict else ("not declared", "dim")
+            tools, affects = _cell(*missing), _cell(*missing)
+        table.add_row(_cell(loaded.name), tools, affects, _cell(", ".join(loaded.tools) or "-"))
     _stdout().print(table)
 
 
@@ -1196,7 +1226,7 @@ def plugins_command(ctx: click.Context, capabilities: bool, as_json: bool) -> No
             "failed": [attrs.asdict(p, filter=lambda a, _: a.name != "traceback") for p in report.failed],
             "disabled": list(report.disabled),
         }
-        click.echo(dumps_text(data, indent=2))
+        _echo_json(data, indent=2)
         return
     out = _stdout()
     table = Table(title="loaded plugins")
@@ -1204,20 +1234,25 @@ def plugins_command(ctx: click.Context, capabilities: bool, as_json: bool) -> No
         table.add_column(column, overflow="fold")
     for loaded in report.loaded:
         table.add_row(
-            escape(loaded.name),
-            escape(loaded.value),
-            escape(loaded.distribution or "-"),
-            escape(loaded.version or "-"),
-            escape(", ".join(loaded.tools) or "-"),
+            *(
+                _cell(text)
+                for text in (
+                    loaded.name,
+                    loaded.value,
+                    loaded.distribution or "-",
+                    loaded.version or "-",
+                    ", ".join(loaded.tools) or "-",
+                )
+            )
         )
     out.print(table)
     for failed in report.failed:
         out.print(
-            f"[red]failed:[/red] {escape(failed.name)} ({escape(failed.value)}) at {failed.stage}: {escape(failed.error)}",
+            terminal_text(("failed:", "red"), f" {failed.name} ({failed.value}) at {failed.stage}: {failed.error}"),
             soft_wrap=True,
         )
     for name in report.disabled:
-        out.print(f"disabled: {escape(name)}")
+        out.print(terminal_text(f"disabled: {name}"))
     if not report.loaded and not report.failed and not report.disabled:
         out.print("no plugins found")
 
@@ -1239,8 +1274,8 @@ def new_plugin_command(directory: Path, name: str | None) -> None:
         raise _UsageProblem(f"cannot write the plugin in {directory}: {exc}") from exc
     out = _stdout()
     for path in written:
-        out.print(f"wrote {escape(str(path))}")
-    out.print(escape(f"next: cd {directory} && pip install -e '.[test]' && pytest"))
+        out.print(terminal_text(f"wrote {path}"))
+    out.print(terminal_text(f"next: cd {directory} && pip install -e '.[test]' && pytest"))
 
 
 @cli.group("ledger")
@@ -1290,15 +1325,17 @@ def ledger_show_command(ctx: click.Context, file: Path, as_json: bool) -> None:
             }
             for entry in entries
         ]
-        click.echo(dumps_text({"entries": rows}, indent=2))
+        _echo_json({"entries": rows}, indent=2)
     else:
         out = _stdout()
-        table = Table(title=f"{len(entries)} call(s) in {escape(str(file))}")
+        table = Table(title=terminal_text(f"{len(entries)} call(s) in {file}"))
         for column in ("call", "agent", "tool", "state", "started"):
             table.add_column(column, overflow="fold")
         for entry in entries:
-            state = f"[red]{entry.state} (in doubt)[/red]" if entry.in_doubt else entry.state
-            table.add_row(escape(entry.key), escape(entry.agent or "-"), escape(entry.tool), state, entry.at)
+            # A ledger is a file anyone can edit: every field is shown as text, never as markup.
+            state = _cell(f"{entry.state} (in doubt)", "red") if entry.in_doubt else _cell(entry.state)
+            cells = (_cell(text) for text in (entry.key, entry.agent or "-", entry.tool))
+            table.add_row(*cells, state, _cell(str(entry.at)))
         out.print(table)
     if any(entry.in_doubt for entry in entries):
         ctx.exit(1)
@@ -1320,7 +1357,7 @@ def ledger_resolve_command(file: Path, call_id: str, value: str, agent: str | No
             ledger.resolve(call_id, parsed, agent=agent)
         except ValueError as exc:  # LedgerError, NonJsonValueError
             raise _UsageProblem(str(exc)) from exc
-    _stdout().print(f"{escape(call_id)}: committed; later calls with this id return the value")
+    _stdout().print(terminal_text(f"{call_id}: committed; later calls with this id return the value"))
 
 
 @ledger_group.command("forget")
@@ -1334,7 +1371,7 @@ def ledger_forget_command(file: Path, call_id: str, agent: str | None) -> None:
             ledger.forget(call_id, agent=agent)
         except ValueError as exc:  # LedgerError
             raise _UsageProblem(str(exc)) from exc
-    _stdout().print(f"{escape(call_id)}: released; a later call with this id runs")
+    _stdout().print(terminal_text(f"{call_id}: released; a later call with this id runs"))
 
 
 @ledger_group.command("compact")
@@ -1348,8 +1385,8 @@ def ledger_compact_command(file: Path, archive: Path | None) -> None:
             before, after = ledger.compact(archive=archive)
         except (ValueError, OSError) as exc:  # LedgerError
             raise _UsageProblem(str(exc)) from exc
-    kept = f"; the old file is {escape(str(archive))}" if archive is not None else ""
-    _stdout().print(f"{escape(str(file))}: {before} line(s) -> {after}{kept}")
+    kept = f"; the old file is {archive}" if archive is not None else ""
+    _stdout().print(terminal_text(f"{file}: {before} line(s) -> {after}{kept}"))
 
 
 @cli.group("grants")
@@ -1384,9 +1421,9 @@ def grants_show_command(file: Path, show_all: bool, as_json: bool) -> None:
         raise _UsageProblem(f"cannot read grants file {file}: {exc}") from exc
     if as_json:
         rows = [grant.to_json() | {"active": grant.active(now)} for grant in grants]
-        click.echo(dumps_text({"grants": [thaw(row) for row in rows]}, indent=2))
+        _echo_json({"grants": [thaw(row) for row in rows]}, indent=2)
         return
-    table = Table(title=f"{len(grants)} grant(s) in {escape(str(file))}")
+    table = Table(title=terminal_text(f"{len(grants)} grant(s) in {file}"))
     for column in ("id", "tool", "agent", "arguments", "granted by", "expires", "uses", "state"):
         table.add_column(column, overflow="fold")
     for grant in grants:
@@ -1399,10 +1436,10 @@ def grants_show_command(file: Path, show_all: bool, as_json: bool) -> None:
         else:
             state = "active"
         table.add_row(
-            *(escape(text) for text in (grant.id, grant.tool, agent, arguments, grant.granted_by)),
+            *(_cell(text) for text in (grant.id, grant.tool, agent, arguments, grant.granted_by)),
             _when(grant.expires_at),
             str(grant.uses),
-            escape(state),
+            _cell(state),
         )
     _stdout().print(table)
 
@@ -1451,7 +1488,7 @@ def grants_add_command(
         )
     except (ValueError, OSError) as exc:  # GrantError, NonJsonValueError, bad options
         raise _UsageProblem(str(exc)) from exc
-    _stdout().print(f"{escape(grant.id)}: {escape(grant.describe())}")
+    _stdout().print(terminal_text(f"{grant.id}: {grant.describe()}"))
 
 
 @grants_group.command("revoke")
@@ -1465,7 +1502,7 @@ def grants_revoke_command(file: Path, grant_id: str, revoked_by: str | None) -> 
         book.revoke(grant_id, by=revoked_by or _user())
     except (ValueError, OSError) as exc:
         raise _UsageProblem(str(exc)) from exc
-    _stdout().print(f"{escape(grant_id)}: revoked")
+    _stdout().print(terminal_text(f"{grant_id}: revoked"))
 
 
 @grants_group.command("compact")
@@ -1480,7 +1517,7 @@ def grants_compact_command(file: Path, archive: Path | None) -> None:
     except (ValueError, OSError) as exc:
         raise _UsageProblem(str(exc)) from exc
     kept = len(book.grants())
-    _stdout().print(f"{kept} grant(s) in force kept in {escape(str(file))}; history in {escape(str(moved))}")
+    _stdout().print(terminal_text(f"{kept} grant(s) in force kept in {file}; history in {moved}"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -63,6 +63,7 @@ from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, thaw
 from ._results import ToolExecutionResult
 from ._signal import CancelSignal
+from ._terminal_text import json_printable, printable
 from .presentation import declared_effects
 
 if TYPE_CHECKING:
@@ -118,14 +119,16 @@ class _McpCall:
         if capabilities is None or capabilities.elicitation is None or not session.can_send_request:
             self.denial = f'tool "{name}" requires approval, but the MCP client cannot be asked (no elicitation)'
             return "denied"
-        message = f'Allow the tool "{name}" to run?'
+        # The client shows this to a person: what the model chose (arguments, the reason a
+        # policy quotes from them) must not reorder, restyle or add lines to the question.
+        message = f'Allow the tool "{printable(name, one_line=True)}" to run?'
         if reason:
-            message += f" {reason}"
+            message += f" {printable(reason, one_line=True)}"
         definition = self.runtime.get(name, execution.agent)
         declared = declared_effects(definition) if definition is not None else ""
         if declared:
             message += f"\n{declared[0].upper()}{declared[1:]}"
-        message += f"\nArguments: {json_text(execution.arguments)}"
+        message += f"\nArguments: {json_printable(json_text(execution.arguments))}"
         try:
             answer = await session.elicit_form(message, _APPROVAL_SCHEMA, related_request_id=self.request_id)
         except Exception as exc:

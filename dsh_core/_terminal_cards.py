@@ -21,8 +21,7 @@ from ._content import ContentBlock, TextBlock
 from ._json import thaw
 from ._jsoncodec import dumps_text
 from ._replay import ReplayedCall
-from ._terminal_text import markup_text as escape
-from ._terminal_text import printable
+from ._terminal_text import printable, terminal_text
 from .presentation import (
     DiffCallView,
     DiffResultView,
@@ -40,9 +39,20 @@ from .presentation import (
 __all__ = ["render_replayed_call"]
 
 
-def _text(value: str, style: str = "") -> Text:
+def _text(value: str, style: str = "", *, one_line: bool = False) -> Text:
     # Everything shown here comes from a log: a tool's output, a model's arguments.
-    return Text(printable(value), style=style)
+    return Text(printable(value, one_line=one_line), style=style)
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` as lines with their newlines, broken at newlines only.
+
+    ``str.splitlines`` also breaks at ``\\x0c``, ``\\r``, ``\\u2028`` and more: shown
+    as a line break, such a character would split one line of the file in two.
+    """
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
 
 
 def _content_text(content: Sequence[ContentBlock] | None) -> str:
@@ -61,8 +71,8 @@ def _raw_input(value: object) -> str:
 def _diff(diffs: Sequence[FileDiff]) -> RenderableType:
     lines = Text()
     for diff in diffs:
-        old = (diff.old_text or "").splitlines(keepends=True)
-        new = diff.new_text.splitlines(keepends=True)
+        old = _lines(diff.old_text or "")
+        new = _lines(diff.new_text)
         source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
         for line in difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{diff.path}"):
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
@@ -93,7 +103,8 @@ def _result_card(call: ReplayedCall) -> RenderableType:
         elif view.signal is not None:
             pill = _text(f" {view.signal} ", style="white on red")
         else:
-            pill = _text(" running ", style="black on yellow")
+            # Settled without either, as a command stopped before it started.
+            pill = _text(" no exit status ", style="black on yellow")
         return Group(pill, _text(view.output or ""))
     if isinstance(view, DiffResultView):
         return _diff(view.diffs)
@@ -108,12 +119,13 @@ def _result_card(call: ReplayedCall) -> RenderableType:
         table = Table(show_header=False, box=None, pad_edge=False)
         if view.shape == "matches":
             for file in view.files or ():
-                table.add_row(_text(file.path, style="bold magenta"))
+                # One line per cell: a newline in a path or a matched line would draw a row that is not there.
+                table.add_row(_text(file.path, style="bold magenta", one_line=True))
                 for match in file.matches:
-                    table.add_row(_text(f"  {match.line_number}: {match.line}"))
+                    table.add_row(_text(f"  {match.line_number}: {match.line}", one_line=True))
         else:
             for path in view.paths or ():
-                table.add_row(_text(path))
+                table.add_row(_text(path, one_line=True))
         shown = sum(len(f.matches) for f in view.files or ()) if view.shape == "matches" else len(view.paths or ())
         note = f"{shown} of {view.total} shown" + (" (truncated)" if view.truncated else "")
         return Group(table, _text(note, style="yellow" if view.truncated else "dim"))
@@ -152,5 +164,5 @@ def render_replayed_call(call: ReplayedCall) -> RenderableType:
         state = "error" if dispatch.get("isError") else "ok"
         parts.append(_text(f"  ↳ {dispatch.get('subCallId')} {dispatch.get('name')} [{state}]", style="dim"))
     result_title = call.result_view.title if call.result_view is not None and getattr(call.result_view, "title", None) else None
-    heading = f"{escape(call.name)} · {escape(result_title or title)}  [dim]{escape(call.call_id)}[/dim]"
+    heading = terminal_text(f"{call.name} · {result_title or title}  ", (call.call_id, "dim"), one_line=True)
     return Panel(Group(*parts), title=heading, title_align="left", border_style=border)

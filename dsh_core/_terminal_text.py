@@ -11,43 +11,108 @@ escapes they are.
 from __future__ import annotations
 
 import functools
-import sys
 import unicodedata
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["markup_text", "printable"]
+if TYPE_CHECKING:
+    from rich.text import Text
+
+__all__ = ["json_printable", "printable", "terminal_text"]
 
 # Zero-width (non-)joiners are format characters too, but they build emoji and
 # Indic text; they cannot move the cursor or reorder a line.
 _KEPT = frozenset("\u200c\u200d")
-_ESCAPED_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
+# Every category str.isprintable refuses except Zs (spaces other than " " move nothing).
+_ESCAPED_CATEGORIES = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"))
+# Distinct characters remembered per table (a few MB at most): even CJK text uses fewer,
+# and text built to hold every code point must not grow the table to a million entries.
+_REMEMBERED = 1 << 16
+
+
+def _python_escape(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _json_escape(code: int) -> str:
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    # Beyond the BMP JSON has only UTF-16 surrogate pairs (what ensure_ascii writes).
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+class _Escapes(dict[int, str]):
+    """A ``str.translate`` table filled in as characters are met.
+
+    ``translate`` looks a character up in C; only the first sight of one runs
+    Python, so long output costs one dict lookup per character, without a scan
+    of every code point up front.
+    """
+
+    def __init__(self, kept: frozenset[str], escape: Callable[[int], str]) -> None:
+        super().__init__()
+        self._kept = kept
+        self._escape = escape
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        shown = char
+        if char not in self._kept and unicodedata.category(char) in _ESCAPED_CATEGORIES:
+            shown = self._escape(code)
+        if len(self) < _REMEMBERED:
+            self[code] = shown
+        return shown
 
 
 @functools.cache
-def _escapes(one_line: bool) -> dict[int, str]:
-    # Built on first use (a scan of every code point, ~0.1 s) so that long output is
-    # escaped by str.translate rather than one Python step per character.
-    kept = _KEPT if one_line else _KEPT | {"\n", "\t"}
-    return {
-        code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-        for code in range(sys.maxunicode + 1)
-        if unicodedata.category(chr(code)) in _ESCAPED_CATEGORIES and chr(code) not in kept
-    }
+def _escapes(one_line: bool) -> _Escapes:
+    return _Escapes(_KEPT if one_line else _KEPT | {"\n", "\t"}, _python_escape)
+
+
+# Raw newlines in JSON text are layout (json escapes those inside strings), so they stay.
+_JSON_ESCAPES = _Escapes(_KEPT | {"\n"}, _json_escape)
 
 
 def printable(text: str, *, one_line: bool = False) -> str:
-    """``text`` with control, format, separator and surrogate characters written as ``\\x1b``-style escapes.
+    """``text`` with control, format, separator, surrogate, private-use and unassigned characters as escapes.
 
     Newlines and tabs are kept unless ``one_line`` (a prompt, a table cell);
     everything else that ``str.isprintable`` refuses and that is not a space
-    is escaped. Ordinary text comes back as the same object.
+    is written as a ``\\x1b``/``\\u202e``/``\\U000f0000`` escape. Ordinary text
+    comes back as the same object.
     """
     if text.isprintable():
         return text
     return text.translate(_escapes(one_line))
 
 
-def markup_text(text: str) -> str:
-    """``text`` for a rich markup string: :func:`printable`, then markup brackets escaped."""
-    from rich.markup import escape  # rich is only needed where a terminal is
+def json_printable(json_text: str) -> str:
+    """JSON text with what :func:`printable` would escape written as JSON ``\\u`` escapes.
 
-    return escape(printable(text))
+    It decodes to the same value, and it can be shown on a terminal or written
+    to any UTF-8 stream: a lone surrogate (legal in JSON text, but not
+    encodable) becomes ``\\ud800``, a bidi override ``\\u202e``.
+    """
+    if json_text.isprintable():
+        return json_text
+    return json_text.translate(_JSON_ESCAPES)
+
+
+def terminal_text(*pieces: str | tuple[str, str], one_line: bool = False) -> Text:
+    """A rich ``Text`` of ``pieces`` (text, or ``(text, style)``), each through :func:`printable`.
+
+    Nothing in it is read as markup: text from a tool or a log is shown as it
+    is, whatever brackets or trailing backslashes it holds (in a markup string
+    ``name\\`` would escape the tag after it), and styles come from the pieces.
+    ``one_line`` for a table cell or a title, where a newline would draw a
+    row or a border that is not there.
+    """
+    from rich.text import Text  # rich is only needed where a terminal is
+
+    return Text.assemble(
+        *(
+            (printable(text, one_line=one_line), style)
+            for text, style in ((piece, "") if isinstance(piece, str) else piece for piece in pieces)
+        )
+    )

@@ -19,7 +19,7 @@ block with ``type``, and structures strictly: no scalar coercion (``"1"`` is
 not an int, ``1`` is not a bool), no unknown fields, no unknown cards. Use
 :func:`structure_call_view`, :func:`structure_result_view` and
 :func:`unstructure_view`; failures raise :class:`PresentationError` listing
-every problem with its JSON path.
+the problems found (see there for which).
 
 Design choice: ``SearchResultView`` and ``WebResultView`` are one class each,
 with ``shape`` / ``kind`` as an inner discriminant and a construction check that
@@ -86,8 +86,15 @@ _Validator: TypeAlias = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 class PresentationError(DshError, ValueError):
     """A view's wire form could not be structured.
 
-    ``errors`` lists every problem as ``"<what was wrong> @ <JSON path>"``;
-    ``str()`` joins them.
+    ``errors`` lists the problems found as ``"<what was wrong> @ <JSON path>"``;
+    ``str()`` joins them. Every missing, unknown or wrongly typed field of the
+    document is listed, each at its own path (``$.lines[0].number``). A value
+    check that runs when an object is built (a range such as ``number >= 1``,
+    fields that go together) is listed at the path of that object, naming the
+    class and field (``ReadFileLine.number must be >= 1, got 0 @ $.lines[0]``),
+    and runs only once all of that object's fields have the right types: only
+    the first failing check of an object is reported, and an object holding a
+    bad part is not checked itself, so fixing these may reveal more.
     """
 
     code = "INVALID_PRESENTATION"
@@ -120,6 +127,26 @@ def _exact(kind: type, *, optional: bool = False, minimum: int | None = None) ->
     return check
 
 
+# How much of a wrong string an error message quotes.
+_QUOTED_CHARS = 40
+
+
+def _shown(value: object) -> str:
+    """A wrong value for an error message, short whatever it is.
+
+    A string's repr cut to a readable length, a bool, a float or a small int
+    as written; anything else (an array or object maybe nested past repr's
+    recursion limit, an int of thousands of digits) as ``<its JSON type>``.
+    """
+    if type(value) is str:
+        if len(value) <= _QUOTED_CHARS:
+            return repr(value)
+        return f"{value[:_QUOTED_CHARS]!r}… ({len(value)} characters)"
+    if value is None or type(value) in (bool, float) or (isinstance(value, int) and abs(value) < 10**18):
+        return repr(value)
+    return f"<{_json_type(value)}>"
+
+
 def _one_of(alias: Any, *, optional: bool = False) -> _Validator:
     allowed: tuple[str, ...] = get_args(alias)
 
@@ -128,7 +155,7 @@ def _one_of(alias: Any, *, optional: bool = False) -> _Validator:
             return
         if type(value) is not str or value not in allowed:
             choices = ", ".join(repr(a) for a in allowed)
-            raise ValueError(f"{_where(instance, attribute)} must be one of {choices}, got {value!r}")
+            raise ValueError(f"{_where(instance, attribute)} must be one of {choices}, got {_shown(value)}")
 
     return check
 
@@ -476,7 +503,7 @@ def _strict_literal(literal: Any) -> Callable[[Any, Any], Any]:
 
     def structure(value: Any, _: Any) -> Any:
         if type(value) is not str or value not in allowed:
-            raise _WireError(f"expected one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
+            raise _WireError(f"expected one of {', '.join(repr(a) for a in allowed)}, got {_shown(value)}")
         return value
 
     return structure
@@ -514,7 +541,7 @@ def _read_tag(value: Any, owner: str, tag: str, known: Sequence[str]) -> str:
     found = value[tag]
     if type(found) is not str or found not in known:
         expected = ", ".join(map(repr, sorted(known)))
-        raise _tag_error(owner, tag, f"unknown {tag} {found!r}; expected one of {expected}")
+        raise _tag_error(owner, tag, f"unknown {tag} {_shown(found)}; expected one of {expected}")
     return found
 
 
@@ -623,8 +650,8 @@ def structure_call_view(data: object) -> ToolCallView:
 
     Raises:
         PresentationError: unknown or missing ``card``, unknown or missing fields,
-            wrongly typed values or a failed field check; every problem is listed
-            with its JSON path.
+            wrongly typed values or a failed field check, listed with their
+            JSON paths (which ones: see :class:`PresentationError`).
     """
     view: ToolCallView = _structure(data, ToolCallView, "tool call view")
     return view

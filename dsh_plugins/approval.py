@@ -21,7 +21,14 @@ import attrs
 import trio
 
 from dsh_core import APPROVAL_ANSWERS, ApprovalService, TextBlock, ToolExecution, ToolRuntime, json_text
-from dsh_core.presentation import DiffCallView, GenericCallView, TerminalCallView, declared_effects, printable
+from dsh_core.presentation import (
+    DiffCallView,
+    FileDiff,
+    GenericCallView,
+    TerminalCallView,
+    declared_effects,
+    printable,
+)
 
 from .grants import ALLOWED_ALWAYS
 
@@ -46,6 +53,26 @@ def _one_line(text: str) -> str:
 
 def _shorten(text: str, limit: int = SHORT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _lines(text: str) -> list[str]:
+    # Only at newlines: str.splitlines also breaks at \r, \x0c, \x85, \u2028 and more, and a
+    # line break drawn for a character the shell reads as part of a word hides it. On one
+    # line, _one_line shows it as the escape it is.
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def _diff_lines(diff: FileDiff) -> list[str]:
+    """The unified diff of one file change; its header alone, with a note, when no line changed."""
+    source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
+    header = [f"--- {source}", f"+++ b/{diff.path}"]
+    old = _lines(diff.old_text or "")
+    new = _lines(diff.new_text)
+    lines = list(difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{diff.path}", lineterm=""))
+    # Writing an empty file, or the same text, has no diff lines: the card must still say which
+    # file, since the question line may have cut the path short.
+    return lines or [*header, "(empty)" if not diff.new_text else "(unchanged)"]
 
 
 CallView = GenericCallView | TerminalCallView | DiffCallView
@@ -87,14 +114,16 @@ def _short(execution: ToolExecution, view: CallView | None) -> str:
 def approval_card(execution: ToolExecution, runtime: ToolRuntime | None = None, *, max_lines: int = CARD_LINES) -> str:
     """What a person should see before answering, beyond the one-line question ("" when the line says it all).
 
-    From the tool's pending card: the unified diff of a file change, the whole
-    command line of a shell call whose title the question had to shorten, the
-    content of a generic card (or, without content, its raw input or the
-    call's arguments: the question line shows only the card's title); for a
-    tool without a card, the arguments as pretty JSON when compact JSON did
-    not fit the question. At most
-    ``max_lines`` lines (the rest is counted, never silently dropped), every
-    line with its control characters escaped, so what is shown is what runs.
+    From the tool's pending card: the unified diff of a file change (with no
+    changed line, as writing an empty file, its header and ``(empty)`` or
+    ``(unchanged)``: the file is always named whole), the whole command line
+    of a shell call whose title the question had to shorten, the content of a
+    generic card (or, without content, its raw input or the call's arguments:
+    the question line shows only the card's title); for a tool without a
+    card, the arguments as pretty JSON when compact JSON did not fit the
+    question. At most ``max_lines`` lines (the rest is counted, never silently dropped), broken
+    only at newlines, every line with its control characters (``\\r``,
+    ``\\x0c``, ``\\u2028`` too) escaped, so what is shown is what runs.
     """
     return _card(execution, _call_view(execution, runtime), max_lines)
 
@@ -102,17 +131,12 @@ def approval_card(execution: ToolExecution, runtime: ToolRuntime | None = None, 
 def _card(execution: ToolExecution, view: CallView | None, max_lines: int) -> str:
     lines: list[str]
     if isinstance(view, DiffCallView):
-        lines = []
-        for diff in view.diffs:
-            old = (diff.old_text or "").splitlines()
-            new = diff.new_text.splitlines()
-            source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
-            lines += difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{diff.path}", lineterm="")
+        lines = [line for diff in view.diffs for line in _diff_lines(diff)]
     elif isinstance(view, TerminalCallView):
         # Measured as the question shows it: escaping (a zero-width space becomes \u200b) lengthens it.
         if len(_one_line(view.title)) <= SHORT_LIMIT and "\n" not in view.title and view.cwd is None:
             return ""
-        lines = [f"$ {line}" for line in view.title.splitlines() or [""]]
+        lines = [f"$ {line}" for line in _lines(view.title) or [""]]
         if view.cwd is not None:
             lines.append(f"(in {view.cwd})")
     elif isinstance(view, GenericCallView):
@@ -121,12 +145,12 @@ def _card(execution: ToolExecution, view: CallView | None, max_lines: int) -> st
             # The question line shows the card's title instead of the arguments: show them here.
             shown = view.raw_input if view.raw_input is not None else execution.arguments
             text = shown if isinstance(shown, str) else json_text(shown, indent=2)
-        lines = text.splitlines()
+        lines = _lines(text)
     else:
         compact = json_text(execution.arguments)
         if len(_one_line(compact)) <= SHORT_LIMIT:
             return ""
-        lines = json_text(execution.arguments, indent=2).splitlines()
+        lines = _lines(json_text(execution.arguments, indent=2))
     if len(lines) > max_lines:
         hidden = len(lines) - max_lines
         lines = [*lines[:max_lines], f"... {hidden} more line{'s' if hidden != 1 else ''} not shown"]

@@ -942,6 +942,33 @@ async def test_the_elicited_question_shows_the_declared_effects_and_undo() -> No
     assert asked[1].splitlines()[1] == "Effects: destructive; can be undone"
 
 
+async def test_the_elicited_question_shows_control_characters_as_escapes() -> None:
+    """The client shows the question to a person: arguments must not reorder or restyle it."""
+
+    class AskWithAHostileReason:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+            return Ask("because\u202e\x1b[2J\nfake line")
+
+    runtime, _ = serving_runtime(AskWithAHostileReason())
+    asked: list[str] = []
+
+    async def answer(context: Any, params: Any) -> Any:
+        import mcp_types
+
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="decline")
+
+    server = serve_registry(runtime, scope=Agent(id="mcp-test"), approval="elicit")
+    async with Client(server, mode="legacy", elicitation_callback=answer) as client:
+        await client.call_tool("guarded", {"x": "a\u202eb\x9b31m\u2028c"})
+    (message,) = asked
+    assert message == (
+        'Allow the tool "guarded" to run? because\\u202e\\x1b[2J\\x0afake line\n'
+        'Arguments: {"x": "a\\u202eb\\u009b31m\\u2028c"}'
+    )
+
+
 async def test_serve_registry_denies_an_ask_it_is_not_allowed_to_put_to_the_client() -> None:
     runtime, _ = serving_runtime(AskFirst())
     server = serve_registry(runtime, scope=Agent(id="mcp-test"), approval="deny")

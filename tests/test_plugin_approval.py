@@ -25,7 +25,7 @@ from dsh_core import (
     hookimpl,
     snapshot_json,
 )
-from dsh_core.presentation import DiffCallView, FileDiff, GenericCallView, TerminalCallView
+from dsh_core.presentation import DiffCallView, FileDiff, GenericCallView, TerminalCallView, printable
 from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
 from dsh_plugins import approval as approval_module
 from dsh_plugins.approval import NonInteractiveApproval, TerminalApproval, approval_card, short_call
@@ -572,3 +572,51 @@ async def test_a_run_code_question_shows_the_program_itself() -> None:
     await runtime.execute(make_input("run_code", {"code": program, "description": "Add one"}, agent=MAIN))
     (question,) = answers.questions
     assert question == program + "\nAllow run_code Add one? [y/N/a] "
+
+
+async def test_writing_an_empty_file_still_shows_which_file_whole(tmp_path: Any) -> None:
+    """An empty write has no diff lines: the card still names the file the shortened question cuts."""
+    from dsh_plugins.files import file_tools
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "important.db").write_text("precious data\n")
+    path = "docs/" + "notes-for-the-weekly-sync-meeting/../" * 2 + "../important.db"
+    answers = Answers("n")
+    runtime = make_runtime(*file_tools(str(tmp_path)), plugins=[AskEverything()])
+    runtime.approval = TerminalApproval(runtime, prompt=answers)
+    await runtime.execute(make_input("write_file", {"path": path, "content": ""}, agent=MAIN))
+    (question,) = answers.questions
+    lines = question.split("\n")
+    assert lines[-1].endswith("…? [y/N/a] ")  # the question line had to cut the path
+    assert lines[-4:-1] == ["--- /dev/null", f"+++ b/{path}", "(empty)"]
+
+
+@pytest.mark.parametrize(("old", "new", "note"), [(None, "", "(empty)"), ("same\n", "same\n", "(unchanged)")])
+def test_a_diff_without_changed_lines_still_names_its_file(old: str | None, new: str, note: str) -> None:
+    arguments = {"path": "a\u202eb.txt", "new": new} | ({} if old is None else {"old": old})
+    execution = execution_of("edit", arguments, CancelSignal())
+    source = "/dev/null" if old is None else "a/a\\u202eb.txt"
+    card = approval_card(execution, runtime_with(NonInteractiveApproval(), diff_tool()))
+    assert card == f"--- {source}\n+++ b/a\\u202eb.txt\n{note}"
+
+
+SEPARATORS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("separator", SEPARATORS, ids=[ascii(s) for s in SEPARATORS])
+def test_the_card_breaks_lines_only_at_newlines_and_shows_other_separators(separator: str) -> None:
+    """bash runs ``rm -rf ~/tmp/cache<FF> ~`` as one command: the card must not show two harmless lines."""
+    shown = printable(separator, one_line=True)
+    command = "echo " + "building the project, please wait " * 3 + "&& rm -rf ~/tmp/cache" + separator + " ~"
+    runtime = runtime_with(NonInteractiveApproval(), diff_tool(), shell_tool())
+    shell = approval_card(execution_of("shell", {"command": command}, CancelSignal()), runtime)
+    assert shell == "$ " + command.replace(separator, shown)
+    diff = approval_card(execution_of("edit", {"path": "p", "new": "a" + separator + "b\nc"}, CancelSignal()), runtime)
+    assert diff.split("\n")[-2:] == [f"+a{shown}b", "+c"]
+    card = GenericCallView(title="Note", content=[TextBlock("one" + separator + "two\nthree")])
+    runtime.register(string_tool("note", "text", present_call=lambda args: card))
+    generic = approval_card(execution_of("note", {"text": "t"}, CancelSignal()), runtime)
+    assert generic == f"one{shown}two\nthree"
+    # A tool without a card: its arguments as JSON, which keeps U+0085, U+2028 and U+2029 raw.
+    arguments = approval_card(execution_of("add", {"a": "x" * 80 + separator + "y"}, CancelSignal()), runtime)
+    assert len(arguments.split("\n")) == 3 and separator not in arguments

@@ -533,3 +533,51 @@ def test_vocabulary_classes_are_final_and_keyword_only(cls: type) -> None:
     """The union is closed: view classes are not meant to be subclassed, and every field is keyword-only."""
     assert getattr(cls, "__final__", False)
     assert all(field.kw_only for field in attrs.fields(cls) if field.init)
+
+
+def _deep_list(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            {"card": "generic", "title": "t", "kind": _deep_list(100_000)},
+            "expected one of 'read', 'edit', 'delete', 'move', 'search', 'execute', 'fetch', 'other', got <array> @ $.kind",
+        ),
+        ({"card": _deep_list(100_000), "title": "t"}, "unknown card <array>; expected one of"),
+        (
+            {"card": "generic", "title": "t", "kind": "x" * 5_000_000},
+            "expected one of 'read', 'edit', 'delete', 'move', 'search', 'execute', 'fetch', 'other', got '"
+            + "x" * 40
+            + "'… (5000000 characters) @ $.kind",
+        ),
+    ],
+    ids=["deep-literal", "deep-card", "huge-literal"],
+)
+def test_a_wrong_value_is_named_by_its_type_or_a_short_repr(data: dict[str, Any], expected: str) -> None:
+    with pytest.raises(PresentationError) as info:
+        structure_call_view(data)
+    (error,) = info.value.errors
+    assert expected in error
+    assert len(str(info.value)) < 300
+
+
+def test_a_wrongly_typed_literal_fails_construction_with_its_type() -> None:
+    with pytest.raises(ValueError, match=r"GenericCallView.kind must be one of .*, got <array>$"):
+        GenericCallView(title="t", kind=_deep_list(100_000))
+    with pytest.raises(ValueError) as info:
+        GenericCallView(title="t", kind="x" * 5_000_000)
+    assert str(info.value).endswith("'… (5000000 characters)") and len(str(info.value)) < 300
+
+
+def test_a_failed_value_check_is_reported_for_its_object_and_stops_there() -> None:
+    """What PresentationError documents: the first failed check of an object, at the object's path."""
+    data = {"card": "read", "path": "p", "offset": 0, "lines": [{"number": 0, "text": "a"}], "totalLines": -1}
+    with pytest.raises(PresentationError) as info:
+        structure_result_view(data)
+    assert info.value.errors == ("ReadFileLine.number must be >= 1, got 0 @ $.lines[0]",)

@@ -134,3 +134,30 @@ def test_replay_reports_a_torn_last_line(tmp_path: Path) -> None:
     shown = runner.invoke(cli, [*base, "replay", str(session)])
     assert shown.exit_code == 0
     assert "torn" in shown.output
+
+
+def test_a_newline_in_a_searched_path_cannot_fake_a_row_or_the_heading() -> None:
+    view = SearchResultView(shape="paths", truncated=False, total=2, paths=("a.txt", "x.txt\nsecret.key"))
+    out = rendered(replayed(view, call_view=GenericCallView(title="Glob *.txt\n╰──╯ fake end")))
+    assert "x.txt\\x0asecret.key" in out
+    assert "Glob *.txt\\x0a╰──╯ fake end" in out.splitlines()[0]
+    matches = SearchResultView(
+        shape="matches",
+        files=(SearchFileMatches(path="a.py\nb.py", matches=(SearchMatch(line_number=3, line="x\ny"),)),),
+        truncated=False,
+        total=1,
+    )
+    out = rendered(replayed(matches))
+    assert "a.py\\x0ab.py" in out and "3: x\\x0ay" in out
+
+
+def test_a_command_that_never_reported_an_exit_status_is_not_shown_running() -> None:
+    """The shell tool's timeout before the command started: settled, with neither exit code nor signal."""
+    out = rendered(replayed(TerminalResultView(output="", exit_code=None, signal=None)))
+    assert "running" not in out and "no exit status" in out
+
+
+def test_the_diff_card_breaks_lines_only_at_newlines() -> None:
+    view = DiffResultView(diffs=(FileDiff(path="f.txt", old_text=None, new_text="rm -rf cache\x0c ~\nnext\n"),))
+    out = rendered(replayed(view))
+    assert "+rm -rf cache\\x0c ~ " in out and "+ ~" not in out
