@@ -30,6 +30,8 @@ from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
 from dsh_plugins import approval as approval_module
 from dsh_plugins.approval import NonInteractiveApproval, TerminalApproval, approval_card, short_call
 
+UNREAD = "(current contents not read: a new file, or replaced whole)"
+
 MAIN = Agent("main")
 
 
@@ -459,7 +461,7 @@ async def test_a_long_card_is_capped_and_says_how_much_is_hidden() -> None:
     new = "".join(f"line {n}\n" for n in range(100))
     await runtime.execute(make_input("edit", {"path": "big.txt", "new": new}, agent=MAIN))
     lines = answers.questions[0].split("\n")
-    assert lines[0] == "--- /dev/null" and lines[1] == "+++ b/big.txt"
+    assert lines[0] == f"--- {UNREAD}" and lines[1] == "+++ b/big.txt"
     # 3 header lines + 100 added lines: 60 shown, then the count of the rest.
     assert lines[60] == "... 43 more lines not shown"
     assert lines[-1] == "Allow edit Edit big.txt? [y/N/a] "
@@ -588,14 +590,15 @@ async def test_writing_an_empty_file_still_shows_which_file_whole(tmp_path: Any)
     (question,) = answers.questions
     lines = question.split("\n")
     assert lines[-1].endswith("…? [y/N/a] ")  # the question line had to cut the path
-    assert lines[-4:-1] == ["--- /dev/null", f"+++ b/{path}", "(empty)"]
+    # important.db exists: nothing on the card may say there is nothing to lose.
+    assert lines[-4:-1] == [f"--- {UNREAD}", f"+++ b/{path}", "(empty)"]
 
 
 @pytest.mark.parametrize(("old", "new", "note"), [(None, "", "(empty)"), ("same\n", "same\n", "(unchanged)")])
 def test_a_diff_without_changed_lines_still_names_its_file(old: str | None, new: str, note: str) -> None:
     arguments = {"path": "a\u202eb.txt", "new": new} | ({} if old is None else {"old": old})
     execution = execution_of("edit", arguments, CancelSignal())
-    source = "/dev/null" if old is None else "a/a\\u202eb.txt"
+    source = UNREAD if old is None else "a/a\\u202eb.txt"
     card = approval_card(execution, runtime_with(NonInteractiveApproval(), diff_tool()))
     assert card == f"--- {source}\n+++ b/a\\u202eb.txt\n{note}"
 
