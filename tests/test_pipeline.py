@@ -19,6 +19,7 @@ from dsh_core import (
     DshError,
     FrozenDict,
     NonJsonValueError,
+    PolicyError,
     TextBlock,
     ToolDispatchExecution,
     ToolErrorInfo,
@@ -868,6 +869,27 @@ async def test_block_turns_success_into_failure_with_feedback() -> None:
     assert isinstance(result, ToolExecutionFailure)
     assert result.content == tuple(feedback)
     assert result.error.message == "try\nagain"
+
+
+async def test_block_takes_its_feedback_positionally_and_a_string_as_one_text_block() -> None:
+    # SPEC and the hookspec write Block(feedback); a str is the common case, as for Deny(reason).
+    runtime = make_runtime(add_tool(), plugins=[Post(lambda r: Block("use smaller numbers"))])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.error.info.code == "DENIED" and result.error.info.name == "PostExecuteBlock"
+    assert result.error.message == "use smaller numbers"
+    assert result.content == (TextBlock("use smaller numbers"),)
+
+
+def test_block_keeps_additional_contexts_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        Block([TextBlock("x")], [])  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("feedback", ["", "   "])
+def test_block_refuses_a_blank_feedback_string(feedback: str) -> None:
+    with pytest.raises(PolicyError, match="Block feedback string must not be blank"):
+        Block(feedback)
 
 
 async def test_block_with_empty_feedback_uses_default_message() -> None:
