@@ -167,8 +167,9 @@ class SessionRecorder:
     Register it as a plugin (it observes ``dsh_result``), call :meth:`record_call`
     before executing each model call so the call is durable before it runs, and
     pass :meth:`event_sink` as ``ToolRuntime(event_sink=...)`` for Code Mode's
-    dispatch events. A result's decision trace (``trace_decisions=True``) is
-    written into its ``tool/result`` event.
+    dispatch events and every side event (plugins' ``send_event`` included).
+    A result's decision trace (``trace_decisions=True``) is written into its
+    ``tool/result`` event.
 
     Given the ``runtime`` the calls run in, each ``tool/call`` also records the
     :func:`~dsh_core.contract_fingerprint` of the tool the call's agent sees,
@@ -216,14 +217,15 @@ class SessionRecorder:
         )
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
-        if event_type in ("tool/orphaned", "tool/orphan-finished", "tool/retry", "tool/reverted", "tool/revert-failed"):
-            # Side records: a worker thread that outlived its call (or has now returned), a retried
-            # attempt, an undone call.
+        """Pass as ``ToolRuntime(event_sink=...)``: every event the runtime or a plugin sends is logged."""
+        if event_type != "tool/code-dispatch-start" and event_type != "tool/code-dispatch":
+            # Side records as sent: a worker thread that outlived its call (or has now returned),
+            # a retried attempt, an undone call, a plugin's own runtime.send_event(...).
             self.log.append({"type": event_type, "data": data})
             return
         ids = (data["root_call_id"], data["parent_call_id"], data["sub_call_id"], data["name"])
         arguments = thaw(data["arguments"])
         if event_type == "tool/code-dispatch-start":
             self.log.append_dispatch_start(*ids, arguments)
-        elif event_type == "tool/code-dispatch":
+        else:
             self.log.append_dispatch(*ids, arguments, content=data["content"], is_error=data["is_error"])

@@ -93,9 +93,13 @@ class ToolRuntime:
     ``code_runtime`` (see :mod:`dsh_core.code_mode`), whose sub-calls overlap up
     to ``max_parallel_sub_calls``. ``trace_decisions`` records on every result
     which listener, approval, guard and finaliser decided it. ``event_sink``
-    receives Code Mode's durable dispatch events (e.g. a ``SessionLog``'s ``append``)
-    for every ``run_code`` sub-call, with or without an agent: the sink belongs to
-    the runtime, not to an agent's session as in the original.
+    is called ``(event_type, data)`` with Code Mode's durable dispatch events
+    for every ``run_code`` sub-call (with or without an agent: the sink belongs
+    to the runtime, not to an agent's session as in the original), the side
+    events of orphaned threads, retries and reverts, and plugins'
+    :meth:`send_event`. To keep them in a session log pass a
+    ``SessionRecorder(log).event_sink``; ``SessionLog.append`` takes one
+    ``{"type", "data"}`` mapping and is not a sink.
     """
 
     def __init__(
