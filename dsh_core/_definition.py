@@ -135,6 +135,19 @@ class ToolOutput:
     presentation_meta: PresentationMeta | None = attrs.field(default=None, validator=callable_or_none)
 
 
+def _compiled_output(
+    schema: Mapping[str, Any], render: Render = default_render, presentation_meta: PresentationMeta | None = None
+) -> ToolOutput:
+    """A ``ToolOutput`` over an already compiled JSON Schema, marked so.
+
+    A tool's output can then be handed to ``define_tool`` again (a proxy declaring
+    ``output=inner.output``) and is taken as it is, not re-read as the DSL.
+    """
+    output = ToolOutput(schema=schema, render=render, presentation_meta=presentation_meta)
+    object.__setattr__(output, "_schema_is_raw", True)
+    return output
+
+
 def _positive_timeout(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
@@ -447,13 +460,9 @@ def define_tool(
     elif isinstance(output, ToolOutput) and output._schema_is_raw:
         raw_output = output
     elif isinstance(output, ToolOutput):
-        raw_output = ToolOutput(
-            schema=value_schema_to_json_schema(output.schema),
-            render=output.render,
-            presentation_meta=output.presentation_meta,
-        )
+        raw_output = _compiled_output(value_schema_to_json_schema(output.schema), output.render, output.presentation_meta)
     else:
-        raw_output = ToolOutput(schema=value_schema_to_json_schema(output))
+        raw_output = _compiled_output(value_schema_to_json_schema(output))
 
     validate_args = compile_validator(raw_parameters)
 
@@ -533,13 +542,11 @@ def define_tool(
     if params_class is not None:
         user_render = raw_output.render
         user_meta = raw_output.presentation_meta
-        raw_output = ToolOutput(
-            schema=raw_output.schema,
+        raw_output = _compiled_output(
+            raw_output.schema,
             # The default renderer ignores the arguments: do not structure them for it.
-            render=user_render
-            if user_render is default_render
-            else lambda args, value: user_render(typed(args), value),
-            presentation_meta=(lambda args, value: user_meta(typed(args), value)) if user_meta else None,
+            user_render if user_render is default_render else lambda args, value: user_render(typed(args), value),
+            (lambda args, value: user_meta(typed(args), value)) if user_meta else None,
         )
 
     return ToolDefinition(
