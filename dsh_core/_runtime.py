@@ -51,6 +51,18 @@ class ApprovalService(Protocol):
     async def request(self, execution: ToolExecution, reason: str | None) -> str: ...
 
 
+def _checked_approval(service: object) -> ApprovalService | None:
+    # Refused where it is configured: otherwise every Ask it answers fails POLICY_ERROR.
+    if service is None:
+        return None
+    what = "approval must be an ApprovalService (an object with an async request method)"
+    if not isinstance(service, ApprovalService):
+        raise TypeError(f"{what}, got {type(service).__name__}")
+    if not is_async_callable(service.request):
+        raise TypeError(f"{what}: {type(service).__name__}.request is not async")
+    return service
+
+
 class RegistrationRecorder(Protocol):
     """Sees every change made through a runtime's registration methods while it is installed.
 
@@ -123,11 +135,7 @@ class ToolRuntime:
             raise ValueError(f'plugins must be a PluginManager("{hookspecs.PROJECT_NAME}"), got "{plugins.project_name}"')
         elif not hasattr(plugins.hook, "dsh_pre_execute"):
             plugins.add_hookspecs(hookspecs)
-        if approval is not None and not isinstance(approval, ApprovalService):
-            raise TypeError(
-                f"approval must be an ApprovalService (an object with an async request method), "
-                f"got {type(approval).__name__}"
-            )
+        approval = _checked_approval(approval)
         if type(trace_decisions) is not bool:
             raise TypeError(f"trace_decisions must be a bool, got {type(trace_decisions).__name__}")
         if event_sink is not None and not callable(event_sink):
@@ -135,7 +143,7 @@ class ToolRuntime:
         if type(max_parallel_sub_calls) is not int or max_parallel_sub_calls < 1:
             raise ValueError(f"max_parallel_sub_calls must be a positive integer, got {max_parallel_sub_calls!r}")
         self.plugins: pluggy.PluginManager = plugins
-        self.approval = approval
+        self._approval = approval
         self.trace_decisions = trace_decisions
         self.max_parallel_sub_calls = max_parallel_sub_calls
         self.code_runtime = code_runtime
@@ -154,6 +162,15 @@ class ToolRuntime:
 
         self._registry.run_code = build_run_code_tool(self)
         self._registry._changed(notify=False)
+
+    @property
+    def approval(self) -> ApprovalService | None:
+        """Answers ``Ask`` decisions (``None``: they deny); assigning it is checked as the constructor checks it."""
+        return self._approval
+
+    @approval.setter
+    def approval(self, service: ApprovalService | None) -> None:
+        self._approval = _checked_approval(service)
 
     @property
     def dry_run(self) -> bool:
@@ -358,7 +375,13 @@ class ToolRuntime:
 
         Unknown, hidden, collapsed, unclassified, raising or non-``True`` → ``Exclusive()``.
         """
-        view = self._registry.view(request.agent)
+        try:
+            view = self._registry.view(request.agent)
+        except AttributeError:
+            if isinstance(request, ToolExecutionInput):
+                raise
+            # Checked only when it has already failed: this runs for every call of a turn.
+            raise TypeError(f"execution_mode() takes a ToolExecutionInput, got {type(request).__name__}") from None
         tool = view.tools.get(request.name)
         if tool is None or tool.is_concurrency_safe is None:
             return EXCLUSIVE

@@ -1151,6 +1151,14 @@ def test_execution_mode_unknown_hidden_or_invalid_args_is_exclusive() -> None:
     assert runtime.execution_mode(make_input("add", {"a": 1, "b": 2}, agent=agent)).kind == "exclusive"
 
 
+@pytest.mark.parametrize("request_", [{"name": "add"}, "add", None], ids=["dict", "str", "None"])
+def test_execution_mode_of_something_that_is_not_a_request_names_it(request_: Any) -> None:
+    runtime = make_runtime(add_tool())
+    with pytest.raises(TypeError) as raised:
+        runtime.execution_mode(request_)
+    assert str(raised.value) == f"execution_mode() takes a ToolExecutionInput, got {type(request_).__name__}"
+
+
 def test_runtime_rejects_foreign_plugin_manager() -> None:
     import pluggy
 

@@ -19,7 +19,7 @@ from dsh_core import (
     define_tool,
     hookimpl,
 )
-from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
+from dsh_core.testing import Recorder, StaticApproval, json_tool, make_input, make_runtime
 
 
 def raw_tool(name: str, **overrides: object) -> ToolDefinition:
@@ -530,6 +530,40 @@ def test_runtime_options_of_the_wrong_kind_are_refused(options: dict[str, object
     with pytest.raises(TypeError) as raised:
         ToolRuntime(**options)  # type: ignore[arg-type]
     assert str(raised.value) == message
+
+
+class SyncRequest:
+    def request(self, execution: Any, reason: str | None) -> str:
+        return "allowed-once"
+
+
+def test_an_approval_service_whose_request_is_not_async_is_refused() -> None:
+    # Awaiting its answer would fail every Ask POLICY_ERROR: refuse it where it is configured.
+    with pytest.raises(TypeError) as raised:
+        ToolRuntime(approval=SyncRequest())  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "approval must be an ApprovalService (an object with an async request method): SyncRequest.request is not async"
+    )
+
+
+@pytest.mark.parametrize(
+    ("service", "message"),
+    [
+        (lambda e, r: "allowed-once", "approval must be an ApprovalService (an object with an async request method), got function"),
+        ("nonsense", "approval must be an ApprovalService (an object with an async request method), got str"),
+        (SyncRequest(), "approval must be an ApprovalService (an object with an async request method): SyncRequest.request is not async"),
+    ],
+    ids=["lambda", "str", "sync-request"],
+)  # fmt: skip
+def test_assigning_runtime_approval_is_checked_as_the_constructor_checks(service: Any, message: str) -> None:
+    approval = StaticApproval("allowed-once")
+    runtime = ToolRuntime(approval=approval)
+    with pytest.raises(TypeError) as raised:
+        runtime.approval = service
+    assert str(raised.value) == message
+    assert runtime.approval is approval  # the refused service did not replace it
+    runtime.approval = None
+    assert runtime.approval is None
 
 
 def test_send_event_delivers_a_plugin_event_to_the_sink() -> None:
