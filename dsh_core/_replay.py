@@ -19,7 +19,7 @@ from ._content import ContentBlock, UserMessage
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput, scope_id
 from ._fingerprint import contract_changed, contract_fingerprint
 from ._json import JsonValue, thaw
-from ._logged_calls import logged_calls
+from ._logged_calls import logged_calls, session_events
 from ._results import ToolExecutionResult, error_message
 from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_content, structure_contexts
 from ._trace import trace_of
@@ -126,7 +126,7 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
     """
     from ._runtime import agent_scope  # local: the runtime module uses the presenters here
 
-    events = log.events if isinstance(log, SessionLogRead) else tuple(log)
+    events = session_events(log, "replay")
     out: list[ReplayedCall] = []
     for call in logged_calls(events):
         # The tool as the calling agent saw it (its own variant, if it had one).
@@ -177,6 +177,14 @@ class SessionRecorder:
     """
 
     def __init__(self, log: SessionLog, runtime: ToolRuntime | None = None) -> None:
+        from ._runtime import ToolRuntime  # local: the runtime module uses the presenters here
+
+        if not isinstance(log, SessionLog):
+            raise TypeError(f"SessionRecorder() records into an open SessionLog(path), got {type(log).__name__}")
+        if runtime is not None and not isinstance(runtime, ToolRuntime):
+            raise TypeError(
+                f"SessionRecorder() takes the ToolRuntime the calls run in or None, got {type(runtime).__name__}"
+            )
         self.log = log
         self.runtime = runtime
 
