@@ -60,6 +60,17 @@ def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) 
         raise TypeError(f"{type(instance).__name__}.{attribute.name} must be callable, got {type(value).__name__}")
 
 
+def _async_body(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # The pipeline awaits what the body returns: a plain def would fail every call TOOL_ERROR.
+    _callable(instance, attribute, value)
+    if not is_async_callable(value):  # type: ignore[arg-type]
+        name = getattr(instance, "name", "?")
+        raise TypeError(
+            f'tool "{name}" execute must be an async callable taking (args, run), got {type(value).__name__} '
+            "(define_tool adapts a plain def)"
+        )
+
+
 def _name(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
     if type(value) is not str or not value:
         raise TypeError(f"{type(instance).__name__}.{attribute.name} must be a non-empty str, got {value!r}")
@@ -220,8 +231,9 @@ class ToolDefinition:
     ``resource_keys`` ever reaches the model: ``ToolRuntime.schemas()`` projects
     only name, description and parameters.
 
-    - ``execute(args, run)`` returns the canonical JSON value; ``args`` are the
-      frozen, already validated arguments.
+    - ``execute(args, run)``, an async callable (checked when the definition is
+      built), returns the canonical JSON value; ``args`` are the frozen,
+      already validated arguments.
     - ``finalize_content(execution, result)`` runs exactly once per outcome, even
       for failures, and may replace only the content (return ``None`` to keep it).
     - ``timeout_ms`` is a cooperative budget enforced by the timeout plugin.
@@ -252,7 +264,7 @@ class ToolDefinition:
     # mypy's attrs plugin does not read Converter objects (it then accepts any argument, as the converter does).
     parameters: FrozenDict = attrs.field(converter=attrs.Converter(_tool_parameters, takes_self=True))  # type: ignore[misc]
     output: ToolOutput = attrs.field(validator=_output)
-    execute: Execute = attrs.field(validator=_callable)
+    execute: Execute = attrs.field(validator=_async_body)
     finalize_content: FinalizeContent | None = attrs.field(default=None, validator=callable_or_none)
     timeout_ms: float | None = attrs.field(default=None, validator=_positive_timeout)
     is_concurrency_safe: Callable[[Any], object] | None = attrs.field(default=None, validator=callable_or_none)

@@ -479,6 +479,35 @@ def test_output_must_be_declared() -> None:
         raw_tool("t", output=None)
 
 
+def _sync_body(args: object, run: object) -> object:
+    return 1
+
+
+class _AsyncCallable:
+    async def __call__(self, args: object, run: object) -> object:
+        return None
+
+
+@pytest.mark.parametrize(
+    "execute",
+    [_sync_body, lambda args, run: 1, print],
+    ids=["def", "lambda", "builtin"],
+)
+def test_a_raw_definition_refuses_a_body_that_is_not_async(execute: object) -> None:
+    # The pipeline awaits what the body returns, so every call would fail TOOL_ERROR.
+    with pytest.raises(TypeError) as raised:
+        raw_tool("t", execute=execute)
+    assert str(raised.value) == (
+        f'tool "t" execute must be an async callable taking (args, run), got {type(execute).__name__} '
+        "(define_tool adapts a plain def)"
+    )
+
+
+def test_a_raw_definition_takes_an_object_with_an_async_call() -> None:
+    body = _AsyncCallable()
+    assert raw_tool("t", execute=body).execute is body
+
+
 def test_register_validates_output_schema_with_every_violation() -> None:
     runtime = ToolRuntime()
     tool = raw_tool("t", output=ToolOutput(schema={"type": "weird", "pattern": "x"}))
