@@ -12,7 +12,7 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
-from ._content import ContentBlock, UserMessage, as_content
+from ._content import ContentBlock, TextBlock, UserMessage, as_content
 from ._errors import NonJsonValueError, PolicyError
 from ._json import JsonValue, snapshot_json
 
@@ -142,16 +142,26 @@ class Accept:
             raise PolicyError("an Accept decision cannot replace both value and content")
 
 
-@attrs.frozen(slots=True, kw_only=True)
+def _feedback(value: object) -> tuple[ContentBlock, ...]:
+    # A plain string is the common case, as for Deny(reason): it is the one text block.
+    if type(value) is str:
+        if not value.strip():
+            raise PolicyError("Block feedback string must not be blank (pass [] for the default message)")
+        return (TextBlock(value),)
+    return _policy_content(value)
+
+
+@attrs.frozen(slots=True)
 class Block:
     """Turn the result into a failure carrying corrective ``feedback`` for the model.
 
-    The value is dropped, and so are contexts the tool deferred: only this
-    decision's own ``additional_contexts`` survive.
+    ``feedback`` is a string or a list of content blocks. The value is dropped,
+    and so are contexts the tool deferred: only this decision's own
+    ``additional_contexts`` survive.
     """
 
-    feedback: tuple[ContentBlock, ...] = attrs.field(converter=_policy_content)
-    additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)
+    feedback: tuple[ContentBlock, ...] = attrs.field(converter=_feedback)
+    additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts, kw_only=True)
 
 
 PreToolDecision: TypeAlias = Allow | Deny | Ask | Rewrite

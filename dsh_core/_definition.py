@@ -60,6 +60,17 @@ def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) 
         raise TypeError(f"{type(instance).__name__}.{attribute.name} must be callable, got {type(value).__name__}")
 
 
+def _async_body(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # The pipeline awaits what the body returns: a plain def would fail every call TOOL_ERROR.
+    _callable(instance, attribute, value)
+    if not is_async_callable(value):  # type: ignore[arg-type]
+        name = getattr(instance, "name", "?")
+        raise TypeError(
+            f'tool "{name}" execute must be an async callable taking (args, run), got {type(value).__name__} '
+            "(define_tool adapts a plain def)"
+        )
+
+
 def _name(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
     if type(value) is not str or not value:
         raise TypeError(f"{type(instance).__name__}.{attribute.name} must be a non-empty str, got {value!r}")
@@ -135,6 +146,19 @@ class ToolOutput:
     presentation_meta: PresentationMeta | None = attrs.field(default=None, validator=callable_or_none)
 
 
+def _compiled_output(
+    schema: Mapping[str, Any], render: Render = default_render, presentation_meta: PresentationMeta | None = None
+) -> ToolOutput:
+    """A ``ToolOutput`` over an already compiled JSON Schema, marked so.
+
+    A tool's output can then be handed to ``define_tool`` again (a proxy declaring
+    ``output=inner.output``) and is taken as it is, not re-read as the DSL.
+    """
+    output = ToolOutput(schema=schema, render=render, presentation_meta=presentation_meta)
+    object.__setattr__(output, "_schema_is_raw", True)
+    return output
+
+
 def _positive_timeout(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
@@ -207,8 +231,9 @@ class ToolDefinition:
     ``resource_keys`` ever reaches the model: ``ToolRuntime.schemas()`` projects
     only name, description and parameters.
 
-    - ``execute(args, run)`` returns the canonical JSON value; ``args`` are the
-      frozen, already validated arguments.
+    - ``execute(args, run)``, an async callable (checked when the definition is
+      built), returns the canonical JSON value; ``args`` are the frozen,
+      already validated arguments.
     - ``finalize_content(execution, result)`` runs exactly once per outcome, even
       for failures, and may replace only the content (return ``None`` to keep it).
     - ``timeout_ms`` is a cooperative budget enforced by the timeout plugin.
@@ -239,7 +264,7 @@ class ToolDefinition:
     # mypy's attrs plugin does not read Converter objects (it then accepts any argument, as the converter does).
     parameters: FrozenDict = attrs.field(converter=attrs.Converter(_tool_parameters, takes_self=True))  # type: ignore[misc]
     output: ToolOutput = attrs.field(validator=_output)
-    execute: Execute = attrs.field(validator=_callable)
+    execute: Execute = attrs.field(validator=_async_body)
     finalize_content: FinalizeContent | None = attrs.field(default=None, validator=callable_or_none)
     timeout_ms: float | None = attrs.field(default=None, validator=_positive_timeout)
     is_concurrency_safe: Callable[[Any], object] | None = attrs.field(default=None, validator=callable_or_none)
@@ -447,13 +472,9 @@ def define_tool(
     elif isinstance(output, ToolOutput) and output._schema_is_raw:
         raw_output = output
     elif isinstance(output, ToolOutput):
-        raw_output = ToolOutput(
-            schema=value_schema_to_json_schema(output.schema),
-            render=output.render,
-            presentation_meta=output.presentation_meta,
-        )
+        raw_output = _compiled_output(value_schema_to_json_schema(output.schema), output.render, output.presentation_meta)
     else:
-        raw_output = ToolOutput(schema=value_schema_to_json_schema(output))
+        raw_output = _compiled_output(value_schema_to_json_schema(output))
 
     validate_args = compile_validator(raw_parameters)
 
@@ -533,13 +554,11 @@ def define_tool(
     if params_class is not None:
         user_render = raw_output.render
         user_meta = raw_output.presentation_meta
-        raw_output = ToolOutput(
-            schema=raw_output.schema,
+        raw_output = _compiled_output(
+            raw_output.schema,
             # The default renderer ignores the arguments: do not structure them for it.
-            render=user_render
-            if user_render is default_render
-            else lambda args, value: user_render(typed(args), value),
-            presentation_meta=(lambda args, value: user_meta(typed(args), value)) if user_meta else None,
+            user_render if user_render is default_render else lambda args, value: user_render(typed(args), value),
+            (lambda args, value: user_meta(typed(args), value)) if user_meta else None,
         )
 
     return ToolDefinition(

@@ -68,10 +68,18 @@ class NonJsonValueError(DshError, ValueError):
 
 
 class JsonSchemaError(_ViolationsError, ValueError):
-    """A raw JSON Schema uses keywords or shapes outside the enforced subset."""
+    """A raw JSON Schema uses keywords or shapes outside the enforced subset.
+
+    ``errors`` (the name SPEC gives it) and ``violations`` are the same tuple:
+    every unsupported or malformed path, in walk order.
+    """
 
     code = ErrorCode.UNSUPPORTED_SCHEMA.value
     prefix = "unsupported JSON schema: "
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return self.violations
 
 
 class SchemaSpecError(_ViolationsError, ValueError):

@@ -179,6 +179,26 @@ class ToolExecution:
     parent: ToolExecutionToken | None = None
 
 
+class ReadOnlyExecutionError(attrs.exceptions.FrozenInstanceError):
+    """A listener assigned to a field of the immutable :class:`ToolExecution`."""
+
+    def __init__(self, message: str) -> None:
+        AttributeError.__init__(self, message)
+        self.args = (message,)  # FrozenInstanceError fixes args at the class level
+
+
+def _refuse_assignment(execution: ToolExecution, name: str, value: object = None) -> None:
+    # attrs' own refusal says only "can't set attribute": say what to do instead.
+    raise ReadOnlyExecutionError(
+        f"ToolExecution.{name} is read-only; a dsh_pre_execute listener changes a call's arguments "
+        "by returning Rewrite(arguments, reason)"
+    )
+
+
+# attrs refuses a custom __setattr__ on a frozen class, so it replaces attrs' refusal afterwards.
+ToolExecution.__setattr__ = _refuse_assignment  # type: ignore[method-assign, assignment]
+ToolExecution.__delattr__ = _refuse_assignment  # type: ignore[method-assign, assignment]
+
 _new_object = object.__new__
 
 

@@ -10,15 +10,34 @@ somewhere downstream.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from ._json import FrozenDict, JsonValue, safe_repr
-from ._session_log import SessionEvent, SessionLogError
+from ._session_log import SessionEvent, SessionLogError, SessionLogRead
 
-__all__ = ["LoggedCall", "logged_calls"]
+__all__ = ["LoggedCall", "logged_calls", "session_events"]
+
+
+def session_events(log: object, caller: str) -> tuple[SessionEvent, ...]:
+    """The events of ``log`` (a :class:`SessionLogRead` or an iterable of events), for ``caller``'s errors.
+
+    A path (a str is iterable too) or anything else is refused with what to pass,
+    instead of failing on its first item.
+    """
+    if isinstance(log, SessionLogRead):
+        return log.events
+    what = f"{caller}() reads the events of a session log"
+    if isinstance(log, (str, bytes, os.PathLike)) or not isinstance(log, Iterable):
+        raise TypeError(f"{what}: pass read_session_log(path), got {type(log).__name__}")
+    events = tuple(log)
+    for index, event in enumerate(events):
+        if not isinstance(event, SessionEvent):
+            raise TypeError(f"{what}: log[{index}] is {type(event).__name__}, not a SessionEvent")
+    return events
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -19,7 +19,7 @@ from ._content import ContentBlock, UserMessage
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput, scope_id
 from ._fingerprint import contract_changed, contract_fingerprint
 from ._json import JsonValue, thaw
-from ._logged_calls import logged_calls
+from ._logged_calls import logged_calls, session_events
 from ._results import ToolExecutionResult, error_message
 from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_content, structure_contexts
 from ._trace import trace_of
@@ -126,7 +126,7 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
     """
     from ._runtime import agent_scope  # local: the runtime module uses the presenters here
 
-    events = log.events if isinstance(log, SessionLogRead) else tuple(log)
+    events = session_events(log, "replay")
     out: list[ReplayedCall] = []
     for call in logged_calls(events):
         # The tool as the calling agent saw it (its own variant, if it had one).
@@ -167,8 +167,9 @@ class SessionRecorder:
     Register it as a plugin (it observes ``dsh_result``), call :meth:`record_call`
     before executing each model call so the call is durable before it runs, and
     pass :meth:`event_sink` as ``ToolRuntime(event_sink=...)`` for Code Mode's
-    dispatch events. A result's decision trace (``trace_decisions=True``) is
-    written into its ``tool/result`` event.
+    dispatch events and every side event (plugins' ``send_event`` included).
+    A result's decision trace (``trace_decisions=True``) is written into its
+    ``tool/result`` event.
 
     Given the ``runtime`` the calls run in, each ``tool/call`` also records the
     :func:`~dsh_core.contract_fingerprint` of the tool the call's agent sees,
@@ -176,6 +177,14 @@ class SessionRecorder:
     """
 
     def __init__(self, log: SessionLog, runtime: ToolRuntime | None = None) -> None:
+        from ._runtime import ToolRuntime  # local: the runtime module uses the presenters here
+
+        if not isinstance(log, SessionLog):
+            raise TypeError(f"SessionRecorder() records into an open SessionLog(path), got {type(log).__name__}")
+        if runtime is not None and not isinstance(runtime, ToolRuntime):
+            raise TypeError(
+                f"SessionRecorder() takes the ToolRuntime the calls run in or None, got {type(runtime).__name__}"
+            )
         self.log = log
         self.runtime = runtime
 
@@ -216,14 +225,15 @@ class SessionRecorder:
         )
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
-        if event_type in ("tool/orphaned", "tool/orphan-finished", "tool/retry", "tool/reverted", "tool/revert-failed"):
-            # Side records: a worker thread that outlived its call (or has now returned), a retried
-            # attempt, an undone call.
+        """Pass as ``ToolRuntime(event_sink=...)``: every event the runtime or a plugin sends is logged."""
+        if event_type != "tool/code-dispatch-start" and event_type != "tool/code-dispatch":
+            # Side records as sent: a worker thread that outlived its call (or has now returned),
+            # a retried attempt, an undone call, a plugin's own runtime.send_event(...).
             self.log.append({"type": event_type, "data": data})
             return
         ids = (data["root_call_id"], data["parent_call_id"], data["sub_call_id"], data["name"])
         arguments = thaw(data["arguments"])
         if event_type == "tool/code-dispatch-start":
             self.log.append_dispatch_start(*ids, arguments)
-        elif event_type == "tool/code-dispatch":
+        else:
             self.log.append_dispatch(*ids, arguments, content=data["content"], is_error=data["is_error"])

@@ -51,6 +51,18 @@ class ApprovalService(Protocol):
     async def request(self, execution: ToolExecution, reason: str | None) -> str: ...
 
 
+def _checked_approval(service: object) -> ApprovalService | None:
+    # Refused where it is configured: otherwise every Ask it answers fails POLICY_ERROR.
+    if service is None:
+        return None
+    what = "approval must be an ApprovalService (an object with an async request method)"
+    if not isinstance(service, ApprovalService):
+        raise TypeError(f"{what}, got {type(service).__name__}")
+    if not is_async_callable(service.request):
+        raise TypeError(f"{what}: {type(service).__name__}.request is not async")
+    return service
+
+
 class RegistrationRecorder(Protocol):
     """Sees every change made through a runtime's registration methods while it is installed.
 
@@ -96,9 +108,13 @@ class ToolRuntime:
     ``code_runtime`` (see :mod:`dsh_core.code_mode`), whose sub-calls overlap up
     to ``max_parallel_sub_calls``. ``trace_decisions`` records on every result
     which listener, approval, guard and finaliser decided it. ``event_sink``
-    receives Code Mode's durable dispatch events (e.g. a ``SessionLog``'s ``append``)
-    for every ``run_code`` sub-call, with or without an agent: the sink belongs to
-    the runtime, not to an agent's session as in the original.
+    is called ``(event_type, data)`` with Code Mode's durable dispatch events
+    for every ``run_code`` sub-call (with or without an agent: the sink belongs
+    to the runtime, not to an agent's session as in the original), the side
+    events of orphaned threads, retries and reverts, and plugins'
+    :meth:`send_event`. To keep them in a session log pass a
+    ``SessionRecorder(log).event_sink``; ``SessionLog.append`` takes one
+    ``{"type", "data"}`` mapping and is not a sink.
     """
 
     def __init__(
@@ -122,11 +138,7 @@ class ToolRuntime:
             raise ValueError(f'plugins must be a PluginManager("{hookspecs.PROJECT_NAME}"), got "{plugins.project_name}"')
         else:
             add_missing_hookspecs(plugins)
-        if approval is not None and not isinstance(approval, ApprovalService):
-            raise TypeError(
-                f"approval must be an ApprovalService (an object with an async request method), "
-                f"got {type(approval).__name__}"
-            )
+        approval = _checked_approval(approval)
         if type(trace_decisions) is not bool:
             raise TypeError(f"trace_decisions must be a bool, got {type(trace_decisions).__name__}")
         if event_sink is not None and not callable(event_sink):
@@ -134,7 +146,7 @@ class ToolRuntime:
         if type(max_parallel_sub_calls) is not int or max_parallel_sub_calls < 1:
             raise ValueError(f"max_parallel_sub_calls must be a positive integer, got {max_parallel_sub_calls!r}")
         self.plugins: pluggy.PluginManager = plugins
-        self.approval = approval
+        self._approval = approval
         self.trace_decisions = trace_decisions
         self.max_parallel_sub_calls = max_parallel_sub_calls
         self.code_runtime = code_runtime
@@ -155,6 +167,15 @@ class ToolRuntime:
 
         self._registry.run_code = build_run_code_tool(self)
         self._registry._changed(notify=False)
+
+    @property
+    def approval(self) -> ApprovalService | None:
+        """Answers ``Ask`` decisions (``None``: they deny); assigning it is checked as the constructor checks it."""
+        return self._approval
+
+    @approval.setter
+    def approval(self, service: ApprovalService | None) -> None:
+        self._approval = _checked_approval(service)
 
     @property
     def dry_run(self) -> bool:
@@ -359,7 +380,13 @@ class ToolRuntime:
 
         Unknown, hidden, collapsed, unclassified, raising or non-``True`` → ``Exclusive()``.
         """
-        view = self._registry.view(request.agent)
+        try:
+            view = self._registry.view(request.agent)
+        except AttributeError:
+            if isinstance(request, ToolExecutionInput):
+                raise
+            # Checked only when it has already failed: this runs for every call of a turn.
+            raise TypeError(f"execution_mode() takes a ToolExecutionInput, got {type(request).__name__}") from None
         tool = view.tools.get(request.name)
         if tool is None or tool.is_concurrency_safe is None:
             return EXCLUSIVE

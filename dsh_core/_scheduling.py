@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -42,9 +41,7 @@ from . import _pipeline
 from ._execution import Exclusive, Parallel, ToolExecutionInput, input_of
 from ._resources import ResourceClaim, classify_call
 from ._results import ToolExecutionResult
-
-if TYPE_CHECKING:
-    from ._runtime import ToolRuntime
+from ._runtime import ToolRuntime
 
 __all__ = ["run_tool_calls"]
 
@@ -60,6 +57,8 @@ async def run_tool_calls(
     Every input yields exactly one result, including calls whose signal fired
     before they started (``ABORTED_BEFORE_DISPATCH``).
     """
+    if not isinstance(runtime, ToolRuntime):
+        raise TypeError(f"run_tool_calls() takes a ToolRuntime first, got {type(runtime).__name__}")
     if type(max_parallel) is not int or max_parallel < 1:
         raise ValueError(f"max_parallel must be a positive integer, got {max_parallel!r}")
     calls = list(inputs)

@@ -105,7 +105,16 @@ class CancelSignal:
             raise TypeError("CancelSignal.any() takes at least one signal")
         flat: list[CancelSignal] = []
         for signal in signals:
-            for source in signal._sources or (signal,):
+            try:
+                sources = signal._sources or (signal,)
+            except AttributeError:  # not a signal: found out here, free while they all are
+                index = next((i for i, s in enumerate(signals) if not isinstance(s, CancelSignal)), None)
+                if index is None:
+                    raise
+                raise TypeError(
+                    f"CancelSignal.any() takes CancelSignals; signals[{index}] is {type(signals[index]).__name__}"
+                ) from None
+            for source in sources:
                 if not any(source is seen for seen in flat):
                     flat.append(source)
         if len(flat) == 1:

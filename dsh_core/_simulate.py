@@ -58,7 +58,7 @@ from ._definition import ToolDefinition, ToolOutput, define_tool
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._fingerprint import contract_changed
 from ._json import JsonValue
-from ._logged_calls import logged_calls
+from ._logged_calls import logged_calls, session_events
 from ._registry import RUN_CODE_NAME, Disposer, check_definition
 from ._results import (
     ToolErrorInfo,
@@ -355,7 +355,7 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
     Raises:
         SessionLogError: a logged result's content or trace is malformed.
     """
-    events = log.events if isinstance(log, SessionLogRead) else tuple(log)
+    events = session_events(log, "simulate")
     recorded_calls = logged_calls(events)
     replayer = runtime._replayer if isinstance(runtime, SimulationRuntime) else _Replayer()
     scopes = _Scopes(runtime)

@@ -161,9 +161,9 @@ async def dsh_post_execute(
     pipeline itself, such as invalid arguments or a broken listener). Return
     ``Accept()`` (the default), ``Accept(content=...)`` (presentation only: the
     value and meta are kept), ``Accept(value=...)`` (revalidated and
-    re-rendered; refused on a failed result) or ``Block(feedback)`` (the value
-    and the tool's deferred contexts are dropped; the call fails with the
-    feedback). Any of them may add ``additional_contexts``.
+    re-rendered; refused on a failed result) or ``Block(feedback)`` (a string
+    or content blocks; the value and the tool's deferred contexts are dropped
+    and the call fails ``DENIED`` with the feedback). Any of them may add ``additional_contexts``.
     """
     raise NotImplementedError
 

@@ -553,6 +553,12 @@ def test_cancel_signal_reason_and_fusion() -> None:
     assert CancelSignal.any(a, b).reason == "b first"
 
 
+@pytest.mark.parametrize("other", [1, None, trio.CancelScope()], ids=["int", "None", "cancel-scope"])
+def test_fusing_something_that_is_not_a_signal_names_it(other: Any) -> None:
+    with pytest.raises(TypeError, match=rf"CancelSignal.any\(\) takes CancelSignals; signals\[1\] is {type(other).__name__}"):
+        CancelSignal.any(CancelSignal(), other)
+
+
 @pytest.mark.parametrize("fires", ["caller", "deadline"])
 async def test_fusing_a_signal_with_one_it_already_covers_gives_it_back(
     fires: str, autojump_clock: trio.testing.MockClock

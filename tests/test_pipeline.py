@@ -19,6 +19,7 @@ from dsh_core import (
     DshError,
     FrozenDict,
     NonJsonValueError,
+    PolicyError,
     TextBlock,
     ToolDispatchExecution,
     ToolErrorInfo,
@@ -870,6 +871,27 @@ async def test_block_turns_success_into_failure_with_feedback() -> None:
     assert result.error.message == "try\nagain"
 
 
+async def test_block_takes_its_feedback_positionally_and_a_string_as_one_text_block() -> None:
+    # SPEC and the hookspec write Block(feedback); a str is the common case, as for Deny(reason).
+    runtime = make_runtime(add_tool(), plugins=[Post(lambda r: Block("use smaller numbers"))])
+    result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.error.info.code == "DENIED" and result.error.info.name == "PostExecuteBlock"
+    assert result.error.message == "use smaller numbers"
+    assert result.content == (TextBlock("use smaller numbers"),)
+
+
+def test_block_keeps_additional_contexts_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        Block([TextBlock("x")], [])  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("feedback", ["", "   "])
+def test_block_refuses_a_blank_feedback_string(feedback: str) -> None:
+    with pytest.raises(PolicyError, match="Block feedback string must not be blank"):
+        Block(feedback)
+
+
 async def test_block_with_empty_feedback_uses_default_message() -> None:
     runtime = make_runtime(add_tool(), plugins=[Post(lambda r: Block(feedback=[]))])
     result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
@@ -1131,6 +1153,14 @@ def test_execution_mode_unknown_hidden_or_invalid_args_is_exclusive() -> None:
     agent = Agent("a")
     runtime.restrict(__import__("dsh_core").ToolRestriction(deny=["add"]), agent)
     assert runtime.execution_mode(make_input("add", {"a": 1, "b": 2}, agent=agent)).kind == "exclusive"
+
+
+@pytest.mark.parametrize("request_", [{"name": "add"}, "add", None], ids=["dict", "str", "None"])
+def test_execution_mode_of_something_that_is_not_a_request_names_it(request_: Any) -> None:
+    runtime = make_runtime(add_tool())
+    with pytest.raises(TypeError) as raised:
+        runtime.execution_mode(request_)
+    assert str(raised.value) == f"execution_mode() takes a ToolExecutionInput, got {type(request_).__name__}"
 
 
 def test_runtime_rejects_foreign_plugin_manager() -> None:

@@ -10,7 +10,7 @@ import attrs
 import pytest
 
 from dsh_core import Block, ConfigError, ToolRuntime, define_tool, hookimpl
-from dsh_core.testing import FakeCodeRuntime, expect_success, json_tool, make_input, make_runtime
+from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, json_tool, make_input, make_runtime
 from dsh_plugins import undo
 from dsh_plugins.files import file_tools
 from dsh_plugins.undo import PLUGIN_NAME, UndoLog, UndoOutcome
@@ -135,7 +135,8 @@ async def test_a_result_a_policy_blocked_after_the_body_ran_can_still_be_undone(
     runtime, log, _ = with_undo(counter_tool("add", state))
     runtime.plugins.register(BlockAll())
     blocked = await runtime.execute(make_input("add", {"item": "a"}, call_id="c1"))
-    assert blocked.is_error and state == ["a"]  # the body ran: its effect happened
+    assert expect_failure(blocked).error.info.code == "DENIED" and state == ["a"]  # the body ran: its effect happened
+    assert blocked.error.message == "the reviewer did not like it"
     assert [entry.call_id for entry in log.entries()] == ["c1"]
     assert (await log.undo())[0].reverted and state == []
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from dsh_core import (
@@ -102,6 +103,53 @@ def test_a_tool_output_with_a_dsl_schema_is_still_compiled() -> None:
         define_tool(
             name="t", description="d", parameters={}, output=ToolOutput(schema={"type": "object"}), execute=print
         )
+
+
+@pytest.mark.parametrize(
+    ("spec", "compiled", "value"),
+    [
+        ({"type": "json"}, {}, {"any": ["json"]}),
+        ({"type": "integer"}, {"type": "integer"}, 7),
+        (
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"x": {"type": "string", "required": True}},
+            },
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"x": {"type": "string"}},
+                "required": ["x"],
+            },
+            {"x": "1"},
+        ),
+    ],
+    ids=["json", "integer", "object"],
+)
+async def test_another_tools_compiled_output_is_reused_as_it_is(spec: Any, compiled: Any, value: Any) -> None:
+    # A proxy declares the output of the tool it wraps: that output is already JSON Schema, not the DSL.
+    def render(args: Any, value: Any) -> list[TextBlock]:
+        return [TextBlock("rendered")]
+
+    inner = define_tool(
+        name="inner", description="d", parameters={}, output=ToolOutput(schema=spec, render=render), execute=print
+    )
+    assert thaw(inner.output.schema) == compiled
+    proxy = define_tool(name="proxy", description="d", parameters={}, output=inner.output, execute=lambda a: value)
+    assert proxy.output is inner.output
+    result = expect_success(await make_runtime(proxy).execute(make_input("proxy")))
+    assert result.value == value and result.content == (TextBlock("rendered"),)
+
+
+def test_the_compiled_output_of_a_tool_with_a_parameters_class_is_reused_as_it_is() -> None:
+    @attrs.frozen
+    class Params:
+        n: int
+
+    inner = define_tool(name="inner", description="d", parameters=Params, output={"type": "json"}, execute=print)
+    proxy = define_tool(name="proxy", description="d", parameters={}, output=inner.output, execute=print)
+    assert thaw(proxy.output.schema) == {}
 
 
 def test_a_raw_definition_takes_raw_schemas_too() -> None:

@@ -19,7 +19,7 @@ from dsh_core import (
     define_tool,
     hookimpl,
 )
-from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
+from dsh_core.testing import Recorder, StaticApproval, json_tool, make_input, make_runtime
 
 
 def raw_tool(name: str, **overrides: object) -> ToolDefinition:
@@ -479,6 +479,35 @@ def test_output_must_be_declared() -> None:
         raw_tool("t", output=None)
 
 
+def _sync_body(args: object, run: object) -> object:
+    return 1
+
+
+class _AsyncCallable:
+    async def __call__(self, args: object, run: object) -> object:
+        return None
+
+
+@pytest.mark.parametrize(
+    "execute",
+    [_sync_body, lambda args, run: 1, print],
+    ids=["def", "lambda", "builtin"],
+)
+def test_a_raw_definition_refuses_a_body_that_is_not_async(execute: object) -> None:
+    # The pipeline awaits what the body returns, so every call would fail TOOL_ERROR.
+    with pytest.raises(TypeError) as raised:
+        raw_tool("t", execute=execute)
+    assert str(raised.value) == (
+        f'tool "t" execute must be an async callable taking (args, run), got {type(execute).__name__} '
+        "(define_tool adapts a plain def)"
+    )
+
+
+def test_a_raw_definition_takes_an_object_with_an_async_call() -> None:
+    body = _AsyncCallable()
+    assert raw_tool("t", execute=body).execute is body
+
+
 def test_register_validates_output_schema_with_every_violation() -> None:
     runtime = ToolRuntime()
     tool = raw_tool("t", output=ToolOutput(schema={"type": "weird", "pattern": "x"}))
@@ -530,6 +559,40 @@ def test_runtime_options_of_the_wrong_kind_are_refused(options: dict[str, object
     with pytest.raises(TypeError) as raised:
         ToolRuntime(**options)  # type: ignore[arg-type]
     assert str(raised.value) == message
+
+
+class SyncRequest:
+    def request(self, execution: Any, reason: str | None) -> str:
+        return "allowed-once"
+
+
+def test_an_approval_service_whose_request_is_not_async_is_refused() -> None:
+    # Awaiting its answer would fail every Ask POLICY_ERROR: refuse it where it is configured.
+    with pytest.raises(TypeError) as raised:
+        ToolRuntime(approval=SyncRequest())  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "approval must be an ApprovalService (an object with an async request method): SyncRequest.request is not async"
+    )
+
+
+@pytest.mark.parametrize(
+    ("service", "message"),
+    [
+        (lambda e, r: "allowed-once", "approval must be an ApprovalService (an object with an async request method), got function"),
+        ("nonsense", "approval must be an ApprovalService (an object with an async request method), got str"),
+        (SyncRequest(), "approval must be an ApprovalService (an object with an async request method): SyncRequest.request is not async"),
+    ],
+    ids=["lambda", "str", "sync-request"],
+)  # fmt: skip
+def test_assigning_runtime_approval_is_checked_as_the_constructor_checks(service: Any, message: str) -> None:
+    approval = StaticApproval("allowed-once")
+    runtime = ToolRuntime(approval=approval)
+    with pytest.raises(TypeError) as raised:
+        runtime.approval = service
+    assert str(raised.value) == message
+    assert runtime.approval is approval  # the refused service did not replace it
+    runtime.approval = None
+    assert runtime.approval is None
 
 
 def test_send_event_delivers_a_plugin_event_to_the_sink() -> None:

@@ -113,6 +113,57 @@ async def test_recorder_never_logs_the_canonical_value(tmp_path: Path) -> None:
     assert "s3cr3t" not in log_path.read_text()
 
 
+async def test_a_recorder_as_event_sink_keeps_a_plugin_event_and_replay_passes_over_it(tmp_path: Path) -> None:
+    # README: a plugin's runtime.send_event(...) reaches the host's event_sink, "a session log keeps it".
+    log_path = tmp_path / "s.jsonl"
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log)
+        runtime = make_runtime(read_tool())
+        runtime.event_sink = recorder.event_sink
+        runtime.plugins.register(recorder)
+        runtime.send_event("my-plugin/flushed", {"rows": 3})
+        request = make_input("read", {"path": "a.txt"}, call_id="c1")
+        recorder.record_call(request)
+        await runtime.execute(request)
+    events = read_session_log(log_path).events
+    assert [(e.type, e.data) for e in events][:1] == [("my-plugin/flushed", {"rows": 3})]
+    assert [e.type for e in events] == ["my-plugin/flushed", "tool/call", "tool/result"]
+    (call,) = replay(read_session_log(log_path), make_runtime(read_tool()))
+    assert call.call_id == "c1" and call.result is not None
+
+
+@pytest.mark.parametrize("log", ["session.jsonl", Path("session.jsonl")], ids=["str", "path"])
+def test_a_recorder_or_replay_given_a_path_says_what_to_pass(log: Any) -> None:
+    with pytest.raises(TypeError) as raised:
+        SessionRecorder(log)
+    assert str(raised.value) == f"SessionRecorder() records into an open SessionLog(path), got {type(log).__name__}"
+    with pytest.raises(TypeError) as raised:
+        replay(log, make_runtime())
+    assert str(raised.value) == (
+        f"replay() reads the events of a session log: pass read_session_log(path), got {type(log).__name__}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("log", "message"),
+    [
+        (None, "replay() reads the events of a session log: pass read_session_log(path), got NoneType"),
+        ([{"type": "tool/call"}], "replay() reads the events of a session log: log[0] is dict, not a SessionEvent"),
+    ],
+    ids=["None", "dicts"],
+)
+def test_replay_of_something_that_is_not_a_log_names_it(log: Any, message: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        replay(log, make_runtime())
+    assert str(raised.value) == message
+
+
+def test_a_recorder_checks_its_runtime(tmp_path: Path) -> None:
+    with SessionLog(tmp_path / "s.jsonl") as log, pytest.raises(TypeError) as raised:
+        SessionRecorder(log, "runtime")  # type: ignore[arg-type]
+    assert str(raised.value) == "SessionRecorder() takes the ToolRuntime the calls run in or None, got str"
+
+
 async def test_replay_keeps_a_call_whose_result_was_never_logged(tmp_path: Path) -> None:
     log_path = tmp_path / "s.jsonl"
     with SessionLog(log_path) as log:

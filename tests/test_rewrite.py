@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -14,9 +15,11 @@ from dsh_core import (
     Agent,
     Allow,
     Ask,
+    CancelSignal,
     Deny,
     Rewrite,
     ToolExecution,
+    ToolExecutionToken,
     ToolRuntime,
     define_tool,
     hookimpl,
@@ -85,6 +88,37 @@ class DenyEtc:
         return await next()
 
 
+
+
+@pytest.mark.parametrize("field", ["arguments", "name"])
+async def test_assigning_to_the_execution_fails_naming_rewrite(field: str) -> None:
+    # "can't set attribute" told neither the plugin's author nor the model what to do instead.
+    class AssignsArguments:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            setattr(execution, field, {"path": "b"})
+            return await next()
+
+    seen: list[Any] = []
+    runtime = make_runtime(path_tool(seen=seen))
+    runtime.plugins.register(AssignsArguments(), name="assigns")
+    failure = expect_failure(await runtime.execute(make_input("read", {"path": "a"})))
+    assert failure.error.info.code == "POLICY_ERROR" and failure.error.info.plugin == "assigns"
+    assert failure.error.message == (
+        f"ToolExecution.{field} is read-only; a dsh_pre_execute listener changes a call's arguments "
+        "by returning Rewrite(arguments, reason)"
+    )
+    assert seen == []
+
+
+def test_the_execution_refusal_is_still_a_frozen_instance_error() -> None:
+    execution = ToolExecution(
+        call_id="c", root_call_id="c", name="t", arguments={}, signal=CancelSignal(), token=ToolExecutionToken()
+    )
+    with pytest.raises(attrs.exceptions.FrozenInstanceError, match=r"ToolExecution\.arguments is read-only"):
+        execution.arguments = {}  # type: ignore[misc]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError, match=r"ToolExecution\.name is read-only"):
+        del execution.name  # type: ignore[misc]
 
 
 async def test_the_body_runs_with_the_rewritten_arguments_and_the_model_is_told() -> None:

@@ -661,10 +661,14 @@ def test_an_int_timeout_beyond_a_floats_range_is_finite_and_kept() -> None:
                           timeout_ms=huge)  # fmt: skip
     assert defined.timeout_ms == huge
     assert ToolDefinition(name="r", description="", parameters={"type": "object"}, output=ToolOutput(schema={}),
-                          execute=_args_and_run, timeout_ms=huge).timeout_ms == huge  # fmt: skip
+                          execute=_raw_body, timeout_ms=huge).timeout_ms == huge  # fmt: skip
     with pytest.raises(TypeError, match="timeout_ms must be a positive finite number, got -"):
         ToolDefinition(name="r", description="", parameters={"type": "object"}, output=ToolOutput(schema={}),
-                       execute=_args_and_run, timeout_ms=-huge)  # fmt: skip
+                       execute=_raw_body, timeout_ms=-huge)  # fmt: skip
+
+
+async def _raw_body(args: Any, run: Any) -> None:
+    return None
 
 
 def _args_only(args: Any) -> None:

@@ -175,6 +175,13 @@ async def test_items_that_are_not_inputs_are_refused_before_any_call_runs() -> N
     assert runs == []
 
 
+@pytest.mark.parametrize("runtime", [None, object()], ids=["None", "object"])
+async def test_a_runtime_that_is_not_one_is_named(runtime: Any) -> None:
+    with pytest.raises(TypeError) as raised:
+        await run_tool_calls(runtime, [make_input("t")])
+    assert str(raised.value) == f"run_tool_calls() takes a ToolRuntime first, got {type(runtime).__name__}"
+
+
 async def test_empty_batch() -> None:
     assert await run_tool_calls(make_runtime(), []) == []
 

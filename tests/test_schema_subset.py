@@ -403,6 +403,17 @@ def test_the_three_violation_example() -> None:
     )
 
 
+def test_the_error_lists_every_problem_as_errors_the_name_spec_gives() -> None:
+    # SPEC §2.2 names the list `.errors`; `.violations` is the same tuple under the name the other schema errors use.
+    with pytest.raises(JsonSchemaError) as caught:
+        assert_supported_json_schema({"type": "object", "properties": {"a": {"$ref": "x"}}, "required": ["c"]})
+    assert caught.value.errors == (
+        f"schema.properties.a.$ref {UNSUPPORTED}",
+        'schema.required names "c" which is not in properties',
+    )
+    assert caught.value.errors is caught.value.violations
+
+
 def test_every_violation_is_reported_in_walk_order() -> None:
     schema = {
         "type": "object",

@@ -410,3 +410,11 @@ async def test_a_dry_run_calls_no_observer_and_opens_no_ledger(tmp_path: Path) -
     assert [call.call_id for call in report.calls] == ["c1"]
     assert observed == []
     assert not (tmp_path / "effects.jsonl").exists() and not (tmp_path / "effects.jsonl.lock").exists()
+
+
+async def test_simulating_a_path_says_to_read_the_log_first() -> None:
+    with pytest.raises(TypeError) as raised:
+        await simulate("session.jsonl", make_runtime())  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "simulate() reads the events of a session log: pass read_session_log(path), got str"
+    )
