@@ -64,7 +64,7 @@ from ._plugins import (
     discover_entry_points,
     load_plugins,
 )
-from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, ToolGuard, ToolRestriction
+from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, ToolGuard, ToolRegistration, ToolRestriction
 from ._replay import ReplayedCall, SessionRecorder, ToolResult, replay
 from ._resources import ResourceClaim
 from ._results import (
@@ -172,6 +172,7 @@ __all__ = [
     "ToolNotFoundError",
     "ToolOutput",
     "ToolOutputError",
+    "ToolRegistration",
     "ToolRestriction",
     "ToolResult",
     "ToolRunContext",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, final
 
 import attrs
 
@@ -22,7 +22,7 @@ from ._execution import ScopeKey, ToolExecution, scope_chain
 from ._json import safe_repr
 from ._schema._subset import assert_object_json_schema, assert_supported_json_schema
 
-__all__ = ["RUN_CODE_NAME", "Disposer", "PresentationMode", "ToolGuard", "ToolRestriction"]
+__all__ = ["RUN_CODE_NAME", "Disposer", "PresentationMode", "ToolGuard", "ToolRegistration", "ToolRestriction"]
 
 RUN_CODE_NAME = "run_code"
 PresentationMode: TypeAlias = Literal["native", "code", "both"]
@@ -84,6 +84,27 @@ class Disposer:
 
     def __exit__(self, *exc_info: object) -> None:
         self()
+
+
+@final
+class ToolRegistration(Disposer):
+    """What :meth:`~dsh_core.ToolRuntime.register` returns: its disposer, naming what it registered.
+
+    ``definition`` is the tool as registered, which is not always the one
+    passed in: a host's ``[tool_prefixes]`` renames a plugin's tools, so a
+    plugin that tells the model to call one of its tools uses ``name``.
+    """
+
+    __slots__ = ("definition",)
+
+    def __init__(self, undo: Callable[[], None], definition: ToolDefinition) -> None:
+        super().__init__(undo)
+        self.definition = definition
+
+    @property
+    def name(self) -> str:
+        """The registered tool's name."""
+        return self.definition.name
 
 
 class _Layer:
@@ -209,7 +230,7 @@ class Registry:
                 # The refusal is the caller's answer, not a second failure of the same listener.
                 raise refusal
 
-    def register(self, definition: object, scope: ScopeKey | None) -> Disposer:
+    def register(self, definition: object, scope: ScopeKey | None) -> ToolRegistration:
         tool = check_definition(definition)
         layer = self._layer(scope, create=True)
         assert layer is not None
@@ -234,7 +255,7 @@ class Registry:
                 del layer.tools[tool.name]
 
         self._announce(refused, scope)
-        return Disposer(unregister)
+        return ToolRegistration(unregister, tool)
 
     def restrict(self, restriction: ToolRestriction, scope: ScopeKey | None) -> Disposer:
         if not isinstance(restriction, ToolRestriction):

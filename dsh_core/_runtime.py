@@ -24,7 +24,16 @@ from ._execution import (
     ToolExecutionMode,
 )
 from ._orphans import OrphanedWork, OrphanTracker
-from ._registry import RUN_CODE_NAME, Disposer, PresentationMode, Registry, ToolGuard, ToolRestriction, _View
+from ._registry import (
+    RUN_CODE_NAME,
+    Disposer,
+    PresentationMode,
+    Registry,
+    ToolGuard,
+    ToolRegistration,
+    ToolRestriction,
+    _View,
+)
 from ._waterfall import is_fatal
 
 _events_logger = logging.getLogger("dsh_core")
@@ -202,8 +211,12 @@ class ToolRuntime:
 
     # -- registration ------------------------------------------------------------
 
-    def register(self, definition: ToolDefinition, scope: ScopeKey | None = None) -> Disposer:
+    def register(self, definition: ToolDefinition, scope: ScopeKey | None = None) -> ToolRegistration:
         """Register ``definition`` globally or in ``scope``; returns its disposer.
+
+        The disposer is a :class:`ToolRegistration` naming the tool as
+        registered: under a host's ``[tool_prefixes]`` a plugin's tool is
+        renamed, and ``registration.name`` is what the model calls.
 
         A scoped tool shadows a global of the same name for that scope and its
         descendants. Refused (``RegistrationError``/``JsonSchemaError``): anything

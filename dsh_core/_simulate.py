@@ -59,7 +59,7 @@ from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._fingerprint import contract_changed
 from ._json import JsonValue
 from ._logged_calls import logged_calls, session_events
-from ._registry import RUN_CODE_NAME, Disposer, check_definition
+from ._registry import RUN_CODE_NAME, Disposer, ToolRegistration, check_definition
 from ._results import (
     ToolErrorInfo,
     ToolExecutionFailure,
@@ -304,7 +304,7 @@ class SimulationRuntime(ToolRuntime):
     def dry_run(self) -> bool:
         return True
 
-    def register(self, definition: ToolDefinition, scope: ScopeKey | None = None) -> Disposer:
+    def register(self, definition: ToolDefinition, scope: ScopeKey | None = None) -> ToolRegistration:
         tool = check_definition(definition)
         disposer = super().register(_stand_in(tool.name, self._replayer, tool), scope)
         entry = (scope, tool)
@@ -315,7 +315,7 @@ class SimulationRuntime(ToolRuntime):
             if entry in self.set_aside:
                 self.set_aside.remove(entry)
 
-        return Disposer(remove)
+        return ToolRegistration(remove, disposer.definition)
 
 
 class _WithoutObservers(HookChains):

@@ -96,7 +96,6 @@ from dsh_core import (
     ContentBlock,
     PostToolDecision,
     TextBlock,
-    ToolDefinition,
     ToolExecution,
     ToolExecutionResult,
     ToolRuntime,
@@ -392,22 +391,6 @@ class SpillPolicy:
         return content if replacement is None else [TextBlock(replacement)]
 
 
-def _register(runtime: ToolRuntime, definition: ToolDefinition) -> str:
-    """Register ``definition`` globally; returns the name it got.
-
-    The host may rename it (``[tool_prefixes] spill = "sp"`` registers
-    ``sp__read_spilled_output``): notices must name the tool the model can call.
-    """
-    before = _global_names(runtime)
-    runtime.register(definition)
-    added = _global_names(runtime) - before
-    return added.pop() if len(added) == 1 else definition.name
-
-
-def _global_names(runtime: ToolRuntime) -> set[str]:
-    return {definition.name for scope, definition in runtime.registrations() if scope is None}
-
-
 @hookimpl
 def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """Register a :class:`SpillPolicy` (named ``spill-policy``) when ``max_inline_bytes`` is configured."""
@@ -417,6 +400,8 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     store = SpillStore(os.path.abspath(settings.directory) if settings.directory is not None else None)
     reader = None
     if settings.read_tool:
-        reader = _register(runtime, read_tool(lambda: store.directory, settings.max_inline_bytes))
+        # The name it was registered under: a host's [tool_prefixes] renames it, and
+        # notices must name the tool the model can call.
+        reader = runtime.register(read_tool(lambda: store.directory, settings.max_inline_bytes)).name
     policy = SpillPolicy(settings.max_inline_bytes, store, reader=reader, exempt=settings.exempt_tools, runtime=runtime)
     runtime.plugins.register(policy, name=PLUGIN_NAME)

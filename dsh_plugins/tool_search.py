@@ -197,7 +197,8 @@ def search_tool(runtime: ToolRuntime, *, name: str = DEFAULT_NAME, max_results: 
         agent = run.agent
         waiting = {tool.name for tool in runtime.deferred_tools(agent)}
         # Loaded ones too: searching again for a tool already found finds it again.
-        searchable = [tool for tool in runtime.deferred_tools(agent, include_loaded=True) if tool.name != name]
+        # Never itself, by the name it was called under (a host's prefix renames it).
+        searchable = [tool for tool in runtime.deferred_tools(agent, include_loaded=True) if tool.name != run.name]
         query = args["query"]
         # The model's text: bounded, since the ranking runs on the event loop.
         if len(query) > MAX_QUERY_CHARS or len(set(_words(query))) > MAX_QUERY_WORDS:
@@ -279,28 +280,30 @@ class SearchDiagnostic:
 class ToolSearch:
     """The plugin object ``dsh_setup`` registers (as ``tool-search``): it reports what ``check`` should show."""
 
-    def __init__(self, runtime: ToolRuntime, defer: tuple[str, ...]) -> None:
+    def __init__(self, runtime: ToolRuntime, defer: tuple[str, ...], name: str = DEFAULT_NAME) -> None:
         self.runtime = runtime
         self.defer = defer
+        self.name = name  # as registered: a host's [tool_prefixes] may have renamed it
 
     def diagnostics(self) -> list[SearchDiagnostic]:
         """``defer`` globs that match no registered tool or the search tool, and a search with nothing to find."""
-        names = {definition.name for _, definition in self.runtime.registrations()} - {DEFAULT_NAME}
+        search = self.name
+        names = {definition.name for _, definition in self.runtime.registrations()} - {search}
         out = []
         for pattern in self.defer:
             other = "no registered tool"
-            if fnmatch.fnmatchcase(DEFAULT_NAME, pattern):
+            if fnmatch.fnmatchcase(search, pattern):
                 out.append(
                     SearchDiagnostic(
-                        f"defer pattern {pattern!r} matches {DEFAULT_NAME} itself, which stays in the tool list: "
+                        f"defer pattern {pattern!r} matches {search} itself, which stays in the tool list: "
                         "the model needs it to find the deferred tools"
                     )
                 )
                 other = "no other registered tool"
             if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
                 out.append(SearchDiagnostic(f"defer pattern {pattern!r} matches {other}"))
-        if not [tool for tool in self.runtime.deferred_tools(include_loaded=True) if tool.name != DEFAULT_NAME]:
-            out.append(SearchDiagnostic(f"{DEFAULT_NAME} has nothing to find: no tool is deferred"))
+        if not [tool for tool in self.runtime.deferred_tools(include_loaded=True) if tool.name != search]:
+            out.append(SearchDiagnostic(f"{search} has nothing to find: no tool is deferred"))
         return out
 
 
@@ -314,12 +317,12 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
             raise ConfigError(["[plugins.tool_search]: defer needs enabled = true (nothing could find those tools)"])
         return
     try:
-        runtime.register(search_tool(runtime, max_results=settings.max_results))
+        name = runtime.register(search_tool(runtime, max_results=settings.max_results)).name
         # Loaded for every scope before anything is deferred, so no glob here (or a
         # host's defer_tools later) ever hides the one tool that finds the others.
-        runtime.load_tools([DEFAULT_NAME])
+        runtime.load_tools([name])
         if settings.defer:
             runtime.defer_tools(settings.defer)
     except RegistrationError as exc:
         raise ConfigError([f"[plugins.tool_search]: {exc}"]) from None
-    runtime.plugins.register(ToolSearch(runtime, settings.defer), name="tool-search")
+    runtime.plugins.register(ToolSearch(runtime, settings.defer, name), name="tool-search")

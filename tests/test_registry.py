@@ -10,10 +10,12 @@ import pytest
 
 from dsh_core import (
     Agent,
+    Disposer,
     JsonSchemaError,
     RegistrationError,
     ToolDefinition,
     ToolOutput,
+    ToolRegistration,
     ToolRestriction,
     ToolRuntime,
     define_tool,
@@ -327,6 +329,15 @@ def test_disposer_is_idempotent_and_a_context_manager() -> None:
     dispose()
     dispose()
     assert recorder.changes == changes
+
+
+def test_a_registration_names_the_tool_as_registered() -> None:
+    runtime = ToolRuntime()
+    tool = json_tool("a")
+    registration = runtime.register(tool)
+    assert isinstance(registration, ToolRegistration) and isinstance(registration, Disposer)
+    assert registration.definition is tool and registration.name == "a"
+    assert ToolRuntime().register(json_tool("b"), Agent("x")).name == "b"
 
 
 def test_disposer_removes_only_its_own_registration() -> None:

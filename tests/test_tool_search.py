@@ -352,6 +352,26 @@ def test_the_entry_point_defers_the_configured_globs_and_registers_the_search() 
     assert [tool.name for tool in runtime.deferred_tools()] == ["github__a"]
 
 
+async def test_under_a_tool_prefix_the_search_is_loaded_finds_and_diagnoses_under_its_registered_name() -> None:
+    runtime = make_runtime(json_tool("github__a"), json_tool("local"))
+    config = DshConfig(
+        plugins={"tool_search": {"enabled": True, "defer": ["*"]}}, tool_prefixes={"tool_search": "ts"}
+    )
+    (point,) = [point for point in discover_entry_points() if point.name == "tool_search"]
+    report = load_plugins(runtime, config=config, entry_points=[point])
+    assert [plugin.tools for plugin in report.loaded] == [("ts__search_tools",)]
+    # Loaded before the "*" glob deferred everything: the model can still see the search.
+    assert schema_names(runtime) == ["ts__search_tools"]
+    result = await runtime.execute(make_input("ts__search_tools", {"query": "search tools github local"}))
+    assert sorted(tool["name"] for tool in result.value["tools"]) == ["github__a", "local"]  # never itself
+    plugin = runtime.plugins.get_plugin("tool-search")
+    assert isinstance(plugin, tool_search.ToolSearch)
+    assert [str(d) for d in plugin.diagnostics()] == [
+        "defer pattern '*' matches ts__search_tools itself, which stays in the tool list: "
+        "the model needs it to find the deferred tools"
+    ]
+
+
 async def test_a_defer_glob_never_hides_the_search_tool_itself() -> None:
     runtime = make_runtime(json_tool("github__a"), json_tool("local"))
     tool_search.dsh_setup(runtime, {"enabled": True, "defer": ["*"]})
