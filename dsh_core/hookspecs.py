@@ -176,7 +176,8 @@ async def dsh_code_dispatch_log(dispatch: Any, next: Callable[[], Awaitable[list
     agent, sub-call id, tool name, ``is_error``, rendered ``content``). ``next()``
     returns the content unchanged. Only the durable ``tool/code-dispatch`` event
     changes: the program already has the value and the model sees neither. A
-    raising listener is contained and the original content is logged.
+    raising listener is contained and the original content is logged. Without
+    a runtime ``event_sink`` nothing is logged and no listener runs.
     """
     raise NotImplementedError
 

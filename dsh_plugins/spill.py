@@ -322,12 +322,9 @@ class SpillPolicy:
         *,
         reader: str | None = None,
         exempt: Iterable[str] = (),
-        runtime: ToolRuntime | None = None,
     ) -> None:
         self.max_inline_bytes = max_inline_bytes
         self.store = store
-        # The runtime whose event_sink receives the dispatch log (``None``: assume one does).
-        self.runtime = runtime
         # The read-back tool's name, when it is registered: notices point to it, and
         # its own answers are never spilled (they are bounded by the same budget).
         self.reader = reader
@@ -384,9 +381,9 @@ class SpillPolicy:
     async def dsh_code_dispatch_log(
         self, dispatch: CodeDispatchLog, next: Callable[[], Awaitable[Sequence[ContentBlock]]]
     ) -> list[ContentBlock]:
+        # Called only when the runtime has an event_sink to log this copy to (the bridge runs no
+        # dispatch-log listener without one), so a spill file here is always referenced.
         content = list(await next())
-        if self.runtime is not None and self.runtime.event_sink is None:
-            return content  # nothing logs this copy: a spill file for it would be referenced by nothing
         replacement = await self.bound(content, dispatch.sub_call_id, dispatch.name, "dispatch")
         return content if replacement is None else [TextBlock(replacement)]
 
@@ -403,5 +400,5 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
         # The name it was registered under: a host's [tool_prefixes] renames it, and
         # notices must name the tool the model can call.
         reader = runtime.register(read_tool(lambda: store.directory, settings.max_inline_bytes)).name
-    policy = SpillPolicy(settings.max_inline_bytes, store, reader=reader, exempt=settings.exempt_tools, runtime=runtime)
+    policy = SpillPolicy(settings.max_inline_bytes, store, reader=reader, exempt=settings.exempt_tools)
     runtime.plugins.register(policy, name=PLUGIN_NAME)

@@ -875,3 +875,35 @@ async def test_a_settled_run_abandons_thousands_of_queued_calls_at_once(autojump
     assert trio.current_time() == pytest.approx(1)
     assert len([t for t, _ in events if t == "tool/code-dispatch"]) == 4  # only started calls log
     assert steps.steps < 25 * count, steps.steps
+
+
+async def test_without_an_event_sink_dispatch_log_listeners_do_not_run(autojump_clock: trio.testing.MockClock) -> None:
+    # They reshape only the logged copy, and nothing is logged without a sink: a suspending one
+    # would still have cost every sub-call a log slot (and the inline path) for nothing.
+    seen: list[str] = []
+
+    class SlowLog:
+        @hookimpl
+        async def dsh_code_dispatch_log(self, dispatch: Any, next: Next) -> Any:
+            seen.append(dispatch.sub_call_id)
+            await trio.sleep(1)
+            return await next()
+
+    at_once: list[bool] = []
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        at_once.append(tools["echo"].completes_at_once())
+        return CodeRunResult(value=await tools["echo"]({"n": 1}), has_value=True)
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(json_tool("echo"))
+    runtime.plugins.register(SlowLog())
+    result = await runtime.execute(run_code())
+    assert result.value == {"logs": (), "result": {"n": 1}}  # type: ignore[union-attr]
+    assert seen == [] and at_once == [True] and trio.current_time() == 0
+
+    logged, events = code_runtime(program, json_tool("echo"))
+    logged.plugins.register(SlowLog())
+    await logged.execute(run_code())
+    assert seen == ["outer:code:1"] and at_once[-1] is False
+    assert [t for t, _ in events] == ["tool/code-dispatch-start", "tool/code-dispatch"]

@@ -272,6 +272,11 @@ class _Bridge:
         return tool is None or not contract_of(tool).body_suspends
 
     def log_listeners(self) -> tuple[Listener, ...]:
+        if self.runtime.event_sink is None:
+            # They reshape only the logged copy, and without a sink nothing is logged (as in
+            # the original, where a call without a session logs nothing): running them would
+            # cost every sub-call a log slot for a copy nobody keeps.
+            return ()
         return self.runtime._chains.listeners("dsh_code_dispatch_log", self.run.agent)
 
     def logging_is_instant(self, listeners: tuple[Listener, ...] | None = None) -> bool:
@@ -351,8 +356,8 @@ class _Bridge:
                 lane.notify()
             self.commit(ticket, result)
             listeners = self.log_listeners()
-            if not listeners and self.runtime.event_sink is None:
-                pass  # nothing to log to and nobody to rewrite the logged copy
+            if self.runtime.event_sink is None:
+                pass  # nothing to log to (and so no listener: see log_listeners)
             elif self.logging_is_instant(listeners):
                 await self.log(ticket, logged_arguments, result, started_at, slot=False)
             else:
