@@ -907,3 +907,35 @@ async def test_without_an_event_sink_dispatch_log_listeners_do_not_run(autojump_
     await logged.execute(run_code())
     assert seen == ["outer:code:1"] and at_once[-1] is False
     assert [t for t, _ in events] == ["tool/code-dispatch-start", "tool/code-dispatch"]
+
+
+async def test_a_program_firing_calls_without_awaiting_them_waits_for_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each call a program has waiting costs the host tasks: past the cap the host reads no
+    # further frame until one is answered, so a flood is slowed down, never unbounded.
+    from dsh_core.code_mode import _runtime
+
+    monkeypatch.setattr(_runtime, "MAX_CALLS_IN_FLIGHT", 8)
+    waiting: list[int] = []
+    serve = _runtime._Session._serve
+
+    async def counting_serve(self: Any, stdin: Any, call: Any) -> None:
+        waiting.append(len(self._in_flight))
+        await serve(self, stdin, call)
+
+    monkeypatch.setattr(_runtime._Session, "_serve", counting_serve)
+
+    async def slow_add(args: Any) -> int:
+        await trio.sleep(0.001)  # suspends: every call is served by a task of its own
+        return args["a"] + args["b"]
+
+    runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=20))
+    runtime.register(json_tool("add", slow_add, output={"type": "integer"}, is_concurrency_safe=lambda a: True))
+    program = (
+        "import asyncio\n"
+        "sums = await asyncio.gather(*[tools.add({'a': i, 'b': 1}) for i in range(200)])\n"
+        "return sum(sums)\n"
+    )
+    result = await runtime.execute(make_input("run_code", {"code": program, "description": "flood"}))
+    assert isinstance(result, ToolExecutionSuccess), result
+    assert result.value == {"logs": (), "result": sum(range(200)) + 200}
+    assert len(waiting) == 200 and max(waiting) == 8

@@ -452,6 +452,11 @@ def _parse_frame(line: bytes) -> _Frame:
 
 
 _MAX_ERROR_CHARS: Final = 16 * 1024
+# Tool calls a program may have waiting on the host at once. Each costs the host a task or
+# two; past this the host reads no further frame until one is answered, so a program that
+# fires calls in a loop without awaiting them is slowed down, not able to exhaust the host's
+# memory. (Answers never wait for the reader, so this cannot deadlock.)
+MAX_CALLS_IN_FLIGHT: Final = 1024
 
 
 def _capped(message: str) -> str:
@@ -525,6 +530,7 @@ class _Session:
         self._logs: list[str] = []
         self._used = 0
         self._in_flight: set[int] = set()
+        self._room: trio.Event | None = None  # set when _in_flight drops below MAX_CALLS_IN_FLIGHT
         self._send_lock = trio.Lock()
         self._stderr = bytearray()
         self._stderr_closed = trio.Event()
@@ -562,6 +568,9 @@ class _Session:
                 case _Call(id=call_id):
                     if call_id in self._in_flight:
                         return self.fail("protocol", f"the child reused call id {call_id} while it was in flight")
+                    while len(self._in_flight) >= MAX_CALLS_IN_FLIGHT:
+                        self._room = trio.Event()
+                        await self._room.wait()
                     self._in_flight.add(call_id)
                     assert process.stdin is not None
                     completes_at_once = getattr(self._bindings.get(frame.name), "completes_at_once", None)
@@ -606,6 +615,9 @@ class _Session:
             reply = await self._call_binding(call)
         finally:
             self._in_flight.discard(call.id)
+            if self._room is not None:
+                self._room.set()
+                self._room = None
         try:
             data = encode_json(reply)
         except (ValueError, TypeError) as exc:
