@@ -25,3 +25,25 @@ def test_both_packages_ship_py_typed_in_the_wheel() -> None:
         marker = REPO / package / "py.typed"
         assert marker.is_file(), marker
         assert marker.read_text() == ""
+
+
+def test_the_license_file_is_the_declared_license() -> None:
+    assert PYPROJECT["project"]["license"] == "MIT"
+    assert PYPROJECT["project"]["license-files"] == ["LICENSE"]  # into the wheel's .dist-info/licenses/
+    text = (REPO / "LICENSE").read_text(encoding="utf-8")
+    assert text.startswith("MIT License\n\nCopyright (c) 2026 the dsh-tools authors\n")
+    assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in text
+
+
+def test_the_sdist_carries_what_a_packager_needs_to_run_the_tests() -> None:
+    include = TARGETS["sdist"]["include"]
+    for needed in ("dsh_core", "dsh_plugins", "README.md", "CHANGELOG.md", "LICENSE", "noxfile.py"):
+        assert needed in include
+        assert (REPO / needed).exists(), needed
+    # The tests read the examples (and install two of them) and check .ci/run against the README.
+    for directory in ("tests", "examples", ".ci"):
+        assert directory in include
+        assert (REPO / directory).is_dir(), directory
+    assert (REPO / "tests" / "conftest.py").is_file() and PYPROJECT["tool"]["pytest"]["ini_options"]["testpaths"] == [
+        "tests"
+    ]
