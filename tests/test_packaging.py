@@ -47,3 +47,12 @@ def test_the_sdist_carries_what_a_packager_needs_to_run_the_tests() -> None:
     assert (REPO / "tests" / "conftest.py").is_file() and PYPROJECT["tool"]["pytest"]["ini_options"]["testpaths"] == [
         "tests"
     ]
+
+
+def test_the_click_floor_has_the_cli_runner_the_tests_use() -> None:
+    # CliRunner keeps stderr apart from stdout (result.stderr) from click 8.2 on; with 8.1 the CLI tests fail.
+    from packaging.requirements import Requirement
+
+    (click,) = [Requirement(r) for r in PYPROJECT["project"]["dependencies"] if Requirement(r).name == "click"]
+    assert "8.2.0" in click.specifier
+    assert "8.1.8" not in click.specifier
