@@ -34,7 +34,13 @@ def tests(session: nox.Session) -> None:
     """The test suite on each supported Python (slow tests excluded unless -- -m slow)."""
     session.install("-e", ".[test,mcp]")
     session.install("-e", "examples/dsh-example-tools", "-e", "examples/dsh-example-policy")
-    session.run("pytest", "-q", *(session.posargs or ["-m", "not slow"]))
+    session.run("pytest", "-q", *_unless_marks_chosen(["-m", "not slow"], session.posargs), *session.posargs)
+
+
+def _unless_marks_chosen(default: list[str], posargs: list[str]) -> list[str]:
+    """``default`` (a ``-m`` selection), unless the arguments choose their own with ``-m``."""
+    chosen = any(arg.startswith("-m") for arg in posargs)  # "-m slow" or "-mslow"; not "--maxfail"
+    return [] if chosen else default
 
 
 @nox.session(python="3.11")

@@ -35,6 +35,7 @@ import difflib
 import gc
 import getpass
 import importlib.metadata
+import importlib.util
 import re
 import sys
 import time
@@ -995,10 +996,14 @@ def serve_mcp_command(ctx: click.Context, http: bool, port: int | None, agent: s
     stdio by default (nothing else is written to stdout), or streamable HTTP
     bound to 127.0.0.1 with --http.
     """
-    try:
-        from ._mcp_server import DEFAULT_HTTP_PORT, run_serve_mcp
-    except ImportError as exc:
-        raise _UsageProblem(f"serve-mcp needs the MCP extra: pip install 'dsh-tools[mcp]' ({exc})") from exc
+    # _mcp_server imports the SDK only when serving starts, so an ImportError around
+    # importing it would come too late: ask whether the extra is installed first.
+    if importlib.util.find_spec("mcp") is None:
+        raise _UsageProblem("serve-mcp needs the MCP extra: pip install 'dsh-tools[mcp]'")
+    if http and importlib.util.find_spec("hypercorn") is None:
+        raise _UsageProblem("serve-mcp --http needs hypercorn, part of the MCP extra: pip install 'dsh-tools[mcp]'")
+    from ._mcp_server import DEFAULT_HTTP_PORT, run_serve_mcp
+
     host = _build_host(ctx, quiet=True, runs_calls=True)
     with _plain_interrupts():
         run_serve_mcp(host.runtime, http=http, port=port or DEFAULT_HTTP_PORT, agent=agent)

@@ -200,19 +200,36 @@ def test_a_bad_setting_is_a_configuration_error() -> None:
 '''
 
 _NOXFILE: Final = '''\
-"""The test matrix: ``nox`` (each installed Python 3.11-3.13), ``nox -s tests-3.12``."""
+"""The test matrix: ``nox`` (Python 3.11, 3.12 and 3.13; a missing one fails the run), ``nox -s tests-3.12``."""
 
+import glob
 import os
 
 import nox
 
-nox.options.error_on_missing_interpreters = False
+PYTHONS = ["3.11", "3.12", "3.13"]
+
+# A missing interpreter must fail the run: otherwise nox skips the session and exits 0.
+nox.options.error_on_missing_interpreters = True
+
+# pyenv's shims for non-global versions fail ("pyenv: python3.12: command not found")
+# unless PYENV_VERSION lists them; expose every installed CPython of the matrix.
+_pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+_versions = sorted(
+    os.path.basename(path)
+    for version in PYTHONS
+    for path in glob.glob(os.path.join(_pyenv_root, "versions", f"{{version}}.*"))
+    if os.path.basename(path).replace(".", "").isdigit()
+)
+if _versions and "PYENV_VERSION" not in os.environ:
+    os.environ["PYENV_VERSION"] = ":".join(_versions)
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")  # never fetch CPython builds
 
 # Where dsh-tools comes from: a package index, or the checkout this plugin was made with.
 DSH_TOOLS = os.environ.get("DSH_TOOLS_SOURCE", {source})
 
 
-@nox.session(python=["3.11", "3.12", "3.13"])
+@nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     session.install(DSH_TOOLS)
     session.install("-e", ".[test]")
@@ -226,7 +243,7 @@ A dsh-tools plugin: the `{tool}` tool and a policy denying configured words.
 
     pip install -e '.[test]'    # (dsh-tools first, if your index does not have it)
     dsh-tools list              # shows {tool}
-    nox                         # the tests on Python 3.11-3.13
+    nox                         # the tests on Python 3.11, 3.12 and 3.13 (all three needed)
 
 Settings (`dsh.toml` of the host):
 

@@ -206,6 +206,51 @@ def test_sdk_without_code_mode_is_a_clear_error(tools: list[str], monkeypatch: p
     assert "Code Mode is not available" in result.stderr
 
 
+# -- optional extras: a missing one is a usage error naming it, not a traceback -------
+
+
+def test_serve_mcp_without_the_mcp_extra_is_a_usage_error(tools: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as if the [mcp] extra were not installed
+    result = invoke([*tools, "serve-mcp"])
+    assert result.exit_code == 2, result.output
+    assert "serve-mcp needs the MCP extra: pip install 'dsh-tools[mcp]'" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_serve_mcp_http_without_hypercorn_is_a_usage_error(tools: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "hypercorn", None)
+    result = invoke([*tools, "serve-mcp", "--http"])
+    assert result.exit_code == 2, result.output
+    assert "serve-mcp --http needs hypercorn, part of the MCP extra: pip install 'dsh-tools[mcp]'" in result.stderr
+
+
+def test_mcp_servers_configured_without_the_mcp_extra_name_the_extra(
+    tools: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    config = tmp_path / "mcp.toml"
+    config.write_text('[[plugins.mcp.servers]]\nname = "demo"\ncommand = "python"\n')
+    result = invoke(["--config", str(config), *tools, "--plugin", "mcp=dsh_plugins.mcp_client", "call", "echo", "{}"])
+    assert result.exit_code == 2, result.output
+    assert (
+        "[plugins.mcp]: MCP servers are configured, but the mcp extra is not installed "
+        "(pip install 'dsh-tools[mcp]')" in result.stderr
+    )
+    assert "Traceback" not in result.output
+
+
+def test_otel_enabled_without_the_otel_extra_names_the_extra(
+    tools: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    config = tmp_path / "otel.toml"
+    config.write_text("[plugins.otel]\nenabled = true\n")
+    result = invoke(["--config", str(config), *tools, "--plugin", "otel=dsh_plugins.otel", "call", "echo", "{}"])
+    assert result.exit_code == 2, result.output
+    assert "[plugins.otel]: opentelemetry-api is not installed (pip install 'dsh-tools[otel]')" in result.stderr
+    assert "Traceback" not in result.output
+
+
 def test_code_mode_from_config(tools: list[str], tmp_path: Path) -> None:
     (tmp_path / "dsh.toml").write_text('mode = "code"\n')
     listed = json.loads(invoke([*tools, "list", "--json"]).stdout)

@@ -110,6 +110,44 @@ def test_the_noxfile_installs_dsh_tools_from_where_it_came_from() -> None:
     assert source == "dsh-tools" or (Path(source) / "dsh_core" / "__init__.py").is_file()
 
 
+NOXFILE_SETTINGS = """
+import os, runpy, nox
+runpy.run_path("noxfile.py")
+print(os.environ.get("PYENV_VERSION"), os.environ.get("UV_PYTHON_DOWNLOADS"), nox.options.error_on_missing_interpreters)
+"""
+
+
+def run_noxfile(directory: Path, **environment: str) -> str:
+    """What loading ``directory``'s noxfile sets: PYENV_VERSION, UV_PYTHON_DOWNLOADS, error_on_missing_interpreters."""
+    base = {k: v for k, v in os.environ.items() if k not in {"PYENV_VERSION", "PYENV_ROOT", "UV_PYTHON_DOWNLOADS"}}
+    run = subprocess.run(
+        [sys.executable, "-c", NOXFILE_SETTINGS],
+        cwd=directory,
+        env={**base, **environment},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
+def test_the_noxfile_runs_every_python_of_the_matrix_or_fails(tmp_path: Path) -> None:
+    # pyenv's python3.12/python3.13 shims fail unless PYENV_VERSION lists those versions; nox
+    # then skipped those sessions and exited 0 while the README promises the matrix passes.
+    pytest.importorskip("nox", reason="nox comes with the dev extra")
+    target = generate(tmp_path)
+    pyenv = tmp_path / "pyenv"
+    for version in ("3.13.0", "3.11.7", "3.12.1", "3.10.4", "3.12-dev", "system"):
+        (pyenv / "versions" / version).mkdir(parents=True)
+    assert run_noxfile(target, PYENV_ROOT=str(pyenv)) == "3.11.7:3.12.1:3.13.0 never True"
+    # The user's own choices win.
+    chosen = run_noxfile(target, PYENV_ROOT=str(pyenv), PYENV_VERSION="3.12.1", UV_PYTHON_DOWNLOADS="automatic")
+    assert chosen == "3.12.1 automatic True"
+    # Without pyenv nothing is exposed, and a missing interpreter still fails the run.
+    assert run_noxfile(target, PYENV_ROOT=str(tmp_path / "no-pyenv")) == "None never True"
+
+
 @pytest.mark.parametrize(
     ("args", "taken"),
     [
