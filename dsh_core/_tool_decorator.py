@@ -41,11 +41,11 @@ from collections.abc import Callable
 from typing import Any, Final, overload
 
 import attrs
-import cattrs
 
 from ._definition import ToolDefinition, ToolOutput, default_render, define_tool
 from ._errors import SchemaSpecError, ToolOutputError
 from ._execution import ToolRunContext
+from ._plain import unstructure
 from ._schema._attrs_params import _first_text, value_type
 from ._schema._raw import RawSchema
 
@@ -71,7 +71,6 @@ _ENTRY_NAME: Final = re.compile(r"^\*{0,2}([A-Za-z_][A-Za-z0-9_]*)\s*")
 _TAKEN_NAMES: Final = frozenset({"self", "_setattr", "_cached_setattr_get"})
 # Defaults of these types cannot be changed by the body: no fresh copy per call needed.
 _IMMUTABLE: Final = (str, int, float, bool, type(None))
-_unstructure = cattrs.Converter().unstructure
 
 
 def _section(line: str) -> str | None:
@@ -196,7 +195,7 @@ def _build(
         default = attrs.NOTHING if parameter.default is parameter.empty else parameter.default
         if default is not attrs.NOTHING:
             # The schema advertises the default and the body gets it: it must be a value of the type.
-            wrong = allowed.violations(_unstructure(default), root="default")
+            wrong = allowed.violations(unstructure(default), root="default")
             if wrong:
                 shown = repr(default)
                 problems.append(
@@ -235,7 +234,7 @@ def _build(
         return given
 
     def plain_output(value: object) -> object:
-        plain = _unstructure(value)
+        plain = unstructure(value)
         if not returns.complete:
             # The output schema cannot say all the annotation does (a dict's value type, a
             # validator): the value is structured as the annotation, as arguments are.

@@ -6,6 +6,7 @@ import math
 import os
 import re
 import time
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -247,6 +248,40 @@ async def test_calls_still_in_flight_are_cancelled_when_the_run_ends() -> None:
     assert result.value == "left"
     assert cancelled
     assert time.monotonic() - start < 3
+
+
+@pytest.mark.slow
+async def test_a_value_nested_100_000_deep_is_checked_in_little_memory() -> None:
+    # Passed to a tool and returned: the child checks it both times, under a 256 MiB address-space limit.
+    program = (
+        "v = 1\n"
+        "for _ in range(100_000):\n"
+        "    v = [v]\n"
+        "echoed = (await tools.echo({'x': v}))['x']\n"
+        "return [echoed]"
+    )
+    runtime = SubprocessPythonRuntime(wall_budget_s=30.0, max_memory_bytes=256 * 1024 * 1024)
+    result = await runtime.run(program, {"echo": echo})
+    assert result.error is None, result.error
+    depth, value = 0, result.value
+    while isinstance(value, tuple):
+        assert len(value) == 1
+        value = value[0]
+        depth += 1
+    assert (depth, value) == (100_001, 1)
+
+
+async def test_a_returned_key_too_deep_to_print_is_invalid_output() -> None:
+    program = "k = ()\nfor _ in range(100_000):\n    k = (k,)\nreturn {'a': {k: 1}}"
+    result = await SubprocessPythonRuntime(wall_budget_s=30.0).run(program, {})
+    assert_error(result, "invalid-output", '$["a"]: object key (((((((...),),),),),),) is not a str')
+
+
+async def test_running_out_of_memory_encoding_the_returned_value_is_invalid_output() -> None:
+    # 150 MB of text fits under the limit once, not twice: encoding it fails in the child.
+    runtime = SubprocessPythonRuntime(wall_budget_s=30.0, max_memory_bytes=256 * 1024 * 1024)
+    result = await runtime.run("return 'x' * 150_000_000", {})
+    assert_error(result, "invalid-output", "the program returned a value that could not be checked", "MemoryError")
 
 
 async def test_deep_values_cross_the_channel_intact() -> None:
@@ -579,6 +614,31 @@ def test_json_problem_names_the_path() -> None:
     cycle: list[Any] = []
     cycle.append(cycle)
     assert json_problem(cycle) == "$[0]: the value contains itself"
+
+
+def test_json_problem_costs_memory_linear_in_depth() -> None:
+    value: Any = 1
+    for _ in range(10_000):
+        value = [value]
+    tracemalloc.start()
+    try:
+        assert json_problem(value) is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # One path string per level kept until its subtree is done would take ~150 MB here.
+    assert peak < 8 * 1024 * 1024, peak
+    bottom: Any = [float("nan")]
+    for _ in range(10_000):
+        bottom = {"k": bottom}
+    assert json_problem(bottom) == "$" + '["k"]' * 10_000 + "[0]: nan is not a finite JSON number"
+
+
+def test_json_problem_names_a_deep_non_str_key_briefly() -> None:
+    key: Any = ()
+    for _ in range(100_000):
+        key = (key,)
+    assert json_problem({"a": {key: 1}}) == '$["a"]: object key (((((((...),),),),),),) is not a str'
 
 
 # -- the child's two drivers -----------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import attrs
@@ -215,3 +216,20 @@ def test_a_deeply_nested_raw_schema_is_checked_without_recursion() -> None:
     raw = RawSchema({"type": "object", "properties": {"deep": node}})
     tool = define_tool(name="deep", description="d", parameters=raw, output={"type": "json"}, execute=print)
     assert tool.parameters["properties"]["deep"]["type"] == "array"
+
+
+@pytest.mark.slow
+def test_a_raw_schema_40_000_deep_compiles_in_bounded_memory() -> None:
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(40_000):
+        node = {"type": "object", "properties": {"a": node}, "required": ["a"], "additionalProperties": False}
+    tracemalloc.start()
+    try:
+        raw = RawSchema({"type": "object", "properties": {"deep": node}})
+        tool = define_tool(name="deep", description="d", parameters=raw, output=RawSchema(node), execute=print)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert tool.parameters["properties"]["deep"]["required"] == ("a",)
+    # The schemas themselves take about 60 MB; a path string per pending node took gigabytes.
+    assert peak < 200 * 1024 * 1024, peak

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dsh_core import define_tool
 from dsh_core._errors import ErrorCode, JsonSchemaError, SchemaSpecError
 from dsh_core._json import snapshot_json
 from dsh_core._schema import _dsl
@@ -529,6 +531,39 @@ def test_deep_chain_reports_the_deep_violation() -> None:
     with pytest.raises(SchemaSpecError) as info:
         value_schema_to_json_schema(node)
     assert info.value.violations == ("schema" + ".items" * _DEPTH + ".bogus is not supported by the value schema DSL",)
+
+
+def test_a_deep_chain_compiles_in_memory_linear_in_depth() -> None:
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(10_000):
+        node = _wrap_object(node)
+    tracemalloc.start()
+    try:
+        compiled = value_schema_to_json_schema(node)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert _depth(compiled, "properties") == 10_001
+    # The compiled schema takes about 8 MB; paths kept as text took hundreds.
+    assert peak < 32 * 1024 * 1024, peak
+
+
+@pytest.mark.slow
+def test_define_tool_compiles_a_40_000_deep_spec_in_bounded_memory() -> None:
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(40_000):
+        node = _wrap_object(node)
+    tracemalloc.start()
+    try:
+        tool = define_tool(
+            name="deep", description="d", parameters={"x": {**node, "required": True}}, output=node, execute=print
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert _depth(tool.output.schema, "properties") == 40_001
+    # The compiled schemas themselves take about 60 MB; a path string per pending node took gigabytes.
+    assert peak < 200 * 1024 * 1024, peak
 
 
 # ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import decimal
 import enum
 import json
 import math
+import tracemalloc
 from typing import Any
 
 import fastjsonschema
@@ -607,6 +608,22 @@ def test_deep_object_value_reports_at_the_right_level() -> None:
     value = {"p": nest_value(DEEP, "properties", {"bad": math.inf})}
     assert validate_json_schema_value(schema, value) == ('"value.p" must be a lossless JSON object',)
     assert validate_json_schema_value(schema, {"p": nest_value(DEEP, "properties", {})}) == ()
+
+
+def test_a_deep_value_under_a_deep_schema_is_reported_in_memory_linear_in_depth() -> None:
+    # Paths kept as text took 100 MB at this depth (and gigabytes at 40 000).
+    depth = 10_000
+    schema = snapshot_json(nest(depth, "properties", STRING))
+    assert_supported_json_schema(schema)
+    tracemalloc.start()
+    try:
+        assert report_violations(schema, nest_value(depth, "properties", 1)) == (  # type: ignore[arg-type]
+            f'"{leaf_path(depth, "properties")}" must be a string',
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024, peak
 
 
 def test_deep_cyclic_value_is_rejected_under_a_finite_schema() -> None:

@@ -360,6 +360,72 @@ async def test_a_return_the_schema_says_fully_is_not_structured_again(monkeypatc
     assert checked == [{"days": 2}]  # only the dict[str, int] result needed the check
 
 
+def _nest(depth: int, leaf: Any) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _depth_of(value: Any) -> tuple[int, Any]:
+    depth = 0
+    while isinstance(value, (list, tuple)):
+        assert len(value) == 1
+        value, depth = value[0], depth + 1
+    return depth, value
+
+
+async def test_a_deeply_nested_return_value_comes_back_whole() -> None:
+    @tool
+    async def fetch(depth: int) -> dict[str, Any]:
+        """A nested JSON document."""
+        return {"doc": _nest(depth, "leaf")}
+
+    result = expect_success(await make_runtime(fetch).execute(make_input("fetch", {"depth": 10_000})))
+    assert isinstance(result.value, dict)
+    assert _depth_of(result.value["doc"]) == (10_000, "leaf")
+
+
+async def test_a_return_value_that_contains_itself_breaks_the_output_contract_naming_the_cycle() -> None:
+    @tool
+    def loop() -> dict[str, Any]:
+        """Loop."""
+        box: list[Any] = []
+        box.append(box)
+        return {"box": box}
+
+    result = expect_failure(await make_runtime(loop).execute(make_input("loop", {})))
+    assert result.code == "INVALID_TOOL_OUTPUT"
+    assert "$.box[0]: cycle: the value contains itself" in result.error.message
+
+
+@attrs.frozen
+class Page:
+    title: str
+    body: Any
+    forecasts: tuple[Forecast, ...] = ()
+
+
+async def test_attrs_values_are_unstructured_at_any_depth_of_plain_data_around_and_inside_them() -> None:
+    @tool
+    def pages(depth: int) -> list[Any]:
+        """Pages."""
+        inner = Page(title="inner", body={"forecast": Forecast(day=2, summary="rain"), "n": (1, 2)})
+        return [_nest(depth, Page(title="outer", body=_nest(depth, inner), forecasts=(Forecast(1, "sun"),)))]
+
+    result = expect_success(await make_runtime(pages).execute(make_input("pages", {"depth": 5_000})))
+    depth, outer = _depth_of(result.value[0])  # type: ignore[index]
+    assert depth == 5_000
+    assert thaw(outer["forecasts"]) == [{"day": 1, "summary": "sun", "rain_mm": None}]
+    depth, inner = _depth_of(outer["body"])
+    assert depth == 5_000
+    assert thaw(inner) == {
+        "title": "inner",
+        "body": {"forecast": {"day": 2, "summary": "rain", "rain_mm": None}, "n": [1, 2]},
+        "forecasts": [],
+    }
+
+
 # ---------------------------------------------------------------------------
 # Signatures: any valid one makes a tool, or the decoration says what to change
 

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from .._errors import JsonSchemaError, NonJsonValueError, SchemaSpecError
 from .._json import FrozenDict, safe_repr, snapshot_json, thaw
+from ._path import LinkedPath
 from ._subset import assert_supported_json_schema, same_scalar, scalar_matches
 
 __all__ = ["parameter_schema_to_json_schema", "value_schema_to_json_schema"]
@@ -82,7 +83,9 @@ def parameter_schema_to_json_schema(spec: object) -> dict[str, Any]:
 
 class _Visit(NamedTuple):
     node: object
-    path: str
+    # Spelled out only in an error: a pending visit's path as text would cost
+    # memory quadratic in the spec's depth.
+    path: LinkedPath
     in_property: bool
     # Where the compiled node goes: ``sink[slot] = compiled``.
     sink: Any
@@ -107,7 +110,7 @@ class _Compiler:
         if self.parameters:
             holder["root"] = self._parameter_root(spec)
         else:
-            self.stack.append(_Visit(spec, "schema", False, holder, "root"))
+            self.stack.append(_Visit(spec, LinkedPath.root("schema"), False, holder, "root"))
         while self.stack:
             task = self.stack.pop()
             if isinstance(task, _Leave):
@@ -137,15 +140,16 @@ class _Compiler:
     def _parameter_root(self, spec: object) -> dict[str, Any]:
         properties: dict[str, Any] = {}
         root: dict[str, Any] = {"type": "object", "properties": properties}
-        entries = self._property_map(spec, "parameters")
+        path = LinkedPath.root("parameters")
+        entries = self._property_map(spec, path)
         if entries is not None:
             required = _required_names(entries)
             if required:
                 root["required"] = required
-            self._push_properties(entries, "parameters.", properties)
+            self._push_properties(entries, path, ".", properties)
         return root
 
-    def _property_map(self, value: object, path: str) -> Mapping[str, object] | None:
+    def _property_map(self, value: object, path: LinkedPath) -> Mapping[str, object] | None:
         problem = _record_problem(value)
         if problem is not None:
             self.errors.append(f"{path} must be an object of value schemas{problem}")
@@ -153,10 +157,12 @@ class _Compiler:
         assert isinstance(value, dict)
         return value
 
-    def _push_properties(self, entries: Mapping[str, object], prefix: str, sink: dict[str, Any]) -> None:
+    def _push_properties(
+        self, entries: Mapping[str, object], path: LinkedPath, separator: str, sink: dict[str, Any]
+    ) -> None:
         # Reversed so that the stack pops them in declaration order.
         for key in reversed(list(entries)):
-            self.stack.append(_Visit(entries[key], prefix + key, True, sink, key))
+            self.stack.append(_Visit(entries[key], path.child(separator + key), True, sink, key))
 
     def _visit(self, task: _Visit) -> None:
         node, path = task.node, task.path
@@ -197,7 +203,7 @@ class _Compiler:
                 out["oneOf"] = slots
                 self._enter(node)
                 for index in reversed(range(len(branches))):
-                    self.stack.append(_Visit(branches[index], f"{path}.oneOf[{index}]", False, slots, index))
+                    self.stack.append(_Visit(branches[index], path.child(f".oneOf[{index}]"), False, slots, index))
             else:
                 self.errors.append(f"{path}.oneOf must be an array of at least two value schemas")
         elif kind != "json":
@@ -208,7 +214,7 @@ class _Compiler:
         elif kind == "array":
             if "items" in node:
                 self._enter(node)
-                self.stack.append(_Visit(node["items"], f"{path}.items", False, out, "items"))
+                self.stack.append(_Visit(node["items"], path.child(".items"), False, out, "items"))
         elif kind == "object":
             self._object(node, path, out)
         task.sink[task.slot] = out
@@ -220,7 +226,7 @@ class _Compiler:
             self.ancestors.add(ident)
             self.stack.append(_Leave(ident))
 
-    def _kind(self, node: dict[str, Any], path: str) -> str | None:
+    def _kind(self, node: dict[str, Any], path: LinkedPath) -> str | None:
         if "oneOf" in node:
             if "type" in node:
                 self.errors.append(f"{path} cannot declare both type and oneOf")
@@ -232,7 +238,7 @@ class _Compiler:
             return None
         return kind
 
-    def _annotations(self, node: dict[str, Any], path: str, out: dict[str, Any]) -> None:
+    def _annotations(self, node: dict[str, Any], path: LinkedPath, out: dict[str, Any]) -> None:
         for key in _ANNOTATIONS:
             if key not in node:
                 continue
@@ -248,7 +254,7 @@ class _Compiler:
             except NonJsonValueError as exc:
                 self.errors.append(f"{path}.{key} annotation must be lossless JSON data ({exc})")
 
-    def _scalar(self, node: dict[str, Any], path: str, kind: str, out: dict[str, Any]) -> None:
+    def _scalar(self, node: dict[str, Any], path: LinkedPath, kind: str, out: dict[str, Any]) -> None:
         enum_ok = const_ok = False
         if "enum" in node:
             values = node["enum"]
@@ -267,7 +273,7 @@ class _Compiler:
         if enum_ok and const_ok and not any(same_scalar(node["const"], v) for v in node["enum"]):
             self.errors.append(f"{path}.const must be one of {path}.enum when both are declared")
 
-    def _object(self, node: dict[str, Any], path: str, out: dict[str, Any]) -> None:
+    def _object(self, node: dict[str, Any], path: LinkedPath, out: dict[str, Any]) -> None:
         additional = node.get("additionalProperties")
         if additional is True or additional is False:
             out["additionalProperties"] = additional
@@ -275,7 +281,8 @@ class _Compiler:
             self.errors.append(f"{path}.additionalProperties must be explicitly true or false")
         if "properties" not in node:
             return
-        entries = self._property_map(node["properties"], f"{path}.properties")
+        properties_path = path.child(".properties")
+        entries = self._property_map(node["properties"], properties_path)
         if entries is None:
             return
         properties: dict[str, Any] = {}
@@ -284,7 +291,7 @@ class _Compiler:
         if required:
             out["required"] = required
         self._enter(node)
-        self._push_properties(entries, f"{path}.properties.", properties)
+        self._push_properties(entries, properties_path, ".", properties)
 
 
 def _record_problem(value: object) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any, Final, TypeAlias
 
 from .._errors import JsonSchemaError, NonJsonValueError
 from .._json import FrozenDict, int_fits_json, snapshot_json
+from ._path import LinkedPath
 
 __all__ = [
     "ANNOTATION_KEYWORDS",
@@ -121,6 +122,8 @@ def _is_lossless(value: object) -> bool:
 #   (_LEAVE, node_id)                     the node's subtree is done: it is no longer an ancestor
 #   (_ONE_OF_TAIL, node, path)            report keywords that may not sit beside oneOf
 #   (_OBJECT_TAIL, node, path, props)     check required/additionalProperties after the properties
+# A path is a LinkedPath, spelled out only in a violation: the tails wait for
+# their whole subtree, so paths kept as text would cost memory quadratic in depth.
 _ENTER: Final = 0
 _LEAVE: Final = 1
 _ONE_OF_TAIL: Final = 2
@@ -130,7 +133,7 @@ _OBJECT_TAIL: Final = 3
 def _collect_violations(root: object, root_path: str) -> list[str]:
     violations: list[str] = []
     ancestors: set[int] = set()
-    tasks: list[tuple[Any, ...]] = [(_ENTER, root, root_path)]
+    tasks: list[tuple[Any, ...]] = [(_ENTER, root, LinkedPath.root(root_path))]
     while tasks:
         task = tasks.pop()
         action = task[0]
@@ -148,7 +151,7 @@ def _collect_violations(root: object, root_path: str) -> list[str]:
 
 def _enter(
     node: Any,
-    path: str,
+    path: LinkedPath,
     tasks: list[tuple[Any, ...]],
     ancestors: set[int],
     violations: list[str],
@@ -196,7 +199,7 @@ def _enter(
             violations.append(f"{path}.oneOf must be an array of at least two schemas")
             return
         for index in range(len(branches) - 1, -1, -1):
-            tasks.append((_ENTER, branches[index], f"{path}.oneOf[{index}]"))
+            tasks.append((_ENTER, branches[index], path.child(f".oneOf[{index}]")))
         return
 
     schema_type = node["type"]
@@ -218,15 +221,15 @@ def _enter(
                 violations.append(f"{path}.properties must be an object of schemas")
             else:
                 for name, child in reversed(list(properties.items())):
-                    tasks.append((_ENTER, child, f"{path}.properties.{name}"))
+                    tasks.append((_ENTER, child, path.child(f".properties.{name}")))
     elif schema_type == "array":
         if "items" in node:
-            tasks.append((_ENTER, node["items"], f"{path}.items"))
+            tasks.append((_ENTER, node["items"], path.child(".items")))
     else:
         _check_scalar_constraints(node, path, schema_type, violations)
 
 
-def _check_object_tail(node: Any, path: str, properties: Any, violations: list[str]) -> None:
+def _check_object_tail(node: Any, path: LinkedPath, properties: Any, violations: list[str]) -> None:
     if "required" in node:
         required = node["required"]
         if not is_schema_array(required) or any(type(name) is not str for name in required):
@@ -242,7 +245,7 @@ def _check_object_tail(node: Any, path: str, properties: Any, violations: list[s
         violations.append(f"{path}.additionalProperties must be a boolean")
 
 
-def _check_scalar_constraints(node: Any, path: str, schema_type: str, violations: list[str]) -> None:
+def _check_scalar_constraints(node: Any, path: LinkedPath, schema_type: str, violations: list[str]) -> None:
     allowed = node.get("enum")
     enum_valid = (
         is_schema_array(allowed) and len(allowed) > 0 and all(scalar_matches(schema_type, entry) for entry in allowed)

@@ -28,6 +28,7 @@ from .._errors import JsonSchemaError, NonJsonValueError
 from .._json import FrozenDict, int_fits_json, int_json_problem, is_flat_json_object, snapshot_json
 from .._jsoncodec import encode_json
 from ._flat import FlatReader, compile_flat_reader
+from ._path import LinkedPath
 from ._subset import JsonSchemaNode, assert_supported_json_schema, same_scalar, scalar_matches
 
 __all__ = [
@@ -110,13 +111,13 @@ def _is_json_float(number: float) -> bool:
     return math.isfinite(number) and not (number == 0.0 and math.copysign(1.0, number) < 0)
 
 
-def _label(path: str) -> str:
+def _label(path: LinkedPath) -> str:
     # The parameter validator passes an empty root path; it reads as "arguments".
-    return path or "arguments"
+    return "arguments" if path.blank else str(path)
 
 
-def _child_path(path: str, key: object) -> str:
-    return f"{path}.{key}" if path else str(key)
+def _child_path(path: LinkedPath, key: object) -> LinkedPath:
+    return path.child(str(key) if path.blank else f".{key}")
 
 
 class _UnassertedSchemaError(ValueError):
@@ -131,16 +132,21 @@ _ARRAY: Final = 3
 
 
 class _Frame:
-    """One pending (node, value) check; ``pending`` holds its children, last first."""
+    """One pending (node, value) check; ``pending`` holds its children, last first.
+
+    Paths are :class:`LinkedPath` links, spelled out only in a message: a frame
+    waits for its whole subtree, so paths kept as text would cost memory
+    quadratic in depth.
+    """
 
     __slots__ = ("kind", "matches", "node", "path", "pending", "tail", "value", "violations")
 
-    def __init__(self, node: JsonSchemaNode, value: object, path: str) -> None:
+    def __init__(self, node: JsonSchemaNode, value: object, path: LinkedPath) -> None:
         self.node = node
         self.value = value
         self.path = path
         self.kind = _UNSTARTED
-        self.pending: list[tuple[JsonSchemaNode, object, str]] = []
+        self.pending: list[tuple[JsonSchemaNode, object, LinkedPath]] = []
         self.violations: list[str] = []
         self.tail: list[str] = []
         self.matches = 0
@@ -156,7 +162,7 @@ def report_violations(schema: JsonSchemaNode, value: object, path: str = "value"
     inspecting the value is contained and reported as ``"<path>" must be a
     lossless JSON value``.
     """
-    frames = [_Frame(schema, value, path)]
+    frames = [_Frame(schema, value, LinkedPath.root(path))]
     while True:
         frame = frames[-1]
         outcome: list[str] | None
@@ -230,7 +236,9 @@ def _start(frame: _Frame) -> list[str] | None:
         items = node["items"]
         elements: list[object] = list(value)  # type: ignore[call-overload]
         frame.kind = _ARRAY
-        frame.pending = [(items, elements[index], f"{path}[{index}]") for index in range(len(elements) - 1, -1, -1)]
+        frame.pending = [
+            (items, elements[index], path.child(f"[{index}]")) for index in range(len(elements) - 1, -1, -1)
+        ]
         return None
     if kind is int and not int_fits_json(value):  # type: ignore[arg-type]
         return [f'"{_label(path)}" must be a lossless JSON value: {int_json_problem(value)}']  # type: ignore[arg-type]
@@ -253,7 +261,7 @@ def _start(frame: _Frame) -> list[str] | None:
     return _scalar_constraints(node, value, path)
 
 
-def _scalar_constraints(node: JsonSchemaNode, value: object, path: str) -> list[str]:
+def _scalar_constraints(node: JsonSchemaNode, value: object, path: LinkedPath) -> list[str]:
     if "enum" in node:
         allowed = node["enum"]
         if not any(same_scalar(value, entry) for entry in allowed):

@@ -36,7 +36,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 if TYPE_CHECKING:
@@ -81,42 +81,79 @@ def json_problem(value: object) -> str | None:
 
     The same rules as the host's ``snapshot_json``: exact ``dict`` with ``str``
     keys, ``list``/``tuple``, ``str``, ``int``, ``bool``, ``None`` and finite
-    floats other than ``-0.0``; no cycles, no subclasses.
+    floats other than ``-0.0``; no cycles, no subclasses. Entries are checked
+    in order, one container open per level of the path, and the path's text is
+    only spelled out for the problem found, so a value nested 100 000 levels
+    deep costs memory linear in its depth.
     """
-    # (value, path, leaving): a leaving entry drops a container from the path.
-    pending: list[tuple[object, str, bool]] = [(value, "$", False)]
-    on_path: set[int] = set()
-    while pending:
-        item, path, leaving = pending.pop()
-        if leaving:
-            on_path.discard(id(item))
-            continue
-        kind = type(item)
-        if item is None or kind is str or kind is int or kind is bool:
-            continue
-        if kind is float:
-            assert isinstance(item, float)
-            if not math.isfinite(item):
-                return f"{path}: {item!r} is not a finite JSON number"
-            if item == 0.0 and math.copysign(1.0, item) < 0:
-                return f"{path}: -0.0 has no lossless JSON form"
-            continue
-        if kind is dict or kind is list or kind is tuple:
-            if id(item) in on_path:
-                return f"{path}: the value contains itself"
-            on_path.add(id(item))
-            pending.append((item, path, True))
-            if isinstance(item, dict):
-                for key, child in item.items():
-                    if type(key) is not str:
-                        return f"{path}: object key {key!r} is not a str"
-                    pending.append((child, f"{path}[{json.dumps(key)}]", False))
-            elif isinstance(item, (list, tuple)):
-                for index, child in enumerate(item):
-                    pending.append((child, f"{path}[{index}]", False))
-            continue
-        return f"{path}: {kind.__module__}.{kind.__qualname__} is not a JSON value".replace("builtins.", "")
+    if type(value) not in _CONTAINERS:
+        problem = _leaf_problem(value)
+        return None if problem is None else f"$: {problem}"
+    keys: list[str | int] = []  # the path from the root to the container being checked
+    on_path: set[int] = {id(value)}
+    stack: list[tuple[Iterator[tuple[Any, Any]], int, bool]] = [_open(value)]
+    while stack:
+        entries, ident, is_dict = stack[-1]
+        for key, item in entries:
+            if is_dict and type(key) is not str:
+                return f"{_spell_path(keys)}: object key {_bounded_repr(key)} is not a str"
+            if type(item) in _CONTAINERS:
+                keys.append(key)
+                if id(item) in on_path:
+                    return f"{_spell_path(keys)}: the value contains itself"
+                on_path.add(id(item))
+                stack.append(_open(item))
+                break
+            problem = _leaf_problem(item)
+            if problem is not None:
+                keys.append(key)
+                return f"{_spell_path(keys)}: {problem}"
+        else:
+            stack.pop()
+            on_path.discard(ident)
+            if stack:
+                keys.pop()
     return None
+
+
+_CONTAINERS: Final = frozenset((dict, list, tuple))
+
+
+def _open(container: Any) -> tuple[Iterator[tuple[Any, Any]], int, bool]:
+    if type(container) is dict:
+        return iter(container.items()), id(container), True
+    return enumerate(container), id(container), False
+
+
+def _leaf_problem(item: object) -> str | None:
+    kind = type(item)
+    if item is None or kind is str or kind is int or kind is bool:
+        return None
+    if kind is float:
+        assert isinstance(item, float)
+        if not math.isfinite(item):
+            return f"{item!r} is not a finite JSON number"
+        if item == 0.0 and math.copysign(1.0, item) < 0:
+            return "-0.0 has no lossless JSON form"
+        return None
+    return f"{kind.__module__}.{kind.__qualname__} is not a JSON value".replace("builtins.", "")
+
+
+def _spell_path(keys: list[str | int]) -> str:
+    return "$" + "".join(f"[{key}]" if type(key) is int else f"[{json.dumps(key)}]" for key in keys)
+
+
+def _bounded_repr(value: object) -> str:
+    """A short repr of a key, even one nested too deep for ``repr()`` or with a ``__repr__`` that raises."""
+    import reprlib  # only when a value was refused: keep it out of the child's start-up
+
+    shortener = reprlib.Repr()
+    shortener.maxstring = shortener.maxother = 80
+    try:
+        return shortener.repr(value)
+    except Exception:
+        kind = type(value)
+        return f"<{kind.__module__}.{kind.__qualname__}>".replace("builtins.", "")
 
 
 # ---------------------------------------------------------------------------
@@ -504,26 +541,40 @@ class _Run:
             self.finish(_failure("exception", _describe_exception(exc, self.error_class)))
         self.finish(self.done_frame(value))
 
-    def done_frame(self, value: object) -> dict[str, Any]:
-        """The ``done`` frame for a program that returned ``value``."""
+    def done_frame(self, value: object) -> dict[str, Any] | str:
+        """The ``done`` frame for a program that returned ``value``: already encoded when it carries the value.
+
+        Never raises: the value is the program's, and whatever checking or
+        encoding it runs into (``MemoryError`` under a memory limit) is an
+        ``invalid-output`` outcome, not a child that dies without a word.
+        """
+        try:
+            return self._value_frame(value)
+        except Exception as exc:
+            message = _describe_exception(exc, self.error_class)
+            return _failure("invalid-output", f"the program returned a value that could not be checked: {message}")
+
+    def _value_frame(self, value: object) -> dict[str, Any] | str:
         if value is None:
             return {"type": "done"}
         problem = json_problem(value)
         if problem is not None:
             return _failure("invalid-output", f"the program returned a value that is not lossless JSON: {problem}")
-        frame = {"type": "done", "value": value}
         try:
-            size = len(encode_json(frame))
+            text = encode_json({"type": "done", "value": value})
         except (ValueError, TypeError) as exc:
             return _failure("invalid-output", f"the program returned a value that cannot be encoded: {exc}")
-        if size > self.max_frame_bytes or size > self.max_output_bytes + 64:
+        if len(text) > self.max_frame_bytes or len(text) > self.max_output_bytes + 64:
             return _failure("output-limit", f"the returned value exceeds {self.max_output_bytes} bytes")
-        return frame
+        return text
 
-    def finish(self, done: dict[str, Any]) -> NoReturn:
+    def finish(self, done: dict[str, Any] | str) -> NoReturn:
         for writer in self.writers:
             writer.flush_tail()
-        self.channel.send(done)
+        if isinstance(done, str):
+            self.channel.send_text(done)
+        else:
+            self.channel.send(done)
         # Leave at once: no asyncio teardown waiting on the program's leftover
         # tasks, no atexit handlers printing after ``done``.
         os._exit(0)
