@@ -54,7 +54,7 @@ from ._execution import (
     scope_id,
 )
 from ._fingerprint import canonical_json, contract_fingerprint
-from ._json import FrozenDict, FrozenList, JsonValue, json_equal, json_text, snapshot_json, thaw
+from ._json import FrozenDict, FrozenList, JsonValue, json_equal, json_text, safe_repr, snapshot_json, thaw
 from ._orphans import OrphanedWork
 from ._plugins import (
     FailedPlugin,
@@ -199,6 +199,7 @@ __all__ = [
     "read_session_log",
     "replay",
     "run_tool_calls",
+    "safe_repr",
     "scope_id",
     "simulate",
     "snapshot_json",
