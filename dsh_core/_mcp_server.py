@@ -18,7 +18,13 @@ onto MCP as:
 - success: ``content`` = the rendered blocks (text, image), ``structuredContent``
   = the value (wrapped as above when needed), ``isError: false``;
 - failure: ``content`` = the failure content (``Error: <message>``),
-  ``isError: true`` and ``_meta["dsh/error"] = {code, name, plugin}``.
+  ``isError: true`` and ``_meta["dsh/error"] = {code, name, plugin}``;
+- a success whose structured content would nest more than 198 levels deep
+  (deeper than the SDK's JSON parser reads): ``isError: true``, ``content`` =
+  a notice that the tool ran and why its value is not sent, then the rendered
+  blocks; ``_meta["dsh/error"]`` has code ``INVALID_TOOL_OUTPUT`` and name
+  ``McpResultTooDeep``. (A success must carry structured content matching
+  the listed output schema; only an error result may go without it.)
 
 **Approval.** An ``Ask`` decision from an MCP call never reaches the host's own
 approval service (a terminal prompt would read the protocol's stdin). With
@@ -59,8 +65,9 @@ import trio
 
 from ._content import ImageBlock, TextBlock, text_of
 from ._definition import ToolEffects, ToolSchema
+from ._errors import ErrorCode
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
-from ._json import FrozenDict, json_text, thaw
+from ._json import FrozenDict, json_text, nests_deeper_than, thaw
 from ._results import ToolExecutionResult
 from ._signal import CancelSignal
 from ._terminal_text import json_printable, printable
@@ -80,6 +87,11 @@ __all__ = ["DEFAULT_HTTP_PORT", "ApprovalMode", "run_serve_mcp", "serve_http", "
 ApprovalMode = Literal["deny", "elicit"]
 DEFAULT_HTTP_PORT: Final = 8765
 CANCELLED_REASON: Final = "the MCP client cancelled the request"
+# pydantic-core's JSON parser, which SDK clients and servers read every message with,
+# refuses documents nested more than 200 levels deep (its serializer stops near 255).
+# structuredContent sits two levels into a response ({"result": {"structuredContent": ...}}),
+# so a deeper value could be written but never read back: it is not sent.
+_MAX_STRUCTURED_DEPTH: Final = 200 - 2
 _APPROVAL_SCHEMA: Final = {
     "type": "object",
     "properties": {"allow": {"type": "boolean", "title": "Allow this tool call"}},
@@ -229,12 +241,27 @@ def _mcp_result(
             content = [mcp_types.TextContent(type="text", text=f"Error: {call.denial}")]
         meta = {"dsh/error": {"code": info.code, "name": info.name, "plugin": info.plugin}} if info else None
         return mcp_types.CallToolResult(content=[*content, *_mcp_contexts(result)], is_error=True, _meta=meta)
-    value = thaw(result.value)
     definition = runtime.get(name, scope)
+    value: Any = result.value
     if definition is not None and _needs_wrapping(definition.output.schema):
         value = {"result": value}
-    structured = value if isinstance(value, dict) else None
     content = [*_mcp_content(result), *_mcp_contexts(result)]
+    if nests_deeper_than(value, _MAX_STRUCTURED_DEPTH):
+        if definition is None:  # no output schema was listed: the text alone is a valid success
+            return mcp_types.CallToolResult(content=content, is_error=False)
+        # The listed output schema makes structuredContent mandatory on a success (SDK
+        # clients raise without it), and an error result is the one that may lack it.
+        # The tool did run: its text goes along, so the model need not call it again.
+        notice = (
+            f'Error: tool "{name}" ran, but its result nests more than {_MAX_STRUCTURED_DEPTH} levels deep, '
+            "deeper than an MCP message can carry as structured content; its text follows."
+        )
+        meta = {"dsh/error": {"code": ErrorCode.INVALID_TOOL_OUTPUT.value, "name": "McpResultTooDeep", "plugin": None}}
+        return mcp_types.CallToolResult(
+            content=[mcp_types.TextContent(type="text", text=notice), *content], is_error=True, _meta=meta
+        )
+    plain = thaw(value)
+    structured = plain if isinstance(plain, dict) else None
     return mcp_types.CallToolResult(content=content, structured_content=structured, is_error=False)
 
 

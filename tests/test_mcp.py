@@ -894,6 +894,51 @@ async def test_serve_registry_sends_the_contexts_that_follow_a_result() -> None:
     assert note.startswith("[no-zero] The arguments of this add call were changed by no-zero: b must not be 0.")
 
 
+def nested_list(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def deep_result_runtime() -> ToolRuntime:
+    async def deep(args: Any) -> Any:
+        return {"v": nested_list(args["depth"])}
+
+    return make_runtime(json_tool("deep", deep, parameters={"depth": {"type": "integer", "required": True}}))
+
+
+# SDK clients parse messages nested at most 200 levels deep, and structuredContent sits two
+# levels in; {"result": {"v": [...]}} adds two more to the list's own depth.
+DEEPEST_RESULT_LIST = 200 - 2 - 2
+
+
+async def test_serve_registry_sends_the_deepest_result_mcp_can_carry_as_structured_content() -> None:
+    async with Client(serve_registry(deep_result_runtime()), mode="legacy") as client:
+        result = await client.call_tool("deep", {"depth": DEEPEST_RESULT_LIST})
+    assert not result.is_error
+    assert result.structured_content == {"result": {"v": nested_list(DEEPEST_RESULT_LIST)}}
+
+
+@pytest.mark.parametrize("depth", [DEEPEST_RESULT_LIST + 1, 100_000])
+async def test_serve_registry_answers_a_result_too_deep_for_mcp_with_an_error_carrying_its_text(depth: int) -> None:
+    runtime = deep_result_runtime()
+    rendered = (await runtime.execute(make_input("deep", {"depth": depth}))).content
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        result = await client.call_tool("deep", {"depth": depth})
+        after = await client.call_tool("deep", {"depth": 1})
+    assert not after.is_error
+    assert result.is_error
+    assert result.structured_content is None
+    assert [block.text for block in result.content] == [  # type: ignore[union-attr]
+        'Error: tool "deep" ran, but its result nests more than 198 levels deep, deeper than an MCP '
+        "message can carry as structured content; its text follows.",
+        *(block.text for block in rendered),  # type: ignore[union-attr]
+    ]
+    assert result.meta is not None
+    assert result.meta["dsh/error"] == {"code": "INVALID_TOOL_OUTPUT", "name": "McpResultTooDeep", "plugin": None}
+
+
 async def test_serve_registry_reports_a_policy_denial_as_an_error_result() -> None:
     runtime, _ = serving_runtime(DenyDeletes())
     async with Client(serve_registry(runtime), mode="legacy") as client:
