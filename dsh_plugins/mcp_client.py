@@ -100,7 +100,9 @@ fails it with ``MCP_SERVER_UNAVAILABLE``. An MCP protocol error is
 an invalid result, and a message no pending request can be matched to (one the
 SDK cannot parse, or a response to an id this client never sent), which fails
 every request then pending instead of leaving it to wait forever. A line of
-plain text (a server printing to stdout) is no message and is ignored. After the
+plain text (a server printing to stdout) is no message and is ignored. Arguments
+nested more than :data:`MAX_ARGUMENT_DEPTH` levels deep are never sent: the call
+fails ``INVALID_ARGS`` (the SDK's parser could not read them). After the
 n-th consecutive failure the next start waits ``min(backoff_initial_s * 2**(n-1),
 backoff_max_s)`` (inside the calling task, so cancellation and the timeout
 plugin still apply). A successful response resets the count. A server with
@@ -141,6 +143,7 @@ from dsh_core import (
     JsonValue,
     RetryPolicy,
     TextBlock,
+    ToolArgsError,
     ToolDefinition,
     ToolEffects,
     ToolOutput,
@@ -148,6 +151,7 @@ from dsh_core import (
     ToolRuntime,
     hookimpl,
     json_text,
+    nests_deeper_than,
     structure_table,
     thaw,
 )
@@ -161,6 +165,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENVELOPE_SCHEMA",
+    "MAX_ARGUMENT_DEPTH",
     "MCP_ERROR",
     "MCP_SERVER_DIED",
     "MCP_SERVER_UNAVAILABLE",
@@ -186,6 +191,15 @@ MCP_SERVER_UNAVAILABLE: Final = "MCP_SERVER_UNAVAILABLE"
 MCP_ERROR: Final = "MCP_ERROR"
 
 _LIST_PAGE_CAP: Final = 100
+MAX_ARGUMENT_DEPTH: Final = 200 - 2
+"""The deepest arguments a call sends, counting the arguments object as one level.
+
+The SDK's JSON parser (pydantic-core), which MCP servers built on it read every
+message with, refuses messages nested more than 200 levels deep, and the
+arguments sit two levels in (``{"params": {"arguments": ...}}``). Deeper
+arguments would never be read, so they are refused before sending
+(``INVALID_ARGS``): the server is not to blame.
+"""
 MAX_RETRY_ATTEMPTS: Final = 10
 """The most attempts ``retry_attempts`` may ask for (a server down for longer is down)."""
 
@@ -1353,6 +1367,13 @@ class McpClientPlugin:
 
     def _body(self, server: _Server, mcp_name: str, structured: bool) -> Body:
         async def execute(args: Any, run: ToolRunContext) -> object:
+            if nests_deeper_than(args, MAX_ARGUMENT_DEPTH):
+                raise ToolArgsError(
+                    [
+                        f"they nest more than {MAX_ARGUMENT_DEPTH} levels deep, deeper than an MCP message can "
+                        f'carry; the call was not sent to MCP server "{server.name}"'
+                    ]
+                )
             arguments = thaw(args)
             assert isinstance(arguments, dict)
             result = await self._call(server, mcp_name, arguments)

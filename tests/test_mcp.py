@@ -354,6 +354,44 @@ async def test_invalid_arguments_never_reach_the_server() -> None:
     assert result.code == "INVALID_ARGS"
 
 
+def build_taking_server(received: list[Any]) -> Server[Any]:
+    """A low-level MCP server with one tool, ``take``, that accepts any object and records it."""
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=[mcp_types.Tool(name="take", input_schema={"type": "object"})])
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        received.append(params.arguments)
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="taken")])
+
+    return Server("taking", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+# An SDK server parses messages nested at most 200 levels deep; arguments sit two levels in
+# ({"params": {"arguments": ...}}) and count one level themselves.
+DEEPEST_ARGUMENT_LIST = 200 - 2 - 1
+
+
+async def test_arguments_too_deep_for_mcp_are_refused_before_they_are_sent() -> None:
+    received: list[Any] = []
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_taking_server(received)}):
+        deepest = await runtime.execute(make_input("mem__take", {"x": nested_list(DEEPEST_ARGUMENT_LIST)}))
+        too_deep = [
+            await runtime.execute(make_input("mem__take", {"x": nested_list(depth)}))
+            for depth in (DEEPEST_ARGUMENT_LIST + 1, 100_000)
+        ]
+        after = await runtime.execute(make_input("mem__take", {"x": 1}))
+    assert not deepest.is_error and not after.is_error
+    for refused in too_deep:
+        assert refused.code == "INVALID_ARGS"
+        assert refused.error.message == (
+            "invalid arguments: they nest more than 198 levels deep, deeper than an MCP message can carry; "
+            'the call was not sent to MCP server "mem"'
+        )
+    assert received == [{"x": nested_list(DEEPEST_ARGUMENT_LIST)}, {"x": 1}]
+
+
 async def test_a_name_two_servers_list_is_reported_with_both_servers() -> None:
     runtime = ToolRuntime()
     config = {"servers": [{"name": "a"}, {"name": "c"}]}  # no prefixes: the same names twice
