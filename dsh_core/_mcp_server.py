@@ -68,6 +68,7 @@ from ._definition import ToolEffects, ToolSchema
 from ._errors import ErrorCode
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, nests_deeper_than, thaw
+from ._mcp_unreadable import SDK_PARSER_MAX_DEPTH, answering_unreadable
 from ._results import ToolExecutionResult
 from ._signal import CancelSignal
 from ._terminal_text import json_printable, printable
@@ -87,11 +88,10 @@ __all__ = ["DEFAULT_HTTP_PORT", "ApprovalMode", "run_serve_mcp", "serve_http", "
 ApprovalMode = Literal["deny", "elicit"]
 DEFAULT_HTTP_PORT: Final = 8765
 CANCELLED_REASON: Final = "the MCP client cancelled the request"
-# pydantic-core's JSON parser, which SDK clients and servers read every message with,
-# refuses documents nested more than 200 levels deep (its serializer stops near 255).
-# structuredContent sits two levels into a response ({"result": {"structuredContent": ...}}),
-# so a deeper value could be written but never read back: it is not sent.
-_MAX_STRUCTURED_DEPTH: Final = 200 - 2
+# SDK clients cannot parse a message nested deeper than SDK_PARSER_MAX_DEPTH (and the SDK's
+# serializer stops near 255). structuredContent sits two levels into a response
+# ({"result": {"structuredContent": ...}}), so a deeper value could be written but never read.
+_MAX_STRUCTURED_DEPTH: Final = SDK_PARSER_MAX_DEPTH - 2
 _APPROVAL_SCHEMA: Final = {
     "type": "object",
     "properties": {"allow": {"type": "boolean", "title": "Allow this tool call"}},
@@ -407,14 +407,18 @@ async def serve_stdio(
 ) -> None:
     """Serve ``scope``'s tools over this process's stdin/stdout until the client closes stdin.
 
-    Nothing else may write to stdout meanwhile: it carries the protocol.
+    Nothing else may write to stdout meanwhile: it carries the protocol. A
+    request line the SDK cannot parse (too deep, a lone surrogate, not JSON) is
+    answered with a JSON-RPC error carrying its ``id`` (see ``_mcp_unreadable``).
     """
     from mcp.server.stdio import stdio_server
 
     server = serve_registry(runtime, scope=scope, approval=approval)
     async with stdio_server() as (read_stream, write_stream):
+        # The SDK drops a line it cannot parse; its sender would wait for an answer forever.
+        readable = answering_unreadable(read_stream, write_stream)
         # The options say the tool list can change (see _server_class).
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        await server.run(readable, write_stream, server.create_initialization_options())
 
 
 async def serve_http(

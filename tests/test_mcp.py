@@ -1269,3 +1269,172 @@ async def test_cli_serve_mcp_over_stdio_runs_the_pipeline() -> None:
     assert allowed.is_error is False
     assert denied.is_error is True
     assert "outside the workspace" in denied.content[0].text  # type: ignore[union-attr]
+
+
+# -- serve-mcp over stdio: lines the SDK cannot parse ----------------------------------------------
+
+DEEP_ARRAY_TEXT = "[" * 250 + "]" * 250
+TOO_DEEP = "Parse error: the message nests more than 200 levels deep, deeper than this server reads"
+LONE_SURROGATE = (
+    "Parse error: a string in the message holds a lone surrogate (\\ud800-\\udfff outside a pair), which is not text"
+)
+
+
+def parse_error(request_id: Any, message: str, code: int = -32700) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+class _Lines:
+    """A read stream of what the SDK's stdio transport makes of each line: a message or its parse error."""
+
+    def __init__(self, *lines: str) -> None:
+        from mcp.shared.message import SessionMessage
+
+        self.items: list[Any] = []
+        for line in lines:
+            try:
+                self.items.append(SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)))
+            except Exception as exc:
+                self.items.append(exc)
+
+    async def receive(self) -> Any:
+        if not self.items:
+            raise anyio.EndOfStream
+        return self.items.pop(0)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    async def send(self, item: Any) -> None:
+        self.messages.append(item.message.model_dump(by_alias=True, mode="json", exclude_unset=True))
+
+
+def request_line(request_id: str, method: str, params: str) -> str:
+    """A JSON-RPC request line; ``request_id`` and ``params`` are JSON text."""
+    return '{"jsonrpc":"2.0","id":' + request_id + ',"method":"' + method + '","params":' + params + "}"
+
+
+DEEP_PARAMS = '{"a":' + DEEP_ARRAY_TEXT + "}"
+NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
+
+
+@pytest.mark.parametrize(
+    ("line", "answer"),
+    [
+        (request_line("7", "tools/call", DEEP_PARAMS), parse_error(7, TOO_DEEP)),
+        (request_line('"abc"', "ping", DEEP_PARAMS), parse_error("abc", TOO_DEEP)),
+        (request_line("8", "tools/call", '{"s":"a\\ud800b"}'), parse_error(8, LONE_SURROGATE)),
+        (request_line("true", "ping", DEEP_PARAMS), parse_error(None, TOO_DEEP)),
+        ("not json", parse_error(None, "Parse error: the message is not JSON")),
+        (DEEP_ARRAY_TEXT, parse_error(None, TOO_DEEP)),
+        ('{"jsonrpc":"2.0","id":9,"method":5}', parse_error(9, NOT_JSON_RPC, code=-32600)),
+        ("[1, 2]", parse_error(None, NOT_JSON_RPC, code=-32600)),
+        # JSON-RPC answers neither a notification nor a response, whatever is wrong with them.
+        ('{"jsonrpc":"2.0","method":"notifications/cancelled","params":' + DEEP_PARAMS + "}", None),
+        ('{"jsonrpc":"2.0","id":3,"result":' + DEEP_PARAMS + "}", None),
+        ("   ", None),
+    ],
+    ids=[
+        "too-deep",
+        "too-deep-string-id",
+        "lone-surrogate",
+        "too-deep-bool-id",
+        "not-json",
+        "too-deep-not-an-object",
+        "not-json-rpc",
+        "not-an-object",
+        "notification",
+        "response",
+        "blank",
+    ],
+)
+async def test_an_unreadable_line_is_answered_with_its_id_and_the_next_message_still_read(
+    line: str, answer: dict[str, Any] | None
+) -> None:
+    from dsh_core._mcp_unreadable import answering_unreadable
+
+    sent = _Sent()
+    stream = answering_unreadable(_Lines(line, '{"jsonrpc":"2.0","id":10,"method":"ping"}'), sent)  # type: ignore[arg-type]
+    following = await stream.receive()
+    assert following.message == mcp_types.JSONRPCRequest(jsonrpc="2.0", id=10, method="ping")  # type: ignore[union-attr]
+    assert sent.messages == ([answer] if answer is not None else [])
+
+
+SERVE_DEEP_SCRIPT = """
+from dsh_core._mcp_server import run_serve_mcp
+from dsh_core.testing import json_tool, make_runtime
+
+async def deep(args):
+    value = "leaf"
+    for _ in range(args["depth"]):
+        value = [value]
+    return {"v": value}
+
+depth = {"depth": {"type": "integer", "required": True}}
+runtime = make_runtime(json_tool("echo"), json_tool("deep", deep, parameters=depth))
+run_serve_mcp(runtime, http=False, port=0, agent=None)
+"""
+
+
+async def test_serve_stdio_answers_the_requests_the_sdk_cannot_parse(tmp_path: Path) -> None:
+    script = tmp_path / "serve.py"
+    script.write_text(SERVE_DEEP_SCRIPT)
+    # The code under test, not whatever copy the environment would import.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+    def call(request_id: Any, name: str, arguments: str) -> str:
+        return request_line(
+            json.dumps(request_id), "tools/call", '{"name":"' + name + '","arguments":' + arguments + "}"
+        )
+
+    with trio.fail_after(60):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, str(script)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=str(tmp_path),
+            env=env,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        lines = line_reader(process.stdout)
+        stdin = process.stdin
+
+        async def ask(line: str) -> Any:
+            await stdin.send_all(line.encode() + b"\n")
+            return json.loads(await lines())
+
+        try:
+            initialize = {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            }
+            await ask(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}))
+            await stdin.send_all(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+
+            assert await ask(call(1, "echo", DEEP_PARAMS)) == parse_error(1, TOO_DEEP)
+            assert await ask(call("two", "echo", '{"s":"a\\ud800b"}')) == parse_error("two", LONE_SURROGATE)
+            assert await ask("not json") == parse_error(None, "Parse error: the message is not JSON")
+            # A notification is not answered: the next line answers the next request.
+            await stdin.send_all(
+                ('{"jsonrpc":"2.0","method":"notifications/x","params":' + DEEP_PARAMS + "}\n").encode()
+            )
+            echoed = await ask(call(3, "echo", '{"x":1}'))
+            assert echoed["id"] == 3 and echoed["result"]["structuredContent"] == {"result": {"x": 1}}
+
+            # The deepest result serve-mcp sends as structured content is one an SDK client reads.
+            await stdin.send_all(call(4, "deep", json.dumps({"depth": DEEPEST_RESULT_LIST})).encode() + b"\n")
+            deepest = mcp_types.jsonrpc_message_adapter.validate_json(await lines(), by_name=False)
+            assert isinstance(deepest, mcp_types.JSONRPCResponse) and deepest.id == 4
+            assert deepest.result["structuredContent"] == {"result": {"v": nested_list(DEEPEST_RESULT_LIST)}}
+            deeper = await ask(call(5, "deep", json.dumps({"depth": DEEPEST_RESULT_LIST + 1})))
+            assert deeper["result"]["isError"] is True and "structuredContent" not in deeper["result"]
+        finally:
+            process.kill()
+            await process.wait()
