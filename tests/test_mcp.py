@@ -392,6 +392,26 @@ async def test_arguments_too_deep_for_mcp_are_refused_before_they_are_sent() -> 
     assert received == [{"x": nested_list(DEEPEST_ARGUMENT_LIST)}, {"x": 1}]
 
 
+@pytest.mark.parametrize(
+    "arguments", [{"s": "a\ud800b"}, {"\udfff": 1}, {"x": [["\udc00"]]}], ids=["value", "key", "nested"]
+)
+async def test_arguments_with_a_lone_surrogate_are_refused_before_they_are_sent(arguments: dict[str, Any]) -> None:
+    # Legal in JSON text as an escape, but the SDK encodes messages as UTF-8, which has no
+    # form for it: over stdio the session broke and the server was blamed.
+    received: list[Any] = []
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_taking_server(received)}):
+        refused = await runtime.execute(make_input("mem__take", arguments))
+        paired = await runtime.execute(make_input("mem__take", {"s": "\U0001f600"}))
+    assert refused.code == "INVALID_ARGS"
+    assert refused.error.message == (
+        "invalid arguments: a string in them holds a lone surrogate (\\ud800-\\udfff outside a pair), "
+        'which an MCP message cannot carry; the call was not sent to MCP server "mem"'
+    )
+    assert not paired.is_error
+    assert received == [{"s": "\U0001f600"}]
+
+
 async def test_a_name_two_servers_list_is_reported_with_both_servers() -> None:
     runtime = ToolRuntime()
     config = {"servers": [{"name": "a"}, {"name": "c"}]}  # no prefixes: the same names twice
