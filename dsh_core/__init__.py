@@ -54,7 +54,17 @@ from ._execution import (
     scope_id,
 )
 from ._fingerprint import canonical_json, contract_fingerprint
-from ._json import FrozenDict, FrozenList, JsonValue, json_equal, json_text, snapshot_json, thaw
+from ._json import (
+    FrozenDict,
+    FrozenList,
+    JsonValue,
+    json_equal,
+    json_text,
+    nests_deeper_than,
+    safe_repr,
+    snapshot_json,
+    thaw,
+)
 from ._orphans import OrphanedWork
 from ._plugins import (
     FailedPlugin,
@@ -197,9 +207,11 @@ __all__ = [
     "json_text",
     "load_config",
     "load_plugins",
+    "nests_deeper_than",
     "read_session_log",
     "replay",
     "run_tool_calls",
+    "safe_repr",
     "scope_id",
     "simulate",
     "snapshot_json",

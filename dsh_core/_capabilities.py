@@ -72,6 +72,7 @@ import pluggy
 from . import hookspecs
 from ._errors import PolicyError
 from ._execution import ToolDispatchExecution, ToolExecution, new_execution
+from ._json import safe_repr
 from ._signal import CancelSignal
 from ._waterfall import is_fatal
 
@@ -110,7 +111,7 @@ def _globs(value: object, key: str, problems: list[str]) -> tuple[str, ...]:
     out: list[str] = []
     for index, item in enumerate(value):
         if type(item) is not str or not item:
-            problems.append(f'"{key}"[{index}] must be a non-empty string, got {item!r}')
+            problems.append(f'"{key}"[{index}] must be a non-empty string, got {safe_repr(item)}')
         else:
             out.append(item)
     return tuple(out)

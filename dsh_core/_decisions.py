@@ -14,7 +14,7 @@ import attrs
 
 from ._content import ContentBlock, TextBlock, UserMessage, as_content
 from ._errors import NonJsonValueError, PolicyError
-from ._json import JsonValue, snapshot_json
+from ._json import JsonValue, safe_repr, snapshot_json
 
 __all__ = ["APPROVAL_ANSWERS", "UNSET", "Accept", "Allow", "Ask", "Block", "Deny", "PostToolDecision", "PreToolDecision", "Rewrite"]
 
@@ -68,7 +68,7 @@ class Deny:
     @reason.validator
     def _check(self, attribute: attrs.Attribute[str], value: object) -> None:
         if type(value) is not str or not value.strip():
-            raise PolicyError(f"Deny needs a non-empty reason string, got {value!r}")
+            raise PolicyError(f"Deny needs a non-empty reason string, got {safe_repr(value)}")
 
 
 APPROVAL_ANSWERS: Final = ("allowed-once", "denied", "cancelled", "unavailable")
@@ -117,7 +117,7 @@ class Rewrite:
     @reason.validator
     def _check(self, attribute: attrs.Attribute[str], value: object) -> None:
         if type(value) is not str or not value.strip():
-            raise PolicyError(f"Rewrite needs a non-empty reason string, got {value!r}")
+            raise PolicyError(f"Rewrite needs a non-empty reason string, got {safe_repr(value)}")
 
 
 MAX_REWRITES: Final = 3

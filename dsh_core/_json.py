@@ -27,6 +27,7 @@ __all__ = [
     "json_equal",
     "json_path",
     "json_text",
+    "nests_deeper_than",
     "snapshot_json",
     "thaw",
 ]
@@ -343,6 +344,34 @@ def thaw(value: JsonValue) -> Any:
         else:
             stack.pop()
     return root_out
+
+
+def nests_deeper_than(value: object, levels: int) -> bool:
+    """Whether ``value`` holds containers (dict, list, tuple) nested more than ``levels`` deep.
+
+    A scalar nests 0 levels, ``[]`` and ``{"a": 1}`` one, ``[[1]]`` two. The walk
+    is iterative and stops at the first container past ``levels``, so a value
+    nested 100 000 levels deep costs no more than one ``levels + 1`` deep.
+    """
+    if not isinstance(value, (dict, list, tuple)):
+        return False
+    if levels < 1:
+        return True
+    stack: list[Iterator[Any]] = [_children(value)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, (dict, list, tuple)):
+                if len(stack) >= levels:
+                    return True
+                stack.append(_children(item))
+                break
+        else:
+            stack.pop()
+    return False
+
+
+def _children(container: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Iterator[Any]:
+    return iter(container.values() if isinstance(container, dict) else container)
 
 
 def _items(container: Any) -> Iterator[tuple[Any, Any]]:

@@ -18,7 +18,13 @@ onto MCP as:
 - success: ``content`` = the rendered blocks (text, image), ``structuredContent``
   = the value (wrapped as above when needed), ``isError: false``;
 - failure: ``content`` = the failure content (``Error: <message>``),
-  ``isError: true`` and ``_meta["dsh/error"] = {code, name, plugin}``.
+  ``isError: true`` and ``_meta["dsh/error"] = {code, name, plugin}``;
+- a success whose structured content would nest more than 198 levels deep
+  (deeper than the SDK's JSON parser reads): ``isError: true``, ``content`` =
+  a notice that the tool ran and why its value is not sent, then the rendered
+  blocks; ``_meta["dsh/error"]`` has code ``INVALID_TOOL_OUTPUT`` and name
+  ``McpResultTooDeep``. (A success must carry structured content matching
+  the listed output schema; only an error result may go without it.)
 
 **Approval.** An ``Ask`` decision from an MCP call never reaches the host's own
 approval service (a terminal prompt would read the protocol's stdin). With
@@ -59,8 +65,10 @@ import trio
 
 from ._content import ImageBlock, TextBlock, text_of
 from ._definition import ToolEffects, ToolSchema
+from ._errors import ErrorCode
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
-from ._json import FrozenDict, json_text, thaw
+from ._json import FrozenDict, json_text, nests_deeper_than, thaw
+from ._mcp_unreadable import SDK_PARSER_MAX_DEPTH, answering_unreadable
 from ._results import ToolExecutionResult
 from ._signal import CancelSignal
 from ._terminal_text import json_printable, printable
@@ -80,6 +88,10 @@ __all__ = ["DEFAULT_HTTP_PORT", "ApprovalMode", "run_serve_mcp", "serve_http", "
 ApprovalMode = Literal["deny", "elicit"]
 DEFAULT_HTTP_PORT: Final = 8765
 CANCELLED_REASON: Final = "the MCP client cancelled the request"
+# SDK clients cannot parse a message nested deeper than SDK_PARSER_MAX_DEPTH (and the SDK's
+# serializer stops near 255). structuredContent sits two levels into a response
+# ({"result": {"structuredContent": ...}}), so a deeper value could be written but never read.
+_MAX_STRUCTURED_DEPTH: Final = SDK_PARSER_MAX_DEPTH - 2
 _APPROVAL_SCHEMA: Final = {
     "type": "object",
     "properties": {"allow": {"type": "boolean", "title": "Allow this tool call"}},
@@ -229,12 +241,27 @@ def _mcp_result(
             content = [mcp_types.TextContent(type="text", text=f"Error: {call.denial}")]
         meta = {"dsh/error": {"code": info.code, "name": info.name, "plugin": info.plugin}} if info else None
         return mcp_types.CallToolResult(content=[*content, *_mcp_contexts(result)], is_error=True, _meta=meta)
-    value = thaw(result.value)
     definition = runtime.get(name, scope)
+    value: Any = result.value
     if definition is not None and _needs_wrapping(definition.output.schema):
         value = {"result": value}
-    structured = value if isinstance(value, dict) else None
     content = [*_mcp_content(result), *_mcp_contexts(result)]
+    if nests_deeper_than(value, _MAX_STRUCTURED_DEPTH):
+        if definition is None:  # no output schema was listed: the text alone is a valid success
+            return mcp_types.CallToolResult(content=content, is_error=False)
+        # The listed output schema makes structuredContent mandatory on a success (SDK
+        # clients raise without it), and an error result is the one that may lack it.
+        # The tool did run: its text goes along, so the model need not call it again.
+        notice = (
+            f'Error: tool "{name}" ran, but its result nests more than {_MAX_STRUCTURED_DEPTH} levels deep, '
+            "deeper than an MCP message can carry as structured content; its text follows."
+        )
+        meta = {"dsh/error": {"code": ErrorCode.INVALID_TOOL_OUTPUT.value, "name": "McpResultTooDeep", "plugin": None}}
+        return mcp_types.CallToolResult(
+            content=[mcp_types.TextContent(type="text", text=notice), *content], is_error=True, _meta=meta
+        )
+    plain = thaw(value)
+    structured = plain if isinstance(plain, dict) else None
     return mcp_types.CallToolResult(content=content, structured_content=structured, is_error=False)
 
 
@@ -380,14 +407,18 @@ async def serve_stdio(
 ) -> None:
     """Serve ``scope``'s tools over this process's stdin/stdout until the client closes stdin.
 
-    Nothing else may write to stdout meanwhile: it carries the protocol.
+    Nothing else may write to stdout meanwhile: it carries the protocol. A
+    request line the SDK cannot parse (too deep, a lone surrogate, not JSON) is
+    answered with a JSON-RPC error carrying its ``id`` (see ``_mcp_unreadable``).
     """
     from mcp.server.stdio import stdio_server
 
     server = serve_registry(runtime, scope=scope, approval=approval)
     async with stdio_server() as (read_stream, write_stream):
+        # The SDK drops a line it cannot parse; its sender would wait for an answer forever.
+        readable = answering_unreadable(read_stream, write_stream)
         # The options say the tool list can change (see _server_class).
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        await server.run(readable, write_stream, server.create_initialization_options())
 
 
 async def serve_http(

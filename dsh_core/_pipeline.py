@@ -579,7 +579,7 @@ def _decide(runtime: ToolRuntime, call: PreparedCall, decision: object, decider:
             continue
         if type(reason) is not str or not reason:
             problem = failure_result(
-                f"guard {label} must return None or a non-empty reason string, got {reason!r}",
+                f"guard {label} must return None or a non-empty reason string, got {safe_repr(reason)}",
                 ErrorCode.POLICY_ERROR,
                 name="PolicyError",
                 plugin=label,

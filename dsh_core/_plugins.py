@@ -96,6 +96,7 @@ from ._capabilities import MANIFEST_NAME, Capabilities, capabilities_of, guard_g
 from ._config import DshConfig
 from ._definition import ToolDefinition
 from ._errors import ConfigError, RegistrationError
+from ._json import safe_repr
 from ._registry import Disposer, ToolGuard
 from ._waterfall import registration_problems, unknown_hooks
 
@@ -228,7 +229,7 @@ def discover_entry_points(group: str = "dsh") -> list[importlib.metadata.EntryPo
 
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
-        return f"SystemExit({exc.code!r}): the plugin tried to exit the host"
+        return f"SystemExit({safe_repr(exc.code)}): the plugin tried to exit the host"
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

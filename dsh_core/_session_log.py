@@ -45,7 +45,7 @@ import cattrs
 
 from ._content import ContentBlock, UserMessage, as_content
 from ._errors import DshError, NonJsonValueError
-from ._json import FrozenDict, JsonValue, snapshot_json
+from ._json import FrozenDict, JsonValue, safe_repr, snapshot_json
 from ._jsoncodec import decode_json, encode_json
 from .presentation import _configure_content, _configure_strict
 
@@ -152,9 +152,9 @@ def _parse_line(raw: bytes) -> SessionEvent:
         raise _BadLine('is not an event object {"seq", "type", "data"}')
     seq, event_type, data = record["seq"], record["type"], record["data"]
     if type(seq) is not int or seq < 1:
-        raise _BadLine(f"has an invalid seq {seq!r}")
+        raise _BadLine(f"has an invalid seq {safe_repr(seq)}")
     if type(event_type) is not str or not event_type:
-        raise _BadLine(f"has an invalid type {event_type!r}")
+        raise _BadLine(f"has an invalid type {safe_repr(event_type)}")
     if type(data) is not dict:
         raise _BadLine("has data that is not an object")
     try:

@@ -75,6 +75,7 @@ from dsh_core import (
     ToolRuntime,
     define_tool,
     hookimpl,
+    safe_repr,
     structure_table,
 )
 from dsh_core.presentation import (
@@ -1093,7 +1094,12 @@ def _grep_python(
     try:
         regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
-        raise FileToolError(f"invalid regular expression {pattern!r}: {exc}") from None
+        raise FileToolError(f"invalid regular expression {safe_repr(pattern)}: {exc}") from None
+    except (RecursionError, OverflowError) as exc:
+        # re's parser recurses once per nested group, and a repetition count past
+        # its C limit overflows: the pattern is what is wrong, not the tool.
+        problem = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise FileToolError(f"invalid regular expression {safe_repr(pattern)}: {problem}") from None
     base = workspace.resolve(path)
     matcher = compile_glob(file_glob) if file_glob else None
     if _search_root_is_dir(base, path):

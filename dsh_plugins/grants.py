@@ -57,6 +57,7 @@ from dsh_core import (
     json_equal,
     json_text,
     read_session_log,
+    safe_repr,
     scope_id,
     snapshot_json,
 )
@@ -174,7 +175,7 @@ def _text(data: Mapping[str, Any], key: str, *, optional: bool = False) -> Any:
     if value is None and optional:
         return None
     if type(value) is not str or not value:
-        raise _Malformed(f"{key} must be a non-empty string, got {value!r}")
+        raise _Malformed(f"{key} must be a non-empty string, got {safe_repr(value)}")
     return value
 
 
@@ -183,7 +184,7 @@ def _number(data: Mapping[str, Any], key: str, *, optional: bool = False) -> Any
     if value is None and optional:
         return None
     if type(value) is not int and type(value) is not float:
-        raise _Malformed(f"{key} must be a number, got {value!r}")
+        raise _Malformed(f"{key} must be a number, got {safe_repr(value)}")
     return float(value)
 
 
@@ -195,17 +196,17 @@ def _apply(grants: dict[str, StandingGrant], event_type: str, data: Mapping[str,
             raise _Malformed(f"grant {grant_id} is added twice")
         arguments = data.get("arguments")
         if arguments is not None and not isinstance(arguments, FrozenDict):
-            raise _Malformed(f"arguments must be an object or null, got {arguments!r}")
+            raise _Malformed(f"arguments must be an object or null, got {safe_repr(arguments)}")
         any_agent = data.get("anyAgent")
         if type(any_agent) is not bool:
-            raise _Malformed(f"anyAgent must be true or false, got {any_agent!r}")
+            raise _Malformed(f"anyAgent must be true or false, got {safe_repr(any_agent)}")
         note = data.get("note")
         if note is not None and type(note) is not str:
-            raise _Malformed(f"note must be a string or null, got {note!r}")
+            raise _Malformed(f"note must be a string or null, got {safe_repr(note)}")
         # A compacted file carries the count of the uses it left in its archive.
         uses = data.get("uses", 0)
         if type(uses) is not int or uses < 0:
-            raise _Malformed(f"uses must be a non-negative integer, got {uses!r}")
+            raise _Malformed(f"uses must be a non-negative integer, got {safe_repr(uses)}")
         grants[grant_id] = StandingGrant(
             id=grant_id,
             tool=_text(data, "tool"),
@@ -220,7 +221,7 @@ def _apply(grants: dict[str, StandingGrant], event_type: str, data: Mapping[str,
         )
         return
     if event_type not in (_REVOKED, _USED):
-        raise _Malformed(f"unknown event type {event_type!r} (not a grants file?)")
+        raise _Malformed(f"unknown event type {safe_repr(event_type)} (not a grants file?)")
     grant_id = _text(data, "id")
     grant = grants.get(grant_id)
     if grant is None:
@@ -355,11 +356,11 @@ class GrantBook:
         if agent is not None and (type(agent) is not str or not agent):
             raise ValueError(f"agent must be a non-empty str or None, got {agent!r}")
         if type(any_agent) is not bool:
-            raise ValueError(f"any_agent must be a bool, got {any_agent!r}")
+            raise ValueError(f"any_agent must be a bool, got {safe_repr(any_agent)}")
         if any_agent and agent is not None:
             raise ValueError(f"a grant for every agent names no agent, got agent={agent!r}")
         if note is not None and type(note) is not str:
-            raise ValueError(f"note must be a str or None, got {note!r}")
+            raise ValueError(f"note must be a str or None, got {safe_repr(note)}")
         if ttl_s is not None and (type(ttl_s) not in (int, float) or not (0 < ttl_s < float("inf"))):
             raise ValueError(f"ttl_s must be a positive finite number of seconds or None, got {ttl_s!r}")
         if arguments is not None and not isinstance(arguments, Mapping):

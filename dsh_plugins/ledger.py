@@ -97,6 +97,7 @@ from dsh_core import (
     failure_result,
     hookimpl,
     read_session_log,
+    safe_repr,
     scope_id,
     snapshot_json,
     structure_table,
@@ -204,7 +205,7 @@ def _text(data: Mapping[str, Any], field: str, *, optional: bool = False) -> Any
     if value is None and optional:
         return None
     if type(value) is not str:
-        raise _Malformed(f'"{field}" must be a string, got {value!r}')
+        raise _Malformed(f'"{field}" must be a string, got {safe_repr(value)}')
     return value
 
 
@@ -214,7 +215,7 @@ class _Malformed(Exception):
 
 def _apply(entries: dict[tuple[str | None, str], LedgerEntry], event_type: str, data: Mapping[str, Any]) -> None:
     if event_type not in (_STARTED, _RELEASED, *_OUTCOMES):
-        raise _Malformed(f"unknown event type {event_type!r}: this file is not an effect ledger")
+        raise _Malformed(f"unknown event type {safe_repr(event_type)}: this file is not an effect ledger")
     agent = _text(data, "agent", optional=True)
     key = (agent, _text(data, "key"))
     if event_type == _STARTED:
@@ -230,7 +231,7 @@ def _apply(entries: dict[tuple[str | None, str], LedgerEntry], event_type: str, 
         return
     entry = entries.get(key)
     if entry is None:
-        raise _Malformed(f"{event_type} for key {key[1]!r}, which was never started")
+        raise _Malformed(f"{event_type} for key {safe_repr(key[1])}, which was never started")
     if event_type == _RELEASED:
         del entries[key]
     elif event_type == _COMMITTED:

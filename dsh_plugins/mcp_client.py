@@ -100,7 +100,10 @@ fails it with ``MCP_SERVER_UNAVAILABLE``. An MCP protocol error is
 an invalid result, and a message no pending request can be matched to (one the
 SDK cannot parse, or a response to an id this client never sent), which fails
 every request then pending instead of leaving it to wait forever. A line of
-plain text (a server printing to stdout) is no message and is ignored. After the
+plain text (a server printing to stdout) is no message and is ignored. Arguments
+nested more than :data:`MAX_ARGUMENT_DEPTH` levels deep, or holding a lone
+surrogate (which UTF-8 cannot encode), are never sent: the call fails
+``INVALID_ARGS`` (the SDK could not write or read them). After the
 n-th consecutive failure the next start waits ``min(backoff_initial_s * 2**(n-1),
 backoff_max_s)`` (inside the calling task, so cancellation and the timeout
 plugin still apply). A successful response resets the count. A server with
@@ -141,6 +144,7 @@ from dsh_core import (
     JsonValue,
     RetryPolicy,
     TextBlock,
+    ToolArgsError,
     ToolDefinition,
     ToolEffects,
     ToolOutput,
@@ -148,6 +152,7 @@ from dsh_core import (
     ToolRuntime,
     hookimpl,
     json_text,
+    nests_deeper_than,
     structure_table,
     thaw,
 )
@@ -161,6 +166,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENVELOPE_SCHEMA",
+    "MAX_ARGUMENT_DEPTH",
     "MCP_ERROR",
     "MCP_SERVER_DIED",
     "MCP_SERVER_UNAVAILABLE",
@@ -186,6 +192,15 @@ MCP_SERVER_UNAVAILABLE: Final = "MCP_SERVER_UNAVAILABLE"
 MCP_ERROR: Final = "MCP_ERROR"
 
 _LIST_PAGE_CAP: Final = 100
+MAX_ARGUMENT_DEPTH: Final = 200 - 2
+"""The deepest arguments a call sends, counting the arguments object as one level.
+
+The SDK's JSON parser (pydantic-core), which MCP servers built on it read every
+message with, refuses messages nested more than 200 levels deep, and the
+arguments sit two levels in (``{"params": {"arguments": ...}}``). Deeper
+arguments would never be read, so they are refused before sending
+(``INVALID_ARGS``): the server is not to blame.
+"""
 MAX_RETRY_ATTEMPTS: Final = 10
 """The most attempts ``retry_attempts`` may ask for (a server down for longer is down)."""
 
@@ -648,6 +663,35 @@ def _invalid_result(exc: Exception) -> str:
         return _bounded(f"its structured content does not match the tool's output schema ({message} at {path})")
     lines = str(exc).strip().splitlines()
     return _bounded(lines[0] if lines else type(exc).__name__)
+
+
+def _unsendable(arguments: JsonValue) -> str | None:
+    """Why ``arguments`` cannot go out in an MCP message, or None when they can.
+
+    Found before sending, so that the server is not blamed for the client's own
+    failure (or for never answering a message it could not read).
+    """
+    if nests_deeper_than(arguments, MAX_ARGUMENT_DEPTH):
+        return f"they nest more than {MAX_ARGUMENT_DEPTH} levels deep, deeper than an MCP message can carry"
+    # The SDK writes messages as UTF-8, which has no form for a lone surrogate (JSON's "\ud800").
+    stack: list[object] = [arguments]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and _LONE_SURROGATE.search(value):
+                return (
+                    "a string in them holds a lone surrogate (\\ud800-\\udfff outside a pair), "
+                    "which an MCP message cannot carry"
+                )
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, tuple | list):
+            stack.extend(value)
+    return None
+
+
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def _effects_of(annotations: Any) -> ToolEffects | None:
@@ -1353,6 +1397,9 @@ class McpClientPlugin:
 
     def _body(self, server: _Server, mcp_name: str, structured: bool) -> Body:
         async def execute(args: Any, run: ToolRunContext) -> object:
+            problem = _unsendable(args)
+            if problem is not None:
+                raise ToolArgsError([f'{problem}; the call was not sent to MCP server "{server.name}"'])
             arguments = thaw(args)
             assert isinstance(arguments, dict)
             result = await self._call(server, mcp_name, arguments)

@@ -122,8 +122,13 @@ def test_a_plugin_without_a_manifest_reports_none(loader: Loader) -> None:
         ('["fs_*"]', "must be a dict"),
         ('{"tools": "fs_*"}', '"tools" must be a list'),
         ('{"affects": [1]}', '"affects"[0] must be a non-empty string'),
+        (
+            '{"affects": [__import__("functools").reduce(lambda v, _: [v], range(100_000), [])]}',
+            '"affects"[0] must be a non-empty string, got [[[[[[[...]]]]]]]',
+        ),
         ('{"tool": ["x"]}', "unknown key(s) tool"),
     ],
+    ids=["not-a-dict", "not-a-list", "not-a-string", "too-deep-to-print", "unknown-key"],
 )
 def test_a_malformed_manifest_fails_the_plugin_at_import(loader: Loader, manifest: str, message: str) -> None:
     _, report = loader.load({"bad": HEADER + f"\nDSH_CAPABILITIES = {manifest}\n"}, strict=False)

@@ -454,6 +454,7 @@ async def test_hostile_frames_are_protocol_errors(payload: bytes, fragment: str)
         (b"[1]", "not a JSON object"),
         (b'{"type": "surprise"}', "unknown frame type 'surprise'"),
         (b'{"text": "no type"}', "unknown frame type None"),
+        (b'{"type": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "unknown frame type [[[[[[[...]]]]]]]"),
         (b'{"type": "call", "id": true, "name": "echo", "args": {}}', "int id"),
         (b'{"type": "call", "id": -1, "name": "echo", "args": {}}', "int id"),
         (b'{"type": "call", "id": 1.0, "name": "echo", "args": {}}', "int id"),

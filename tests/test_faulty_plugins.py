@@ -234,6 +234,25 @@ async def test_raising_guard_is_blamed_by_its_name() -> None:
     assert tool.entered == 0
 
 
+@pytest.mark.parametrize("depth", [3, 100_000], ids=["shallow", "too-deep-to-print"])
+async def test_guard_returning_a_non_string_is_blamed_by_its_name(depth: int) -> None:
+    reason = _deep_list(depth)
+
+    def returns_a_list(execution: ToolExecution) -> Any:
+        return reason
+
+    runtime, tool = runtime_with()
+    runtime.guard(returns_a_list)
+    result = await run(runtime)
+    code, name, plugin = info(result)
+    assert (code, name) == ("POLICY_ERROR", "PolicyError")
+    assert plugin is not None and plugin.endswith("returns_a_list")
+    message = expect_failure(result).error.message
+    assert message == f"guard {plugin} must return None or a non-empty reason string, got {safe_repr(reason)}"
+    assert tool.entered == 0
+    await still_serving(runtime)
+
+
 @pytest.mark.parametrize(
     "make", [lambda: ValueError("approval broke"), lambda: Evil("approval broke")], ids=["error", "evil"]
 )

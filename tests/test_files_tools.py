@@ -528,6 +528,21 @@ async def test_grep_invalid_regex_is_a_tool_error(tree: Path, backend: str) -> N
     failed(await run(tree, "grep", {"pattern": "needle("}), "FILE_ERROR")
 
 
+@pytest.mark.parametrize(
+    "pattern",
+    ["(" * 2000 + "needle" + ")" * 2000, "needle{4294967296}"],
+    ids=["nested-2000-deep", "huge-repetition"],
+)
+async def test_grep_regex_too_deep_or_too_large_is_invalid(tree: Path, backend: str, pattern: str) -> None:
+    # Python's re.compile raises RecursionError / OverflowError for these, not re.error;
+    # ripgrep refuses them as a regex parse error.
+    message = failed(await run(tree, "grep", {"pattern": pattern}), "FILE_ERROR")
+    expected = "invalid regular expression" if backend == "python" else "grep failed: regex parse error"
+    assert message.startswith(expected)
+    if backend == "python":
+        assert len(message) < 200  # the pattern is quoted shortened, not in full
+
+
 async def test_grep_missing_path(tree: Path, backend: str) -> None:
     assert "does not exist" in failed(await run(tree, "grep", {"pattern": "x", "path": "nope"}), "FILE_ERROR")
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_core._errors import NonJsonValueError
-from dsh_core._json import FrozenDict, json_equal, json_path, snapshot_json, thaw
+from dsh_core._json import FrozenDict, json_equal, json_path, nests_deeper_than, snapshot_json, thaw
 
 DEEP = 100_000
 
@@ -413,3 +413,20 @@ def test_a_deep_frozen_dict_prints_without_recursion_error() -> None:
     assert text.startswith("FrozenDict({'a': FrozenDict(")
     assert text.count('"a"') + text.count("'a'") == 50_000
     assert repr(snapshot_json({"a": [1, True]})) == "FrozenDict({'a': (1, True)})"
+
+
+@pytest.mark.parametrize(
+    ("value", "levels"),
+    [(1, 0), ("x", 0), ([], 1), ({"a": 1}, 1), ([[1]], 2), ({"a": [1, {"b": ()}]}, 4), ([1, [2, [3]], []], 3)],
+)
+def test_nests_deeper_than_counts_each_container_as_one_level(value: Any, levels: int) -> None:
+    assert not nests_deeper_than(value, levels)
+    if levels:
+        assert nests_deeper_than(value, levels - 1)
+
+
+def test_nests_deeper_than_measures_deep_values_without_recursion_error() -> None:
+    assert nests_deeper_than(deep_array(DEEP), 198)
+    frozen = snapshot_json(deep_object(DEEP))  # DEEP + 1 levels: the root and DEEP children
+    assert nests_deeper_than(frozen, DEEP)
+    assert not nests_deeper_than(frozen, DEEP + 1)

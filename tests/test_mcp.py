@@ -354,6 +354,64 @@ async def test_invalid_arguments_never_reach_the_server() -> None:
     assert result.code == "INVALID_ARGS"
 
 
+def build_taking_server(received: list[Any]) -> Server[Any]:
+    """A low-level MCP server with one tool, ``take``, that accepts any object and records it."""
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=[mcp_types.Tool(name="take", input_schema={"type": "object"})])
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        received.append(params.arguments)
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="taken")])
+
+    return Server("taking", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+# An SDK server parses messages nested at most 200 levels deep; arguments sit two levels in
+# ({"params": {"arguments": ...}}) and count one level themselves.
+DEEPEST_ARGUMENT_LIST = 200 - 2 - 1
+
+
+async def test_arguments_too_deep_for_mcp_are_refused_before_they_are_sent() -> None:
+    received: list[Any] = []
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_taking_server(received)}):
+        deepest = await runtime.execute(make_input("mem__take", {"x": nested_list(DEEPEST_ARGUMENT_LIST)}))
+        too_deep = [
+            await runtime.execute(make_input("mem__take", {"x": nested_list(depth)}))
+            for depth in (DEEPEST_ARGUMENT_LIST + 1, 100_000)
+        ]
+        after = await runtime.execute(make_input("mem__take", {"x": 1}))
+    assert not deepest.is_error and not after.is_error
+    for refused in too_deep:
+        assert refused.code == "INVALID_ARGS"
+        assert refused.error.message == (
+            "invalid arguments: they nest more than 198 levels deep, deeper than an MCP message can carry; "
+            'the call was not sent to MCP server "mem"'
+        )
+    assert received == [{"x": nested_list(DEEPEST_ARGUMENT_LIST)}, {"x": 1}]
+
+
+@pytest.mark.parametrize(
+    "arguments", [{"s": "a\ud800b"}, {"\udfff": 1}, {"x": [["\udc00"]]}], ids=["value", "key", "nested"]
+)
+async def test_arguments_with_a_lone_surrogate_are_refused_before_they_are_sent(arguments: dict[str, Any]) -> None:
+    # Legal in JSON text as an escape, but the SDK encodes messages as UTF-8, which has no
+    # form for it: over stdio the session broke and the server was blamed.
+    received: list[Any] = []
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_taking_server(received)}):
+        refused = await runtime.execute(make_input("mem__take", arguments))
+        paired = await runtime.execute(make_input("mem__take", {"s": "\U0001f600"}))
+    assert refused.code == "INVALID_ARGS"
+    assert refused.error.message == (
+        "invalid arguments: a string in them holds a lone surrogate (\\ud800-\\udfff outside a pair), "
+        'which an MCP message cannot carry; the call was not sent to MCP server "mem"'
+    )
+    assert not paired.is_error
+    assert received == [{"s": "\U0001f600"}]
+
+
 async def test_a_name_two_servers_list_is_reported_with_both_servers() -> None:
     runtime = ToolRuntime()
     config = {"servers": [{"name": "a"}, {"name": "c"}]}  # no prefixes: the same names twice
@@ -894,6 +952,51 @@ async def test_serve_registry_sends_the_contexts_that_follow_a_result() -> None:
     assert note.startswith("[no-zero] The arguments of this add call were changed by no-zero: b must not be 0.")
 
 
+def nested_list(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def deep_result_runtime() -> ToolRuntime:
+    async def deep(args: Any) -> Any:
+        return {"v": nested_list(args["depth"])}
+
+    return make_runtime(json_tool("deep", deep, parameters={"depth": {"type": "integer", "required": True}}))
+
+
+# SDK clients parse messages nested at most 200 levels deep, and structuredContent sits two
+# levels in; {"result": {"v": [...]}} adds two more to the list's own depth.
+DEEPEST_RESULT_LIST = 200 - 2 - 2
+
+
+async def test_serve_registry_sends_the_deepest_result_mcp_can_carry_as_structured_content() -> None:
+    async with Client(serve_registry(deep_result_runtime()), mode="legacy") as client:
+        result = await client.call_tool("deep", {"depth": DEEPEST_RESULT_LIST})
+    assert not result.is_error
+    assert result.structured_content == {"result": {"v": nested_list(DEEPEST_RESULT_LIST)}}
+
+
+@pytest.mark.parametrize("depth", [DEEPEST_RESULT_LIST + 1, 100_000])
+async def test_serve_registry_answers_a_result_too_deep_for_mcp_with_an_error_carrying_its_text(depth: int) -> None:
+    runtime = deep_result_runtime()
+    rendered = (await runtime.execute(make_input("deep", {"depth": depth}))).content
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        result = await client.call_tool("deep", {"depth": depth})
+        after = await client.call_tool("deep", {"depth": 1})
+    assert not after.is_error
+    assert result.is_error
+    assert result.structured_content is None
+    assert [block.text for block in result.content] == [  # type: ignore[union-attr]
+        'Error: tool "deep" ran, but its result nests more than 198 levels deep, deeper than an MCP '
+        "message can carry as structured content; its text follows.",
+        *(block.text for block in rendered),  # type: ignore[union-attr]
+    ]
+    assert result.meta is not None
+    assert result.meta["dsh/error"] == {"code": "INVALID_TOOL_OUTPUT", "name": "McpResultTooDeep", "plugin": None}
+
+
 async def test_serve_registry_reports_a_policy_denial_as_an_error_result() -> None:
     runtime, _ = serving_runtime(DenyDeletes())
     async with Client(serve_registry(runtime), mode="legacy") as client:
@@ -1186,3 +1289,172 @@ async def test_cli_serve_mcp_over_stdio_runs_the_pipeline() -> None:
     assert allowed.is_error is False
     assert denied.is_error is True
     assert "outside the workspace" in denied.content[0].text  # type: ignore[union-attr]
+
+
+# -- serve-mcp over stdio: lines the SDK cannot parse ----------------------------------------------
+
+DEEP_ARRAY_TEXT = "[" * 250 + "]" * 250
+TOO_DEEP = "Parse error: the message nests more than 200 levels deep, deeper than this server reads"
+LONE_SURROGATE = (
+    "Parse error: a string in the message holds a lone surrogate (\\ud800-\\udfff outside a pair), which is not text"
+)
+
+
+def parse_error(request_id: Any, message: str, code: int = -32700) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+class _Lines:
+    """A read stream of what the SDK's stdio transport makes of each line: a message or its parse error."""
+
+    def __init__(self, *lines: str) -> None:
+        from mcp.shared.message import SessionMessage
+
+        self.items: list[Any] = []
+        for line in lines:
+            try:
+                self.items.append(SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)))
+            except Exception as exc:
+                self.items.append(exc)
+
+    async def receive(self) -> Any:
+        if not self.items:
+            raise anyio.EndOfStream
+        return self.items.pop(0)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    async def send(self, item: Any) -> None:
+        self.messages.append(item.message.model_dump(by_alias=True, mode="json", exclude_unset=True))
+
+
+def request_line(request_id: str, method: str, params: str) -> str:
+    """A JSON-RPC request line; ``request_id`` and ``params`` are JSON text."""
+    return '{"jsonrpc":"2.0","id":' + request_id + ',"method":"' + method + '","params":' + params + "}"
+
+
+DEEP_PARAMS = '{"a":' + DEEP_ARRAY_TEXT + "}"
+NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
+
+
+@pytest.mark.parametrize(
+    ("line", "answer"),
+    [
+        (request_line("7", "tools/call", DEEP_PARAMS), parse_error(7, TOO_DEEP)),
+        (request_line('"abc"', "ping", DEEP_PARAMS), parse_error("abc", TOO_DEEP)),
+        (request_line("8", "tools/call", '{"s":"a\\ud800b"}'), parse_error(8, LONE_SURROGATE)),
+        (request_line("true", "ping", DEEP_PARAMS), parse_error(None, TOO_DEEP)),
+        ("not json", parse_error(None, "Parse error: the message is not JSON")),
+        (DEEP_ARRAY_TEXT, parse_error(None, TOO_DEEP)),
+        ('{"jsonrpc":"2.0","id":9,"method":5}', parse_error(9, NOT_JSON_RPC, code=-32600)),
+        ("[1, 2]", parse_error(None, NOT_JSON_RPC, code=-32600)),
+        # JSON-RPC answers neither a notification nor a response, whatever is wrong with them.
+        ('{"jsonrpc":"2.0","method":"notifications/cancelled","params":' + DEEP_PARAMS + "}", None),
+        ('{"jsonrpc":"2.0","id":3,"result":' + DEEP_PARAMS + "}", None),
+        ("   ", None),
+    ],
+    ids=[
+        "too-deep",
+        "too-deep-string-id",
+        "lone-surrogate",
+        "too-deep-bool-id",
+        "not-json",
+        "too-deep-not-an-object",
+        "not-json-rpc",
+        "not-an-object",
+        "notification",
+        "response",
+        "blank",
+    ],
+)
+async def test_an_unreadable_line_is_answered_with_its_id_and_the_next_message_still_read(
+    line: str, answer: dict[str, Any] | None
+) -> None:
+    from dsh_core._mcp_unreadable import answering_unreadable
+
+    sent = _Sent()
+    stream = answering_unreadable(_Lines(line, '{"jsonrpc":"2.0","id":10,"method":"ping"}'), sent)  # type: ignore[arg-type]
+    following = await stream.receive()
+    assert following.message == mcp_types.JSONRPCRequest(jsonrpc="2.0", id=10, method="ping")  # type: ignore[union-attr]
+    assert sent.messages == ([answer] if answer is not None else [])
+
+
+SERVE_DEEP_SCRIPT = """
+from dsh_core._mcp_server import run_serve_mcp
+from dsh_core.testing import json_tool, make_runtime
+
+async def deep(args):
+    value = "leaf"
+    for _ in range(args["depth"]):
+        value = [value]
+    return {"v": value}
+
+depth = {"depth": {"type": "integer", "required": True}}
+runtime = make_runtime(json_tool("echo"), json_tool("deep", deep, parameters=depth))
+run_serve_mcp(runtime, http=False, port=0, agent=None)
+"""
+
+
+async def test_serve_stdio_answers_the_requests_the_sdk_cannot_parse(tmp_path: Path) -> None:
+    script = tmp_path / "serve.py"
+    script.write_text(SERVE_DEEP_SCRIPT)
+    # The code under test, not whatever copy the environment would import.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+    def call(request_id: Any, name: str, arguments: str) -> str:
+        return request_line(
+            json.dumps(request_id), "tools/call", '{"name":"' + name + '","arguments":' + arguments + "}"
+        )
+
+    with trio.fail_after(60):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, str(script)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=str(tmp_path),
+            env=env,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        lines = line_reader(process.stdout)
+        stdin = process.stdin
+
+        async def ask(line: str) -> Any:
+            await stdin.send_all(line.encode() + b"\n")
+            return json.loads(await lines())
+
+        try:
+            initialize = {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            }
+            await ask(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}))
+            await stdin.send_all(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+
+            assert await ask(call(1, "echo", DEEP_PARAMS)) == parse_error(1, TOO_DEEP)
+            assert await ask(call("two", "echo", '{"s":"a\\ud800b"}')) == parse_error("two", LONE_SURROGATE)
+            assert await ask("not json") == parse_error(None, "Parse error: the message is not JSON")
+            # A notification is not answered: the next line answers the next request.
+            await stdin.send_all(
+                ('{"jsonrpc":"2.0","method":"notifications/x","params":' + DEEP_PARAMS + "}\n").encode()
+            )
+            echoed = await ask(call(3, "echo", '{"x":1}'))
+            assert echoed["id"] == 3 and echoed["result"]["structuredContent"] == {"result": {"x": 1}}
+
+            # The deepest result serve-mcp sends as structured content is one an SDK client reads.
+            await stdin.send_all(call(4, "deep", json.dumps({"depth": DEEPEST_RESULT_LIST})).encode() + b"\n")
+            deepest = mcp_types.jsonrpc_message_adapter.validate_json(await lines(), by_name=False)
+            assert isinstance(deepest, mcp_types.JSONRPCResponse) and deepest.id == 4
+            assert deepest.result["structuredContent"] == {"result": {"v": nested_list(DEEPEST_RESULT_LIST)}}
+            deeper = await ask(call(5, "deep", json.dumps({"depth": DEEPEST_RESULT_LIST + 1})))
+            assert deeper["result"]["isError"] is True and "structuredContent" not in deeper["result"]
+        finally:
+            process.kill()
+            await process.wait()

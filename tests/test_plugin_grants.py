@@ -285,6 +285,50 @@ def test_a_file_that_is_not_a_grants_file_is_refused(tmp_path: Path, line: dict[
         read_grants(path)
 
 
+DEEP = "<too deep to print>"
+"""Stands for a JSON array nested 100 000 levels deep in the line written."""
+SHOWN_DEEP = "(((((((...),),),),),),)"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"id": DEEP}, f"id must be a non-empty string, got {SHOWN_DEEP}"),
+        (
+            {"id": "g-1", "tool": "t", "anyAgent": True, "arguments": DEEP, "grantedBy": "a", "grantedAt": 1},
+            f"arguments must be an object or null, got {SHOWN_DEEP}",
+        ),
+        ({"id": "g-1", "tool": "t", "anyAgent": DEEP}, f"anyAgent must be true or false, got {SHOWN_DEEP}"),
+        (
+            {"id": "g-1", "tool": "t", "anyAgent": True, "note": DEEP},
+            f"note must be a string or null, got {SHOWN_DEEP}",
+        ),
+        (
+            {"id": "g-1", "tool": "t", "anyAgent": True, "uses": DEEP},
+            f"uses must be a non-negative integer, got {SHOWN_DEEP}",
+        ),
+        (
+            {"id": "g-1", "tool": "t", "anyAgent": True, "grantedBy": "a", "grantedAt": DEEP},
+            f"grantedAt must be a number, got {SHOWN_DEEP}",
+        ),
+    ],
+    ids=["id", "arguments", "anyAgent", "note", "uses", "grantedAt"],
+)
+def test_a_field_too_deep_to_print_is_refused_naming_the_file(
+    tmp_path: Path, data: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "grants.jsonl"
+    line = json.dumps({"seq": 1, "type": "grant/added", "data": data})
+    path.write_text(line.replace(json.dumps(DEEP), "[" * 100_000 + "]" * 100_000) + "\n")
+    expected = f"{path}: event seq 1: {message}"
+    with pytest.raises(GrantError) as opening:
+        GrantBook(path)
+    assert str(opening.value) == expected
+    with pytest.raises(GrantError) as reading:
+        read_grants(path)
+    assert str(reading.value) == expected
+
+
 def test_a_damaged_line_in_the_middle_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "grants.jsonl"
     GrantBook(path).grant("shell", granted_by="ana")

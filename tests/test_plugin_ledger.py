@@ -630,6 +630,20 @@ def test_a_file_that_is_not_a_ledger_is_refused_with_its_line(tmp_path: Path) ->
         open_ledger(path)
 
 
+def test_a_field_too_deep_to_print_is_refused_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "effects.jsonl"
+    deep = "[" * 100_000 + "1" + "]" * 100_000
+    data = '"data":{"key":' + deep + ',"agent":null,"tool":"t","arguments":"x","at":"now"}'
+    path.write_text('{"seq":1,"type":"effect/started",' + data + "}\n", encoding="utf-8")
+    expected = f'{path}: line 1: "key" must be a string, got (((((((...),),),),),),)'
+    with pytest.raises(LedgerError) as opening:
+        open_ledger(path)
+    assert str(opening.value) == expected
+    with pytest.raises(LedgerError) as reading:
+        read_ledger(path)
+    assert str(reading.value) == expected
+
+
 def test_an_outcome_for_a_key_never_started_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "effects.jsonl"
     path.write_text('{"seq":1,"type":"effect/committed","data":{"key":"c1","value":1}}\n', encoding="utf-8")

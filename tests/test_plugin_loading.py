@@ -274,9 +274,14 @@ def test_class_needing_arguments_is_rejected_clearly(dists: Dists) -> None:
         ("x = 1\n", "{p}mod:missing", "AttributeError:"),
         ("raise RuntimeError('boom at import')\n", "{p}mod", "RuntimeError: boom at import"),
         ("import sys\nsys.exit(3)\n", "{p}mod", "SystemExit(3): the plugin tried to exit the host"),
+        (
+            "import sys\nv = []\nfor _ in range(100_000):\n    v = [v]\nsys.exit(v)\n",
+            "{p}mod",
+            "SystemExit([[[[[[[...]]]]]]]): the plugin tried to exit the host",
+        ),
         ("def broken(:\n", "{p}mod", "SyntaxError"),
     ],
-    ids=["missing-dependency", "missing-attribute", "raises", "system-exit", "syntax-error"],
+    ids=["missing-dependency", "missing-attribute", "raises", "system-exit", "system-exit-too-deep", "syntax-error"],
 )
 def test_import_failures_are_reported_and_others_still_load(
     dists: Dists, source: str, value: str, expected: str

@@ -206,6 +206,13 @@ async def test_rewritten_arguments_that_break_the_schema_fail_naming_the_plugin(
     assert seen == []
 
 
+def _deep_list(depth: int) -> list[Any]:
+    node: list[Any] = []
+    for _ in range(depth):
+        node = [node]
+    return node
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
@@ -213,7 +220,10 @@ async def test_rewritten_arguments_that_break_the_schema_fail_naming_the_plugin(
         (lambda: Rewrite(["a"], "r"), "Rewrite arguments must be an object"),
         (lambda: Rewrite({"path": "a"}, ""), "Rewrite needs a non-empty reason string"),
         (lambda: Rewrite({"path": "a"}, None), "Rewrite needs a non-empty reason string"),
+        (lambda: Rewrite({"path": "a"}, _deep_list(100_000)), "Rewrite needs a non-empty reason string"),
+        (lambda: Deny(_deep_list(100_000)), "Deny needs a non-empty reason string"),  # type: ignore[arg-type]
     ],
+    ids=["nan", "array", "empty-reason", "no-reason", "reason-too-deep-to-print", "deny-reason-too-deep-to-print"],
 )
 async def test_a_malformed_rewrite_is_a_policy_error_of_its_listener(build: Callable[[], Any], message: str) -> None:
     class Malformed:

@@ -404,6 +404,30 @@ def test_lines_that_are_json_but_not_events_are_damage(log_path: Path, line: byt
         read_session_log(log_path)
 
 
+DEEP_JSON = b"[" * 100_000 + b"1" + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b'{"seq":' + DEEP_JSON + b',"type":"note","data":{}}\n', "line 2: has an invalid seq [[[[[[[...]]]]]]]"),
+        (b'{"seq":2,"type":' + DEEP_JSON + b',"data":{}}\n', "line 2: has an invalid type [[[[[[[...]]]]]]]"),
+    ],
+    ids=["deep-seq", "deep-type"],
+)
+def test_a_damaged_field_too_deep_to_print_is_still_named_with_its_line(
+    log_path: Path, line: bytes, reason: str
+) -> None:
+    write_three(log_path)
+    lines = log_path.read_bytes().splitlines(keepends=True)
+    lines[1] = line
+    log_path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionLogError) as caught:
+        read_session_log(log_path)
+    assert str(log_path) in str(caught.value)
+    assert reason in str(caught.value)
+
+
 def test_a_gap_in_seq_is_an_error(log_path: Path) -> None:
     """Numbering runs 1, 2, 3 without gaps; a gap means lines were lost or spliced."""
     write_three(log_path)

@@ -70,7 +70,7 @@ import trio
 
 from .._checks import instance_of, one_of, positive_finite
 from .._errors import NonJsonValueError
-from .._json import JsonValue, snapshot_json
+from .._json import JsonValue, safe_repr, snapshot_json
 from .._jsoncodec import decode_json, encode_json
 
 __all__ = [
@@ -448,7 +448,7 @@ def _parse_frame(line: bytes) -> _Frame:
         ):
             raise _FrameError("a done error has exactly a known kind and a str message")
         return _Done(None, False, CodeRunError(kind=error["kind"], message=_capped(error["message"])))
-    raise _FrameError(f"unknown frame type {kind!r}")
+    raise _FrameError(f"unknown frame type {safe_repr(kind)}")
 
 
 _MAX_ERROR_CHARS: Final = 16 * 1024

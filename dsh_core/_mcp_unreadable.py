@@ -1,0 +1,192 @@
+"""Answer the MCP messages the SDK cannot read, so that no client waits forever.
+
+The SDK's stdio transport parses each line with pydantic-core. A line it
+cannot parse (nested more than :data:`SDK_PARSER_MAX_DEPTH` levels, a lone
+surrogate escape such as ``"\\ud800"``, not JSON at all) or that is JSON but
+no JSON-RPC message reaches the server as an exception, which the server only
+logs: a request sent that way is never answered. :func:`answering_unreadable`
+wraps the transport's read stream so that such a line is answered with a
+JSON-RPC error, ``-32700`` (parse error) or ``-32600`` (invalid request),
+carrying the request's ``id`` when the line still shows one. The line is read
+again with the project's own decoder, which has neither limit.
+
+Not every unreadable line gets an answer, as JSON-RPC says: a notification
+(a ``method`` without an ``id``) and a response to one of the server's own
+requests (``result`` or ``error``) are only logged, and so is a blank line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+
+from ._json import nests_deeper_than
+from ._jsoncodec import decode_json
+
+if TYPE_CHECKING:
+    import mcp_types
+    from mcp.shared._stream_protocols import ReadStream, WriteStream
+    from mcp.shared.message import SessionMessage
+
+__all__ = ["SDK_PARSER_MAX_DEPTH", "answering_unreadable"]
+
+logger = logging.getLogger("dsh_core.mcp")
+
+SDK_PARSER_MAX_DEPTH: Final = 200
+"""The deepest message pydantic-core's JSON parser reads (its fixed recursion limit).
+
+The MCP SDK reads every message with it, on both ends of every transport.
+"""
+
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")  # json pairs up the rest when it decodes
+
+T = TypeVar("T")
+
+
+def answering_unreadable(
+    read_stream: ReadStream[SessionMessage | Exception], write_stream: WriteStream[SessionMessage]
+) -> ReadStream[SessionMessage | Exception]:
+    """``read_stream`` with every unreadable request answered on ``write_stream`` and dropped."""
+    return _AnsweringReadStream(read_stream, write_stream)
+
+
+class _AnsweringReadStream(Generic[T]):
+    """A read stream that answers the exceptions of its inner one instead of passing them on."""
+
+    def __init__(self, inner: ReadStream[T | Exception], write_stream: WriteStream[SessionMessage]) -> None:
+        self._inner = inner
+        self._write_stream = write_stream
+
+    @property
+    def last_context(self) -> Any:
+        # The SDK restores each message's sender context from this attribute when present.
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> T | Exception:
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            answer = _answer(item)
+            if answer is not None:
+                await self._send(answer)
+
+    async def _send(self, answer: mcp_types.JSONRPCError) -> None:
+        import anyio
+        from mcp.shared.message import SessionMessage
+
+        try:
+            await self._write_stream.send(SessionMessage(answer))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            logger.debug("MCP: the connection closed before an unreadable request was answered")
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _AnsweringReadStream[T]:
+        return self
+
+    async def __anext__(self) -> T | Exception:
+        import anyio
+
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _AnsweringReadStream[T]:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+def _answer(exc: Exception) -> mcp_types.JSONRPCError | None:
+    """The error to answer the line behind ``exc`` with, or None when nothing may answer it."""
+    import mcp_types
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        logger.warning("MCP: the transport failed to read a message: %s", exc)
+        return None
+    errors = exc.errors(include_url=False)
+    first = errors[0] if errors else None
+    if first is not None and first["type"] == "json_invalid" and isinstance(first["input"], str):
+        line: str = first["input"]
+        if not line.strip():
+            return None
+        try:
+            document = decode_json(line)
+        except ValueError:
+            return _error(None, mcp_types.PARSE_ERROR, "Parse error: the message is not JSON")
+        return _answer_document(document, mcp_types.PARSE_ERROR, f"Parse error: {_why_unparsed(document, first)}")
+    document = _validated_message(errors)
+    if document is None:
+        logger.warning("MCP: dropped a message that is not JSON-RPC and shows no id: %s", exc)
+        return None
+    return _answer_document(document, mcp_types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
+
+
+def _answer_document(document: object, code: int, message: str) -> mcp_types.JSONRPCError | None:
+    if not isinstance(document, Mapping):
+        return _error(None, code, message)
+    if "method" not in document and ("result" in document or "error" in document):
+        # A response to one of the server's own requests: answering it would answer nothing.
+        logger.warning("MCP: dropped an unreadable response from the client (%s)", message)
+        return None
+    if "method" in document and "id" not in document:
+        logger.warning("MCP: dropped an unreadable notification (%s)", message)
+        return None
+    request_id = document.get("id")
+    valid_id = (type(request_id) is int) or isinstance(request_id, str)
+    return _error(request_id if valid_id else None, code, message)
+
+
+def _why_unparsed(document: object, error: Mapping[str, Any]) -> str:
+    if nests_deeper_than(document, SDK_PARSER_MAX_DEPTH):
+        return f"the message nests more than {SDK_PARSER_MAX_DEPTH} levels deep, deeper than this server reads"
+    if _holds_lone_surrogate(document):
+        return "a string in the message holds a lone surrogate (\\ud800-\\udfff outside a pair), which is not text"
+    return str(error["msg"])
+
+
+def _holds_lone_surrogate(document: object) -> bool:
+    stack = [document]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if _LONE_SURROGATE.search(value):
+                return True
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
+def _validated_message(errors: list[Any]) -> object | None:
+    """The message a JSON-RPC validation failed on, found in its errors, or None.
+
+    pydantic reports a union's failure per branch; an error about a branch as a
+    whole (``loc`` is the branch) or about a field missing from it (``loc`` is
+    branch and field) carries the whole message as its input.
+    """
+    for error in errors:
+        location = error["loc"]
+        if len(location) == 1 or (len(location) == 2 and error["type"] == "missing"):
+            document: object = error["input"]
+            return document
+    return None
+
+
+def _error(request_id: str | int | None, code: int, message: str) -> mcp_types.JSONRPCError:
+    import mcp_types
+
+    return mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=mcp_types.ErrorData(code=code, message=message))
