@@ -1130,7 +1130,7 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
 
     Plugins are loaded from the configuration as usual, but their tools are set
     aside: each recorded tool gets a stand-in, and every dispatch is answered
-    from the log. Prints each call whose decision (allow, deny, ask) would
+    from the log. Prints each call whose decision (allow, deny, ask, rewrite) would
     change. Exit status 1 when any would, 0 otherwise (usable in CI).
     """
     from ._simulate import SimulationRuntime, simulate

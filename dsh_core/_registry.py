@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Literal, TypeAlias, final
+from typing import Any, Literal, Self, TypeAlias, final
 
 import attrs
 
@@ -79,7 +79,7 @@ class Disposer:
     def disposed(self) -> bool:
         return self._undo is None
 
-    def __enter__(self) -> Disposer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

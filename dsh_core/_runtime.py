@@ -488,7 +488,7 @@ class ScopedToolRuntime:
     def runtime(self) -> ToolRuntime:
         return self._runtime
 
-    def register(self, definition: ToolDefinition) -> Disposer:
+    def register(self, definition: ToolDefinition) -> ToolRegistration:
         return self._runtime.register(definition, self.scope)
 
     def restrict(self, restriction: ToolRestriction) -> Disposer:

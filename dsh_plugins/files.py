@@ -4,7 +4,7 @@ Enable them through the ``files`` entry point; configure the root in
 ``[plugins.files]``::
 
     [plugins.files]
-    root = "."        # default: the working directory when the plugin loads
+    root = "."        # required: without it no tool is registered (opt-in)
 
 **Confinement.** Every path a tool receives is taken relative to the root (an
 absolute path is taken as is), resolved with ``os.path.realpath`` (so ``..``

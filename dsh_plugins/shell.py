@@ -3,7 +3,7 @@
 Enable it through the ``shell`` entry point; configure it in ``[plugins.shell]``::
 
     [plugins.shell]
-    root = "."                  # the workspace (default: the working directory at load)
+    root = "."                  # the workspace; required: without it no tool is registered (opt-in)
     timeout_ms = 120000         # default and maximum per-call deadline; also the tool's timeout_ms
     max_output_bytes = 262144   # output kept per call (head and tail), default 256 KiB
     kill_grace_ms = 2000        # SIGTERM -> SIGKILL grace when stopping a command

@@ -5,8 +5,9 @@ programs against; :class:`SubprocessPythonRuntime` runs the program in a fresh
 Python process and serves its tool calls through host *bindings*. The
 ``run_code`` transport (``ToolRuntime(mode="code", code_runtime=...)`` or
 ``present_as``) joins the two to the tool pipeline: every call a program makes
-runs the full pipeline as a sub-call, and is published to the
-``dsh_code_dispatch_log`` waterfall and the runtime's ``event_sink``.
+runs the full pipeline as a sub-call; when the runtime has an ``event_sink``,
+its settled content also goes through the ``dsh_code_dispatch_log``
+waterfall and is logged to that sink.
 """
 
 from ._bridge import CodeDispatchLog, render_run_code_value
