@@ -7,9 +7,10 @@ the real clock with short budgets.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -803,6 +804,28 @@ class _TaskSteps(trio.abc.Instrument):
         self.steps += 1
 
 
+@contextlib.contextmanager
+def counting_task_steps() -> Iterator[_TaskSteps]:
+    """Counts trio task steps (wake-ups) while the block runs."""
+    steps = _TaskSteps()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        yield steps
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+
+
+def parallel_read(body: Callable[[Any], Awaitable[str]]) -> Any:
+    """A parallel-safe ``read(id) -> str`` tool running ``body``."""
+    return json_tool(
+        "read",
+        body,
+        parameters={"id": {"type": "string", "required": True}},
+        output={"type": "string"},
+        is_concurrency_safe=lambda a: True,
+    )
+
+
 async def test_queued_sub_calls_wake_only_at_their_turn(autojump_clock: trio.testing.MockClock) -> None:
     # A slow first call holds every commit back while hundreds of others queue to start
     # and to commit: waking every queued ticket on every change of the lane made such a
@@ -813,25 +836,14 @@ async def test_queued_sub_calls_wake_only_at_their_turn(autojump_clock: trio.tes
         await trio.sleep(50 if args["id"] == "0" else 1)
         return args["id"]
 
-    tool = json_tool(
-        "read",
-        body,
-        parameters={"id": {"type": "string", "required": True}},
-        output={"type": "string"},
-        is_concurrency_safe=lambda a: True,
-    )
 
     async def program(tools: Mapping[str, Any]) -> CodeRunResult:
         values = await gather(*[lambda i=i: tools["read"]({"id": str(i)}) for i in range(count)])()
         return CodeRunResult(value=values, has_value=True)
 
-    runtime, events = code_runtime(program, tool, max_parallel_sub_calls=4)
-    steps = _TaskSteps()
-    trio.lowlevel.add_instrument(steps)
-    try:
+    runtime, events = code_runtime(program, parallel_read(body), max_parallel_sub_calls=4)
+    with counting_task_steps() as steps:
         result = await runtime.execute(run_code())
-    finally:
-        trio.lowlevel.remove_instrument(steps)
     assert isinstance(result, ToolExecutionSuccess), result
     assert result.value["result"] == tuple(str(i) for i in range(count))
     commits = [d["sub_call_id"] for t, d in events if t == "tool/code-dispatch"]
@@ -848,13 +860,6 @@ async def test_a_settled_run_abandons_thousands_of_queued_calls_at_once(autojump
         await trio.sleep(100)
         return args["id"]
 
-    tool = json_tool(
-        "read",
-        body,
-        parameters={"id": {"type": "string", "required": True}},
-        output={"type": "string"},
-        is_concurrency_safe=lambda a: True,
-    )
 
     async def program(tools: Mapping[str, Any]) -> CodeRunResult:
         with trio.move_on_after(1):
@@ -863,13 +868,9 @@ async def test_a_settled_run_abandons_thousands_of_queued_calls_at_once(autojump
                     nursery.start_soon(tools["read"], {"id": str(i)})
         return CodeRunResult(error=CodeRunError(kind="timeout", message="out of budget"))
 
-    runtime, events = code_runtime(program, tool, max_parallel_sub_calls=4)
-    steps = _TaskSteps()
-    trio.lowlevel.add_instrument(steps)
-    try:
+    runtime, events = code_runtime(program, parallel_read(body), max_parallel_sub_calls=4)
+    with counting_task_steps() as steps:
         result = await runtime.execute(run_code())
-    finally:
-        trio.lowlevel.remove_instrument(steps)
     assert code(result) == "CODE_RUN_FAILED"
     assert len(started) == 4
     assert trio.current_time() == pytest.approx(1)
