@@ -95,6 +95,7 @@ from ._simulate import SimulatedCall, SimulationReport, SimulationRuntime, Verdi
 from ._tool_decorator import tool
 from ._trace import DecisionTrace, TraceStage, TraceStep, trace_of
 from ._waterfall import DshPluginManager
+from ._well_formed import well_formed_text
 from .hookspecs import hookimpl
 
 __version__ = "0.1.0"
@@ -219,4 +220,5 @@ __all__ = [
     "thaw",
     "tool",
     "trace_of",
+    "well_formed_text",
 ]

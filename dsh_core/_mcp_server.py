@@ -44,6 +44,11 @@ the SDK cancels the handler; the handler turns that into firing the call's
 ``ABORTED`` result (so observers such as the audit log see the call settle)
 before the cancellation continues.
 
+**Lone surrogates.** A string holding one (a file read with ``surrogateescape``
+gives them) has no UTF-8 form, and the SDK fails on it: it is sent with U+FFFD
+in its place, in every answer of the server (any transport) and in anything
+written over stdio (see ``_mcp_well_formed``).
+
 **Contexts.** MCP has no place for the messages that follow a result in the
 model's context (``additional_contexts``: a tool's deferred context, a
 policy's rewrite note), and the model must not lose them (it would retry a
@@ -69,9 +74,11 @@ from ._errors import ErrorCode
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, nests_deeper_than, thaw
 from ._mcp_unreadable import SDK_PARSER_MAX_DEPTH, answering_unreadable
+from ._mcp_well_formed import answering_well_formed, sending_well_formed
 from ._results import ToolExecutionResult
 from ._signal import CancelSignal
 from ._terminal_text import json_printable, printable
+from ._well_formed import well_formed_text
 from .presentation import declared_effects
 
 if TYPE_CHECKING:
@@ -361,9 +368,10 @@ def serve_registry(
     return _server_class()(
         name,
         version=__version__,
-        instructions=instructions,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        instructions=well_formed_text(instructions) if instructions is not None else None,
+        # What a tool returns or declares may hold a lone surrogate, which no MCP message can carry.
+        on_list_tools=answering_well_formed(list_tools),
+        on_call_tool=answering_well_formed(call_tool),
         on_subscriptions_listen=ListenHandler(bus),
     )
 
@@ -410,11 +418,15 @@ async def serve_stdio(
     Nothing else may write to stdout meanwhile: it carries the protocol. A
     request line the SDK cannot parse (too deep, a lone surrogate, not JSON) is
     answered with a JSON-RPC error carrying its ``id`` (see ``_mcp_unreadable``).
+    A message holding a lone surrogate is sent with U+FFFD in its place (see
+    ``_mcp_well_formed``).
     """
     from mcp.server.stdio import stdio_server
 
     server = serve_registry(runtime, scope=scope, approval=approval)
-    async with stdio_server() as (read_stream, write_stream):
+    async with stdio_server() as (read_stream, sdk_write_stream):
+        # The SDK's writer raises on a lone surrogate, and its failure ends the server.
+        write_stream = sending_well_formed(sdk_write_stream)
         # The SDK drops a line it cannot parse; its sender would wait for an answer forever.
         readable = answering_unreadable(read_stream, write_stream)
         # The options say the tool list can change (see _server_class).

@@ -7,8 +7,9 @@ no JSON-RPC message reaches the server as an exception, which the server only
 logs: a request sent that way is never answered. :func:`answering_unreadable`
 wraps the transport's read stream so that such a line is answered with a
 JSON-RPC error, ``-32700`` (parse error) or ``-32600`` (invalid request),
-carrying the request's ``id`` when the line still shows one. The line is read
-again with the project's own decoder, which has neither limit.
+carrying the request's ``id`` when the line still shows one (``null`` for an
+id holding a lone surrogate, which no answer could carry back). The line is
+read again with the project's own decoder, which has neither limit.
 
 Not every unreadable line gets an answer, as JSON-RPC says: a notification
 (a ``method`` without an ``id``) and a response to one of the server's own
@@ -18,13 +19,13 @@ requests (``result`` or ``error``) are only logged, and so is a blank line.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from ._json import nests_deeper_than
 from ._jsoncodec import decode_json
+from ._well_formed import holds_lone_surrogate
 
 if TYPE_CHECKING:
     import mcp_types
@@ -40,8 +41,6 @@ SDK_PARSER_MAX_DEPTH: Final = 200
 
 The MCP SDK reads every message with it, on both ends of every transport.
 """
-
-_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")  # json pairs up the rest when it decodes
 
 T = TypeVar("T")
 
@@ -144,31 +143,17 @@ def _answer_document(document: object, code: int, message: str) -> mcp_types.JSO
         logger.warning("MCP: dropped an unreadable notification (%s)", message)
         return None
     request_id = document.get("id")
-    valid_id = (type(request_id) is int) or isinstance(request_id, str)
+    # An id holding a lone surrogate is no text either: no answer could carry it back unchanged.
+    valid_id = (type(request_id) is int) or (isinstance(request_id, str) and not holds_lone_surrogate(request_id))
     return _error(request_id if valid_id else None, code, message)
 
 
 def _why_unparsed(document: object, error: Mapping[str, Any]) -> str:
     if nests_deeper_than(document, SDK_PARSER_MAX_DEPTH):
         return f"the message nests more than {SDK_PARSER_MAX_DEPTH} levels deep, deeper than this server reads"
-    if _holds_lone_surrogate(document):
+    if holds_lone_surrogate(document):
         return "a string in the message holds a lone surrogate (\\ud800-\\udfff outside a pair), which is not text"
     return str(error["msg"])
-
-
-def _holds_lone_surrogate(document: object) -> bool:
-    stack = [document]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, str):
-            if _LONE_SURROGATE.search(value):
-                return True
-        elif isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return False
 
 
 def _validated_message(errors: list[Any]) -> object | None:

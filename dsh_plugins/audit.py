@@ -63,6 +63,7 @@ from dsh_core import (
     ToolExecutionToken,
     ToolRuntime,
     hookimpl,
+    nests_deeper_than,
     scope_id,
     structure_table,
 )
@@ -99,22 +100,6 @@ and not on others; a fixed limit makes every version write the same line.
 """
 
 
-def _too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        current, depth = stack.pop()
-        if isinstance(current, dict):
-            children: Any = current.values()
-        elif isinstance(current, (list, tuple)):
-            children = current
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
-    return False
-
-
 def audit_record(
     execution: ToolExecution, result: ToolExecutionResult, *, duration_ms: float | None, now: datetime.datetime
 ) -> dict[str, Any]:
@@ -122,7 +107,7 @@ def audit_record(
     info = result.error.info if result.is_error and result.error is not None else None
     arguments = execution.arguments
     extra: dict[str, Any] = {}
-    if _too_deep(arguments):  # checked on the frozen value, before paying for a copy
+    if nests_deeper_than(arguments, MAX_DEPTH):  # checked on the frozen value, before paying for a copy
         arguments = None
         extra["arguments_omitted"] = f"arguments nested deeper than {MAX_DEPTH} levels"
     # A policy's Rewrite: the audit shows what the model asked for, not only what ran.

@@ -101,6 +101,7 @@ from dsh_core import (
     ToolRuntime,
     hookimpl,
     structure_table,
+    well_formed_text,
 )
 from dsh_core.code_mode import CodeDispatchLog
 
@@ -154,19 +155,6 @@ class SpillSettings:
 def _utf8(text: str) -> bytes:
     # surrogatepass: a lone surrogate (JSON allows "\ud800") is sized, not an error.
     return text.encode("utf-8", errors="surrogatepass")
-
-
-def _well_formed(text: str) -> str:
-    """``text`` with each lone surrogate replaced by U+FFFD (and a split surrogate pair joined).
-
-    What a spill file holds must be valid UTF-8; this is what the TypeScript
-    original's encoder writes for the same JavaScript string.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16-le", errors="surrogatepass").decode("utf-16-le", errors="replace")
-    return text
 
 
 def _is_continuation(byte: int) -> bool:
@@ -284,7 +272,8 @@ class SpillStore:
         """
         directory = self._ready_directory()
         base = _safe_name(call_id, tool)
-        data = _well_formed(text).encode("utf-8")
+        # A spill file holds valid UTF-8: what the TypeScript original's encoder writes for the same string.
+        data = well_formed_text(text).encode("utf-8")
         for _ in range(NAME_ATTEMPTS):
             # The random part keeps names free when call ids repeat (providers whose ids restart at
             # call_0 every session) and makes a spill's name unguessable from its call id.
@@ -336,7 +325,7 @@ class SpillPolicy:
         text = _all_text(content)
         if text is None:
             return None
-        text = _well_formed(text)
+        text = well_formed_text(text)
         if len(_utf8(text)) <= self.max_inline_bytes:
             return None
         try:

@@ -47,6 +47,7 @@ from dsh_core import (
     Rewrite,
     ToolEffects,
     ToolRuntime,
+    define_tool,
     hookimpl,
 )
 from dsh_core._config import load_config
@@ -1349,6 +1350,8 @@ NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
         (request_line("7", "tools/call", DEEP_PARAMS), parse_error(7, TOO_DEEP)),
         (request_line('"abc"', "ping", DEEP_PARAMS), parse_error("abc", TOO_DEEP)),
         (request_line("8", "tools/call", '{"s":"a\\ud800b"}'), parse_error(8, LONE_SURROGATE)),
+        # No answer could carry an id holding a lone surrogate back: JSON-RPC's null stands for it.
+        (request_line('"\\ud800"', "ping", "{}"), parse_error(None, LONE_SURROGATE)),
         (request_line("true", "ping", DEEP_PARAMS), parse_error(None, TOO_DEEP)),
         ("not json", parse_error(None, "Parse error: the message is not JSON")),
         (DEEP_ARRAY_TEXT, parse_error(None, TOO_DEEP)),
@@ -1363,6 +1366,7 @@ NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
         "too-deep",
         "too-deep-string-id",
         "lone-surrogate",
+        "lone-surrogate-id",
         "too-deep-bool-id",
         "not-json",
         "too-deep-not-an-object",
@@ -1458,3 +1462,191 @@ async def test_serve_stdio_answers_the_requests_the_sdk_cannot_parse(tmp_path: P
         finally:
             process.kill()
             await process.wait()
+
+
+# -- serve-mcp: strings UTF-8 cannot carry -----------------------------------------------------------
+
+# Lone surrogates (a file read with surrogateescape gives them) in what the served tools return and
+# declare; written as escapes, so that the script's source holds them as Python string escapes.
+SERVE_SURROGATES_SCRIPT = r"""
+from dsh_core import define_tool
+from dsh_core._mcp_server import run_serve_mcp
+from dsh_core.testing import json_tool, make_runtime
+
+async def lone(args):
+    return "a\ud800b"
+
+async def split_pair(args):
+    return "\ud83d" + "\ude00"
+
+async def deep(args):
+    value = "a\udc80b"
+    for _ in range(args["depth"]):
+        value = [value]
+    return {"v": value, "k\udcff": 1}
+
+async def quiet(args):
+    return None
+
+runtime = make_runtime(
+    json_tool("echo"),
+    json_tool("lone", lone, output={"type": "string"}),
+    json_tool("split_pair", split_pair, output={"type": "string"}),
+    json_tool("deep", deep, parameters={"depth": {"type": "integer", "required": True}}),
+    define_tool(name="odd", description="reads \udcff bytes", parameters={}, output={"type": "json"}, execute=quiet),
+)
+run_serve_mcp(runtime, http=False, port=0, agent=None)
+"""
+
+
+async def test_serve_stdio_sends_lone_surrogates_as_replacement_characters_and_keeps_serving(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "serve.py"
+    script.write_text(SERVE_SURROGATES_SCRIPT)
+    # The code under test, not whatever copy the environment would import.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+    def call(request_id: int, name: str, arguments: dict[str, Any]) -> str:
+        params = {"name": name, "arguments": arguments}
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+
+    with trio.fail_after(60):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, str(script)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=str(tmp_path),
+            env=env,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        lines = line_reader(process.stdout)
+        stdin = process.stdin
+
+        async def ask(line: str) -> Any:
+            await stdin.send_all(line.encode() + b"\n")
+            # What an SDK client reads, not only what json.loads accepts.
+            message = mcp_types.jsonrpc_message_adapter.validate_json(await lines(), by_name=False)
+            return message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+
+        try:
+            initialize = {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            }
+            await ask(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}))
+            await stdin.send_all(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+
+            listed = await ask('{"jsonrpc":"2.0","id":1,"method":"tools/list"}')
+            descriptions = {tool["name"]: tool["description"] for tool in listed["result"]["tools"]}
+            assert descriptions["odd"] == "reads \ufffd bytes"
+            assert set(descriptions) == {"echo", "lone", "split_pair", "deep", "odd"}
+
+            lone = await ask(call(2, "lone", {}))
+            assert lone["id"] == 2
+            assert lone["result"]["content"] == [{"type": "text", "text": "a\ufffdb"}]
+            assert lone["result"]["structuredContent"] == {"result": "a\ufffdb"}
+
+            echoed = await ask(call(3, "echo", {"x": 1}))
+            assert echoed["id"] == 3 and echoed["result"]["structuredContent"] == {"result": {"x": 1}}
+
+            # The two halves of a pair, apart in the string's code points, are sent as the one character.
+            paired = await ask(call(4, "split_pair", {}))
+            assert paired["result"]["structuredContent"] == {"result": "\U0001f600"}
+
+            value: Any = "a\ufffdb"
+            for _ in range(DEEPEST_RESULT_LIST - 1):
+                value = [value]
+            deepest = await ask(call(5, "deep", {"depth": DEEPEST_RESULT_LIST - 1}))
+            assert deepest["id"] == 5 and deepest["result"]["isError"] is False
+            assert deepest["result"]["structuredContent"] == {"result": {"v": value, "k\ufffd": 1}}
+        finally:
+            process.kill()
+            await process.wait()
+
+
+class _Written:
+    """A write stream that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    async def send(self, item: Any) -> None:
+        self.items.append(item)
+
+
+async def test_sending_well_formed_rebuilds_only_the_messages_utf8_cannot_carry() -> None:
+    from mcp.shared.message import ServerMessageMetadata, SessionMessage
+
+    from dsh_core._mcp_well_formed import sending_well_formed
+
+    deep: Any = "a\udc00b"
+    for _ in range(DEEPEST_RESULT_LIST):
+        deep = [deep]
+    fine = SessionMessage(mcp_types.JSONRPCResponse(jsonrpc="2.0", id=1, result={"text": "caf\xe9 \U0001f600"}))
+    error = SessionMessage(
+        mcp_types.JSONRPCError(jsonrpc="2.0", id=2, error=mcp_types.ErrorData(code=0, message="no \ud800 here")),
+        metadata=ServerMessageMetadata(related_request_id=2),
+    )
+    request = SessionMessage(
+        mcp_types.JSONRPCRequest(jsonrpc="2.0", id=3, method="elicitation/create", params={"message": deep})
+    )
+    written = _Written()
+    stream = sending_well_formed(written)  # type: ignore[arg-type]
+    for item in (fine, error, request):
+        await stream.send(item)
+
+    assert written.items[0] is fine
+    sent_error, sent_request = written.items[1:]
+    assert sent_error.metadata is error.metadata
+    assert sent_error.message == mcp_types.JSONRPCError(
+        jsonrpc="2.0", id=2, error=mcp_types.ErrorData(code=0, message="no \ufffd here")
+    )
+    value: Any = "a\ufffdb"
+    for _ in range(DEEPEST_RESULT_LIST):
+        value = [value]
+    assert sent_request.message == mcp_types.JSONRPCRequest(
+        jsonrpc="2.0", id=3, method="elicitation/create", params={"message": value}
+    )
+    # As the SDK's stdio writer serialises them: nothing the rebuilt messages did not set appears.
+    assert sent_error.message.model_dump_json(by_alias=True, exclude_unset=True) == (
+        '{"jsonrpc":"2.0","id":2,"error":{"code":0,"message":"no \ufffd here"}}'
+    )
+
+
+def surrogate_runtime() -> ToolRuntime:
+    async def lone(args: Any) -> Any:
+        return {"k\udcff": "a\ud800b"}
+
+    async def quiet(args: Any) -> None:
+        return None
+
+    odd = define_tool(
+        name="odd", description="reads \udcff bytes", parameters={}, output={"type": "json"}, execute=quiet
+    )
+    return make_runtime(json_tool("lone", lone), odd)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_serve_http_sends_lone_surrogates_as_replacement_characters(mode: Any) -> None:
+    async with trio.open_nursery() as nursery:
+        (base,) = await nursery.start(serve_http, surrogate_runtime(), "127.0.0.1", 0)
+        async with Client(base + "/mcp", mode=mode) as client:
+            listed = {tool.name: tool.description for tool in (await client.list_tools()).tools}
+            result = await client.call_tool("lone", {})
+        nursery.cancel_scope.cancel()
+    assert listed == {"lone": "test tool lone", "odd": "reads \ufffd bytes"}
+    assert result.is_error is False
+    assert result.structured_content == {"result": {"k\ufffd": "a\ufffdb"}}
+    assert result.content[0].text == '{"k\ufffd": "a\ufffdb"}'  # type: ignore[union-attr]
+
+
+async def test_serve_registry_answers_in_process_clients_with_lone_surrogates_replaced() -> None:
+    async with Client(serve_registry(surrogate_runtime()), mode="legacy") as client:
+        listed = {tool.name: tool.description for tool in (await client.list_tools()).tools}
+        result = await client.call_tool("lone", {})
+    assert listed["odd"] == "reads \ufffd bytes"
+    assert result.structured_content == {"result": {"k\ufffd": "a\ufffdb"}}

@@ -230,6 +230,20 @@ async def test_moderately_nested_arguments_are_kept(tmp_path: Path) -> None:
     assert record["arguments"] == {"v": nested}
 
 
+@pytest.mark.parametrize(("levels", "kept"), [(audit.MAX_DEPTH, True), (audit.MAX_DEPTH + 1, False)])
+async def test_arguments_are_kept_up_to_max_depth_levels_counting_the_arguments_object(
+    tmp_path: Path, levels: int, kept: bool
+) -> None:
+    nested: Any = "leaf"
+    for _ in range(levels - 1):  # the arguments object is the first level
+        nested = [nested]
+    runtime, path = audited(tmp_path)
+    await runtime.execute(make_input("echo", {"v": nested}))
+    (record,) = lines(path)
+    assert record["arguments"] == ({"v": nested} if kept else None)
+    assert ("arguments_omitted" in record) is not kept
+
+
 async def test_lone_surrogates_still_give_valid_json(tmp_path: Path) -> None:
     runtime, path = audited(tmp_path)
     await runtime.execute(make_input("echo", {"s": "a\ud800b"}))
