@@ -129,6 +129,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal, Self, TypeAlias, TypeVar
 
@@ -794,6 +795,8 @@ class _ReadWatch(_StreamWatch):
             session.unmatched(f"answered with an error that names no request ({error.code}: {error.message})")
         elif coerce_request_id(message.id) not in session.sent:
             session.unmatched(f"answered request id {message.id!r}, which this client never sent")
+        elif isinstance(message, JSONRPCError):
+            session.note_error(coerce_request_id(message.id))
 
     def __aiter__(self) -> _ReadWatch:
         return self
@@ -817,7 +820,11 @@ class _WriteWatch(_StreamWatch):
 
         message = getattr(item, "message", None)
         if isinstance(message, JSONRPCRequest):
-            self._session.note_sent(coerce_request_id(message.id))
+            request_id = coerce_request_id(message.id)
+            self._session.note_sent(request_id)
+            pending = _CURRENT_REQUEST.get()
+            if pending is not None:  # sent from the task of one session.request()
+                pending.ids.append(request_id)
         try:
             await self._stream.send(item)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -857,6 +864,10 @@ class _Pending:
     def __init__(self) -> None:
         self.scope = trio.CancelScope()
         self.problem: str | None = None
+        self.ids: list[object] = []  # the JSON-RPC ids it was sent under (through a watched transport)
+
+
+_CURRENT_REQUEST: ContextVar[_Pending | None] = ContextVar("dsh_mcp_current_request", default=None)
 
 
 class _Session:
@@ -872,6 +883,8 @@ class _Session:
         # client never sent matches no request, while a late answer to an abandoned
         # one is harmless. Insertion-ordered, so the oldest is dropped first.
         self.sent: dict[object, None] = {}
+        # Ids the server answered with an error (the most recent ones).
+        self.errored: dict[object, None] = {}
         self.pending: set[_Pending] = set()
 
     def end(self) -> None:
@@ -891,6 +904,11 @@ class _Session:
         if len(self.sent) > _SENT_IDS_KEPT:
             del self.sent[next(iter(self.sent))]
 
+    def note_error(self, request_id: object) -> None:
+        self.errored[request_id] = None
+        if len(self.errored) > _SENT_IDS_KEPT:
+            del self.errored[next(iter(self.errored))]
+
     def unmatched(self, problem: str) -> None:
         """The server sent something no pending request can be matched to: fail every pending request.
 
@@ -904,12 +922,24 @@ class _Session:
 
     async def request(self, send: Callable[[], Awaitable[_T]], what: str) -> _T:
         """``await send()``, failed with ``MCP_ERROR`` if :meth:`unmatched` fires meanwhile."""
+        from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
         pending = _Pending()
         self.pending.add(pending)
+        token = _CURRENT_REQUEST.set(pending)
         try:
             with pending.scope:
                 return await send()
+        except MCPError as exc:
+            # -32000 is the SDK's CONNECTION_CLOSED and JSON-RPC's "server error" alike. One
+            # the server never sent for this request is the SDK's own: the connection is gone,
+            # whichever of the streams, the transport's tasks or this request learns it first.
+            if exc.code == CONNECTION_CLOSED and pending.ids and not any(i in self.errored for i in pending.ids):
+                self.end()
+            raise
         finally:
+            _CURRENT_REQUEST.reset(token)
             self.pending.discard(pending)
         # Only reached when unmatched() cancelled the scope (an outer cancellation propagates).
         raise McpClientError(f'MCP server "{self.server_name}" {pending.problem}; {what} was abandoned', code=MCP_ERROR)
@@ -1371,11 +1401,19 @@ class McpClientPlugin:
                     if session.list_changed:
                         session.list_changed = False
                         self._sync(server, await _list_tools(session, client))
-        except Exception as exc:
+        except BaseException as exc:
             if not started:
                 raise
-            # After start-up this task has no caller to fail; the next call reconnects.
-            logger.warning('MCP server "%s": session ended: %s', server.name, _describe(exc))
+            # After start-up this task has no caller to fail; the next call reconnects. A
+            # transport failure can arrive grouped with the Cancelled of the plugin's own
+            # shutdown (a server that died while the client closed): only the Cancelled goes on.
+            cancelled, failure = exc.split(trio.Cancelled) if isinstance(exc, BaseExceptionGroup) else (None, exc)
+            if failure is not None and not isinstance(failure, Exception):
+                raise
+            if failure is not None:
+                logger.warning('MCP server "%s": session ended: %s', server.name, _describe(failure))
+            if cancelled is not None:
+                raise cancelled from None
         finally:
             session.ended = True
             if server.session is session:

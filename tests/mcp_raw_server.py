@@ -10,6 +10,7 @@ reaches the client's transport as text. Each tool is one kind of answer:
 - ``wrong_id``: a result for a request id the client never sent;
 - ``null_id``: an error with ``id: null`` (JSON-RPC's answer to an unreadable request);
 - ``server_error``: a JSON-RPC error ``-32000`` (an implementation-defined server error);
+- ``closed_error``: the same code with the message the SDK uses for a lost connection;
 - ``bad_result``: a result that is no ``CallToolResult`` (``content`` is a string);
 - ``stray_text``: a line of plain text on stdout, then a normal result.
 
@@ -22,7 +23,7 @@ import json
 import sys
 from typing import Any
 
-TOOLS = ["ok", "calls", "deep", "wrong_id", "null_id", "server_error", "bad_result", "stray_text"]
+TOOLS = ["ok", "calls", "deep", "wrong_id", "null_id", "server_error", "closed_error", "bad_result", "stray_text"]
 DEPTH = 300
 
 
@@ -52,6 +53,8 @@ def answer_call(request_id: Any, name: str, calls: int) -> None:
         send({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}})
     elif name == "server_error":
         send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": "custom failure"}})
+    elif name == "closed_error":  # the server's own answer, in the SDK's words for a lost connection
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": "Connection closed"}})
     elif name == "bad_result":
         result({"content": "not a list"})
     elif name == "stray_text":

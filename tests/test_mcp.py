@@ -688,6 +688,19 @@ async def test_a_server_error_answer_is_an_mcp_error_and_never_retried() -> None
     assert calls.value == text_value("2")  # one attempt, and the server was not restarted
 
 
+async def test_a_server_answer_in_the_sdks_words_for_a_lost_connection_is_still_the_servers() -> None:
+    # Whether the connection is gone is judged by where the -32000 came from (the server sent
+    # one for this request's id), never by its text.
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            failed = await runtime.execute(make_input("raw__closed_error"))
+            calls = await runtime.execute(make_input("raw__calls"))
+    assert failed.code == MCP_ERROR
+    assert failed.error.message == 'MCP server "raw" answered the call to "closed_error" with error -32000: Connection closed'
+    assert calls.value == text_value("2")  # the same session goes on
+
+
 async def test_a_result_that_does_not_parse_is_an_mcp_error_in_one_line() -> None:
     runtime = ToolRuntime()
     with trio.fail_after(20):
@@ -1254,7 +1267,7 @@ async def test_an_http_server_dying_mid_call_is_reported_as_died(tmp_path: Path)
             process.kill()
             await process.wait()
     died = results[0]
-    assert died.code == MCP_SERVER_DIED
+    assert died.code == MCP_SERVER_DIED, died.error.message
     assert died.error.message == 'MCP server "web" died during the call to "wait"; it is restarted on the next call'
 
 
