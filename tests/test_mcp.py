@@ -10,6 +10,7 @@ server (``python tests/test_mcp.py``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -1402,6 +1403,37 @@ async def test_an_unreadable_line_is_answered_with_its_id_and_the_next_message_s
     assert sent.messages == ([answer] if answer is not None else [])
 
 
+@contextlib.asynccontextmanager
+async def serving_stdio(
+    tmp_path: Path, script_text: str
+) -> AsyncIterator[tuple[trio.abc.SendStream, Callable[[], Awaitable[str]]]]:
+    """``script_text`` run as a serve-mcp stdio process, initialized: its stdin and a line reader."""
+    script = tmp_path / "serve.py"
+    script.write_text(script_text)
+    # The code under test, not whatever copy the environment would import.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    process = await trio.lowlevel.open_process(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=str(tmp_path),
+        env=env,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    lines = line_reader(process.stdout)
+    try:
+        initialize = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        request = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}
+        await process.stdin.send_all(json.dumps(request).encode() + b"\n")
+        await lines()
+        await process.stdin.send_all(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        yield process.stdin, lines
+    finally:
+        process.kill()
+        await process.wait()
+
+
 SERVE_DEEP_SCRIPT = """
 from dsh_core._mcp_server import run_serve_mcp
 from dsh_core.testing import json_tool, make_runtime
@@ -1419,41 +1451,17 @@ run_serve_mcp(runtime, http=False, port=0, agent=None)
 
 
 async def test_serve_stdio_answers_the_requests_the_sdk_cannot_parse(tmp_path: Path) -> None:
-    script = tmp_path / "serve.py"
-    script.write_text(SERVE_DEEP_SCRIPT)
-    # The code under test, not whatever copy the environment would import.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-
     def call(request_id: Any, name: str, arguments: str) -> str:
         return request_line(
             json.dumps(request_id), "tools/call", '{"name":"' + name + '","arguments":' + arguments + "}"
         )
 
     with trio.fail_after(60):
-        process = await trio.lowlevel.open_process(
-            [sys.executable, str(script)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd=str(tmp_path),
-            env=env,
-        )
-        assert process.stdin is not None and process.stdout is not None
-        lines = line_reader(process.stdout)
-        stdin = process.stdin
+        async with serving_stdio(tmp_path, SERVE_DEEP_SCRIPT) as (stdin, lines):
 
-        async def ask(line: str) -> Any:
-            await stdin.send_all(line.encode() + b"\n")
-            return json.loads(await lines())
-
-        try:
-            initialize = {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            }
-            await ask(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}))
-            await stdin.send_all(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            async def ask(line: str) -> Any:
+                await stdin.send_all(line.encode() + b"\n")
+                return json.loads(await lines())
 
             assert await ask(call(1, "echo", DEEP_PARAMS)) == parse_error(1, TOO_DEEP)
             assert await ask(call("two", "echo", '{"s":"a\\ud800b"}')) == parse_error("two", LONE_SURROGATE)
@@ -1472,9 +1480,6 @@ async def test_serve_stdio_answers_the_requests_the_sdk_cannot_parse(tmp_path: P
             assert deepest.result["structuredContent"] == {"result": {"v": nested_list(DEEPEST_RESULT_LIST)}}
             deeper = await ask(call(5, "deep", json.dumps({"depth": DEEPEST_RESULT_LIST + 1})))
             assert deeper["result"]["isError"] is True and "structuredContent" not in deeper["result"]
-        finally:
-            process.kill()
-            await process.wait()
 
 
 # -- serve-mcp: strings UTF-8 cannot carry -----------------------------------------------------------
@@ -1515,42 +1520,18 @@ run_serve_mcp(runtime, http=False, port=0, agent=None)
 async def test_serve_stdio_sends_lone_surrogates_as_replacement_characters_and_keeps_serving(
     tmp_path: Path,
 ) -> None:
-    script = tmp_path / "serve.py"
-    script.write_text(SERVE_SURROGATES_SCRIPT)
-    # The code under test, not whatever copy the environment would import.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-
     def call(request_id: int, name: str, arguments: dict[str, Any]) -> str:
         params = {"name": name, "arguments": arguments}
         return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
 
     with trio.fail_after(60):
-        process = await trio.lowlevel.open_process(
-            [sys.executable, str(script)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd=str(tmp_path),
-            env=env,
-        )
-        assert process.stdin is not None and process.stdout is not None
-        lines = line_reader(process.stdout)
-        stdin = process.stdin
+        async with serving_stdio(tmp_path, SERVE_SURROGATES_SCRIPT) as (stdin, lines):
 
-        async def ask(line: str) -> Any:
-            await stdin.send_all(line.encode() + b"\n")
-            # What an SDK client reads, not only what json.loads accepts.
-            message = mcp_types.jsonrpc_message_adapter.validate_json(await lines(), by_name=False)
-            return message.model_dump(by_alias=True, mode="json", exclude_unset=True)
-
-        try:
-            initialize = {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            }
-            await ask(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}))
-            await stdin.send_all(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            async def ask(line: str) -> Any:
+                await stdin.send_all(line.encode() + b"\n")
+                # What an SDK client reads, not only what json.loads accepts.
+                message = mcp_types.jsonrpc_message_adapter.validate_json(await lines(), by_name=False)
+                return message.model_dump(by_alias=True, mode="json", exclude_unset=True)
 
             listed = await ask('{"jsonrpc":"2.0","id":1,"method":"tools/list"}')
             descriptions = {tool["name"]: tool["description"] for tool in listed["result"]["tools"]}
@@ -1575,9 +1556,6 @@ async def test_serve_stdio_sends_lone_surrogates_as_replacement_characters_and_k
             deepest = await ask(call(5, "deep", {"depth": DEEPEST_RESULT_LIST - 1}))
             assert deepest["id"] == 5 and deepest["result"]["isError"] is False
             assert deepest["result"]["structuredContent"] == {"result": {"v": value, "k\ufffd": 1}}
-        finally:
-            process.kill()
-            await process.wait()
 
 
 class _Written:
