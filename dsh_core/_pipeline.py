@@ -88,7 +88,7 @@ from ._results import (
 from ._retry import AttemptTimedOut, RetryAttempt, RetryPolicy
 from ._signal import CancelSignal
 from ._trace import TraceRecorder
-from ._waterfall import CallHooks, Chain, Listener, is_fatal
+from ._waterfall import CallHooks, Chain, Listener, is_fatal, split_fatal
 
 if TYPE_CHECKING:
     from ._runtime import ToolRuntime
@@ -145,11 +145,6 @@ def _check_result(outcome: object) -> str | None:
 
 _ALLOW = Allow()
 _ACCEPT = Accept()
-
-
-def _listener_failure(exc: BaseException, chain: Chain | None) -> ToolExecutionFailure:
-    plugin = chain.blame_for(exc) if chain is not None else None
-    return failure_from_exception(exc, default_code=ErrorCode.POLICY_ERROR, plugin=plugin)
 
 
 class PreparedCall:
@@ -431,12 +426,18 @@ def _dedupe(contexts: tuple[UserMessage, ...]) -> tuple[UserMessage, ...]:
 
 
 def _broken(call: PreparedCall, exc: BaseException, chain: Chain) -> None:
-    """A listener broke the waterfall with ``exc`` (not fatal): the call ends with that failure.
+    """A waterfall raised ``exc``: the call ends with its failure; a cancellation in it propagates.
 
     Each stage awaits its ``Chain`` itself rather than through a helper
     coroutine: one frame fewer per waterfall, on the path every listener takes.
     """
-    call._settle("final", _final(call, _listener_failure(exc, chain)))
+    fatal, error = split_fatal(exc)
+    if error is not None:
+        # Settled first: a cancellation that propagates below keeps this failure.
+        failure = failure_from_exception(error, default_code=ErrorCode.POLICY_ERROR, plugin=chain.blame_for(exc))
+        call._settle("final", _final(call, failure))
+    if fatal is not None:
+        raise fatal
 
 
 async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
@@ -451,8 +452,6 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
         try:
             decision = await chain.run()
         except BaseException as exc:
-            if is_fatal(exc):
-                raise
             _broken(call, exc, chain)
             return
         decider = chain.decider
@@ -486,10 +485,12 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
                     _resolve_cancelled(call)
                     return
         except BaseException as exc:
-            if is_fatal(exc):
-                raise
-            failure = failure_from_exception(exc, default_code=ErrorCode.POLICY_ERROR, plugin="approval")
-            call._settle("final", _final(call, failure))
+            fatal, error = split_fatal(exc)
+            if error is not None:
+                failure = failure_from_exception(error, default_code=ErrorCode.POLICY_ERROR, plugin="approval")
+                call._settle("final", _final(call, failure))
+            if fatal is not None:
+                raise fatal  # noqa: B904 (a part of the exception being handled, not a new one)
             return
         decider = "approval"
         if trace is not None:
@@ -665,8 +666,6 @@ async def _post_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
     try:
         decision = await chain.run()
     except BaseException as exc:
-        if is_fatal(exc):
-            raise
         _broken(call, exc, chain)
         return
     applied = _apply_post(runtime, execution, result, decision, chain.decider, call)
@@ -734,9 +733,7 @@ async def _dispatch_chain(runtime: ToolRuntime, call: PreparedCall) -> ToolExecu
     try:
         result: ToolExecutionResult = await chain.run()
     except BaseException as exc:
-        if is_fatal(exc):
-            raise
-        _final(call, _listener_failure(exc, chain))
+        _broken(call, exc, chain)
         return None
     if isinstance(result, ToolExecutionSuccess) and result is not call.latest:
         # A wrapper-authored success: its value goes through the tool's contract again.
@@ -801,10 +798,15 @@ async def _dispatch_body(
             if body_scope.cancelled_caught:
                 return aborted_result(body_invoked=True)
     except BaseException as exc:
-        if is_fatal(exc):
+        fatal, error = split_fatal(exc)
+        if error is None:
             raise
-        call.body_error = exc
-        return failure_from_exception(exc, default_code=ErrorCode.TOOL_ERROR)
+        call.body_error = error
+        failure = failure_from_exception(error, default_code=ErrorCode.TOOL_ERROR)
+        if fatal is None:
+            return failure
+        call.latest = failure  # what the cancellation propagating now keeps (_resolve_cancelled)
+        raise fatal  # noqa: B904 (a part of the exception being handled, not a new one)
     result = _build_success(tool, contract, execution, value, run)
     if fused.cancelled and not result.is_error:
         call.superseded = result
@@ -1065,12 +1067,14 @@ async def _notify(observers: tuple[Listener, ...], execution: ToolExecution, res
                     execution.name, execution.call_id, listener.plugin_name,
                 )  # fmt: skip
         except BaseException as exc:
-            if is_fatal(exc):
-                raise
-            logger.warning(
-                'tool "%s" (%s): dsh_result observer %s failed: %s',
-                execution.name,
-                execution.call_id,
-                listener.plugin_name,
-                error_message(exc),
-            )
+            fatal, error = split_fatal(exc)
+            if error is not None:
+                logger.warning(
+                    'tool "%s" (%s): dsh_result observer %s failed: %s',
+                    execution.name,
+                    execution.call_id,
+                    listener.plugin_name,
+                    error_message(error),
+                )
+            if fatal is not None:
+                raise fatal  # noqa: B904 (a part of the exception being handled, not a new one)

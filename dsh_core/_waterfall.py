@@ -32,6 +32,7 @@ __all__ = [
     "add_missing_hookspecs",
     "is_fatal",
     "registration_problems",
+    "split_fatal",
     "unknown_hooks",
     "unsupported_hookimpls",
 ]
@@ -56,6 +57,19 @@ def is_fatal(exc: BaseException) -> bool:
         if isinstance(current, BaseExceptionGroup):
             pending.extend(current.exceptions)
     return False
+
+
+def split_fatal(exc: BaseException) -> tuple[BaseException | None, BaseException | None]:
+    """``exc`` as (the part that must propagate, the part a failure result holds).
+
+    A task group inside a body or a listener whose cleanup fails while a
+    cancellation unwinds it raises both at once, grouped: the ``Cancelled`` must
+    still reach the cancel scope that owns it, and the failure must not be lost
+    with it (nor escape ``execute`` once that scope has taken its part).
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(_FATAL)
+    return (exc, None) if isinstance(exc, _FATAL) else (None, exc)
 
 
 class DshPluginManager(pluggy.PluginManager):
@@ -510,8 +524,8 @@ class Chain:
             except BaseException as exc:
                 if nxt.result is _UNCALLED:
                     nxt.result = _EXPIRED
-                if not is_fatal(exc):
-                    self._blame(exc, listener)
+                # Blamed even when fatal: a failure grouped with a cancellation is still this listener's.
+                self._blame(exc, listener)
                 raise
             if nxt.result is _UNCALLED:
                 nxt.result = _EXPIRED

@@ -39,7 +39,7 @@ from .._json import JsonValue, json_text, snapshot_json
 from .._jsoncodec import encode_json
 from .._results import ToolExecutionResult, ToolExecutionSuccess, error_message
 from .._signal import CancelSignal
-from .._waterfall import Chain, Listener, is_fatal
+from .._waterfall import Chain, Listener, split_fatal
 from ._sdk import RUN_CODE_DESCRIPTION, RUN_CODE_NAME, run_code_output_spec, run_code_parameters_spec
 
 if TYPE_CHECKING:
@@ -460,14 +460,16 @@ class _Bridge:
         try:
             return as_content(await chain.run())
         except BaseException as exc:
-            if is_fatal(exc):
-                raise
-            logger.warning(
-                "code-dispatch-log listener %s failed for %s: %s; logging the original settled content",
-                chain.blame_for(exc),
-                ticket.name,
-                error_message(exc),
-            )
+            fatal, error = split_fatal(exc)
+            if error is not None:
+                logger.warning(
+                    "code-dispatch-log listener %s failed for %s: %s; logging the original settled content",
+                    chain.blame_for(exc),
+                    ticket.name,
+                    error_message(error),
+                )
+            if fatal is not None:
+                raise fatal  # noqa: B904 (a part of the exception being handled, not a new one)
             return result.content
 
     def emit(self, event_type: str, data: dict[str, Any]) -> None:
