@@ -4,7 +4,8 @@ Texts are JSON documents serialised the way providers do, then either kept,
 cut at a random point (what a token limit does), or given a random edit. For
 every text the runtime must return one structured result, never raise: a
 success whose value is exactly what ``json.loads`` reads when the text parses
-to an object, ``INVALID_ARGS`` otherwise; and a strict prefix of a document
+to an object with each key once, ``INVALID_ARGS`` otherwise (a key sent twice
+is refused, not resolved the way ``json.loads`` does); and a strict prefix of a document
 that does not parse must be called cut off, since that is what tells the model
 to send a smaller call instead of the same one.
 """
@@ -37,6 +38,13 @@ def _finite(value: Any) -> bool:
     return True
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a key sent twice")  # the runtime refuses it: no reading is safe to guess
+    return dict(pairs)
+
+
 documents = st.dictionaries(st.text(max_size=6), json_values, max_size=4).filter(_finite)
 
 
@@ -62,7 +70,7 @@ def call_target(case: tuple[str, bool]) -> None:
     result = trio.run(main)
     FIGURES.results += 1
     try:
-        expected = json.loads(text) if text.strip() else {}
+        expected = json.loads(text, object_pairs_hook=_unique_keys) if text.strip() else {}
     except ValueError:
         expected = None
     if isinstance(expected, dict) and _finite(expected):
