@@ -121,6 +121,7 @@ server stops its work.
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 import math
 import re
@@ -666,7 +667,7 @@ def _invalid_result(exc: Exception) -> str:
     return _bounded(lines[0] if lines else type(exc).__name__)
 
 
-def _unsendable(arguments: JsonValue) -> str | None:
+def _unsendable(arguments: dict[str, Any]) -> str | None:
     """Why ``arguments`` cannot go out in an MCP message, or None when they can.
 
     Found before sending, so that the server is not blamed for the client's own
@@ -674,25 +675,15 @@ def _unsendable(arguments: JsonValue) -> str | None:
     """
     if nests_deeper_than(arguments, MAX_ARGUMENT_DEPTH):
         return f"they nest more than {MAX_ARGUMENT_DEPTH} levels deep, deeper than an MCP message can carry"
-    # The SDK writes messages as UTF-8, which has no form for a lone surrogate (JSON's "\ud800").
-    stack: list[object] = [arguments]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, str):
-            if not value.isascii() and _LONE_SURROGATE.search(value):
-                return (
-                    "a string in them holds a lone surrogate (\\ud800-\\udfff outside a pair), "
-                    "which an MCP message cannot carry"
-                )
-        elif isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-        elif isinstance(value, tuple | list):
-            stack.extend(value)
+    try:
+        # The SDK writes messages as UTF-8, which has no form for a lone surrogate (JSON's "\ud800").
+        json.dumps(arguments, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return (
+            "a string in them holds a lone surrogate (\\ud800-\\udfff outside a pair), "
+            "which an MCP message cannot carry"
+        )
     return None
-
-
-_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def _effects_of(annotations: Any) -> ToolEffects | None:
@@ -1435,11 +1426,11 @@ class McpClientPlugin:
 
     def _body(self, server: _Server, mcp_name: str, structured: bool) -> Body:
         async def execute(args: Any, run: ToolRunContext) -> object:
-            problem = _unsendable(args)
-            if problem is not None:
-                raise ToolArgsError([f'{problem}; the call was not sent to MCP server "{server.name}"'])
             arguments = thaw(args)
             assert isinstance(arguments, dict)
+            problem = _unsendable(arguments)
+            if problem is not None:
+                raise ToolArgsError([f'{problem}; the call was not sent to MCP server "{server.name}"'])
             result = await self._call(server, mcp_name, arguments)
             if result.is_error:
                 raise McpToolError(_result_text(result))
