@@ -399,6 +399,11 @@ def settles_inline(runtime: ToolRuntime, request: ToolExecutionInput) -> bool:
 async def dispatch(runtime: ToolRuntime, call: PreparedCall) -> None:
     """Stage 6 for a scheduler (the only stage that may overlap with other calls)."""
     if call.step == "dispatch":
+        if call.execution.signal.cancelled:
+            # It fired while the call waited its turn (for a resource key, say): the call
+            # ends as it does when it fires by the end of stage 5, before any wrapper runs.
+            call._settle("post", _latest(call, aborted_result(body_invoked=False)))
+            return
         if call.dispatch_suspends:
             await _scoped_stage(runtime, call, _dispatch_stage)
         else:

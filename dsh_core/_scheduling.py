@@ -105,7 +105,7 @@ class _KeyIndex:
 
 async def _wait_for(call: _pipeline.PreparedCall, after: Sequence[trio.Event]) -> None:
     # Cancellable through the call's own signal: the dispatch that follows then
-    # sees the fired signal and ends the call before its body runs.
+    # sees the fired signal and ends the call before its wrappers and body run.
     with trio.CancelScope() as scope:
         unlink = call.execution.signal.link(scope)
         try:

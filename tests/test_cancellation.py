@@ -669,3 +669,36 @@ async def test_signal_fusion_edges(autojump_clock: trio.testing.MockClock) -> No
     c.cancel()
     d.cancel()
     assert calls == ["fired"]  # once, as the fused signal fires once
+
+
+async def test_a_call_cancelled_while_waiting_for_its_key_runs_no_wrapper(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from dsh_core import run_tool_calls
+
+    wrapped: list[tuple[str, bool]] = []
+
+    class Wrapper:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            wrapped.append((execution.arguments["id"], execution.signal.cancelled))
+            return await next()
+
+    async def body(args: Any) -> str:
+        await trio.sleep(5)
+        return str(args["id"])
+
+    tool = json_tool("k", body, output={"type": "string"}, resource_keys=lambda a: {"write": [a["key"]]})
+    runtime = make_runtime(tool, plugins=[Wrapper()])
+    stop_b = CancelSignal()
+    calls = [
+        make_input("k", {"key": "a", "id": "A"}, call_id="A"),
+        make_input("k", {"key": "a", "id": "B"}, call_id="B", signal=stop_b),
+        make_input("k", {"key": "a", "id": "C"}, call_id="C"),
+    ]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, stop_b, 1)  # while B waits for A's key
+        results = await run_tool_calls(runtime, calls)
+    assert [code(r) if r.is_error else r.value for r in results] == ["A", "ABORTED_BEFORE_DISPATCH", "C"]
+    # As when the signal fires by the end of stage 5: no wrapper runs for B (one used to, at t=1).
+    assert wrapped == [("A", False), ("C", False)]
