@@ -12,7 +12,6 @@ list what is still running or wait for it before it exits.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -85,28 +84,52 @@ class _ThreadRun:
 class OrphanTracker:
     """The abandoned worker threads of one runtime (see the module docstring).
 
-    Thread-safe: workers finish on their own threads; events and waiter wake-ups
-    are handed back to the trio run that abandoned the work.
+    Thread-safe: workers finish on their own threads. A finish is announced
+    (``tool/orphan-finished``, then the wake-up of the waiters that it leaves
+    idle) on the loop of a trio run that is still going: the run that
+    abandoned the thread, else the latest run that called the runtime while
+    orphans ran, else a waiter's run, so that the event sink is not called
+    from a second thread while a run uses it. Only when none of those runs is
+    left does the worker thread announce the finish itself. Each waiter is
+    woken through its own run, whichever run that is.
     """
 
     def __init__(self, sink: Callable[[], EventSink | None] = lambda: None) -> None:
         self._sink = sink
         self._lock = threading.Lock()
         self._running: dict[int, tuple[OrphanedWork, trio.lowlevel.TrioToken]] = {}
-        self._idle_waiters: list[trio.Event] = []
+        # Finishes whose tool/orphan-finished is not sent yet. Waiters wait for
+        # them too: a host that waited for its orphans has seen every finish.
+        self._unannounced = 0
+        self._idle_waiters: set[tuple[trio.Event, trio.lowlevel.TrioToken]] = set()
+        self._latest_run: trio.lowlevel.TrioToken | None = None
 
     def running(self) -> tuple[OrphanedWork, ...]:
         with self._lock:
             return tuple(work for work, _ in self._running.values())
 
+    def note_run(self) -> None:
+        """Remember the calling trio run as the one using the runtime, where finishes can be announced.
+
+        Only while orphans run: it costs a dict check on every call otherwise. The
+        check skips the lock: a stale answer only means another run, or none, is noted.
+        """
+        if self._running:
+            self._latest_run = trio.lowlevel.current_trio_token()
+
     async def wait_idle(self) -> None:
-        """Return once no orphaned thread is running (at once when none is)."""
+        """Return once no orphaned thread is running and every finish is announced (at once when so)."""
         with self._lock:
-            if not self._running:
+            if not self._running and not self._unannounced:
                 return
-            idle = trio.Event()
-            self._idle_waiters.append(idle)
-        await idle.wait()
+            waiter = (trio.Event(), trio.lowlevel.current_trio_token())
+            self._idle_waiters.add(waiter)
+        try:
+            await waiter[0].wait()
+        finally:
+            # A cancelled waiter must not keep its finished run's token.
+            with self._lock:
+                self._idle_waiters.discard(waiter)
 
     async def run_in_thread(
         self,
@@ -180,26 +203,51 @@ class OrphanTracker:
         with self._lock:
             run.finished = True
             entry = self._running.pop(id(run), None) if run.orphan is not None else None
-            waiters: list[trio.Event] = []
-            if entry is not None and not self._running:
-                waiters, self._idle_waiters = self._idle_waiters, []
-        if entry is None:
-            return
-        work, token = entry
+            if entry is None:
+                return
+            self._unannounced += 1
+            work, abandoning_run = entry
+            runs = [abandoning_run, self._latest_run, *(token for _, token in self._idle_waiters)]
+            if not self._running:
+                self._latest_run = None  # nothing left to announce there: let that run go
         seconds = max(0.0, time.time() - work.abandoned_at)
 
         def announce() -> None:
-            self._emit("tool/orphan-finished", work.to_json() | {"outcome": outcome, "seconds": seconds})
-            for waiter in waiters:
-                waiter.set()
+            try:
+                self._emit("tool/orphan-finished", work.to_json() | {"outcome": outcome, "seconds": seconds})
+            finally:
+                self._announced()
 
-        # When the run that abandoned the thread is over there is no loop left to
-        # tell, and the sink belongs to it.
-        with contextlib.suppress(trio.RunFinishedError):
-            token.run_sync_soon(announce)
+        for token in dict.fromkeys(runs):
+            if token is not None and _call_soon(token, announce):
+                return
+        # No run is left to hand it to: the sink hears it from this thread.
+        announce()
+
+    def _announced(self) -> None:
+        with self._lock:
+            self._unannounced -= 1
+            if self._running or self._unannounced:
+                return
+            waiters, self._idle_waiters = self._idle_waiters, set()
+        for idle, token in waiters:
+            # A waiter's run that ended took the waiter with it.
+            _call_soon(token, idle.set)
 
     def _emit(self, event_type: str, data: dict[str, Any]) -> None:
         send_event(self._sink(), event_type, data, logger)
+
+
+def _call_soon(token: trio.lowlevel.TrioToken, fn: Callable[[], object]) -> bool:
+    """Run ``fn`` on the loop of ``token``'s run; False when that run is over.
+
+    A call the run accepts is guaranteed to run before ``trio.run`` returns.
+    """
+    try:
+        token.run_sync_soon(fn)
+    except trio.RunFinishedError:
+        return False
+    return True
 
 
 class _Skipped(Exception):

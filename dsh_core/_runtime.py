@@ -441,7 +441,9 @@ class ToolRuntime:
     async def wait_for_orphans(self) -> None:
         """Wait until every orphaned worker thread has returned (at once when none runs).
 
-        Bound it with ``trio.move_on_after`` before exiting: whatever is still
+        Works from any trio run, also a later one than the run whose call left
+        the thread, and returns after the ``tool/orphan-finished`` events were
+        sent. Bound it with ``trio.move_on_after`` before exiting: whatever is still
         listed by :meth:`orphaned_work` afterwards dies with the process.
         """
         await self._orphans.wait_idle()

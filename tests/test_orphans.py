@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -423,3 +424,137 @@ async def test_runtime_without_event_sink_still_tracks_orphans() -> None:
     gate.release.set()
     with trio.fail_after(REAL_WAIT):
         await runtime.wait_for_orphans()
+
+
+def orphan_in_its_own_run(runtime: ToolRuntime, gate: Gate) -> None:
+    """One turn in its own ``trio.run``, as the CLI runs each: the call is cancelled and leaves its thread."""
+
+    async def turn() -> None:
+        signal = CancelSignal()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_once_started, gate, signal)
+            with trio.fail_after(REAL_WAIT):
+                result = await runtime.execute(make_input("blocking", call_id="c-1", signal=signal))
+        assert expect_failure(result).code == "ABORTED"
+
+    trio.run(turn)
+    assert [work.call_id for work in runtime.orphaned_work()] == ["c-1"]
+
+
+def test_a_later_run_waits_for_an_orphan_the_previous_run_left() -> None:
+    """The run that abandoned the thread is over: the waiter's own run is woken, and hears the finish first."""
+    gate = Gate()
+    events = Events()
+    runtime = make_runtime(threaded_tool(gate))
+    runtime.event_sink = events
+    orphan_in_its_own_run(runtime, gate)
+
+    async def shutdown() -> list[str]:
+        async with trio.open_nursery() as nursery:
+
+            async def release_once_waiting() -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                gate.release.set()
+
+            nursery.start_soon(release_once_waiting)
+            with trio.fail_after(REAL_WAIT):
+                await runtime.wait_for_orphans()
+            return events.types()
+
+    assert trio.run(shutdown) == ["tool/orphaned", "tool/orphan-finished"]
+    assert runtime.orphaned_work() == []
+    assert events.seen[1][1]["callId"] == "c-1"
+    assert events.seen[1][1]["outcome"] == "returned"
+
+
+def test_the_finish_goes_to_the_run_now_using_the_runtime_not_the_worker_thread() -> None:
+    """A later turn that writes to the same sink must not be raced by the worker thread."""
+    gate = Gate()
+    sink_threads: dict[str, threading.Thread] = {}
+    announced = threading.Event()
+
+    def sink(event_type: str, data: Mapping[str, Any]) -> None:
+        sink_threads[event_type] = threading.current_thread()
+        if event_type == "tool/orphan-finished":
+            announced.set()
+
+    async def echo(args: Any, run: ToolRunContext) -> Any:
+        return "ok"
+
+    runtime = make_runtime(threaded_tool(gate), json_tool("echo", echo))
+    runtime.event_sink = sink
+    orphan_in_its_own_run(runtime, gate)
+
+    async def next_turn() -> None:
+        assert isinstance(await runtime.execute(make_input("echo")), ToolExecutionSuccess)
+        gate.release.set()
+        with trio.fail_after(REAL_WAIT):
+            assert await trio.to_thread.run_sync(announced.wait, REAL_WAIT)
+
+    trio.run(next_turn)
+    assert sink_threads["tool/orphan-finished"] is threading.current_thread()
+    assert runtime.orphaned_work() == []
+
+
+def test_with_no_run_left_the_finish_is_sent_from_the_worker_thread(caplog: pytest.LogCaptureFixture) -> None:
+    gate = Gate()
+    seen: list[str] = []
+    announced = threading.Event()
+
+    def broken_sink(event_type: str, data: Mapping[str, Any]) -> None:
+        seen.append(event_type)
+        if event_type == "tool/orphan-finished":
+            announced.set()
+            raise RuntimeError("sink down")
+
+    runtime = make_runtime(threaded_tool(gate))
+    runtime.event_sink = broken_sink
+    orphan_in_its_own_run(runtime, gate)
+    gate.release.set()
+    assert announced.wait(REAL_WAIT)
+    assert seen == ["tool/orphaned", "tool/orphan-finished"]
+    assert runtime.orphaned_work() == []
+
+    async def wait_for_orphans() -> None:
+        with trio.fail_after(REAL_WAIT):
+            await runtime.wait_for_orphans()
+
+    # Returns once the announcement is over, so the sink's failure has been logged by then.
+    trio.run(wait_for_orphans)
+    assert "event sink failed for tool/orphan-finished: sink down" in caplog.text
+
+
+async def test_a_cancelled_waiter_is_forgotten() -> None:
+    gate = Gate()
+    runtime = make_runtime(threaded_tool(gate))
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_once_started, gate, signal)
+        await runtime.execute(make_input("blocking", signal=signal))
+    with trio.move_on_after(0):
+        await runtime.wait_for_orphans()
+    assert runtime._orphans._idle_waiters == set()
+    gate.release.set()
+    with trio.fail_after(REAL_WAIT):
+        await runtime.wait_for_orphans()
+
+
+async def test_a_waiter_that_comes_after_the_thread_returned_still_sees_the_finish_first() -> None:
+    """The thread has returned but its ``tool/orphan-finished`` still waits for this run's loop."""
+    gate = Gate()
+    events = Events()
+    runtime = make_runtime(threaded_tool(gate))
+    runtime.event_sink = events
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_once_started, gate, signal)
+        await runtime.execute(make_input("blocking", signal=signal))
+    gate.release.set()
+    # Without a checkpoint, so the loop cannot run the announcement the thread hands it.
+    deadline = time.monotonic() + REAL_WAIT
+    while runtime.orphaned_work():
+        assert time.monotonic() < deadline, "the orphaned thread never returned"
+    assert events.types() == ["tool/orphaned"]
+    with trio.fail_after(REAL_WAIT):
+        await runtime.wait_for_orphans()
+    assert events.types() == ["tool/orphaned", "tool/orphan-finished"]
