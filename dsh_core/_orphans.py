@@ -111,11 +111,11 @@ class OrphanTracker:
     def note_run(self) -> None:
         """Remember the calling trio run as the one using the runtime, where finishes can be announced.
 
-        Only while orphans run: it costs a dict check on every call otherwise. The
-        check skips the lock: a stale answer only means another run, or none, is noted.
+        Every call starts here while orphans run (``begin`` looks at ``_running``
+        itself first, without the lock: a stale answer only means another run, or
+        none, is noted).
         """
-        if self._running:
-            self._latest_run = trio.lowlevel.current_trio_token()
+        self._latest_run = trio.lowlevel.current_trio_token()
 
     async def wait_idle(self) -> None:
         """Return once no orphaned thread is running and every finish is announced (at once when so)."""

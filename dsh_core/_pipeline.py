@@ -207,8 +207,10 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
     """
     if type(request) is not ToolExecutionInput and not isinstance(request, ToolExecutionInput):
         raise TypeError(f"execute() takes a ToolExecutionInput, got {type(request).__name__}")
-    # A thread an earlier run orphaned announces its finish in this run, the one now using the sink.
-    runtime._orphans.note_run()
+    orphans = runtime._orphans
+    if orphans._running:
+        # A thread an earlier run orphaned announces its finish in this run, the one now using the sink.
+        orphans.note_run()
     call_id = request.call_id
     name = request.name
     agent = request.agent
