@@ -477,6 +477,10 @@ class Registry:
             mode=mode,
         )
 
+    def scopes(self) -> list[Hashable]:
+        """Every scope holding anything (a tool, guard, restriction, presentation, deferral or load), oldest first."""
+        return list(self._layers)
+
     def all_definitions(self) -> list[tuple[ScopeKey | None, ToolDefinition]]:
         """Every registration, global first, for diagnostics (``dsh-tools check``)."""
         out: list[tuple[ScopeKey | None, ToolDefinition]] = [(None, t) for t in self._global.tools.values()]

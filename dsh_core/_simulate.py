@@ -55,7 +55,7 @@ import attrs
 
 from ._content import ContentBlock
 from ._definition import ToolDefinition, ToolOutput, define_tool
-from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
+from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._fingerprint import contract_changed
 from ._json import JsonValue
 from ._logged_calls import logged_calls, session_events
@@ -67,7 +67,7 @@ from ._results import (
     ToolExecutionSuccess,
     ToolFailure,
 )
-from ._runtime import ToolRuntime
+from ._runtime import ToolRuntime, agent_scope
 from ._schema._raw import RawSchema
 from ._session_log import SessionEvent, SessionLogError, SessionLogRead, structure_content
 from ._signal import CancelSignal
@@ -326,22 +326,20 @@ class _WithoutObservers(HookChains):
 
 
 class _Scopes:
-    """Recorded agent ids to scopes: a registered ``Agent`` with that id, else one fresh ``Agent`` per id."""
+    """Recorded agent ids to scopes (see :func:`agent_scope`), each id resolved once per simulation."""
 
     def __init__(self, runtime: ToolRuntime) -> None:
-        self._known: dict[str, ScopeKey] = {}
-        for scope, _ in runtime.registrations():
-            if isinstance(scope, Agent):
-                self._known.setdefault(scope.id, scope)
+        self._runtime = runtime
+        self._known: dict[str, ScopeKey | None] = {}
 
     def __call__(self, agent: object) -> ScopeKey | None:
         if agent is None:
             return None
         key = str(agent)
-        scope = self._known.get(key)
-        if scope is None:
-            scope = self._known[key] = Agent(id=key)
-        return scope
+        if key not in self._known:
+            # One scope per id: a stateful policy (a rate limit, a grant's uses) sees one agent.
+            self._known[key] = agent_scope(self._runtime, key)
+        return self._known[key]
 
 
 async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -> SimulationReport:

@@ -27,6 +27,7 @@ from dsh_core import (
     read_session_log,
 )
 from dsh_core._cli import cli
+from dsh_core._runtime import agent_scope
 from dsh_core._simulate import SimulationRuntime, recorded_verdict, simulate
 from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
 
@@ -418,3 +419,84 @@ async def test_simulating_a_path_says_to_read_the_log_first() -> None:
     assert str(raised.value) == (
         "simulate() reads the events of a session log: pass read_session_log(path), got str"
     )
+
+
+# -- scopes: a recorded agent id finds every scope the new stack knows ------------------------
+
+
+class DenyShell:
+    """A plugin scoped to one agent (``dsh_scope``) that denies its shell calls."""
+
+    def __init__(self, scope: Any) -> None:
+        self.dsh_scope = scope
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Any) -> Any:
+        return Deny("no shell in this scope") if execution.name == "shell" else await next()
+
+
+def guard_only(runtime: ToolRuntime, scope: Any) -> None:
+    runtime.guard(lambda execution: "no shell in this scope", scope=scope)
+
+
+def restriction_only(runtime: ToolRuntime, scope: Any) -> None:
+    runtime.restrict(ToolRestriction(deny=["shell"]), scope)
+
+
+def scoped_plugin(runtime: ToolRuntime, scope: Any) -> None:
+    runtime.plugins.register(DenyShell(scope))
+
+
+def worker_under_guarded_root(runtime: ToolRuntime, root: Any) -> None:
+    """The recorded "worker" holds nothing: it is known as the parent of a scope that does, and inherits a guard."""
+    guard_only(runtime, root)
+    worker = Agent(id="worker", parent=root)
+    runtime.register(json_tool("other"), Agent(id="helper", parent=worker))
+
+
+SCOPED_POLICIES = [
+    pytest.param(Agent(id="worker"), guard_only, "no shell in this scope", id="agent-guard"),
+    pytest.param(Agent(id="worker"), restriction_only, 'unknown tool "shell"', id="agent-restriction"),
+    pytest.param(Agent(id="worker"), scoped_plugin, "no shell in this scope", id="agent-plugin"),
+    pytest.param("worker", guard_only, "no shell in this scope", id="str-guard"),
+    pytest.param("worker", scoped_plugin, "no shell in this scope", id="str-plugin"),
+    pytest.param(Agent(id="root"), worker_under_guarded_root, "no shell in this scope", id="known-as-a-parent"),
+]
+
+
+@pytest.mark.parametrize("runtime_class", [ToolRuntime, SimulationRuntime])
+@pytest.mark.parametrize(("scope", "setup", "reason"), SCOPED_POLICIES)
+async def test_a_scoped_policy_applies_to_its_agents_recorded_calls(
+    tmp_path: Path, runtime_class: type[ToolRuntime], scope: Any, setup: Any, reason: str
+) -> None:
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "shell", {"cmd": "ls"}, agent="worker")
+        session.append_result("c1", content=[TextBlock("ok")], is_error=False)
+        session.append_call("c2", "shell", {"cmd": "ls"}, agent="lead")
+        session.append_result("c2", content=[TextBlock("ok")], is_error=False)
+    runtime = runtime_class()
+    runtime.register(json_tool("shell"))
+    setup(runtime, scope)
+    report = await simulate(read_session_log(log), runtime)
+    worker, lead = report.calls
+    assert worker.simulated is not None and worker.simulated.decision == "deny"
+    assert worker.summary.startswith(f"would now deny: {reason}")
+    assert lead.summary == "unchanged"
+    assert report.changed
+
+
+@pytest.mark.parametrize(("scope", "setup", "reason"), SCOPED_POLICIES)
+def test_agent_scope_finds_a_scope_that_holds_no_tool(scope: Any, setup: Any, reason: str) -> None:
+    """What ``--agent worker`` and replay resolve: the scope the policy was set up for, not a fresh Agent."""
+    runtime = ToolRuntime()
+    runtime.register(json_tool("shell"))
+    setup(runtime, scope)
+    found = agent_scope(runtime, "worker")
+    if scope == "worker" or (isinstance(scope, Agent) and scope.id == "worker"):
+        assert found is scope
+    else:
+        assert isinstance(found, Agent) and found.id == "worker" and found.parent is scope
+    lead = agent_scope(runtime, "lead")
+    assert isinstance(lead, Agent) and lead.id == "lead" and lead.parent is None
+    assert agent_scope(runtime, None) is None
