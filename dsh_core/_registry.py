@@ -257,6 +257,33 @@ class Registry:
         self._announce(refused, scope)
         return ToolRegistration(unregister, tool)
 
+    def substitute(self, definition: object, scope: ScopeKey | None) -> Disposer:
+        """Put ``definition`` in the place of the tool of its name in ``scope``'s layer until the disposer runs.
+
+        Every scope keeps the names it sees (restrictions and shadowing apply
+        as before), so nothing is announced to ``dsh_tools_change``: a stand-in
+        is a passing change, not a new tool set for the model. The disposer
+        puts the original back if the substitute is still in its place.
+
+        Raises:
+            RegistrationError: no tool of that name is registered in ``scope`` itself.
+        """
+        tool = check_definition(definition)
+        layer = self._layer(scope, create=False)
+        original = layer.tools.get(tool.name) if layer is not None else None
+        if layer is None or original is None:
+            raise RegistrationError(f'no tool "{tool.name}" is registered in this scope to substitute')
+        layer.tools[tool.name] = tool  # the same key: the tool keeps its place in the listing
+        self._changed(notify=False)
+
+        def restore() -> None:
+            current = self._layer(scope, create=False)
+            if current is not None and current.tools.get(tool.name) is tool:
+                current.tools[tool.name] = original
+                self._changed(notify=False)
+
+        return Disposer(restore)
+
     def restrict(self, restriction: ToolRestriction, scope: ScopeKey | None) -> Disposer:
         if not isinstance(restriction, ToolRestriction):
             raise TypeError(f"restrict() takes a ToolRestriction, got {type(restriction).__name__}")
@@ -476,6 +503,10 @@ class Registry:
             guards=guards,
             mode=mode,
         )
+
+    def scopes(self) -> list[Hashable]:
+        """Every scope holding anything (a tool, guard, restriction, presentation, deferral or load), oldest first."""
+        return list(self._layers)
 
     def all_definitions(self) -> list[tuple[ScopeKey | None, ToolDefinition]]:
         """Every registration, global first, for diagnostics (``dsh-tools check``)."""

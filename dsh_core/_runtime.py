@@ -22,6 +22,8 @@ from ._execution import (
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionMode,
+    scope_chain,
+    scope_id,
 )
 from ._orphans import OrphanedWork, OrphanTracker
 from ._registry import (
@@ -468,13 +470,32 @@ class ToolRuntime:
 
 
 def agent_scope(runtime: ToolRuntime, agent_id: str | None) -> ScopeKey | None:
-    """The scope an agent id names (``--agent``): a registered scope with that id, else a fresh ``Agent``."""
+    """The scope an agent id names (``--agent``, a logged call's ``agent``): a known scope, else a fresh ``Agent``.
+
+    Known are the scopes the registry holds anything for (a tool, guard,
+    restriction, presentation or deferral), those plugins are scoped to
+    (``dsh_scope``), and their ancestors; one is named ``agent_id`` when its
+    :func:`scope_id` is, the text logs record it by (an ``Agent``'s ``id``, a
+    string key itself). The first found wins, registry scopes before plugins'.
+    A fresh ``Agent`` inherits nothing: a scope holding only a guard or a
+    restriction must be found, or the call runs without it.
+    """
     if agent_id is None:
         return None
-    for scope, _ in runtime.registrations():
-        if (isinstance(scope, Agent) and scope.id == agent_id) or scope == agent_id:
+    for scope in _known_scopes(runtime):
+        if scope_id(scope) == agent_id:
             return scope
     return Agent(id=agent_id)
+
+
+def _known_scopes(runtime: ToolRuntime) -> Iterator[ScopeKey]:
+    owners = runtime._registry.scopes()
+    # list_name_plugin keeps registration order (get_plugins is a set); a blocked name maps to None.
+    plugins = [plugin for _, plugin in runtime.plugins.list_name_plugin() if plugin is not None]
+    owners += [getattr(plugin, "dsh_scope", None) for plugin in plugins]
+    for owner in owners:
+        if owner is not None:
+            yield from scope_chain(owner)
 
 
 class ScopedToolRuntime:

@@ -5,18 +5,28 @@ call again through ``runtime.execute``, where ``runtime`` carries the policy
 stack to try (typically plugins loaded from a new configuration into a
 :class:`SimulationRuntime`). Nothing runs for real:
 
-* every recorded tool name gets a stand-in definition with open parameters
-  and an any-JSON output. A :class:`SimulationRuntime` registers the plugins'
-  own tools as such stand-ins (in their scopes); in any other runtime a tool
-  already visible under a recorded name is used as it is (its argument schema
-  applies), but its body never runs either;
+* every recorded tool name gets a stand-in definition with an any-JSON
+  output, whose content is the recorded one. A tool registered under that
+  name is replaced by a stand-in with its parameters, in its own scope: a
+  :class:`SimulationRuntime` registers the plugins' tools that way, and in
+  any other runtime the host's own tools are replaced for the length of the
+  simulation (so the argument schema still applies, while the tool's output
+  contract, renderer and ``finalize_content`` never see a replayed result).
+  A name no global tool is registered under also gets a global stand-in,
+  with open parameters;
 * an outermost ``dsh_execute`` short-circuit answers every dispatch from the
   log, so neither the tool body nor any other ``dsh_execute`` wrapper runs.
   Post-execute policies see the recorded content (a recorded tool failure
   comes back as that failure; a call refused when recorded, whose body never
   ran, comes back as an empty success);
 * ``Ask`` is answered ``"allowed-once"`` by a recording approval service, so
-  guards and post-execute policies after the approval are evaluated too.
+  guards and post-execute policies after the approval are evaluated too;
+* ``dsh_result`` observers are not called, in any runtime: no call happens,
+  and a host's session recorder or audit trail would log the simulated results
+  under the recorded calls' ids;
+* a recorded agent id is the scope :func:`~dsh_core._runtime.agent_scope`
+  finds for it (one the runtime's registry or plugins know, else a fresh
+  ``Agent``).
 
 Each call's outcome is reduced to a :class:`Verdict`, the same way for the
 recorded and the simulated side:
@@ -55,7 +65,7 @@ import attrs
 
 from ._content import ContentBlock
 from ._definition import ToolDefinition, ToolOutput, define_tool
-from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
+from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._fingerprint import contract_changed
 from ._json import JsonValue
 from ._logged_calls import logged_calls, session_events
@@ -67,7 +77,7 @@ from ._results import (
     ToolExecutionSuccess,
     ToolFailure,
 )
-from ._runtime import ToolRuntime
+from ._runtime import ToolRuntime, agent_scope
 from ._schema._raw import RawSchema
 from ._session_log import SessionEvent, SessionLogError, SessionLogRead, structure_content
 from ._signal import CancelSignal
@@ -326,22 +336,20 @@ class _WithoutObservers(HookChains):
 
 
 class _Scopes:
-    """Recorded agent ids to scopes: a registered ``Agent`` with that id, else one fresh ``Agent`` per id."""
+    """Recorded agent ids to scopes (see :func:`agent_scope`), each id resolved once per simulation."""
 
     def __init__(self, runtime: ToolRuntime) -> None:
-        self._known: dict[str, ScopeKey] = {}
-        for scope, _ in runtime.registrations():
-            if isinstance(scope, Agent):
-                self._known.setdefault(scope.id, scope)
+        self._runtime = runtime
+        self._known: dict[str, ScopeKey | None] = {}
 
     def __call__(self, agent: object) -> ScopeKey | None:
         if agent is None:
             return None
         key = str(agent)
-        scope = self._known.get(key)
-        if scope is None:
-            scope = self._known[key] = Agent(id=key)
-        return scope
+        if key not in self._known:
+            # One scope per id: a stateful policy (a rate limit, a grant's uses) sees one agent.
+            self._known[key] = agent_scope(self._runtime, key)
+        return self._known[key]
 
 
 async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -> SimulationReport:
@@ -349,8 +357,11 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
 
     See the module documentation for what runs, what is stood in, and how
     verdicts are compared. ``runtime`` is left as it was: the stand-ins, the
-    short-circuit and the approval answerer are removed again, and its
-    ``approval`` and ``trace_decisions`` restored.
+    short-circuit and the approval answerer are removed again, its own tools
+    put back, and its ``approval``, ``trace_decisions`` and observers restored.
+    While it runs, ``runtime`` serves no real call: give it none (a host's
+    runtime is best simulated between turns, or a :class:`SimulationRuntime`
+    loaded with the same plugins used instead).
 
     Raises:
         SessionLogError: a logged result's content or trace is malformed.
@@ -361,20 +372,24 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
     scopes = _Scopes(runtime)
     disposers: list[Disposer] = []
     notes: dict[str, str] = {}
-    for call in recorded_calls:
-        name = call.name
-        if name == RUN_CODE_NAME or name in notes or runtime.get(name) is not None:
-            continue
-        try:
-            disposers.append(ToolRuntime.register(runtime, _stand_in(name, replayer)))
-        except Exception as exc:
-            notes[name] = f"cannot stand in for this tool: {exc}"
-
-    saved = (runtime.approval, runtime.trace_decisions)
-    runtime.approval, runtime.trace_decisions = _Approver(), True
-    runtime.plugins.register(replayer, name="dsh-simulate-replayer")
+    saved = (runtime.approval, runtime.trace_decisions, runtime._chains)
     out: list[SimulatedCall] = []
     try:
+        _stand_in_for_registered(runtime, {call.name for call in recorded_calls}, replayer, disposers, notes)
+        for call in recorded_calls:
+            name = call.name
+            if name == RUN_CODE_NAME or name in notes or runtime.get(name) is not None:
+                continue
+            try:
+                disposers.append(ToolRuntime.register(runtime, _stand_in(name, replayer)))
+            except Exception as exc:
+                notes[name] = f"cannot stand in for this tool: {exc}"
+        runtime.approval, runtime.trace_decisions = _Approver(), True
+        if not isinstance(runtime._chains, _WithoutObservers):
+            # A host's own observers (a session recorder, an audit trail) would log the
+            # simulated results under the recorded calls' ids, as if they had run again.
+            runtime._chains = _WithoutObservers(runtime.plugins)
+        runtime.plugins.register(replayer, name="dsh-simulate-replayer")
         for call in recorded_calls:
             call_id, name, agent_id, result = call.call_id, call.name, call.agent, call.result
             try:
@@ -408,8 +423,31 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
                 )
             )
     finally:
-        runtime.plugins.unregister(replayer)
-        runtime.approval, runtime.trace_decisions = saved
+        if runtime.plugins.is_registered(replayer):
+            runtime.plugins.unregister(replayer)
+        runtime.approval, runtime.trace_decisions, runtime._chains = saved
         for disposer in reversed(disposers):
             disposer()
     return SimulationReport(calls=tuple(out))
+
+
+def _stand_in_for_registered(
+    runtime: ToolRuntime, names: set[str], replayer: _Replayer, disposers: list[Disposer], notes: dict[str, str]
+) -> None:
+    """Put a stand-in in the place of every tool of the host's own registered under one of ``names``.
+
+    In the tool's own scope and with its parameters, so the names each scope
+    sees and the arguments each tool accepts stay as they are. The stand-in
+    has none of the tool's output contract, renderer or finaliser: the recorded
+    content reaches post-execute as it was logged (through the tool's output
+    contract a replayed result would fail ``INVALID_TOOL_OUTPUT``, which skips
+    post-execute), and no finaliser of the host's runs on it.
+    """
+    for scope, tool in runtime.registrations():
+        name = tool.name
+        if name not in names or name in notes or tool in _STAND_INS or tool in _STOOD_IN_FOR:
+            continue  # not recorded, not replaceable, or a SimulationRuntime's stand-in already
+        try:
+            disposers.append(runtime._registry.substitute(_stand_in(name, replayer, tool), scope))
+        except Exception as exc:
+            notes[name] = f"cannot stand in for this tool: {exc}"

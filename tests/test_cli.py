@@ -705,6 +705,41 @@ def test_an_empty_agent_id_is_a_usage_error(command: list[str]) -> None:
     assert "Invalid value for '--agent': an agent id cannot be empty" in result.output
 
 
+WORKER_GUARD_PLUGIN = """
+from dsh_core import Agent, define_tool, hookimpl
+
+async def _echo(args):
+    return args
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(name="echo", description="Echo.", parameters={}, output={"type": "json"}, execute=_echo))
+    # The worker's scope holds a guard and no tool of its own.
+    runtime.guard(lambda execution: "workers may not echo", scope=Agent(id="worker"))
+"""
+
+
+@pytest.mark.parametrize("command", ["call", "run"])
+def test_agent_runs_as_the_scope_holding_its_guard(dists: Dists, tmp_path: Path, command: str) -> None:
+    """``--agent worker`` is the plugin's worker scope even when that scope registers no tool."""
+    module = dists.module("workerguard", WORKER_GUARD_PLUGIN)
+    options = ["--no-plugins", "--plugin", f"workerguard={module}"]
+    batch = tmp_path / "calls.jsonl"
+    batch.write_text(json.dumps({"id": "c1", "name": "echo", "arguments": {}}) + "\n")
+    if command == "call":
+        denied = invoke([*options, "call", "echo", "{}", "--agent", "worker"])
+        assert denied.exit_code == 1, denied.output
+        assert "DENIED" in denied.stderr and "workers may not echo" in denied.stdout
+        assert invoke([*options, "call", "echo", "{}", "--agent", "lead"]).exit_code == 0
+    else:
+        # run exits 0 once the batch ran: the result line says what happened.
+        denied = invoke([*options, "run", str(batch), "--agent", "worker"])
+        assert json.loads(denied.stdout)["error"]["code"] == "DENIED"
+        assert json.loads(denied.stdout)["error"]["message"] == "workers may not echo"
+        allowed = invoke([*options, "run", str(batch), "--agent", "lead"])
+        assert json.loads(allowed.stdout)["is_error"] is False
+
+
 STUCK_PLUGIN = """
 import threading
 

@@ -369,6 +369,31 @@ def test_every_change_fires_tools_change_unfiltered() -> None:
     assert recorder.changes == 6  # guards do not change the visible set
 
 
+def test_a_substitute_takes_the_tools_place_in_its_scope_until_disposed() -> None:
+    """What a simulation stands in with: the same names everywhere, no tools-change, the original back after."""
+    runtime = ToolRuntime()
+    recorder = Recorder()
+    worker = Agent("worker")
+    first, real, last, scoped = json_tool("first"), json_tool("t"), json_tool("last"), json_tool("t")
+    for tool in (first, real, last):
+        runtime.register(tool)
+    runtime.register(scoped, worker)
+    runtime.restrict(ToolRestriction(deny=["first"]), worker)
+    runtime.plugins.register(recorder)
+    substitute = json_tool("t")
+    restore = runtime._registry.substitute(substitute, None)
+    assert runtime.get("t") is substitute and runtime.names() == ["first", "t", "last"]
+    assert runtime.get("t", worker) is scoped and runtime.names(worker) == ["t", "last"]
+    restore()
+    restore()
+    assert runtime.get("t") is real and runtime.names() == ["first", "t", "last"]
+    assert recorder.changes == 0
+    with pytest.raises(RegistrationError, match='no tool "first" is registered in this scope to substitute'):
+        runtime._registry.substitute(json_tool("first"), worker)
+    with pytest.raises(RegistrationError, match='no tool "nope" is registered in this scope to substitute'):
+        runtime._registry.substitute(json_tool("nope"), None)
+
+
 def test_failing_tools_change_listener_rolls_registration_back() -> None:
     runtime = ToolRuntime()
 

@@ -18,6 +18,7 @@ from dsh_core import (
     Deny,
     Rewrite,
     SessionLog,
+    SessionLogError,
     SessionRecorder,
     TextBlock,
     ToolExecution,
@@ -27,6 +28,7 @@ from dsh_core import (
     read_session_log,
 )
 from dsh_core._cli import cli
+from dsh_core._runtime import agent_scope
 from dsh_core._simulate import SimulationRuntime, recorded_verdict, simulate
 from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
 
@@ -418,3 +420,177 @@ async def test_simulating_a_path_says_to_read_the_log_first() -> None:
     assert str(raised.value) == (
         "simulate() reads the events of a session log: pass read_session_log(path), got str"
     )
+
+
+# -- scopes: a recorded agent id finds every scope the new stack knows ------------------------
+
+
+class DenyShell:
+    """A plugin scoped to one agent (``dsh_scope``) that denies its shell calls."""
+
+    def __init__(self, scope: Any) -> None:
+        self.dsh_scope = scope
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Any) -> Any:
+        return Deny("no shell in this scope") if execution.name == "shell" else await next()
+
+
+def guard_only(runtime: ToolRuntime, scope: Any) -> None:
+    runtime.guard(lambda execution: "no shell in this scope", scope=scope)
+
+
+def restriction_only(runtime: ToolRuntime, scope: Any) -> None:
+    runtime.restrict(ToolRestriction(deny=["shell"]), scope)
+
+
+def scoped_plugin(runtime: ToolRuntime, scope: Any) -> None:
+    runtime.plugins.register(DenyShell(scope))
+
+
+def worker_under_guarded_root(runtime: ToolRuntime, root: Any) -> None:
+    """The recorded "worker" holds nothing: it is known as the parent of a scope that does, and inherits a guard."""
+    guard_only(runtime, root)
+    worker = Agent(id="worker", parent=root)
+    runtime.register(json_tool("other"), Agent(id="helper", parent=worker))
+
+
+SCOPED_POLICIES = [
+    pytest.param(Agent(id="worker"), guard_only, "no shell in this scope", id="agent-guard"),
+    pytest.param(Agent(id="worker"), restriction_only, 'unknown tool "shell"', id="agent-restriction"),
+    pytest.param(Agent(id="worker"), scoped_plugin, "no shell in this scope", id="agent-plugin"),
+    pytest.param("worker", guard_only, "no shell in this scope", id="str-guard"),
+    pytest.param("worker", scoped_plugin, "no shell in this scope", id="str-plugin"),
+    pytest.param(Agent(id="root"), worker_under_guarded_root, "no shell in this scope", id="known-as-a-parent"),
+]
+
+
+@pytest.mark.parametrize("runtime_class", [ToolRuntime, SimulationRuntime])
+@pytest.mark.parametrize(("scope", "setup", "reason"), SCOPED_POLICIES)
+async def test_a_scoped_policy_applies_to_its_agents_recorded_calls(
+    tmp_path: Path, runtime_class: type[ToolRuntime], scope: Any, setup: Any, reason: str
+) -> None:
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "shell", {"cmd": "ls"}, agent="worker")
+        session.append_result("c1", content=[TextBlock("ok")], is_error=False)
+        session.append_call("c2", "shell", {"cmd": "ls"}, agent="lead")
+        session.append_result("c2", content=[TextBlock("ok")], is_error=False)
+    runtime = runtime_class()
+    runtime.register(json_tool("shell"))
+    setup(runtime, scope)
+    report = await simulate(read_session_log(log), runtime)
+    worker, lead = report.calls
+    assert worker.simulated is not None and worker.simulated.decision == "deny"
+    assert worker.summary.startswith(f"would now deny: {reason}")
+    assert lead.summary == "unchanged"
+    assert report.changed
+
+
+@pytest.mark.parametrize(("scope", "setup", "reason"), SCOPED_POLICIES)
+def test_agent_scope_finds_a_scope_that_holds_no_tool(scope: Any, setup: Any, reason: str) -> None:
+    """What ``--agent worker`` and replay resolve: the scope the policy was set up for, not a fresh Agent."""
+    runtime = ToolRuntime()
+    runtime.register(json_tool("shell"))
+    setup(runtime, scope)
+    found = agent_scope(runtime, "worker")
+    if scope == "worker" or (isinstance(scope, Agent) and scope.id == "worker"):
+        assert found is scope
+    else:
+        assert isinstance(found, Agent) and found.id == "worker" and found.parent is scope
+    lead = agent_scope(runtime, "lead")
+    assert isinstance(lead, Agent) and lead.id == "lead" and lead.parent is None
+    assert agent_scope(runtime, None) is None
+
+
+# -- a host runtime: its own tools and observers stay out of the simulation -------------------
+
+
+class BlockSecrets:
+    @hookimpl
+    async def dsh_post_execute(self, execution: Any, result: Any, next: Any) -> Any:
+        if any("secret" in getattr(block, "text", "") for block in result.content):
+            return Block(feedback=[TextBlock("no secrets")])
+        return await next()
+
+
+async def secret_session(path: Path) -> Path:
+    with SessionLog(path) as session:
+        session.append_call("c1", "read", {"path": "a"})
+        session.append_result("c1", content=[TextBlock("secret: 42")], is_error=False)
+        session.append_call("c2", "read", {"path": "b"}, agent="worker")
+        session.append_result("c2", content=[TextBlock("secret: 43")], is_error=False)
+        session.append_call("c3", "read", {"path": "c"})
+        session.append_result("c3", content=[TextBlock("nothing here")], is_error=False)
+    return path
+
+
+async def test_post_execute_sees_the_recorded_content_through_a_registered_tool(tmp_path: Path) -> None:
+    """A tool of the host's own is stood in for: its output contract and finaliser never see the replay."""
+    touched: list[str] = []
+
+    async def body(args: Any) -> Any:
+        touched.append("body")
+        return "secret"
+
+    def finalize(execution: Any, result: Any) -> None:
+        touched.append("finalize")
+
+    def read_tool() -> Any:
+        parameters = {"path": {"type": "string", "required": True}}
+        return json_tool("read", body, parameters=parameters, output={"type": "string"}, finalize_content=finalize)
+
+    host = make_runtime(read_tool(), plugins=[BlockSecrets()])
+    worker = Agent(id="worker")
+    host.register(read_tool(), worker)  # the worker's own variant
+    global_read, worker_read = host.get("read"), host.get("read", worker)
+    report = await simulate(read_session_log(await secret_session(tmp_path / "s.jsonl")), host)
+    assert [(c.call_id, c.summary) for c in report.calls] == [
+        ("c1", "would now deny: no secrets"),
+        ("c2", "would now deny: no secrets"),
+        ("c3", "unchanged"),
+    ]
+    assert touched == []
+    assert host.get("read") is global_read and host.get("read", worker) is worker_read
+    live = await host.execute(make_input("read", {"path": "a"}))
+    assert live.is_error and live.error.info is not None and live.error.info.code == "DENIED"
+    assert touched == ["body", "finalize"]
+
+
+async def test_simulating_in_a_host_runtime_calls_none_of_its_observers(tmp_path: Path) -> None:
+    """A session recorder or audit trail of the host must not log simulated results under real call ids."""
+    observed: list[str] = []
+
+    class Observer:
+        @hookimpl
+        def dsh_result(self, execution: Any, result: Any) -> None:
+            observed.append(execution.call_id)
+
+    host = make_runtime(json_tool("read"), plugins=[Observer(), BlockSecrets()])
+    report = await simulate(read_session_log(await secret_session(tmp_path / "s.jsonl")), host)
+    assert [c.call_id for c in report.calls] == ["c1", "c2", "c3"]
+    assert observed == []
+    await host.execute(make_input("read", call_id="live"))
+    assert observed == ["live"]
+
+
+async def test_a_simulation_that_fails_puts_the_hosts_tools_and_observers_back(tmp_path: Path) -> None:
+    observed: list[str] = []
+
+    class Observer:
+        @hookimpl
+        def dsh_result(self, execution: Any, result: Any) -> None:
+            observed.append(execution.call_id)
+
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "read", {})
+        session.append_result("c1", content=[TextBlock("x")], is_error=False, trace=[{"stage": "nonsense"}])
+    real = json_tool("read")
+    host = make_runtime(real, plugins=[Observer()])
+    with pytest.raises(SessionLogError, match="call c1"):
+        await simulate(read_session_log(log), host)
+    assert host.get("read") is real
+    assert not any(host.plugins.get_name(p) == "dsh-simulate-replayer" for p in host.plugins.get_plugins())
+    await host.execute(make_input("read", call_id="live"))
+    assert observed == ["live"]
