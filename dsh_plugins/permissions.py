@@ -210,19 +210,22 @@ def _scalars(value: JsonValue) -> list[JsonValue]:
 def _value_matches(value: JsonValue, glob: str, action: str) -> bool:
     """Whether an argument value matches an ``args`` glob, so that wrapping it never helps a model.
 
-    A value matches when its text does. A container also matches a ``deny``
-    or ``ask`` rule when any scalar inside it does (``["/etc/passwd"]`` is
-    still ``/etc/passwd``), and an ``allow`` rule when every one does (one
-    path outside the glob must not ride along with one inside it).
+    A scalar matches when its text does. A container matches a ``deny`` or
+    ``ask`` rule when its compact JSON text or any scalar inside it does
+    (``["/etc/passwd"]`` is still ``/etc/passwd``), and an ``allow`` rule only
+    when every scalar inside it does (one path outside the glob must not ride
+    along with one inside it, not even when the container's whole text fits a
+    glob like ``*/docs/*``); an empty container matches by its text.
     """
-    if fnmatch.fnmatchcase(_match_text(value), glob):
-        return True
     if not isinstance(value, (Mapping, list, tuple)):
-        return False
+        return fnmatch.fnmatchcase(_match_text(value), glob)
     scalars = _scalars(value)
-    if action == "allow":
-        return bool(scalars) and all(fnmatch.fnmatchcase(_match_text(item), glob) for item in scalars)
-    return any(fnmatch.fnmatchcase(_match_text(item), glob) for item in scalars)
+    if action == "allow" and scalars:
+        # Not the container's text: ``*/docs/*`` matches '["/etc/shadow","/srv/docs/a"]'.
+        return all(fnmatch.fnmatchcase(_match_text(item), glob) for item in scalars)
+    if fnmatch.fnmatchcase(json_text(value), glob):
+        return True
+    return action != "allow" and any(fnmatch.fnmatchcase(_match_text(item), glob) for item in scalars)
 
 
 def _check_args(instance: object, attribute: attrs.Attribute[Any], value: dict[str, str] | None) -> None:

@@ -124,6 +124,32 @@ async def test_an_allow_rule_takes_a_container_only_when_every_value_inside_matc
     assert result.is_error is not allowed
 
 
+@pytest.mark.parametrize(
+    ("arguments", "allowed"),
+    [
+        ({"path": "/srv/docs/a.md"}, True),
+        ({"path": ["/srv/docs/a.md", "/srv/docs/b.md"]}, True),
+        # The container's own text matches the glob; the path outside it must not ride along on that.
+        ({"path": ["/etc/shadow", "/srv/docs/a.md"]}, False),
+        ({"path": {"x": "/srv/docs/a.md", "y": "/etc/shadow"}}, False),
+        ({"path": [["/srv/docs/a.md"], "/etc/shadow"]}, False),
+    ],
+)
+async def test_an_allow_glob_that_matches_a_containers_text_still_needs_every_value(
+    arguments: dict[str, Any], allowed: bool
+) -> None:
+    runtime = runtime_with(
+        {
+            "rules": [
+                {"tool": "write_file", "args": {"path": "*/docs/*"}, "action": "allow"},
+                {"tool": "write_file", "action": "deny", "reason": "only docs"},
+            ]
+        }
+    )
+    result = await runtime.execute(make_input("write_file", arguments))
+    assert result.is_error is not allowed
+
+
 async def test_nested_and_indexed_argument_paths() -> None:
     runtime = runtime_with(
         {
