@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import shutil
@@ -38,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import attrs
 import trio
@@ -76,6 +77,10 @@ ALLOWED_ALWAYS: Final = "allowed-always"
 """The answer an approval service wrapped by :class:`GrantingApproval` gives to mean "allow, and do not ask again"."""
 
 LOCK_SUFFIX: Final = ".lock"
+# How often a call waiting for a grants file another process holds looks again (doubling up to the max).
+_LOCK_POLL_FIRST_S: Final = 0.01
+_LOCK_POLL_MAX_S: Final = 0.25
+_T = TypeVar("_T")
 """The grants file ``grants.jsonl`` is locked through ``grants.jsonl.lock`` (kept; it holds nothing)."""
 
 logger = logging.getLogger("dsh_plugins.grants")
@@ -185,7 +190,10 @@ def _number(data: Mapping[str, Any], key: str, *, optional: bool = False) -> Any
         return None
     if type(value) is not int and type(value) is not float:
         raise _Malformed(f"{key} must be a number, got {safe_repr(value)}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past float's range: no time or count this file means
+        raise _Malformed(f"{key} must be a number a float can hold, got {safe_repr(value)}") from None
 
 
 def _apply(grants: dict[str, StandingGrant], event_type: str, data: Mapping[str, Any]) -> None:
@@ -349,6 +357,20 @@ class GrantBook:
                 is not a positive finite number.
             NonJsonValueError: ``arguments`` are not lossless JSON.
         """
+        candidate = self._candidate(tool, granted_by, agent, any_agent, arguments, ttl_s, note)
+        return self._add(candidate, wait=True)
+
+    def _candidate(
+        self,
+        tool: str,
+        granted_by: str,
+        agent: str | None,
+        any_agent: bool,
+        arguments: Mapping[str, object] | None,
+        ttl_s: float | None,
+        note: str | None,
+    ) -> StandingGrant:
+        """The grant :meth:`grant` records, checked and built (nothing written yet)."""
         if type(tool) is not str or not tool:
             raise ValueError(f"tool must be a non-empty str, got {tool!r}")
         if type(granted_by) is not str or not granted_by:
@@ -368,7 +390,7 @@ class GrantBook:
         now = self._clock()
         frozen = None if arguments is None else snapshot_json(dict(arguments))
         assert frozen is None or isinstance(frozen, FrozenDict)
-        candidate = StandingGrant(
+        return StandingGrant(
             id=f"g-{uuid.uuid4().hex[:12]}",
             tool=tool,
             agent=agent,
@@ -379,11 +401,13 @@ class GrantBook:
             expires_at=None if ttl_s is None else now + ttl_s,
             note=note,
         )
-        grant_id = candidate.id
-        with self._locked():
+
+    def _add(self, candidate: StandingGrant, *, wait: bool) -> StandingGrant:
+        """Record ``candidate``; raises :class:`_Busy` without waiting when ``wait`` is false and the lock is held."""
+        with self._locked(wait=wait):
             self._append(_ADDED, _added_data(candidate))
-            grant = self._grants[grant_id]
-        logger.info("standing grant %s added by %s: %s", grant_id, granted_by, grant.describe())
+            grant = self._grants[candidate.id]
+        logger.info("standing grant %s added by %s: %s", grant.id, grant.granted_by, grant.describe())
         return grant
 
     def revoke(self, grant_id: str, *, by: str) -> StandingGrant:
@@ -411,7 +435,11 @@ class GrantBook:
         Looking up and recording happen under the file's lock, so a grant
         revoked by another process a moment earlier is not used.
         """
-        with self._locked():
+        return self._use(execution, wait=True)
+
+    def _use(self, execution: ToolExecution, *, wait: bool) -> StandingGrant | None:
+        """:meth:`use`; raises :class:`_Busy` without waiting when ``wait`` is false and the lock is held."""
+        with self._locked(wait=wait):
             now = self._clock()
             grant = next((grant for grant in self._grants.values() if grant.covers(execution, now)), None)
             if grant is None:
@@ -511,18 +539,25 @@ class GrantBook:
         self._grants = updated
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Hold this book's mutex and the file's lock, and see everything written before they were taken."""
-        with self._mutex:
+    def _locked(self, *, wait: bool = True) -> Iterator[None]:
+        """Hold this book's mutex and the file's lock, and see everything written before they were taken.
+
+        Raises :class:`_Busy` instead of waiting for either when ``wait`` is false.
+        """
+        if not self._mutex.acquire(blocking=wait):
+            raise _Busy
+        try:
             if self.path is None:
                 yield
                 return
-            fd = _lock(self.path)
+            fd = _lock(self.path, wait=wait)
             try:
                 self._refresh()
                 yield
             finally:
                 os.close(fd)
+        finally:
+            self._mutex.release()
 
     def _refresh(self) -> None:
         """Catch up with what other writers appended since this book last saw the file.
@@ -562,8 +597,32 @@ class GrantBook:
         self._grants, self._read = grants, SessionLogRead(events=last, torn=None, end=new.end)
 
 
-def _lock(path: str) -> int:
+async def _unblocked(work: Callable[[], _T]) -> _T:
+    """``work`` (a book operation that takes the lock without waiting) on a worker thread, until the lock is free.
+
+    The book reads, locks and fsyncs a file: on a worker thread, never on the
+    event loop. A thread blocked on a lock another process holds could be
+    neither cancelled nor abandoned (abandoned, it would still record what the
+    call no longer wants), so the waiting happens here, where the call's
+    cancellation can end it.
+    """
+    pause = _LOCK_POLL_FIRST_S
+    while True:
+        try:
+            return await trio.to_thread.run_sync(work)
+        except _Busy:
+            await trio.sleep(pause)
+            pause = min(pause * 2, _LOCK_POLL_MAX_S)
+
+
+class _Busy(Exception):
+    """The book's lock is held (by another process, or another thread here), and the taker would not wait."""
+
+
+def _lock(path: str, *, wait: bool = True) -> int:
     """Take ``<path>.lock`` exclusively (creating it ``0600``), waiting for other holders; returns its fd.
+
+    Raises :class:`_Busy` instead of waiting when ``wait`` is false.
 
     The lock lives in a file of its own, not in the grants file: ``compact``
     replaces the grants file, and a lock on the replaced file would lock
@@ -571,7 +630,10 @@ def _lock(path: str) -> int:
     """
     fd = os.open(path + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise _Busy from None
     except BaseException:
         os.close(fd)
         raise
@@ -714,10 +776,8 @@ class GrantingApproval:
         """
         if execution.signal.cancelled:
             return "cancelled"
-        # The book reads, locks and fsyncs a file: on a worker thread, never on the event loop.
-        if await trio.to_thread.run_sync(self.book.use, execution) is not None:
-            return "allowed-once"
-        return None
+        grant = await _unblocked(functools.partial(self.book._use, execution, wait=False))
+        return None if grant is None else "allowed-once"
 
     async def request(self, execution: ToolExecution, reason: str | None) -> str:
         standing = await self.standing_answer(execution)
@@ -731,20 +791,19 @@ class GrantingApproval:
         arguments = execution.arguments if self.scope == "arguments" else None
         if arguments is not None and not isinstance(arguments, Mapping):
             raise GrantError(f"cannot grant call {execution.call_id}: its arguments are not an object")
-        await trio.to_thread.run_sync(self._grant_and_use, execution, arguments)
-        return "allowed-once"
-
-    def _grant_and_use(self, execution: ToolExecution, arguments: Mapping[str, object] | None) -> None:
-        self.book.grant(
+        book = self.book
+        candidate = book._candidate(
             execution.name,
-            granted_by=self.granted_by,
-            agent=None if self.all_agents else scope_id(execution.agent),
-            any_agent=self.all_agents,
-            arguments=arguments,
-            ttl_s=self.ttl_s,
-            note=f"answered for call {execution.call_id}",
+            self.granted_by,
+            None if self.all_agents else scope_id(execution.agent),
+            self.all_agents,
+            arguments,
+            self.ttl_s,
+            f"answered for call {execution.call_id}",
         )
+        await _unblocked(functools.partial(book._add, candidate, wait=False))
         # The call the grant was answered for is its first use, so the audit trail
         # lists every call a grant let through. The person allowed this call
         # either way: it proceeds even if another process revoked the grant already.
-        self.book.use(execution)
+        await _unblocked(functools.partial(book._use, execution, wait=False))
+        return "allowed-once"

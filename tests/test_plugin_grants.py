@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -273,6 +274,13 @@ def test_a_torn_last_line_is_ignored_then_cut_off(tmp_path: Path, caplog: pytest
                 "data": {"id": "g-1", "tool": "t", "anyAgent": False, "grantedBy": "a", "grantedAt": "now"},
             },
             "grantedAt must be a number",
+        ),
+        (
+            {
+                "type": "grant/added",
+                "data": {"id": "g-1", "tool": "t", "anyAgent": False, "grantedBy": "a", "grantedAt": 10**400},
+            },
+            "grantedAt must be a number a float can hold",  # it was a bare OverflowError
         ),
     ],
 )
@@ -573,17 +581,71 @@ def test_concurrent_uses_from_worker_threads_are_all_counted(tmp_path: Path) -> 
 
 async def test_granting_approval_keeps_file_work_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     loop_thread = threading.current_thread()
-    used_on: list[threading.Thread] = []
+    used_on: list[tuple[str, threading.Thread]] = []
     book = GrantBook()
-    real_use = book.use
+    real_use, real_add = book._use, book._add
 
-    def recording_use(call: ToolExecution) -> Any:
-        used_on.append(threading.current_thread())
-        return real_use(call)
+    def recording_use(call: ToolExecution, *, wait: bool) -> Any:
+        used_on.append(("use", threading.current_thread()))
+        return real_use(call, wait=wait)
 
-    monkeypatch.setattr(book, "use", recording_use)
+    def recording_add(candidate: Any, *, wait: bool) -> Any:
+        used_on.append(("add", threading.current_thread()))
+        return real_add(candidate, wait=wait)
+
+    monkeypatch.setattr(book, "_use", recording_use)
+    monkeypatch.setattr(book, "_add", recording_add)
     await GrantingApproval(Scripted(ALLOWED_ALWAYS), book).request(execution(), None)
-    assert used_on and all(thread is not loop_thread for thread in used_on)
+    assert [what for what, _ in used_on] == ["use", "add", "use"]  # the lookup, the grant, its first use
+    assert all(thread is not loop_thread for _, thread in used_on)
+
+
+async def test_a_call_waiting_for_a_grants_file_another_process_holds_can_be_cancelled(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    book = GrantBook(tmp_path / "grants.jsonl")
+    book.grant("shell", agent="main", granted_by="ana")
+    runtime = runtime_with(GrantingApproval(Scripted(), book))
+    # Another process holding the lock (flock conflicts between two opens in one process too).
+    holder = os.open(str(tmp_path / "grants.jsonl.lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        stop = CancelSignal()
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_later() -> None:
+                await trio.sleep(1)
+                stop.cancel("user pressed stop")
+
+            nursery.start_soon(cancel_later)
+            result = await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN, signal=stop))
+        # It used to wait in a worker thread until the holder let go, whatever the signal said.
+        assert code(result) == "ABORTED_BEFORE_DISPATCH"
+        assert trio.current_time() < 2
+    finally:
+        os.close(holder)
+    assert book.grants()[0].uses == 0  # the cancelled call recorded no use
+
+
+async def test_a_call_waiting_for_a_held_grants_file_goes_on_once_it_is_free(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    book = GrantBook(tmp_path / "grants.jsonl")
+    book.grant("shell", agent="main", granted_by="ana")
+    runtime = runtime_with(GrantingApproval(Scripted(), book))
+    holder = os.open(str(tmp_path / "grants.jsonl.lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    async with trio.open_nursery() as nursery:
+
+        async def release_later() -> None:
+            await trio.sleep(3)
+            os.close(holder)
+
+        nursery.start_soon(release_later)
+        result = await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN))
+    assert not result.is_error
+    assert trio.current_time() >= 3
+    assert book.grants()[0].uses == 1
 
 
 def test_a_book_reads_only_what_others_appended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
