@@ -77,14 +77,21 @@ def _message_content(value: object) -> tuple[ContentBlock, ...]:
     return as_content(value, what="UserMessage.content")
 
 
+def _named_source(instance: UserMessage, attribute: attrs.Attribute[str], value: object) -> None:
+    # A session log keeps the source to say whose message it was; replay refuses one naming nobody.
+    _str_field(instance, attribute, value)
+    if not value:
+        raise ValueError("UserMessage.source must not be empty (name who produced the message)")
+
+
 @attrs.frozen(slots=True)
 class UserMessage:
     """A context deferred until after the tool result (``ToolRunContext.defer_context``).
 
-    ``source`` says who produced it (a plugin or tool name); ``meta`` is any
-    lossless JSON the host wants to keep with it.
+    ``source`` says who produced it (a plugin or tool name; never empty);
+    ``meta`` is any lossless JSON the host wants to keep with it.
     """
 
     content: tuple[ContentBlock, ...] = attrs.field(converter=_message_content)
-    source: str = attrs.field(default="tool", validator=_str_field)
+    source: str = attrs.field(default="tool", validator=_named_source)
     meta: JsonValue = attrs.field(default=None, converter=snapshot_json)

@@ -3,7 +3,8 @@
 Replay, ``explain`` and the policy simulator all read a log the same way: a
 ``tool/result`` (and a ``tool/code-dispatch``) belongs to the latest
 ``tool/call`` with its call id, since one file may hold several sessions
-appended to each other. The identifying fields are checked here, once, so a
+appended to each other. The identifying fields, and the shape of a result
+(``content``, ``isError``, ``error``), are checked here, once, so a
 hand-edited or foreign log is reported by ``seq`` instead of failing
 somewhere downstream.
 """
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
+from ._content import ContentBlock
 from ._json import FrozenDict, JsonValue, safe_repr
-from ._session_log import SessionEvent, SessionLogError, SessionLogRead
+from ._session_log import SessionEvent, SessionLogError, SessionLogRead, structure_content
 
 __all__ = ["LoggedCall", "logged_calls", "session_events"]
 
@@ -51,6 +53,7 @@ class LoggedCall:
     agent: str | None
     contract: str | None = None  # the tool's contract fingerprint when the call was recorded
     result: Mapping[str, Any] | None = None  # the event's FrozenDict
+    content: tuple[ContentBlock, ...] = ()  # the result's content as blocks
     dispatches: tuple[Mapping[str, Any], ...] = ()
 
 
@@ -61,10 +64,13 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
         SessionLogError: a ``tool/call`` or ``tool/result`` lacks a non-empty
             ``callId``, or a call's ``name`` is not a ``str`` or its ``agent``
             neither ``null`` nor a non-empty ``str``, or its ``contract`` neither
-            absent, ``null`` nor a non-empty ``str``; the message names the ``seq``.
+            absent, ``null`` nor a non-empty ``str``; or a result's ``content``
+            is not a list of content blocks, its ``isError`` not a boolean or its
+            ``error`` neither ``null`` (or absent) nor ``{name, code, message}``
+            of strs. The message names the ``seq``.
     """
     calls: list[LoggedCall] = []
-    results: list[FrozenDict | None] = []
+    results: list[tuple[FrozenDict | None, tuple[ContentBlock, ...]]] = []
     dispatches: list[list[FrozenDict]] = []
     latest: dict[str, int] = {}  # call id -> index into the lists above
     for event in events:
@@ -73,19 +79,20 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
             call = _call(event)
             latest[call.call_id] = len(calls)
             calls.append(call)
-            results.append(None)
+            results.append((None, ()))
             dispatches.append([])
         elif event.type == "tool/result":
-            index = latest.get(_call_id(event))
+            call_id, content = _result(event)
+            index = latest.get(call_id)
             if index is not None:
-                results[index] = data
+                results[index] = (data, content)
         elif event.type == "tool/code-dispatch":
             index = latest.get(str(data.get("parentCallId")))
             if index is not None:
                 dispatches[index].append(data)
     return [
-        attrs.evolve(call, result=result, dispatches=tuple(subs))
-        for call, result, subs in zip(calls, results, dispatches, strict=True)
+        attrs.evolve(call, result=result, content=content, dispatches=tuple(subs))
+        for call, (result, content), subs in zip(calls, results, dispatches, strict=True)
     ]
 
 
@@ -110,6 +117,46 @@ def _call(event: SessionEvent) -> LoggedCall:
         agent=agent,
         contract=_optional_str(event, "contract"),
     )
+
+
+_ERROR_KEYS: Final = ("name", "code", "message")
+
+
+def _result(event: SessionEvent) -> tuple[str, tuple[ContentBlock, ...]]:
+    """The call id and content of a ``tool/result``, its shape checked against what ``append_result`` writes.
+
+    ``meta``, ``trace`` and ``contexts`` are left to the readers that use them;
+    an absent ``error`` reads as ``null``, as an absent ``meta`` does.
+    """
+    call_id = _call_id(event)
+    content = _required(event, "content")
+    if not isinstance(content, (list, tuple)):
+        raise _malformed(event, f"content must be a list of content blocks, got {safe_repr(content)}")
+    try:
+        blocks = structure_content(content)
+    except SessionLogError as exc:
+        raise _malformed(event, str(exc)) from None
+    is_error = _required(event, "isError")
+    if type(is_error) is not bool:
+        # Read with bool(), the string "false" was a failure.
+        raise _malformed(event, f"isError must be true or false, got {safe_repr(is_error)}")
+    error = event.data.get("error")
+    if error is not None:
+        if not isinstance(error, Mapping):
+            raise _malformed(event, f"error must be null or an object {{name, code, message}}, got {safe_repr(error)}")
+        if set(error) != set(_ERROR_KEYS):
+            keys = ", ".join(safe_repr(key) for key in error) or "none"
+            raise _malformed(event, f"error must have exactly the keys name, code and message, got {keys}")
+        for key in _ERROR_KEYS:
+            if type(error[key]) is not str:
+                raise _malformed(event, f"error.{key} must be a str, got {safe_repr(error[key])}")
+    return call_id, blocks
+
+
+def _required(event: SessionEvent, key: str) -> Any:
+    if key not in event.data:
+        raise _malformed(event, f"{key} is missing")
+    return event.data[key]
 
 
 def _optional_str(event: SessionEvent, key: str) -> str | None:

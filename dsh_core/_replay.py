@@ -21,7 +21,7 @@ from ._fingerprint import contract_changed, contract_fingerprint
 from ._json import JsonValue, thaw
 from ._logged_calls import logged_calls, session_events
 from ._results import ToolExecutionResult, error_message
-from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_content, structure_contexts
+from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_contexts
 from ._trace import trace_of
 from ._waterfall import is_fatal
 from .hookspecs import hookimpl
@@ -137,9 +137,7 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
         contexts: tuple[UserMessage, ...] = ()
         if call.result is not None:
             logged = call.result
-            durable = ToolResult(
-                content=structure_content(logged["content"]), is_error=bool(logged["isError"]), meta=logged.get("meta")
-            )
+            durable = ToolResult(content=call.content, is_error=logged["isError"], meta=logged.get("meta"))
             view = present_result(runtime, call.name, call.arguments, durable, scope)
             error = logged.get("error")
             contexts = structure_contexts(logged.get("contexts"))

@@ -68,7 +68,7 @@ from ._definition import ToolDefinition, ToolOutput, define_tool
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._fingerprint import contract_changed
 from ._json import JsonValue
-from ._logged_calls import logged_calls, session_events
+from ._logged_calls import LoggedCall, logged_calls, session_events
 from ._registry import RUN_CODE_NAME, Disposer, ToolRegistration, check_definition
 from ._results import (
     ToolErrorInfo,
@@ -79,7 +79,7 @@ from ._results import (
 )
 from ._runtime import ToolRuntime, agent_scope
 from ._schema._raw import RawSchema
-from ._session_log import SessionEvent, SessionLogError, SessionLogRead, structure_content
+from ._session_log import SessionEvent, SessionLogError, SessionLogRead
 from ._signal import CancelSignal
 from ._trace import DecisionTrace, trace_of
 from ._waterfall import HookChains, Listener
@@ -216,17 +216,14 @@ class _Replayer:
     """The outermost ``dsh_execute`` wrapper: answers each dispatch from the log, never calling ``next``."""
 
     def __init__(self) -> None:
-        self.recorded: Mapping[str, Any] | None = None
+        self.call: LoggedCall | None = None  # the recorded call being simulated
 
     def content(self) -> tuple[ContentBlock, ...]:
-        recorded = self.recorded
-        if recorded is None or recorded.get("content") is None:
-            return ()
-        return structure_content(recorded["content"])
+        return self.call.content if self.call is not None else ()
 
     @hookimpl(tryfirst=True)
     async def dsh_execute(self, execution: Any, next: Any) -> ToolExecutionResult:
-        recorded = self.recorded
+        recorded = self.call.result if self.call is not None else None
         error = (recorded.get("error") if recorded is not None else None) or {}
         code = error.get("code")
         if recorded is not None and recorded.get("isError") and code not in REFUSED_CODES | UNDECIDED_CODES:
@@ -405,7 +402,7 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
                 note = f"the recorded call never reached policy ({(result.get('error') or {}).get('code')})"
             simulated = None
             if note is None:
-                replayer.recorded = result
+                replayer.call = call
                 request = ToolExecutionInput(
                     call_id=call_id,
                     name=name,

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from dsh_core import SessionLog, SessionLogError, ToolRuntime, read_session_log, replay
 from dsh_core._cli import cli
 from dsh_core._logged_calls import logged_calls
+from dsh_core._session_log import structure_content
 from dsh_core._simulate import simulate
 from dsh_core.testing import json_tool, make_runtime
 
@@ -100,3 +101,107 @@ def test_the_writer_refuses_ids_a_reader_could_not_pair(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="sub_call_id must not be empty"):
             log.append_dispatch_start("c1", "c1", "", "echo", {})
         assert log.append_call("c1", "", {}) == 1  # a name is the model's: an empty one is still recorded
+
+
+def bad_result(**fields: object) -> tuple[str, dict[str, Any]]:
+    """A result for c1 with ``fields`` replaced (``...``: the key left out)."""
+    data = {"callId": "c1", "content": TEXT, "isError": False, "error": None, "meta": None} | fields
+    return "tool/result", {key: value for key, value in data.items() if value is not ...}
+
+
+MALFORMED_RESULTS = pytest.mark.parametrize(
+    ("event", "problem"),
+    [
+        (bad_result(content=...), "content is missing"),
+        (bad_result(content=None), "content must be a list of content blocks, got None"),
+        (bad_result(content="ok"), "content must be a list of content blocks, got 'ok'"),
+        (bad_result(content=[{"type": "text"}]), "invalid logged content: required field missing @ $[0].text"),
+        (bad_result(isError=...), "isError is missing"),
+        (bad_result(isError="false"), "isError must be true or false, got 'false'"),
+        (bad_result(isError=0), "isError must be true or false, got 0"),
+        (bad_result(isError=True, error="boom"), "error must be null or an object {name, code, message}, got 'boom'"),
+        (bad_result(isError=True, error=[]), "error must be null or an object {name, code, message}, got ()"),
+        (
+            bad_result(isError=True, error={"code": "DENIED", "message": "no"}),
+            "error must have exactly the keys name, code and message, got 'code', 'message'",
+        ),
+        (
+            bad_result(isError=True, error={"name": "E", "code": 5, "message": "no"}),
+            "error.code must be a str, got 5",
+        ),
+    ],
+    ids=[
+        "no-content",
+        "null-content",
+        "str-content",
+        "block-without-text",
+        "no-is-error",
+        "str-is-error",
+        "int-is-error",
+        "str-error",
+        "list-error",
+        "error-without-name",
+        "int-error-code",
+    ],
+)
+
+
+@MALFORMED_RESULTS
+async def test_malformed_results_are_refused_by_every_reader_naming_the_seq(
+    tmp_path: Path, event: tuple[str, dict[str, Any]], problem: str
+) -> None:
+    """Replay raised KeyError or AttributeError, or took "false" for a failure; explain and simulate crashed too."""
+    log = write(tmp_path / "log.jsonl", call(), event)
+    events = read_session_log(log).events
+    message = f"seq 2: malformed tool/result event: {problem}"
+    for reader in (lambda: logged_calls(events), lambda: replay(events, ToolRuntime())):
+        with pytest.raises(SessionLogError) as raised:
+            reader()
+        assert str(raised.value) == message
+    with pytest.raises(SessionLogError) as raised:
+        await simulate(events, make_runtime(json_tool("echo")))
+    assert str(raised.value) == message
+
+
+@MALFORMED_RESULTS
+def test_the_cli_reports_a_malformed_result_in_one_line(
+    tmp_path: Path, event: tuple[str, dict[str, Any]], problem: str
+) -> None:
+    log = write(tmp_path / "log.jsonl", call(), event)
+    runner = CliRunner()
+    for command, prefix in (
+        (["replay", str(log)], "cannot read session log"),
+        (["simulate", str(log)], "cannot simulate"),
+        (["explain", str(log), "c1"], "cannot read session log"),
+    ):
+        outcome = runner.invoke(cli, ["--no-plugins", *command], terminal_width=1000)
+        assert outcome.exit_code == 2, (command, outcome.output)
+        assert outcome.exception is None or isinstance(outcome.exception, SystemExit), outcome.exception
+        assert outcome.output.splitlines() == [
+            f"Error: {prefix} {log}: seq 2: malformed tool/result event: {problem}"
+        ], command
+
+
+def test_every_result_the_writer_can_write_is_read_back(tmp_path: Path) -> None:
+    """The reader's checks are the writer's: a success, a failure, images and an empty content all pass."""
+    image = [{"type": "image", "data": "aGk=", "mimeType": "image/png"}]
+    with SessionLog(tmp_path / "log.jsonl") as log:
+        log.append_call("c1", "echo", {})
+        log.append_result("c1", content=(), is_error=False)
+        log.append_call("c2", "echo", {})
+        failure = {"name": "ToolError", "code": "", "message": "boom"}
+        log.append_result("c2", content=structure_content(TEXT + image), is_error=True, error=failure, meta={"m": 1})
+    first, second = logged_calls(read_session_log(tmp_path / "log.jsonl").events)
+    assert first.result is not None and first.result["isError"] is False and first.result["error"] is None
+    assert second.result is not None and second.result["error"] == failure
+    assert second.result["content"] == tuple(TEXT + image)
+    replayed = replay(read_session_log(tmp_path / "log.jsonl"), ToolRuntime())
+    assert [call.result.is_error for call in replayed if call.result is not None] == [False, True]
+    assert replayed[1].result is not None and replayed[1].result.content == structure_content(TEXT + image)
+
+
+def test_a_result_without_error_reads_as_a_null_error(tmp_path: Path) -> None:
+    """``error`` and ``meta`` may be absent, as ``trace`` and ``contexts`` may: they read as null."""
+    log = write(tmp_path / "log.jsonl", call(), bad_result(error=..., meta=...))
+    (replayed,) = replay(read_session_log(log).events, ToolRuntime())
+    assert replayed.error is None and replayed.result is not None and replayed.result.is_error is False

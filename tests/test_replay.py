@@ -227,6 +227,55 @@ async def test_a_result_without_contexts_writes_no_contexts_key(tmp_path: Path) 
     assert "contexts" not in read_session_log(log_path).events[1].data
 
 
+def test_a_user_message_needs_a_source() -> None:
+    """The source says who produced the message: an empty one was accepted, logged, and refused by replay."""
+    with pytest.raises(ValueError, match=r"^UserMessage.source must not be empty \(name who produced the message\)$"):
+        UserMessage([TextBlock("note")], source="")
+
+
+@pytest.mark.parametrize("source", ["tool", " ", "plugin:spill", "ünïcode\nsource"])
+async def test_every_context_a_result_can_carry_is_logged_and_replayed(tmp_path: Path, source: str) -> None:
+    log_path = tmp_path / "s.jsonl"
+    context = UserMessage([TextBlock("note")], source=source, meta={"k": [1]})
+
+    async def body(args: Any, run: Any) -> str:
+        run.defer_context(context)
+        return "ok"
+
+    runtime = make_runtime(define_tool(name="t", description="", parameters={}, output={"type": "string"}, execute=body))
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log)
+        runtime.plugins.register(recorder)
+        request = make_input("t", call_id="c1")
+        recorder.record_call(request)
+        live = await runtime.execute(request)
+    (replayed,) = replay(read_session_log(log_path), runtime)
+    assert live.additional_contexts == (context,)
+    assert replayed.contexts == live.additional_contexts
+
+
+async def test_a_body_deferring_a_context_without_a_source_fails_and_its_log_replays(tmp_path: Path) -> None:
+    log_path = tmp_path / "s.jsonl"
+
+    async def body(args: Any, run: Any) -> str:
+        run.defer_context(UserMessage([TextBlock("note")], source=""))
+        return "ok"
+
+    runtime = make_runtime(define_tool(name="t", description="", parameters={}, output={"type": "string"}, execute=body))
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log)
+        runtime.plugins.register(recorder)
+        request = make_input("t", call_id="c1")
+        recorder.record_call(request)
+        live = await runtime.execute(request)
+    assert live.is_error and live.error.info is not None and live.error.info.code == "TOOL_ERROR"
+    assert live.error.message == "UserMessage.source must not be empty (name who produced the message)"
+    (replayed,) = replay(read_session_log(log_path), runtime)
+    assert replayed.result is not None and replayed.result.is_error
+    assert replayed.error is not None and replayed.error["code"] == "TOOL_ERROR"
+    assert replayed.contexts == ()
+
+
 @pytest.mark.parametrize(
     ("contexts", "message"),
     [
