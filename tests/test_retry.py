@@ -283,6 +283,41 @@ async def test_an_invalid_retry_after_in_a_parallel_batch_loses_no_result(
     assert len(body.started) == 3
 
 
+async def test_a_transient_failure_inside_a_nursery_is_retried(autojump_clock: trio.testing.MockClock) -> None:
+    started: list[float] = []
+
+    async def fetch_one() -> None:
+        await trio.sleep(0)
+        raise TransientToolError("rate limited", retry_after_s=2)
+
+    async def body(args: Any) -> str:
+        started.append(trio.current_time())
+        if len(started) < 3:
+            async with trio.open_nursery() as nursery:  # trio groups the child's error: a group of one
+                nursery.start_soon(fetch_one)
+        return "ok"
+
+    runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
+    assert expect_success(await runtime.execute(make_input("fetch"))).value == "ok"
+    assert (started[1] - started[0], started[2] - started[1]) == pytest.approx((2, 2))
+
+
+async def test_a_transient_failure_inside_a_nursery_ends_in_that_error(autojump_clock: trio.testing.MockClock) -> None:
+    attempts = 0
+
+    async def body(args: Any) -> str:
+        nonlocal attempts
+        attempts += 1
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(Flaky(TransientToolError("busy", code="RATE_LIMITED")), None, None)
+        return "ok"
+
+    runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
+    result = expect_failure(await runtime.execute(make_input("fetch")))
+    assert (result.code, result.error.message) == ("RATE_LIMITED", "busy (after 3 attempts)")
+    assert attempts == 3
+
+
 async def test_an_output_contract_failure_is_never_retried(autojump_clock: trio.testing.MockClock) -> None:
     calls = 0
 
