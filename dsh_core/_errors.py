@@ -44,7 +44,10 @@ class DshError(Exception):
             self.code = str(code)
 
     def __str__(self) -> str:
-        return self.message
+        # A subclass whose own __init__ calls Exception.__init__ (not ours) has no
+        # message attribute: its arguments are still its message.
+        message = getattr(self, "message", None)
+        return message if isinstance(message, str) else super().__str__()
 
 
 class _ViolationsError(DshError):

@@ -84,6 +84,7 @@ from ._results import (
     failure_from_exception,
     failure_result,
     new_success,
+    sole_exception,
 )
 from ._retry import AttemptTimedOut, RetryAttempt, RetryPolicy
 from ._signal import CancelSignal
@@ -181,7 +182,7 @@ class PreparedCall:
         # What each Rewrite changed, told to the model on the result; None: never rewritten.
         self.rewrites: list[UserMessage] | None = None
         # body_error (set only when a body raises, so a call that never fails never pays for it):
-        # the exception, for a RetryPolicy to judge.
+        # the exception (the one inside a nursery's group of one), for a RetryPolicy to judge.
         self.body_error: BaseException | None
         # superseded (set only then): the body's success that cancellation replaced with
         # ABORTED, which dsh_execute wrappers see as execution.body_result.
@@ -810,7 +811,7 @@ async def _dispatch_body(
         fatal, error = split_fatal(exc)
         if error is None:
             raise
-        call.body_error = error
+        call.body_error = sole_exception(error)
         failure = failure_from_exception(error, default_code=ErrorCode.TOOL_ERROR)
         if fatal is None:
             return failure

@@ -24,6 +24,7 @@ __all__ = [
     "failure_from_exception",
     "failure_result",
     "new_success",
+    "sole_exception",
     "with_trace",
 ]
 
@@ -197,6 +198,17 @@ def error_message(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+def sole_exception(exc: BaseException) -> BaseException:
+    """``exc``, or the one exception inside it when it is a group of one (at any depth).
+
+    A trio nursery groups even a single child's error: the failure reports that
+    error, and a retry policy must judge the same one.
+    """
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def failure_from_exception(
     exc: BaseException,
     *,
@@ -209,8 +221,7 @@ def failure_from_exception(
     An exception group holding a single exception (what a trio nursery raises when
     one task failed) is reported as that exception: its name, message and code.
     """
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = sole_exception(exc)
     code = exc.code if isinstance(exc, DshError) else default_code.value
     return failure_result(
         error_message(exc),

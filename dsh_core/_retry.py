@@ -27,6 +27,8 @@ import attrs
 
 from ._checks import callable_or_none
 from ._errors import DshError, ErrorCode
+from ._json import safe_repr
+from ._results import error_message
 
 __all__ = ["AttemptTimedOut", "RetryAttempt", "RetryPolicy", "TransientToolError"]
 
@@ -44,12 +46,17 @@ class TransientToolError(DshError):
     and a request to wait longer than the policy's ``max_delay_s`` ends the
     retrying (the call fails now instead of outliving its usefulness). Without
     a ``retry`` policy on the tool it is an ordinary ``TOOL_ERROR``.
+
+    A ``retry_after_s`` that is missing (a subclass with an ``__init__`` of its
+    own) or invalid (assigned after construction, a raw header string) is
+    taken as not asked, with a warning: the retrying follows the policy's own
+    schedule, and the call still ends in the body's error.
     """
 
     code = ErrorCode.TOOL_ERROR.value
 
     def __init__(self, message: str, *, retry_after_s: float | None = None, code: str | None = None) -> None:
-        if retry_after_s is not None and ((number := _number(retry_after_s)) is None or number < 0):
+        if retry_after_s is not None and _duration(retry_after_s) is None:
             raise ValueError(f"retry_after_s must be a finite number of seconds >= 0, got {retry_after_s!r}")
         super().__init__(message, code=code)
         self.retry_after_s = retry_after_s
@@ -75,6 +82,41 @@ def _number(value: object) -> float | None:
     except OverflowError:  # an int beyond a float's range
         return None
     return number if math.isfinite(number) else None
+
+
+def _duration(value: object) -> float | None:
+    """``value`` as seconds when it is a finite int or float >= 0 (not a bool), else ``None``."""
+    number = _number(value)
+    return number if number is not None and number >= 0 else None
+
+
+def _asked_pause(error: BaseException) -> float | None:
+    """The wait ``error`` asks for (``TransientToolError.retry_after_s``), or ``None`` when it asks none.
+
+    The attribute is read with the care the constructor's check deserves: it
+    can be skipped (a subclass's own ``__init__``) or overwritten after
+    construction, and a bad value must not turn the body's failure into an
+    exception out of ``execute``. Such a value is logged and taken as not asked.
+    """
+    if not isinstance(error, TransientToolError):
+        return None
+    try:
+        asked = getattr(error, "retry_after_s", None)
+    except Exception as exc:
+        logger.warning(
+            "%s (%s): reading retry_after_s raised %s: %s; retrying on the policy's own schedule",
+            type(error).__name__, error_message(error), type(exc).__name__, error_message(exc),
+        )  # fmt: skip
+        return None
+    if asked is None:
+        return None
+    seconds = _duration(asked)
+    if seconds is None:
+        logger.warning(
+            "%s (%s) has retry_after_s=%s, not a finite number of seconds >= 0; retrying on the policy's own schedule",
+            type(error).__name__, error_message(error), safe_repr(asked),
+        )  # fmt: skip
+    return seconds
 
 
 def _seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -186,12 +228,13 @@ class RetryPolicy:
 
         ``None`` when ``attempt`` is past ``max_attempts``, or when ``error``
         asks for a longer wait (``retry_after_s``) than ``max_delay_s`` allows.
+        A missing or invalid ``retry_after_s`` asks for nothing (and is logged).
         """
         if attempt > self.max_attempts:
             return None
         backoff = self._backoff(attempt - 2)
         backoff -= backoff * self.jitter * uniform()
-        asked = error.retry_after_s if isinstance(error, TransientToolError) else None
+        asked = _asked_pause(error)
         if asked is not None:
             if asked > self.max_delay_s:
                 return None

@@ -263,6 +263,21 @@ async def test_dsh_error_from_listener_keeps_its_code() -> None:
     assert code(result) == "QUOTA"
 
 
+async def test_a_dsh_error_subclass_that_skips_dsh_error_init_keeps_its_message() -> None:
+    class HttpStatus(DshError):
+        code = "HTTP_STATUS"
+
+        def __init__(self, status: int) -> None:
+            Exception.__init__(self, f"HTTP {status}")
+
+    async def body(args: Any) -> Any:
+        raise HttpStatus(503)
+
+    result = await make_runtime(json_tool("fetch", body)).execute(make_input("fetch"))
+    assert isinstance(result, ToolExecutionFailure)
+    assert (result.code, result.error.message) == ("HTTP_STATUS", "HTTP 503")
+
+
 async def test_inner_listener_failure_is_blamed_on_the_inner_plugin() -> None:
     class Inner:
         @hookimpl

@@ -29,6 +29,7 @@ from dsh_core import (
     UserMessage,
     define_tool,
     read_session_log,
+    run_tool_calls,
 )
 from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, json_tool, make_input, make_runtime
 from dsh_plugins import timeout
@@ -185,6 +186,136 @@ async def test_a_hundred_steep_attempts_end_in_the_bodys_failure(autojump_clock:
 def test_jitter_never_shortens_a_pause_the_service_asked_for() -> None:
     policy = RetryPolicy(initial_delay_s=2, jitter=1.0)
     assert policy.pause_before(2, TransientToolError("busy", retry_after_s=3), uniform=lambda: 1.0) == 3
+
+
+class RateLimited(TransientToolError):
+    """A transient error with an ``__init__`` of its own that never sets ``retry_after_s``."""
+
+    def __init__(self, status: int) -> None:
+        Exception.__init__(self, f"HTTP {status}")
+        self.status = status
+
+
+class ShyRetryAfter(TransientToolError):
+    """A transient error whose ``retry_after_s`` cannot even be read."""
+
+    @property  # type: ignore[override]
+    def retry_after_s(self) -> float:
+        raise KeyError("Retry-After")
+
+    @retry_after_s.setter
+    def retry_after_s(self, value: object) -> None:
+        pass
+
+
+def _asking(seconds: object) -> TransientToolError:
+    """A transient error with ``retry_after_s`` set after construction, past its check (a raw header)."""
+    error = TransientToolError("rate limited")
+    error.retry_after_s = seconds  # type: ignore[assignment]
+    return error
+
+
+async def test_a_transient_subclass_without_retry_after_is_retried_on_the_policy_schedule(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    body = Flaky(RateLimited(429))
+    runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
+    assert expect_success(await runtime.execute(make_input("fetch"))).value == "ok"
+    assert body.started[1] - body.started[0] == pytest.approx(0.5)
+
+
+async def test_a_transient_subclass_without_retry_after_fails_with_its_own_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    body = Flaky(*(RateLimited(429) for _ in range(3)))
+    runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
+    result = expect_failure(await runtime.execute(make_input("fetch")))
+    assert (result.code, result.error.info and result.error.info.name) == ("TOOL_ERROR", "RateLimited")
+    assert result.error.message == "HTTP 429 (after 3 attempts)"
+    assert len(body.started) == 3
+
+
+@pytest.mark.parametrize("seconds", ["5", -1, float("nan"), float("inf"), True])
+async def test_an_invalid_retry_after_is_ignored_and_logged(
+    seconds: object, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = Flaky(_asking(seconds))
+    runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
+    with caplog.at_level("WARNING", logger="dsh_core"):
+        assert expect_success(await runtime.execute(make_input("fetch"))).value == "ok"
+    assert body.started[1] - body.started[0] == pytest.approx(0.5)
+    assert f"TransientToolError (rate limited) has retry_after_s={seconds!r}" in caplog.text
+    assert "not a finite number of seconds >= 0; retrying on the policy's own schedule" in caplog.text
+
+
+async def test_a_retry_after_that_raises_when_read_is_ignored_and_logged(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = Flaky(ShyRetryAfter("busy"))
+    runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
+    with caplog.at_level("WARNING", logger="dsh_core"):
+        assert expect_success(await runtime.execute(make_input("fetch"))).value == "ok"
+    assert body.started[1] - body.started[0] == pytest.approx(0.5)
+    assert "ShyRetryAfter (busy): reading retry_after_s raised KeyError" in caplog.text
+
+
+def test_pause_before_reads_a_missing_retry_after_as_not_asked() -> None:
+    policy = RetryPolicy(initial_delay_s=2, jitter=0)
+    assert policy.pause_before(2, RateLimited(503)) == 2
+    assert policy.pause_before(2, _asking("60")) == 2
+
+
+async def test_an_invalid_retry_after_in_a_parallel_batch_loses_no_result(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def slow(args: Any) -> str:
+        await trio.sleep(5)
+        return "slow ok"
+
+    body = Flaky(*(_asking("5") for _ in range(3)))
+    runtime = make_runtime(
+        json_tool("slow", slow, is_concurrency_safe=lambda args: True),
+        json_tool("fetch", body, retry=EXACT, is_concurrency_safe=lambda args: True),
+    )
+    slow_result, fetch_result = await run_tool_calls(runtime, [make_input("slow"), make_input("fetch")])
+    assert expect_success(slow_result).value == "slow ok"
+    assert expect_failure(fetch_result).error.message == "rate limited (after 3 attempts)"
+    assert len(body.started) == 3
+
+
+async def test_a_transient_failure_inside_a_nursery_is_retried(autojump_clock: trio.testing.MockClock) -> None:
+    started: list[float] = []
+
+    async def fetch_one() -> None:
+        await trio.sleep(0)
+        raise TransientToolError("rate limited", retry_after_s=2)
+
+    async def body(args: Any) -> str:
+        started.append(trio.current_time())
+        if len(started) < 3:
+            async with trio.open_nursery() as nursery:  # trio groups the child's error: a group of one
+                nursery.start_soon(fetch_one)
+        return "ok"
+
+    runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
+    assert expect_success(await runtime.execute(make_input("fetch"))).value == "ok"
+    assert (started[1] - started[0], started[2] - started[1]) == pytest.approx((2, 2))
+
+
+async def test_a_transient_failure_inside_a_nursery_ends_in_that_error(autojump_clock: trio.testing.MockClock) -> None:
+    attempts = 0
+
+    async def body(args: Any) -> str:
+        nonlocal attempts
+        attempts += 1
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(Flaky(TransientToolError("busy", code="RATE_LIMITED")), None, None)
+        return "ok"
+
+    runtime = make_runtime(json_tool("fetch", body, retry=EXACT))
+    result = expect_failure(await runtime.execute(make_input("fetch")))
+    assert (result.code, result.error.message) == ("RATE_LIMITED", "busy (after 3 attempts)")
+    assert attempts == 3
 
 
 async def test_an_output_contract_failure_is_never_retried(autojump_clock: trio.testing.MockClock) -> None:
