@@ -39,6 +39,7 @@ from dsh_core import (
     Deny,
     ErrorCode,
     PreToolDecision,
+    ScopeKey,
     ToolDispatchExecution,
     ToolExecution,
     ToolExecutionResult,
@@ -93,17 +94,18 @@ class CallLimits:
         # (agent id, tool) -> dispatched calls; tool None is the agent's total.
         self._counts: dict[tuple[str | None, str | None], int] = {}
 
-    def used(self, agent: str | None = None, tool: str | None = None) -> int:
-        """Calls ``agent`` (its ``scope_id``) has made, of ``tool`` or of every tool."""
-        return self._counts.get((agent, tool), 0)
+    def used(self, agent: ScopeKey | None = None, tool: str | None = None) -> int:
+        """Calls ``agent`` (the scope key itself, an ``Agent`` say, or its ``scope_id``) made, of ``tool`` or of all."""
+        return self._counts.get((scope_id(agent), tool), 0)
 
     def reset(self) -> None:
         """Start every agent's budgets afresh (a new turn or conversation)."""
         self._counts.clear()
 
-    def reset_agent(self, agent: str | None) -> None:
-        """Start one agent's budgets afresh (its ``scope_id``; ``None``: the agent-less calls)."""
-        for key in [key for key in self._counts if key[0] == agent]:
+    def reset_agent(self, agent: ScopeKey | None) -> None:
+        """Start one agent's budgets afresh (the key or its ``scope_id``; ``None``: the agent-less calls)."""
+        name = scope_id(agent)
+        for key in [key for key in self._counts if key[0] == name]:
             del self._counts[key]
 
     def diagnostics(self) -> list[str]:

@@ -63,6 +63,18 @@ async def test_budgets_are_per_agent_and_reset_per_agent_or_all() -> None:
     assert not (await runtime.execute(make_input("t", agent=b))).is_error
 
 
+async def test_budgets_are_read_and_reset_by_the_agent_itself_too() -> None:
+    a, b = Agent("a"), Agent("b")
+    runtime, plugin = limited(json_tool("t"), max_calls=1)
+    await runtime.execute(make_input("t", agent=a))
+    await runtime.execute(make_input("t", agent=b))
+    assert plugin.used(a) == plugin.used("a") == 1
+    assert plugin.used(a, "t") == 1
+    plugin.reset_agent(a)  # it used to look for the Agent object among the ids, silently find none
+    assert plugin.used(a) == 0 and plugin.used(b) == 1
+    assert not (await runtime.execute(make_input("t", agent=a))).is_error
+
+
 async def test_a_denied_call_costs_nothing() -> None:
     class DenyFirst:
         def __init__(self) -> None:
