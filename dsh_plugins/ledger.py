@@ -27,8 +27,8 @@ denied does not reveal what was recorded. For each call it looks up the key
   and message included. The body ran to an end; running it again could repeat
   whatever it did before it failed.
 - *in doubt* (``effect/started`` with no outcome, because the process died, or
-  an outcome of ``ABORTED``/``TOOL_TIMEOUT``/a raising wrapper, because the body
-  was stopped part-way): the call fails with ``EFFECT_IN_DOUBT`` and the body is
+  an outcome of ``ABORTED``/``TOOL_TIMEOUT``/a wrapper raising after the body
+  started, because the body was stopped part-way): the call fails with ``EFFECT_IN_DOUBT`` and the body is
   not run, unless the tool is listed in ``rerun_in_doubt``, declares
   ``ToolEffects(read_only=True)`` or ``ToolEffects(idempotent=True)`` (when the
   ledger knows its runtime, as the entry point's does), or is ``run_code``
@@ -42,9 +42,11 @@ denied does not reveal what was recorded. For each call it looks up the key
   took another path on the re-run (it diverged); it stops there instead of
   mixing two runs' effects.
 
-A call that never reached the body (``ABORTED_BEFORE_DISPATCH``,
-``UNKNOWN_TOOL`` at dispatch) releases its key: nothing happened, so a later
-call with that id runs. Two concurrent calls with one key in one process run
+A call that never reached the body (``execution.body_started`` is false:
+``ABORTED_BEFORE_DISPATCH``, ``UNKNOWN_TOOL`` at dispatch, or a failure or
+exception of an inner wrapper, such as ``call-limits`` refusing a call at
+dispatch or the timeout policy refusing a tool's ``timeout_ms``) releases its
+key: nothing happened, so a later call with that id runs. Two concurrent calls with one key in one process run
 one after the other; the second gets the first's outcome.
 
 **Durability and failure.** The file is a :class:`dsh_core.SessionLog` (one
@@ -136,8 +138,6 @@ _INTERRUPTED: Final = "effect/interrupted"
 _RELEASED: Final = "effect/released"
 _OUTCOMES: Final[dict[str, LedgerState]] = {_COMMITTED: "committed", _FAILED: "failed", _INTERRUPTED: "interrupted"}
 
-# The body never ran: nothing to remember.
-_NOT_DISPATCHED: Final = frozenset({ErrorCode.ABORTED_BEFORE_DISPATCH.value, ErrorCode.UNKNOWN_TOOL.value})
 # The body was stopped part-way: what it did is unknown.
 _CUT_SHORT: Final = frozenset({ErrorCode.ABORTED.value, ErrorCode.TOOL_TIMEOUT.value})
 
@@ -522,8 +522,13 @@ class EffectLedger:
         try:
             result = await next()
         except BaseException as exc:
-            # Cancelled, or an inner wrapper raised: the body may have run part-way.
-            self._settle(slot, _INTERRUPTED, {"code": None, "message": f"{type(exc).__name__}: {exc}"})
+            if not execution.body_started:
+                # Cancelled or raised on in an inner wrapper (the timeout policy refusing a
+                # tool's timeout, say) before the body: nothing happened.
+                self._settle(slot, _RELEASED, {})
+            else:
+                # Cancelled, or an inner wrapper raised: the body may have run part-way.
+                self._settle(slot, _INTERRUPTED, {"code": None, "message": f"{type(exc).__name__}: {exc}"})
             raise
         finally:
             del self._running[slot]
@@ -535,14 +540,15 @@ class EffectLedger:
             # The body finished its work, then the caller's signal turned the call ABORTED:
             # the effect happened, once; a later call with this id gets its value.
             self._settle(slot, _COMMITTED, {"value": body.value})
+        elif not execution.body_started:
+            # Stopped before dispatch, the tool gone, or refused by an inner wrapper (call-limits):
+            # nothing ran, so the key is free. Only the view can tell: a body may itself have done
+            # its work and then failed UNKNOWN_TOOL or ABORTED_BEFORE_DISPATCH.
+            self._settle(slot, _RELEASED, {})
         else:
             assert isinstance(result, ToolExecutionFailure)
             fields = _failure_fields(result)
-            if fields["code"] in _NOT_DISPATCHED and not execution.body_started:
-                # Nothing ran (a body that raised such a code itself may have done its work).
-                self._settle(slot, _RELEASED, {})
-            else:
-                self._settle(slot, _INTERRUPTED if fields["code"] in _CUT_SHORT else _FAILED, fields)
+            self._settle(slot, _INTERRUPTED if fields["code"] in _CUT_SHORT else _FAILED, fields)
         return result
 
     def _definition(self, execution: ToolDispatchExecution) -> ToolDefinition | None:

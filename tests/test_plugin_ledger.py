@@ -33,11 +33,12 @@ from dsh_core import (
     failure_result,
     hookimpl,
     read_session_log,
+    run_tool_calls,
 )
 from dsh_core.code_mode import CodeRunResult
 from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
 from dsh_plugins import ledger as ledger_plugin
-from dsh_plugins import timeout
+from dsh_plugins import limits, timeout
 from dsh_plugins.ledger import EFFECT_IN_DOUBT, IDEMPOTENCY_CONFLICT, EffectLedger, LedgerError, read_ledger
 
 Next = Callable[[], Awaitable[ToolExecutionResult]]
@@ -437,6 +438,72 @@ async def test_an_inner_wrapper_that_raises_leaves_the_call_in_doubt(tmp_path: P
     entry = ledger.get("c1")
     assert entry is not None and entry.state == "interrupted" and "broke after the body" in (entry.error_message or "")
     assert len(effects.runs) == 1
+
+
+async def test_a_call_an_inner_wrapper_refused_before_the_body_releases_the_key(tmp_path: Path) -> None:
+    """call-limits refusing the loser of a race at dispatch: nothing ran, so the call id is free again."""
+    effects = Effects()
+    runtime = make_runtime(
+        effects.tool(is_concurrency_safe=lambda arguments: True), plugins=[(limits, {"max_calls": 1})]
+    )
+    ledger = open_ledger(tmp_path / "effects.jsonl", runtime=runtime)
+    runtime.plugins.register(ledger, name=ledger_plugin.PLUGIN_NAME)
+    calls = [make_input("send", {"to": to}, call_id=call_id) for call_id, to in (("c1", "ann"), ("c2", "bob"))]
+    results = await run_tool_calls(runtime, calls, max_parallel=2)
+    refused = [(call, result) for call, result in zip(calls, results, strict=True) if result.is_error]
+    assert len(refused) == 1 and len(effects.runs) == 1
+    call, result = refused[0]
+    assert code(result) == "DENIED" and "call budget spent" in message(result)
+    assert ledger.get(call.call_id) is None
+    limits_plugin = runtime.plugins.get_plugin(limits.PLUGIN_NAME)
+    assert isinstance(limits_plugin, limits.CallLimits)
+    limits_plugin.reset()
+    again = await runtime.execute(call)
+    assert isinstance(again, ToolExecutionSuccess) and len(effects.runs) == 2
+    assert ledger.get(call.call_id).state == "committed"  # type: ignore[union-attr]
+
+
+async def test_a_call_an_inner_wrapper_raised_on_before_the_body_releases_the_key(tmp_path: Path) -> None:
+    """The timeout policy refusing a tool's timeout_ms raises before the body: nothing is in doubt."""
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool(timeout_ms=3_000_000_000))
+    timeout.dsh_setup(runtime, {})
+    for _ in range(2):
+        result = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+        assert code(result) == "POLICY_ERROR" and "timeout" in message(result)
+        assert ledger.entries() == ()
+    assert effects.runs == []
+    kinds = [kind for kind, _ in events(tmp_path / "effects.jsonl")]
+    assert kinds == ["effect/started", "effect/released"] * 2
+
+
+async def test_a_call_cancelled_in_an_inner_wrapper_before_the_body_releases_the_key(tmp_path: Path) -> None:
+    class Waits:
+        def __init__(self) -> None:
+            self.entered = trio.Event()
+
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> ToolExecutionResult:
+            self.entered.set()
+            await trio.sleep_forever()
+            return await next()
+
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    waits = Waits()
+    runtime.plugins.register(waits, name="waits")
+    signal = CancelSignal()
+    results: list[ToolExecutionResult] = []
+    async with trio.open_nursery() as nursery:
+
+        async def call() -> None:
+            results.append(await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1", signal=signal)))
+
+        nursery.start_soon(call)
+        await waits.entered.wait()
+        signal.cancel()
+    assert code(results[0]) == "ABORTED_BEFORE_DISPATCH"
+    assert ledger.entries() == () and effects.runs == []
 
 
 # --- concurrency ----------------------------------------------------------------------------
