@@ -54,7 +54,9 @@ JSON line per event, a torn last line is cut off on open) locked against a
 second writer. A failure to record ``effect/started`` fails the call with
 ``LEDGER_ERROR`` (blamed on ``effect-ledger``) before its body runs: the ledger never lets an effect happen
 unrecorded. A failure to record the outcome leaves the entry in doubt, which is
-what it is, and logs a warning; the call's result is returned unchanged.
+what it is, and logs a warning; the call's result is returned unchanged. The
+next write first reopens the file, which cuts off whatever the failed write
+left: a disk full for a moment costs the event that failed, not the ledger.
 
 **Keys are only as unique as call ids.** A provider that numbers calls ``0``,
 ``1``, ... afresh every turn would make a later ``get_time`` replay an earlier
@@ -310,6 +312,7 @@ class EffectLedger:
         try:
             self._entries = _load(self.path) if os.path.exists(self.path) else {}
             self._log: SessionLog | None = SessionLog(self.path, fsync=fsync)
+            self._write_failed = False
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -338,7 +341,7 @@ class EffectLedger:
         contract, like any recorded value) without running the body.
 
         Raises:
-            LedgerError: there is no such key, or it is not in doubt.
+            LedgerError: there is no such key, it is not in doubt, or it cannot be written.
             NonJsonValueError: ``value`` is not lossless JSON.
         """
         self._settleable(key, agent)
@@ -349,7 +352,7 @@ class EffectLedger:
         """Record that the in-doubt call ``key`` did not happen: a later call with that key runs.
 
         Raises:
-            LedgerError: there is no such key, or it is not in doubt.
+            LedgerError: there is no such key, it is not in doubt, or it cannot be written.
         """
         self._settleable(key, agent)
         self._append(_RELEASED, {"key": key, "agent": agent})
@@ -382,8 +385,7 @@ class EffectLedger:
                 entries (the old file is then left as it was).
             OSError: the directory cannot be written.
         """
-        if self._log is None:
-            raise LedgerError(f"the effect ledger {self.path} is closed")
+        log = self._writable_log()
         if self._running:
             raise LedgerError(f"{len(self._running)} call(s) are running; compact the ledger between calls")
         archive_path = os.path.abspath(os.fspath(archive)) if archive is not None else None
@@ -400,7 +402,7 @@ class EffectLedger:
         if _comparable(_load(temporary)) != _comparable(self._entries):
             os.remove(temporary)
             raise LedgerError("the compacted ledger would not read back as the same entries; nothing was changed")
-        self._log.close()
+        log.close()
         self._closer.detach()
         try:
             if archive_path is not None:
@@ -430,11 +432,49 @@ class EffectLedger:
         self._closer()
 
     def _append(self, event_type: str, data: dict[str, Any]) -> None:
-        """Write one event, then apply it to the entries the same way loading the file does."""
+        """Write one event, then apply it to the entries the same way loading the file does.
+
+        Raises:
+            LedgerError: the ledger is closed, or the write failed (the entries
+                are then unchanged, and the next append reopens the file first).
+        """
+        log = self._writable_log()
+        try:
+            log.append({"type": event_type, "data": data})
+        except BaseException as exc:
+            # Part of the line may be in the file, and the log refuses every later
+            # append until it is reopened, which cuts that part off.
+            self._write_failed = True
+            if isinstance(exc, (OSError, SessionLogError)):
+                raise LedgerError(f"cannot write to the effect ledger {self.path}: {exc}") from exc
+            raise
+        _apply(self._entries, event_type, data)
+
+    def _writable_log(self) -> SessionLog:
+        """The open log, reopened first when a write to it failed."""
         if self._log is None:
             raise LedgerError(f"the effect ledger {self.path} is closed")
-        self._log.append({"type": event_type, "data": data})
-        _apply(self._entries, event_type, data)
+        if self._write_failed:
+            self._reopen()
+        assert self._log is not None
+        return self._log
+
+    def _reopen(self) -> None:
+        """Close the log and open it again, cutting off what a failed write left (the lock stays held)."""
+        assert self._log is not None
+        with contextlib.suppress(OSError):
+            self._log.close()  # its closing sync can fail as the write did; the file is closed either way
+        try:
+            log = SessionLog(self.path, fsync=self._fsync)
+        except (OSError, SessionLogError) as exc:
+            # Still marked failed: the next append tries again.
+            raise LedgerError(f"cannot reopen the effect ledger {self.path} after a failed write: {exc}") from exc
+        self._closer.detach()
+        self._log = log
+        self._closer = weakref.finalize(self, _release, log, self._lock_fd)
+        self._write_failed = False
+        if log.torn is not None:
+            logger.warning("effect ledger %s: cut off what a failed write left: %s", self.path, log.torn)
 
     # --- the wrapper ----------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import shutil
@@ -567,6 +568,80 @@ async def test_an_unrecordable_outcome_is_logged_and_left_in_doubt(
     assert isinstance(result, ToolExecutionSuccess)  # the effect happened: its result is not lost
     assert ledger.get("c1").state == "started"  # type: ignore[union-attr]
     assert "cannot record the outcome of call 'c1'" in caplog.text
+
+
+class TearsOneWrite:
+    """The ledger's file, whose first write of an ``event_type`` line stops part-way, as on a full disk."""
+
+    def __init__(self, file: Any, event_type: str) -> None:
+        self._file = file
+        self._event_type = event_type.encode()
+        self.torn = False
+
+    def write(self, data: Any) -> int:
+        line = bytes(data)
+        if self.torn or self._event_type not in line:
+            written: int = self._file.write(line)
+            return written
+        self.torn = True
+        self._file.write(line[:9])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+def tear_one_write(ledger: EffectLedger, event_type: str) -> TearsOneWrite:
+    log = ledger._log
+    assert log is not None and log._file is not None
+    tears = TearsOneWrite(log._file, event_type)
+    log._file = tears  # type: ignore[assignment]
+    return tears
+
+
+async def test_a_torn_outcome_write_is_cut_off_and_later_calls_are_recorded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    effects = Effects()
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, effects.tool())
+    tears = tear_one_write(ledger, "effect/committed")
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.ledger"):
+        first = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert tears.torn and isinstance(first, ToolExecutionSuccess)
+    assert ledger.get("c1").state == "started"  # type: ignore[union-attr]
+    assert "cannot record the outcome of call 'c1'" in caplog.text and "No space left" in caplog.text
+    for call_id, to in (("c2", "bob"), ("c3", "cy")):
+        later = await runtime.execute(make_input("send", {"to": to}, call_id=call_id))
+        assert isinstance(later, ToolExecutionSuccess), later
+        assert ledger.get(call_id).state == "committed"  # type: ignore[union-attr]
+    assert len(effects.runs) == 3
+    read = read_session_log(path)
+    assert read.torn is None  # the half line was cut off before the next event
+    assert [(event.type, event.data["key"]) for event in read.events] == [
+        ("effect/started", "c1"),
+        ("effect/started", "c2"),
+        ("effect/committed", "c2"),
+        ("effect/started", "c3"),
+        ("effect/committed", "c3"),
+    ]
+    ledger.close()
+    assert [entry.state for entry in open_ledger(path).entries()] == ["started", "committed", "committed"]
+
+
+async def test_a_torn_start_write_fails_the_call_and_the_same_call_then_runs(tmp_path: Path) -> None:
+    effects = Effects()
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, effects.tool())
+    tear_one_write(ledger, "effect/started")
+    first = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert code(first) == "LEDGER_ERROR" and "No space left on device" in message(first)
+    assert isinstance(first, ToolExecutionFailure) and first.error.info is not None
+    assert first.error.info.plugin == "effect-ledger"
+    assert effects.runs == [] and ledger.entries() == ()
+    second = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert isinstance(second, ToolExecutionSuccess) and len(effects.runs) == 1
+    assert [kind for kind, _ in events(path)] == ["effect/started", "effect/committed"]
 
 
 # --- keys -----------------------------------------------------------------------------------
