@@ -107,6 +107,8 @@ from dsh_core import (
     structure_table,
 )
 
+from ._file_settings import kept_path
+
 __all__ = [
     "EFFECT_IN_DOUBT",
     "IDEMPOTENCY_CONFLICT",
@@ -184,7 +186,7 @@ class LedgerEntry:
 class LedgerSettings:
     """The ``[plugins.ledger]`` table."""
 
-    path: str | None = None
+    path: str | None = attrs.field(default=None, validator=kept_path)
     rerun_in_doubt: tuple[str, ...] = ()
     fsync: Literal["always", "close", "never"] = "always"
 
@@ -302,6 +304,8 @@ class EffectLedger:
         key: KeyFunction = _default_key,
         runtime: ToolRuntime | None = None,
     ) -> None:
+        if not os.fspath(path):
+            raise LedgerError("the effect ledger was given no path; name its file")
         # The real path: a symlink to the ledger must lock (and compact) the same file.
         self.path = os.path.realpath(os.fspath(path))
         self.runtime = runtime
@@ -635,6 +639,9 @@ def _lock(path: str, *, sync_directory: bool) -> int:
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise LedgerError(f"cannot open the effect ledger {path}: the directory {directory} does not exist")
+    if os.path.isdir(path):
+        # Checked before the lock is made: it would land beside the directory, outside it.
+        raise LedgerError(f"cannot open the effect ledger: {path} is a directory; name a file (in it, say)")
     fd = os.open(path + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

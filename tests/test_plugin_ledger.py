@@ -841,12 +841,48 @@ def test_setup_registers_a_configured_ledger(tmp_path: Path) -> None:
         ({"path": "x", "rerun_in_doubt": "read_file"}, "[plugins.ledger].rerun_in_doubt"),
         ({"path": "x", "colour": "red"}, "colour"),
         ({"path": "/no/such/directory/effects.jsonl"}, "does not exist"),
+        (
+            {"path": ""},
+            "[plugins.ledger]: invalid value (path must be a non-empty path without NUL characters (got ''))",
+        ),
+        ({"path": "effects\x00.jsonl"}, "path must be a non-empty path without NUL characters"),
     ],
 )
 def test_setup_refuses_a_bad_table(table: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ConfigError) as caught:
         ledger_plugin.dsh_setup(make_runtime(), table)
     assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize("path", ["", ".", "{work}"])
+def test_setup_refuses_a_directory_and_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A lock beside the directory, outside the configuration's, was left behind before the error."""
+    work = tmp_path / "project"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with pytest.raises(ConfigError) as caught:
+        ledger_plugin.dsh_setup(make_runtime(), {"path": path.format(work=work)})
+    (violation,) = caught.value.violations
+    if path:
+        assert (
+            violation
+            == f"[plugins.ledger].path: cannot open the effect ledger: {work} is a directory; name a file (in it, say)"
+        )
+    else:
+        assert "path must be a non-empty path" in violation
+    assert [entry.name for entry in tmp_path.iterdir()] == ["project"] and list(work.iterdir()) == []
+
+
+def test_a_ledger_refuses_a_directory_before_taking_a_lock(tmp_path: Path) -> None:
+    directory = tmp_path / "ledgers"
+    directory.mkdir()
+    with pytest.raises(LedgerError, match="ledgers is a directory; name a file"):
+        EffectLedger(directory)
+    with pytest.raises(LedgerError, match="no path"):
+        EffectLedger("")
+    assert [entry.name for entry in tmp_path.iterdir()] == ["ledgers"] and list(directory.iterdir()) == []
 
 
 def test_a_locked_ledger_is_a_config_error_at_setup(tmp_path: Path) -> None:
