@@ -68,6 +68,8 @@ from dsh_core import (
     structure_table,
 )
 
+from ._file_settings import kept_path
+
 __all__ = ["MAX_DEPTH", "PLUGIN_NAME", "AuditLog", "AuditSettings", "audit_record"]
 
 # Capability manifest (enforced under strict_capabilities): an observer: it registers no tools and decides nothing.
@@ -84,12 +86,7 @@ _OPEN_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLO
 class AuditSettings:
     """The ``[plugins.audit]`` table."""
 
-    path: str | None = attrs.field(default=None)
-
-    @path.validator
-    def _check(self, attribute: attrs.Attribute[str | None], value: str | None) -> None:
-        if value is not None and not value:
-            raise ValueError("path must be a non-empty file name")
+    path: str | None = attrs.field(default=None, validator=kept_path)
 
 
 MAX_DEPTH: Final = 200

@@ -27,8 +27,8 @@ denied does not reveal what was recorded. For each call it looks up the key
   and message included. The body ran to an end; running it again could repeat
   whatever it did before it failed.
 - *in doubt* (``effect/started`` with no outcome, because the process died, or
-  an outcome of ``ABORTED``/``TOOL_TIMEOUT``/a raising wrapper, because the body
-  was stopped part-way): the call fails with ``EFFECT_IN_DOUBT`` and the body is
+  an outcome of ``ABORTED``/``TOOL_TIMEOUT``/a wrapper raising after the body
+  started, because the body was stopped part-way): the call fails with ``EFFECT_IN_DOUBT`` and the body is
   not run, unless the tool is listed in ``rerun_in_doubt``, declares
   ``ToolEffects(read_only=True)`` or ``ToolEffects(idempotent=True)`` (when the
   ledger knows its runtime, as the entry point's does), or is ``run_code``
@@ -42,9 +42,11 @@ denied does not reveal what was recorded. For each call it looks up the key
   took another path on the re-run (it diverged); it stops there instead of
   mixing two runs' effects.
 
-A call that never reached the body (``ABORTED_BEFORE_DISPATCH``,
-``UNKNOWN_TOOL`` at dispatch) releases its key: nothing happened, so a later
-call with that id runs. Two concurrent calls with one key in one process run
+A call that never reached the body (``execution.body_started`` is false:
+``ABORTED_BEFORE_DISPATCH``, ``UNKNOWN_TOOL`` at dispatch, or a failure or
+exception of an inner wrapper, such as ``call-limits`` refusing a call at
+dispatch or the timeout policy refusing a tool's ``timeout_ms``) releases its
+key: nothing happened, so a later call with that id runs. Two concurrent calls with one key in one process run
 one after the other; the second gets the first's outcome.
 
 **Durability and failure.** The file is a :class:`dsh_core.SessionLog` (one
@@ -52,7 +54,9 @@ JSON line per event, a torn last line is cut off on open) locked against a
 second writer. A failure to record ``effect/started`` fails the call with
 ``LEDGER_ERROR`` (blamed on ``effect-ledger``) before its body runs: the ledger never lets an effect happen
 unrecorded. A failure to record the outcome leaves the entry in doubt, which is
-what it is, and logs a warning; the call's result is returned unchanged.
+what it is, and logs a warning; the call's result is returned unchanged. The
+next write first reopens the file, which cuts off whatever the failed write
+left: a disk full for a moment costs the event that failed, not the ledger.
 
 **Keys are only as unique as call ids.** A provider that numbers calls ``0``,
 ``1``, ... afresh every turn would make a later ``get_time`` replay an earlier
@@ -103,6 +107,8 @@ from dsh_core import (
     structure_table,
 )
 
+from ._file_settings import kept_path
+
 __all__ = [
     "EFFECT_IN_DOUBT",
     "IDEMPOTENCY_CONFLICT",
@@ -136,8 +142,6 @@ _INTERRUPTED: Final = "effect/interrupted"
 _RELEASED: Final = "effect/released"
 _OUTCOMES: Final[dict[str, LedgerState]] = {_COMMITTED: "committed", _FAILED: "failed", _INTERRUPTED: "interrupted"}
 
-# The body never ran: nothing to remember.
-_NOT_DISPATCHED: Final = frozenset({ErrorCode.ABORTED_BEFORE_DISPATCH.value, ErrorCode.UNKNOWN_TOOL.value})
 # The body was stopped part-way: what it did is unknown.
 _CUT_SHORT: Final = frozenset({ErrorCode.ABORTED.value, ErrorCode.TOOL_TIMEOUT.value})
 
@@ -182,7 +186,7 @@ class LedgerEntry:
 class LedgerSettings:
     """The ``[plugins.ledger]`` table."""
 
-    path: str | None = None
+    path: str | None = attrs.field(default=None, validator=kept_path)
     rerun_in_doubt: tuple[str, ...] = ()
     fsync: Literal["always", "close", "never"] = "always"
 
@@ -300,6 +304,8 @@ class EffectLedger:
         key: KeyFunction = _default_key,
         runtime: ToolRuntime | None = None,
     ) -> None:
+        if not os.fspath(path):
+            raise LedgerError("the effect ledger was given no path; name its file")
         # The real path: a symlink to the ledger must lock (and compact) the same file.
         self.path = os.path.realpath(os.fspath(path))
         self.runtime = runtime
@@ -310,6 +316,7 @@ class EffectLedger:
         try:
             self._entries = _load(self.path) if os.path.exists(self.path) else {}
             self._log: SessionLog | None = SessionLog(self.path, fsync=fsync)
+            self._write_failed = False
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -338,7 +345,7 @@ class EffectLedger:
         contract, like any recorded value) without running the body.
 
         Raises:
-            LedgerError: there is no such key, or it is not in doubt.
+            LedgerError: there is no such key, it is not in doubt, or it cannot be written.
             NonJsonValueError: ``value`` is not lossless JSON.
         """
         self._settleable(key, agent)
@@ -349,7 +356,7 @@ class EffectLedger:
         """Record that the in-doubt call ``key`` did not happen: a later call with that key runs.
 
         Raises:
-            LedgerError: there is no such key, or it is not in doubt.
+            LedgerError: there is no such key, it is not in doubt, or it cannot be written.
         """
         self._settleable(key, agent)
         self._append(_RELEASED, {"key": key, "agent": agent})
@@ -382,8 +389,7 @@ class EffectLedger:
                 entries (the old file is then left as it was).
             OSError: the directory cannot be written.
         """
-        if self._log is None:
-            raise LedgerError(f"the effect ledger {self.path} is closed")
+        log = self._writable_log()
         if self._running:
             raise LedgerError(f"{len(self._running)} call(s) are running; compact the ledger between calls")
         archive_path = os.path.abspath(os.fspath(archive)) if archive is not None else None
@@ -400,7 +406,7 @@ class EffectLedger:
         if _comparable(_load(temporary)) != _comparable(self._entries):
             os.remove(temporary)
             raise LedgerError("the compacted ledger would not read back as the same entries; nothing was changed")
-        self._log.close()
+        log.close()
         self._closer.detach()
         try:
             if archive_path is not None:
@@ -430,11 +436,49 @@ class EffectLedger:
         self._closer()
 
     def _append(self, event_type: str, data: dict[str, Any]) -> None:
-        """Write one event, then apply it to the entries the same way loading the file does."""
+        """Write one event, then apply it to the entries the same way loading the file does.
+
+        Raises:
+            LedgerError: the ledger is closed, or the write failed (the entries
+                are then unchanged, and the next append reopens the file first).
+        """
+        log = self._writable_log()
+        try:
+            log.append({"type": event_type, "data": data})
+        except BaseException as exc:
+            # Part of the line may be in the file, and the log refuses every later
+            # append until it is reopened, which cuts that part off.
+            self._write_failed = True
+            if isinstance(exc, (OSError, SessionLogError)):
+                raise LedgerError(f"cannot write to the effect ledger {self.path}: {exc}") from exc
+            raise
+        _apply(self._entries, event_type, data)
+
+    def _writable_log(self) -> SessionLog:
+        """The open log, reopened first when a write to it failed."""
         if self._log is None:
             raise LedgerError(f"the effect ledger {self.path} is closed")
-        self._log.append({"type": event_type, "data": data})
-        _apply(self._entries, event_type, data)
+        if self._write_failed:
+            self._reopen()
+        assert self._log is not None
+        return self._log
+
+    def _reopen(self) -> None:
+        """Close the log and open it again, cutting off what a failed write left (the lock stays held)."""
+        assert self._log is not None
+        with contextlib.suppress(OSError):
+            self._log.close()  # its closing sync can fail as the write did; the file is closed either way
+        try:
+            log = SessionLog(self.path, fsync=self._fsync)
+        except (OSError, SessionLogError) as exc:
+            # Still marked failed: the next append tries again.
+            raise LedgerError(f"cannot reopen the effect ledger {self.path} after a failed write: {exc}") from exc
+        self._closer.detach()
+        self._log = log
+        self._closer = weakref.finalize(self, _release, log, self._lock_fd)
+        self._write_failed = False
+        if log.torn is not None:
+            logger.warning("effect ledger %s: cut off what a failed write left: %s", self.path, log.torn)
 
     # --- the wrapper ----------------------------------------------------------------------
 
@@ -522,8 +566,13 @@ class EffectLedger:
         try:
             result = await next()
         except BaseException as exc:
-            # Cancelled, or an inner wrapper raised: the body may have run part-way.
-            self._settle(slot, _INTERRUPTED, {"code": None, "message": f"{type(exc).__name__}: {exc}"})
+            if not execution.body_started:
+                # Cancelled or raised on in an inner wrapper (the timeout policy refusing a
+                # tool's timeout, say) before the body: nothing happened.
+                self._settle(slot, _RELEASED, {})
+            else:
+                # Cancelled, or an inner wrapper raised: the body may have run part-way.
+                self._settle(slot, _INTERRUPTED, {"code": None, "message": f"{type(exc).__name__}: {exc}"})
             raise
         finally:
             del self._running[slot]
@@ -535,14 +584,15 @@ class EffectLedger:
             # The body finished its work, then the caller's signal turned the call ABORTED:
             # the effect happened, once; a later call with this id gets its value.
             self._settle(slot, _COMMITTED, {"value": body.value})
+        elif not execution.body_started:
+            # Stopped before dispatch, the tool gone, or refused by an inner wrapper (call-limits):
+            # nothing ran, so the key is free. Only the view can tell: a body may itself have done
+            # its work and then failed UNKNOWN_TOOL or ABORTED_BEFORE_DISPATCH.
+            self._settle(slot, _RELEASED, {})
         else:
             assert isinstance(result, ToolExecutionFailure)
             fields = _failure_fields(result)
-            if fields["code"] in _NOT_DISPATCHED and not execution.body_started:
-                # Nothing ran (a body that raised such a code itself may have done its work).
-                self._settle(slot, _RELEASED, {})
-            else:
-                self._settle(slot, _INTERRUPTED if fields["code"] in _CUT_SHORT else _FAILED, fields)
+            self._settle(slot, _INTERRUPTED if fields["code"] in _CUT_SHORT else _FAILED, fields)
         return result
 
     def _definition(self, execution: ToolDispatchExecution) -> ToolDefinition | None:
@@ -589,6 +639,9 @@ def _lock(path: str, *, sync_directory: bool) -> int:
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise LedgerError(f"cannot open the effect ledger {path}: the directory {directory} does not exist")
+    if os.path.isdir(path):
+        # Checked before the lock is made: it would land beside the directory, outside it.
+        raise LedgerError(f"cannot open the effect ledger: {path} is a directory; name a file (in it, say)")
     fd = os.open(path + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -105,6 +105,7 @@ from dsh_core import (
 )
 from dsh_core.code_mode import CodeDispatchLog
 
+from ._file_settings import kept_path
 from ._spill_read import READ_TOOL_NAME, read_tool, untrusted_directory
 
 __all__ = ["PLUGIN_NAME", "SpillPolicy", "SpillSettings", "SpillStore", "bounded_replacement"]
@@ -128,11 +129,6 @@ def _non_negative(instance: object, attribute: attrs.Attribute[int | None], valu
         raise ValueError(f"max_inline_bytes must be a non-negative integer (got {value})")
 
 
-def _directory(instance: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
-    if value is not None and (not value or "\x00" in value):
-        raise ValueError(f"directory must be a non-empty path without NUL characters (got {value!r})")
-
-
 def _tool_names(instance: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
     if "" in value:
         raise ValueError("exempt_tools lists tool names; an empty one exempts nothing")
@@ -143,7 +139,7 @@ class SpillSettings:
     """The ``[plugins.spill]`` table."""
 
     max_inline_bytes: int | None = attrs.field(default=None, validator=_non_negative)
-    directory: str | None = attrs.field(default=None, validator=_directory)
+    directory: str | None = attrs.field(default=None, validator=kept_path)
     read_tool: bool = True
     # Readers of files: reading a spill file back with one must not spill it again.
     exempt_tools: tuple[str, ...] = attrs.field(default=("read_file",), validator=_tool_names)

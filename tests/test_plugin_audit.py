@@ -315,7 +315,12 @@ async def test_reopen_after_rotation_writes_a_fresh_file(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     ("config", "fragment"),
-    [({"path": 3}, "expected a string"), ({"path": ""}, "non-empty"), ({"file": "x"}, 'unknown key "file"')],
+    [
+        ({"path": 3}, "expected a string"),
+        ({"path": ""}, "non-empty"),
+        ({"path": "audit\x00.jsonl"}, "path must be a non-empty path without NUL characters"),
+        ({"file": "x"}, 'unknown key "file"'),
+    ],
 )
 def test_bad_config_is_refused(config: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ConfigError, match=r"\[plugins\.audit\]") as caught:

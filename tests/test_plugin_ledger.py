@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import shutil
@@ -33,11 +34,12 @@ from dsh_core import (
     failure_result,
     hookimpl,
     read_session_log,
+    run_tool_calls,
 )
 from dsh_core.code_mode import CodeRunResult
 from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
 from dsh_plugins import ledger as ledger_plugin
-from dsh_plugins import timeout
+from dsh_plugins import limits, timeout
 from dsh_plugins.ledger import EFFECT_IN_DOUBT, IDEMPOTENCY_CONFLICT, EffectLedger, LedgerError, read_ledger
 
 Next = Callable[[], Awaitable[ToolExecutionResult]]
@@ -439,6 +441,72 @@ async def test_an_inner_wrapper_that_raises_leaves_the_call_in_doubt(tmp_path: P
     assert len(effects.runs) == 1
 
 
+async def test_a_call_an_inner_wrapper_refused_before_the_body_releases_the_key(tmp_path: Path) -> None:
+    """call-limits refusing the loser of a race at dispatch: nothing ran, so the call id is free again."""
+    effects = Effects()
+    runtime = make_runtime(
+        effects.tool(is_concurrency_safe=lambda arguments: True), plugins=[(limits, {"max_calls": 1})]
+    )
+    ledger = open_ledger(tmp_path / "effects.jsonl", runtime=runtime)
+    runtime.plugins.register(ledger, name=ledger_plugin.PLUGIN_NAME)
+    calls = [make_input("send", {"to": to}, call_id=call_id) for call_id, to in (("c1", "ann"), ("c2", "bob"))]
+    results = await run_tool_calls(runtime, calls, max_parallel=2)
+    refused = [(call, result) for call, result in zip(calls, results, strict=True) if result.is_error]
+    assert len(refused) == 1 and len(effects.runs) == 1
+    call, result = refused[0]
+    assert code(result) == "DENIED" and "call budget spent" in message(result)
+    assert ledger.get(call.call_id) is None
+    limits_plugin = runtime.plugins.get_plugin(limits.PLUGIN_NAME)
+    assert isinstance(limits_plugin, limits.CallLimits)
+    limits_plugin.reset()
+    again = await runtime.execute(call)
+    assert isinstance(again, ToolExecutionSuccess) and len(effects.runs) == 2
+    assert ledger.get(call.call_id).state == "committed"  # type: ignore[union-attr]
+
+
+async def test_a_call_an_inner_wrapper_raised_on_before_the_body_releases_the_key(tmp_path: Path) -> None:
+    """The timeout policy refusing a tool's timeout_ms raises before the body: nothing is in doubt."""
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool(timeout_ms=3_000_000_000))
+    timeout.dsh_setup(runtime, {})
+    for _ in range(2):
+        result = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+        assert code(result) == "POLICY_ERROR" and "timeout" in message(result)
+        assert ledger.entries() == ()
+    assert effects.runs == []
+    kinds = [kind for kind, _ in events(tmp_path / "effects.jsonl")]
+    assert kinds == ["effect/started", "effect/released"] * 2
+
+
+async def test_a_call_cancelled_in_an_inner_wrapper_before_the_body_releases_the_key(tmp_path: Path) -> None:
+    class Waits:
+        def __init__(self) -> None:
+            self.entered = trio.Event()
+
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> ToolExecutionResult:
+            self.entered.set()
+            await trio.sleep_forever()
+            return await next()
+
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    waits = Waits()
+    runtime.plugins.register(waits, name="waits")
+    signal = CancelSignal()
+    results: list[ToolExecutionResult] = []
+    async with trio.open_nursery() as nursery:
+
+        async def call() -> None:
+            results.append(await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1", signal=signal)))
+
+        nursery.start_soon(call)
+        await waits.entered.wait()
+        signal.cancel()
+    assert code(results[0]) == "ABORTED_BEFORE_DISPATCH"
+    assert ledger.entries() == () and effects.runs == []
+
+
 # --- concurrency ----------------------------------------------------------------------------
 
 
@@ -500,6 +568,80 @@ async def test_an_unrecordable_outcome_is_logged_and_left_in_doubt(
     assert isinstance(result, ToolExecutionSuccess)  # the effect happened: its result is not lost
     assert ledger.get("c1").state == "started"  # type: ignore[union-attr]
     assert "cannot record the outcome of call 'c1'" in caplog.text
+
+
+class TearsOneWrite:
+    """The ledger's file, whose first write of an ``event_type`` line stops part-way, as on a full disk."""
+
+    def __init__(self, file: Any, event_type: str) -> None:
+        self._file = file
+        self._event_type = event_type.encode()
+        self.torn = False
+
+    def write(self, data: Any) -> int:
+        line = bytes(data)
+        if self.torn or self._event_type not in line:
+            written: int = self._file.write(line)
+            return written
+        self.torn = True
+        self._file.write(line[:9])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+def tear_one_write(ledger: EffectLedger, event_type: str) -> TearsOneWrite:
+    log = ledger._log
+    assert log is not None and log._file is not None
+    tears = TearsOneWrite(log._file, event_type)
+    log._file = tears  # type: ignore[assignment]
+    return tears
+
+
+async def test_a_torn_outcome_write_is_cut_off_and_later_calls_are_recorded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    effects = Effects()
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, effects.tool())
+    tears = tear_one_write(ledger, "effect/committed")
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins.ledger"):
+        first = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert tears.torn and isinstance(first, ToolExecutionSuccess)
+    assert ledger.get("c1").state == "started"  # type: ignore[union-attr]
+    assert "cannot record the outcome of call 'c1'" in caplog.text and "No space left" in caplog.text
+    for call_id, to in (("c2", "bob"), ("c3", "cy")):
+        later = await runtime.execute(make_input("send", {"to": to}, call_id=call_id))
+        assert isinstance(later, ToolExecutionSuccess), later
+        assert ledger.get(call_id).state == "committed"  # type: ignore[union-attr]
+    assert len(effects.runs) == 3
+    read = read_session_log(path)
+    assert read.torn is None  # the half line was cut off before the next event
+    assert [(event.type, event.data["key"]) for event in read.events] == [
+        ("effect/started", "c1"),
+        ("effect/started", "c2"),
+        ("effect/committed", "c2"),
+        ("effect/started", "c3"),
+        ("effect/committed", "c3"),
+    ]
+    ledger.close()
+    assert [entry.state for entry in open_ledger(path).entries()] == ["started", "committed", "committed"]
+
+
+async def test_a_torn_start_write_fails_the_call_and_the_same_call_then_runs(tmp_path: Path) -> None:
+    effects = Effects()
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, effects.tool())
+    tear_one_write(ledger, "effect/started")
+    first = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert code(first) == "LEDGER_ERROR" and "No space left on device" in message(first)
+    assert isinstance(first, ToolExecutionFailure) and first.error.info is not None
+    assert first.error.info.plugin == "effect-ledger"
+    assert effects.runs == [] and ledger.entries() == ()
+    second = await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    assert isinstance(second, ToolExecutionSuccess) and len(effects.runs) == 1
+    assert [kind for kind, _ in events(path)] == ["effect/started", "effect/committed"]
 
 
 # --- keys -----------------------------------------------------------------------------------
@@ -699,12 +841,50 @@ def test_setup_registers_a_configured_ledger(tmp_path: Path) -> None:
         ({"path": "x", "rerun_in_doubt": "read_file"}, "[plugins.ledger].rerun_in_doubt"),
         ({"path": "x", "colour": "red"}, "colour"),
         ({"path": "/no/such/directory/effects.jsonl"}, "does not exist"),
+        ({"path": "effects\x00.jsonl"}, "path must be a non-empty path without NUL characters"),
     ],
 )
 def test_setup_refuses_a_bad_table(table: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ConfigError) as caught:
         ledger_plugin.dsh_setup(make_runtime(), table)
     assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize("path", ["", ".", "{work}"])
+def test_setup_refuses_a_directory_and_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A lock beside the directory, outside the configuration's, was left behind before the error.
+
+    Run in a directory of its own: ``""`` means the working directory.
+    """
+    work = tmp_path / "project"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with pytest.raises(ConfigError) as caught:
+        ledger_plugin.dsh_setup(make_runtime(), {"path": path.format(work=work)})
+    (violation,) = caught.value.violations
+    if path:
+        assert (
+            violation
+            == f"[plugins.ledger].path: cannot open the effect ledger: {work} is a directory; name a file (in it, say)"
+        )
+    else:
+        assert (
+            violation
+            == "[plugins.ledger]: invalid value (path must be a non-empty path without NUL characters (got ''))"
+        )
+    assert [entry.name for entry in tmp_path.iterdir()] == ["project"] and list(work.iterdir()) == []
+
+
+def test_a_ledger_refuses_a_directory_before_taking_a_lock(tmp_path: Path) -> None:
+    directory = tmp_path / "ledgers"
+    directory.mkdir()
+    with pytest.raises(LedgerError, match="ledgers is a directory; name a file"):
+        EffectLedger(directory)
+    with pytest.raises(LedgerError, match="no path"):
+        EffectLedger("")
+    assert [entry.name for entry in tmp_path.iterdir()] == ["ledgers"] and list(directory.iterdir()) == []
 
 
 def test_a_locked_ledger_is_a_config_error_at_setup(tmp_path: Path) -> None:
