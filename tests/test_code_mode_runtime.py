@@ -719,9 +719,9 @@ async def test_a_binding_that_completes_at_once_is_served_without_a_task(monkeyp
 
     original = _runtime._Session._serve
 
-    async def tracking(self: Any, stdin: Any, call: Any) -> None:
+    async def tracking(self: Any, *args: Any) -> None:
         tasks.append(trio.lowlevel.current_task())
-        await original(self, stdin, call)
+        await original(self, *args)
 
     monkeypatch.setattr(_runtime._Session, "_serve", tracking)
     program = "return await tools.fast({}) + await tools.slow({})"
@@ -740,6 +740,29 @@ async def test_a_reply_larger_than_the_pipe_buffer_arrives_whole() -> None:
     result = await RUNTIME.run("text = await tools.big({})\nreturn [len(text), text[-3:]]", {"big": big})
     assert result.error is None, result.error
     assert result.value == (300_003, "end")
+
+
+async def test_bindings_are_called_in_the_order_the_program_made_the_calls() -> None:
+    # A binding may number or queue a call when it is called (the run_code bridge does): the
+    # runtime calls them as the frames arrive, not as the tasks that await them happen to run.
+    called: list[int] = []
+
+    class Recording:
+        def __call__(self, args: Any) -> Any:
+            called.append(args["n"])
+            return self.answer(args)
+
+        async def answer(self, args: Any) -> Any:
+            await trio.lowlevel.checkpoint()
+            return args["n"]
+
+    program = "import asyncio\nreturn await asyncio.gather(*[tools.note({'n': n}) for n in range(20)])"
+    for _ in range(3):
+        called.clear()
+        result = await RUNTIME.run(program, {"note": Recording()})
+        assert result.error is None, result.error
+        assert result.value == tuple(range(20))
+        assert called == list(range(20))
 
 
 def test_a_code_run_error_kind_must_be_one_of_the_documented_kinds() -> None:

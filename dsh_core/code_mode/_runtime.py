@@ -85,6 +85,11 @@ __all__ = [
 Binding: TypeAlias = Callable[[JsonValue], Awaitable[JsonValue]]
 """A host function a program can call: lossless JSON arguments in, lossless JSON out.
 
+The runtime calls a binding as soon as the program's call reaches the host,
+in the order the program made its calls, and awaits what it returns later
+(often in a task of its own): a binding that numbers or queues its calls when
+called sees them in the program's order. Every awaitable it returns is awaited.
+
 A binding object may also have a ``completes_at_once() -> bool`` method: when it
 returns ``True``, a call made right now finishes without suspending, and the
 runtime may serve it without starting a task for it.
@@ -509,6 +514,13 @@ def _cut_utf8(text: str, limit: int) -> str:
     return text.encode("utf-8", "surrogatepass")[: max(limit, 0)].decode("utf-8", "ignore")
 
 
+@attrs.frozen
+class _Refusal:
+    """A call that failed before there was anything to await: the message of its reply."""
+
+    message: str
+
+
 def _binding_message(exc: Exception) -> str:
     try:
         message = str(exc)
@@ -572,12 +584,16 @@ class _Session:
                         self._room = trio.Event()
                         await self._room.wait()
                     self._in_flight.add(call_id)
-                    assert process.stdin is not None
                     completes_at_once = getattr(self._bindings.get(frame.name), "completes_at_once", None)
-                    if completes_at_once is not None and completes_at_once():
-                        await self._serve(process.stdin, frame)  # it cannot hold the reader up
+                    at_once = completes_at_once is not None and completes_at_once()
+                    # Called here, in the order the program made its calls: what the binding
+                    # does on a call (number it, queue it) follows that order.
+                    answer = self._call_binding(frame)
+                    assert process.stdin is not None
+                    if at_once:
+                        await self._serve(process.stdin, frame, answer)  # it cannot hold the reader up
                     else:
-                        tasks.start_soon(self._serve, process.stdin, frame)
+                        tasks.start_soon(self._serve, process.stdin, frame, answer)
                 case _Log(text=text):
                     if not self._log(text):
                         return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
@@ -610,9 +626,12 @@ class _Session:
             return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
         return CodeRunResult(logs=self._logs, value=value, has_value=True)
 
-    async def _serve(self, stdin: trio.abc.SendStream, call: _Call) -> None:
+    async def _serve(self, stdin: trio.abc.SendStream, call: _Call, answer: Awaitable[JsonValue] | _Refusal) -> None:
         try:
-            reply = await self._call_binding(call)
+            if isinstance(answer, _Refusal):
+                reply = {"type": "reply", "id": call.id, "ok": False, "message": answer.message}
+            else:
+                reply = await self._reply(call, answer)
         finally:
             self._in_flight.discard(call.id)
             if self._room is not None:
@@ -626,21 +645,23 @@ class _Session:
             )
         await self._send(stdin, (data + "\n").encode("ascii"))
 
-    async def _call_binding(self, call: _Call) -> dict[str, Any]:
+    def _call_binding(self, call: _Call) -> Awaitable[JsonValue] | _Refusal:
+        """What calling the binding returned, to await; or why the call failed at once."""
         binding = self._bindings.get(call.name)
         if binding is None:
-            return {"type": "reply", "id": call.id, "ok": False, "message": f"unknown tool {call.name!r}"}
+            return _Refusal(f"unknown tool {call.name!r}")
         try:
             args = snapshot_json(call.args)
         except NonJsonValueError as exc:
-            return {
-                "type": "reply",
-                "id": call.id,
-                "ok": False,
-                "message": f"tool arguments must be lossless JSON: {exc}",
-            }
+            return _Refusal(f"tool arguments must be lossless JSON: {exc}")
         try:
-            value = await binding(args)
+            return binding(args)
+        except Exception as exc:
+            return _Refusal(_binding_message(exc))
+
+    async def _reply(self, call: _Call, answer: Awaitable[JsonValue]) -> dict[str, Any]:
+        try:
+            value = await answer
         except Exception as exc:
             return {"type": "reply", "id": call.id, "ok": False, "message": _binding_message(exc)}
         try:
