@@ -765,6 +765,46 @@ async def test_bindings_are_called_in_the_order_the_program_made_the_calls() -> 
         assert called == list(range(20))
 
 
+async def test_a_call_served_by_the_reader_never_stops_it_reading_while_its_reply_waits_for_the_pipe() -> None:
+    # The reply does not fit the child's stdin pipe, and the program prints more than its
+    # stdout pipe holds before it reads replies again: the reader must go on reading.
+    class Big:
+        def completes_at_once(self) -> bool:
+            return True
+
+        async def __call__(self, args: Any) -> Any:
+            return "x" * 300_000
+
+    program = (
+        "import asyncio\n"
+        "task = asyncio.ensure_future(tools.big({}))\n"
+        "await asyncio.sleep(0)\n"
+        "for i in range(5000):\n"
+        "    print('line %06d ' % i + 'y' * 50)\n"
+        "return len(await task)\n"
+    )
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=1024 * 1024)
+    result = await runtime.run(program, {"big": Big()})
+    assert result.error is None, result.error
+    assert result.value == 300_000 and len(result.logs) == 5000
+
+
+async def test_replies_larger_than_the_pipe_buffer_arrive_whole_and_in_the_order_they_were_sent() -> None:
+    async def big(args: Any) -> Any:
+        await trio.sleep(0.01 * (5 - args["n"]))  # the last call answers first
+        return str(args["n"]) * 200_000
+
+    program = (
+        "import asyncio\n"
+        "texts = await asyncio.gather(*[tools.big({'n': n}) for n in range(5)])\n"
+        "return [[len(t), t[0], t[-1]] for t in texts]\n"
+    )
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=64 * 1024)
+    result = await runtime.run(program, {"big": big})
+    assert result.error is None, result.error
+    assert result.value == tuple((200_000, str(n), str(n)) for n in range(5))
+
+
 def test_a_code_run_error_kind_must_be_one_of_the_documented_kinds() -> None:
     with pytest.raises(ValueError) as raised:
         CodeRunError(kind="crash", message="m")  # type: ignore[arg-type]

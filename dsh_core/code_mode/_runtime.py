@@ -32,7 +32,8 @@ Host to child:
   the binding names reachable as ``<global>.name`` / ``<global>["name"]``.
 - ``{"type": "reply", "id", "ok": true, "value"}`` or
   ``{"type": "reply", "id", "ok": false, "message"}``: one per ``call``, in the
-  order the bindings finish.
+  order the bindings finish. The host never stops reading the child's frames to
+  wait for room in the child's stdin: what does not fit waits in a queue.
 
 Child to host:
 
@@ -59,6 +60,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
@@ -543,7 +545,11 @@ class _Session:
         self._used = 0
         self._in_flight: set[int] = set()
         self._room: trio.Event | None = None  # set when _in_flight drops below MAX_CALLS_IN_FLIGHT
-        self._send_lock = trio.Lock()
+        # Frames for the child not yet written, in order; the head may be partly written.
+        self._outbox: deque[bytes] = deque()
+        self._outbox_filled: trio.Event | None = None  # what the idle writer waits on; _send sets it
+        self._stdin_fd: int | None = None
+        self._stdin_gone = False
         self._stderr = bytearray()
         self._stderr_closed = trio.Event()
 
@@ -552,9 +558,12 @@ class _Session:
 
     async def drive(self, process: trio.Process, run_frame: bytes) -> CodeRunResult:
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        fileno = getattr(process.stdin, "fileno", None)
+        self._stdin_fd = fileno() if fileno is not None else None
         async with trio.open_nursery() as tasks:
             tasks.start_soon(self._drain_stderr, process.stderr)
-            await self._send(process.stdin, run_frame)
+            tasks.start_soon(self._write_out, process.stdin)
+            self._send(run_frame)
             result = await self._read(process, process.stdout, tasks)
             # The run is over: binding calls still in flight are abandoned.
             tasks.cancel_scope.cancel()
@@ -589,11 +598,10 @@ class _Session:
                     # Called here, in the order the program made its calls: what the binding
                     # does on a call (number it, queue it) follows that order.
                     answer = self._call_binding(frame)
-                    assert process.stdin is not None
                     if at_once:
-                        await self._serve(process.stdin, frame, answer)  # it cannot hold the reader up
+                        await self._serve(frame, answer)  # it cannot hold the reader up
                     else:
-                        tasks.start_soon(self._serve, process.stdin, frame, answer)
+                        tasks.start_soon(self._serve, frame, answer)
                 case _Log(text=text):
                     if not self._log(text):
                         return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
@@ -626,7 +634,7 @@ class _Session:
             return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
         return CodeRunResult(logs=self._logs, value=value, has_value=True)
 
-    async def _serve(self, stdin: trio.abc.SendStream, call: _Call, answer: Awaitable[JsonValue] | _Refusal) -> None:
+    async def _serve(self, call: _Call, answer: Awaitable[JsonValue] | _Refusal) -> None:
         try:
             if isinstance(answer, _Refusal):
                 reply = {"type": "reply", "id": call.id, "ok": False, "message": answer.message}
@@ -643,7 +651,7 @@ class _Session:
             data = encode_json(
                 {"type": "reply", "id": call.id, "ok": False, "message": f"result cannot be sent: {exc}"}
             )
-        await self._send(stdin, (data + "\n").encode("ascii"))
+        self._send((data + "\n").encode("ascii"))
 
     def _call_binding(self, call: _Call) -> Awaitable[JsonValue] | _Refusal:
         """What calling the binding returned, to await; or why the call failed at once."""
@@ -675,31 +683,45 @@ class _Session:
             }
         return {"type": "reply", "id": call.id, "ok": True, "value": value}
 
-    async def _send(self, stdin: trio.abc.SendStream, data: bytes) -> None:
-        lock = self._send_lock
-        try:
-            lock.acquire_nowait()  # uncontended (the usual case): no checkpoint of its own
-        except trio.WouldBlock:
-            await lock.acquire()
-        try:
+    def _send(self, data: bytes) -> None:
+        """Write ``data`` to the child, or queue it for :meth:`_write_out`; never waits.
+
+        The reader sends too (a call it serves itself), and a child that prints
+        without reading its replies must not stop the reader reading what it prints.
+        """
+        if self._stdin_gone:
+            return  # the child is gone: the reader sees the end of the stream
+        if not self._outbox and self._stdin_fd is not None:
             # A reply usually fits the pipe at once: write it straight away instead of
-            # taking a scheduler round first (send_all checkpoints before writing).
-            # The lock makes this the only writer; what does not fit goes through send_all.
-            written = 0
-            fileno = getattr(stdin, "fileno", None)
-            if fileno is not None:
-                try:
-                    written = os.write(fileno(), data)
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    return  # the child is gone: the reader sees the end of the stream
-            if written < len(data):
-                # A child that is gone shows up as end of stream on the reader.
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await stdin.send_all(data[written:])
-        finally:
-            lock.release()
+            # waking the writer (a scheduler round). With nothing queued, this is in order.
+            try:
+                written = os.write(self._stdin_fd, data)
+            except BlockingIOError:
+                written = 0
+            except OSError:
+                self._stdin_gone = True
+                return
+            if written == len(data):
+                return
+            data = data[written:]
+        self._outbox.append(data)
+        if self._outbox_filled is not None:
+            self._outbox_filled.set()
+            self._outbox_filled = None
+
+    async def _write_out(self, stdin: trio.abc.SendStream) -> None:
+        """Write the queued frames in order, as the child reads them."""
+        try:
+            while True:
+                while self._outbox:
+                    # Left at the head while it is written, so that _send queues behind it.
+                    await stdin.send_all(self._outbox[0])
+                    self._outbox.popleft()
+                self._outbox_filled = trio.Event()
+                await self._outbox_filled.wait()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._stdin_gone = True  # a child that is gone shows up as end of stream on the reader
+            self._outbox.clear()
 
     async def _drain_stderr(self, stderr: trio.abc.ReceiveStream) -> None:
         try:
