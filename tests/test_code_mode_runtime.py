@@ -805,6 +805,55 @@ async def test_replies_larger_than_the_pipe_buffer_arrive_whole_and_in_the_order
     assert result.value == tuple((200_000, str(n), str(n)) for n in range(5))
 
 
+async def test_calls_in_flight_are_capped_by_their_bytes_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past the cap the host reads no further frame until a call is answered, so a program
+    # flooding it with large arguments is slowed down instead of growing the host's memory.
+    from dsh_core.code_mode import _runtime
+
+    monkeypatch.setattr(_runtime, "MAX_CALL_BYTES_IN_FLIGHT", 2500)
+    inside = 0
+    most_inside = 0
+
+    async def store(args: Any) -> Any:
+        nonlocal inside, most_inside
+        inside += 1
+        most_inside = max(most_inside, inside)
+        await trio.sleep(0.05)
+        inside -= 1
+        return len(args["blob"])
+
+    program = (
+        "import asyncio\n"
+        "return await asyncio.gather(*[tools.store({'blob': 'x' * 1000}) for _ in range(10)])\n"
+    )
+    result = await RUNTIME.run(program, {"store": store})
+    assert result.error is None, result.error
+    assert result.value == (1000,) * 10
+    assert most_inside == 2  # each frame is a little over 1000 bytes: two fit under 2500
+
+
+async def test_a_call_larger_than_the_byte_cap_is_admitted_when_nothing_else_is_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_core.code_mode import _runtime
+
+    monkeypatch.setattr(_runtime, "MAX_CALL_BYTES_IN_FLIGHT", 2500)
+
+    async def store(args: Any) -> Any:
+        await trio.sleep(0.01)
+        return len(args["blob"])
+
+    program = (
+        "import asyncio\n"
+        "small = asyncio.ensure_future(tools.store({'blob': 'x' * 10}))\n"
+        "await asyncio.sleep(0)\n"
+        "return [await tools.store({'blob': 'x' * 10_000}), await small]\n"
+    )
+    result = await RUNTIME.run(program, {"store": store})
+    assert result.error is None, result.error
+    assert result.value == (10_000, 10)
+
+
 def test_a_code_run_error_kind_must_be_one_of_the_documented_kinds() -> None:
     with pytest.raises(ValueError) as raised:
         CodeRunError(kind="crash", message="m")  # type: ignore[arg-type]

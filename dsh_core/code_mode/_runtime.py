@@ -459,11 +459,14 @@ def _parse_frame(line: bytes) -> _Frame:
 
 
 _MAX_ERROR_CHARS: Final = 16 * 1024
-# Tool calls a program may have waiting on the host at once. Each costs the host a task or
-# two; past this the host reads no further frame until one is answered, so a program that
-# fires calls in a loop without awaiting them is slowed down, not able to exhaust the host's
-# memory. (Answers never wait for the reader, so this cannot deadlock.)
+# Tool calls a program may have waiting on the host at once, by number and by the bytes of
+# their call frames. Each costs the host a task or two and holds its arguments; past either
+# cap the host reads no further frame until one is answered, so a program that fires calls in
+# a loop without awaiting them is slowed down, not able to exhaust the host's memory. A call
+# larger than the byte cap (up to ``max_frame_bytes``) is read when nothing else is in flight.
+# (Answers never wait for the reader nor for the child to read them, so this cannot deadlock.)
 MAX_CALLS_IN_FLIGHT: Final = 1024
+MAX_CALL_BYTES_IN_FLIGHT: Final = 64 * 1024 * 1024
 
 
 def _capped(message: str) -> str:
@@ -544,7 +547,8 @@ class _Session:
         self._logs: list[str] = []
         self._used = 0
         self._in_flight: set[int] = set()
-        self._room: trio.Event | None = None  # set when _in_flight drops below MAX_CALLS_IN_FLIGHT
+        self._bytes_in_flight = 0
+        self._room: trio.Event | None = None  # set when a call in flight is answered
         # Frames for the child not yet written, in order; the head may be partly written.
         self._outbox: deque[bytes] = deque()
         self._outbox_filled: trio.Event | None = None  # what the idle writer waits on; _send sets it
@@ -589,19 +593,21 @@ class _Session:
                 case _Call(id=call_id):
                     if call_id in self._in_flight:
                         return self.fail("protocol", f"the child reused call id {call_id} while it was in flight")
-                    while len(self._in_flight) >= MAX_CALLS_IN_FLIGHT:
+                    size = len(line)
+                    while not self._has_room_for(size):
                         self._room = trio.Event()
                         await self._room.wait()
                     self._in_flight.add(call_id)
+                    self._bytes_in_flight += size
                     completes_at_once = getattr(self._bindings.get(frame.name), "completes_at_once", None)
                     at_once = completes_at_once is not None and completes_at_once()
                     # Called here, in the order the program made its calls: what the binding
                     # does on a call (number it, queue it) follows that order.
                     answer = self._call_binding(frame)
                     if at_once:
-                        await self._serve(frame, answer)  # it cannot hold the reader up
+                        await self._serve(frame, size, answer)  # it cannot hold the reader up
                     else:
-                        tasks.start_soon(self._serve, frame, answer)
+                        tasks.start_soon(self._serve, frame, size, answer)
                 case _Log(text=text):
                     if not self._log(text):
                         return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
@@ -634,7 +640,12 @@ class _Session:
             return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
         return CodeRunResult(logs=self._logs, value=value, has_value=True)
 
-    async def _serve(self, call: _Call, answer: Awaitable[JsonValue] | _Refusal) -> None:
+    def _has_room_for(self, size: int) -> bool:
+        if not self._in_flight:
+            return True  # one call is always let in, however large: nothing else can make room
+        return len(self._in_flight) < MAX_CALLS_IN_FLIGHT and self._bytes_in_flight + size <= MAX_CALL_BYTES_IN_FLIGHT
+
+    async def _serve(self, call: _Call, size: int, answer: Awaitable[JsonValue] | _Refusal) -> None:
         try:
             if isinstance(answer, _Refusal):
                 reply = {"type": "reply", "id": call.id, "ok": False, "message": answer.message}
@@ -642,6 +653,7 @@ class _Session:
                 reply = await self._reply(call, answer)
         finally:
             self._in_flight.discard(call.id)
+            self._bytes_in_flight -= size
             if self._room is not None:
                 self._room.set()
                 self._room = None
