@@ -270,11 +270,23 @@ class _ProgramBinding:
         self._name = name
         self._binding = binding
 
-    async def __call__(self, args: Any) -> Any:
+    def __call__(self, args: Any) -> Awaitable[Any]:
+        # The binding is called now, as a real runtime calls it when the program makes the
+        # call: the bridge numbers and queues a call when it is made, not when it is awaited.
         try:
-            return await self._binding(args)
+            outcome = self._binding(args)
+        except Exception as exc:
+            return self._raise(exc)
+        return self._settle(outcome)
+
+    async def _settle(self, outcome: Awaitable[Any]) -> Any:
+        try:
+            return await outcome
         except Exception as exc:
             raise ToolCallError(self._name, str(exc) or type(exc).__name__) from None
+
+    async def _raise(self, exc: Exception) -> Any:
+        raise ToolCallError(self._name, str(exc) or type(exc).__name__) from None
 
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self._binding, attribute)  # completes_at_once(), __name__

@@ -696,19 +696,73 @@ async def test_end_to_end_exclusive_call_waits_for_parallel_ones() -> None:
     runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=10))
     runtime.register(json_tool("read", read, output={"type": "string"}, is_concurrency_safe=lambda a: True))
     runtime.register(json_tool("write", write, output={"type": "string"}))
-    # The reads are submitted first (the short sleep lets both frames go out), then
-    # the write: the exclusive write must wait for both reads to finish.
-    program = (
-        "import asyncio\n"
-        "reads = [asyncio.ensure_future(tools.read({'id': i})) for i in ('r1', 'r2')]\n"
-        "await asyncio.sleep(0.05)\n"
-        "await tools.write({})\n"
-        "await asyncio.gather(*reads)\n"
-    )
+    # The reads are submitted first, then the write: the exclusive write must wait for
+    # both reads to finish, though all three frames reach the host at once.
+    program = "import asyncio\nawait asyncio.gather(tools.read({'id': 'r1'}), tools.read({'id': 'r2'}), tools.write({}))\n"
     result = await runtime.execute(make_input("run_code", {"code": program, "description": "Read then write"}))
     assert not result.is_error, result
     assert order.index("write") > max(order.index("end r1"), order.index("end r2"))
     assert order.index("start r2") < order.index("end r1")  # the two reads overlapped
+
+
+async def test_sub_calls_are_numbered_and_run_in_the_order_they_were_made_not_awaited(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    journal: list[str] = []
+
+    async def append(args: Any) -> str:
+        await trio.sleep(1)
+        journal.append(args["v"])
+        return args["v"]
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        calls = [tools["append"]({"v": v}) for v in "abcd"]  # made in this order...
+        results: list[str] = []
+
+        async def wait(call: Awaitable[str]) -> None:
+            results.append(await call)
+
+        async with trio.open_nursery() as nursery:
+            for call in reversed(calls):  # ...awaited in the other
+                nursery.start_soon(wait, call)
+        return CodeRunResult(value=results, has_value=True)
+
+    runtime, events = code_runtime(program, json_tool("append", append, output={"type": "string"}))
+    result = await runtime.execute(run_code())
+    assert result.value == {"logs": (), "result": ("a", "b", "c", "d")}  # type: ignore[union-attr]
+    assert journal == ["a", "b", "c", "d"]
+    starts = [(d["sub_call_id"], d["arguments"]["v"]) for t, d in events if t == "tool/code-dispatch-start"]
+    assert starts == [("outer:code:1", "a"), ("outer:code:2", "b"), ("outer:code:3", "c"), ("outer:code:4", "d")]
+
+
+async def test_end_to_end_gathered_calls_are_numbered_and_run_in_the_order_the_program_made_them() -> None:
+    # A rerun of the same program must give its calls the same ids (an effect ledger replays
+    # by id), and calls that change things run in the order they were made.
+    program = (
+        "import asyncio\n"
+        "await asyncio.gather(*[tools.append({'v': v}) for v in 'abcdef'])\n"
+    )
+    journal: list[str] = []
+    events: list[tuple[str, Any]] = []
+
+    async def append(args: Any) -> None:
+        await trio.sleep(0.001)
+        journal.append(args["v"])
+
+    runtime = ToolRuntime(
+        mode="code",
+        code_runtime=SubprocessPythonRuntime(wall_budget_s=10),
+        event_sink=lambda t, d: events.append((t, d)),
+    )
+    runtime.register(json_tool("append", append))  # no classifier: exclusive
+    for _ in range(6):
+        journal.clear()
+        events.clear()
+        result = await runtime.execute(make_input("run_code", {"code": program, "description": "append"}, call_id="run"))
+        assert not result.is_error, result
+        assert journal == list("abcdef")
+        starts = [(d["sub_call_id"], d["arguments"]["v"]) for t, d in events if t == "tool/code-dispatch-start"]
+        assert starts == [(f"run:code:{n}", v) for n, v in enumerate("abcdef", 1)]
 
 
 async def test_end_to_end_huge_output_hits_the_output_limit_quickly() -> None:
@@ -919,9 +973,9 @@ async def test_a_program_firing_calls_without_awaiting_them_waits_for_room(monke
     waiting: list[int] = []
     serve = _runtime._Session._serve
 
-    async def counting_serve(self: Any, stdin: Any, call: Any) -> None:
+    async def counting_serve(self: Any, *args: Any) -> None:
         waiting.append(len(self._in_flight))
-        await serve(self, stdin, call)
+        await serve(self, *args)
 
     monkeypatch.setattr(_runtime._Session, "_serve", counting_serve)
 

@@ -719,9 +719,9 @@ async def test_a_binding_that_completes_at_once_is_served_without_a_task(monkeyp
 
     original = _runtime._Session._serve
 
-    async def tracking(self: Any, stdin: Any, call: Any) -> None:
+    async def tracking(self: Any, *args: Any) -> None:
         tasks.append(trio.lowlevel.current_task())
-        await original(self, stdin, call)
+        await original(self, *args)
 
     monkeypatch.setattr(_runtime._Session, "_serve", tracking)
     program = "return await tools.fast({}) + await tools.slow({})"
@@ -740,6 +740,118 @@ async def test_a_reply_larger_than_the_pipe_buffer_arrives_whole() -> None:
     result = await RUNTIME.run("text = await tools.big({})\nreturn [len(text), text[-3:]]", {"big": big})
     assert result.error is None, result.error
     assert result.value == (300_003, "end")
+
+
+async def test_bindings_are_called_in_the_order_the_program_made_the_calls() -> None:
+    # A binding may number or queue a call when it is called (the run_code bridge does): the
+    # runtime calls them as the frames arrive, not as the tasks that await them happen to run.
+    called: list[int] = []
+
+    class Recording:
+        def __call__(self, args: Any) -> Any:
+            called.append(args["n"])
+            return self.answer(args)
+
+        async def answer(self, args: Any) -> Any:
+            await trio.lowlevel.checkpoint()
+            return args["n"]
+
+    program = "import asyncio\nreturn await asyncio.gather(*[tools.note({'n': n}) for n in range(20)])"
+    for _ in range(3):
+        called.clear()
+        result = await RUNTIME.run(program, {"note": Recording()})
+        assert result.error is None, result.error
+        assert result.value == tuple(range(20))
+        assert called == list(range(20))
+
+
+async def test_a_call_served_by_the_reader_never_stops_it_reading_while_its_reply_waits_for_the_pipe() -> None:
+    # The reply does not fit the child's stdin pipe, and the program prints more than its
+    # stdout pipe holds before it reads replies again: the reader must go on reading.
+    class Big:
+        def completes_at_once(self) -> bool:
+            return True
+
+        async def __call__(self, args: Any) -> Any:
+            return "x" * 300_000
+
+    program = (
+        "import asyncio\n"
+        "task = asyncio.ensure_future(tools.big({}))\n"
+        "await asyncio.sleep(0)\n"
+        "for i in range(5000):\n"
+        "    print('line %06d ' % i + 'y' * 50)\n"
+        "return len(await task)\n"
+    )
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=1024 * 1024)
+    result = await runtime.run(program, {"big": Big()})
+    assert result.error is None, result.error
+    assert result.value == 300_000 and len(result.logs) == 5000
+
+
+async def test_replies_larger_than_the_pipe_buffer_arrive_whole_and_in_the_order_they_were_sent() -> None:
+    async def big(args: Any) -> Any:
+        await trio.sleep(0.01 * (5 - args["n"]))  # the last call answers first
+        return str(args["n"]) * 200_000
+
+    program = (
+        "import asyncio\n"
+        "texts = await asyncio.gather(*[tools.big({'n': n}) for n in range(5)])\n"
+        "return [[len(t), t[0], t[-1]] for t in texts]\n"
+    )
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=64 * 1024)
+    result = await runtime.run(program, {"big": big})
+    assert result.error is None, result.error
+    assert result.value == tuple((200_000, str(n), str(n)) for n in range(5))
+
+
+async def test_calls_in_flight_are_capped_by_their_bytes_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past the cap the host reads no further frame until a call is answered, so a program
+    # flooding it with large arguments is slowed down instead of growing the host's memory.
+    from dsh_core.code_mode import _runtime
+
+    monkeypatch.setattr(_runtime, "MAX_CALL_BYTES_IN_FLIGHT", 2500)
+    inside = 0
+    most_inside = 0
+
+    async def store(args: Any) -> Any:
+        nonlocal inside, most_inside
+        inside += 1
+        most_inside = max(most_inside, inside)
+        await trio.sleep(0.05)
+        inside -= 1
+        return len(args["blob"])
+
+    program = (
+        "import asyncio\n"
+        "return await asyncio.gather(*[tools.store({'blob': 'x' * 1000}) for _ in range(10)])\n"
+    )
+    result = await RUNTIME.run(program, {"store": store})
+    assert result.error is None, result.error
+    assert result.value == (1000,) * 10
+    assert most_inside == 2  # each frame is a little over 1000 bytes: two fit under 2500
+
+
+async def test_a_call_larger_than_the_byte_cap_is_admitted_when_nothing_else_is_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_core.code_mode import _runtime
+
+    monkeypatch.setattr(_runtime, "MAX_CALL_BYTES_IN_FLIGHT", 2500)
+
+    async def store(args: Any) -> Any:
+        await trio.sleep(0.01)
+        return len(args["blob"])
+
+    program = (
+        "import asyncio\n"
+        "small = asyncio.ensure_future(tools.store({'blob': 'x' * 10}))\n"
+        "await asyncio.sleep(0)\n"
+        "return [await tools.store({'blob': 'x' * 10_000}), await small]\n"
+    )
+    result = await RUNTIME.run(program, {"store": store})
+    assert result.error is None, result.error
+    assert result.value == (10_000, 10)
 
 
 def test_a_code_run_error_kind_must_be_one_of_the_documented_kinds() -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -167,11 +167,12 @@ class _Lane:
 
 
 class _ToolBinding:
-    """``tools.<name>`` for one run: awaited with the arguments, it runs one sub-call.
+    """``tools.<name>`` for one run: called with the arguments, it submits one sub-call.
 
-    ``completes_at_once()`` tells the code runtime whether a call made now
-    would finish without suspending, so it may serve the call in its reader
-    instead of a task of its own.
+    The call numbers and queues the sub-call at once; the awaitable it returns
+    waits for the outcome. ``completes_at_once()`` tells the code runtime
+    whether a call made now would finish without suspending, so it may serve
+    the call in its reader instead of a task of its own.
     """
 
     __slots__ = ("__name__", "_bridge", "_name")
@@ -181,8 +182,8 @@ class _ToolBinding:
         self._name = name
         self.__name__ = f"tools.{name}"
 
-    async def __call__(self, raw_args: JsonValue) -> JsonValue:
-        return await self._bridge.submit(self._name, raw_args)
+    def __call__(self, raw_args: JsonValue) -> Awaitable[JsonValue]:
+        return self._bridge.submit(self._name, raw_args)
 
     def completes_at_once(self) -> bool:
         return self._bridge.idle() and self._bridge.quiet(self._name)
@@ -190,6 +191,10 @@ class _ToolBinding:
 
 def _describe_reason(reason: object) -> str:
     return reason if isinstance(reason, str) else repr(reason)
+
+
+async def _rejected(message: str) -> JsonValue:
+    raise _ProgramFacingError(message)
 
 
 class _Bridge:
@@ -209,15 +214,19 @@ class _Bridge:
     def binding(self, name: str) -> _ToolBinding:
         return _ToolBinding(self, name)
 
-    async def submit(self, name: str, raw_args: object) -> JsonValue:
+    def submit(self, name: str, raw_args: object) -> Awaitable[JsonValue]:
+        """Number and queue a call of ``name`` now; the awaitable waits for its outcome.
+
+        Not a coroutine: numbers, starts and commits follow the order in which calls
+        are made (the code runtime makes them in the order the program's frames
+        arrive), not the order in which the tasks awaiting them happen to run.
+        """
         if self.run_signal.cancelled:
-            raise _ProgramFacingError(
-                f"run_code run is over ({_describe_reason(self.run_signal.reason)}); {name} not dispatched"
-            )
+            return _rejected(f"run_code run is over ({_describe_reason(self.run_signal.reason)}); {name} not dispatched")
         try:
             arguments = snapshot_json(raw_args)
         except NonJsonValueError as exc:
-            raise _ProgramFacingError(f"tool arguments must be lossless JSON: {exc}") from None
+            return _rejected(f"tool arguments must be lossless JSON: {exc}")
         outer = self.run
         number = next(self.numbers)
         sub_call_id = f"{outer.call_id}:code:{number}"
@@ -231,9 +240,12 @@ class _Bridge:
             signal=self.run_signal,
         )
         ticket = _Ticket(number, sub_call_id, name, request)
+        self.lane.pending.append(ticket)
+        return self._outcome(ticket, arguments)
+
+    async def _outcome(self, ticket: _Ticket, arguments: JsonValue) -> JsonValue:
         lane = self.lane
-        lane.pending.append(ticket)
-        if not lane.commits and not lane.in_flight and lane.may_start(ticket) and self.quiet(name):
+        if not lane.commits and not lane.in_flight and lane.may_start(ticket) and self.quiet(ticket.name):
             # Nothing in this sub-call can suspend and it is first in line: running it
             # right here is what its worker task would do, minus two task switches
             # (and the shield: code that cannot suspend cannot be cancelled either).

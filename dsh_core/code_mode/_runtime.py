@@ -32,7 +32,8 @@ Host to child:
   the binding names reachable as ``<global>.name`` / ``<global>["name"]``.
 - ``{"type": "reply", "id", "ok": true, "value"}`` or
   ``{"type": "reply", "id", "ok": false, "message"}``: one per ``call``, in the
-  order the bindings finish.
+  order the bindings finish. The host never stops reading the child's frames to
+  wait for room in the child's stdin: what does not fit waits in a queue.
 
 Child to host:
 
@@ -59,6 +60,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
@@ -84,6 +86,11 @@ __all__ = [
 
 Binding: TypeAlias = Callable[[JsonValue], Awaitable[JsonValue]]
 """A host function a program can call: lossless JSON arguments in, lossless JSON out.
+
+The runtime calls a binding as soon as the program's call reaches the host,
+in the order the program made its calls, and awaits what it returns later
+(often in a task of its own): a binding that numbers or queues its calls when
+called sees them in the program's order. Every awaitable it returns is awaited.
 
 A binding object may also have a ``completes_at_once() -> bool`` method: when it
 returns ``True``, a call made right now finishes without suspending, and the
@@ -452,11 +459,14 @@ def _parse_frame(line: bytes) -> _Frame:
 
 
 _MAX_ERROR_CHARS: Final = 16 * 1024
-# Tool calls a program may have waiting on the host at once. Each costs the host a task or
-# two; past this the host reads no further frame until one is answered, so a program that
-# fires calls in a loop without awaiting them is slowed down, not able to exhaust the host's
-# memory. (Answers never wait for the reader, so this cannot deadlock.)
+# Tool calls a program may have waiting on the host at once, by number and by the bytes of
+# their call frames. Each costs the host a task or two and holds its arguments; past either
+# cap the host reads no further frame until one is answered, so a program that fires calls in
+# a loop without awaiting them is slowed down, not able to exhaust the host's memory. A call
+# larger than the byte cap (up to ``max_frame_bytes``) is read when nothing else is in flight.
+# (Answers never wait for the reader nor for the child to read them, so this cannot deadlock.)
 MAX_CALLS_IN_FLIGHT: Final = 1024
+MAX_CALL_BYTES_IN_FLIGHT: Final = 64 * 1024 * 1024
 
 
 def _capped(message: str) -> str:
@@ -509,6 +519,13 @@ def _cut_utf8(text: str, limit: int) -> str:
     return text.encode("utf-8", "surrogatepass")[: max(limit, 0)].decode("utf-8", "ignore")
 
 
+@attrs.frozen
+class _Refusal:
+    """A call that failed before there was anything to await: the message of its reply."""
+
+    message: str
+
+
 def _binding_message(exc: Exception) -> str:
     try:
         message = str(exc)
@@ -530,8 +547,13 @@ class _Session:
         self._logs: list[str] = []
         self._used = 0
         self._in_flight: set[int] = set()
-        self._room: trio.Event | None = None  # set when _in_flight drops below MAX_CALLS_IN_FLIGHT
-        self._send_lock = trio.Lock()
+        self._bytes_in_flight = 0
+        self._room: trio.Event | None = None  # set when a call in flight is answered
+        # Frames for the child not yet written, in order; the head may be partly written.
+        self._outbox: deque[bytes] = deque()
+        self._outbox_filled: trio.Event | None = None  # what the idle writer waits on; _send sets it
+        self._stdin_fd: int | None = None
+        self._stdin_gone = False
         self._stderr = bytearray()
         self._stderr_closed = trio.Event()
 
@@ -540,9 +562,12 @@ class _Session:
 
     async def drive(self, process: trio.Process, run_frame: bytes) -> CodeRunResult:
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        fileno = getattr(process.stdin, "fileno", None)
+        self._stdin_fd = fileno() if fileno is not None else None
         async with trio.open_nursery() as tasks:
             tasks.start_soon(self._drain_stderr, process.stderr)
-            await self._send(process.stdin, run_frame)
+            tasks.start_soon(self._write_out, process.stdin)
+            self._send(run_frame)
             result = await self._read(process, process.stdout, tasks)
             # The run is over: binding calls still in flight are abandoned.
             tasks.cancel_scope.cancel()
@@ -568,16 +593,21 @@ class _Session:
                 case _Call(id=call_id):
                     if call_id in self._in_flight:
                         return self.fail("protocol", f"the child reused call id {call_id} while it was in flight")
-                    while len(self._in_flight) >= MAX_CALLS_IN_FLIGHT:
+                    size = len(line)
+                    while not self._has_room_for(size):
                         self._room = trio.Event()
                         await self._room.wait()
                     self._in_flight.add(call_id)
-                    assert process.stdin is not None
+                    self._bytes_in_flight += size
                     completes_at_once = getattr(self._bindings.get(frame.name), "completes_at_once", None)
-                    if completes_at_once is not None and completes_at_once():
-                        await self._serve(process.stdin, frame)  # it cannot hold the reader up
+                    at_once = completes_at_once is not None and completes_at_once()
+                    # Called here, in the order the program made its calls: what the binding
+                    # does on a call (number it, queue it) follows that order.
+                    answer = self._call_binding(frame)
+                    if at_once:
+                        await self._serve(frame, size, answer)  # it cannot hold the reader up
                     else:
-                        tasks.start_soon(self._serve, process.stdin, frame)
+                        tasks.start_soon(self._serve, frame, size, answer)
                 case _Log(text=text):
                     if not self._log(text):
                         return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
@@ -610,11 +640,20 @@ class _Session:
             return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
         return CodeRunResult(logs=self._logs, value=value, has_value=True)
 
-    async def _serve(self, stdin: trio.abc.SendStream, call: _Call) -> None:
+    def _has_room_for(self, size: int) -> bool:
+        if not self._in_flight:
+            return True  # one call is always let in, however large: nothing else can make room
+        return len(self._in_flight) < MAX_CALLS_IN_FLIGHT and self._bytes_in_flight + size <= MAX_CALL_BYTES_IN_FLIGHT
+
+    async def _serve(self, call: _Call, size: int, answer: Awaitable[JsonValue] | _Refusal) -> None:
         try:
-            reply = await self._call_binding(call)
+            if isinstance(answer, _Refusal):
+                reply = {"type": "reply", "id": call.id, "ok": False, "message": answer.message}
+            else:
+                reply = await self._reply(call, answer)
         finally:
             self._in_flight.discard(call.id)
+            self._bytes_in_flight -= size
             if self._room is not None:
                 self._room.set()
                 self._room = None
@@ -624,23 +663,25 @@ class _Session:
             data = encode_json(
                 {"type": "reply", "id": call.id, "ok": False, "message": f"result cannot be sent: {exc}"}
             )
-        await self._send(stdin, (data + "\n").encode("ascii"))
+        self._send((data + "\n").encode("ascii"))
 
-    async def _call_binding(self, call: _Call) -> dict[str, Any]:
+    def _call_binding(self, call: _Call) -> Awaitable[JsonValue] | _Refusal:
+        """What calling the binding returned, to await; or why the call failed at once."""
         binding = self._bindings.get(call.name)
         if binding is None:
-            return {"type": "reply", "id": call.id, "ok": False, "message": f"unknown tool {call.name!r}"}
+            return _Refusal(f"unknown tool {call.name!r}")
         try:
             args = snapshot_json(call.args)
         except NonJsonValueError as exc:
-            return {
-                "type": "reply",
-                "id": call.id,
-                "ok": False,
-                "message": f"tool arguments must be lossless JSON: {exc}",
-            }
+            return _Refusal(f"tool arguments must be lossless JSON: {exc}")
         try:
-            value = await binding(args)
+            return binding(args)
+        except Exception as exc:
+            return _Refusal(_binding_message(exc))
+
+    async def _reply(self, call: _Call, answer: Awaitable[JsonValue]) -> dict[str, Any]:
+        try:
+            value = await answer
         except Exception as exc:
             return {"type": "reply", "id": call.id, "ok": False, "message": _binding_message(exc)}
         try:
@@ -654,31 +695,45 @@ class _Session:
             }
         return {"type": "reply", "id": call.id, "ok": True, "value": value}
 
-    async def _send(self, stdin: trio.abc.SendStream, data: bytes) -> None:
-        lock = self._send_lock
-        try:
-            lock.acquire_nowait()  # uncontended (the usual case): no checkpoint of its own
-        except trio.WouldBlock:
-            await lock.acquire()
-        try:
+    def _send(self, data: bytes) -> None:
+        """Write ``data`` to the child, or queue it for :meth:`_write_out`; never waits.
+
+        The reader sends too (a call it serves itself), and a child that prints
+        without reading its replies must not stop the reader reading what it prints.
+        """
+        if self._stdin_gone:
+            return  # the child is gone: the reader sees the end of the stream
+        if not self._outbox and self._stdin_fd is not None:
             # A reply usually fits the pipe at once: write it straight away instead of
-            # taking a scheduler round first (send_all checkpoints before writing).
-            # The lock makes this the only writer; what does not fit goes through send_all.
-            written = 0
-            fileno = getattr(stdin, "fileno", None)
-            if fileno is not None:
-                try:
-                    written = os.write(fileno(), data)
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    return  # the child is gone: the reader sees the end of the stream
-            if written < len(data):
-                # A child that is gone shows up as end of stream on the reader.
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await stdin.send_all(data[written:])
-        finally:
-            lock.release()
+            # waking the writer (a scheduler round). With nothing queued, this is in order.
+            try:
+                written = os.write(self._stdin_fd, data)
+            except BlockingIOError:
+                written = 0
+            except OSError:
+                self._stdin_gone = True
+                return
+            if written == len(data):
+                return
+            data = data[written:]
+        self._outbox.append(data)
+        if self._outbox_filled is not None:
+            self._outbox_filled.set()
+            self._outbox_filled = None
+
+    async def _write_out(self, stdin: trio.abc.SendStream) -> None:
+        """Write the queued frames in order, as the child reads them."""
+        try:
+            while True:
+                while self._outbox:
+                    # Left at the head while it is written, so that _send queues behind it.
+                    await stdin.send_all(self._outbox[0])
+                    self._outbox.popleft()
+                self._outbox_filled = trio.Event()
+                await self._outbox_filled.wait()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._stdin_gone = True  # a child that is gone shows up as end of stream on the reader
+            self._outbox.clear()
 
     async def _drain_stderr(self, stderr: trio.abc.ReceiveStream) -> None:
         try:
