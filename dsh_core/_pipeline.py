@@ -89,7 +89,7 @@ from ._results import (
 from ._retry import AttemptTimedOut, RetryAttempt, RetryPolicy
 from ._signal import CancelSignal
 from ._trace import TraceRecorder
-from ._waterfall import CallHooks, Chain, Listener, is_fatal, split_fatal
+from ._waterfall import INTERRUPTED, CallHooks, Chain, Listener, is_fatal, split_fatal
 
 if TYPE_CHECKING:
     from ._runtime import ToolRuntime
@@ -492,6 +492,8 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
                     finally:
                         unlink()
                 if scope.cancelled_caught:
+                    if trace is not None:
+                        trace.add("approval", "approval", INTERRUPTED)
                     _resolve_cancelled(call)
                     return
         except BaseException as exc:
@@ -499,6 +501,8 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
             if error is not None:
                 failure = failure_from_exception(error, default_code=ErrorCode.POLICY_ERROR, plugin="approval")
                 call._settle("final", _final(call, failure))
+            elif trace is not None:
+                trace.add("approval", "approval", INTERRUPTED)
             if fatal is not None:
                 raise fatal  # noqa: B904 (a part of the exception being handled, not a new one)
             return
@@ -810,12 +814,18 @@ async def _dispatch_body(
     except BaseException as exc:
         fatal, error = split_fatal(exc)
         if error is None:
+            if call.trace is not None:
+                # Nothing records a body that does not return: traced as the abort it becomes,
+                # as it is when the cancellation lands in the body's own scope.
+                call.trace.add("execute", execution.name, aborted_result(body_invoked=True))
             raise
         call.body_error = sole_exception(error)
         failure = failure_from_exception(error, default_code=ErrorCode.TOOL_ERROR)
         if fatal is None:
             return failure
         call.latest = failure  # what the cancellation propagating now keeps (_resolve_cancelled)
+        if call.trace is not None:
+            call.trace.add("execute", execution.name, failure)
         raise fatal  # noqa: B904 (a part of the exception being handled, not a new one)
     result = _build_success(tool, contract, execution, value, run)
     if fused.cancelled and not result.is_error:

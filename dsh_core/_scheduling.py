@@ -139,8 +139,9 @@ async def _run_group(
     send, receive = trio.open_memory_channel[tuple[int, _pipeline.PreparedCall, trio.Event | None]](math.inf)
     keys = _KeyIndex()
     uncommitted = 0
-    # The settle events of the dispatches running in tasks (for a rewritten call's barrier).
-    running: list[trio.Event] = []
+    # The settle events of the dispatches running in tasks (for a rewritten call's barrier),
+    # in start order; each dispatch removes its own as it settles, so no start rescans the rest.
+    running: dict[trio.Event, None] = {}
 
     async def dispatch(
         call: _pipeline.PreparedCall, settled: trio.Event, slot: object, after: Sequence[trio.Event]
@@ -159,6 +160,7 @@ async def _run_group(
                     for event in after:
                         await event.wait()
             settled.set()
+            del running[settled]
 
     async def commit() -> None:
         # Finalise strictly in model order, whatever order the dispatches settle in.
@@ -201,7 +203,7 @@ async def _run_group(
                     # was admitted as something it no longer is. Run it as a barrier, once
                     # everything dispatched before it has settled.
                     try:
-                        await _wait_for(call, [event for event in running if not event.is_set()])
+                        await _wait_for(call, list(running))
                         await _pipeline.dispatch(runtime, call)
                     finally:
                         limiter.release_on_behalf_of(slot)
@@ -220,8 +222,7 @@ async def _run_group(
                                 claimed.set()
                     else:
                         settled = claimed if claimed is not None else trio.Event()
-                        running[:] = [event for event in running if not event.is_set()]
-                        running.append(settled)
+                        running[settled] = None
                         nursery.start_soon(dispatch, call, settled, slot, after)
                 else:
                     # Decided before dispatch (denied, aborted...): it touches no resource,

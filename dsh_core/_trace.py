@@ -13,16 +13,18 @@ first. Each is ``(stage, actor, outcome)``:
 stage      actor                    outcome
 ========== ======================== ==========================================================
 pre        listener's plugin name   ``allow`` (its own ``Allow()``), ``deny: <reason>``,
-                                    ``ask`` / ``ask: <reason>``, ``pass`` (returned ``next()``'s)
-approval   ``approval``             ``allow`` (``"allowed-once"``) or ``deny: <reason>``
+                                    ``ask`` / ``ask: <reason>``, ``pass`` (returned ``next()``'s),
+                                    ``interrupted``
+approval   ``approval``             ``allow`` (``"allowed-once"``), ``deny: <reason>``,
+                                    ``interrupted``
 guard      the guard's name         ``pass`` or ``deny: <reason>``
 execute    wrapper's plugin name    ``pass``, ``replace`` (its own success),
-                                    ``fail: <CODE>: <message>`` (its own failure)
+                                    ``fail: <CODE>: <message>`` (its own failure), ``interrupted``
 execute    ``<tool> (attempt <n>)`` ``retry in <s> s: fail: <CODE>: <message>``: a failed
                                     attempt of a tool with a ``RetryPolicy``, before the body step
 execute    ``<tool> (body)``        ``ok`` or ``fail: <CODE>: <message>``
 post       listener's plugin name   ``accept``, ``accept(content)``, ``accept(value)``,
-                                    ``block: <feedback>``, ``pass``
+                                    ``block: <feedback>``, ``pass``, ``interrupted``
 finalize   ``finalize_content``     ``pass`` or ``replace(content)``
 any        plugin name / runtime    ``error: <CODE>: <message>``: a listener, guard, approval
                                     service or finaliser broke its contract, ending the call
@@ -31,6 +33,13 @@ any        plugin name / runtime    ``error: <CODE>: <message>``: a listener, gu
 ``accept``/``allow`` mean the listener returned a decision of its own without
 delegating (inner listeners did not run or were overridden); ``pass`` means
 it returned what ``next()`` gave it. A stage that did not run has no steps.
+
+``interrupted`` is a listener or approval prompt that was running when the
+call's cancellation landed (or a cancellation unwound through it): it decided
+nothing, but it touched the call. A body interrupted so shows
+``fail: ABORTED: tool call aborted``, the same as when the body's own scope
+catches the cancellation. A listener whose failure is grouped with the
+cancellation is not ``interrupted``: its ``error`` step says what it did.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ from ._content import text_of
 from ._decisions import UNSET, Accept, Allow, Ask, Block, Deny, Rewrite
 from ._results import ToolExecutionFailure, ToolExecutionResult, with_trace
 from ._retry import RetryAttempt
+from ._waterfall import INTERRUPTED
 from .presentation import _configure_strict
 
 __all__ = ["STAGES", "DecisionTrace", "TraceRecorder", "TraceStage", "TraceStep", "trace_of"]
@@ -72,8 +82,8 @@ class TraceStep:
 
     @property
     def decisive(self) -> bool:
-        """Whether this step decided something itself (anything but ``pass``, ``ok``)."""
-        return self.outcome not in ("pass", "ok")
+        """Whether this step decided something itself (anything but ``pass``, ``ok``, ``interrupted``)."""
+        return self.outcome not in ("pass", "ok", "interrupted")
 
 
 def _steps(value: Iterable[TraceStep]) -> tuple[TraceStep, ...]:
@@ -282,6 +292,8 @@ def _single(stage: TraceStage, outcome: object) -> str:
 
 
 def _decision(outcome: object) -> str:
+    if outcome is INTERRUPTED:
+        return "interrupted"
     match outcome:
         case Allow():
             return "allow"
@@ -317,6 +329,6 @@ def _chain_steps(stage: TraceStage, entries: Sequence[tuple[str, Any]], base: ob
     outer_first = list(reversed(entries))
     for index, (plugin, outcome) in enumerate(outer_first):
         inner = outer_first[index + 1][1] if index + 1 < len(outer_first) else base
-        passed = outcome is inner
+        passed = outcome is inner and outcome is not INTERRUPTED
         steps.append(TraceStep(stage=stage, actor=plugin, outcome="pass" if passed else _decision(outcome)))
     return steps

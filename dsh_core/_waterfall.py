@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import pluggy
@@ -24,6 +24,7 @@ from ._execution import ScopeKey, scope_chain
 from ._suspension import can_suspend, suspends_beyond_next
 
 __all__ = [
+    "INTERRUPTED",
     "CallHooks",
     "Chain",
     "DshPluginManager",
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 _FATAL = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
+
+# A traced listener's outcome when a cancellation unwound through it: it decided nothing, but it ran.
+INTERRUPTED: Final = object()
 
 WATERFALLS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_code_dispatch_log")
 _PIPELINE_HOOKS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_result")
@@ -497,7 +501,8 @@ class Chain:
         self.decider: str | None = None
         self.blame: str | None = None
         self.blamed: BaseException | None = None
-        self.trace = trace  # each listener's (plugin name, outcome), as it returns
+        # Each listener's (plugin name, outcome) as it returns, or (plugin name, INTERRUPTED) as a cancellation unwinds it.
+        self.trace = trace
 
     def run(self) -> Coroutine[Any, Any, Any]:
         """The whole chain, outermost listener first."""
@@ -526,6 +531,10 @@ class Chain:
                     nxt.result = _EXPIRED
                 # Blamed even when fatal: a failure grouped with a cancellation is still this listener's.
                 self._blame(exc, listener)
+                if self.trace is not None and split_fatal(exc)[1] is None:
+                    # The listener returns no outcome to trace, but it was running. (A failure grouped
+                    # with the cancellation is the call's failure instead, traced as its error step.)
+                    self.trace.append((listener.plugin_name, INTERRUPTED))
                 raise
             if nxt.result is _UNCALLED:
                 nxt.result = _EXPIRED

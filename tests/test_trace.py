@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 from click.testing import CliRunner, Result
 
 from dsh_core import (
@@ -16,6 +18,7 @@ from dsh_core import (
     Allow,
     Ask,
     Block,
+    CancelSignal,
     Deny,
     SessionLog,
     SessionRecorder,
@@ -28,6 +31,7 @@ from dsh_core import (
     _pipeline,
     hookimpl,
     read_session_log,
+    run_tool_calls,
     thaw,
 )
 from dsh_core._cli import cli
@@ -425,3 +429,164 @@ async def test_a_results_trace_is_formatted_when_first_read_and_equals_a_built_o
     assert trace == rebuilt and rebuilt == trace and hash(trace) == hash(rebuilt)
     assert repr(trace) == repr(rebuilt)
     assert DecisionTrace.from_json(trace.to_json()) == trace
+
+
+# -- cancellation: the layer that was running when the signal fired still has its step -----------
+
+
+class SlowPre:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        await trio.sleep(10)
+        return await next()
+
+
+class SlowPost:
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+        await trio.sleep(10)
+        return await next()
+
+
+class SlowApproval:
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        await trio.sleep(10)
+        return "allowed-once"
+
+
+async def slow_body(args: Any) -> str:
+    await trio.sleep(10)
+    return "ok"
+
+
+async def cancelled_at_one_second(runtime: Any, *, via: str = "execute", agent: str | None = None) -> Any:
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+
+        async def cancel() -> None:
+            await trio.sleep(1)
+            signal.cancel()
+
+        nursery.start_soon(cancel)
+        if via == "execute":
+            result = await runtime.execute(make_input("t", signal=signal, agent=agent))
+        else:
+            # Two parallel calls: the scheduler dispatches them in tasks of its own.
+            inputs = [make_input("t", signal=signal, call_id=f"c{n}", agent=agent) for n in range(2)]
+            result, other = await run_tool_calls(runtime, inputs)
+            assert other == result
+    return result
+
+
+ABORTED_BODY = ("execute", "t (body)", "fail: ABORTED: tool call aborted")
+
+
+@pytest.mark.parametrize("via", ["execute", "run_tool_calls"])
+async def test_a_body_the_cancellation_interrupts_is_recorded_aborted(
+    via: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    tool = json_tool("t", slow_body, is_concurrency_safe=lambda a: True)
+    runtime = traced(tool, plugins=[("pre", Pre()), ("post", Post(lambda r: r))])
+    result = await cancelled_at_one_second(runtime, via=via)
+    assert result.code == "ABORTED"
+    assert steps(result) == [("pre", "pre", "pass"), ABORTED_BODY, ("post", "post", "pass")]
+
+
+async def test_wrappers_a_cancellation_unwinds_through_are_interrupted(autojump_clock: trio.testing.MockClock) -> None:
+    runtime = traced(json_tool("t", slow_body), plugins=[("inner-wrap", Wrapper()), ("outer-wrap", Wrapper())])
+    result = await cancelled_at_one_second(runtime)
+    assert result.code == "ABORTED"
+    assert steps(result) == [
+        ("execute", "outer-wrap", "interrupted"),
+        ("execute", "inner-wrap", "interrupted"),
+        ABORTED_BODY,
+    ]
+
+
+async def test_pre_execute_listeners_a_cancellation_interrupts_are_recorded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runtime = traced(json_tool("t"), plugins=[("slow", SlowPre()), ("outer", Pre()), ("post", Post(lambda r: r))])
+    result = await cancelled_at_one_second(runtime)
+    assert result.code == "ABORTED_BEFORE_DISPATCH"
+    assert steps(result) == [("pre", "outer", "interrupted"), ("pre", "slow", "interrupted"), ("post", "post", "pass")]
+    assert [step.decisive for step in result.trace] == [False, False, False]  # an interrupted listener decided nothing
+
+
+async def test_a_post_execute_listener_a_cancellation_interrupts_is_recorded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runtime = traced(json_tool("t"), plugins=[("slow", SlowPost()), ("outer", Post(lambda r: r))])
+    result = await cancelled_at_one_second(runtime)
+    assert result.code == "ABORTED"
+    assert steps(result) == [
+        ("execute", "t (body)", "ok"),
+        ("post", "outer", "interrupted"),
+        ("post", "slow", "interrupted"),
+    ]
+
+
+@pytest.mark.parametrize("body", [None, slow_body], ids=["inline-tool", "suspending-tool"])
+async def test_an_approval_prompt_a_cancellation_interrupts_is_recorded(
+    body: Any, autojump_clock: trio.testing.MockClock
+) -> None:
+    # An inline tool's stages run unscoped (the prompt gets a scope of its own); a suspending one's run in one scope.
+    tool = json_tool("t", body) if body is not None else json_tool("t")
+    runtime = traced(tool, plugins=[("ask", Pre(lambda e: Ask("sure?")))], approval=SlowApproval())
+    result = await cancelled_at_one_second(runtime, agent="main")
+    assert result.code == "ABORTED_BEFORE_DISPATCH"
+    assert steps(result) == [("pre", "ask", "ask: sure?"), ("approval", "approval", "interrupted")]
+
+
+async def test_a_listener_that_fails_as_it_is_cancelled_is_an_error_not_interrupted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class FailsInCleanup:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.sleep_forever)
+                try:
+                    await trio.sleep(10)
+                finally:
+                    raise RuntimeError("cleanup broke")
+            return await next()
+
+    runtime = traced(json_tool("t"), plugins=[("broken", FailsInCleanup())])
+    result = await cancelled_at_one_second(runtime)
+    assert result.code == "POLICY_ERROR"
+    assert steps(result) == [("pre", "broken", "error: POLICY_ERROR: cleanup broke")]
+
+
+async def test_a_body_that_fails_as_it_is_cancelled_is_recorded_with_its_failure(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def fails_in_cleanup(args: Any) -> str:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep_forever)
+            try:
+                await trio.sleep(10)
+            finally:
+                raise RuntimeError("cleanup broke")
+        return "ok"
+
+    result = await cancelled_at_one_second(traced(json_tool("t", fails_in_cleanup), plugins=[("wrap", Wrapper())]))
+    assert result.code == "TOOL_ERROR"
+    assert steps(result) == [("execute", "wrap", "interrupted"), ("execute", "t (body)", "fail: TOOL_ERROR: cleanup broke")]
+
+
+async def test_an_untraced_cancelled_call_records_nothing_and_ends_as_a_traced_one(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plugins = [("pre", Pre()), ("wrap", Wrapper()), ("post", Post(lambda r: r))]
+    with_trace = await cancelled_at_one_second(traced(json_tool("t", slow_body), plugins=plugins))
+
+    def refuse() -> None:
+        raise AssertionError("a trace was recorded with trace_decisions off")
+
+    monkeypatch.setattr(_pipeline, "TraceRecorder", refuse)
+    runtime = traced(json_tool("t", slow_body), plugins=plugins)
+    runtime.trace_decisions = False
+    without = await cancelled_at_one_second(runtime)
+    assert without.trace is None
+    assert without == with_trace and without.code == "ABORTED"
