@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
+import signal
 import time
 import tracemalloc
 from typing import Any
@@ -401,6 +403,70 @@ async def test_what_a_child_started_before_exiting_does_not_outlive_the_run(tmp_
         await trio.sleep(0.02)
     else:
         raise AssertionError(f"the grandchild {pid} outlived the run")
+
+
+FORK_THEN_EXIT = "import os, time\nif os.fork() == 0:\n    time.sleep(30)\n    os._exit(0)\nprint('forked')\nos._exit(3)"
+MP_THEN_KILLED = (
+    "import multiprocessing as mp, os, signal, time\n"
+    "worker = mp.get_context('fork').Process(target=time.sleep, args=(30,))\n"
+    "worker.start()\n"
+    "os.kill(os.getpid(), signal.SIGKILL)"
+)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fork")
+@pytest.mark.parametrize(
+    ("program", "fragment"),
+    [(FORK_THEN_EXIT, "exited with code 3"), (MP_THEN_KILLED, "killed by signal 9")],
+    ids=["os.fork", "multiprocessing"],
+)
+async def test_a_fork_holding_the_channel_does_not_turn_a_crash_into_a_timeout(program: str, fragment: str) -> None:
+    # The fork keeps a copy of the protocol descriptor: the host never sees the end of the stream.
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0)
+    start = time.monotonic()
+    result = await runtime.run(program, {})
+    assert_error(result, "worker-exit", fragment)
+    assert time.monotonic() - start < 2.5
+
+
+def escaped_fork_program(pid_file: Any, ending: str) -> str:
+    """A program whose fork leaves the process group (so the host cannot kill it to end the stream), then ``ending``."""
+    return (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(30)\n"
+        "    os._exit(0)\n"
+        f"while not os.path.getsize({str(pid_file)!r}) if os.path.exists({str(pid_file)!r}) else True:\n"
+        "    time.sleep(0.01)\n"
+        "print('forked')\n"
+        f"{ending}"
+    )
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fork, sessions")
+async def test_a_result_written_just_before_exit_is_kept_beside_a_fork_holding_the_channel(tmp_path: Any) -> None:
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=2_000_000)
+    pid_files = [tmp_path / "returns", tmp_path / "crashes"]
+    try:
+        start = time.monotonic()
+        # Larger than the pipe: most of it is still unread when the child exits.
+        result = await runtime.run(escaped_fork_program(pid_files[0], "return 'v' * 1_000_000"), {})
+        assert result.error is None, result.error
+        assert result.value == "v" * 1_000_000
+        assert result.logs == ("forked",)
+        assert time.monotonic() - start < 2.5
+        start = time.monotonic()
+        crashed = await runtime.run(escaped_fork_program(pid_files[1], "os._exit(3)"), {})
+        assert_error(crashed, "worker-exit", "exited with code 3")
+        assert crashed.logs == ("forked",)
+        assert time.monotonic() - start < 2.5
+    finally:
+        for pid_file in pid_files:
+            if pid_file.exists() and pid_file.read_text():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 async def test_an_error_message_from_the_child_is_bounded() -> None:
