@@ -374,6 +374,36 @@ async def test_logs_and_value_share_the_output_limit() -> None:
     assert over.logs == ("x" * 40,)
 
 
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("e", 1),
+        ("é", 2),
+        ("€", 3),
+        ("😀", 4),
+        ("\ud800", 3),  # a lone surrogate: counted as the host counts it
+    ],
+    ids=["ascii", "2-byte", "3-byte", "astral", "lone-surrogate"],
+)
+async def test_the_returned_value_is_capped_by_its_utf8_size_not_its_escaped_frame(text: str, size: int) -> None:
+    # The value's compact JSON, quotes included, fills the cap exactly, then passes it by one byte.
+    cap = 1000
+    count, padding = divmod(cap - 2, size)
+    value = text * count + "e" * padding
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=cap)
+    fits = await runtime.run(f"return {value!r}", {})
+    assert fits.error is None, fits.error
+    assert fits.value == value
+    assert_error(await runtime.run(f"return {value + 'e'!r}", {}), "output-limit", f"{cap} bytes")
+
+
+async def test_a_value_within_the_cap_whose_escaped_frame_is_too_long_says_so() -> None:
+    runtime = SubprocessPythonRuntime(wall_budget_s=10.0, max_output_bytes=8_000_000)
+    assert runtime.max_frame_bytes < 6 * 3_200_000
+    result = await runtime.run("return 'é' * 3_200_000", {})  # 6.4 MB of UTF-8, 19.2 MB escaped
+    assert_error(result, "output-limit", f"escaped for the channel, exceeds its {runtime.max_frame_bytes}-byte frame")
+
+
 async def test_child_crash_is_worker_exit_with_stderr() -> None:
     result = await RUNTIME.run("import os\nprint('last words')\nos.write(2, b'crashing now')\nos._exit(3)", {})
     assert_error(result, "worker-exit", "exited with code 3", "crashing now")
@@ -405,7 +435,9 @@ async def test_what_a_child_started_before_exiting_does_not_outlive_the_run(tmp_
         raise AssertionError(f"the grandchild {pid} outlived the run")
 
 
-FORK_THEN_EXIT = "import os, time\nif os.fork() == 0:\n    time.sleep(30)\n    os._exit(0)\nprint('forked')\nos._exit(3)"
+FORK_THEN_EXIT = (
+    "import os, time\nif os.fork() == 0:\n    time.sleep(30)\n    os._exit(0)\nprint('forked')\nos._exit(3)"
+)
 MP_THEN_KILLED = (
     "import multiprocessing as mp, os, signal, time\n"
     "worker = mp.get_context('fork').Process(target=time.sleep, args=(30,))\n"

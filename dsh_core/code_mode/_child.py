@@ -561,11 +561,25 @@ class _Run:
         if problem is not None:
             return _failure("invalid-output", f"the program returned a value that is not lossless JSON: {problem}")
         try:
-            text = encode_json({"type": "done", "value": value})
+            # What the cap counts: the UTF-8 size of the value's compact JSON, as the host
+            # measures it (a lone surrogate is three bytes), not its escaped frame.
+            plain = encode_json(value, ascii_only=False)
         except (ValueError, TypeError) as exc:
             return _failure("invalid-output", f"the program returned a value that cannot be encoded: {exc}")
-        if len(text) > self.max_frame_bytes or len(text) > self.max_output_bytes + 64:
+        # isascii() is a flag lookup: an ASCII value (the usual case) is neither encoded again nor copied to bytes.
+        size = len(plain) if plain.isascii() else len(plain.encode("utf-8", "surrogatepass"))
+        if size > self.max_output_bytes:
             return _failure("output-limit", f"the returned value exceeds {self.max_output_bytes} bytes")
+        if plain.isascii():
+            text = '{"type":"done","value":' + plain + "}"  # what encode_json would make of the frame
+        else:
+            text = encode_json({"type": "done", "value": value})
+        if len(text) > self.max_frame_bytes:
+            # Within the cap, but the frame escapes every non-ASCII character (up to 12 bytes each).
+            return _failure(
+                "output-limit",
+                f"the returned value, escaped for the channel, exceeds its {self.max_frame_bytes}-byte frame limit",
+            )
         return text
 
     def finish(self, done: dict[str, Any] | str) -> NoReturn:

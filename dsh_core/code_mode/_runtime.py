@@ -235,7 +235,9 @@ class SubprocessPythonRuntime:
     ``wall_budget_s`` bounds each run from spawn to result (``timeout``).
     ``max_output_bytes`` caps the UTF-8 size of every log line (plus one byte
     each) and the compact JSON of the returned value, together
-    (``output-limit``, with the logs that fitted). ``python`` is the interpreter
+    (``output-limit``, with the logs that fitted); a returned value must also
+    fit one frame once escaped to ASCII (:attr:`max_frame_bytes`, up to 12
+    bytes a character). ``python`` is the interpreter
     (default: the host's own); ``env`` the child's whole environment (default:
     empty).
 
