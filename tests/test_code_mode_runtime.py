@@ -332,6 +332,32 @@ async def test_program_exceptions(program: str, fragments: tuple[str, ...]) -> N
     assert_error(await RUNTIME.run(program, {}), "exception", *fragments)
 
 
+@pytest.mark.parametrize(
+    ("raised", "fragment"),
+    [
+        ("SystemExit('disk full, giving up')", "SystemExit: disk full, giving up"),
+        ("KeyboardInterrupt()", "KeyboardInterrupt"),
+    ],
+)
+@pytest.mark.parametrize("where", ["task", "callback"])
+async def test_an_exit_raised_in_a_task_or_callback_is_the_outcome_not_the_cancellation(
+    raised: str, fragment: str, where: str
+) -> None:
+    # It leaves the event loop, whose shutdown would cancel the waiting main coroutine.
+    start = "asyncio.create_task(worker())" if where == "task" else "asyncio.get_running_loop().call_soon(worker)"
+    program = (
+        "import asyncio\n"
+        f"{'async ' if where == 'task' else ''}def worker():\n"
+        f"    raise {raised}\n"
+        f"{start}\n"
+        "await asyncio.sleep(5)\n"
+        "return 'unreached'"
+    )
+    result = await RUNTIME.run(program, {})
+    assert_error(result, "exception", f"{fragment} (line 3)")
+    assert result.error is not None and "CancelledError" not in result.error.message
+
+
 @pytest.mark.parametrize("value", ["{1, 2}", "(lambda: [l := [], l.append(l), l][-1])()"])
 async def test_non_json_return_is_invalid_output(value: str) -> None:
     assert_error(await RUNTIME.run(f"return {value}", {}), "invalid-output", "lossless JSON")

@@ -522,7 +522,11 @@ class _Run:
             if needs_event_loop(tree):
                 import asyncio
 
-                asyncio.run(self._serve_under_asyncio(main))  # finishes inside the loop
+                # Finishes inside the loop. Not asyncio.run: closing the runner cancels every task,
+                # so a SystemExit or KeyboardInterrupt that a task or callback lets out of the loop
+                # would be reported as the main coroutine's CancelledError; it reaches the except
+                # below instead, and the process ends without closing the loop.
+                asyncio.Runner().run(self._serve_under_asyncio(main))
             value = self.drive(main)
         except BaseException as exc:
             # Everything the program raises is its outcome, SystemExit and
