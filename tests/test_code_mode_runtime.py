@@ -7,6 +7,7 @@ import math
 import os
 import re
 import signal
+import sys
 import time
 import tracemalloc
 from typing import Any
@@ -356,6 +357,48 @@ async def test_an_exit_raised_in_a_task_or_callback_is_the_outcome_not_the_cance
     result = await RUNTIME.run(program, {})
     assert_error(result, "exception", f"{fragment} (line 3)")
     assert result.error is not None and "CancelledError" not in result.error.message
+
+
+@pytest.mark.skipif(os.name != "posix", reason="ulimit")
+async def test_a_program_that_used_up_its_descriptors_still_reports_its_own_error(tmp_path: Any) -> None:
+    # No import in the program: the child has loaded nothing for describing a failure yet.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nulimit -n 64\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    program = (
+        "keep = []\n"
+        "try:\n"
+        "    while True:\n"
+        "        keep.append(open('/dev/null'))\n"
+        "except OSError:\n"
+        "    pass\n"
+        "raise ValueError('my real error')"
+    )
+    result = await SubprocessPythonRuntime(wall_budget_s=5.0, python=str(python)).run(program, {})
+    assert_error(result, "exception")
+    assert result.error is not None and result.error.message == "ValueError: my real error (line 7)"
+
+
+@pytest.mark.parametrize(
+    ("raising", "message"),
+    [
+        ("class Oops(Exception):\n    pass\nraise Oops('a\\nb')", "__run_code__.__dsh_main__.<locals>.Oops: a\nb (line 3)"),
+        ("raise ValueError()", "ValueError (line 1)"),
+        ("e = KeyError('k')\ne.add_note('a note')\nraise e", "KeyError: 'k' (line 3)"),  # the note is not the error
+        (
+            "class Unprintable(Exception):\n    def __str__(self):\n        raise RuntimeError\nraise Unprintable()",
+            "__run_code__.__dsh_main__.<locals>.Unprintable: <exception str() failed> (line 4)",
+        ),
+        (
+            "await tools.fail({})",
+            "ToolCallError: the tool broke (tool 'fail', line 1)",
+        ),
+    ],
+)
+async def test_how_a_program_exception_is_described(raising: str, message: str) -> None:
+    result = await RUNTIME.run(raising, {"fail": fail})
+    assert_error(result, "exception")
+    assert result.error is not None and result.error.message == message
 
 
 @pytest.mark.parametrize("value", ["{1, 2}", "(lambda: [l := [], l.append(l), l][-1])()"])
