@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
+import signal
+import sys
 import time
 import tracemalloc
 from typing import Any
@@ -330,6 +333,74 @@ async def test_program_exceptions(program: str, fragments: tuple[str, ...]) -> N
     assert_error(await RUNTIME.run(program, {}), "exception", *fragments)
 
 
+@pytest.mark.parametrize(
+    ("raised", "fragment"),
+    [
+        ("SystemExit('disk full, giving up')", "SystemExit: disk full, giving up"),
+        ("KeyboardInterrupt()", "KeyboardInterrupt"),
+    ],
+)
+@pytest.mark.parametrize("where", ["task", "callback"])
+async def test_an_exit_raised_in_a_task_or_callback_is_the_outcome_not_the_cancellation(
+    raised: str, fragment: str, where: str
+) -> None:
+    # It leaves the event loop, whose shutdown would cancel the waiting main coroutine.
+    start = "asyncio.create_task(worker())" if where == "task" else "asyncio.get_running_loop().call_soon(worker)"
+    program = (
+        "import asyncio\n"
+        f"{'async ' if where == 'task' else ''}def worker():\n"
+        f"    raise {raised}\n"
+        f"{start}\n"
+        "await asyncio.sleep(5)\n"
+        "return 'unreached'"
+    )
+    result = await RUNTIME.run(program, {})
+    assert_error(result, "exception", f"{fragment} (line 3)")
+    assert result.error is not None and "CancelledError" not in result.error.message
+
+
+@pytest.mark.skipif(os.name != "posix", reason="ulimit")
+async def test_a_program_that_used_up_its_descriptors_still_reports_its_own_error(tmp_path: Any) -> None:
+    # No import in the program: the child has loaded nothing for describing a failure yet.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nulimit -n 64\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    program = (
+        "keep = []\n"
+        "try:\n"
+        "    while True:\n"
+        "        keep.append(open('/dev/null'))\n"
+        "except OSError:\n"
+        "    pass\n"
+        "raise ValueError('my real error')"
+    )
+    result = await SubprocessPythonRuntime(wall_budget_s=5.0, python=str(python)).run(program, {})
+    assert_error(result, "exception")
+    assert result.error is not None and result.error.message == "ValueError: my real error (line 7)"
+
+
+@pytest.mark.parametrize(
+    ("raising", "message"),
+    [
+        ("class Oops(Exception):\n    pass\nraise Oops('a\\nb')", "__run_code__.__dsh_main__.<locals>.Oops: a\nb (line 3)"),
+        ("raise ValueError()", "ValueError (line 1)"),
+        ("e = KeyError('k')\ne.add_note('a note')\nraise e", "KeyError: 'k' (line 3)"),  # the note is not the error
+        (
+            "class Unprintable(Exception):\n    def __str__(self):\n        raise RuntimeError\nraise Unprintable()",
+            "__run_code__.__dsh_main__.<locals>.Unprintable: <exception str() failed> (line 4)",
+        ),
+        (
+            "await tools.fail({})",
+            "ToolCallError: the tool broke (tool 'fail', line 1)",
+        ),
+    ],
+)
+async def test_how_a_program_exception_is_described(raising: str, message: str) -> None:
+    result = await RUNTIME.run(raising, {"fail": fail})
+    assert_error(result, "exception")
+    assert result.error is not None and result.error.message == message
+
+
 @pytest.mark.parametrize("value", ["{1, 2}", "(lambda: [l := [], l.append(l), l][-1])()"])
 async def test_non_json_return_is_invalid_output(value: str) -> None:
     assert_error(await RUNTIME.run(f"return {value}", {}), "invalid-output", "lossless JSON")
@@ -372,6 +443,36 @@ async def test_logs_and_value_share_the_output_limit() -> None:
     assert over.logs == ("x" * 40,)
 
 
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("e", 1),
+        ("é", 2),
+        ("€", 3),
+        ("😀", 4),
+        ("\ud800", 3),  # a lone surrogate: counted as the host counts it
+    ],
+    ids=["ascii", "2-byte", "3-byte", "astral", "lone-surrogate"],
+)
+async def test_the_returned_value_is_capped_by_its_utf8_size_not_its_escaped_frame(text: str, size: int) -> None:
+    # The value's compact JSON, quotes included, fills the cap exactly, then passes it by one byte.
+    cap = 1000
+    count, padding = divmod(cap - 2, size)
+    value = text * count + "e" * padding
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=cap)
+    fits = await runtime.run(f"return {value!r}", {})
+    assert fits.error is None, fits.error
+    assert fits.value == value
+    assert_error(await runtime.run(f"return {value + 'e'!r}", {}), "output-limit", f"{cap} bytes")
+
+
+async def test_a_value_within_the_cap_whose_escaped_frame_is_too_long_says_so() -> None:
+    runtime = SubprocessPythonRuntime(wall_budget_s=10.0, max_output_bytes=8_000_000)
+    assert runtime.max_frame_bytes < 6 * 3_200_000
+    result = await runtime.run("return 'é' * 3_200_000", {})  # 6.4 MB of UTF-8, 19.2 MB escaped
+    assert_error(result, "output-limit", f"escaped for the channel, exceeds its {runtime.max_frame_bytes}-byte frame")
+
+
 async def test_child_crash_is_worker_exit_with_stderr() -> None:
     result = await RUNTIME.run("import os\nprint('last words')\nos.write(2, b'crashing now')\nos._exit(3)", {})
     assert_error(result, "worker-exit", "exited with code 3", "crashing now")
@@ -401,6 +502,72 @@ async def test_what_a_child_started_before_exiting_does_not_outlive_the_run(tmp_
         await trio.sleep(0.02)
     else:
         raise AssertionError(f"the grandchild {pid} outlived the run")
+
+
+FORK_THEN_EXIT = (
+    "import os, time\nif os.fork() == 0:\n    time.sleep(30)\n    os._exit(0)\nprint('forked')\nos._exit(3)"
+)
+MP_THEN_KILLED = (
+    "import multiprocessing as mp, os, signal, time\n"
+    "worker = mp.get_context('fork').Process(target=time.sleep, args=(30,))\n"
+    "worker.start()\n"
+    "os.kill(os.getpid(), signal.SIGKILL)"
+)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fork")
+@pytest.mark.parametrize(
+    ("program", "fragment"),
+    [(FORK_THEN_EXIT, "exited with code 3"), (MP_THEN_KILLED, "killed by signal 9")],
+    ids=["os.fork", "multiprocessing"],
+)
+async def test_a_fork_holding_the_channel_does_not_turn_a_crash_into_a_timeout(program: str, fragment: str) -> None:
+    # The fork keeps a copy of the protocol descriptor: the host never sees the end of the stream.
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0)
+    start = time.monotonic()
+    result = await runtime.run(program, {})
+    assert_error(result, "worker-exit", fragment)
+    assert time.monotonic() - start < 2.5
+
+
+def escaped_fork_program(pid_file: Any, ending: str) -> str:
+    """A program whose fork leaves the process group (so the host cannot kill it to end the stream), then ``ending``."""
+    return (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(30)\n"
+        "    os._exit(0)\n"
+        f"while not os.path.getsize({str(pid_file)!r}) if os.path.exists({str(pid_file)!r}) else True:\n"
+        "    time.sleep(0.01)\n"
+        "print('forked')\n"
+        f"{ending}"
+    )
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fork, sessions")
+async def test_a_result_written_just_before_exit_is_kept_beside_a_fork_holding_the_channel(tmp_path: Any) -> None:
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=2_000_000)
+    pid_files = [tmp_path / "returns", tmp_path / "crashes"]
+    try:
+        start = time.monotonic()
+        # Larger than the pipe: most of it is still unread when the child exits.
+        result = await runtime.run(escaped_fork_program(pid_files[0], "return 'v' * 1_000_000"), {})
+        assert result.error is None, result.error
+        assert result.value == "v" * 1_000_000
+        assert result.logs == ("forked",)
+        assert time.monotonic() - start < 2.5
+        start = time.monotonic()
+        crashed = await runtime.run(escaped_fork_program(pid_files[1], "os._exit(3)"), {})
+        assert_error(crashed, "worker-exit", "exited with code 3")
+        assert crashed.logs == ("forked",)
+        assert time.monotonic() - start < 2.5
+    finally:
+        for pid_file in pid_files:
+            if pid_file.exists() and pid_file.read_text():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 async def test_an_error_message_from_the_child_is_bounded() -> None:

@@ -306,40 +306,54 @@ def _compile(tree: ast.Module) -> Any:
     return compile(module, _PROGRAM_FILE, "exec", dont_inherit=True)
 
 
-def _program_line(exc: BaseException) -> int | None:
-    import traceback  # only when a program failed: keep it out of the child's start-up
+# Describing a failure imports nothing (not even ``traceback``): it must work after the
+# program has used up its file descriptors or its memory, and cost no start-up time.
 
+
+def _program_line(exc: BaseException) -> int | None:
+    """The line of the program where ``exc`` was raised (its innermost frame in the program), if any."""
     if isinstance(exc, SyntaxError) and exc.filename == _PROGRAM_FILE:
         return exc.lineno
     line = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if frame.filename == _PROGRAM_FILE:
-            line = frame.lineno
+    frame = exc.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_filename == _PROGRAM_FILE and (frame.tb_lineno or 0) > 0:
+            line = frame.tb_lineno
+        frame = frame.tb_next
     return line
 
 
-def _describe_exception(exc: BaseException, error_class: type[Exception]) -> str:
-    import traceback
-
+def _exception_line(exc: BaseException) -> str:
+    """``Type: message``, as the last line of a traceback names the exception (its notes left out)."""
+    kind = type(exc)
+    if isinstance(exc, SyntaxError):
+        return f"{kind.__name__}: {exc.msg}"
+    module = kind.__module__ if isinstance(kind.__module__, str) else "<unknown>"
+    name = kind.__qualname__ if module in ("__main__", "builtins") else f"{module}.{kind.__qualname__}"
     try:
-        if isinstance(exc, SyntaxError):
-            text = f"{type(exc).__name__}: {exc.msg}"
-        else:
-            text = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            if isinstance(exc, BaseExceptionGroup):
-                leaves = [traceback.format_exception_only(type(e), e)[-1].strip() for e in exc.exceptions[:3]]
-                text += " [" + "; ".join(leaves) + "]"
+        message = str(exc)
     except Exception:
-        text = f"{type(exc).__name__}: <unprintable exception>"
-    notes = []
-    if isinstance(exc, error_class):
-        notes.append(f"tool {getattr(exc, 'tool_name', '?')!r}")
-    line = _program_line(exc)
-    if line is not None:
-        notes.append(f"line {line}")
-    if notes:
-        text += f" ({', '.join(notes)})"
-    return text[:_MAX_MESSAGE]
+        message = "<exception str() failed>"
+    return f"{name}: {message}".strip() if message else name
+
+
+def _describe_exception(exc: BaseException, error_class: type[Exception]) -> str:
+    """What the model is told about ``exc``; never raises, whatever the exception or the process is short of."""
+    try:
+        text = _exception_line(exc)
+        if isinstance(exc, BaseExceptionGroup):
+            text += " [" + "; ".join(_exception_line(leaf) for leaf in exc.exceptions[:3]) + "]"
+        notes = []
+        if isinstance(exc, error_class):
+            notes.append(f"tool {getattr(exc, 'tool_name', '?')!r}")
+        line = _program_line(exc)
+        if line is not None:
+            notes.append(f"line {line}")
+        if notes:
+            text += f" ({', '.join(notes)})"
+        return text[:_MAX_MESSAGE]
+    except Exception:
+        return f"{type(exc).__name__}: <unprintable exception>"
 
 
 # ---------------------------------------------------------------------------
@@ -522,7 +536,11 @@ class _Run:
             if needs_event_loop(tree):
                 import asyncio
 
-                asyncio.run(self._serve_under_asyncio(main))  # finishes inside the loop
+                # Finishes inside the loop. Not asyncio.run: closing the runner cancels every task,
+                # so a SystemExit or KeyboardInterrupt that a task or callback lets out of the loop
+                # would be reported as the main coroutine's CancelledError; it reaches the except
+                # below instead, and the process ends without closing the loop.
+                asyncio.Runner().run(self._serve_under_asyncio(main))
             value = self.drive(main)
         except BaseException as exc:
             # Everything the program raises is its outcome, SystemExit and
@@ -561,11 +579,25 @@ class _Run:
         if problem is not None:
             return _failure("invalid-output", f"the program returned a value that is not lossless JSON: {problem}")
         try:
-            text = encode_json({"type": "done", "value": value})
+            # What the cap counts: the UTF-8 size of the value's compact JSON, as the host
+            # measures it (a lone surrogate is three bytes), not its escaped frame.
+            plain = encode_json(value, ascii_only=False)
         except (ValueError, TypeError) as exc:
             return _failure("invalid-output", f"the program returned a value that cannot be encoded: {exc}")
-        if len(text) > self.max_frame_bytes or len(text) > self.max_output_bytes + 64:
+        # isascii() is a flag lookup: an ASCII value (the usual case) is neither encoded again nor copied to bytes.
+        size = len(plain) if plain.isascii() else len(plain.encode("utf-8", "surrogatepass"))
+        if size > self.max_output_bytes:
             return _failure("output-limit", f"the returned value exceeds {self.max_output_bytes} bytes")
+        if plain.isascii():
+            text = '{"type":"done","value":' + plain + "}"  # what encode_json would make of the frame
+        else:
+            text = encode_json({"type": "done", "value": value})
+        if len(text) > self.max_frame_bytes:
+            # Within the cap, but the frame escapes every non-ASCII character (up to 12 bytes each).
+            return _failure(
+                "output-limit",
+                f"the returned value, escaped for the channel, exceeds its {self.max_frame_bytes}-byte frame limit",
+            )
         return text
 
     def finish(self, done: dict[str, Any] | str) -> NoReturn:

@@ -242,13 +242,20 @@ class SubprocessPythonRuntime:
     ``wall_budget_s`` bounds each run from spawn to result (``timeout``).
     ``max_output_bytes`` caps the UTF-8 size of every log line (plus one byte
     each) and the compact JSON of the returned value, together
-    (``output-limit``, with the logs that fitted). ``python`` is the interpreter
+    (``output-limit``, with the logs that fitted); a returned value must also
+    fit one frame once escaped to ASCII (:attr:`max_frame_bytes`, up to 12
+    bytes a character). ``python`` is the interpreter
     (default: the host's own); ``env`` the child's whole environment (default:
     empty).
 
     Each line the program prints is one log entry (a line longer than 32 KiB
     characters arrives as several); a last line without a newline is kept when
     the program finishes. Returning ``None`` (or nothing) means no value.
+
+    A child that dies is ``worker-exit`` at once, even when a fork of it (made
+    without exec) still holds the channel open: once the child has exited, its
+    process group is killed and what it wrote is read for at most
+    ``EXIT_GRACE_S`` more.
 
     Cancelling the surrounding trio scope kills the child and reaps it before
     ``Cancelled`` propagates. Binding calls still in flight when a run ends are
@@ -388,6 +395,27 @@ def _kill(process: trio.Process) -> None:
             pass
     with contextlib.suppress(ProcessLookupError):
         process.kill()
+
+
+# How long the host keeps reading after the child has exited and its process group was killed,
+# when the stream still has not ended: a descendant that left the group (setsid) holds a copy of
+# the protocol descriptor. What the child wrote is at most a pipe's worth, read in far less.
+EXIT_GRACE_S: Final = 0.5
+
+
+async def _stop_reading_after_exit(process: trio.Process, reading: trio.CancelScope) -> None:
+    """Cancel ``reading`` once the child has exited, if the end of its stream does not come first.
+
+    The stream ends when every copy of the write end is closed, and a fork made without exec
+    (``os.fork``, ``multiprocessing``) holds one: without this, a crash beside such a fork
+    would be reported as ``timeout`` after the whole budget instead of ``worker-exit``.
+    """
+    await process.wait()
+    # The program is over whatever it wrote last (``done`` is its last act): what it left
+    # behind in its group goes now, so that the stream ends once what is in the pipe is read.
+    _kill(process)
+    await trio.sleep(EXIT_GRACE_S)
+    reading.cancel()
 
 
 async def _deliver_cancel(process: trio.Process) -> None:
@@ -568,7 +596,12 @@ class _Session:
             tasks.start_soon(self._drain_stderr, process.stderr)
             tasks.start_soon(self._write_out, process.stdin)
             self._send(run_frame)
-            result = await self._read(process, process.stdout, tasks)
+            result: CodeRunResult | None = None
+            with trio.CancelScope() as reading:
+                tasks.start_soon(_stop_reading_after_exit, process, reading)
+                result = await self._read(process, process.stdout, tasks)
+            if result is None:
+                result = await self._worker_exit(process)
             # The run is over: binding calls still in flight are abandoned.
             tasks.cancel_scope.cancel()
         return result
