@@ -281,23 +281,23 @@ class AuditLog:
         try:
             result = await next()
         except BaseException as exc:
-            duration = (trio.current_time() - start) * 1000
-            cause = cut_short(exc, execution.execution.signal)
-            if cause is None:
-                self._durations[execution.token] = duration  # its result comes to dsh_result
-            else:
-                self._record_cut_short(execution, cause, duration)
+            self._unwound(execution, exc, (trio.current_time() - start) * 1000)
             raise
         self._durations[execution.token] = (trio.current_time() - start) * 1000
         return result
 
-    def _record_cut_short(self, execution: ToolDispatchExecution, cause: str, duration: float) -> None:
-        """Write the line of a call whose dispatch unwinds with no result to come; never raises.
+    def _unwound(self, execution: ToolDispatchExecution, exc: BaseException, duration: float) -> None:
+        """A dispatch raised ``exc``: keep its duration for the result, or write its line now; never raises.
 
-        Written now and synchronously: nothing else will see the call end, and
-        an await while a cancellation unwinds would only be cancelled again.
+        With no result to come, the line is written now and synchronously:
+        nothing else will see the call end, and an await while a cancellation
+        unwinds would only be cancelled again.
         """
         try:
+            cause = cut_short(exc, execution.execution.signal)
+            if cause is None:
+                self._durations[execution.token] = duration  # its result comes to dsh_result
+                return
             self._cut_short.add(execution.token)
             record = _cut_short_record(
                 execution.execution,
@@ -307,8 +307,8 @@ class AuditLog:
                 now=datetime.datetime.now(datetime.UTC),
             )
             self.write(_encode(record))
-        except Exception as exc:  # raising here would replace the cancellation that is unwinding
-            logger.warning("audit log %s: cannot record call %s cut short: %s", self.path, execution.call_id, exc)
+        except Exception as error:  # raising here would replace the cancellation that is unwinding
+            logger.warning("audit log %s: cannot record call %s cut short: %s", self.path, execution.call_id, error)
 
     @hookimpl
     def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
