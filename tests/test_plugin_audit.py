@@ -470,3 +470,21 @@ async def test_a_cancellation_an_outer_wrapper_turns_into_a_result_still_gives_o
     assert result.is_error
     (record,) = lines(path)
     assert (record["call_id"], record["outcome"], record["body_started"]) == ("c1", "cancelled", True)
+
+
+async def test_a_line_that_cannot_be_built_does_not_stop_the_cancellation(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("clock broke")
+
+    monkeypatch.setattr(audit, "_cut_short_record", broken)
+    runtime, path = audited(tmp_path, sleeping("send", 10))
+    with trio.move_on_after(1) as turn:
+        await runtime.execute(make_input("send", call_id="c1"))
+    assert turn.cancelled_caught  # the host's Cancelled reached its scope, not an error in its place
+    assert not path.exists()
+    assert "cannot record call c1 cut short: clock broke" in caplog.text
