@@ -5,9 +5,9 @@ Configure it in ``[plugins.audit]``::
     [plugins.audit]
     path = "dsh-audit.jsonl"   # relative to the configuration file's directory
 
-Every call that reaches ``ToolRuntime.execute`` produces exactly one line
-(denied, invalid and unknown calls included), written when its final result is
-observed (``dsh_result``)::
+Every call that reaches ``ToolRuntime.execute`` and gets a result produces
+exactly one line (denied, invalid, unknown and aborted calls included), written
+when its final result is observed (``dsh_result``)::
 
     {"ts": "2026-05-01T12:00:00.123+00:00", "call_id": "c1", "root_call_id": "c1",
      "tool": "read_file", "agent": "main", "arguments": {"path": "README.md"},
@@ -25,6 +25,24 @@ time spent waiting for an approval never counts as tool time.
 When a policy rewrote the call's arguments (``Rewrite``), ``arguments`` are
 the ones that ran and a ``"rewrites"`` list records each change as
 ``{"by", "reason", "from", "to"}``, so the line also shows what the model asked for.
+
+A call the host's own trio cancel scope cuts short (a turn deadline, Ctrl-C
+handling) has no result: ``trio.Cancelled`` leaves ``execute`` and
+``dsh_result`` never runs. When the cut comes during its dispatch (the
+``dsh_execute`` wrappers and the body: where a call does its work), it still
+gets exactly one line, written as the dispatch unwinds: ``outcome`` is
+``"cancelled"``, ``error_code`` and ``plugin`` are ``null``, ``error_message``
+names what cut it, ``duration_ms`` is the dispatch time until then, and an
+extra ``"body_started"`` says whether the body was invoked (its effect may have
+happened). The same holds for a ``KeyboardInterrupt`` or ``SystemExit`` raised
+through a dispatch. No line is written for a call cut elsewhere, which the log
+never sees end: before its dispatch (in a policy, awaiting approval, or in
+``run_tool_calls`` before it began or while it waited for its turn or for a
+resource key; it did nothing), or after its dispatch returned (in a
+post-execute listener, or waiting in ``run_tool_calls`` to be committed in
+model order behind a slower call: its body ran). Nor for one whose own signal
+had fired as the host cut it: that reads as the signal's cancellation, which
+ends with a result, until the host's scope takes it.
 
 The log never blocks or breaks the pipeline. Each line is one ``os.write`` on a
 descriptor opened with ``O_APPEND`` (lines of concurrent writers do not
@@ -68,6 +86,7 @@ from dsh_core import (
     structure_table,
 )
 
+from ._cut_short import cut_short
 from ._file_settings import kept_path
 
 __all__ = ["MAX_DEPTH", "PLUGIN_NAME", "AuditLog", "AuditSettings", "audit_record"]
@@ -102,19 +121,51 @@ def audit_record(
 ) -> dict[str, Any]:
     """The audit entry of one call as JSON-ready data (``arguments`` is the call's frozen snapshot)."""
     info = result.error.info if result.is_error and result.error is not None else None
-    arguments = execution.arguments
-    extra: dict[str, Any] = {}
-    if nests_deeper_than(arguments, MAX_DEPTH):  # checked on the frozen value, before paying for a copy
-        arguments = None
-        extra["arguments_omitted"] = f"arguments nested deeper than {MAX_DEPTH} levels"
     # A policy's Rewrite: the audit shows what the model asked for, not only what ran.
     rewrites = [
         context.meta["rewrite"]
         for context in result.additional_contexts
         if isinstance(context.meta, Mapping) and "rewrite" in context.meta
     ]
-    if rewrites:
-        extra["rewrites"] = rewrites
+    return _record(
+        execution,
+        now,
+        "error" if result.is_error else "success",
+        info.code if info is not None else None,
+        result.error.message if result.error is not None else None,
+        info.plugin if info is not None else None,
+        duration_ms,
+        {"rewrites": rewrites} if rewrites else None,
+    )
+
+
+def _cut_short_record(
+    execution: ToolExecution, *, cause: str, body_started: bool, duration_ms: float, now: datetime.datetime
+) -> dict[str, Any]:
+    """The audit entry of a call cut short during its dispatch, which has no result.
+
+    (The notes of a ``Rewrite`` ride the result, so this entry has none: its
+    ``arguments`` are the ones the dispatch ran with.)
+    """
+    message = f"cut short by {cause} from outside the call; it has no result"
+    return _record(execution, now, "cancelled", None, message, None, duration_ms, {"body_started": body_started})
+
+
+def _record(
+    execution: ToolExecution,
+    now: datetime.datetime,
+    outcome: str,
+    error_code: str | None,
+    error_message: str | None,
+    plugin: str | None,
+    duration_ms: float | None,
+    extra: dict[str, Any] | None,
+) -> dict[str, Any]:
+    arguments = execution.arguments
+    omitted: dict[str, Any] = {}
+    if nests_deeper_than(arguments, MAX_DEPTH):  # checked on the frozen value, before paying for a copy
+        arguments = None
+        omitted["arguments_omitted"] = f"arguments nested deeper than {MAX_DEPTH} levels"
     return {
         "ts": now.astimezone(datetime.UTC).isoformat(timespec="milliseconds"),
         "call_id": execution.call_id,
@@ -123,12 +174,13 @@ def audit_record(
         "agent": scope_id(execution.agent),
         # A frozen snapshot serialises as is (FrozenDict is a dict, arrays are tuples): no copy.
         "arguments": arguments,
-        "outcome": "error" if result.is_error else "success",
-        "error_code": info.code if info is not None else None,
-        "error_message": result.error.message if result.error is not None else None,
-        "plugin": info.plugin if info is not None else None,
+        "outcome": outcome,
+        "error_code": error_code,
+        "error_message": error_message,
+        "plugin": plugin,
         "duration_ms": duration_ms,
-        **extra,
+        **omitted,
+        **(extra or {}),
     }
 
 
@@ -180,6 +232,8 @@ class AuditLog:
         self._closed = False
         self._closer: weakref.finalize[Any, Any] | None = None
         self._durations: weakref.WeakKeyDictionary[ToolExecutionToken, float] = weakref.WeakKeyDictionary()
+        # Calls whose line was written as their dispatch unwound without a result.
+        self._cut_short: weakref.WeakSet[ToolExecutionToken] = weakref.WeakSet()
         self._warned: set[str] = set()
         self._broken_line = False
 
@@ -221,13 +275,45 @@ class AuditLog:
     ) -> ToolExecutionResult:
         start = trio.current_time()
         try:
-            return await next()
-        finally:
-            self._durations[execution.token] = (trio.current_time() - start) * 1000
+            result = await next()
+        except BaseException as exc:
+            self._unwound(execution, exc, (trio.current_time() - start) * 1000)
+            raise
+        self._durations[execution.token] = (trio.current_time() - start) * 1000
+        return result
+
+    def _unwound(self, execution: ToolDispatchExecution, exc: BaseException, duration: float) -> None:
+        """A dispatch raised ``exc``: keep its duration for the result, or write its line now; never raises.
+
+        With no result to come, the line is written now and synchronously:
+        nothing else will see the call end, and an await while a cancellation
+        unwinds would only be cancelled again.
+        """
+        try:
+            cause = cut_short(exc, execution.execution.signal)
+            if cause is None:
+                self._durations[execution.token] = duration  # its result comes to dsh_result
+                return
+            self._cut_short.add(execution.token)
+            record = _cut_short_record(
+                execution.execution,
+                cause=cause,
+                body_started=execution.body_started,
+                duration_ms=duration,
+                now=datetime.datetime.now(datetime.UTC),
+            )
+            self.write(_encode(record))
+        except Exception as error:  # raising here would replace the cancellation that is unwinding
+            logger.warning("audit log %s: cannot record call %s cut short: %s", self.path, execution.call_id, error)
 
     @hookimpl
     def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         duration = self._durations.pop(execution.token, None)
+        if self._cut_short and execution.token in self._cut_short:
+            # Its line is written: an outer wrapper with a cancel scope of its own
+            # made a result of the cancellation after all. One line per call.
+            self._cut_short.discard(execution.token)
+            return
         record = audit_record(execution, result, duration_ms=duration, now=datetime.datetime.now(datetime.UTC))
         self.write(_encode(record))
 

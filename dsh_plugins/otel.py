@@ -18,6 +18,20 @@ instrumentation (an HTTP client's spans) nests under it. A call that fails
 before any policy sees it (``UNKNOWN_TOOL``, ``INVALID_ARGS``) still gets a
 span, started and ended when its result is published.
 
+A call the host's own trio cancel scope cuts short (a turn deadline, Ctrl-C
+handling) has no result: ``trio.Cancelled`` leaves ``execute`` and
+``dsh_result`` never runs. When the cut comes while a pre-execute listener or
+the dispatch (the ``dsh_execute`` wrappers and the body) runs, its span is
+ended as the call unwinds, with an ``ERROR`` status saying what cut it,
+``error.type = "cancelled"`` and ``dsh.body_started`` (whether the body was
+invoked); the same for a ``KeyboardInterrupt`` or ``SystemExit``. A call cut
+anywhere else (awaiting approval, waiting for its turn in ``run_tool_calls``,
+in post-execute or waiting there to be committed), or whose own signal had
+fired as the host cut it (that reads as the signal's cancellation, which ends
+with a result), is never seen to end: its span is not ended, so not exported.
+Either way nothing is held for it: the plugin keeps a call's span only while
+the call itself exists.
+
 Names and attributes follow OpenTelemetry's GenAI conventions: the span is
 ``execute_tool <name>`` with ``gen_ai.operation.name = "execute_tool"``,
 ``gen_ai.tool.name``, ``gen_ai.tool.call.id`` and ``gen_ai.tool.type``; dsh
@@ -36,6 +50,7 @@ call goes on.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -54,6 +69,8 @@ from dsh_core import (
     structure_table,
     trace_of,
 )
+
+from ._cut_short import cut_short
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
@@ -104,7 +121,10 @@ class OtelTracing:
         self._trace = trace
         self._tracer = tracer
         self.record_content = record_content
-        self._spans: dict[ToolExecutionToken, Span] = {}
+        # Weak keys: a call cut short where no hook of this plugin sees it end takes its span with it.
+        self._spans: weakref.WeakKeyDictionary[ToolExecutionToken, Span] = weakref.WeakKeyDictionary()
+        # Calls whose span was ended as they unwound without a result.
+        self._cut_short: weakref.WeakSet[ToolExecutionToken] = weakref.WeakSet()
 
     def diagnostics(self) -> list[str]:
         """What ``dsh-tools check`` should say: spans that would go nowhere."""
@@ -147,7 +167,11 @@ class OtelTracing:
                 self._start(execution)
             except Exception as exc:
                 logger.warning("otel: cannot start the span of call %s: %s", execution.call_id, exc)
-        return await next()
+        try:
+            return await next()
+        except BaseException as exc:
+            self._end_cut_short(execution, exc, body_started=False)
+            raise
 
     @hookimpl(tryfirst=True)
     async def dsh_execute(
@@ -162,11 +186,45 @@ class OtelTracing:
         attached = context.attach(self._trace.set_span_in_context(span))
         try:
             return await next()
+        except BaseException as exc:
+            self._end_cut_short(execution.execution, exc, body_started=execution.body_started)
+            raise
         finally:
             context.detach(attached)
 
+    def _end_cut_short(self, execution: ToolExecution, exc: BaseException, *, body_started: bool) -> None:
+        """End the span of a call unwinding through this plugin with no result to come; never raises.
+
+        Ended now: nothing else will see the call end. (Raising here would
+        replace the cancellation that is unwinding.)
+        """
+        try:
+            cause = cut_short(exc, execution.signal)
+            if cause is None:
+                return  # the call still gets its result, and dsh_result ends the span
+            span = self._spans.pop(execution.token, None)
+            if span is None:
+                return
+            self._cut_short.add(execution.token)
+            from opentelemetry.trace import Status, StatusCode
+
+            try:
+                span.set_attribute("error.type", "cancelled")
+                span.set_attribute("dsh.body_started", body_started)
+                message = f"cut short by {cause} from outside the call; it has no result"
+                span.set_status(Status(StatusCode.ERROR, message))
+            finally:
+                span.end()
+        except Exception as error:
+            logger.warning("otel: cannot end the span of call %s cut short: %s", execution.call_id, error)
+
     @hookimpl
     def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        if self._cut_short and execution.token in self._cut_short:
+            # Its span was ended as it unwound: an outer wrapper with a cancel scope of
+            # its own made a result of the cancellation after all. One span per call.
+            self._cut_short.discard(execution.token)
+            return
         span = self._spans.pop(execution.token, None)
         try:
             if span is None:

@@ -16,7 +16,19 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_core import Agent, ConfigError, Deny, Rewrite, ToolExecution, ToolExecutionResult, ToolRuntime, hookimpl
+from dsh_core import (
+    Agent,
+    CancelSignal,
+    ConfigError,
+    Deny,
+    Rewrite,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolRuntime,
+    failure_result,
+    hookimpl,
+    run_tool_calls,
+)
 from dsh_core.testing import json_tool, make_input, make_runtime
 from dsh_plugins import audit
 from dsh_plugins.audit import AuditLog
@@ -365,3 +377,119 @@ async def test_a_rewritten_call_records_what_ran_and_what_was_asked(tmp_path: Pa
     assert rewritten["arguments"] == {"path": "new"}
     assert rewritten["rewrites"] == [{"by": "redirect", "reason": "moved", "from": {"path": "old"}, "to": {"path": "new"}}]
     assert list(plain) == FIELDS  # no rewrite, no extra field
+
+
+def sleeping(name: str, seconds: float, effects: list[str] | None = None) -> Any:
+    async def body(args: Any) -> str:
+        if effects is not None:
+            effects.append(name)
+        await trio.sleep(seconds)
+        return "done"
+
+    return json_tool(name, body, is_concurrency_safe=lambda args: True)
+
+
+CUT_SHORT_MESSAGE = "cut short by trio.Cancelled from outside the call; it has no result"
+
+
+async def test_a_call_the_hosts_scope_cuts_short_in_its_body_gets_a_cancelled_line(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    effects: list[str] = []
+    runtime, path = audited(tmp_path, sleeping("send", 10, effects))
+    with trio.move_on_after(1) as turn:  # the host's turn budget, not the call's signal
+        await runtime.execute(make_input("send", {"to": "ceo"}, call_id="c1", agent=Agent("main")))
+    assert turn.cancelled_caught and effects == ["send"]
+    (record,) = lines(path)
+    assert list(record) == [*FIELDS, "body_started"]
+    assert record["call_id"] == "c1" and record["tool"] == "send" and record["agent"] == "main"
+    assert record["arguments"] == {"to": "ceo"}
+    assert (record["outcome"], record["error_code"], record["error_message"], record["plugin"]) == (
+        "cancelled",
+        None,
+        CUT_SHORT_MESSAGE,
+        None,
+    )
+    assert record["duration_ms"] == pytest.approx(1000)
+    assert record["body_started"] is True
+
+
+async def test_a_dispatch_cut_short_before_the_body_says_the_body_did_not_start(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    class SlowGate:
+        @hookimpl
+        async def dsh_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+            await trio.sleep(5)  # an inner wrapper still waiting (for a lock, a rate limit)
+            return await next()
+
+    runtime, path = audited(tmp_path, sleeping("send", 0))
+    runtime.plugins.register(SlowGate(), name="slow-gate")
+    with trio.move_on_after(2):
+        await runtime.execute(make_input("send", call_id="c1"))
+    (record,) = lines(path)
+    assert (record["outcome"], record["body_started"]) == ("cancelled", False)
+    assert record["duration_ms"] == pytest.approx(2000)
+
+
+async def test_the_calls_own_signal_still_gives_its_aborted_result_line_and_no_other(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    runtime, path = audited(tmp_path, sleeping("send", 10))
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(runtime.execute, make_input("send", call_id="c1", signal=signal))
+        await trio.sleep(1)
+        signal.cancel()
+    (record,) = lines(path)
+    assert (record["outcome"], record["error_code"], record["duration_ms"]) == ("error", "ABORTED", 1000.0)
+    assert list(record) == FIELDS
+
+
+async def test_a_turn_cut_short_records_the_calls_it_had_dispatched_and_none_it_had_not_begun(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    runtime, path = audited(tmp_path, sleeping("fast", 0), sleeping("slow", 10))
+    calls = [make_input("fast", call_id="done"), make_input("slow", call_id="a"), make_input("slow", call_id="b")]
+    calls += [make_input("slow", call_id="queued")]  # waits for one of the two slots: never begun
+    with trio.move_on_after(1):
+        await run_tool_calls(runtime, calls, max_parallel=2)
+    done, *cut = [(record["call_id"], record["outcome"], record.get("body_started")) for record in lines(path)]
+    assert done == ("done", "success", None)
+    assert sorted(cut) == [("a", "cancelled", True), ("b", "cancelled", True)]  # in whichever order trio unwinds them
+
+
+async def test_a_cancellation_an_outer_wrapper_turns_into_a_result_still_gives_one_line(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    class OwnDeadline:  # outside the audit wrapper, with a trio scope of its own instead of a signal
+        @hookimpl(tryfirst=True)
+        async def dsh_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+            with trio.move_on_after(1):
+                return await next()
+            return failure_result("too slow", "TOOL_TIMEOUT")
+
+    runtime, path = audited(tmp_path, sleeping("send", 10))
+    runtime.plugins.register(OwnDeadline(), name="own-deadline")
+    result = await runtime.execute(make_input("send", call_id="c1"))
+    assert result.is_error
+    (record,) = lines(path)
+    assert (record["call_id"], record["outcome"], record["body_started"]) == ("c1", "cancelled", True)
+
+
+async def test_a_line_that_cannot_be_built_does_not_stop_the_cancellation(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("clock broke")
+
+    monkeypatch.setattr(audit, "_cut_short_record", broken)
+    runtime, path = audited(tmp_path, sleeping("send", 10))
+    with trio.move_on_after(1) as turn:
+        await runtime.execute(make_input("send", call_id="c1"))
+    assert turn.cancelled_caught  # the host's Cancelled reached its scope, not an error in its place
+    assert not path.exists()
+    assert "cannot record call c1 cut short: clock broke" in caplog.text

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import trio
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -14,6 +16,8 @@ from opentelemetry.trace import StatusCode
 
 from dsh_core import (
     Agent,
+    Ask,
+    CancelSignal,
     ConfigError,
     Deny,
     RetryPolicy,
@@ -21,6 +25,7 @@ from dsh_core import (
     ToolExecution,
     ToolRuntime,
     TransientToolError,
+    failure_result,
     hookimpl,
 )
 from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
@@ -245,8 +250,6 @@ async def test_a_sub_call_from_another_task_still_nests_under_its_parent_call(
     tracer: trace.Tracer, exporter: InMemorySpanExporter
 ) -> None:
     # The bridge may send a sub-call from a task that did not inherit the parent's context.
-    import trio
-
     tokens: list[Any] = []
     release = trio.Event()
 
@@ -276,3 +279,137 @@ def test_check_says_when_spans_would_go_nowhere(tracer: trace.Tracer) -> None:
     # No provider set in this process (the tests pass their own tracer): the global one is a proxy.
     assert "no OpenTelemetry tracer provider is set" in OtelTracing().diagnostics()[0]
     assert OtelTracing(tracer).diagnostics() == []
+
+
+def sleeping(seconds: float) -> Any:
+    async def body(args: Any) -> str:
+        await trio.sleep(seconds)
+        return "done"
+
+    return body
+
+
+def tracing_of(runtime: ToolRuntime) -> OtelTracing:
+    plugin = runtime.plugins.get_plugin(PLUGIN_NAME)
+    assert isinstance(plugin, OtelTracing)
+    return plugin
+
+
+CUT_SHORT_STATUS = "cut short by trio.Cancelled from outside the call; it has no result"
+
+
+async def test_a_call_the_hosts_scope_cuts_short_in_its_body_ends_its_span_as_cancelled(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter, autojump_clock: Any
+) -> None:
+    runtime = traced(tracer, json_tool("send", sleeping(10)))
+    for index in range(3):
+        with trio.move_on_after(1):  # the host's turn budget, not the call's signal
+            await runtime.execute(make_input("send", call_id=f"c{index}"))
+    finished = spans(exporter)
+    assert [span.attributes["gen_ai.tool.call.id"] for span in finished] == ["c0", "c1", "c2"]  # type: ignore[index]
+    for span in finished:
+        assert span.status.status_code == StatusCode.ERROR
+        assert span.status.description == CUT_SHORT_STATUS
+        assert span.attributes is not None
+        assert (span.attributes["error.type"], span.attributes["dsh.body_started"]) == ("cancelled", True)
+    assert len(tracing_of(runtime)._spans) == 0  # none held open for the runtime's life
+
+
+async def test_a_call_cut_short_in_a_policy_ends_its_span_before_any_body(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter, autojump_clock: Any
+) -> None:
+    class SlowPolicy:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            await trio.sleep(5)  # asks a remote policy service
+            return await next()
+
+    runtime = traced(tracer, json_tool("send"))
+    runtime.plugins.register(SlowPolicy(), name="slow-policy")
+    with trio.move_on_after(1):
+        await runtime.execute(make_input("send"))
+    (span,) = spans(exporter)
+    assert span.status.status_code == StatusCode.ERROR and span.status.description == CUT_SHORT_STATUS
+    assert span.attributes is not None
+    assert (span.attributes["error.type"], span.attributes["dsh.body_started"]) == ("cancelled", False)
+    assert len(tracing_of(runtime)._spans) == 0
+
+
+async def test_a_call_cut_short_where_no_hook_sees_it_exports_nothing_and_holds_nothing(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter, autojump_clock: Any
+) -> None:
+    class AskFirst:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            return Ask("send it?")
+
+    class NoAnswer:
+        async def request(self, execution: ToolExecution, reason: str | None) -> str:
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    runtime = traced(tracer, json_tool("send"), approval=NoAnswer())
+    runtime.plugins.register(AskFirst(), name="ask")
+    with trio.move_on_after(1):  # cut while the approval prompt waits
+        await runtime.execute(make_input("send", agent=Agent("main")))
+    await trio.lowlevel.checkpoint()  # trio's run loop holds the Cancelled (and through it the call) until then
+    gc.collect()
+    assert spans(exporter) == []  # never ended, so never exported
+    assert len(tracing_of(runtime)._spans) == 0  # and dropped with the call
+
+
+async def test_the_calls_own_signal_ends_its_span_once_as_aborted(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter, autojump_clock: Any
+) -> None:
+    runtime = traced(tracer, json_tool("send", sleeping(10)))
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(runtime.execute, make_input("send", signal=signal))
+        await trio.sleep(1)
+        signal.cancel()
+    (span,) = spans(exporter)
+    assert span.attributes is not None and span.attributes["error.type"] == "ABORTED"
+    assert "dsh.body_started" not in span.attributes
+
+
+async def test_a_cancellation_an_outer_wrapper_turns_into_a_result_still_gives_one_span(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter, autojump_clock: Any
+) -> None:
+    runtime = traced(tracer, json_tool("send", sleeping(10)))
+
+    class OwnDeadline:  # outside the plugin's wrapper, with a trio scope of its own instead of a signal
+        @hookimpl(tryfirst=True)
+        async def dsh_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+            with trio.move_on_after(1):
+                return await next()
+            return failure_result("too slow", "TOOL_TIMEOUT")
+
+    runtime.plugins.register(OwnDeadline(), name="own-deadline")
+    result = await runtime.execute(make_input("send"))
+    assert result.is_error
+    (span,) = spans(exporter)
+    assert span.attributes is not None and span.attributes["error.type"] == "cancelled"
+
+
+async def test_a_span_that_cannot_end_does_not_stop_the_cancellation(
+    caplog: pytest.LogCaptureFixture, autojump_clock: Any
+) -> None:
+    ended: list[str] = []
+
+    class BrokenSpan:
+        def set_attribute(self, key: str, value: Any) -> None:
+            raise RuntimeError("exporter down")
+
+        def end(self) -> None:
+            ended.append("end")
+
+    class BrokenTracer:
+        def start_span(self, *args: Any, **kwargs: Any) -> Any:
+            return BrokenSpan()
+
+    runtime = traced(BrokenTracer(), json_tool("send", sleeping(10)))  # type: ignore[arg-type]
+    with trio.move_on_after(1) as turn:
+        await runtime.execute(make_input("send", call_id="c1"))
+    assert turn.cancelled_caught  # the host's Cancelled reached its scope, not an error in its place
+    assert ended == ["end"]
+    assert "otel: cannot end the span of call c1 cut short: exporter down" in caplog.text
