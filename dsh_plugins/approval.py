@@ -14,6 +14,7 @@ Both implement :class:`dsh_core.ApprovalService`: ``request`` returns
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Callable
 from typing import Final, Literal
 
@@ -43,6 +44,8 @@ __all__ = [
 
 SHORT_LIMIT: Final = 80
 CARD_LINES: Final = 60
+
+logger = logging.getLogger("dsh_plugins.approval")
 
 
 def _one_line(text: str) -> str:
@@ -272,8 +275,10 @@ class NonInteractiveApproval:
 class ApprovalStep:
     """What happened at one step of an :class:`EscalatingApproval` question.
 
-    ``answer`` is the service's answer, or ``"timed-out"`` when it gave none
-    within its budget; ``waited_s`` is the time spent on this step (trio's clock).
+    ``answer`` is the service's answer, ``"timed-out"`` when it gave none
+    within its budget, or ``"failed"`` when its ``request`` raised; then
+    ``error`` says what it raised (its message, else the exception's type name).
+    ``waited_s`` is the time spent on this step (trio's clock).
     """
 
     call_id: str
@@ -281,6 +286,7 @@ class ApprovalStep:
     step: int
     answer: str
     waited_s: float
+    error: str | None = None
 
 
 class EscalatingApproval:
@@ -288,11 +294,15 @@ class EscalatingApproval:
 
     ``EscalatingApproval((TerminalApproval(), 60), (pager, 600))`` asks the
     person at the terminal; if they do not answer within a minute (or the
-    service answers ``"unavailable"``), the pager service is asked, for ten
-    minutes. The first ``"allowed-once"``, ``"denied"`` or ``"cancelled"`` is
-    the answer (or :data:`~dsh_plugins.grants.ALLOWED_ALWAYS`, for a
-    :class:`~dsh_plugins.grants.GrantingApproval` around the chain to record). When every step timed out or was unavailable the answer is
-    ``on_exhausted`` (default ``"unavailable"``: the call is denied as having no
+    service answers ``"unavailable"``, or raises), the pager service is asked,
+    for ten minutes. The first ``"allowed-once"``, ``"denied"`` or
+    ``"cancelled"`` is the answer (or :data:`~dsh_plugins.grants.ALLOWED_ALWAYS`,
+    for a :class:`~dsh_plugins.grants.GrantingApproval` around the chain to
+    record). A service that raises an ``Exception`` (a pager's HTTP error) gave
+    no answer: it is logged, recorded as ``"failed"``, and the next step is
+    asked; a cancellation or an interrupt (``KeyboardInterrupt``) is not a
+    failed step and ends the question. When every step timed out, was
+    unavailable or failed, the answer is ``on_exhausted`` (default ``"unavailable"``: the call is denied as having no
     one to approve it, never allowed by default).
 
     A pending question therefore never waits forever, and every step is
@@ -350,15 +360,36 @@ class EscalatingApproval:
         for index, (service, seconds) in enumerate(self.steps):
             start = trio.current_time()
             answer = "timed-out"
+            error: str | None = None
             with trio.move_on_after(seconds):
-                answer = await service.request(execution, reason)
-            if answer not in APPROVAL_ANSWERS and answer not in ("timed-out", ALLOWED_ALWAYS):
+                try:
+                    answer = await service.request(execution, reason)
+                except Exception as exc:
+                    # Only Exception: a Cancelled (alone or in a group) and KeyboardInterrupt are
+                    # BaseExceptions, the deadline's or the caller's to handle, never a failed step.
+                    answer = "failed"
+                    error = str(exc) or type(exc).__name__
+                    logger.warning(
+                        "approval step %d (%s) failed for %s call %s: %s; asking the next step",
+                        index,
+                        type(service).__name__,
+                        execution.name,
+                        execution.call_id,
+                        error,
+                        exc_info=exc,
+                    )
+            if error is None and answer not in APPROVAL_ANSWERS and answer not in ("timed-out", ALLOWED_ALWAYS):
                 return answer  # the runtime reports a malformed answer, naming it
             if self.on_step is not None:
                 waited = trio.current_time() - start
                 self.on_step(
                     ApprovalStep(
-                        call_id=execution.call_id, tool=execution.name, step=index, answer=answer, waited_s=waited
+                        call_id=execution.call_id,
+                        tool=execution.name,
+                        step=index,
+                        answer=answer,
+                        waited_s=waited,
+                        error=error,
                     )
                 )
             if answer in ("allowed-once", "denied", "cancelled", ALLOWED_ALWAYS):

@@ -18,12 +18,16 @@ what the body did), Code Mode sub-calls included, and undoes them on request::
 
 Undo is the host's action (a person's "undo" button, a rejected turn), not the
 model's: the reverts run directly, outside the tool pipeline, one at a time,
-newest first. It stops at the first revert that fails, since an earlier
+newest first. Requests that overlap (two clicks of the button) take turns:
+each chooses its entries only once the one before it has finished, so no entry
+is reverted twice. It stops at the first revert that fails, since an earlier
 effect may be what a later one depended on; that entry and the older ones stay
 in the log (``keep_going=True`` attempts every entry instead, for effects
-known to be independent). Each outcome is also sent to the runtime's ``event_sink`` as
-``tool/reverted`` or ``tool/revert-failed`` (a :class:`~dsh_core.SessionRecorder`
-keeps them). The log lives in memory: it undoes what this process did.
+known to be independent). A revert cancelled part-way leaves its entry in the
+log, announced neither way: it is not known to be undone, and a later attempt
+meets the tool's own check that the world still matches. Each outcome is also
+sent to the runtime's ``event_sink`` as ``tool/reverted`` or
+``tool/revert-failed`` (a :class:`~dsh_core.SessionRecorder` keeps them). The log lives in memory: it undoes what this process did.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import attrs
+import trio
 
 from dsh_core import (
     ScopeKey,
@@ -106,6 +111,9 @@ class UndoLog:
         self._entries: collections.deque[UndoEntry] = collections.deque(maxlen=max_entries)
         self.forgotten = 0
         """How many undoable calls were dropped for ``max_entries``."""
+        # Held while a request chooses its entries and reverts them: a second request choosing
+        # while the first awaits a revert would pick the same entry and revert it again.
+        self._undoing = trio.Lock()
 
     def entries(self) -> tuple[UndoEntry, ...]:
         """The calls that can be undone, oldest first."""
@@ -160,8 +168,9 @@ class UndoLog:
         """
         if type(count) is not int or count < 1:
             raise ValueError(f"count must be a positive integer, got {count!r}")
-        chosen = [entry for entry in reversed(self._entries) if where is None or where(entry)][:count]
-        return await self._revert(chosen, keep_going)
+        async with self._undoing:
+            chosen = [entry for entry in reversed(self._entries) if where is None or where(entry)][:count]
+            return await self._revert(chosen, keep_going)
 
     async def undo_to(self, call_id: str, *, keep_going: bool = False) -> list[UndoOutcome]:
         """Undo the call ``call_id`` and everything recorded after it, newest first.
@@ -173,13 +182,14 @@ class UndoLog:
         Raises:
             LookupError: no undoable call has that id (never recorded, already undone, or forgotten).
         """
-        entries = list(self._entries)
-        # The newest call with that id (a provider may reuse ids across turns); else the first sub-call of it.
-        start = next((i for i in range(len(entries) - 1, -1, -1) if entries[i].call_id == call_id), None)
-        if start is None:
-            start = next((i for i, entry in enumerate(entries) if entry.root_call_id == call_id), None)
-        if start is not None:
-            return await self._revert(list(reversed(entries[start:])), keep_going)
+        async with self._undoing:
+            entries = list(self._entries)
+            # The newest call with that id (a provider may reuse ids across turns); else the first sub-call of it.
+            start = next((i for i in range(len(entries) - 1, -1, -1) if entries[i].call_id == call_id), None)
+            if start is None:
+                start = next((i for i, entry in enumerate(entries) if entry.root_call_id == call_id), None)
+            if start is not None:
+                return await self._revert(list(reversed(entries[start:])), keep_going)
         raise LookupError(f"no undoable call {call_id!r} (it failed, was undone, or was forgotten)")
 
     async def _revert(self, chosen: list[UndoEntry], keep_going: bool) -> list[UndoOutcome]:

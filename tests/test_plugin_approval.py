@@ -384,12 +384,92 @@ async def test_the_calls_cancellation_ends_the_whole_question(autojump_clock: An
     assert log == []  # neither step answered nor timed out: the call was cancelled
 
 
-async def test_a_malformed_answer_is_reported_not_escalated(autojump_clock: Any) -> None:
-    backup = Approver("allowed-once")
-    runtime, _ = escalating_runtime((Approver("yes please"), 5), (backup, 5))
+class BrokenApprover:
+    """An approval service that raises ``error`` after ``delay`` seconds (a pager whose HTTP call fails)."""
+
+    def __init__(self, error: BaseException, delay: float = 0) -> None:
+        self.error = error
+        self.delay = delay
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        await trio.sleep(self.delay)
+        raise self.error
+
+
+async def test_a_step_whose_service_raises_is_recorded_and_hands_the_question_on(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    backup = Approver("allowed-once", delay=1)
+    runtime, log = escalating_runtime((BrokenApprover(ConnectionError("pager unreachable"), delay=2), 30), (backup, 60))
+    result = await runtime.execute(shell_call())
+    assert not result.is_error
+    assert backup.asked == [("c1", "risky")]
+    assert [(step.step, step.answer, step.error, step.waited_s) for step in log] == [
+        (0, "failed", "pager unreachable", 2),
+        (1, "allowed-once", None, 1),
+    ]
+    assert "approval step 0 (BrokenApprover) failed for shell call c1: pager unreachable" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("on_exhausted", "fragment"),
+    [("unavailable", "no approval channel is available"), ("denied", 'the user denied tool "shell"')],
+)
+async def test_when_every_step_fails_the_answer_is_on_exhausted(
+    autojump_clock: Any, on_exhausted: str, fragment: str
+) -> None:
+    runtime, log = escalating_runtime(
+        (BrokenApprover(ConnectionError()), 5), (Approver("allowed-once", delay=None), 5), on_exhausted=on_exhausted
+    )
     result = await runtime.execute(shell_call())
     assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
-    assert result.error.info.code == "POLICY_ERROR" and "'yes please'" in result.error.message
+    assert result.error.info.code == "DENIED" and fragment in result.error.message
+    assert [(step.answer, step.error) for step in log] == [("failed", "ConnectionError"), ("timed-out", None)]
+
+
+class NurseryApprover:
+    """Waits in a child task, never answering: a cancellation leaves it wrapped in an exception group."""
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep_forever)
+        return "allowed-once"
+
+
+async def test_a_failed_step_does_not_hide_the_calls_cancellation(autojump_clock: Any) -> None:
+    backup = Approver("allowed-once")
+    runtime, log = escalating_runtime((NurseryApprover(), 100), (backup, 100))
+    result = await runtime.execute(shell_call(signal=CancelSignal.after(3)))
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.code == "ABORTED_BEFORE_DISPATCH"
+    assert log == [] and backup.asked == []
+
+
+async def test_a_step_whose_budget_ends_inside_a_child_task_times_out(autojump_clock: Any) -> None:
+    runtime, log = escalating_runtime((NurseryApprover(), 5), (Approver("denied"), 5))
+    result = await runtime.execute(shell_call())
+    assert isinstance(result, ToolExecutionFailure) and 'the user denied tool "shell"' in result.error.message
+    assert [(step.answer, step.waited_s) for step in log] == [("timed-out", 5), ("denied", 0)]
+
+
+async def test_an_interrupt_in_a_step_is_not_taken_for_a_failed_step(autojump_clock: Any) -> None:
+    backup = Approver("allowed-once")
+    log: list[approval_module.ApprovalStep] = []
+    chain = approval_module.EscalatingApproval(
+        (BrokenApprover(KeyboardInterrupt()), 5), (backup, 5), on_step=log.append
+    )
+    with pytest.raises(KeyboardInterrupt):
+        await chain.request(execution_of("shell", {"command": "ls"}, CancelSignal()), None)
+    assert log == [] and backup.asked == []
+
+
+@pytest.mark.parametrize("malformed", ["yes please", "failed"])  # "failed" is a step's outcome, not an answer
+async def test_a_malformed_answer_is_reported_not_escalated(autojump_clock: Any, malformed: str) -> None:
+    backup = Approver("allowed-once")
+    runtime, _ = escalating_runtime((Approver(malformed), 5), (backup, 5))
+    result = await runtime.execute(shell_call())
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.code == "POLICY_ERROR" and f"{malformed!r}" in result.error.message
     assert backup.asked == []
 
 

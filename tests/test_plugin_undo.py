@@ -8,6 +8,8 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
+import trio.testing
 
 from dsh_core import Block, ConfigError, ToolRuntime, define_tool, hookimpl
 from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, json_tool, make_input, make_runtime
@@ -157,8 +159,6 @@ async def test_a_raising_event_sink_does_not_hide_the_undo(caplog: pytest.LogCap
 
 
 async def test_a_call_aborted_as_its_body_finished_can_still_be_undone() -> None:
-    import trio
-
     from dsh_core import CancelSignal
 
     state: list[str] = []
@@ -221,6 +221,83 @@ async def test_async_reverts_are_awaited() -> None:
     runtime, log, _ = with_undo(json_tool("t", body, revert=revert))
     await runtime.execute(make_input("t"))
     assert (await log.undo())[0].reverted and state == []
+
+
+def slow_counter(state: list[str], reverted: list[str]) -> Any:
+    """A tool whose revert takes a while (an HTTP DELETE), so undo requests can overlap."""
+
+    async def body(args: Any) -> str:
+        state.append(args["item"])
+        return args["item"]
+
+    async def revert(args: Any, value: Any) -> None:
+        await trio.sleep(1)
+        state.remove(value)
+        reverted.append(value)
+
+    return json_tool("add", body, revert=revert)
+
+
+async def test_overlapping_undo_requests_revert_each_entry_once_newest_first(autojump_clock: Any) -> None:
+    state: list[str] = []
+    reverted: list[str] = []
+    runtime, log, _ = with_undo(slow_counter(state, reverted))
+    for item in "abc":
+        await runtime.execute(make_input("add", {"item": item}, call_id=f"c-{item}"))
+    results: list[list[UndoOutcome]] = []
+
+    async def click() -> None:
+        results.append(await log.undo(1))
+
+    async with trio.open_nursery() as nursery:  # two clicks on an "undo" button
+        nursery.start_soon(click)
+        nursery.start_soon(click)
+    assert results == [
+        [UndoOutcome(call_id="c-c", tool="add", reverted=True)],
+        [UndoOutcome(call_id="c-b", tool="add", reverted=True)],
+    ]
+    assert reverted == ["c", "b"] and state == ["a"]
+    assert [entry.call_id for entry in log.entries()] == ["c-a"]
+
+
+async def test_undo_to_waits_for_an_undo_under_way(autojump_clock: Any) -> None:
+    state: list[str] = []
+    reverted: list[str] = []
+    runtime, log, _ = with_undo(slow_counter(state, reverted))
+    for item in "abc":
+        await runtime.execute(make_input("add", {"item": item}, call_id=f"c-{item}"))
+    results: dict[str, list[UndoOutcome]] = {}
+
+    async def undo_last() -> None:
+        results["undo"] = await log.undo(1)
+
+    async def undo_to_b() -> None:
+        results["undo_to"] = await log.undo_to("c-b")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(undo_last)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(undo_to_b)
+    assert [outcome.call_id for outcome in results["undo"]] == ["c-c"]
+    assert [outcome.call_id for outcome in results["undo_to"]] == ["c-b"]  # c-c was already undone
+    assert reverted == ["c", "b"] and state == ["a"]
+
+
+async def test_a_revert_cancelled_part_way_leaves_its_entry_in_the_log(autojump_clock: Any) -> None:
+    state: list[str] = []
+    reverted: list[str] = []
+    runtime, log, events = with_undo(slow_counter(state, reverted))
+    for item in "ab":
+        await runtime.execute(make_input("add", {"item": item}, call_id=f"c-{item}"))
+    with trio.move_on_after(0.5) as scope:
+        await log.undo(2)
+    assert scope.cancelled_caught
+    # Not known to be undone: it stays undoable, and nothing claims it was reverted or refused.
+    assert [entry.call_id for entry in log.entries()] == ["c-a", "c-b"]
+    assert reverted == [] and events.seen == []
+    # The next request is not locked out by the cancelled one.
+    assert await log.undo(1) == [UndoOutcome(call_id="c-b", tool="add", reverted=True)]
+    assert [entry.call_id for entry in log.entries()] == ["c-a"]
 
 
 async def test_the_oldest_entries_are_forgotten_past_max_entries() -> None:
