@@ -191,19 +191,28 @@ def _lines_backwards(file: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
 _LINE_START: Final = b'{"seq":'
 
 
-def _could_be_torn(raw: bytes) -> bool:
-    """Whether ``raw`` (a bad last line) is crash damage to a log line rather than someone else's text.
+def _could_be_torn(raw: bytes, *, after_event: bool) -> bool:
+    """Whether ``raw`` (a bad last line) is crash damage to a log line rather than someone else's data.
 
     Each event is one write of a whole line starting ``{"seq":``: a write cut
-    short leaves a start of that, and a crash can leave zero bytes or garbage
-    where the file had grown. A readable line of text that is not ours (the
-    notes or batch file given as a log by mistake) is none of these, and must
-    not be cut off.
+    short leaves a start of that, and a crash can leave zero bytes where the
+    file had grown (after such a start, or instead of it). Only ``after_event``
+    (a committed event precedes the line) is other binary garbage crash damage
+    too: a file whose first line is not text and no event's start is someone
+    else's (a gzip archive, a UTF-16 file), like a readable line that is not
+    ours (the notes or batch file given as a log by mistake), and must not be
+    cut off.
     """
-    body = raw[:-1] if raw.endswith(b"\n") else raw
-    if not body.strip() or b"\x00" in body:
+    terminated = raw.endswith(b"\n")
+    body = raw[:-1] if terminated else raw
+    start = body.rstrip(b"\x00")  # zero fill past the end of what was written
+    if not start.strip():
         return True
-    if body.startswith(_LINE_START) or (body is raw and _LINE_START.startswith(body)):
+    if start.startswith(_LINE_START) or (not terminated and _LINE_START.startswith(start)):
+        return True
+    if not after_event:
+        return False
+    if b"\x00" in body:
         return True
     try:
         body.decode("utf-8")
@@ -244,7 +253,8 @@ def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | No
     """Read every committed event of the log at ``path`` (with ``after``: only those written since).
 
     A torn last line (crash damage: the start of an event line, zero bytes,
-    bytes that are not text) is skipped and described in ``torn``. ``after`` is an earlier read of the same file: the
+    or, after a committed event, bytes that are not text) is skipped and
+    described in ``torn``. ``after`` is an earlier read of the same file: the
     read starts at its ``end`` and its seq numbering, so a reader following a
     growing log pays for the new lines only (line numbers in errors then count
     from that point).
@@ -274,7 +284,7 @@ def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | No
                 event = _parse_line(raw)
             except _BadLine as exc:
                 bad = TornLine(line=number, offset=offset, size=len(raw), reason=str(exc))
-                if not _could_be_torn(raw):
+                if not _could_be_torn(raw, after_event=first_seq + len(events) > 1):
                     raise SessionLogError(
                         f"{bad.reason}: this is not a session log line (nor the start of one a crash cut short)",
                         path=name,
@@ -291,6 +301,15 @@ def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | No
 
 
 # --- the writer ---------------------------------------------------------------------------
+
+
+def _not_a_log(reason: str, path: str, line: int) -> SessionLogError:
+    return SessionLogError(
+        f"{reason}: this is not a session log line (nor the start of one a crash cut short); "
+        "the file was left as it is",
+        path=path,
+        line=line,
+    )
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
@@ -394,10 +413,10 @@ class SessionLog:
             seq = log.append_call("call-1", "read_file", {"path": "a.txt"})
 
     Only a last line that a crash can have damaged (the start of an event line,
-    zero bytes, bytes that are not text) is taken as torn and cut off; a
-    readable line that is not an event means the file is not a session log (a
-    notes or batch file given by mistake), and it is left alone. Opening checks
-    the end of the file; readers check every line.
+    zero bytes, or, after a committed event, bytes that are not text) is taken
+    as torn and cut off; any other line that is not an event means the file is
+    not a session log (a notes, batch or gzip file given by mistake), and it is
+    left alone. Opening checks the end of the file; readers check every line.
 
     Raises:
         SessionLogError: the file is not a session log, or another writer holds it.
@@ -433,30 +452,29 @@ class SessionLog:
         name = os.fspath(self.path)
         with open(self.path, "r+b") as file:
             size = file.seek(0, os.SEEK_END)
-            torn: tuple[int, int, str] | None = None
+            # The bad last line, and whether it counts as torn only if a committed event precedes it.
+            torn: tuple[int, int, str, bool] | None = None
             next_seq = 1
             for offset, raw in _lines_backwards(file, size):
                 try:
                     event = _parse_line(raw)
                 except _BadLine as exc:
-                    if torn is None and offset + len(raw) == size and _could_be_torn(raw):
-                        torn = (offset, len(raw), str(exc))
+                    if torn is None and _could_be_torn(raw, after_event=True):
+                        torn = (offset, len(raw), str(exc), not _could_be_torn(raw, after_event=False))
                         continue
-                    if torn is None:
-                        line = _line_number(file, offset)
-                        raise SessionLogError(
-                            f"{exc}: this is not a session log line (nor the start of one a crash cut short); "
-                            "the file was left as it is",
-                            path=name,
-                            line=line,
-                        ) from None
                     line = _line_number(file, offset)
+                    if torn is None or torn[3]:
+                        # The last line is not ours, or is garbage with no committed event before it.
+                        raise _not_a_log(str(exc), name, line) from None
                     raise SessionLogError(f"{exc}; only the last line may be torn", path=name, line=line) from None
                 next_seq = event.seq + 1
                 break
+            else:
+                if torn is not None and torn[3]:
+                    raise _not_a_log(torn[2], name, 1)  # the file is that one line
             if torn is None:
                 return None, next_seq
-            offset, length, reason = torn
+            offset, length, reason, _ = torn
             described = TornLine(line=_line_number(file, offset), offset=offset, size=length, reason=reason)
             file.truncate(offset)
             return described, next_seq

@@ -7,6 +7,7 @@ distribution's entry points), so the installed plugins do not interfere.
 
 from __future__ import annotations
 
+import gzip
 import importlib
 import json
 import os
@@ -1095,6 +1096,21 @@ def test_session_refuses_a_file_that_is_not_a_session_log(tools: list[str], tmp_
         assert "not a session log line" in result.stderr and "nothing was written to it" in result.stderr
         assert other.read_text() == content  # not one byte cut
         assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "content",
+    [gzip.compress(b"important notes\n", mtime=0), b'\xff\xfe{"id":"a"}\n'],
+    ids=["gzip", "utf16"],
+)
+def test_session_refuses_a_binary_file_and_leaves_it_alone(tools: list[str], tmp_path: Path, content: bytes) -> None:
+    """Its one line is not text, but no event precedes it: not a torn line, someone else's file."""
+    other = tmp_path / "victim.gz"
+    other.write_bytes(content)
+    result = invoke([*tools, "call", "echo", "{}", "--session", str(other)])
+    assert result.exit_code == 2, result.output
+    assert "not a session log line" in result.stderr and "nothing was written to it" in result.stderr
+    assert other.read_bytes() == content
 
 
 def test_session_warns_when_it_cuts_a_torn_last_line(tools: list[str], tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import gzip
 import json
 import logging
 import os
@@ -344,6 +345,43 @@ def test_a_damaged_line_in_the_middle_is_refused(tmp_path: Path) -> None:
     path.write_text("not json\n" + text)
     with pytest.raises(GrantError, match="the grants file is damaged"):
         GrantBook(path)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [gzip.compress(b"important notes\n", mtime=0), b'\xff\xfe{"id":"a"}\n'],
+    ids=["gzip", "utf16"],
+)
+def test_a_binary_file_given_as_the_grants_file_is_refused_and_left_alone(tmp_path: Path, content: bytes) -> None:
+    """Its one line is not text, but no grant precedes it: not a torn line to cut off, someone else's file."""
+    path = tmp_path / "victim.gz"
+    path.write_bytes(content)
+    with pytest.raises(GrantError, match=r"the grants file is damaged: .*not a session log line"):
+        GrantBook(path)
+    with pytest.raises(GrantError, match="not a session log line"):
+        read_grants(path)
+    from click.testing import CliRunner
+
+    from dsh_core._cli import cli
+
+    result = CliRunner().invoke(cli, ["--no-plugins", "grants", "add", str(path), "calc", "--agent", "a"])
+    assert result.exit_code == 2, result.output
+    assert "not a session log line" in result.output
+    assert path.read_bytes() == content
+
+
+def test_garbage_after_a_grant_is_cut_off_as_torn(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "grants.jsonl"
+    grant = GrantBook(path).grant("shell", agent="main", granted_by="ana")
+    clean = path.read_bytes()
+    with path.open("ab") as file:
+        file.write(b"\x00\x00\xff\xfe")  # what a crash left where the file grew
+    book = GrantBook(path)
+    assert path.read_bytes().startswith(clean) and len(path.read_bytes()) == len(clean) + 4  # reading cuts nothing
+    caplog.set_level(logging.WARNING, logger="dsh_plugins.grants")
+    book.revoke(grant.id, by="security")
+    assert "cutting off a torn last line" in caplog.text
+    assert [event.type for event in read_session_log(path).events] == ["grant/added", "grant/revoked"]
 
 
 def test_a_missing_directory_is_a_clear_error(tmp_path: Path) -> None:

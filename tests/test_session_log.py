@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import stat
@@ -20,6 +21,8 @@ from dsh_core._session_log import (
     read_session_log,
     structure_content,
 )
+
+GZIPPED_NOTES = gzip.compress(b"important notes\n", mtime=0)
 
 
 @pytest.fixture
@@ -355,12 +358,77 @@ def test_reopening_a_log_garbled_before_its_last_line_is_an_error(log_path: Path
         b'{"id":"a","name":"calc","arguments":{}}\n',  # a batch file given as --session
         b"my notes\n",
         b'{"important":"config"}',  # one line, no newline, but no event's start either
+        GZIPPED_NOTES,  # binary, one "line" with no newline
+        b'\xff\xfe{"id":"a"}\n',  # a UTF-16 file: one line, not UTF-8
+        b"PK\x03\x04\x14\x00\x00\x00",  # a zip header: NUL bytes, but no event's start before them
     ],
+    ids=["batch", "notes", "config", "gzip", "utf16", "zip"],
 )
 def test_a_file_that_is_not_a_session_log_is_refused_and_left_alone(log_path: Path, content: bytes) -> None:
     log_path.write_bytes(content)
+    with pytest.raises(SessionLogError, match="not a session log line") as info:
+        SessionLog(log_path)
+    assert info.value.line == 1
+    assert log_path.read_bytes() == content
+    with pytest.raises(SessionLogError, match="not a session log line") as info:
+        read_session_log(log_path)  # what the grants file and the ledger read first
+    assert info.value.line == 1
+
+
+def test_a_binary_file_of_several_lines_is_refused_and_left_alone(log_path: Path) -> None:
+    content = b"\x1f\x8b\x08\x00\n\xcb\xcc-\n\xc4\x9d\xee"
+    log_path.write_bytes(content)
     with pytest.raises(SessionLogError, match="not a session log line"):
         SessionLog(log_path)
+    with pytest.raises(SessionLogError, match="not a session log line") as info:
+        read_session_log(log_path)
+    assert info.value.line == 1
+    assert log_path.read_bytes() == content
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"\xff\xfe\x00garbage", b"\xc3(\n", b"\x00\x00\x00\n"],
+    ids=["binary", "bad-utf8-line", "zeros-newline"],
+)
+def test_garbage_after_committed_events_is_still_cut_off_as_torn(log_path: Path, tail: bytes) -> None:
+    """After a valid event, bytes that are not text are what a crash left where the file grew."""
+    write_three(log_path)
+    clean = log_path.read_bytes()
+    with open(log_path, "ab") as file:
+        file.write(tail)
+    assert read_session_log(log_path).torn is not None
+    with SessionLog(log_path) as log:
+        assert log.torn is not None and log.torn.line == 4
+        assert log_path.read_bytes() == clean
+        assert log.append({"type": "after", "data": {}}) == 4
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\x00" * 4096, b'{"se' + b"\x00" * 100, b'{"seq":1,"type":"x","da' + b"\x00" * 10, b"   "],
+    ids=["zeros", "start-then-zeros", "line-then-zeros", "blank"],
+)
+def test_a_log_whose_first_write_a_crash_damaged_starts_over(log_path: Path, content: bytes) -> None:
+    """A crash in the first write can leave zero fill or the start of the first line, and nothing committed."""
+    log_path.write_bytes(content)
+    read = read_session_log(log_path)
+    assert read.events == () and read.torn is not None
+    with SessionLog(log_path) as log:
+        assert log.torn is not None and log.torn.line == 1
+        assert log.append({"type": "x", "data": {}}) == 1
+    assert [e.seq for e in read_session_log(log_path).events] == [1]
+
+
+def test_readable_text_after_committed_events_is_refused_and_left_alone(log_path: Path) -> None:
+    """A note someone appended to a log is not crash damage: it is kept, and the log is refused."""
+    write_three(log_path)
+    with open(log_path, "ab") as file:
+        file.write(b"remember: call 2 was a test\n")
+    content = log_path.read_bytes()
+    with pytest.raises(SessionLogError, match="not a session log line") as info:
+        SessionLog(log_path)
+    assert info.value.line == 4
     assert log_path.read_bytes() == content
 
 
