@@ -50,8 +50,9 @@ key: nothing happened, so a later call with that id runs. Two concurrent calls w
 one after the other; the second gets the first's outcome.
 
 **Durability and failure.** The file is a :class:`dsh_core.SessionLog` (one
-JSON line per event, a torn last line is cut off on open) locked against a
-second writer. A failure to record ``effect/started`` fails the call with
+JSON line per event) locked against a second writer; a torn last line is
+skipped on open and cut off before the first write, so a command that fails
+(settling a call the ledger does not have) leaves the file as it was. A failure to record ``effect/started`` fails the call with
 ``LEDGER_ERROR`` (blamed on ``effect-ledger``) before its body runs: the ledger never lets an effect happen
 unrecorded. A failure to record the outcome leaves the entry in doubt, which is
 what it is, and logs a warning; the call's result is returned unchanged. The
@@ -275,8 +276,9 @@ def _failure_fields(result: ToolExecutionFailure) -> dict[str, Any]:
 class EffectLedger:
     """The ledger of one runtime, kept in one file (see the module documentation).
 
-    Opening reads the whole file, cuts off a torn last line and locks the file
-    against a second ledger (in this process or another) until :meth:`close`.
+    Opening reads the whole file (skipping a torn last line, which the first
+    write cuts off) and locks the file against a second ledger (in this process
+    or another) until :meth:`close`.
 
     Args:
         path: the ledger file; created if missing (its directory must exist).
@@ -312,17 +314,18 @@ class EffectLedger:
         self.rerun_in_doubt = frozenset(rerun_in_doubt) | {RUN_CODE_NAME}
         self._key = key
         self._fsync: Literal["always", "close", "never"] = fsync
-        self._lock_fd = _lock(self.path, sync_directory=fsync != "never")
+        self._held = _Held(_lock(self.path, sync_directory=fsync != "never"))
         try:
             self._entries = _load(self.path) if os.path.exists(self.path) else {}
-            self._log: SessionLog | None = SessionLog(self.path, fsync=fsync)
-            self._write_failed = False
         except BaseException:
-            os.close(self._lock_fd)
+            self._held.release()
             raise
+        # The log is opened (and a torn tail cut off) by the first write, not here: a
+        # command that fails before writing must leave the file as it found it.
+        self._write_failed = False
         self._running: dict[tuple[str | None, str], trio.Event] = {}
         # A host that never calls close() (a CLI run ending) still releases the file and the lock.
-        self._closer = weakref.finalize(self, _release, self._log, self._lock_fd)
+        self._closer = weakref.finalize(self, self._held.release)
 
     # --- reading and settling -------------------------------------------------------------
 
@@ -389,7 +392,7 @@ class EffectLedger:
                 entries (the old file is then left as it was).
             OSError: the directory cannot be written.
         """
-        log = self._writable_log()
+        self._check_open()
         if self._running:
             raise LedgerError(f"{len(self._running)} call(s) are running; compact the ledger between calls")
         archive_path = os.path.abspath(os.fspath(archive)) if archive is not None else None
@@ -406,12 +409,13 @@ class EffectLedger:
         if _comparable(_load(temporary)) != _comparable(self._entries):
             os.remove(temporary)
             raise LedgerError("the compacted ledger would not read back as the same entries; nothing was changed")
-        log.close()
-        self._closer.detach()
+        # The open log's descriptor would go on writing to the replaced file: the next write opens the new one.
+        self._held.close_log()
         try:
             if archive_path is not None:
                 _keep_archive(self.path, archive_path)  # the old file, under its new name, before it is replaced
             os.replace(temporary, self.path)
+            self._write_failed = False  # what a failed write left went with the old file
             if self._fsync != "never":
                 _sync_directory(os.path.dirname(self.path))
         except BaseException:
@@ -419,9 +423,6 @@ class EffectLedger:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(temporary)
             raise
-        finally:
-            self._log = SessionLog(self.path, fsync=self._fsync)
-            self._closer = weakref.finalize(self, _release, self._log, self._lock_fd)
         return before, len(events)
 
     def __enter__(self) -> EffectLedger:
@@ -432,7 +433,6 @@ class EffectLedger:
 
     def close(self) -> None:
         """Close the file and release the lock; later calls fail ``LEDGER_ERROR``. Idempotent."""
-        self._log = None
         self._closer()
 
     def _append(self, event_type: str, data: dict[str, Any]) -> None:
@@ -454,31 +454,35 @@ class EffectLedger:
             raise
         _apply(self._entries, event_type, data)
 
-    def _writable_log(self) -> SessionLog:
-        """The open log, reopened first when a write to it failed."""
-        if self._log is None:
+    def _check_open(self) -> None:
+        if self._held.lock_fd is None:
             raise LedgerError(f"the effect ledger {self.path} is closed")
-        if self._write_failed:
-            self._reopen()
-        assert self._log is not None
-        return self._log
 
-    def _reopen(self) -> None:
-        """Close the log and open it again, cutting off what a failed write left (the lock stays held)."""
-        assert self._log is not None
+    def _writable_log(self) -> SessionLog:
+        """The log to append to: opened by the first write, and again after a write to it failed."""
+        self._check_open()
+        if self._held.log is None or self._write_failed:
+            self._open_log()
+        assert self._held.log is not None
+        return self._held.log
+
+    def _open_log(self) -> None:
+        """Open the log, cutting off a torn last line or what a failed write left (the lock stays held)."""
+        after_failure = self._write_failed
         with contextlib.suppress(OSError):
-            self._log.close()  # its closing sync can fail as the write did; the file is closed either way
+            self._held.close_log()  # its closing sync can fail as the write did; the file is closed either way
         try:
             log = SessionLog(self.path, fsync=self._fsync)
         except (OSError, SessionLogError) as exc:
-            # Still marked failed: the next append tries again.
-            raise LedgerError(f"cannot reopen the effect ledger {self.path} after a failed write: {exc}") from exc
-        self._closer.detach()
-        self._log = log
-        self._closer = weakref.finalize(self, _release, log, self._lock_fd)
+            # Still marked failed (or not yet open): the next append tries again.
+            if after_failure:
+                raise LedgerError(f"cannot reopen the effect ledger {self.path} after a failed write: {exc}") from exc
+            raise LedgerError(f"cannot open the effect ledger {self.path} for writing: {exc}") from exc
+        self._held.log = log
         self._write_failed = False
         if log.torn is not None:
-            logger.warning("effect ledger %s: cut off what a failed write left: %s", self.path, log.torn)
+            what = "what a failed write left" if after_failure else "a torn last line"
+            logger.warning("effect ledger %s: cut off %s: %s", self.path, what, log.torn)
 
     # --- the wrapper ----------------------------------------------------------------------
 
@@ -621,11 +625,25 @@ def _keep_archive(path: str, archive: str) -> None:
             os.fsync(out.fileno())
 
 
-def _release(log: SessionLog, lock_fd: int) -> None:
-    try:
-        log.close()
-    finally:
-        os.close(lock_fd)
+class _Held:
+    """What an open ledger holds: the lock, and the log once a write has opened it."""
+
+    def __init__(self, lock_fd: int) -> None:
+        self.lock_fd: int | None = lock_fd
+        self.log: SessionLog | None = None
+
+    def close_log(self) -> None:
+        log, self.log = self.log, None
+        if log is not None:
+            log.close()
+
+    def release(self) -> None:
+        lock_fd, self.lock_fd = self.lock_fd, None
+        try:
+            self.close_log()
+        finally:
+            if lock_fd is not None:
+                os.close(lock_fd)
 
 
 def _lock(path: str, *, sync_directory: bool) -> int:
@@ -722,7 +740,7 @@ def _load(path: str) -> dict[tuple[str | None, str], LedgerEntry]:
         except _Malformed as exc:
             raise LedgerError(f"{path}: line {number}: {exc}") from None
     if read.torn is not None:
-        logger.warning("effect ledger %s: cutting off a torn last line: %s", path, read.torn)
+        logger.warning("effect ledger %s: skipping a torn last line (a write cuts it off): %s", path, read.torn)
     return entries
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import logging
 import shutil
@@ -553,7 +554,7 @@ async def test_an_unrecordable_outcome_is_logged_and_left_in_doubt(
 ) -> None:
     effects = Effects()
     runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
-    log = ledger._log
+    log = ledger._writable_log()  # opened by the first write: open it now to wrap it
     assert log is not None
     real_append = log.append
 
@@ -592,7 +593,7 @@ class TearsOneWrite:
 
 
 def tear_one_write(ledger: EffectLedger, event_type: str) -> TearsOneWrite:
-    log = ledger._log
+    log = ledger._writable_log()  # opened by the first write: open it now to wrap it
     assert log is not None and log._file is not None
     tears = TearsOneWrite(log._file, event_type)
     log._file = tears  # type: ignore[assignment]
@@ -1249,6 +1250,63 @@ def test_cli_ledger_forget_leaves_a_file_that_is_not_a_ledger_alone(tmp_path: Pa
     result = CliRunner().invoke(_cli_group(), ["--no-plugins", "ledger", "forget", str(path), "c1"])
     assert result.exit_code == 2, result.output
     assert path.read_bytes() == b'{"important":"config"}'
+
+
+@pytest.mark.parametrize(
+    "content",
+    [gzip.compress(b"important notes\n", mtime=0), b'\xff\xfe{"id":"a"}\n'],
+    ids=["gzip", "utf16"],
+)
+def test_a_binary_file_given_as_the_ledger_is_refused_and_left_alone(tmp_path: Path, content: bytes) -> None:
+    """Its one line is not text, but no event precedes it: someone else's file, not a torn line to cut off."""
+    path = tmp_path / "victim.gz"
+    path.write_bytes(content)
+    with pytest.raises(LedgerError, match="not a session log line"):
+        open_ledger(path)
+    with pytest.raises(LedgerError, match="not a session log line"):
+        read_ledger(path)
+    for command in (["forget", str(path), "nosuch-call"], ["resolve", str(path), "c1", "1"], ["show", str(path)]):
+        result = _cli(["--no-plugins", "ledger", *command])
+        assert result.exit_code == 2, result.output
+        assert "not a session log line" in result.output
+        assert path.read_bytes() == content
+
+
+async def test_settling_an_unknown_call_leaves_a_torn_tail_alone(tmp_path: Path) -> None:
+    """The torn tail is cut off only when an event is about to be written, not by a command that fails first."""
+    crashed, _ = await _crashed_ledger(tmp_path)
+    with open(crashed, "ab") as file:
+        file.write(b'{"seq":4,"type":"effect/comm')
+    content = crashed.read_bytes()
+    for command in (["forget", str(crashed), "nosuch-call"], ["resolve", str(crashed), "nosuch-call", "1"]):
+        result = _cli(["ledger", *command])
+        assert result.exit_code == 2 and "the ledger has no call 'nosuch-call'" in result.output
+        assert crashed.read_bytes() == content
+    with open_ledger(crashed) as ledger, pytest.raises(LedgerError, match="not in doubt"):
+        ledger.forget("done")
+    assert crashed.read_bytes() == content
+    assert _cli(["ledger", "forget", str(crashed), "doubt"]).exit_code == 0
+    read = read_session_log(crashed)
+    assert read.torn is None  # cut off before the settling line was written
+    assert [event.type for event in read.events][-1] == "effect/released"
+
+
+async def test_garbage_after_ledger_events_is_cut_off_before_the_next_write(tmp_path: Path) -> None:
+    effects = Effects()
+    path = tmp_path / "effects.jsonl"
+    runtime, ledger = with_ledger(path, effects.tool())
+    await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
+    ledger.close()
+    with open(path, "ab") as file:
+        file.write(b"\x00\x00\xff\xfe\x00")  # what a crash left where the file grew
+    resumed, _ = with_ledger(path, effects.tool())
+    await resumed.execute(make_input("send", {"to": "bob"}, call_id="c2"))
+    read = read_session_log(path)
+    assert read.torn is None
+    assert [(event.type, event.data["key"]) for event in read.events][-2:] == [
+        ("effect/started", "c2"),
+        ("effect/committed", "c2"),
+    ]
 
 
 def _cli_group() -> Any:
