@@ -38,7 +38,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Final, Literal, TypeAlias, final
+from typing import Any, BinaryIO, Final, Literal, NamedTuple, TypeAlias, final
 
 import attrs
 import cattrs
@@ -286,7 +286,8 @@ def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | No
                 bad = TornLine(line=number, offset=offset, size=len(raw), reason=str(exc))
                 if not _could_be_torn(raw, after_event=first_seq + len(events) > 1):
                     raise SessionLogError(
-                        f"{bad.reason}: this is not a session log line (nor the start of one a crash cut short)",
+                        f"{_foreign_reason(raw, bad.reason)}: this is not a session log line "
+                        "(nor the start of one a crash cut short)",
                         path=name,
                         line=number,
                     ) from None
@@ -303,9 +304,29 @@ def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | No
 # --- the writer ---------------------------------------------------------------------------
 
 
-def _not_a_log(reason: str, path: str, line: int) -> SessionLogError:
+class _BadTail(NamedTuple):
+    """The bad last line the writer found, and whether it is torn only if a committed event precedes it."""
+
+    offset: int
+    raw: bytes
+    reason: str
+    needs_event: bool
+
+
+def _foreign_reason(raw: bytes, reason: str) -> str:
+    """What is wrong with a line that is not ours: its content, not the missing newline a torn write would explain."""
+    if raw.endswith(b"\n"):
+        return reason
+    try:
+        _parse_line(raw + b"\n")
+    except _BadLine as exc:
+        return str(exc)
+    return reason
+
+
+def _not_a_log(raw: bytes, reason: str, path: str, line: int) -> SessionLogError:
     return SessionLogError(
-        f"{reason}: this is not a session log line (nor the start of one a crash cut short); "
+        f"{_foreign_reason(raw, reason)}: this is not a session log line (nor the start of one a crash cut short); "
         "the file was left as it is",
         path=path,
         line=line,
@@ -452,31 +473,30 @@ class SessionLog:
         name = os.fspath(self.path)
         with open(self.path, "r+b") as file:
             size = file.seek(0, os.SEEK_END)
-            # The bad last line, and whether it counts as torn only if a committed event precedes it.
-            torn: tuple[int, int, str, bool] | None = None
+            torn: _BadTail | None = None
             next_seq = 1
             for offset, raw in _lines_backwards(file, size):
                 try:
                     event = _parse_line(raw)
                 except _BadLine as exc:
                     if torn is None and _could_be_torn(raw, after_event=True):
-                        torn = (offset, len(raw), str(exc), not _could_be_torn(raw, after_event=False))
+                        torn = _BadTail(offset, raw, str(exc), not _could_be_torn(raw, after_event=False))
                         continue
                     line = _line_number(file, offset)
-                    if torn is None or torn[3]:
+                    if torn is None or torn.needs_event:
                         # The last line is not ours, or is garbage with no committed event before it.
-                        raise _not_a_log(str(exc), name, line) from None
+                        raise _not_a_log(raw, str(exc), name, line) from None
                     raise SessionLogError(f"{exc}; only the last line may be torn", path=name, line=line) from None
                 next_seq = event.seq + 1
                 break
             else:
-                if torn is not None and torn[3]:
-                    raise _not_a_log(torn[2], name, 1)  # the file is that one line
+                if torn is not None and torn.needs_event:
+                    raise _not_a_log(torn.raw, torn.reason, name, 1)  # the file is that one line
             if torn is None:
                 return None, next_seq
-            offset, length, reason, _ = torn
-            described = TornLine(line=_line_number(file, offset), offset=offset, size=length, reason=reason)
-            file.truncate(offset)
+            line = _line_number(file, torn.offset)
+            described = TornLine(line=line, offset=torn.offset, size=len(torn.raw), reason=torn.reason)
+            file.truncate(torn.offset)
             return described, next_seq
 
     @property

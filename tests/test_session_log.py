@@ -369,10 +369,18 @@ def test_a_file_that_is_not_a_session_log_is_refused_and_left_alone(log_path: Pa
     with pytest.raises(SessionLogError, match="not a session log line") as info:
         SessionLog(log_path)
     assert info.value.line == 1
+    assert "has no newline" not in str(info.value)  # what is in the line, not what a torn write would lack
     assert log_path.read_bytes() == content
     with pytest.raises(SessionLogError, match="not a session log line") as info:
         read_session_log(log_path)  # what the grants file and the ledger read first
     assert info.value.line == 1
+    assert "has no newline" not in str(info.value)
+
+
+def test_a_binary_file_is_refused_for_what_is_in_it(log_path: Path) -> None:
+    log_path.write_bytes(GZIPPED_NOTES)
+    with pytest.raises(SessionLogError, match=r"line 1: is not UTF-8: .*: this is not a session log line"):
+        SessionLog(log_path)
 
 
 def test_a_binary_file_of_several_lines_is_refused_and_left_alone(log_path: Path) -> None:
