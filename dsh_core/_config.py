@@ -41,7 +41,7 @@ import cattrs.cols
 import cattrs.gen
 from cattrs.errors import ForbiddenExtraKeysError
 
-from ._checks import instance_of, one_of, positive_finite
+from ._checks import instance_of, one_of, positive_finite, resource_limit_problem
 from ._errors import ConfigError
 from ._json import safe_repr
 
@@ -398,8 +398,10 @@ def _seconds_problem(value: float) -> str | None:
     return None if positive_finite(value) else f"expected a positive number of seconds, got {_show(value)}"
 
 
-def _positive_problem(value: int) -> str | None:
-    return None if value >= 1 else f"expected a positive integer, got {_show(value)}"
+def _limit_problem(value: int) -> str | None:
+    if value < 1:
+        return f"expected a positive integer, got {_show(value)}"
+    return resource_limit_problem(value)
 
 
 def _output_problem(value: int) -> str | None:
@@ -413,9 +415,9 @@ _MIN_MEMORY: Final = 16 * 1024 * 1024
 def _memory_problem(value: int) -> str | None:
     # The limit is the child's whole address space: the interpreter alone takes more than
     # 16 MiB, so a smaller limit (often a value in MiB written as bytes) fails every run.
-    if value >= _MIN_MEMORY:
-        return None
-    return f"expected at least {_MIN_MEMORY} (16 MiB; the value is in bytes), got {_show(value)}"
+    if value < _MIN_MEMORY:
+        return f"expected at least {_MIN_MEMORY} (16 MiB; the value is in bytes), got {_show(value)}"
+    return resource_limit_problem(value)
 
 
 def _validated(problem: Callable[[Any], str | None]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
@@ -443,8 +445,10 @@ class CodeRuntimeSettings:
     ``allow_file_writes``. Their values are checked here, whatever the mode, so
     a file's mistakes show before Code Mode is ever turned on:
     ``wall_budget_s`` is a positive number, the byte and second counts are
-    positive integers, ``max_output_bytes`` is at least 4 and
-    ``max_memory_bytes`` at least 16 MiB (less cannot run the interpreter).
+    positive integers, ``max_output_bytes`` is at least 4,
+    ``max_memory_bytes`` at least 16 MiB (less cannot run the interpreter) and
+    no resource limit (memory, CPU, file size) above ``2**63 - 2``, the
+    largest the system takes.
     """
 
     wall_budget_s: Annotated[float, _Check(_seconds_problem)] | None = attrs.field(
@@ -456,11 +460,11 @@ class CodeRuntimeSettings:
     max_memory_bytes: Annotated[int, _Check(_memory_problem)] | None = attrs.field(
         default=None, validator=_validated(_memory_problem)
     )
-    max_cpu_s: Annotated[int, _Check(_positive_problem)] | None = attrs.field(
-        default=None, validator=_validated(_positive_problem)
+    max_cpu_s: Annotated[int, _Check(_limit_problem)] | None = attrs.field(
+        default=None, validator=_validated(_limit_problem)
     )
-    max_file_bytes: Annotated[int, _Check(_positive_problem)] | None = attrs.field(
-        default=None, validator=_validated(_positive_problem)
+    max_file_bytes: Annotated[int, _Check(_limit_problem)] | None = attrs.field(
+        default=None, validator=_validated(_limit_problem)
     )
     allow_subprocesses: bool | None = None
     allow_network: bool | None = None

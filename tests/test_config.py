@@ -403,6 +403,21 @@ def test_a_host_building_code_runtime_settings_gets_the_same_checks() -> None:
     }
 
 
+@pytest.mark.parametrize("key", ["max_memory_bytes", "max_cpu_s", "max_file_bytes"])
+def test_a_resource_limit_beyond_what_the_system_takes_is_refused_at_load(tmp_path: Path, key: str) -> None:
+    # setrlimit takes a signed 64-bit count; a larger one used to pass here and fail every run_code.
+    (tmp_path / "dsh.toml").write_text(f"[code_runtime]\n{key} = 99999999999999999999999\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    assert info.value.violations == (
+        f"{tmp_path / 'dsh.toml'}: code_runtime.{key}: expected at most 9223372036854775806"
+        " (the largest resource limit), got 99999999999999999999999",
+    )
+    with pytest.raises(ValueError, match=rf"^CodeRuntimeSettings.{key}: expected at most 9223372036854775806"):
+        CodeRuntimeSettings(**{key: 2**63 - 1})
+    assert CodeRuntimeSettings(**{key: 2**63 - 2}).options() == {key: 2**63 - 2}
+
+
 @pytest.mark.parametrize("value", ["[" * 500 + "]" * 500, "{a = " * 500 + "1" + "}" * 500])
 def test_toml_nested_too_deeply_is_invalid_toml(tmp_path: Path, value: str) -> None:
     (tmp_path / "dsh.toml").write_text(f"[plugins.permissions]\nrules = {value}\n")
