@@ -24,6 +24,7 @@ The layout of a configuration file::
 
 from __future__ import annotations
 
+import collections.abc
 import datetime
 import json
 import os
@@ -161,9 +162,9 @@ def _describe_type(annotation: Any) -> str:
     names = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", _NoneType: "nothing"}
     if annotation in names:
         return names[annotation]
-    if attrs.has(annotation) or get_origin(annotation) in (dict, Mapping):
+    if attrs.has(annotation) or _is_table_type(annotation):
         return "a table"
-    if get_origin(annotation) in (list, tuple):
+    if _array_kind(annotation) is not None:
         return "an array"
     if _is_literal(annotation):
         return "one of " + "/".join(str(m) if type(m) is str else _show(m) for m in get_args(annotation))
@@ -223,12 +224,65 @@ def _checked(
     return make
 
 
-def _origin_in(*origins: Any) -> Callable[[Any], bool]:
-    return lambda annotation: get_origin(annotation) in origins
+def _is_table_type(annotation: Any) -> bool:
+    """``dict``/``Mapping``, bare or parametrised."""
+    return (get_origin(annotation) or annotation) in (dict, collections.abc.Mapping)
 
 
-def _is_homogeneous_tuple(annotation: Any) -> bool:
-    return get_origin(annotation) is tuple and get_args(annotation)[-1:] == (Ellipsis,)
+# What a TOML array structures into, by the annotation (or its origin): bare or
+# parametrised, ``typing`` or ``collections.abc`` spelling.
+_ARRAY_KINDS: Final[tuple[tuple[type, tuple[Any, ...]], ...]] = (
+    (list, (list, collections.abc.MutableSequence)),
+    (tuple, (tuple, collections.abc.Sequence)),
+    (set, (set, collections.abc.MutableSet)),
+    (frozenset, (frozenset, collections.abc.Set)),
+)
+
+
+def _array_kind(annotation: Any) -> type | None:
+    """The container an array field structures into (``list``, ``tuple``, ``set``, ``frozenset``), or ``None``."""
+    origin = get_origin(annotation) or annotation
+    for kind, origins in _ARRAY_KINDS:
+        if origin in origins:
+            return kind
+    return None
+
+
+def _array_factory(annotation: Any, converter: cattrs.BaseConverter) -> Callable[[object, object], object]:
+    """Structure an array (already known to be a list or tuple) item by item, into the field's container.
+
+    Every array type comes here, so none falls back to cattrs' own hooks, which
+    iterate whatever they get: a string's characters, a table's keys.
+    """
+    kind = _array_kind(annotation)
+    members = get_args(annotation)
+    if kind is tuple and members and members[-1] is not Ellipsis:
+        fixed = cattrs.gen.make_hetero_tuple_structure_fn(annotation, converter)
+
+        def structure_fixed(value: Any, _: object) -> object:
+            if len(value) != len(members):
+                raise _Mismatch(f"expected {len(members)} items, got {len(value)}")
+            return fixed(value, annotation)
+
+        return structure_fixed
+    items = list[members[0]] if members else list[Any]  # type: ignore[valid-type]
+    structure_items = cattrs.cols.list_structure_factory(items, converter)
+
+    def structure_array(value: object, _: object) -> object:
+        structured = structure_items(value, items)
+        if kind is list:
+            return structured
+        if kind is tuple:
+            return tuple(structured)
+        for item in structured:
+            if not isinstance(item, collections.abc.Hashable):
+                raise _Mismatch(
+                    "expected an array of strings, numbers, booleans or dates (a set holds no arrays or tables),"
+                    f" got {_show(item)} in it"
+                )
+        return (set if kind is set else frozenset)(structured)
+
+    return structure_array
 
 
 def _attrs_factory(cls: Any, converter: cattrs.BaseConverter) -> Any:
@@ -279,15 +333,11 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_factory(_is_union, _union_hook)
     converter.register_structure_hook_factory(_is_checked, _checked_hook)
     converter.register_structure_hook_factory(
-        _origin_in(list), _checked((list, tuple), "an array", cattrs.cols.list_structure_factory)
+        lambda annotation: _array_kind(annotation) is not None,
+        _checked((list, tuple), "an array", _array_factory),
     )
     converter.register_structure_hook_factory(
-        _is_homogeneous_tuple,
-        _checked((list, tuple), "an array", cattrs.cols.homogenous_tuple_structure_factory),
-    )
-    converter.register_structure_hook_factory(
-        _origin_in(dict, Mapping, typing.Mapping),
-        _checked((Mapping,), "a table", cattrs.cols.mapping_structure_factory),
+        _is_table_type, _checked((Mapping,), "a table", cattrs.cols.mapping_structure_factory)
     )
     converter.register_structure_hook_factory(attrs.has, _checked((Mapping,), "a table", _attrs_factory))
     return converter
@@ -322,9 +372,12 @@ def structure_table(cls: type[T], data: object, where: str) -> T:
     coerced: ``"1"`` is not an integer, ``1`` is not a boolean, an integer is
     accepted for a ``float`` field. Unknown keys are refused. Supported field
     types: ``str``, ``int``, ``float``, ``bool``, ``Any``, ``Literal[...]``,
-    ``X | None`` (and other unions, first matching member wins), ``list``,
-    ``tuple[X, ...]``, ``dict``/``Mapping`` with ``str`` keys and nested attrs
-    classes. An attrs validator that raises is reported as an invalid value.
+    ``X | None`` (and other unions, first matching member wins), arrays as
+    ``list``, ``tuple`` (``tuple[X, ...]`` or fixed ``tuple[X, Y]``),
+    ``Sequence``, ``set`` and ``frozenset`` (bare or of ``X``; only an array
+    is accepted, never a string or table), ``dict``/``Mapping`` with ``str``
+    keys and nested attrs classes. An attrs validator that raises is reported
+    as an invalid value.
 
     Raises:
         ConfigError: ``violations`` lists *every* problem, each as

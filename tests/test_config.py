@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections.abc
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -163,6 +165,78 @@ def test_any_fields_pass_values_through() -> None:
         anything: Any = None
 
     assert structure_table(Loose, {"anything": {"deep": [1]}}, "[l]").anything == {"deep": [1]}
+
+
+def holding(annotation: object) -> type:
+    """An attrs class whose one field ``v`` is annotated ``annotation``."""
+    return attrs.make_class("Holder", {"v": attrs.field(type=annotation)}, frozen=True)
+
+
+ARRAY_TYPES = [
+    list,
+    list[str],
+    typing.List,  # noqa: UP006 - the typing spelling must be checked too
+    tuple,
+    tuple[str, ...],
+    tuple[str, str],
+    collections.abc.Sequence[str],
+    collections.abc.MutableSequence[str],
+    set,
+    set[str],
+    frozenset,
+    frozenset[str],
+    typing.AbstractSet[str],
+    collections.abc.MutableSet[str],
+]
+
+
+@pytest.mark.parametrize("annotation", ARRAY_TYPES, ids=str)
+@pytest.mark.parametrize(("value", "shown"), [("ab", '"ab"'), ({"a": 1}, "a table")], ids=["string", "table"])
+def test_an_array_field_takes_only_an_array(annotation: object, value: object, shown: str) -> None:
+    # Not a string's characters, not a table's keys: every array type, bare or parametrised.
+    assert violations(holding(annotation), {"v": value}, "[x]") == (f"[x].v: expected an array, got {shown}",)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "expected"),
+    [
+        (list, ["a", 1], ["a", 1]),
+        (set[int], [1, 2, 2], {1, 2}),
+        (frozenset[str], ["a", "b"], frozenset({"a", "b"})),
+        (frozenset, [1, "a"], frozenset({1, "a"})),
+        (typing.AbstractSet[str], ["a"], frozenset({"a"})),
+        (tuple, ["a", 1], ("a", 1)),
+        (tuple[str, int], ["a", 1], ("a", 1)),
+        (collections.abc.Sequence[int], [1], (1,)),
+    ],
+    ids=str,
+)
+def test_an_array_structures_into_its_fields_container(annotation: object, value: object, expected: object) -> None:
+    structured = structure_table(holding(annotation), {"v": value}, "[x]").v
+    assert structured == expected and type(structured) is type(expected)
+
+
+def test_an_array_for_a_set_is_checked_item_by_item() -> None:
+    assert violations(holding(set[int]), {"v": [1, "2", True]}, "[x]") == (
+        '[x].v[1]: expected an integer, got "2"',
+        "[x].v[2]: expected an integer, got true",
+    )
+    assert violations(holding(set), {"v": ["a", ["b"]]}, "[x]") == (
+        "[x].v: expected an array of strings, numbers, booleans or dates (a set holds no arrays or tables),"
+        " got an array in it",
+    )
+
+
+def test_a_fixed_length_array_has_that_many_items() -> None:
+    assert violations(holding(tuple[str, int]), {"v": ["a"]}, "[x]") == ("[x].v: expected 2 items, got 1",)
+    assert violations(holding(tuple[str, int]), {"v": ["a", "b"]}, "[x]") == (
+        '[x].v[1]: expected an integer, got "b"',
+    )
+
+
+@pytest.mark.parametrize("annotation", [dict, collections.abc.Mapping, dict[str, int]], ids=str)
+def test_a_table_field_takes_only_a_table(annotation: object) -> None:
+    assert violations(holding(annotation), {"v": [1]}, "[x]") == ("[x].v: expected a table, got an array",)
 
 
 # -- DshConfig ---------------------------------------------------------------------
