@@ -40,7 +40,7 @@ import attrs
 import cattrs
 import cattrs.cols
 import cattrs.gen
-from cattrs.errors import ForbiddenExtraKeysError
+from cattrs.errors import AttributeValidationNote, ClassValidationError, ForbiddenExtraKeysError
 
 from ._checks import instance_of, one_of, positive_finite, resource_limit_problem
 from ._errors import ConfigError
@@ -286,7 +286,33 @@ def _array_factory(annotation: Any, converter: cattrs.BaseConverter) -> Callable
 
 
 def _attrs_factory(cls: Any, converter: cattrs.BaseConverter) -> Any:
-    return cattrs.gen.make_dict_structure_fn(cls, converter)
+    """Structure an attrs class from a table whose keys are its attributes' aliases.
+
+    The alias is what the class's ``__init__`` takes (``_token`` is ``token``) and
+    what the unknown-key message lists, so it is also the key a user writes and
+    the name a problem's path shows.
+    """
+    structure = cattrs.gen.make_dict_structure_fn(cls, converter, _cattrs_use_alias=True)
+    aliases = {a.name: a.alias for a in attrs.fields(get_origin(cls) or cls) if a.alias != a.name}
+    if not aliases:
+        return structure
+
+    def structure_by_alias(value: Mapping[str, Any], annotation: object) -> object:
+        try:
+            return structure(value, annotation)
+        except ClassValidationError as exc:
+            # cattrs notes each failed attribute by its name; the path should show the key.
+            for problem in exc.exceptions:
+                problem.__notes__ = [_by_alias(note, aliases) for note in getattr(problem, "__notes__", [])]
+            raise
+
+    return structure_by_alias
+
+
+def _by_alias(note: str, aliases: Mapping[str, str]) -> str:
+    if type(note) is AttributeValidationNote and note.name in aliases:
+        return AttributeValidationNote(str(note), aliases[note.name], note.type)
+    return note
 
 
 @attrs.frozen

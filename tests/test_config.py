@@ -239,6 +239,36 @@ def test_a_table_field_takes_only_a_table(annotation: object) -> None:
     assert violations(holding(annotation), {"v": [1]}, "[x]") == ("[x].v: expected a table, got an array",)
 
 
+@attrs.frozen
+class Aliased:
+    _token_env: str = "TOKEN"  # attrs alias: token_env
+    retries: int = attrs.field(default=1, alias="max_retries")
+    limit: int = 1
+
+
+def test_keys_are_the_attribute_aliases_the_class_takes() -> None:
+    # The unknown-key message lists aliases; the keys accepted and the paths shown are the same ones.
+    assert structure_table(Aliased, {"token_env": "X", "max_retries": 3}, "[x]") == Aliased(
+        token_env="X", max_retries=3
+    )
+    assert violations(Aliased, {"_token_env": "X", "retries": 3}, "[x]") == (
+        '[x]: unknown keys "_token_env", "retries" (allowed: token_env, max_retries, limit)',
+    )
+    assert violations(Aliased, {"token_env": 1, "max_retries": "3", "limit": "2"}, "[x]") == (
+        "[x].token_env: expected a string, got 1",
+        '[x].max_retries: expected an integer, got "3"',
+        '[x].limit: expected an integer, got "2"',
+    )
+
+
+def test_a_missing_aliased_key_is_reported_by_its_alias() -> None:
+    @attrs.frozen
+    class Needs:
+        _secret: str
+
+    assert violations(Needs, {}, "[x]") == ("[x].secret: missing required key",)
+
+
 # -- DshConfig ---------------------------------------------------------------------
 
 
