@@ -577,7 +577,9 @@ class DshConfig:
     strict_capabilities: bool = attrs.field(default=False, validator=instance_of(bool))
     plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_plain_tables, hash=False)
     session_log: str | None = attrs.field(default=None, validator=instance_of(str, optional=True))
-    code_runtime: CodeRuntimeSettings = attrs.field(factory=CodeRuntimeSettings)
+    code_runtime: CodeRuntimeSettings = attrs.field(
+        factory=CodeRuntimeSettings, validator=instance_of(CodeRuntimeSettings)
+    )
     tool_prefixes: Mapping[str, str] = attrs.field(factory=dict, converter=_tool_prefixes, hash=False)
 
     def plugin_config(self, name: str) -> dict[str, Any]:

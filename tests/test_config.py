@@ -313,8 +313,10 @@ def test_config_is_hashable_and_frozen() -> None:
         ({"disabled_plugins": ["timeout", 3]}, "DshConfig.disabled_plugins lists plugin names (non-empty str), got 3"),
         ({"strict_capabilities": "yes"}, "DshConfig.strict_capabilities must be a bool, got str"),
         ({"session_log": Path("log.jsonl")}, "DshConfig.session_log must be a str or None, got PosixPath"),
+        ({"code_runtime": {"max_cpu_s": 1}}, "DshConfig.code_runtime must be a CodeRuntimeSettings, got dict"),
+        ({"code_runtime": None}, "DshConfig.code_runtime must be a CodeRuntimeSettings, got NoneType"),
     ],
-    ids=["mode", "names-as-str", "a-non-name", "strict", "session-log"],
+    ids=["mode", "names-as-str", "a-non-name", "strict", "session-log", "code-runtime-dict", "code-runtime-none"],
 )
 def test_a_host_building_settings_gets_the_same_checks_as_a_file(settings: dict[str, Any], message: str) -> None:
     with pytest.raises((TypeError, ValueError)) as raised:
