@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from ._json import safe_repr
 
-__all__ = ["callable_or_none", "instance_of", "one_of", "positive_finite"]
+__all__ = [
+    "RESOURCE_LIMIT_MAX",
+    "callable_or_none",
+    "instance_of",
+    "one_of",
+    "positive_finite",
+    "resource_limit_problem",
+]
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
@@ -60,3 +67,20 @@ def positive_finite(value: object) -> bool:
     if isinstance(value, int):
         return value > 0
     return isinstance(value, float) and math.isfinite(value) and value > 0
+
+
+# ``resource.setrlimit`` takes a signed 64-bit count (a larger int overflows a C long),
+# and the CPU limit's hard ceiling is one above its soft one. Keeping one below
+# 2**63 - 1 also keeps a finite limit apart from platforms whose RLIM_INFINITY is 2**63 - 1.
+RESOURCE_LIMIT_MAX: Final = 2**63 - 2
+
+
+def resource_limit_problem(value: int) -> str | None:
+    """What is wrong with ``value`` as a resource limit the Code Mode child sets, or ``None``.
+
+    Shared by ``[code_runtime]`` and ``SubprocessPythonRuntime``, so a limit
+    the child could not apply is refused where it is written, not at every run.
+    """
+    if value > RESOURCE_LIMIT_MAX:
+        return f"expected at most {RESOURCE_LIMIT_MAX} (the largest resource limit), got {value}"
+    return None

@@ -24,6 +24,7 @@ The layout of a configuration file::
 
 from __future__ import annotations
 
+import collections.abc
 import datetime
 import json
 import os
@@ -39,9 +40,9 @@ import attrs
 import cattrs
 import cattrs.cols
 import cattrs.gen
-from cattrs.errors import ForbiddenExtraKeysError
+from cattrs.errors import AttributeValidationNote, ClassValidationError, ForbiddenExtraKeysError
 
-from ._checks import instance_of, one_of, positive_finite
+from ._checks import instance_of, one_of, positive_finite, resource_limit_problem
 from ._errors import ConfigError
 from ._json import safe_repr
 
@@ -161,9 +162,9 @@ def _describe_type(annotation: Any) -> str:
     names = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", _NoneType: "nothing"}
     if annotation in names:
         return names[annotation]
-    if attrs.has(annotation) or get_origin(annotation) in (dict, Mapping):
+    if attrs.has(annotation) or _is_table_type(annotation):
         return "a table"
-    if get_origin(annotation) in (list, tuple):
+    if _array_kind(annotation) is not None:
         return "an array"
     if _is_literal(annotation):
         return "one of " + "/".join(str(m) if type(m) is str else _show(m) for m in get_args(annotation))
@@ -223,16 +224,95 @@ def _checked(
     return make
 
 
-def _origin_in(*origins: Any) -> Callable[[Any], bool]:
-    return lambda annotation: get_origin(annotation) in origins
+def _is_table_type(annotation: Any) -> bool:
+    """``dict``/``Mapping``, bare or parametrised."""
+    return (get_origin(annotation) or annotation) in (dict, collections.abc.Mapping)
 
 
-def _is_homogeneous_tuple(annotation: Any) -> bool:
-    return get_origin(annotation) is tuple and get_args(annotation)[-1:] == (Ellipsis,)
+# What a TOML array structures into, by the annotation (or its origin): bare or
+# parametrised, ``typing`` or ``collections.abc`` spelling.
+_ARRAY_KINDS: Final[tuple[tuple[type, tuple[Any, ...]], ...]] = (
+    (list, (list, collections.abc.MutableSequence)),
+    (tuple, (tuple, collections.abc.Sequence)),
+    (set, (set, collections.abc.MutableSet)),
+    (frozenset, (frozenset, collections.abc.Set)),
+)
+
+
+def _array_kind(annotation: Any) -> type | None:
+    """The container an array field structures into (``list``, ``tuple``, ``set``, ``frozenset``), or ``None``."""
+    origin = get_origin(annotation) or annotation
+    for kind, origins in _ARRAY_KINDS:
+        if origin in origins:
+            return kind
+    return None
+
+
+def _array_factory(annotation: Any, converter: cattrs.BaseConverter) -> Callable[[object, object], object]:
+    """Structure an array (already known to be a list or tuple) item by item, into the field's container.
+
+    Every array type comes here, so none falls back to cattrs' own hooks, which
+    iterate whatever they get: a string's characters, a table's keys.
+    """
+    kind = _array_kind(annotation)
+    members = get_args(annotation)
+    if kind is tuple and members and members[-1] is not Ellipsis:
+        fixed = cattrs.gen.make_hetero_tuple_structure_fn(annotation, converter)
+
+        def structure_fixed(value: Any, _: object) -> object:
+            if len(value) != len(members):
+                raise _Mismatch(f"expected {len(members)} items, got {len(value)}")
+            return fixed(value, annotation)
+
+        return structure_fixed
+    items = list[members[0]] if members else list[Any]  # type: ignore[valid-type]
+    structure_items = cattrs.cols.list_structure_factory(items, converter)
+
+    def structure_array(value: object, _: object) -> object:
+        structured = structure_items(value, items)
+        if kind is list:
+            return structured
+        if kind is tuple:
+            return tuple(structured)
+        for item in structured:
+            if not isinstance(item, collections.abc.Hashable):
+                raise _Mismatch(
+                    "expected an array of strings, numbers, booleans or dates (a set holds no arrays or tables),"
+                    f" got {_show(item)} in it"
+                )
+        return (set if kind is set else frozenset)(structured)
+
+    return structure_array
 
 
 def _attrs_factory(cls: Any, converter: cattrs.BaseConverter) -> Any:
-    return cattrs.gen.make_dict_structure_fn(cls, converter)
+    """Structure an attrs class from a table whose keys are its attributes' aliases.
+
+    The alias is what the class's ``__init__`` takes (``_token`` is ``token``) and
+    what the unknown-key message lists, so it is also the key a user writes and
+    the name a problem's path shows.
+    """
+    structure = cattrs.gen.make_dict_structure_fn(cls, converter, _cattrs_use_alias=True)
+    aliases = {a.name: a.alias for a in attrs.fields(get_origin(cls) or cls) if a.alias != a.name}
+    if not aliases:
+        return structure
+
+    def structure_by_alias(value: Mapping[str, Any], annotation: object) -> object:
+        try:
+            return structure(value, annotation)
+        except ClassValidationError as exc:
+            # cattrs notes each failed attribute by its name; the path should show the key.
+            for problem in exc.exceptions:
+                problem.__notes__ = [_by_alias(note, aliases) for note in getattr(problem, "__notes__", [])]
+            raise
+
+    return structure_by_alias
+
+
+def _by_alias(note: str, aliases: Mapping[str, str]) -> str:
+    if type(note) is AttributeValidationNote and note.name in aliases:
+        return AttributeValidationNote(str(note), aliases[note.name], note.type)
+    return note
 
 
 @attrs.frozen
@@ -279,15 +359,11 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_factory(_is_union, _union_hook)
     converter.register_structure_hook_factory(_is_checked, _checked_hook)
     converter.register_structure_hook_factory(
-        _origin_in(list), _checked((list, tuple), "an array", cattrs.cols.list_structure_factory)
+        lambda annotation: _array_kind(annotation) is not None,
+        _checked((list, tuple), "an array", _array_factory),
     )
     converter.register_structure_hook_factory(
-        _is_homogeneous_tuple,
-        _checked((list, tuple), "an array", cattrs.cols.homogenous_tuple_structure_factory),
-    )
-    converter.register_structure_hook_factory(
-        _origin_in(dict, Mapping, typing.Mapping),
-        _checked((Mapping,), "a table", cattrs.cols.mapping_structure_factory),
+        _is_table_type, _checked((Mapping,), "a table", cattrs.cols.mapping_structure_factory)
     )
     converter.register_structure_hook_factory(attrs.has, _checked((Mapping,), "a table", _attrs_factory))
     return converter
@@ -322,9 +398,12 @@ def structure_table(cls: type[T], data: object, where: str) -> T:
     coerced: ``"1"`` is not an integer, ``1`` is not a boolean, an integer is
     accepted for a ``float`` field. Unknown keys are refused. Supported field
     types: ``str``, ``int``, ``float``, ``bool``, ``Any``, ``Literal[...]``,
-    ``X | None`` (and other unions, first matching member wins), ``list``,
-    ``tuple[X, ...]``, ``dict``/``Mapping`` with ``str`` keys and nested attrs
-    classes. An attrs validator that raises is reported as an invalid value.
+    ``X | None`` (and other unions, first matching member wins), arrays as
+    ``list``, ``tuple`` (``tuple[X, ...]`` or fixed ``tuple[X, Y]``),
+    ``Sequence``, ``set`` and ``frozenset`` (bare or of ``X``; only an array
+    is accepted, never a string or table), ``dict``/``Mapping`` with ``str``
+    keys and nested attrs classes. An attrs validator that raises is reported
+    as an invalid value.
 
     Raises:
         ConfigError: ``violations`` lists *every* problem, each as
@@ -398,8 +477,10 @@ def _seconds_problem(value: float) -> str | None:
     return None if positive_finite(value) else f"expected a positive number of seconds, got {_show(value)}"
 
 
-def _positive_problem(value: int) -> str | None:
-    return None if value >= 1 else f"expected a positive integer, got {_show(value)}"
+def _limit_problem(value: int) -> str | None:
+    if value < 1:
+        return f"expected a positive integer, got {_show(value)}"
+    return resource_limit_problem(value)
 
 
 def _output_problem(value: int) -> str | None:
@@ -413,9 +494,9 @@ _MIN_MEMORY: Final = 16 * 1024 * 1024
 def _memory_problem(value: int) -> str | None:
     # The limit is the child's whole address space: the interpreter alone takes more than
     # 16 MiB, so a smaller limit (often a value in MiB written as bytes) fails every run.
-    if value >= _MIN_MEMORY:
-        return None
-    return f"expected at least {_MIN_MEMORY} (16 MiB; the value is in bytes), got {_show(value)}"
+    if value < _MIN_MEMORY:
+        return f"expected at least {_MIN_MEMORY} (16 MiB; the value is in bytes), got {_show(value)}"
+    return resource_limit_problem(value)
 
 
 def _validated(problem: Callable[[Any], str | None]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
@@ -443,8 +524,10 @@ class CodeRuntimeSettings:
     ``allow_file_writes``. Their values are checked here, whatever the mode, so
     a file's mistakes show before Code Mode is ever turned on:
     ``wall_budget_s`` is a positive number, the byte and second counts are
-    positive integers, ``max_output_bytes`` is at least 4 and
-    ``max_memory_bytes`` at least 16 MiB (less cannot run the interpreter).
+    positive integers, ``max_output_bytes`` is at least 4,
+    ``max_memory_bytes`` at least 16 MiB (less cannot run the interpreter) and
+    no resource limit (memory, CPU, file size) above ``2**63 - 2``, the
+    largest the system takes.
     """
 
     wall_budget_s: Annotated[float, _Check(_seconds_problem)] | None = attrs.field(
@@ -456,11 +539,11 @@ class CodeRuntimeSettings:
     max_memory_bytes: Annotated[int, _Check(_memory_problem)] | None = attrs.field(
         default=None, validator=_validated(_memory_problem)
     )
-    max_cpu_s: Annotated[int, _Check(_positive_problem)] | None = attrs.field(
-        default=None, validator=_validated(_positive_problem)
+    max_cpu_s: Annotated[int, _Check(_limit_problem)] | None = attrs.field(
+        default=None, validator=_validated(_limit_problem)
     )
-    max_file_bytes: Annotated[int, _Check(_positive_problem)] | None = attrs.field(
-        default=None, validator=_validated(_positive_problem)
+    max_file_bytes: Annotated[int, _Check(_limit_problem)] | None = attrs.field(
+        default=None, validator=_validated(_limit_problem)
     )
     allow_subprocesses: bool | None = None
     allow_network: bool | None = None
@@ -494,7 +577,9 @@ class DshConfig:
     strict_capabilities: bool = attrs.field(default=False, validator=instance_of(bool))
     plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_plain_tables, hash=False)
     session_log: str | None = attrs.field(default=None, validator=instance_of(str, optional=True))
-    code_runtime: CodeRuntimeSettings = attrs.field(factory=CodeRuntimeSettings)
+    code_runtime: CodeRuntimeSettings = attrs.field(
+        factory=CodeRuntimeSettings, validator=instance_of(CodeRuntimeSettings)
+    )
     tool_prefixes: Mapping[str, str] = attrs.field(factory=dict, converter=_tool_prefixes, hash=False)
 
     def plugin_config(self, name: str) -> dict[str, Any]:

@@ -85,9 +85,9 @@ import inspect
 import re
 import sys
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 import pluggy
@@ -542,12 +542,31 @@ def run_own_setup(runtime: ToolRuntime, plugin: object, table: dict[str, Any]) -
     arguments = {"runtime": runtime, "config": table}
     impls = [impl for impl in runtime.plugins.hook.dsh_setup.get_hookimpls() if impl.plugin is plugin]
     for impl in reversed(impls):  # pluggy's call order
+        if _deferred_body(impl.function):
+            # Refused before the call: nothing is made that would then need closing.
+            raise TypeError(_NOT_PLAIN)
         outcome = impl.function(**{name: arguments[name] for name in impl.argnames})
+        if inspect.isasyncgen(outcome):
+            # Its body never ran and it holds nothing; an unstarted async generator is
+            # dropped without a warning (its aclose() would itself need awaiting).
+            raise TypeError(_NOT_PLAIN)
         if inspect.isawaitable(outcome) or inspect.isgenerator(outcome):
             close = getattr(outcome, "close", None)
             if close is not None:
                 close()
-            raise TypeError("dsh_setup must be a plain (synchronous) function; it runs once at load time")
+            raise TypeError(_NOT_PLAIN)
+
+
+_NOT_PLAIN: Final = "dsh_setup must be a plain (synchronous) function; it runs once at load time"
+
+
+def _deferred_body(function: Callable[..., object]) -> bool:
+    """Whether calling ``function`` would only make a coroutine or (async) generator, running none of it."""
+    return (
+        inspect.iscoroutinefunction(function)
+        or inspect.isgeneratorfunction(function)
+        or inspect.isasyncgenfunction(function)
+    )
 
 
 def load_plugins(

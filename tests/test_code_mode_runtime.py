@@ -1094,6 +1094,23 @@ def test_limits_must_be_positive_ints(field: str, value: Any) -> None:
         SubprocessPythonRuntime(**{field: value})
 
 
+@pytest.mark.parametrize("field", ["max_memory_bytes", "max_cpu_s", "max_file_bytes"])
+def test_limits_beyond_what_setrlimit_takes_are_refused(field: str) -> None:
+    message = f"^{field}: expected at most 9223372036854775806 .*, got 9223372036854775807$"
+    with pytest.raises(ValueError, match=message):
+        SubprocessPythonRuntime(**{field: 2**63 - 1})
+    assert getattr(SubprocessPythonRuntime(**{field: 2**63 - 2}), field) == 2**63 - 2
+
+
+async def test_the_largest_accepted_limits_apply_in_the_child() -> None:
+    largest = 2**63 - 2
+    runtime = SubprocessPythonRuntime(
+        wall_budget_s=20.0, max_memory_bytes=largest, max_cpu_s=largest, max_file_bytes=largest
+    )
+    result = await runtime.run("print('ran')", {})
+    assert result.error is None and result.logs == ("ran",)
+
+
 SEALED = SubprocessPythonRuntime(wall_budget_s=10.0, allow_network=False, allow_file_writes=False)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections.abc
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -165,6 +167,108 @@ def test_any_fields_pass_values_through() -> None:
     assert structure_table(Loose, {"anything": {"deep": [1]}}, "[l]").anything == {"deep": [1]}
 
 
+def holding(annotation: object) -> type:
+    """An attrs class whose one field ``v`` is annotated ``annotation``."""
+    return attrs.make_class("Holder", {"v": attrs.field(type=annotation)}, frozen=True)
+
+
+ARRAY_TYPES = [
+    list,
+    list[str],
+    typing.List,  # noqa: UP006 - the typing spelling must be checked too
+    tuple,
+    tuple[str, ...],
+    tuple[str, str],
+    collections.abc.Sequence[str],
+    collections.abc.MutableSequence[str],
+    set,
+    set[str],
+    frozenset,
+    frozenset[str],
+    typing.AbstractSet[str],
+    collections.abc.MutableSet[str],
+]
+
+
+@pytest.mark.parametrize("annotation", ARRAY_TYPES, ids=str)
+@pytest.mark.parametrize(("value", "shown"), [("ab", '"ab"'), ({"a": 1}, "a table")], ids=["string", "table"])
+def test_an_array_field_takes_only_an_array(annotation: object, value: object, shown: str) -> None:
+    # Not a string's characters, not a table's keys: every array type, bare or parametrised.
+    assert violations(holding(annotation), {"v": value}, "[x]") == (f"[x].v: expected an array, got {shown}",)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "expected"),
+    [
+        (list, ["a", 1], ["a", 1]),
+        (set[int], [1, 2, 2], {1, 2}),
+        (frozenset[str], ["a", "b"], frozenset({"a", "b"})),
+        (frozenset, [1, "a"], frozenset({1, "a"})),
+        (typing.AbstractSet[str], ["a"], frozenset({"a"})),
+        (tuple, ["a", 1], ("a", 1)),
+        (tuple[str, int], ["a", 1], ("a", 1)),
+        (collections.abc.Sequence[int], [1], (1,)),
+    ],
+    ids=str,
+)
+def test_an_array_structures_into_its_fields_container(annotation: object, value: object, expected: object) -> None:
+    structured = structure_table(holding(annotation), {"v": value}, "[x]").v
+    assert structured == expected and type(structured) is type(expected)
+
+
+def test_an_array_for_a_set_is_checked_item_by_item() -> None:
+    assert violations(holding(set[int]), {"v": [1, "2", True]}, "[x]") == (
+        '[x].v[1]: expected an integer, got "2"',
+        "[x].v[2]: expected an integer, got true",
+    )
+    assert violations(holding(set), {"v": ["a", ["b"]]}, "[x]") == (
+        "[x].v: expected an array of strings, numbers, booleans or dates (a set holds no arrays or tables),"
+        " got an array in it",
+    )
+
+
+def test_a_fixed_length_array_has_that_many_items() -> None:
+    assert violations(holding(tuple[str, int]), {"v": ["a"]}, "[x]") == ("[x].v: expected 2 items, got 1",)
+    assert violations(holding(tuple[str, int]), {"v": ["a", "b"]}, "[x]") == (
+        '[x].v[1]: expected an integer, got "b"',
+    )
+
+
+@pytest.mark.parametrize("annotation", [dict, collections.abc.Mapping, dict[str, int]], ids=str)
+def test_a_table_field_takes_only_a_table(annotation: object) -> None:
+    assert violations(holding(annotation), {"v": [1]}, "[x]") == ("[x].v: expected a table, got an array",)
+
+
+@attrs.frozen
+class Aliased:
+    _token_env: str = "TOKEN"  # attrs alias: token_env
+    retries: int = attrs.field(default=1, alias="max_retries")
+    limit: int = 1
+
+
+def test_keys_are_the_attribute_aliases_the_class_takes() -> None:
+    # The unknown-key message lists aliases; the keys accepted and the paths shown are the same ones.
+    assert structure_table(Aliased, {"token_env": "X", "max_retries": 3}, "[x]") == Aliased(
+        token_env="X", max_retries=3
+    )
+    assert violations(Aliased, {"_token_env": "X", "retries": 3}, "[x]") == (
+        '[x]: unknown keys "_token_env", "retries" (allowed: token_env, max_retries, limit)',
+    )
+    assert violations(Aliased, {"token_env": 1, "max_retries": "3", "limit": "2"}, "[x]") == (
+        "[x].token_env: expected a string, got 1",
+        '[x].max_retries: expected an integer, got "3"',
+        '[x].limit: expected an integer, got "2"',
+    )
+
+
+def test_a_missing_aliased_key_is_reported_by_its_alias() -> None:
+    @attrs.frozen
+    class Needs:
+        _secret: str
+
+    assert violations(Needs, {}, "[x]") == ("[x].secret: missing required key",)
+
+
 # -- DshConfig ---------------------------------------------------------------------
 
 
@@ -209,8 +313,10 @@ def test_config_is_hashable_and_frozen() -> None:
         ({"disabled_plugins": ["timeout", 3]}, "DshConfig.disabled_plugins lists plugin names (non-empty str), got 3"),
         ({"strict_capabilities": "yes"}, "DshConfig.strict_capabilities must be a bool, got str"),
         ({"session_log": Path("log.jsonl")}, "DshConfig.session_log must be a str or None, got PosixPath"),
+        ({"code_runtime": {"max_cpu_s": 1}}, "DshConfig.code_runtime must be a CodeRuntimeSettings, got dict"),
+        ({"code_runtime": None}, "DshConfig.code_runtime must be a CodeRuntimeSettings, got NoneType"),
     ],
-    ids=["mode", "names-as-str", "a-non-name", "strict", "session-log"],
+    ids=["mode", "names-as-str", "a-non-name", "strict", "session-log", "code-runtime-dict", "code-runtime-none"],
 )
 def test_a_host_building_settings_gets_the_same_checks_as_a_file(settings: dict[str, Any], message: str) -> None:
     with pytest.raises((TypeError, ValueError)) as raised:
@@ -401,6 +507,21 @@ def test_a_host_building_code_runtime_settings_gets_the_same_checks() -> None:
         "wall_budget_s": 0.5,
         "max_memory_bytes": 1 << 30,
     }
+
+
+@pytest.mark.parametrize("key", ["max_memory_bytes", "max_cpu_s", "max_file_bytes"])
+def test_a_resource_limit_beyond_what_the_system_takes_is_refused_at_load(tmp_path: Path, key: str) -> None:
+    # setrlimit takes a signed 64-bit count; a larger one used to pass here and fail every run_code.
+    (tmp_path / "dsh.toml").write_text(f"[code_runtime]\n{key} = 99999999999999999999999\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    assert info.value.violations == (
+        f"{tmp_path / 'dsh.toml'}: code_runtime.{key}: expected at most 9223372036854775806"
+        " (the largest resource limit), got 99999999999999999999999",
+    )
+    with pytest.raises(ValueError, match=rf"^CodeRuntimeSettings.{key}: expected at most 9223372036854775806"):
+        CodeRuntimeSettings(**{key: 2**63 - 1})
+    assert CodeRuntimeSettings(**{key: 2**63 - 2}).options() == {key: 2**63 - 2}
 
 
 @pytest.mark.parametrize("value", ["[" * 500 + "]" * 500, "{a = " * 500 + "1" + "}" * 500])

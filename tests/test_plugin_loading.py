@@ -9,11 +9,13 @@ between tests and the real ``dsh`` group of this checkout does not interfere.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.metadata
 import itertools
 import sys
 import textwrap
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -556,23 +558,34 @@ def test_registration_is_owned_by_the_setup_running_now_whatever_method_object_i
     assert runtime.get("later") is None
 
 
-def test_async_setup_is_a_setup_failure(dists: Dists) -> None:
-    dists.module(
-        "asyncsetup",
-        """
-        from dsh_core import hookimpl
-
-        @hookimpl
-        async def dsh_setup(runtime, config):
-            pass
-        """,
-    )
+@pytest.mark.parametrize(
+    "definition",
+    [
+        "async def dsh_setup(runtime, config):\n    RAN.append('body')",
+        "async def dsh_setup(runtime, config):\n    RAN.append('body')\n    yield",
+        "def dsh_setup(runtime, config):\n    RAN.append('body')\n    yield",
+        "async def _steps():\n    RAN.append('body')\n    yield\n"
+        "@hookimpl\ndef dsh_setup(runtime, config):\n    return _steps()",
+    ],
+    ids=["coroutine", "async-generator", "generator", "returns-an-async-generator"],
+)
+def test_a_setup_that_would_not_run_now_is_a_setup_failure(dists: Dists, definition: str) -> None:
+    # An async generator's body never runs either: it was reported loaded, its setup skipped.
+    dists.module("asyncsetup", "from dsh_core import hookimpl\nRAN = []\n@hookimpl\n" + definition + "\n")
     dists.dist("dsh-asyncsetup", {"asyncsetup": "{p}asyncsetup"})
-    runtime, report = dists.load()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runtime, report = dists.load()
+        gc.collect()
     (failed,) = report.failed
-    assert failed.stage == "setup"
-    assert "plain (synchronous) function" in failed.error
+    assert (failed.name, failed.stage) == ("asyncsetup", "setup")
+    assert failed.error == (
+        "dsh_setup failed: TypeError: dsh_setup must be a plain (synchronous) function; it runs once at load time"
+    )
+    assert report.loaded == ()
     assert not runtime.plugins.has_plugin("asyncsetup")
+    assert sys.modules[dists.prefix + "asyncsetup"].RAN == []
+    assert [str(w.message) for w in caught] == []  # nothing left never awaited
 
 
 def test_setup_calls_only_the_new_plugins_hookimpl(dists: Dists) -> None:

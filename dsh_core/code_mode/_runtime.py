@@ -70,7 +70,7 @@ from typing import Any, ClassVar, Final, Literal, Protocol, TypeAlias
 import attrs
 import trio
 
-from .._checks import instance_of, one_of, positive_finite
+from .._checks import instance_of, one_of, positive_finite, resource_limit_problem
 from .._errors import NonJsonValueError
 from .._json import JsonValue, safe_repr, snapshot_json
 from .._jsoncodec import decode_json, encode_json
@@ -219,9 +219,14 @@ def _output_cap(instance: object, attribute: attrs.Attribute[int], value: int) -
         raise ValueError(f"{attribute.name} must be an int of at least 4, not {value!r}")
 
 
-def _optional_positive_int(instance: object, attribute: attrs.Attribute[int | None], value: object) -> None:
-    if value is not None and (type(value) is not int or value < 1):
+def _optional_resource_limit(instance: object, attribute: attrs.Attribute[int | None], value: object) -> None:
+    if value is None:
+        return
+    if type(value) is not int or value < 1:
         raise ValueError(f"{attribute.name} must be a positive int or None, not {value!r}")
+    problem = resource_limit_problem(value)
+    if problem is not None:
+        raise ValueError(f"{attribute.name}: {problem}")
 
 
 def _interpreter(python: str | None) -> str:
@@ -261,7 +266,8 @@ class SubprocessPythonRuntime:
     ``Cancelled`` propagates. Binding calls still in flight when a run ends are
     cancelled.
 
-    Resource limits, applied in the child before the program is compiled (soft
+    Resource limits (each a positive int, at most ``2**63 - 2``, the largest
+    the system takes), applied in the child before the program is compiled (soft
     and hard, so the program cannot raise them back unless it runs as root):
     ``max_memory_bytes`` (address space: an allocation beyond it raises
     ``MemoryError`` in the program), ``max_cpu_s`` (CPU seconds: the child is
@@ -288,9 +294,9 @@ class SubprocessPythonRuntime:
     max_output_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_output_cap)
     python: str = attrs.field(default=None, converter=_interpreter)
     env: Mapping[str, str] = attrs.field(default=None, converter=_default_env, repr=False)
-    max_memory_bytes: int | None = attrs.field(default=None, validator=_optional_positive_int)
-    max_cpu_s: int | None = attrs.field(default=None, validator=_optional_positive_int)
-    max_file_bytes: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    max_memory_bytes: int | None = attrs.field(default=None, validator=_optional_resource_limit)
+    max_cpu_s: int | None = attrs.field(default=None, validator=_optional_resource_limit)
+    max_file_bytes: int | None = attrs.field(default=None, validator=_optional_resource_limit)
     allow_subprocesses: bool = attrs.field(default=True, validator=instance_of(bool))
     allow_network: bool = attrs.field(default=True, validator=instance_of(bool))
     allow_file_writes: bool = attrs.field(default=True, validator=instance_of(bool))
