@@ -11,7 +11,9 @@ stderr and left out; ``check`` and ``plugins`` report them in full. The
 commands that run calls (``call``, ``run``, ``serve-mcp``, ``simulate``)
 instead refuse to start while a plugin the configuration sets up is missing
 (its ``dsh_setup`` rejected its table, or it has a ``[plugins.<name>]`` table
-and failed): its policy would silently be off.
+and failed), or a plugin ``--plugin`` names did not load (it failed, its NAME
+is an installed plugin's, which keeps it, or ``disabled_plugins`` lists it):
+its policy would silently be off.
 
 Sessions recorded by ``call`` and ``run`` (``--session`` or the config's
 ``session_log``) include each call's decision trace, which ``explain`` shows;
@@ -23,7 +25,7 @@ Exit status: 0 on success; 1 when ``call`` ran a call that failed, ``check``
 found problems, ``explain`` found no trace, or ``simulate`` found calls the new
 policies decide differently; 2 for usage errors (bad options, invalid JSON
 arguments, an unreadable or invalid configuration, batch file or session log,
-an unknown call id, a configured plugin that failed to load). ``run`` exits 0
+an unknown call id, a configured or ``--plugin`` plugin that failed to load). ``run`` exits 0
 once the batch ran, whatever the calls' outcomes: each result line says
 ``is_error``. Ctrl-C prints "Aborted!" (click's exit status 1), never a
 traceback.
@@ -272,21 +274,35 @@ def _build_host(
     if prompt is not None and hasattr(prompt, "runtime"):
         prompt.runtime = runtime
     points = [] if options.no_plugins else discover_entry_points(options.group)
-    points += [_extra_entry_point(spec, options.group) for spec in options.extra_plugins]
-    report = load_plugins(runtime, options.group, config, entry_points=points)
+    named = [_extra_entry_point(spec, options.group) for spec in options.extra_plugins]
+    report = load_plugins(runtime, options.group, config, entry_points=[*points, *named])
     # The host lives as long as the command. Its runtime and plugins refer to each other, so
     # only the cycle collector frees them, and what they hold (the effect ledger's lock) with
     # them: collect when the command ends, as the end of the process would, so that a next
     # command in the same process (a test, a host calling main()) finds those files free.
     ctx.call_on_close(gc.collect)
     refused = report.config_failures if runs_calls else ()
+    missing = _named_plugins_missing(report, config, named, refused) if runs_calls else []
     if not quiet:
         for failed in report.failed:
-            if failed not in refused:
+            if failed not in refused and not any(failed is m for m in missing):
                 err.print(
                     terminal_text(f"warning: plugin {failed.name} failed ({failed.stage}): {failed.error}"),
                     soft_wrap=True,
                 )
+    if missing:
+        lines = [
+            f"plugin {m}: disabled_plugins names it"
+            if isinstance(m, str)
+            else f"plugin {m.name} ({m.value}) failed at {m.stage}: {m.error}"
+            for m in missing
+        ]
+        installed = {point.name for point in points}
+        if any(isinstance(m, FailedPlugin) and m.name in installed for m in missing):
+            lines.append(
+                "(an installed plugin of the same name takes priority: give yours another NAME=, or add --no-plugins)"
+            )
+        raise _UsageProblem("\n  ".join(["a plugin named by --plugin failed to load, so nothing was run:", *lines]))
     if refused:
         raise _UsageProblem(
             "\n  ".join(
@@ -298,6 +314,32 @@ def _build_host(
             )
         )
     return _Host(runtime=runtime, report=report, config=config)
+
+
+def _named_plugins_missing(
+    report: PluginReport,
+    config: DshConfig,
+    named: Sequence[importlib.metadata.EntryPoint],
+    refused: Sequence[FailedPlugin],
+) -> list[FailedPlugin | str]:
+    """The ``--plugin`` entry points that did not load: failed ones, and names ``disabled_plugins`` lists.
+
+    The user asked for each by name, so a command that runs calls must not
+    start without it (a typo, or a name an installed plugin already has, would
+    leave its policy silently off). Failures the configuration check already
+    refuses are left to it.
+    """
+    wanted = {(point.name, point.value) for point in named}
+    missing: list[FailedPlugin | str] = [
+        failed for failed in report.failed if (failed.name, failed.value) in wanted and failed not in refused
+    ]
+    loaded = {plugin.name for plugin in report.loaded}
+    missing += [
+        name
+        for name in dict.fromkeys(point.name for point in named)
+        if name in report.disabled and name in config.disabled_plugins and name not in loaded
+    ]
+    return missing
 
 
 def _config_failure_lines(failed: FailedPlugin) -> list[str]:
@@ -365,7 +407,8 @@ session_option = click.option(
     multiple=True,
     metavar="[NAME=]MODULE[:ATTR]",
     callback=_plugin_specs,
-    help="Also load this plugin, as if it were an entry point (repeatable).",
+    help="Also load this plugin, as if it were an entry point (repeatable). Commands that run calls "
+    "refuse to start when it does not load; an installed plugin of the same NAME keeps it.",
 )
 @click.option("--interactive", is_flag=True, help="Ask on the terminal when a policy says Ask (default: deny).")
 @click.option(

@@ -1059,17 +1059,75 @@ def test_commands_that_run_nothing_still_work_and_check_lists_each_problem(
     ) in checked.stdout
 
 
-def test_a_plugin_failing_without_a_table_is_only_a_warning_but_a_configured_one_stops_calls(
-    tools: list[str], tmp_path: Path
+def test_an_installed_plugin_failing_without_a_table_is_only_a_warning_but_a_configured_one_stops_calls(
+    dists: Dists, tmp_path: Path
 ) -> None:
-    ghost = ["--plugin", "ghost=dsh_no_such_module"]
-    warned = invoke([*tools, *ghost, "call", "echo", '{"a": 1}'])
+    dists.module("clitools", PLUGIN)
+    dists.dist("dsh-cli-ghost", {"cli": "{p}clitools", "ghost": "dsh_no_such_module"})
+    installed = ["--group", dists.group]
+    warned = invoke([*installed, "call", "echo", '{"a": 1}'])
     assert warned.exit_code == 0 and json.loads(warned.stdout) == {"a": 1}
     assert "warning: plugin ghost failed (import)" in warned.stderr
     (tmp_path / "dsh.toml").write_text("[plugins.ghost]\nlevel = 3\n")
-    refused = invoke([*tools, *ghost, "call", "echo", "{}"])
+    refused = invoke([*installed, "call", "echo", "{}"])
     assert refused.exit_code == 2 and refused.stdout == ""
     assert "plugin ghost ([plugins.ghost] is set) failed at import: ModuleNotFoundError" in refused.stderr
+
+
+DENY_ALL = """
+from dsh_core import Deny, hookimpl
+
+@hookimpl
+async def dsh_pre_execute(execution, next):
+    return Deny("deny-all says no")
+"""
+
+
+def test_a_plugin_named_by_option_that_fails_stops_every_command_that_runs_calls(
+    tools: list[str], dists: Dists, tmp_path: Path
+) -> None:
+    """A mistyped ``--plugin`` must not leave the policy it names silently off."""
+    log = tmp_path / "session.jsonl"
+    assert invoke([*tools, "call", "echo", "{}", "--session", str(log)]).exit_code == 0
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    module = dists.module("denyall", DENY_ALL)
+    typo = ["--plugin", f"{module}_typo"]
+    for command in (["call", "echo", "{}"], ["run", str(batch)], ["serve-mcp"], ["simulate", str(log), "--json"]):
+        result = invoke([*tools, *typo, *command])
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stdout == ""
+        assert "a plugin named by --plugin failed to load, so nothing was run:" in result.stderr
+        assert f"plugin {module}_typo ({module}_typo) failed at import: ModuleNotFoundError" in result.stderr
+        assert "warning:" not in result.stderr
+    # Commands that run nothing still only warn.
+    listed = invoke([*tools, *typo, "list"])
+    assert listed.exit_code == 0 and f"warning: plugin {module}_typo failed (import)" in listed.stderr
+    assert len(read_session_log(log).events) == 2
+
+
+def test_a_plugin_named_by_option_whose_name_is_taken_is_refused(
+    dists: Dists, tmp_path: Path
+) -> None:
+    """The installed plugin keeps its name; the one given with ``--plugin`` is not quietly skipped."""
+    dists.module("clitools", PLUGIN)
+    dists.dist("dsh-cli-taken", {"cli": "{p}clitools"})
+    module = dists.module("denyall", DENY_ALL)
+    result = invoke(["--group", dists.group, "--plugin", f"cli={module}", "call", "echo", "{}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f'plugin cli ({module}) failed at register: duplicate plugin name "cli"' in result.stderr
+    assert "an installed plugin of the same name takes priority: give yours another NAME=" in result.stderr
+    renamed = invoke(["--group", dists.group, "--plugin", f"deny={module}", "call", "echo", "{}"])
+    assert renamed.exit_code == 1 and "DENIED (plugin deny)" in renamed.stderr
+
+
+def test_a_plugin_named_by_option_that_the_configuration_disables_is_refused(
+    tools: list[str], dists: Dists, tmp_path: Path
+) -> None:
+    module = dists.module("denyall", DENY_ALL)
+    (tmp_path / "dsh.toml").write_text('disabled_plugins = ["deny"]\n')
+    result = invoke([*tools, "--plugin", f"deny={module}", "call", "echo", "{}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "plugin deny: disabled_plugins names it" in result.stderr
 
 
 # -- session logs the CLI appends to ---------------------------------------------------------
