@@ -711,9 +711,12 @@ def _warn_orphans(runtime: ToolRuntime) -> None:
 
 def _parse_batch(path: Path) -> list[ToolExecutionInput]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise _UsageProblem(f"cannot read {path}: {exc}") from exc
+    # JSON lines end at "\n" only: str.splitlines() would also split at U+2028, U+2029
+    # and U+0085, which a JSON string may hold raw, and miscount the lines after them.
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
     calls: list[ToolExecutionInput] = []
     problems: list[str] = []
     ids: set[str] = set()

@@ -473,6 +473,29 @@ def test_run_reports_every_bad_line_and_runs_nothing(tools: list[str], tmp_path:
     assert not log.exists()
 
 
+def test_run_splits_lines_only_at_line_feeds(tools: list[str], tmp_path: Path) -> None:
+    """U+2028, U+2029 and U+0085 are legal raw in a JSON string (ensure_ascii=False writes them)."""
+    batch = tmp_path / "calls.jsonl"
+    records = [
+        {"id": "a", "name": "echo", "arguments": {"note": "x\u2028y"}},
+        {"id": "b", "name": "echo", "arguments": json.dumps({"note": "x\u0085y\u2029z"}, ensure_ascii=False)},
+    ]
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in records) + '{"id": "c", "name": 1}\n'
+    batch.write_bytes(text.encode("utf-8"))
+    refused = invoke([*tools, "run", str(batch)])
+    assert refused.exit_code == 2
+    assert f'{batch}:3: "name" must be a non-empty string' in refused.stderr
+    assert f"{batch}:1" not in refused.stderr and f"{batch}:2" not in refused.stderr
+    batch.write_bytes(text.rsplit("{", 1)[0].encode("utf-8"))
+    result = invoke([*tools, "run", str(batch)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.split("\n") if line]
+    assert [(line["id"], json.loads(line["content"][0]["text"])) for line in lines] == [
+        ("a", {"note": "x\u2028y"}),
+        ("b", {"note": "x\u0085y\u2029z"}),
+    ]
+
+
 def test_run_missing_file_is_a_usage_error(tools: list[str], tmp_path: Path) -> None:
     result = invoke([*tools, "run", str(tmp_path / "absent.jsonl")])
     assert result.exit_code == 2
