@@ -57,11 +57,11 @@ from rich.table import Table
 from rich.text import Text
 
 from . import hookspecs
-from ._arguments_text import ArgumentsText
+from ._arguments_text import ArgumentsJsonError, ArgumentsText, _repeated_key
 from ._config import DshConfig, load_config
 from ._content import ContentBlock, ImageBlock, TextBlock
 from ._definition import ToolDefinition
-from ._errors import ConfigError, JsonSchemaError
+from ._errors import ConfigError, JsonSchemaError, NonJsonValueError
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import json_text, thaw
 from ._jsoncodec import decode_json, dumps_text
@@ -639,13 +639,19 @@ def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
 def call_command(ctx: click.Context, name: str, json_args: str, agent: str | None, session: Path | None) -> None:
     """Call one tool through the full pipeline and print what the model would see.
 
-    JSON_ARGS is the arguments object as JSON (default: {}). Exit status 1
-    when the call failed (its error code is printed on stderr).
+    JSON_ARGS is the arguments object as JSON (default: {}), checked as a
+    model's arguments text is: an object that gives a key twice is refused.
+    Exit status 1 when the call failed (its error code is printed on stderr).
     """
+    # Parsed as the runtime parses a model's text, so the same arguments are refused (a
+    # repeated key, NaN) here as in a batch; refused before any plugin loads, as a usage error.
+    arguments = ArgumentsText(json_args)
     try:
-        arguments = decode_json(json_args)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON_ARGS") from exc
+        arguments.decode()
+    except ArgumentsJsonError as exc:
+        raise click.BadParameter(str(exc), param_hint="JSON_ARGS") from exc
+    except NonJsonValueError:
+        pass  # JSON, but not losslessly (1e999): the call fails INVALID_ARGS, as a model's would
     host = _build_host(ctx, runs_calls=True)
     scope = agent_scope(host.runtime, agent)
     request = ToolExecutionInput(
@@ -731,6 +737,12 @@ def _parse_batch(path: Path) -> list[ToolExecutionInput]:
             continue
         if not isinstance(record, dict):
             problems.append(f"{where}: expected an object with id, name and arguments")
+            continue
+        # The parser keeps a repeated key's last value, where a policy or the tool may read
+        # the first: refused in the record and its arguments object, as in a model's text.
+        repeated = _repeated_key(line)
+        if repeated is not None:
+            problems.append(f"{where}: the key {dumps_text(repeated)} is given twice in one object")
             continue
         unknown = sorted(set(record) - {"id", "name", "arguments"})
         call_id, name = record.get("id"), record.get("name")

@@ -324,6 +324,20 @@ def test_call_refuses_nan_as_json(tools: list[str]) -> None:
     assert "not valid JSON: NaN is not a JSON number" in result.stderr
 
 
+def test_call_refuses_a_repeated_key_as_the_pipeline_refuses_it_in_model_text(tools: list[str]) -> None:
+    """Last-wins would let a policy and the tool read different values; a model's text is refused."""
+    for args in (
+        '{"a": 1, "a": 5}',
+        '{"x": {"a": 1, "a": 5}}',
+        '{"x": ' + "[" * 5_000 + '{"a": 1, "a": 2}' + "]" * 5_000 + "}",
+    ):
+        result = invoke([*tools, "call", "echo", args])
+        assert result.exit_code == 2, result.output
+        assert result.stdout == ""
+        assert "JSON_ARGS" in result.stderr
+        assert 'arguments give the key "a" twice in one object' in result.stderr
+
+
 def test_ask_is_denied_without_interactive(tools: list[str]) -> None:
     result = invoke([*tools, "call", "guarded", "{}"])
     assert result.exit_code == 1
@@ -494,6 +508,27 @@ def test_run_splits_lines_only_at_line_feeds(tools: list[str], tmp_path: Path) -
         ("a", {"note": "x\u2028y"}),
         ("b", {"note": "x\u0085y\u2029z"}),
     ]
+
+
+def test_run_refuses_repeated_keys_in_records_and_argument_objects(tools: list[str], tmp_path: Path) -> None:
+    batch = write_batch(
+        tmp_path / "dup.jsonl",
+        '{"id": "s", "name": "echo", "arguments": "{\\"a\\": 1, \\"a\\": 5}"}',
+        '{"id": "o", "name": "echo", "arguments": {"a": 1, "b": {"c": 1, "c": 2}}}',
+        '{"id": "x", "id": "y", "name": "echo"}',
+        '{"id": "n", "name": "echo", "name": "boom"}',
+    )
+    result = invoke([*tools, "run", str(batch)])
+    assert result.exit_code == 2 and result.stdout == ""
+    err = result.stderr
+    assert f"{batch}:1" not in err  # as a model's text: the call itself fails INVALID_ARGS
+    assert f'{batch}:2: the key "c" is given twice in one object' in err
+    assert f'{batch}:3: the key "id" is given twice in one object' in err
+    assert f'{batch}:4: the key "name" is given twice in one object' in err
+    text = write_batch(tmp_path / "text.jsonl", '{"id": "s", "name": "echo", "arguments": "{\\"a\\": 1, \\"a\\": 5}"}')
+    (line,) = [json.loads(line) for line in invoke([*tools, "run", str(text)]).stdout.splitlines()]
+    assert line["is_error"] is True and line["error"]["code"] == "INVALID_ARGS"
+    assert 'arguments give the key "a" twice in one object' in line["content"][0]["text"]
 
 
 def test_run_missing_file_is_a_usage_error(tools: list[str], tmp_path: Path) -> None:
@@ -1128,9 +1163,7 @@ def test_a_plugin_named_by_option_that_fails_stops_every_command_that_runs_calls
     assert len(read_session_log(log).events) == 2
 
 
-def test_a_plugin_named_by_option_whose_name_is_taken_is_refused(
-    dists: Dists, tmp_path: Path
-) -> None:
+def test_a_plugin_named_by_option_whose_name_is_taken_is_refused(dists: Dists, tmp_path: Path) -> None:
     """The installed plugin keeps its name; the one given with ``--plugin`` is not quietly skipped."""
     dists.module("clitools", PLUGIN)
     dists.dist("dsh-cli-taken", {"cli": "{p}clitools"})
