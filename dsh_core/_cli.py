@@ -19,7 +19,9 @@ Sessions recorded by ``call`` and ``run`` (``--session`` or the config's
 ``session_log``) include each call's decision trace, which ``explain`` shows;
 ``simulate`` replays a session through a new policy stack without running any
 tool. An existing file is appended to only when it is a session log (its first
-line an event); a torn last line it ends with is cut off, with a warning.
+line an event); a torn last line it ends with is cut off, with a warning. A log
+that cannot be written is a usage error (exit 2): before anything runs when a
+call cannot be recorded, after the output when a result or the closing sync could not be.
 
 Exit status: 0 on success; 1 when ``call`` ran a call that failed, ``check``
 found problems, ``explain`` found no trace, or ``simulate`` found calls the new
@@ -42,7 +44,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -588,11 +590,36 @@ def _error_json(result: ToolExecutionResult) -> dict[str, str | None] | None:
     }
 
 
+class _Recorder(SessionRecorder):
+    """A session recorder that keeps its first write failure for the command to report.
+
+    A ``dsh_result`` observer that raises is only a logged warning in the
+    pipeline; the command must still say the log it was asked to keep is incomplete.
+    """
+
+    failure: BaseException | None = None
+
+    @hookimpl
+    def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        try:
+            super().dsh_result(execution, result)
+        except (OSError, SessionLogError) as exc:
+            self.failure = self.failure or exc
+
+    def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
+        try:
+            super().event_sink(event_type, data)
+        except (OSError, SessionLogError) as exc:
+            self.failure = self.failure or exc
+
+
 class _Session:
     """Records calls (before they run) and results (as they settle) when a log was asked for."""
 
-    def __init__(self, recorder: SessionRecorder | None) -> None:
+    def __init__(self, recorder: _Recorder | None, target: Path | None = None) -> None:
         self.recorder = recorder
+        self.target = target
+        self.failure: BaseException | None = None
 
     def attach(self, runtime: ToolRuntime) -> None:
         if self.recorder is not None:
@@ -603,16 +630,37 @@ class _Session:
             runtime.trace_decisions = True
 
     def call(self, request: ToolExecutionInput) -> None:
+        """Record ``request`` before it runs; a log that cannot take it stops the command first."""
         if self.recorder is not None:
-            self.recorder.record_call(request)
+            try:
+                self.recorder.record_call(request)
+            except (OSError, SessionLogError) as exc:
+                raise _UsageProblem(f"cannot write session log {self.target}: {_one_line(exc)}; nothing was run") from exc
+
+    def check(self) -> None:
+        """Once the command's output is written: report a result or the close the log could not take."""
+        failure = self.failure or (self.recorder.failure if self.recorder is not None else None)
+        if failure is not None:
+            raise _UsageProblem(
+                f"cannot write session log {self.target}: {_one_line(failure)}; the calls ran but the log is incomplete"
+            )
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 @contextmanager
 def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
+    """The session the command records into; its ``check()`` reports a write that failed."""
     target = path if path is not None else (Path(config.session_log) if config.session_log else None)
     if target is None:
         yield _Session(None)
         return
+    # A device (/dev/null, /dev/full) or a directory: appended "events" would be lost, or the
+    # open or the closing fsync fail after the calls ran. Refused before anything runs.
+    if target.exists() and not target.is_file():
+        raise _UsageProblem(f"cannot use {target} as the session log: not a regular file; nothing was run")
     try:
         log_cm = SessionLog(target)
     except SessionLogError as exc:
@@ -626,8 +674,14 @@ def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
             terminal_text(f"warning: session log {target}: cut off a torn last line: {log_cm.torn}"),
             soft_wrap=True,
         )
-    with log_cm as log:
-        yield _Session(SessionRecorder(log))
+    session = _Session(_Recorder(log_cm), target)
+    try:
+        yield session
+    finally:
+        try:
+            log_cm.close()
+        except (OSError, SessionLogError) as exc:
+            session.failure = session.failure or exc
 
 
 @cli.command("call")
@@ -685,6 +739,8 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
         plugin = error.get("plugin")
         where = f" (plugin {printable(plugin)})" if plugin else ""
         click.echo(f"error: {printable(error.get('code') or 'unknown')}{where}", err=True)
+    log.check()
+    if result.is_error:
         ctx.exit(1)
 
 
@@ -837,6 +893,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
             "contexts": _contexts_json(result),
         }
         _echo_json(line)
+    log.check()
 
 
 # -- diagnostics -------------------------------------------------------------------------------

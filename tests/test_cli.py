@@ -1189,6 +1189,61 @@ def test_a_plugin_named_by_option_that_the_configuration_disables_is_refused(
 # -- session logs the CLI appends to ---------------------------------------------------------
 
 
+def test_session_refuses_a_target_that_is_not_a_regular_file(tools: list[str], tmp_path: Path) -> None:
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    for command in (["call", "echo", '{"a": 1}'], ["run", str(batch)]):
+        for target in (os.devnull,):  # a directory is click's own usage error
+            result = invoke([*tools, *command, "--session", target])
+            assert result.exit_code == 2, (command, target, result.output)
+            assert result.stdout == ""
+            assert f"cannot use {target} as the session log: not a regular file" in result.stderr
+
+
+def _disk_full(*args: object, **kwargs: object) -> None:
+    raise OSError(28, "No space left on device")
+
+
+def test_a_call_the_session_log_cannot_record_is_not_run(
+    tools: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_core._session_log import SessionLog
+
+    log = tmp_path / "s.jsonl"
+    monkeypatch.setattr(SessionLog, "append_call", _disk_full)
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    for command in (["call", "echo", '{"a": 1}'], ["run", str(batch)]):
+        result = invoke([*tools, *command, "--session", str(log)])
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stdout == ""
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"Error: cannot write session log {log}: OSError: [Errno 28] No space left on device; nothing was run"
+        )
+
+
+def test_a_result_the_session_log_cannot_record_is_still_shown_then_reported(
+    tools: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_core import _session_log
+
+    log = tmp_path / "s.jsonl"
+    monkeypatch.setattr(_session_log.SessionLog, "append_result", _disk_full)
+    result = invoke([*tools, "call", "echo", '{"a": 1}', "--session", str(log)])
+    assert result.exit_code == 2, result.output
+    assert json.loads(result.stdout) == {"a": 1}
+    assert (
+        f"Error: cannot write session log {log}: OSError: [Errno 28] No space left on device; "
+        "the calls ran but the log is incomplete"
+    ) in result.stderr
+    monkeypatch.undo()
+    monkeypatch.setattr(_session_log.os, "fsync", _disk_full)
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {"b": 2}})
+    ran = invoke([*tools, "run", str(batch), "--session", str(tmp_path / "new.jsonl")])
+    assert ran.exit_code == 2, ran.output
+    assert json.loads(ran.stdout)["id"] == "c1"
+    assert "Traceback" not in ran.stderr
+    assert f"cannot write session log {tmp_path / 'new.jsonl'}: OSError: [Errno 28]" in ran.stderr
+
+
 @pytest.mark.parametrize(
     "content",
     [
