@@ -36,6 +36,7 @@ traceback.
 from __future__ import annotations
 
 import difflib
+import errno
 import gc
 import getpass
 import importlib.metadata
@@ -1120,8 +1121,33 @@ def serve_mcp_command(ctx: click.Context, http: bool, port: int | None, agent: s
     from ._mcp_server import DEFAULT_HTTP_PORT, run_serve_mcp
 
     host = _build_host(ctx, quiet=True, runs_calls=True)
-    with _plain_interrupts():
-        run_serve_mcp(host.runtime, http=http, port=port or DEFAULT_HTTP_PORT, agent=agent)
+    port = port or DEFAULT_HTTP_PORT
+    try:
+        with _plain_interrupts():
+            run_serve_mcp(host.runtime, http=http, port=port, agent=agent)
+    except BaseExceptionGroup as group:
+        # hypercorn binds inside a trio nursery, which wraps the error in a group.
+        bind_failure = _bind_failure(group) if http else None
+        if bind_failure is None:
+            raise
+        raise _UsageProblem(f"cannot listen on 127.0.0.1:{port}: {bind_failure.strerror}") from None
+    except OSError as exc:
+        if not http or _bind_failure(exc) is None:
+            raise
+        raise _UsageProblem(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+
+
+# What binding a listening socket fails with: the port is taken, privileged, or not on this host.
+_BIND_ERRNOS = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+def _bind_failure(exc: BaseException) -> OSError | None:
+    """The bind error in ``exc`` (an ``OSError`` or a group holding only one), else None."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, OSError) and exc.errno in _BIND_ERRNOS:
+        return exc
+    return None
 
 
 @cli.command("replay")

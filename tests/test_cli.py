@@ -217,6 +217,23 @@ def test_serve_mcp_without_the_mcp_extra_is_a_usage_error(tools: list[str], monk
     assert "Traceback" not in result.output
 
 
+def test_serve_mcp_http_on_a_port_in_use_is_a_usage_error(tools: list[str]) -> None:
+    pytest.importorskip("hypercorn")
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = invoke([*tools, "serve-mcp", "--http", "--port", str(port)])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"Error: cannot listen on 127.0.0.1:{port}: ")
+    assert "in use" in line
+
+
 def test_serve_mcp_http_without_hypercorn_is_a_usage_error(tools: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "hypercorn", None)
     result = invoke([*tools, "serve-mcp", "--http"])
