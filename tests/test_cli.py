@@ -7,11 +7,13 @@ distribution's entry points), so the installed plugins do not interfere.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -221,15 +223,21 @@ def test_serve_mcp_http_on_a_port_in_use_is_a_usage_error(tools: list[str]) -> N
     pytest.importorskip("hypercorn")
     import socket
 
-    with socket.socket() as taken:
+    with socket.socket() as taken, warnings.catch_warnings():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         result = invoke([*tools, "serve-mcp", "--http", "--port", str(port)])
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    assert "Traceback" not in result.stderr
-    (line,) = result.stderr.strip().splitlines()
+        exit_code, stdout, stderr = result.exit_code, result.stdout, result.stderr
+        # hypercorn leaves the socket it failed to bind unclosed (the process would end here), and
+        # the result's exception chain holds it: collected now, not in a later test.
+        del result
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    assert exit_code == 2, stderr
+    assert stdout == ""
+    assert "Traceback" not in stderr
+    (line,) = stderr.strip().splitlines()
     assert line.startswith(f"Error: cannot listen on 127.0.0.1:{port}: ")
     assert "in use" in line
 
