@@ -11,19 +11,23 @@ stderr and left out; ``check`` and ``plugins`` report them in full. The
 commands that run calls (``call``, ``run``, ``serve-mcp``, ``simulate``)
 instead refuse to start while a plugin the configuration sets up is missing
 (its ``dsh_setup`` rejected its table, or it has a ``[plugins.<name>]`` table
-and failed): its policy would silently be off.
+and failed), or a plugin ``--plugin`` names did not load (it failed, its NAME
+is an installed plugin's, which keeps it, or ``disabled_plugins`` lists it):
+its policy would silently be off.
 
 Sessions recorded by ``call`` and ``run`` (``--session`` or the config's
 ``session_log``) include each call's decision trace, which ``explain`` shows;
 ``simulate`` replays a session through a new policy stack without running any
 tool. An existing file is appended to only when it is a session log (its first
-line an event); a torn last line it ends with is cut off, with a warning.
+line an event); a torn last line it ends with is cut off, with a warning. A log
+that cannot be written is a usage error (exit 2): before anything runs when a
+call cannot be recorded, after the output when a result or the closing sync could not be.
 
 Exit status: 0 on success; 1 when ``call`` ran a call that failed, ``check``
 found problems, ``explain`` found no trace, or ``simulate`` found calls the new
 policies decide differently; 2 for usage errors (bad options, invalid JSON
 arguments, an unreadable or invalid configuration, batch file or session log,
-an unknown call id, a configured plugin that failed to load). ``run`` exits 0
+an unknown call id, a configured or ``--plugin`` plugin that failed to load). ``run`` exits 0
 once the batch ran, whatever the calls' outcomes: each result line says
 ``is_error``. Ctrl-C prints "Aborted!" (click's exit status 1), never a
 traceback.
@@ -32,6 +36,7 @@ traceback.
 from __future__ import annotations
 
 import difflib
+import errno
 import gc
 import getpass
 import importlib.metadata
@@ -40,7 +45,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -55,11 +60,11 @@ from rich.table import Table
 from rich.text import Text
 
 from . import hookspecs
-from ._arguments_text import ArgumentsText
+from ._arguments_text import ArgumentsJsonError, ArgumentsText, _repeated_key
 from ._config import DshConfig, load_config
 from ._content import ContentBlock, ImageBlock, TextBlock
 from ._definition import ToolDefinition
-from ._errors import ConfigError, JsonSchemaError
+from ._errors import ConfigError, JsonSchemaError, NonJsonValueError
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import json_text, thaw
 from ._jsoncodec import decode_json, dumps_text
@@ -272,21 +277,35 @@ def _build_host(
     if prompt is not None and hasattr(prompt, "runtime"):
         prompt.runtime = runtime
     points = [] if options.no_plugins else discover_entry_points(options.group)
-    points += [_extra_entry_point(spec, options.group) for spec in options.extra_plugins]
-    report = load_plugins(runtime, options.group, config, entry_points=points)
+    named = [_extra_entry_point(spec, options.group) for spec in options.extra_plugins]
+    report = load_plugins(runtime, options.group, config, entry_points=[*points, *named])
     # The host lives as long as the command. Its runtime and plugins refer to each other, so
     # only the cycle collector frees them, and what they hold (the effect ledger's lock) with
     # them: collect when the command ends, as the end of the process would, so that a next
     # command in the same process (a test, a host calling main()) finds those files free.
     ctx.call_on_close(gc.collect)
     refused = report.config_failures if runs_calls else ()
+    missing = _named_plugins_missing(report, config, named, refused) if runs_calls else []
     if not quiet:
         for failed in report.failed:
-            if failed not in refused:
+            if failed not in refused and not any(failed is m for m in missing):
                 err.print(
                     terminal_text(f"warning: plugin {failed.name} failed ({failed.stage}): {failed.error}"),
                     soft_wrap=True,
                 )
+    if missing:
+        lines = [
+            f"plugin {m}: disabled_plugins names it"
+            if isinstance(m, str)
+            else f"plugin {m.name} ({m.value}) failed at {m.stage}: {m.error}"
+            for m in missing
+        ]
+        installed = {point.name for point in points}
+        if any(isinstance(m, FailedPlugin) and m.name in installed for m in missing):
+            lines.append(
+                "(an installed plugin of the same name takes priority: give yours another NAME=, or add --no-plugins)"
+            )
+        raise _UsageProblem("\n  ".join(["a plugin named by --plugin failed to load, so nothing was run:", *lines]))
     if refused:
         raise _UsageProblem(
             "\n  ".join(
@@ -298,6 +317,32 @@ def _build_host(
             )
         )
     return _Host(runtime=runtime, report=report, config=config)
+
+
+def _named_plugins_missing(
+    report: PluginReport,
+    config: DshConfig,
+    named: Sequence[importlib.metadata.EntryPoint],
+    refused: Sequence[FailedPlugin],
+) -> list[FailedPlugin | str]:
+    """The ``--plugin`` entry points that did not load: failed ones, and names ``disabled_plugins`` lists.
+
+    The user asked for each by name, so a command that runs calls must not
+    start without it (a typo, or a name an installed plugin already has, would
+    leave its policy silently off). Failures the configuration check already
+    refuses are left to it.
+    """
+    wanted = {(point.name, point.value) for point in named}
+    missing: list[FailedPlugin | str] = [
+        failed for failed in report.failed if (failed.name, failed.value) in wanted and failed not in refused
+    ]
+    loaded = {plugin.name for plugin in report.loaded}
+    missing += [
+        name
+        for name in dict.fromkeys(point.name for point in named)
+        if name in report.disabled and name in config.disabled_plugins and name not in loaded
+    ]
+    return missing
 
 
 def _config_failure_lines(failed: FailedPlugin) -> list[str]:
@@ -365,7 +410,8 @@ session_option = click.option(
     multiple=True,
     metavar="[NAME=]MODULE[:ATTR]",
     callback=_plugin_specs,
-    help="Also load this plugin, as if it were an entry point (repeatable).",
+    help="Also load this plugin, as if it were an entry point (repeatable). Commands that run calls "
+    "refuse to start when it does not load; an installed plugin of the same NAME keeps it.",
 )
 @click.option("--interactive", is_flag=True, help="Ask on the terminal when a policy says Ask (default: deny).")
 @click.option(
@@ -545,11 +591,36 @@ def _error_json(result: ToolExecutionResult) -> dict[str, str | None] | None:
     }
 
 
+class _Recorder(SessionRecorder):
+    """A session recorder that keeps its first write failure for the command to report.
+
+    A ``dsh_result`` observer that raises is only a logged warning in the
+    pipeline; the command must still say the log it was asked to keep is incomplete.
+    """
+
+    failure: BaseException | None = None
+
+    @hookimpl
+    def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        try:
+            super().dsh_result(execution, result)
+        except (OSError, SessionLogError) as exc:
+            self.failure = self.failure or exc
+
+    def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
+        try:
+            super().event_sink(event_type, data)
+        except (OSError, SessionLogError) as exc:
+            self.failure = self.failure or exc
+
+
 class _Session:
     """Records calls (before they run) and results (as they settle) when a log was asked for."""
 
-    def __init__(self, recorder: SessionRecorder | None) -> None:
+    def __init__(self, recorder: _Recorder | None, target: Path | None = None) -> None:
         self.recorder = recorder
+        self.target = target
+        self.failure: BaseException | None = None
 
     def attach(self, runtime: ToolRuntime) -> None:
         if self.recorder is not None:
@@ -560,16 +631,37 @@ class _Session:
             runtime.trace_decisions = True
 
     def call(self, request: ToolExecutionInput) -> None:
+        """Record ``request`` before it runs; a log that cannot take it stops the command first."""
         if self.recorder is not None:
-            self.recorder.record_call(request)
+            try:
+                self.recorder.record_call(request)
+            except (OSError, SessionLogError) as exc:
+                raise _UsageProblem(f"cannot write session log {self.target}: {_one_line(exc)}; nothing was run") from exc
+
+    def check(self) -> None:
+        """Once the command's output is written: report a result or the close the log could not take."""
+        failure = self.failure or (self.recorder.failure if self.recorder is not None else None)
+        if failure is not None:
+            raise _UsageProblem(
+                f"cannot write session log {self.target}: {_one_line(failure)}; the calls ran but the log is incomplete"
+            )
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 @contextmanager
 def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
+    """The session the command records into; its ``check()`` reports a write that failed."""
     target = path if path is not None else (Path(config.session_log) if config.session_log else None)
     if target is None:
         yield _Session(None)
         return
+    # A device (/dev/null, /dev/full) or a directory: appended "events" would be lost, or the
+    # open or the closing fsync fail after the calls ran. Refused before anything runs.
+    if target.exists() and not target.is_file():
+        raise _UsageProblem(f"cannot use {target} as the session log: not a regular file; nothing was run")
     try:
         log_cm = SessionLog(target)
     except SessionLogError as exc:
@@ -583,8 +675,14 @@ def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
             terminal_text(f"warning: session log {target}: cut off a torn last line: {log_cm.torn}"),
             soft_wrap=True,
         )
-    with log_cm as log:
-        yield _Session(SessionRecorder(log))
+    session = _Session(_Recorder(log_cm), target)
+    try:
+        yield session
+    finally:
+        try:
+            log_cm.close()
+        except (OSError, SessionLogError) as exc:
+            session.failure = session.failure or exc
 
 
 @cli.command("call")
@@ -596,13 +694,19 @@ def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
 def call_command(ctx: click.Context, name: str, json_args: str, agent: str | None, session: Path | None) -> None:
     """Call one tool through the full pipeline and print what the model would see.
 
-    JSON_ARGS is the arguments object as JSON (default: {}). Exit status 1
-    when the call failed (its error code is printed on stderr).
+    JSON_ARGS is the arguments object as JSON (default: {}), checked as a
+    model's arguments text is: an object that gives a key twice is refused.
+    Exit status 1 when the call failed (its error code is printed on stderr).
     """
+    # Parsed as the runtime parses a model's text, so the same arguments are refused (a
+    # repeated key, NaN) here as in a batch; refused before any plugin loads, as a usage error.
+    arguments = ArgumentsText(json_args)
     try:
-        arguments = decode_json(json_args)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON_ARGS") from exc
+        arguments.decode()
+    except ArgumentsJsonError as exc:
+        raise click.BadParameter(str(exc), param_hint="JSON_ARGS") from exc
+    except NonJsonValueError:
+        pass  # JSON, but not losslessly (1e999): the call fails INVALID_ARGS, as a model's would
     host = _build_host(ctx, runs_calls=True)
     scope = agent_scope(host.runtime, agent)
     request = ToolExecutionInput(
@@ -636,6 +740,8 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
         plugin = error.get("plugin")
         where = f" (plugin {printable(plugin)})" if plugin else ""
         click.echo(f"error: {printable(error.get('code') or 'unknown')}{where}", err=True)
+    log.check()
+    if result.is_error:
         ctx.exit(1)
 
 
@@ -668,9 +774,12 @@ def _warn_orphans(runtime: ToolRuntime) -> None:
 
 def _parse_batch(path: Path) -> list[ToolExecutionInput]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise _UsageProblem(f"cannot read {path}: {exc}") from exc
+    # JSON lines end at "\n" only: str.splitlines() would also split at U+2028, U+2029
+    # and U+0085, which a JSON string may hold raw, and miscount the lines after them.
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
     calls: list[ToolExecutionInput] = []
     problems: list[str] = []
     ids: set[str] = set()
@@ -685,6 +794,12 @@ def _parse_batch(path: Path) -> list[ToolExecutionInput]:
             continue
         if not isinstance(record, dict):
             problems.append(f"{where}: expected an object with id, name and arguments")
+            continue
+        # The parser keeps a repeated key's last value, where a policy or the tool may read
+        # the first: refused in the record and its arguments object, as in a model's text.
+        repeated = _repeated_key(line)
+        if repeated is not None:
+            problems.append(f"{where}: the key {dumps_text(repeated)} is given twice in one object")
             continue
         unknown = sorted(set(record) - {"id", "name", "arguments"})
         call_id, name = record.get("id"), record.get("name")
@@ -779,6 +894,7 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
             "contexts": _contexts_json(result),
         }
         _echo_json(line)
+    log.check()
 
 
 # -- diagnostics -------------------------------------------------------------------------------
@@ -1005,8 +1121,33 @@ def serve_mcp_command(ctx: click.Context, http: bool, port: int | None, agent: s
     from ._mcp_server import DEFAULT_HTTP_PORT, run_serve_mcp
 
     host = _build_host(ctx, quiet=True, runs_calls=True)
-    with _plain_interrupts():
-        run_serve_mcp(host.runtime, http=http, port=port or DEFAULT_HTTP_PORT, agent=agent)
+    port = port or DEFAULT_HTTP_PORT
+    try:
+        with _plain_interrupts():
+            run_serve_mcp(host.runtime, http=http, port=port, agent=agent)
+    except BaseExceptionGroup as group:
+        # hypercorn binds inside a trio nursery, which wraps the error in a group.
+        bind_failure = _bind_failure(group) if http else None
+        if bind_failure is None:
+            raise
+        raise _UsageProblem(f"cannot listen on 127.0.0.1:{port}: {bind_failure.strerror}") from None
+    except OSError as exc:
+        if not http or _bind_failure(exc) is None:
+            raise
+        raise _UsageProblem(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+
+
+# What binding a listening socket fails with: the port is taken, privileged, or not on this host.
+_BIND_ERRNOS = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+def _bind_failure(exc: BaseException) -> OSError | None:
+    """The bind error in ``exc`` (an ``OSError`` or a group holding only one), else None."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, OSError) and exc.errno in _BIND_ERRNOS:
+        return exc
+    return None
 
 
 @cli.command("replay")

@@ -7,12 +7,14 @@ distribution's entry points), so the installed plugins do not interfere.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import importlib
 import json
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -218,6 +220,29 @@ def test_serve_mcp_without_the_mcp_extra_is_a_usage_error(tools: list[str], monk
     assert "Traceback" not in result.output
 
 
+def test_serve_mcp_http_on_a_port_in_use_is_a_usage_error(tools: list[str]) -> None:
+    pytest.importorskip("hypercorn")
+    import socket
+
+    with socket.socket() as taken, warnings.catch_warnings():
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = invoke([*tools, "serve-mcp", "--http", "--port", str(port)])
+        exit_code, stdout, stderr = result.exit_code, result.stdout, result.stderr
+        # hypercorn leaves the socket it failed to bind unclosed (the process would end here), and
+        # the result's exception chain holds it: collected now, not in a later test.
+        del result
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    assert exit_code == 2, stderr
+    assert stdout == ""
+    assert "Traceback" not in stderr
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith(f"Error: cannot listen on 127.0.0.1:{port}: ")
+    assert "in use" in line
+
+
 def test_serve_mcp_http_without_hypercorn_is_a_usage_error(tools: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "hypercorn", None)
     result = invoke([*tools, "serve-mcp", "--http"])
@@ -323,6 +348,20 @@ def test_call_refuses_nan_as_json(tools: list[str]) -> None:
     result = invoke([*tools, "call", "echo", '{"x": NaN}'])
     assert result.exit_code == 2
     assert "not valid JSON: NaN is not a JSON number" in result.stderr
+
+
+def test_call_refuses_a_repeated_key_as_the_pipeline_refuses_it_in_model_text(tools: list[str]) -> None:
+    """Last-wins would let a policy and the tool read different values; a model's text is refused."""
+    for args in (
+        '{"a": 1, "a": 5}',
+        '{"x": {"a": 1, "a": 5}}',
+        '{"x": ' + "[" * 5_000 + '{"a": 1, "a": 2}' + "]" * 5_000 + "}",
+    ):
+        result = invoke([*tools, "call", "echo", args])
+        assert result.exit_code == 2, result.output
+        assert result.stdout == ""
+        assert "JSON_ARGS" in result.stderr
+        assert 'arguments give the key "a" twice in one object' in result.stderr
 
 
 def test_ask_is_denied_without_interactive(tools: list[str]) -> None:
@@ -472,6 +511,50 @@ def test_run_reports_every_bad_line_and_runs_nothing(tools: list[str], tmp_path:
     assert f"{batch}:5: expected an object" in err
     assert f"{batch}:6: unknown key(s) args" in err
     assert not log.exists()
+
+
+def test_run_splits_lines_only_at_line_feeds(tools: list[str], tmp_path: Path) -> None:
+    """U+2028, U+2029 and U+0085 are legal raw in a JSON string (ensure_ascii=False writes them)."""
+    batch = tmp_path / "calls.jsonl"
+    records = [
+        {"id": "a", "name": "echo", "arguments": {"note": "x\u2028y"}},
+        {"id": "b", "name": "echo", "arguments": json.dumps({"note": "x\u0085y\u2029z"}, ensure_ascii=False)},
+    ]
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in records) + '{"id": "c", "name": 1}\n'
+    batch.write_bytes(text.encode("utf-8"))
+    refused = invoke([*tools, "run", str(batch)])
+    assert refused.exit_code == 2
+    assert f'{batch}:3: "name" must be a non-empty string' in refused.stderr
+    assert f"{batch}:1" not in refused.stderr and f"{batch}:2" not in refused.stderr
+    batch.write_bytes(text.rsplit("{", 1)[0].encode("utf-8"))
+    result = invoke([*tools, "run", str(batch)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.split("\n") if line]
+    assert [(line["id"], json.loads(line["content"][0]["text"])) for line in lines] == [
+        ("a", {"note": "x\u2028y"}),
+        ("b", {"note": "x\u0085y\u2029z"}),
+    ]
+
+
+def test_run_refuses_repeated_keys_in_records_and_argument_objects(tools: list[str], tmp_path: Path) -> None:
+    batch = write_batch(
+        tmp_path / "dup.jsonl",
+        '{"id": "s", "name": "echo", "arguments": "{\\"a\\": 1, \\"a\\": 5}"}',
+        '{"id": "o", "name": "echo", "arguments": {"a": 1, "b": {"c": 1, "c": 2}}}',
+        '{"id": "x", "id": "y", "name": "echo"}',
+        '{"id": "n", "name": "echo", "name": "boom"}',
+    )
+    result = invoke([*tools, "run", str(batch)])
+    assert result.exit_code == 2 and result.stdout == ""
+    err = result.stderr
+    assert f"{batch}:1" not in err  # as a model's text: the call itself fails INVALID_ARGS
+    assert f'{batch}:2: the key "c" is given twice in one object' in err
+    assert f'{batch}:3: the key "id" is given twice in one object' in err
+    assert f'{batch}:4: the key "name" is given twice in one object' in err
+    text = write_batch(tmp_path / "text.jsonl", '{"id": "s", "name": "echo", "arguments": "{\\"a\\": 1, \\"a\\": 5}"}')
+    (line,) = [json.loads(line) for line in invoke([*tools, "run", str(text)]).stdout.splitlines()]
+    assert line["is_error"] is True and line["error"]["code"] == "INVALID_ARGS"
+    assert 'arguments give the key "a" twice in one object' in line["content"][0]["text"]
 
 
 def test_run_missing_file_is_a_usage_error(tools: list[str], tmp_path: Path) -> None:
@@ -1060,20 +1143,131 @@ def test_commands_that_run_nothing_still_work_and_check_lists_each_problem(
     ) in checked.stdout
 
 
-def test_a_plugin_failing_without_a_table_is_only_a_warning_but_a_configured_one_stops_calls(
-    tools: list[str], tmp_path: Path
+def test_an_installed_plugin_failing_without_a_table_is_only_a_warning_but_a_configured_one_stops_calls(
+    dists: Dists, tmp_path: Path
 ) -> None:
-    ghost = ["--plugin", "ghost=dsh_no_such_module"]
-    warned = invoke([*tools, *ghost, "call", "echo", '{"a": 1}'])
+    dists.module("clitools", PLUGIN)
+    dists.dist("dsh-cli-ghost", {"cli": "{p}clitools", "ghost": "dsh_no_such_module"})
+    installed = ["--group", dists.group]
+    warned = invoke([*installed, "call", "echo", '{"a": 1}'])
     assert warned.exit_code == 0 and json.loads(warned.stdout) == {"a": 1}
     assert "warning: plugin ghost failed (import)" in warned.stderr
     (tmp_path / "dsh.toml").write_text("[plugins.ghost]\nlevel = 3\n")
-    refused = invoke([*tools, *ghost, "call", "echo", "{}"])
+    refused = invoke([*installed, "call", "echo", "{}"])
     assert refused.exit_code == 2 and refused.stdout == ""
     assert "plugin ghost ([plugins.ghost] is set) failed at import: ModuleNotFoundError" in refused.stderr
 
 
+DENY_ALL = """
+from dsh_core import Deny, hookimpl
+
+@hookimpl
+async def dsh_pre_execute(execution, next):
+    return Deny("deny-all says no")
+"""
+
+
+def test_a_plugin_named_by_option_that_fails_stops_every_command_that_runs_calls(
+    tools: list[str], dists: Dists, tmp_path: Path
+) -> None:
+    """A mistyped ``--plugin`` must not leave the policy it names silently off."""
+    log = tmp_path / "session.jsonl"
+    assert invoke([*tools, "call", "echo", "{}", "--session", str(log)]).exit_code == 0
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    module = dists.module("denyall", DENY_ALL)
+    typo = ["--plugin", f"{module}_typo"]
+    for command in (["call", "echo", "{}"], ["run", str(batch)], ["serve-mcp"], ["simulate", str(log), "--json"]):
+        result = invoke([*tools, *typo, *command])
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stdout == ""
+        assert "a plugin named by --plugin failed to load, so nothing was run:" in result.stderr
+        assert f"plugin {module}_typo ({module}_typo) failed at import: ModuleNotFoundError" in result.stderr
+        assert "warning:" not in result.stderr
+    # Commands that run nothing still only warn.
+    listed = invoke([*tools, *typo, "list"])
+    assert listed.exit_code == 0 and f"warning: plugin {module}_typo failed (import)" in listed.stderr
+    assert len(read_session_log(log).events) == 2
+
+
+def test_a_plugin_named_by_option_whose_name_is_taken_is_refused(dists: Dists, tmp_path: Path) -> None:
+    """The installed plugin keeps its name; the one given with ``--plugin`` is not quietly skipped."""
+    dists.module("clitools", PLUGIN)
+    dists.dist("dsh-cli-taken", {"cli": "{p}clitools"})
+    module = dists.module("denyall", DENY_ALL)
+    result = invoke(["--group", dists.group, "--plugin", f"cli={module}", "call", "echo", "{}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f'plugin cli ({module}) failed at register: duplicate plugin name "cli"' in result.stderr
+    assert "an installed plugin of the same name takes priority: give yours another NAME=" in result.stderr
+    renamed = invoke(["--group", dists.group, "--plugin", f"deny={module}", "call", "echo", "{}"])
+    assert renamed.exit_code == 1 and "DENIED (plugin deny)" in renamed.stderr
+
+
+def test_a_plugin_named_by_option_that_the_configuration_disables_is_refused(
+    tools: list[str], dists: Dists, tmp_path: Path
+) -> None:
+    module = dists.module("denyall", DENY_ALL)
+    (tmp_path / "dsh.toml").write_text('disabled_plugins = ["deny"]\n')
+    result = invoke([*tools, "--plugin", f"deny={module}", "call", "echo", "{}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "plugin deny: disabled_plugins names it" in result.stderr
+
+
 # -- session logs the CLI appends to ---------------------------------------------------------
+
+
+def test_session_refuses_a_target_that_is_not_a_regular_file(tools: list[str], tmp_path: Path) -> None:
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    for command in (["call", "echo", '{"a": 1}'], ["run", str(batch)]):
+        for target in (os.devnull,):  # a directory is click's own usage error
+            result = invoke([*tools, *command, "--session", target])
+            assert result.exit_code == 2, (command, target, result.output)
+            assert result.stdout == ""
+            assert f"cannot use {target} as the session log: not a regular file" in result.stderr
+
+
+def _disk_full(*args: object, **kwargs: object) -> None:
+    raise OSError(28, "No space left on device")
+
+
+def test_a_call_the_session_log_cannot_record_is_not_run(
+    tools: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_core._session_log import SessionLog
+
+    log = tmp_path / "s.jsonl"
+    monkeypatch.setattr(SessionLog, "append_call", _disk_full)
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    for command in (["call", "echo", '{"a": 1}'], ["run", str(batch)]):
+        result = invoke([*tools, *command, "--session", str(log)])
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stdout == ""
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"Error: cannot write session log {log}: OSError: [Errno 28] No space left on device; nothing was run"
+        )
+
+
+def test_a_result_the_session_log_cannot_record_is_still_shown_then_reported(
+    tools: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_core import _session_log
+
+    log = tmp_path / "s.jsonl"
+    monkeypatch.setattr(_session_log.SessionLog, "append_result", _disk_full)
+    result = invoke([*tools, "call", "echo", '{"a": 1}', "--session", str(log)])
+    assert result.exit_code == 2, result.output
+    assert json.loads(result.stdout) == {"a": 1}
+    assert (
+        f"Error: cannot write session log {log}: OSError: [Errno 28] No space left on device; "
+        "the calls ran but the log is incomplete"
+    ) in result.stderr
+    monkeypatch.undo()
+    monkeypatch.setattr(_session_log.os, "fsync", _disk_full)
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {"b": 2}})
+    ran = invoke([*tools, "run", str(batch), "--session", str(tmp_path / "new.jsonl")])
+    assert ran.exit_code == 2, ran.output
+    assert json.loads(ran.stdout)["id"] == "c1"
+    assert "Traceback" not in ran.stderr
+    assert f"cannot write session log {tmp_path / 'new.jsonl'}: OSError: [Errno 28]" in ran.stderr
 
 
 @pytest.mark.parametrize(
