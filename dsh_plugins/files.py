@@ -451,7 +451,10 @@ def _character_class(body: str) -> re.Pattern[str]:
     body = body[1:] if negate else body
     try:
         # One character against one class: nothing for re to backtrack over.
-        return re.compile(f"[{'^/' if negate else ''}{body.replace(chr(92), chr(92) * 2)}]")
+        # Every member escaped but a range's "-": a leading "]" is a member, not the class's end,
+        # even after the "^/" a negation adds (where re would read it as the end).
+        members = "".join(char if char == "-" else re.escape(char) for char in body)
+        return re.compile(f"[{'^/' if negate else ''}{members}]")
     except re.error:
         raise FileToolError(f"glob character class [{'!' if negate else ''}{body}] is not valid") from None
 

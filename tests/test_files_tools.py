@@ -381,6 +381,14 @@ async def test_glob_skips_git_and_symlinks_out_and_returns_only_files(tmp_path: 
         ("file[ab].txt", "fileb.txt", True),
         ("a+b.txt", "a+b.txt", True),
         ("a+b.txt", "aab.txt", False),
+        # A class's leading "]" is a member, negated or not (the negated one used to match nothing).
+        ("[!]a]x", "bx", True),
+        ("[!]a]x", "]x", False),
+        ("[!]]", "b", True),
+        ("[]a]x", "]x", True),
+        ("[[]x", "[x", True),
+        ("[a&&b]", "&", True),
+        ("[\\]", "\\", True),
     ],
 )
 def test_glob_syntax(pattern: str, path: str, expected: bool) -> None:
