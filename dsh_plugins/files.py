@@ -474,7 +474,7 @@ def compile_glob(pattern: str) -> GlobMatcher:
     """A matcher of ``/``-separated relative paths for a glob pattern, linear in the path's length.
 
     ``*`` and ``?`` stay within one path segment, ``**`` crosses segments
-    (``**/`` also matches no directory at all), ``[abc]``/``[!abc]`` are
+    (``**/`` also matches no directory at all), ``[abc]``/``[!abc]`` (or ``[^abc]``) are
     character classes and ``{a,b}`` alternatives (nesting allowed, at most
     ``MAX_GLOB_ALTERNATIVES`` in all). Raises :class:`FileToolError` for a
     pattern longer than ``MAX_GLOB_CHARS`` or an invalid character class.
