@@ -339,6 +339,20 @@ def _brace_alternatives(pattern: str, start: int) -> tuple[list[str], int] | Non
     return None
 
 
+# Between two pieces a brace expansion put side by side where their "*"s would otherwise read as
+# one "**" (``*{,x}*`` is two single-segment stars either way). Never in a pattern: it is refused.
+_BOUNDARY: Final = "\x00"
+
+
+def _joined(*pieces: str) -> str:
+    out = pieces[0]
+    for piece in pieces[1:]:
+        if out.endswith("*") and piece.startswith("*"):
+            out += _BOUNDARY
+        out += piece
+    return out
+
+
 def _expand_braces(pattern: str) -> list[str]:
     """``a{b,c{d,e}}`` as ``["ab", "acd", "ace"]``: an explicit work list, bounded in size."""
     done: list[str] = []
@@ -352,7 +366,7 @@ def _expand_braces(pattern: str) -> list[str]:
                 continue
             if current[i] == "{" and (braces := _brace_alternatives(current, i)) is not None:
                 alternatives, end = braces
-                work.extend(current[:i] + alt + current[end + 1 :] for alt in reversed(alternatives))
+                work.extend(_joined(current[:i], alt, current[end + 1 :]) for alt in reversed(alternatives))
                 if len(work) + len(done) > MAX_GLOB_ALTERNATIVES:
                     raise FileToolError(
                         f"glob pattern has more than {MAX_GLOB_ALTERNATIVES} {{...}} alternatives; split it up"
@@ -399,7 +413,9 @@ class _GlobAutomaton:
                 i += 2
                 continue
             char = pattern[i]
-            if char == "*":
+            if char == _BOUNDARY:
+                self.epsilon[state].append(state + 1)  # matches nothing: it only keeps two stars apart
+            elif char == "*":
                 self.epsilon[state].append(state + 1)
                 self.steps[state].append(("segment", state))
             elif char == "?":
@@ -481,6 +497,8 @@ def compile_glob(pattern: str) -> GlobMatcher:
     """
     if len(pattern) > MAX_GLOB_CHARS:
         raise FileToolError(f"glob pattern is {len(pattern)} characters long; at most {MAX_GLOB_CHARS} are taken")
+    if _BOUNDARY in pattern:
+        raise FileToolError("glob pattern must not contain a NUL character (no path holds one)")
     return GlobMatcher(pattern, tuple(_GlobAutomaton(alternative) for alternative in _expand_braces(pattern)))
 
 

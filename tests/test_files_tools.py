@@ -389,6 +389,12 @@ async def test_glob_skips_git_and_symlinks_out_and_returns_only_files(tmp_path: 
         ("[[]x", "[x", True),
         ("[a&&b]", "&", True),
         ("[\\]", "\\", True),
+        # Braces never join two stars into one "**" (the empty alternative used to cross segments).
+        ("*{}*", "/", False),
+        ("a*{,x}*", "ab/c", False),
+        ("a*{,x}*", "abxc", True),
+        ("*{*/x,}", "a/x", True),
+        ("*{*/x,}", "a/b/x", False),
     ],
 )
 def test_glob_syntax(pattern: str, path: str, expected: bool) -> None:
@@ -447,6 +453,7 @@ def test_a_pattern_made_to_backtrack_is_matched_in_linear_time() -> None:
     ("pattern", "message"),
     [
         ("file[z-a].txt", "glob character class [z-a] is not valid"),
+        ("a\x00b", "must not contain a NUL character"),
         ("x" * 1001, "at most 1000 are taken"),
         ("{a,b}" * 9, "more than 256 {...} alternatives"),
         ("{" * 400 + "a,b" + "}" * 400, None),  # deep nesting: no RecursionError
