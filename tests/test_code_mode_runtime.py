@@ -466,11 +466,23 @@ async def test_the_returned_value_is_capped_by_its_utf8_size_not_its_escaped_fra
     assert_error(await runtime.run(f"return {value + 'e'!r}", {}), "output-limit", f"{cap} bytes")
 
 
-async def test_a_value_within_the_cap_whose_escaped_frame_is_too_long_says_so() -> None:
-    runtime = SubprocessPythonRuntime(wall_budget_s=10.0, max_output_bytes=8_000_000)
-    assert runtime.max_frame_bytes < 6 * 3_200_000
-    result = await runtime.run("return 'é' * 3_200_000", {})  # 6.4 MB of UTF-8, 19.2 MB escaped
-    assert_error(result, "output-limit", f"escaped for the channel, exceeds its {runtime.max_frame_bytes}-byte frame")
+@pytest.mark.parametrize(
+    ("program", "expected"),
+    [
+        ("return 'é' * 3_000_000", "é" * 3_000_000),  # 6 MB of UTF-8, 18 MB escaped to ASCII
+        ("return '😀' * 1_500_000", "😀" * 1_500_000),  # 6 MB of UTF-8, 18 MB escaped
+        ("return '\\ud800' * 5_000_000", "\ud800" * 5_000_000),  # 15 MB as the host counts it, 30 MB escaped
+    ],
+    ids=["2-byte", "astral", "lone-surrogate"],
+)
+async def test_a_value_within_the_cap_comes_through_however_long_its_ascii_escape(program: str, expected: str) -> None:
+    # max_output_bytes is the limit a user sets: a value within it must arrive, whatever its
+    # escaped form would cost. The child sends it as UTF-8, so its frame is its size plus the envelope.
+    runtime = SubprocessPythonRuntime(wall_budget_s=10.0, max_output_bytes=16_000_000)
+    assert runtime.max_frame_bytes < 18_000_000
+    result = await runtime.run(program, {})
+    assert result.error is None, result.error
+    assert result.value == expected
 
 
 async def test_child_crash_is_worker_exit_with_stderr() -> None:
@@ -647,6 +659,9 @@ def test_frame_validator_accepts_the_documented_frames() -> None:
     assert _parse_frame(b'{"type": "log", "text": "hi"}') == _Log("hi")
     assert _parse_frame(b'{"type": "done"}') == _Done(None, False, None)
     assert _parse_frame(b'{"type": "done", "value": null}') == _Done(None, True, None)
+    # A returned value goes as UTF-8, its lone surrogates as surrogatepass writes them.
+    raw = '{"type":"done","value":"é😀\ud800"}'.encode("utf-8", "surrogatepass")
+    assert _parse_frame(raw) == _Done("é😀\ud800", True, None)
     error = CodeRunError(kind="output-limit", message="m")
     assert _parse_frame(b'{"type": "done", "error": {"kind": "output-limit", "message": "m"}}') == _Done(
         None, False, error

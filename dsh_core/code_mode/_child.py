@@ -12,8 +12,9 @@ cannot corrupt a frame) and descriptor 0 at the null device. ``sys.stdout`` and
 ``sys.stderr`` become writers that turn complete lines into ``log`` frames.
 
 Both ends speak one codec, :mod:`dsh_core._jsoncodec`, which the child loads
-by path: compact ASCII JSON whose slow path never recurses, so values nested
-thousands of levels deep cross the channel intact. The host starts the child
+by path: compact JSON whose slow path never recurses, so values nested
+thousands of levels deep cross the channel intact (ASCII, but for the returned
+value, which goes as UTF-8: see ``_Run._value_frame``). The host starts the child
 through a one-line bootstrap that loads this file the same way, so neither
 file is compiled again on every run.
 
@@ -172,7 +173,13 @@ class _Channel:
 
     def send_text(self, text: str) -> None:
         """Send one frame already encoded by :func:`encode_json` (ASCII, no newline)."""
-        data = memoryview((text + "\n").encode("ascii"))
+        self._write(memoryview((text + "\n").encode("ascii")))
+
+    def send_bytes(self, frame: bytes) -> None:
+        """Send one frame already encoded to bytes (no newline)."""
+        self._write(memoryview(frame + b"\n"))
+
+    def _write(self, data: memoryview) -> None:
         with self._lock:
             while data:
                 data = data[os.write(self._fd, data) :]
@@ -559,8 +566,8 @@ class _Run:
             self.finish(_failure("exception", _describe_exception(exc, self.error_class)))
         self.finish(self.done_frame(value))
 
-    def done_frame(self, value: object) -> dict[str, Any] | str:
-        """The ``done`` frame for a program that returned ``value``: already encoded when it carries the value.
+    def done_frame(self, value: object) -> dict[str, Any] | bytes:
+        """The ``done`` frame for a program that returned ``value``: already encoded (UTF-8) when it carries the value.
 
         Never raises: the value is the program's, and whatever checking or
         encoding it runs into (``MemoryError`` under a memory limit) is an
@@ -572,7 +579,7 @@ class _Run:
             message = _describe_exception(exc, self.error_class)
             return _failure("invalid-output", f"the program returned a value that could not be checked: {message}")
 
-    def _value_frame(self, value: object) -> dict[str, Any] | str:
+    def _value_frame(self, value: object) -> dict[str, Any] | bytes:
         if value is None:
             return {"type": "done"}
         problem = json_problem(value)
@@ -580,31 +587,24 @@ class _Run:
             return _failure("invalid-output", f"the program returned a value that is not lossless JSON: {problem}")
         try:
             # What the cap counts: the UTF-8 size of the value's compact JSON, as the host
-            # measures it (a lone surrogate is three bytes), not its escaped frame.
+            # measures it (a lone surrogate is three bytes).
             plain = encode_json(value, ascii_only=False)
         except (ValueError, TypeError) as exc:
             return _failure("invalid-output", f"the program returned a value that cannot be encoded: {exc}")
-        # isascii() is a flag lookup: an ASCII value (the usual case) is neither encoded again nor copied to bytes.
-        size = len(plain) if plain.isascii() else len(plain.encode("utf-8", "surrogatepass"))
-        if size > self.max_output_bytes:
+        # The frame carries exactly those bytes, so a value within the cap always fits a frame
+        # (max_frame_bytes is above the cap); escaped to ASCII it could outgrow it (six bytes
+        # for each é, twelve for an emoji).
+        # isascii() is a flag lookup: an ASCII value (the usual case) is encoded without a check.
+        encoded = plain.encode("ascii") if plain.isascii() else plain.encode("utf-8", "surrogatepass")
+        if len(encoded) > self.max_output_bytes:
             return _failure("output-limit", f"the returned value exceeds {self.max_output_bytes} bytes")
-        if plain.isascii():
-            text = '{"type":"done","value":' + plain + "}"  # what encode_json would make of the frame
-        else:
-            text = encode_json({"type": "done", "value": value})
-        if len(text) > self.max_frame_bytes:
-            # Within the cap, but the frame escapes every non-ASCII character (up to 12 bytes each).
-            return _failure(
-                "output-limit",
-                f"the returned value, escaped for the channel, exceeds its {self.max_frame_bytes}-byte frame limit",
-            )
-        return text
+        return b'{"type":"done","value":' + encoded + b"}"
 
-    def finish(self, done: dict[str, Any] | str) -> NoReturn:
+    def finish(self, done: dict[str, Any] | bytes) -> NoReturn:
         for writer in self.writers:
             writer.flush_tail()
-        if isinstance(done, str):
-            self.channel.send_text(done)
+        if isinstance(done, bytes):
+            self.channel.send_bytes(done)
         else:
             self.channel.send(done)
         # Leave at once: no asyncio teardown waiting on the program's leftover

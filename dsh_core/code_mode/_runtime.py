@@ -18,8 +18,11 @@ the host's there).
 
 Wire protocol
 -------------
-JSON-lines, one compact ASCII JSON object per line, on the child's stdin (host
-to child) and stdout (child to host). The child moves both onto private
+JSON-lines, one compact JSON object per line, on the child's stdin (host to
+child) and stdout (child to host). Every frame is ASCII but the child's ``done``
+frame carrying a value: that one is UTF-8 (lone surrogates encoded as
+``surrogatepass`` does), so that its size is the value's size as
+``max_output_bytes`` counts it, plus its envelope. The child moves both onto private
 descriptors before the program runs and points descriptor 1 at its stderr, so
 neither ``print`` nor a stray write to descriptor 1 can corrupt a frame.
 
@@ -247,9 +250,8 @@ class SubprocessPythonRuntime:
     ``wall_budget_s`` bounds each run from spawn to result (``timeout``).
     ``max_output_bytes`` caps the UTF-8 size of every log line (plus one byte
     each) and the compact JSON of the returned value, together
-    (``output-limit``, with the logs that fitted); a returned value must also
-    fit one frame once escaped to ASCII (:attr:`max_frame_bytes`, up to 12
-    bytes a character). ``python`` is the interpreter
+    (``output-limit``, with the logs that fitted); a value within it always fits
+    its frame (:attr:`max_frame_bytes`). ``python`` is the interpreter
     (default: the host's own); ``env`` the child's whole environment (default:
     empty).
 
@@ -303,7 +305,11 @@ class SubprocessPythonRuntime:
 
     @property
     def max_frame_bytes(self) -> int:
-        """The longest line accepted from the child; call arguments are bounded by it too."""
+        """The longest line accepted from the child; call arguments are bounded by it too.
+
+        Above ``max_output_bytes`` by a margin, so that a ``done`` frame whose value is
+        within the cap always fits (it carries the value's UTF-8, not an ASCII escape).
+        """
         return max(self.max_output_bytes, 16 * 1024 * 1024) + 1024 * 1024
 
     async def run(
@@ -457,7 +463,8 @@ _Frame: TypeAlias = "_Call | _Log | _Done"
 
 def _parse_frame(line: bytes) -> _Frame:
     try:
-        frame = decode_json(line.decode("utf-8"))
+        # surrogatepass: a returned value's lone surrogates arrive as the bytes they were counted as.
+        frame = decode_json(line.decode("utf-8", "surrogatepass"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise _FrameError(f"not JSON ({exc})") from None
     if not isinstance(frame, dict):
