@@ -1036,6 +1036,63 @@ async def test_a_call_larger_than_the_byte_cap_is_admitted_when_nothing_else_is_
     assert result.value == (10_000, 10)
 
 
+async def test_replies_the_child_leaves_unread_hold_back_its_further_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A child that keeps calling but never reads its replies: they wait in the host, and count
+    # against the bytes in flight, so the host stops serving its calls instead of queueing
+    # replies without end, and the wall-clock budget ends the run, saying why it stalled.
+    from dsh_core.code_mode import _runtime
+
+    monkeypatch.setattr(_runtime, "MAX_CALL_BYTES_IN_FLIGHT", 1_000_000)
+    served = 0
+
+    async def big(args: Any) -> Any:
+        nonlocal served
+        served += 1
+        return "x" * 100_000
+
+    program = (
+        "import os, stat, time\n"
+        "def call(n):\n"
+        "    return b'{\"type\":\"call\",\"id\":%d,\"name\":\"big\",\"args\":{}}\\n' % n\n"
+        "def sent_to(fd):\n"  # the channel is the only pipe above stderr that takes a write
+        "    try:\n"
+        "        return stat.S_ISFIFO(os.fstat(fd).st_mode) and os.write(fd, call(1)) > 0\n"
+        "    except OSError:\n"
+        "        return False\n"
+        "fd = next(fd for fd in range(3, 256) if sent_to(fd))\n"
+        "for n in range(2, 121):\n"
+        "    time.sleep(0.004)\n"
+        "    os.write(fd, call(n))\n"
+        "time.sleep(5)\n"
+    )
+    runtime = SubprocessPythonRuntime(wall_budget_s=1.0, max_output_bytes=64 * 1024)
+    result = await runtime.run(program, {"big": big})
+    assert_error(result, "timeout", "stopped reading the results of its tool calls", "held its further calls back")
+    # 1 MB of unread replies (plus what the child's stdin pipe took) stops it, not 120 calls.
+    assert 5 <= served <= 15, served
+
+
+async def test_a_child_blocked_sending_calls_still_reads_its_replies(monkeypatch: pytest.MonkeyPatch) -> None:
+    # More calls than the pipe to the host holds, sent at once, and replies that fill the bytes in
+    # flight: the host holds the next call back until the child reads, and the child, blocked
+    # sending that call, reads its replies meanwhile, so neither waits for the other.
+    from dsh_core.code_mode import _runtime
+
+    monkeypatch.setattr(_runtime, "MAX_CALL_BYTES_IN_FLIGHT", 1_000_000)
+
+    async def big(args: Any) -> Any:
+        return str(args["n"] % 10) * 10_000
+
+    program = (
+        "import asyncio\n"
+        "texts = await asyncio.gather(*[tools.big({'n': n, 'pad': 'p' * 50}) for n in range(2000)])\n"
+        "return [sum(map(len, texts)), ''.join(t[0] for t in texts[:12])]\n"
+    )
+    result = await RUNTIME.run(program, {"big": big})
+    assert result.error is None, result.error
+    assert result.value == (20_000_000, "012345678901")
+
+
 def test_a_code_run_error_kind_must_be_one_of_the_documented_kinds() -> None:
     with pytest.raises(ValueError) as raised:
         CodeRunError(kind="crash", message="m")  # type: ignore[arg-type]

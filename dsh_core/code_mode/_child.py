@@ -167,6 +167,15 @@ class _Channel:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._lock = _thread.allocate_lock()
+        # (thread, descriptor, take): while a frame that thread sends waits, take() reads replies.
+        self._reading: tuple[int, int, Callable[[], bool]] | None = None
+
+    def read_while_blocked(self, fd: int, take: Callable[[], bool]) -> None:
+        """From now on, while a frame sent from this thread waits for the pipe, call ``take`` when ``fd`` is readable.
+
+        ``take`` returns False once ``fd`` has ended (it is not waited on any more).
+        """
+        self._reading = (_thread.get_ident(), fd, take)
 
     def send(self, frame: dict[str, Any]) -> None:
         self.send_text(encode_json(frame))
@@ -180,9 +189,46 @@ class _Channel:
         self._write(memoryview(frame + b"\n"))
 
     def _write(self, data: memoryview) -> None:
-        with self._lock:
-            while data:
-                data = data[os.write(self._fd, data) :]
+        if self._reader_here() is None:
+            with self._lock:
+                while data:
+                    data = data[os.write(self._fd, data) :]
+            return
+        while not self._lock.acquire(timeout=0.001):
+            self._wait(writable=False)  # another thread's frame waits for the pipe: read meanwhile
+        try:
+            # Non-blocking only for this frame: a write that does not fit returns, and the thread
+            # reads replies meanwhile. (Left blocking otherwise, as a program writing to the
+            # descriptor itself expects.)
+            os.set_blocking(self._fd, False)
+            try:
+                while data:
+                    try:
+                        data = data[os.write(self._fd, data) :]
+                    except BlockingIOError:
+                        self._wait(writable=True)
+            finally:
+                os.set_blocking(self._fd, True)
+        finally:
+            self._lock.release()
+
+    def _reader_here(self) -> tuple[int, int, Callable[[], bool]] | None:
+        reading = self._reading
+        return reading if reading is not None and reading[0] == _thread.get_ident() else None
+
+    def _wait(self, *, writable: bool) -> None:
+        """Until the pipe takes more (``writable``) or for no time, taking replies meanwhile on their thread."""
+        import select  # only once a frame has had to wait: keep it out of the child's start-up
+
+        reading = self._reader_here()
+        if reading is None:
+            if writable:
+                select.select([], [self._fd], [])
+            return
+        _, fd, take = reading
+        readable, _, _ = select.select([fd], [self._fd] if writable else [], [], None if writable else 0)
+        if readable and not take():
+            self._reading = None  # the host closed the channel: nothing more to read
 
 
 class _LogWriter(io.TextIOBase):
@@ -433,6 +479,7 @@ class _Run:
         self.pending: dict[int, tuple[str, _Reply | asyncio.Future[object]]] = {}
         self.next_id = 1
         self.loop: asyncio.AbstractEventLoop | None = None  # set while running under asyncio
+        self.unparsed = bytearray()  # under asyncio: what arrived of a reply line not yet complete
         self.writers: list[_LogWriter] = []
 
     async def call(self, name: str, args: object) -> object:
@@ -496,34 +543,46 @@ class _Run:
                 self.receive(line or None)
 
     def listen(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Have ``loop`` read reply lines off the protocol descriptor as they arrive."""
+        """Have ``loop`` read reply lines off the protocol descriptor as they arrive.
+
+        And the channel too, while a frame the loop's thread sends waits for the pipe: the
+        host may hold that frame's call back until this process reads the replies it has
+        written, so waiting without reading them would leave each side waiting for the other.
+        """
         fd = self.reader.fileno()
         os.set_blocking(fd, False)
         # The run frame was read through the buffered reader: take what it read ahead
         # (nothing, normally: the host writes no reply before a call), then read the fd itself.
         try:
-            pending = bytearray(self.reader.read1(1 << 16) or b"")
+            self.unparsed = bytearray(self.reader.read1(1 << 16) or b"")
         except BlockingIOError:
-            pending = bytearray()
+            self.unparsed = bytearray()
 
         def readable() -> None:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                return
-            except OSError:
-                chunk = b""
-            if not chunk:
+            if not self.take_replies():
                 loop.remove_reader(fd)
-                self.receive(None)
-                return
-            pending.extend(chunk)
-            while (end := pending.find(b"\n")) >= 0:
-                line = bytes(pending[:end])
-                del pending[: end + 1]
-                self.receive(line)
 
         loop.add_reader(fd, readable)
+        self.channel.read_while_blocked(fd, self.take_replies)
+
+    def take_replies(self) -> bool:
+        """Read the replies that have arrived and settle their calls; False once the host has closed the channel."""
+        try:
+            chunk = os.read(self.reader.fileno(), 1 << 16)
+        except BlockingIOError:
+            return True
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.receive(None)
+            return False
+        unparsed = self.unparsed
+        unparsed.extend(chunk)
+        while (end := unparsed.find(b"\n")) >= 0:
+            line = bytes(unparsed[:end])
+            del unparsed[: end + 1]
+            self.receive(line)
+        return True
 
     def serve(self, writers: list[_LogWriter]) -> NoReturn:
         """Run the program and send the ``done`` frame describing how it ended; never returns."""

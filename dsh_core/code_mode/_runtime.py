@@ -35,8 +35,10 @@ Host to child:
   the binding names reachable as ``<global>.name`` / ``<global>["name"]``.
 - ``{"type": "reply", "id", "ok": true, "value"}`` or
   ``{"type": "reply", "id", "ok": false, "message"}``: one per ``call``, in the
-  order the bindings finish. The host never stops reading the child's frames to
-  wait for room in the child's stdin: what does not fit waits in a queue.
+  order the bindings finish. What does not fit the child's stdin waits in a
+  queue, counted against ``MAX_CALL_BYTES_IN_FLIGHT``: while it and the calls in
+  flight fill that, the host reads no further call, and the child (under
+  asyncio) reads its replies while a frame it sends waits for the pipe.
 
 Child to host:
 
@@ -373,7 +375,8 @@ class SubprocessPythonRuntime:
                     result = await session.drive(process, (encode_json(run_frame) + "\n").encode("ascii"))
                 if deadline.cancelled_caught:
                     result = session.fail(
-                        "timeout", f"the program ran out of its {self.wall_budget_s:g} s wall-clock budget"
+                        "timeout",
+                        f"the program ran out of its {self.wall_budget_s:g} s wall-clock budget{session.stall_note()}",
                     )
             finally:
                 # Synchronous, so it happens even while Cancelled is on its way
@@ -501,11 +504,15 @@ def _parse_frame(line: bytes) -> _Frame:
 
 _MAX_ERROR_CHARS: Final = 16 * 1024
 # Tool calls a program may have waiting on the host at once, by number and by the bytes of
-# their call frames. Each costs the host a task or two and holds its arguments; past either
-# cap the host reads no further frame until one is answered, so a program that fires calls in
-# a loop without awaiting them is slowed down, not able to exhaust the host's memory. A call
-# larger than the byte cap (up to ``max_frame_bytes``) is read when nothing else is in flight.
-# (Answers never wait for the reader nor for the child to read them, so this cannot deadlock.)
+# their call frames plus the replies the child has not read yet. Each call costs the host a
+# task or two and holds its arguments, each unread reply its frame; past either cap the host
+# reads no further frame until a call is answered or a reply read, so a program that fires
+# calls in a loop without awaiting them, or without reading what they return, is slowed down
+# (or stopped until its wall-clock budget ends the run), not able to exhaust the host's
+# memory. A call larger than the byte cap (up to ``max_frame_bytes``) is read when nothing
+# else is in flight or unread. (Answers never wait for the reader nor for the child to read
+# them, and the child reads its replies while a frame it sends waits for the pipe, so a
+# child that reads its replies never waits for the host while the host waits for it.)
 MAX_CALLS_IN_FLIGHT: Final = 1024
 MAX_CALL_BYTES_IN_FLIGHT: Final = 64 * 1024 * 1024
 
@@ -589,9 +596,10 @@ class _Session:
         self._used = 0
         self._in_flight: set[int] = set()
         self._bytes_in_flight = 0
-        self._room: trio.Event | None = None  # set when a call in flight is answered
+        self._room: trio.Event | None = None  # set when a call in flight is answered or a reply written
         # Frames for the child not yet written, in order; the head may be partly written.
         self._outbox: deque[bytes] = deque()
+        self._outbox_bytes = 0  # their size: held against MAX_CALL_BYTES_IN_FLIGHT
         self._outbox_filled: trio.Event | None = None  # what the idle writer waits on; _send sets it
         self._stdin_fd: int | None = None
         self._stdin_gone = False
@@ -687,9 +695,24 @@ class _Session:
         return CodeRunResult(logs=self._logs, value=value, has_value=True)
 
     def _has_room_for(self, size: int) -> bool:
-        if not self._in_flight:
+        if not self._in_flight and not self._outbox_bytes:
             return True  # one call is always let in, however large: nothing else can make room
-        return len(self._in_flight) < MAX_CALLS_IN_FLIGHT and self._bytes_in_flight + size <= MAX_CALL_BYTES_IN_FLIGHT
+        held = self._bytes_in_flight + self._outbox_bytes
+        return len(self._in_flight) < MAX_CALLS_IN_FLIGHT and held + size <= MAX_CALL_BYTES_IN_FLIGHT
+
+    def _made_room(self) -> None:
+        if self._room is not None:
+            self._room.set()
+            self._room = None
+
+    def stall_note(self) -> str:
+        """Why the run was stuck when its budget ran out, if the host was holding its calls back."""
+        if self._room is None or not self._outbox_bytes:
+            return ""  # the reader is not waiting for room, or not for the child to read
+        return (
+            f"; it had stopped reading the results of its tool calls ({self._outbox_bytes} bytes of them"
+            " waiting), so the host held its further calls back"
+        )
 
     async def _serve(self, call: _Call, size: int, answer: Awaitable[JsonValue] | _Refusal) -> None:
         try:
@@ -700,9 +723,7 @@ class _Session:
         finally:
             self._in_flight.discard(call.id)
             self._bytes_in_flight -= size
-            if self._room is not None:
-                self._room.set()
-                self._room = None
+            self._made_room()
         try:
             data = encode_json(reply)
         except (ValueError, TypeError) as exc:
@@ -763,6 +784,7 @@ class _Session:
                 return
             data = data[written:]
         self._outbox.append(data)
+        self._outbox_bytes += len(data)
         if self._outbox_filled is not None:
             self._outbox_filled.set()
             self._outbox_filled = None
@@ -774,12 +796,15 @@ class _Session:
                 while self._outbox:
                     # Left at the head while it is written, so that _send queues behind it.
                     await stdin.send_all(self._outbox[0])
-                    self._outbox.popleft()
+                    self._outbox_bytes -= len(self._outbox.popleft())
+                    self._made_room()
                 self._outbox_filled = trio.Event()
                 await self._outbox_filled.wait()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._stdin_gone = True  # a child that is gone shows up as end of stream on the reader
             self._outbox.clear()
+            self._outbox_bytes = 0
+            self._made_room()
 
     async def _drain_stderr(self, stderr: trio.abc.ReceiveStream) -> None:
         try:
