@@ -1093,6 +1093,36 @@ async def test_a_child_blocked_sending_calls_still_reads_its_replies(monkeypatch
     assert result.value == (20_000_000, "012345678901")
 
 
+async def test_the_child_reads_its_replies_while_a_thread_of_its_own_holds_the_channel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A thread prints more than the pipe holds while the host holds a call back: the thread's
+    # line waits for the pipe, holding the channel, and the loop, waiting to send its next call,
+    # must still read the replies that make the host go on.
+    from dsh_core.code_mode import _runtime
+
+    monkeypatch.setattr(_runtime, "MAX_CALL_BYTES_IN_FLIGHT", 1_000_000)
+
+    async def big(args: Any) -> Any:
+        return "x" * 10_000
+
+    program = (
+        "import asyncio\n"
+        "def chatter():\n"
+        "    for i in range(3000):\n"
+        "        print('line', i, 'y' * 100)\n"
+        "printing = asyncio.ensure_future(asyncio.to_thread(chatter))\n"
+        "texts = await asyncio.gather(*[tools.big({'n': n, 'pad': 'p' * 50}) for n in range(2000)])\n"
+        "await printing\n"
+        "return sum(map(len, texts))\n"
+    )
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=1_000_000)
+    result = await runtime.run(program, {"big": big})
+    assert result.error is None, result.error
+    assert result.value == 20_000_000
+    assert len(result.logs) == 3000 and result.logs[-1] == "line 2999 " + "y" * 100
+
+
 def test_a_code_run_error_kind_must_be_one_of_the_documented_kinds() -> None:
     with pytest.raises(ValueError) as raised:
         CodeRunError(kind="crash", message="m")  # type: ignore[arg-type]
