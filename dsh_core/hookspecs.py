@@ -190,6 +190,9 @@ async def dsh_code_dispatch_log(dispatch: Any, next: Callable[[], Awaitable[list
 def dsh_result(execution: ToolExecution, result: ToolExecutionResult) -> None:
     """Observe the final, frozen result of every call (exactly once per call).
 
+    A call cut short from outside, which has no result, ends in
+    ``dsh_call_unwound`` instead: a plugin hears of each call exactly one of the two.
+
     ``result`` is the very object ``ToolRuntime.execute`` returns; neither it nor
     ``execution`` can be changed. Observers may be ``async def`` (awaited in
     order). A raising observer is logged and the others still run. An async
