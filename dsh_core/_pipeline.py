@@ -161,9 +161,9 @@ class PreparedCall:
     and the body next), ``"post"`` (``result`` goes to post-execute next) or
     ``"final"`` (``result`` only needs finishing); then ``"ended"`` (published,
     or told unwound), or ``"publishing"`` while it unwinds out of its observers.
-    ``latest`` is the most recent
-    result, which a cancellation keeps when it is a failure; ``scoped`` says
-    whether the running stage is inside a cancel scope linked to the signal.
+    ``latest`` is the most recent result, which a cancellation keeps when it is
+    a failure; ``scoped`` says whether the running stage is inside a cancel
+    scope linked to the signal.
     """
 
     __slots__ = (
