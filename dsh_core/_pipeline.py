@@ -11,6 +11,12 @@ Stages, in order (each failure path noted where it leaves the pipeline):
 7. ``dsh_post_execute`` waterfall
 8. ``finalize_content`` (exactly once, for every outcome), then ``dsh_result``
 
+A call that leaves instead with an exception (a cancellation of a scope outside
+it, an interpreter exit) has no result: :func:`unwound` tells the
+``dsh_call_unwound`` listeners, once, wherever it was cut (:func:`execute`,
+and the stage functions a scheduler drives, each on its own way out; the
+scheduler for the calls it holds between them).
+
 Stages 5-7 run inside one trio cancel scope linked to the caller's signal, so
 firing the signal interrupts whatever is running (a listener, the approval
 prompt, the body) at its next checkpoint; the scope is only left once that
@@ -94,7 +100,7 @@ from ._waterfall import INTERRUPTED, CallHooks, Chain, Listener, is_fatal, split
 if TYPE_CHECKING:
     from ._runtime import ToolRuntime
 
-__all__ = ["PreparedCall", "dispatch", "execute", "finalize", "prepare", "settles_inline"]
+__all__ = ["PreparedCall", "dispatch", "execute", "finalize", "prepare", "settles_inline", "unwound"]
 
 logger = logging.getLogger("dsh_core")
 
@@ -153,14 +159,17 @@ class PreparedCall:
 
     ``step`` is ``"policy"`` (stage 5 next), ``"dispatch"`` (run the wrappers
     and the body next), ``"post"`` (``result`` goes to post-execute next) or
-    ``"final"`` (``result`` only needs finishing). ``latest`` is the most recent
-    result, which a cancellation keeps when it is a failure; ``scoped`` says
-    whether the running stage is inside a cancel scope linked to the signal.
+    ``"final"`` (``result`` only needs finishing); then ``"ended"`` (published,
+    or told unwound), or ``"publishing"`` while it unwinds out of its observers.
+    ``latest`` is the most recent result, which a cancellation keeps when it is
+    a failure; ``scoped`` says whether the running stage is inside a cancel
+    scope linked to the signal.
     """
 
     __slots__ = (
         "body_error", "body_invoked", "contract", "deferred", "execution", "finalizer", "hooks", "latest",
-        "registry_version", "result", "rewrites", "run", "scoped", "step", "superseded", "suspends", "tool", "trace",
+        "published_to", "registry_version", "result", "rewrites", "run", "scoped", "step", "superseded", "suspends",
+        "tool", "trace",
     )  # fmt: skip
 
     def __init__(self, execution: ToolExecution, finalizer: Any, hooks: CallHooks) -> None:
@@ -187,6 +196,9 @@ class PreparedCall:
         # superseded (set only then): the body's success that cancellation replaced with
         # ABORTED, which dsh_execute wrappers see as execution.body_result.
         self.superseded: ToolExecutionSuccess
+        # published_to (set only when a cancellation cuts the dsh_result observers): the
+        # plugins whose observer had the result, which are not told the call unwound.
+        self.published_to: frozenset[str]
 
     @property
     def dispatch_suspends(self) -> bool:
@@ -296,43 +308,48 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
     Every failure (unknown tool, invalid arguments, denial, a raising tool or
     listener, cancellation) is a ``ToolExecutionFailure``, never an exception;
     only a cancellation of the caller's own surrounding trio scope propagates,
-    after the work this call started has unwound.
+    after the work this call started has unwound (``dsh_call_unwound`` is told).
     """
     call = begin(runtime, request)
-    if call.step != "final":
-        if call.suspends:
-            # One cancel scope for every stage that can suspend.
-            await _scoped_stage(runtime, call, _stages)
-            if call.step == "post":
-                # The signal interrupted the gate or the dispatch.
-                await _scoped_stage(runtime, call, _post_stage)
-        elif call.hooks.waterfalls_empty:
-            # No listener, nothing that can suspend: the stages inline.
-            if call.step == "policy":
-                _decide(runtime, call, _ALLOW, None)  # guards to ask, or a trace to keep
-            if call.step == "dispatch":
-                # The body's dispatch looks at the signal after the body and nothing
-                # runs after it, so no later check could see anything new.
-                dispatched = await _dispatch_body(runtime, call, call.execution.signal)
-                if call.trace is not None:
-                    call.trace.add("execute", call.execution.name, dispatched)
-                call.step = "final"
-                call.result = _with_deferred(call, dispatched) if call.deferred else dispatched
+    try:
+        if call.step != "final":
+            if call.suspends:
+                # One cancel scope for every stage that can suspend.
+                await _scoped_stage(runtime, call, _stages)
+                if call.step == "post":
+                    # The signal interrupted the gate or the dispatch.
+                    await _scoped_stage(runtime, call, _post_stage)
+            elif call.hooks.waterfalls_empty:
+                # No listener, nothing that can suspend: the stages inline.
+                if call.step == "policy":
+                    _decide(runtime, call, _ALLOW, None)  # guards to ask, or a trace to keep
+                if call.step == "dispatch":
+                    # The body's dispatch looks at the signal after the body and nothing
+                    # runs after it, so no later check could see anything new.
+                    dispatched = await _dispatch_body(runtime, call, call.execution.signal)
+                    if call.trace is not None:
+                        call.trace.add("execute", call.execution.name, dispatched)
+                    call.step = "final"
+                    call.result = _with_deferred(call, dispatched) if call.deferred else dispatched
+                else:
+                    call.step = "final"  # denied or aborted before dispatch: no post-execute listener to see it
             else:
-                call.step = "final"  # denied or aborted before dispatch: no post-execute listener to see it
-        else:
-            # _stages, inline: a coroutine frame fewer on the path every listener takes.
-            if call.step == "policy":
-                await _policy_stage(runtime, call)
-            if call.step == "dispatch":
-                await _dispatch_stage(runtime, call)
-            if call.step == "post":
-                await _post_stage(runtime, call)
-    # finish(), without a coroutine of its own: most calls have no observer.
-    result = _finished(call)
-    observers = call.hooks.result
-    if observers:
-        await _notify(observers, call.execution, result)
+                # _stages, inline: a coroutine frame fewer on the path every listener takes.
+                if call.step == "policy":
+                    await _policy_stage(runtime, call)
+                if call.step == "dispatch":
+                    await _dispatch_stage(runtime, call)
+                if call.step == "post":
+                    await _post_stage(runtime, call)
+        # finish(), without a coroutine of its own: most calls have no observer.
+        result = _finished(call)
+        observers = call.hooks.result
+        if observers:
+            await _notify(observers, call, result)
+    except BaseException as exc:
+        # (Entering a try costs nothing until something raises: the normal path does not pay for this.)
+        unwound(call, exc)
+        raise
     return result
 
 
@@ -378,13 +395,21 @@ async def _scoped_stage(
 
 
 async def prepare(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
-    """Stages 1-5 for a scheduler: policy runs here, in the caller's order."""
+    """Stages 1-5 for a scheduler: policy runs here, in the caller's order.
+
+    From its return until :func:`finalize` returns, the call is the
+    scheduler's: one it drops as it unwinds must be passed to :func:`unwound`.
+    """
     call = begin(runtime, request)
     if call.step == "policy":
-        if call.hooks.pre_suspends:
-            await _scoped_stage(runtime, call, _policy_stage)
-        else:
-            await _policy_stage(runtime, call)
+        try:
+            if call.hooks.pre_suspends:
+                await _scoped_stage(runtime, call, _policy_stage)
+            else:
+                await _policy_stage(runtime, call)
+        except BaseException as exc:
+            unwound(call, exc)
+            raise
     return call
 
 
@@ -409,20 +434,28 @@ async def dispatch(runtime: ToolRuntime, call: PreparedCall) -> None:
             # ends as it does when it fires by the end of stage 5, before any wrapper runs.
             call._settle("post", _latest(call, aborted_result(body_invoked=False)))
             return
-        if call.dispatch_suspends:
-            await _scoped_stage(runtime, call, _dispatch_stage)
-        else:
-            await _dispatch_stage(runtime, call)
+        try:
+            if call.dispatch_suspends:
+                await _scoped_stage(runtime, call, _dispatch_stage)
+            else:
+                await _dispatch_stage(runtime, call)
+        except BaseException as exc:
+            unwound(call, exc)
+            raise
 
 
 async def finalize(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResult:
     """Stages 7-8 for a scheduler, in the caller's order."""
-    if call.step == "post":
-        if call.hooks.post_suspends:
-            await _scoped_stage(runtime, call, _post_stage)
-        else:
-            await _post_stage(runtime, call)
-    return await finish(runtime, call)
+    try:
+        if call.step == "post":
+            if call.hooks.post_suspends:
+                await _scoped_stage(runtime, call, _post_stage)
+            else:
+                await _post_stage(runtime, call)
+        return await finish(runtime, call)
+    except BaseException as exc:
+        unwound(call, exc)
+        raise
 
 
 def _dedupe(contexts: tuple[UserMessage, ...]) -> tuple[UserMessage, ...]:
@@ -1021,7 +1054,8 @@ def _apply_post(
 async def finish(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResult:
     """Stage 8: ``finalize_content`` exactly once, then ``dsh_result`` observers."""
     result = _finished(call)
-    await _notify(call.hooks.result, call.execution, result)
+    await _notify(call.hooks.result, call, result)
+    call.step = "ended"
     return result
 
 
@@ -1061,7 +1095,8 @@ def _finalized(call: PreparedCall, settled: ToolExecutionResult) -> ToolExecutio
     return result
 
 
-async def _notify(observers: tuple[Listener, ...], execution: ToolExecution, result: ToolExecutionResult) -> None:
+async def _notify(observers: tuple[Listener, ...], call: PreparedCall, result: ToolExecutionResult) -> None:
+    execution = call.execution
     ordered = (execution, result)
     for listener in observers:
         try:
@@ -1097,4 +1132,61 @@ async def _notify(observers: tuple[Listener, ...], execution: ToolExecution, res
                     error_message(error),
                 )
             if fatal is not None:
+                # Cut while publishing: the observers so far (this one too) had the result;
+                # the others' plugins are told the call unwound instead (see unwound()).
+                call.step = "publishing"
+                call.published_to = frozenset(seen.plugin_name for seen in observers[: observers.index(listener) + 1])
                 raise fatal  # noqa: B904 (a part of the exception being handled, not a new one)
+
+
+_EXITS = (KeyboardInterrupt, SystemExit)
+
+
+def _is_exit(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(_EXITS) is not None
+    return isinstance(exc, _EXITS)
+
+
+def unwound(call: PreparedCall, cause: BaseException) -> None:
+    """``call`` is leaving the pipeline with ``cause`` and no result: tell ``dsh_call_unwound``, once.
+
+    Does nothing for a call that ended already (published, or told), so every
+    way out may call it. Synchronous: an await while a cancellation unwinds
+    would only be cancelled again. A listener's error is logged and the others
+    still run: it must not replace ``cause``, which the caller re-raises. Only
+    an interpreter exit raised in a listener while something else unwinds (a
+    cancellation) is raised here, once every listener ran.
+    """
+    step = call.step
+    if step == "ended":
+        return
+    call.step = "ended"
+    listeners = call.hooks.unwound
+    if not listeners:
+        return
+    if step == "publishing":
+        published_to = call.published_to
+        listeners = tuple(listener for listener in listeners if listener.plugin_name not in published_to)
+    execution = call.execution
+    ordered = (execution, cause, call.body_invoked)
+    exit_: BaseException | None = None
+    for listener in listeners:
+        try:
+            if listener.positional:
+                listener.fn(*ordered)
+            else:
+                listener.call(ordered)
+        except BaseException as exc:
+            if isinstance(exc, _EXITS):
+                exit_ = exit_ or exc
+                continue
+            logger.warning(
+                'tool "%s" (%s): dsh_call_unwound listener %s failed: %s',
+                execution.name,
+                execution.call_id,
+                listener.plugin_name,
+                error_message(exc),
+            )
+    if exit_ is not None and not _is_exit(cause):
+        raise exit_

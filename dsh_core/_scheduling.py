@@ -28,6 +28,11 @@ are decided in model order before a call starts, and post-execute,
 finalisation and the ``dsh_result`` observers run in model order as the calls
 settle. A keyed call whose signal fires while it waits stops waiting and ends
 ``ABORTED_BEFORE_DISPATCH``.
+
+A cancellation of the caller's own scope (or an interpreter exit) ends the
+turn without results: every call it had begun (its policy started) and not
+committed is told ``dsh_call_unwound``, wherever it was (deciding, waiting for
+a key, dispatching, or waiting to be committed); a call not begun is not.
 """
 
 from __future__ import annotations
@@ -73,7 +78,14 @@ async def run_tool_calls(
             results[index] = await runtime.execute(calls[index])
             index += 1
         else:
-            index = await _run_group(runtime, calls, index, kind, results, max_parallel)
+            begun: list[_pipeline.PreparedCall] = []
+            try:
+                index = await _run_group(runtime, calls, index, kind, results, max_parallel, begun)
+            except BaseException as exc:
+                # Its tasks are over: a call not committed by now never will be.
+                for prepared in begun:
+                    _pipeline.unwound(prepared, exc)
+                raise
     return [result for result in results if result is not None]
 
 
@@ -122,8 +134,11 @@ async def _run_group(
     first: ResourceClaim | Parallel,
     results: list[ToolExecutionResult | None],
     max_parallel: int,
+    begun: list[_pipeline.PreparedCall],
 ) -> int:
     """Run the group of non-exclusive calls starting at ``start``; returns the index after it.
+
+    Every call it prepares is appended to ``begun`` (one it drops unwinding must be told so).
 
     Only a dispatch that can suspend gets a task and a slot for its whole
     duration: one that cannot (an inline body, no wrapper that suspends) would
@@ -195,6 +210,7 @@ async def _run_group(
                 except trio.WouldBlock:
                     await limiter.acquire_on_behalf_of(slot)
                 call = await _pipeline.prepare(runtime, request)
+                begun.append(call)
                 settled: trio.Event | None = None
                 changed = call.rewrites is not None or runtime._registry.version != classified_at
                 if call.step == "dispatch" and changed and classify_call(runtime, input_of(call.execution)) != kind:

@@ -21,9 +21,9 @@ stack to try (typically plugins loaded from a new configuration into a
   ran, comes back as an empty success);
 * ``Ask`` is answered ``"allowed-once"`` by a recording approval service, so
   guards and post-execute policies after the approval are evaluated too;
-* ``dsh_result`` observers are not called, in any runtime: no call happens,
-  and a host's session recorder or audit trail would log the simulated results
-  under the recorded calls' ids;
+* ``dsh_result`` observers (and ``dsh_call_unwound`` listeners) are not
+  called, in any runtime: no call happens, and a host's session recorder or
+  audit trail would log the simulated results under the recorded calls' ids;
 * a recorded agent id is the scope :func:`~dsh_core._runtime.agent_scope`
   finds for it (one the runtime's registry or plugins know, else a fresh
   ``Agent``).
@@ -294,9 +294,10 @@ class SimulationRuntime(ToolRuntime):
     call the tool's parameters refuse now is noted as such (with whether its
     contract changed since it was recorded).
 
-    It is a dry run (:attr:`dry_run` is true): ``dsh_result`` observers are
-    not called, since no call happens, and plugins that keep durable records
-    (the audit log, the effect ledger) do not open them.
+    It is a dry run (:attr:`dry_run` is true): ``dsh_result`` observers (and
+    ``dsh_call_unwound`` listeners) are not called, since no call happens, and
+    plugins that keep durable records (the audit log, the effect ledger) do not
+    open them.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -325,11 +326,14 @@ class SimulationRuntime(ToolRuntime):
         return ToolRegistration(remove, disposer.definition)
 
 
+_OBSERVERS = ("dsh_result", "dsh_call_unwound")
+
+
 class _WithoutObservers(HookChains):
-    """The runtime's hook chains with no ``dsh_result`` observers."""
+    """The runtime's hook chains with no ``dsh_result`` observers nor ``dsh_call_unwound`` listeners."""
 
     def listeners(self, hook_name: str, agent: ScopeKey | None) -> tuple[Listener, ...]:
-        return () if hook_name == "dsh_result" else super().listeners(hook_name, agent)
+        return () if hook_name in _OBSERVERS else super().listeners(hook_name, agent)
 
 
 class _Scopes:

@@ -44,11 +44,14 @@ _FATAL = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
 INTERRUPTED: Final = object()
 
 WATERFALLS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_code_dispatch_log")
-_PIPELINE_HOOKS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_result")
+_PIPELINE_HOOKS = ("dsh_pre_execute", "dsh_execute", "dsh_post_execute", "dsh_result", "dsh_call_unwound")
 SPEC_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("dsh_"))
 # The one hook the runtime calls through pluggy: pluggy's wrappers run there and nowhere else,
 # and pluggy calls it synchronously, so a coroutine it got back would never run.
 _CALLED_BY_PLUGGY = ("dsh_tools_change",)
+# Hooks whose listeners are called synchronously (by pluggy, or by the runtime as a call unwinds,
+# when an await would only be cancelled again): an async def listener's coroutine would never run.
+_SYNC_HOOKS = ("dsh_tools_change", "dsh_call_unwound")
 
 
 def is_fatal(exc: BaseException) -> bool:
@@ -167,8 +170,9 @@ def unsupported_hookimpls(pm: pluggy.PluginManager, plugin: object | None = None
 
     The runtime calls the listeners of every dsh hook but ``dsh_tools_change``
     itself, so a pluggy ``wrapper``/``hookwrapper`` on one of them would never
-    run; pluggy calls ``dsh_tools_change`` synchronously, so an ``async def``
-    (or generator) one would hand back a coroutine nobody runs. Each message
+    run; ``dsh_tools_change`` (by pluggy) and ``dsh_call_unwound`` (by the
+    runtime) are called synchronously, so an ``async def`` (or generator) one
+    would hand back a coroutine nobody runs. Each message
     names the hook and the plugin.
     """
     found: list[tuple[object, str]] = []
@@ -195,7 +199,7 @@ def _never_runs(hook_name: str, impl: pluggy.HookImpl) -> str | None:
         else:
             instead = "write a plain hookimpl"
         return f"is a pluggy wrapper ({flag}), which the runtime never runs on {hook_name}: {instead}"
-    if hook_name in _CALLED_BY_PLUGGY:
+    if hook_name in _SYNC_HOOKS:
         if inspect.iscoroutinefunction(impl.function):
             kind, product = "an async def", "coroutine"
         elif inspect.isasyncgenfunction(impl.function):
@@ -258,7 +262,7 @@ class CallHooks:
     """
 
     __slots__ = ("execute", "execute_suspends", "finish_suspends", "post", "post_suspends", "pre", "pre_suspends",
-                 "result", "waterfalls_empty")  # fmt: skip
+                 "result", "unwound", "waterfalls_empty")  # fmt: skip
 
     def __init__(
         self,
@@ -266,11 +270,13 @@ class CallHooks:
         execute: tuple[Listener, ...],
         post: tuple[Listener, ...],
         result: tuple[Listener, ...],
+        unwound: tuple[Listener, ...],
     ) -> None:
         self.pre = pre
         self.execute = execute
         self.post = post
         self.result = result
+        self.unwound = unwound
         self.waterfalls_empty = not (pre or execute or post)
         self.pre_suspends = any(listener.suspends for listener in pre)
         self.execute_suspends = any(listener.suspends for listener in execute)
@@ -295,7 +301,7 @@ class HookChains:
         self._shared: CallHooks | None = None
 
     def for_call(self, agent: ScopeKey | None) -> CallHooks:
-        """The four pipeline hooks' listeners for a call of ``agent`` (cached per plugin-set version)."""
+        """The pipeline hooks' listeners for a call of ``agent`` (cached per plugin-set version)."""
         version = getattr(self._plugins, "dsh_version", None)
         if version is not None and version == self._version:
             hooks = self._shared or self._call_hooks.get(agent)
@@ -309,6 +315,7 @@ class HookChains:
             self.listeners("dsh_execute", agent),
             self.listeners("dsh_post_execute", agent),
             self.listeners("dsh_result", agent),
+            self.listeners("dsh_call_unwound", agent),
         )
         if version is not None and version == self._version:
             scoped = any(self._cache[name].scoped for name in _PIPELINE_HOOKS if name in self._cache)

@@ -10,13 +10,17 @@ Every tool call runs through one ordered pipeline::
       -> dsh_post_execute (waterfall: Accept / Block)
       -> finalize_content -> freeze -> dsh_result (observers) -> returned
 
+A call cut short by the host (its own trio cancel scope, Ctrl-C) has no
+result: it ends in ``dsh_call_unwound`` instead of ``dsh_result``.
+
 Write a plugin as a module or an object with functions named after these
 specs, marked with :data:`dsh_core.hookimpl`, and register it with
 ``runtime.plugins.register(obj)`` or through the ``dsh`` entry-point group.
 A hookimpl may declare any subset of a spec's arguments, by name. One the
 runtime would never run is refused at registration: one whose name matches no
 spec (a typo), unless it is marked ``@hookimpl(optionalhook=True)``; a pluggy
-wrapper (see *Order*); an ``async def dsh_tools_change``. (That is the
+wrapper (see *Order*); an ``async def dsh_tools_change`` or
+``dsh_call_unwound`` (both are called synchronously). (That is the
 runtime's own ``PluginManager``; a plain pluggy one of the host's accepts them,
 and then every call fails ``POLICY_ERROR`` naming the plugin until it is gone.)
 
@@ -186,6 +190,9 @@ async def dsh_code_dispatch_log(dispatch: Any, next: Callable[[], Awaitable[list
 def dsh_result(execution: ToolExecution, result: ToolExecutionResult) -> None:
     """Observe the final, frozen result of every call (exactly once per call).
 
+    A call cut short from outside, which has no result, ends in
+    ``dsh_call_unwound`` instead: a plugin hears of each call exactly one of the two.
+
     ``result`` is the very object ``ToolRuntime.execute`` returns; neither it nor
     ``execution`` can be changed. Observers may be ``async def`` (awaited in
     order). A raising observer is logged and the others still run. An async
@@ -193,6 +200,38 @@ def dsh_result(execution: ToolExecution, result: ToolExecutionResult) -> None:
     signal, so it cannot hold the result back once the caller gave up.
     """
     raise NotImplementedError
+
+
+@hookspec
+def dsh_call_unwound(execution: ToolExecution, cause: BaseException, body_started: bool) -> None:
+    """A call is leaving the pipeline without a result for this plugin (exactly once per such call).
+
+    A cancellation from a scope *outside* the call (the host's turn deadline,
+    its Ctrl-C handling), a ``KeyboardInterrupt``, ``SystemExit`` or a closed
+    coroutine (``GeneratorExit``) goes straight through ``ToolRuntime.execute``
+    (and ``run_tool_calls``, and a ``run_code`` sub-call): the call gets no
+    result and ``dsh_result`` never runs. Whatever an observer opened for it
+    (a span, an audit record's timing) is closed here instead. So, for every
+    call that got as far as having its ``execution``, each plugin hears of its
+    end exactly once: ``dsh_result``, or this. A call cut while its result was
+    being published (an ``async`` observer awaiting) is told here only to the
+    plugins whose ``dsh_result`` had not been called yet.
+
+    ``cause`` is the exception unwinding the call (``trio.Cancelled``,
+    ``KeyboardInterrupt``...; possibly an exception group holding one, when a
+    scheduler's task group unwinds). ``body_started`` says whether the tool
+    body was invoked (its effect may have happened). A call the caller's own
+    signal cancels is not unwound: it ends ``ABORTED`` and ``dsh_result`` sees
+    it, unless the host's scope was cancelled at the same moment (trio then
+    gives the cancellation to the outermost scope, and the call is told here).
+
+    Called synchronously, as the call unwinds (an ``async def`` listener is
+    refused at registration: an await would only be cancelled again).
+    Listeners must not block. A listener that raises is logged (logger
+    ``dsh_core``) and the others still run; the unwinding exception goes on
+    unchanged, except that a ``KeyboardInterrupt`` or ``SystemExit`` raised in a
+    listener while a cancellation unwinds propagates once every listener ran.
+    """
 
 
 @hookspec

@@ -185,6 +185,10 @@ class Recorder:
         self.results.append((execution, result))
 
     @hookimpl
+    def dsh_call_unwound(self, execution: ToolExecution) -> None:
+        self.events.append(("dsh_call_unwound", execution.call_id))
+
+    @hookimpl
     def dsh_tools_change(self) -> None:
         self.changes += 1
 

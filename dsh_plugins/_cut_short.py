@@ -1,13 +1,9 @@
-"""Whether a call unwinding out of a plugin's listener will still get a result.
+"""What cut a call short: the ``cause`` of ``dsh_call_unwound``, named for a record.
 
 An observer that opens something for a call (an audit line's timing, a span)
-closes it when the call's result is published (``dsh_result``). A call the
-caller's own signal cancels has one: the pipeline's cancel scope, linked to
-that signal, takes the ``trio.Cancelled`` and the call ends ``ABORTED``. A
-cancellation from a scope outside the call (the host's turn deadline, its
-Ctrl-C handling) or an interpreter exit goes straight through
-``ToolRuntime.execute``, and no result is ever published: what the observer
-opened must be closed as the call unwinds through it, or never.
+closes it when the call's result is published (``dsh_result``), or, for a call
+cut short from outside (the host's turn deadline, its Ctrl-C handling, an
+interpreter exit), when the runtime tells it the call unwound without one.
 """
 
 from __future__ import annotations
@@ -16,28 +12,20 @@ from typing import Final
 
 import trio
 
-from dsh_core import CancelSignal
+__all__ = ["cut_short_message", "what_cut"]
 
-__all__ = ["cut_short"]
-
-# What no cancel scope stops (trio.Cancelled is judged apart).
+# What no cancel scope stops: named first when a group holds one beside a cancellation.
 _EXITS: Final = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
 
-def cut_short(exc: BaseException, signal: CancelSignal) -> str | None:
-    """What is ending the call without a result (``"trio.Cancelled"``, ``"KeyboardInterrupt"``...), or ``None``.
+def what_cut(cause: BaseException) -> str:
+    """``"trio.Cancelled"``, ``"KeyboardInterrupt"``, ``"SystemExit"``, ``"GeneratorExit"``, else the type's name.
 
-    ``exc`` is what an inner listener, wrapper or body raised out of
-    ``next()``; ``signal`` is the caller's (``ToolExecution.signal``, not a
-    wrapper's replacement). ``None`` means the call still gets its result:
-    ``exc`` holds no cancellation or exit (an inner listener's error, which
-    fails the call), or only ``trio.Cancelled`` while the caller's signal has
-    fired, which the call's own scope takes. Were the host's scope cancelled at
-    that moment too, that call would have no result after all: trio gives the
-    ``Cancelled`` to the outermost cancelled scope, which nothing in the call
-    can see.
+    ``cause`` may be a task group's exception group (a scheduler's, unwinding):
+    an interpreter exit inside it wins over a cancellation, which wins over
+    anything else.
     """
-    pending = [exc]
+    pending = [cause]
     cancelled = False
     while pending:
         current = pending.pop()
@@ -47,6 +35,9 @@ def cut_short(exc: BaseException, signal: CancelSignal) -> str | None:
             return type(current).__name__
         elif isinstance(current, trio.Cancelled):
             cancelled = True
-    if cancelled and not signal.cancelled:
-        return "trio.Cancelled"
-    return None
+    return "trio.Cancelled" if cancelled else type(cause).__name__
+
+
+def cut_short_message(cause: BaseException) -> str:
+    """The status or error message of a call ``cause`` cut short."""
+    return f"cut short by {what_cut(cause)} from outside the call; it has no result"

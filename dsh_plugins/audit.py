@@ -5,9 +5,9 @@ Configure it in ``[plugins.audit]``::
     [plugins.audit]
     path = "dsh-audit.jsonl"   # relative to the configuration file's directory
 
-Every call that reaches ``ToolRuntime.execute`` and gets a result produces
-exactly one line (denied, invalid, unknown and aborted calls included), written
-when its final result is observed (``dsh_result``)::
+Every call that reaches ``ToolRuntime.execute`` produces exactly one line
+(denied, invalid, unknown and aborted calls included, and calls cut short: see
+below), written when its final result is observed (``dsh_result``)::
 
     {"ts": "2026-05-01T12:00:00.123+00:00", "call_id": "c1", "root_call_id": "c1",
      "tool": "read_file", "agent": "main", "arguments": {"path": "README.md"},
@@ -28,21 +28,18 @@ the ones that ran and a ``"rewrites"`` list records each change as
 
 A call the host's own trio cancel scope cuts short (a turn deadline, Ctrl-C
 handling) has no result: ``trio.Cancelled`` leaves ``execute`` and
-``dsh_result`` never runs. When the cut comes during its dispatch (the
-``dsh_execute`` wrappers and the body: where a call does its work), it still
-gets exactly one line, written as the dispatch unwinds: ``outcome`` is
-``"cancelled"``, ``error_code`` and ``plugin`` are ``null``, ``error_message``
-names what cut it, ``duration_ms`` is the dispatch time until then, and an
+``dsh_result`` never runs. It still gets exactly one line, written as it
+unwinds (``dsh_call_unwound``), wherever it was cut: in a policy, awaiting
+approval, in its dispatch, in a post-execute listener, or in
+``run_tool_calls`` waiting for a resource key or to be committed in model
+order behind a slower call. ``outcome`` is ``"cancelled"``, ``error_code`` and
+``plugin`` are ``null``, ``error_message`` names what cut it, ``duration_ms``
+is the dispatch time until then (``null`` when it was never dispatched), and an
 extra ``"body_started"`` says whether the body was invoked (its effect may have
-happened). The same holds for a ``KeyboardInterrupt`` or ``SystemExit`` raised
-through a dispatch. No line is written for a call cut elsewhere, which the log
-never sees end: before its dispatch (in a policy, awaiting approval, or in
-``run_tool_calls`` before it began or while it waited for its turn or for a
-resource key; it did nothing), or after its dispatch returned (in a
-post-execute listener, or waiting in ``run_tool_calls`` to be committed in
-model order behind a slower call: its body ran). Nor for one whose own signal
-had fired as the host cut it: that reads as the signal's cancellation, which
-ends with a result, until the host's scope takes it.
+happened). The same holds for a ``KeyboardInterrupt`` or ``SystemExit``, and
+for a call whose own signal fired as the host cut it. A call
+``run_tool_calls`` had not begun (its policy had not started) gets no line: it
+never reached the pipeline.
 
 The log never blocks or breaks the pipeline. Each line is one ``os.write`` on a
 descriptor opened with ``O_APPEND`` (lines of concurrent writers do not
@@ -86,7 +83,7 @@ from dsh_core import (
     structure_table,
 )
 
-from ._cut_short import cut_short
+from ._cut_short import cut_short_message
 from ._file_settings import kept_path
 
 __all__ = ["MAX_DEPTH", "PLUGIN_NAME", "AuditLog", "AuditSettings", "audit_record"]
@@ -140,14 +137,19 @@ def audit_record(
 
 
 def _cut_short_record(
-    execution: ToolExecution, *, cause: str, body_started: bool, duration_ms: float, now: datetime.datetime
+    execution: ToolExecution,
+    *,
+    cause: BaseException,
+    body_started: bool,
+    duration_ms: float | None,
+    now: datetime.datetime,
 ) -> dict[str, Any]:
-    """The audit entry of a call cut short during its dispatch, which has no result.
+    """The audit entry of a call cut short, which has no result.
 
     (The notes of a ``Rewrite`` ride the result, so this entry has none: its
-    ``arguments`` are the ones the dispatch ran with.)
+    ``arguments`` are the ones the call had when it was cut.)
     """
-    message = f"cut short by {cause} from outside the call; it has no result"
+    message = cut_short_message(cause)
     return _record(execution, now, "cancelled", None, message, None, duration_ms, {"body_started": body_started})
 
 
@@ -232,8 +234,6 @@ class AuditLog:
         self._closed = False
         self._closer: weakref.finalize[Any, Any] | None = None
         self._durations: weakref.WeakKeyDictionary[ToolExecutionToken, float] = weakref.WeakKeyDictionary()
-        # Calls whose line was written as their dispatch unwound without a result.
-        self._cut_short: weakref.WeakSet[ToolExecutionToken] = weakref.WeakSet()
         self._warned: set[str] = set()
         self._broken_line = False
 
@@ -275,47 +275,35 @@ class AuditLog:
     ) -> ToolExecutionResult:
         start = trio.current_time()
         try:
-            result = await next()
-        except BaseException as exc:
-            self._unwound(execution, exc, (trio.current_time() - start) * 1000)
-            raise
-        self._durations[execution.token] = (trio.current_time() - start) * 1000
-        return result
-
-    def _unwound(self, execution: ToolDispatchExecution, exc: BaseException, duration: float) -> None:
-        """A dispatch raised ``exc``: keep its duration for the result, or write its line now; never raises.
-
-        With no result to come, the line is written now and synchronously:
-        nothing else will see the call end, and an await while a cancellation
-        unwinds would only be cancelled again.
-        """
-        try:
-            cause = cut_short(exc, execution.execution.signal)
-            if cause is None:
-                self._durations[execution.token] = duration  # its result comes to dsh_result
-                return
-            self._cut_short.add(execution.token)
-            record = _cut_short_record(
-                execution.execution,
-                cause=cause,
-                body_started=execution.body_started,
-                duration_ms=duration,
-                now=datetime.datetime.now(datetime.UTC),
-            )
-            self.write(_encode(record))
-        except Exception as error:  # raising here would replace the cancellation that is unwinding
-            logger.warning("audit log %s: cannot record call %s cut short: %s", self.path, execution.call_id, error)
+            return await next()
+        finally:
+            # Also when the dispatch is cut short: the line written as the call unwinds keeps it.
+            self._durations[execution.token] = (trio.current_time() - start) * 1000
 
     @hookimpl
     def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         duration = self._durations.pop(execution.token, None)
-        if self._cut_short and execution.token in self._cut_short:
-            # Its line is written: an outer wrapper with a cancel scope of its own
-            # made a result of the cancellation after all. One line per call.
-            self._cut_short.discard(execution.token)
-            return
         record = audit_record(execution, result, duration_ms=duration, now=datetime.datetime.now(datetime.UTC))
         self.write(_encode(record))
+
+    @hookimpl
+    def dsh_call_unwound(self, execution: ToolExecution, cause: BaseException, body_started: bool) -> None:
+        """A call cut short with no result: its line is written now, or never; never raises.
+
+        Synchronous, and so is the write: an await while a cancellation unwinds
+        would only be cancelled again.
+        """
+        try:
+            record = _cut_short_record(
+                execution,
+                cause=cause,
+                body_started=body_started,
+                duration_ms=self._durations.pop(execution.token, None),
+                now=datetime.datetime.now(datetime.UTC),
+            )
+            self.write(_encode(record))
+        except Exception as error:  # contained by the runtime too, but with less to say
+            logger.warning("audit log %s: cannot record call %s cut short: %s", self.path, execution.call_id, error)
 
     def write(self, line: bytes) -> None:
         """Append one encoded line; failures are logged (once per kind) and swallowed."""

@@ -20,17 +20,13 @@ span, started and ended when its result is published.
 
 A call the host's own trio cancel scope cuts short (a turn deadline, Ctrl-C
 handling) has no result: ``trio.Cancelled`` leaves ``execute`` and
-``dsh_result`` never runs. When the cut comes while a pre-execute listener or
-the dispatch (the ``dsh_execute`` wrappers and the body) runs, its span is
-ended as the call unwinds, with an ``ERROR`` status saying what cut it,
-``error.type = "cancelled"`` and ``dsh.body_started`` (whether the body was
-invoked); the same for a ``KeyboardInterrupt`` or ``SystemExit``. A call cut
-anywhere else (awaiting approval, waiting for its turn in ``run_tool_calls``,
-in post-execute or waiting there to be committed), or whose own signal had
-fired as the host cut it (that reads as the signal's cancellation, which ends
-with a result), is never seen to end: its span is not ended, so not exported.
-Either way nothing is held for it: the plugin keeps a call's span only while
-the call itself exists.
+``dsh_result`` never runs. Its span is ended as the call unwinds
+(``dsh_call_unwound``), wherever it was cut (a policy, awaiting approval, the
+dispatch, post-execute, waiting in ``run_tool_calls`` to be committed), with an
+``ERROR`` status saying what cut it, ``error.type = "cancelled"`` and
+``dsh.body_started`` (whether the body was invoked); the same for a
+``KeyboardInterrupt`` or ``SystemExit``, and for a call whose own signal fired
+as the host cut it. Nothing is held for a call once it ended either way.
 
 Names and attributes follow OpenTelemetry's GenAI conventions: the span is
 ``execute_tool <name>`` with ``gen_ai.operation.name = "execute_tool"``,
@@ -70,7 +66,7 @@ from dsh_core import (
     trace_of,
 )
 
-from ._cut_short import cut_short
+from ._cut_short import cut_short_message
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
@@ -121,10 +117,9 @@ class OtelTracing:
         self._trace = trace
         self._tracer = tracer
         self.record_content = record_content
-        # Weak keys: a call cut short where no hook of this plugin sees it end takes its span with it.
+        # Each call ends in dsh_result or dsh_call_unwound, which drop its span; weak keys, so that
+        # a call that never ends (a task left suspended until the process exits) does not keep it either.
         self._spans: weakref.WeakKeyDictionary[ToolExecutionToken, Span] = weakref.WeakKeyDictionary()
-        # Calls whose span was ended as they unwound without a result.
-        self._cut_short: weakref.WeakSet[ToolExecutionToken] = weakref.WeakSet()
 
     def diagnostics(self) -> list[str]:
         """What ``dsh-tools check`` should say: spans that would go nowhere."""
@@ -167,11 +162,7 @@ class OtelTracing:
                 self._start(execution)
             except Exception as exc:
                 logger.warning("otel: cannot start the span of call %s: %s", execution.call_id, exc)
-        try:
-            return await next()
-        except BaseException as exc:
-            self._end_cut_short(execution, exc, body_started=False)
-            raise
+        return await next()
 
     @hookimpl(tryfirst=True)
     async def dsh_execute(
@@ -186,45 +177,11 @@ class OtelTracing:
         attached = context.attach(self._trace.set_span_in_context(span))
         try:
             return await next()
-        except BaseException as exc:
-            self._end_cut_short(execution.execution, exc, body_started=execution.body_started)
-            raise
         finally:
             context.detach(attached)
 
-    def _end_cut_short(self, execution: ToolExecution, exc: BaseException, *, body_started: bool) -> None:
-        """End the span of a call unwinding through this plugin with no result to come; never raises.
-
-        Ended now: nothing else will see the call end. (Raising here would
-        replace the cancellation that is unwinding.)
-        """
-        try:
-            cause = cut_short(exc, execution.signal)
-            if cause is None:
-                return  # the call still gets its result, and dsh_result ends the span
-            span = self._spans.pop(execution.token, None)
-            if span is None:
-                return
-            self._cut_short.add(execution.token)
-            from opentelemetry.trace import Status, StatusCode
-
-            try:
-                span.set_attribute("error.type", "cancelled")
-                span.set_attribute("dsh.body_started", body_started)
-                message = f"cut short by {cause} from outside the call; it has no result"
-                span.set_status(Status(StatusCode.ERROR, message))
-            finally:
-                span.end()
-        except Exception as error:
-            logger.warning("otel: cannot end the span of call %s cut short: %s", execution.call_id, error)
-
     @hookimpl
     def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
-        if self._cut_short and execution.token in self._cut_short:
-            # Its span was ended as it unwound: an outer wrapper with a cancel scope of
-            # its own made a result of the cancellation after all. One span per call.
-            self._cut_short.discard(execution.token)
-            return
         span = self._spans.pop(execution.token, None)
         try:
             if span is None:
@@ -233,6 +190,25 @@ class OtelTracing:
             self._finish(span, result)
         except Exception as exc:
             logger.warning("otel: cannot record the span of call %s: %s", execution.call_id, exc)
+
+    @hookimpl
+    def dsh_call_unwound(self, execution: ToolExecution, cause: BaseException, body_started: bool) -> None:
+        """End the span of a call cut short with no result: now, or never; never raises."""
+        span = self._spans.pop(execution.token, None)
+        try:
+            if span is None:
+                span = self._start(execution)  # cut before any policy saw it
+                self._spans.pop(execution.token, None)
+            from opentelemetry.trace import Status, StatusCode
+
+            try:
+                span.set_attribute("error.type", "cancelled")
+                span.set_attribute("dsh.body_started", body_started)
+                span.set_status(Status(StatusCode.ERROR, cut_short_message(cause)))
+            finally:
+                span.end()
+        except Exception as error:  # contained by the runtime too, but with less to say
+            logger.warning("otel: cannot end the span of call %s cut short: %s", execution.call_id, error)
 
     def _finish(self, span: Span, result: ToolExecutionResult) -> None:
         from opentelemetry.trace import Status, StatusCode

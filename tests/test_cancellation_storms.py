@@ -14,6 +14,9 @@ The oracle works from what was observed, never from dsh_core's code:
 
 - every call yields exactly one result and exactly one ``dsh_result``
   notification, in model order, and the notified result is the returned one;
+  when the caller's own scope cuts the turn, every call whose policy began
+  hears exactly one of ``dsh_result`` and ``dsh_call_unwound``, and none hears
+  ``dsh_call_unwound`` in a turn that returned;
 - every body that started had exited before its result was notified;
 - no task spawned during the turn is still alive (``TaskAudit``);
 - a success only when no cancellation reached the call; a denial or a
@@ -82,6 +85,7 @@ class Observed:
     attempts: int = 0
     deadline_fired: bool = False
     notified: list[tuple[float, bool, ToolExecutionResult]] = attrs.field(factory=list)
+    unwound: int = 0  # dsh_call_unwound notices
 
 
 class Storm:
@@ -179,6 +183,12 @@ class Storm:
         seen = self.observed.get(execution.call_id)
         if seen is not None:
             seen.notified.append((trio.current_time(), execution.signal.cancelled, result))
+
+    @hookimpl
+    def dsh_call_unwound(self, execution: ToolExecution) -> None:
+        seen = self.observed.get(execution.call_id)
+        if seen is not None:
+            seen.unwound += 1
 
 
 @attrs.define
@@ -310,10 +320,14 @@ def check_turn(
 
     if results is None:
         # The caller's own scope was cancelled: trio.Cancelled propagated. Nothing may be
-        # notified twice, and everything that started was drained (checked above).
+        # notified twice, and everything that started was drained (checked above). A call
+        # that got as far as its policy ends either way (a result, or told it unwound), once.
         for call_id, obs in zip(ids, seen, strict=True):
-            if len(obs.notified) > 1:
-                problem(call_id, f"notified {len(obs.notified)} times")
+            ends = len(obs.notified) + obs.unwound
+            if ends > 1:
+                problem(call_id, f"ended {ends} times ({len(obs.notified)} results, {obs.unwound} unwound)")
+            elif ends == 0 and (obs.pre_entered or obs.body_entered is not None):
+                problem(call_id, "began but neither got a result nor was told it unwound")
         assert not problems, "\n".join(problems[:20])
         return
 
@@ -321,6 +335,7 @@ def check_turn(
     lost = len(ids) - len(results) + sum(1 for obs in seen if len(obs.notified) != 1)
     FIGURES.results_lost += max(lost, 0)
     assert len(results) == len(ids), f"{len(ids) - len(results)} results lost"
+    assert not [call_id for call_id, obs in zip(ids, seen, strict=True) if obs.unwound], "told unwound with a result"
     notified_order = [call_id for call_id in storm.order if call_id in set(ids)]
     assert notified_order == ids, "dsh_result notifications are not exactly one per call, in model order"
 

@@ -18,6 +18,7 @@ import trio.testing
 
 from dsh_core import (
     Agent,
+    Ask,
     CancelSignal,
     ConfigError,
     Deny,
@@ -474,7 +475,118 @@ async def test_a_cancellation_an_outer_wrapper_turns_into_a_result_still_gives_o
     result = await runtime.execute(make_input("send", call_id="c1"))
     assert result.is_error
     (record,) = lines(path)
+    # The call has a result after all: the line records it, as for any other call.
+    assert (record["call_id"], record["outcome"], record["error_code"]) == ("c1", "error", "TOOL_TIMEOUT")
+    assert record["duration_ms"] == pytest.approx(1000) and list(record) == FIELDS
+
+
+class AskFirst:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+        return Ask("send it?")
+
+
+class NoAnswer:
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+class SlowPost:
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+        await trio.sleep(5)  # reports the result to a slow service
+        return await next()
+
+
+async def test_a_call_cut_while_its_approval_waits_gets_a_cancelled_line_without_dispatch_time(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    effects: list[str] = []
+    runtime, path = audited(tmp_path, sleeping("send", 0, effects))
+    runtime.plugins.register(AskFirst(), name="ask")
+    runtime.approval = NoAnswer()
+    with trio.move_on_after(1) as turn:
+        await runtime.execute(make_input("send", {"to": "ceo"}, call_id="c1", agent=Agent("main")))
+    assert turn.cancelled_caught and effects == []
+    (record,) = lines(path)
+    assert (record["call_id"], record["outcome"], record["error_message"]) == ("c1", "cancelled", CUT_SHORT_MESSAGE)
+    assert (record["duration_ms"], record["body_started"]) == (None, False)
+    assert record["arguments"] == {"to": "ceo"}
+
+
+async def test_a_call_cut_in_a_post_execute_listener_gets_a_cancelled_line_with_its_dispatch_time(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    runtime, path = audited(tmp_path, sleeping("send", 2))
+    runtime.plugins.register(SlowPost(), name="slow-post")
+    with trio.move_on_after(3) as turn:  # the body took 2 s; post-execute is still reporting
+        await runtime.execute(make_input("send", call_id="c1"))
+    assert turn.cancelled_caught
+    (record,) = lines(path)
+    assert (record["outcome"], record["body_started"]) == ("cancelled", True)
+    assert record["duration_ms"] == pytest.approx(2000)
+
+
+async def test_a_call_cut_while_it_waits_to_be_committed_in_a_turn_gets_a_cancelled_line(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    runtime, path = audited(tmp_path, sleeping("slow", 10), sleeping("quick", 0.5))
+    with trio.move_on_after(1):
+        await run_tool_calls(runtime, [make_input("slow", call_id="slow"), make_input("quick", call_id="quick")])
+    cut = {record["call_id"]: (record["outcome"], record["body_started"], record["duration_ms"]) for record in lines(path)}
+    # "quick" ran to its end and waited to be committed in model order behind "slow".
+    assert cut == {"slow": ("cancelled", True, pytest.approx(1000)), "quick": ("cancelled", True, pytest.approx(500))}
+
+
+async def test_the_host_cutting_a_call_whose_own_signal_fired_still_gets_one_line(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    runtime, path = audited(tmp_path, sleeping("send", 10))
+    signal = CancelSignal()
+    with trio.CancelScope() as turn:
+
+        async def cut_both() -> None:
+            await trio.sleep(1)
+            signal.cancel()  # the user pressed stop...
+            turn.cancel()  # ...as the host gave up on the turn: trio hands the Cancelled to the host's scope
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cut_both)
+            await runtime.execute(make_input("send", call_id="c1", signal=signal))
+    (record,) = lines(path)
+    assert (record["outcome"], record["body_started"]) == ("cancelled", True)
+
+
+async def test_a_call_cut_while_a_slower_observer_runs_first_gets_a_cancelled_line(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    class Shipper:  # registered after the audit log, so its observer runs first
+        @hookimpl
+        async def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+            await trio.sleep(5)
+
+    runtime, path = audited(tmp_path, sleeping("send", 0))
+    runtime.plugins.register(Shipper(), name="shipper")
+    with trio.move_on_after(1):
+        await runtime.execute(make_input("send", call_id="c1"))
+    (record,) = lines(path)
     assert (record["call_id"], record["outcome"], record["body_started"]) == ("c1", "cancelled", True)
+
+
+async def test_a_keyboard_interrupt_after_the_dispatch_gets_a_line_and_still_propagates(tmp_path: Path) -> None:
+    class Interrupted:
+        @hookimpl
+        async def dsh_post_execute(self, execution: Any, result: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+            raise KeyboardInterrupt  # Ctrl-C lands in a post-execute listener
+
+    runtime, path = audited(tmp_path)
+    runtime.plugins.register(Interrupted(), name="interrupted")
+    with pytest.raises(KeyboardInterrupt):
+        await runtime.execute(make_input("echo", call_id="c1"))
+    (record,) = lines(path)
+    assert (record["outcome"], record["body_started"]) == ("cancelled", True)
+    assert record["error_message"] == "cut short by KeyboardInterrupt from outside the call; it has no result"
 
 
 async def test_a_line_that_cannot_be_built_does_not_stop_the_cancellation(

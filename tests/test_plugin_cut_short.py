@@ -1,11 +1,10 @@
-"""dsh_plugins._cut_short: which exceptions leaving a listener mean the call will have no result."""
+"""dsh_plugins._cut_short: how a record names what cut a call short (the cause dsh_call_unwound gives)."""
 
 from __future__ import annotations
 
 import trio
 
-from dsh_core import CancelSignal
-from dsh_plugins._cut_short import cut_short
+from dsh_plugins._cut_short import cut_short_message, what_cut
 
 
 async def a_cancellation() -> trio.Cancelled:
@@ -18,24 +17,23 @@ async def a_cancellation() -> trio.Cancelled:
     raise AssertionError("the checkpoint was not cancelled")
 
 
-async def test_a_cancellation_from_outside_the_call_leaves_it_without_a_result() -> None:
+async def test_a_cancellation_is_named_also_inside_a_task_groups_exception() -> None:
     cancelled = await a_cancellation()
-    assert cut_short(cancelled, CancelSignal()) == "trio.Cancelled"
-    assert cut_short(BaseExceptionGroup("cleanup failed", [ValueError("x"), cancelled]), CancelSignal()) == (
-        "trio.Cancelled"
+    assert what_cut(cancelled) == "trio.Cancelled"
+    assert what_cut(BaseExceptionGroup("turn", [cancelled, await a_cancellation()])) == "trio.Cancelled"
+    assert what_cut(BaseExceptionGroup("cleanup failed", [ValueError("x"), cancelled])) == "trio.Cancelled"
+
+
+async def test_an_interpreter_exit_wins_over_a_cancellation_beside_it() -> None:
+    assert what_cut(KeyboardInterrupt()) == "KeyboardInterrupt"
+    assert what_cut(GeneratorExit()) == "GeneratorExit"
+    assert what_cut(BaseExceptionGroup("both", [await a_cancellation(), SystemExit(1)])) == "SystemExit"
+
+
+def test_anything_else_is_named_by_its_type() -> None:
+    # (The runtime tells no plain failure, which becomes the call's result; an internal error could.)
+    assert what_cut(RuntimeError("bug")) == "RuntimeError"
+    assert what_cut(ExceptionGroup("errors", [ValueError("x")])) == "ExceptionGroup"
+    assert cut_short_message(KeyboardInterrupt()) == (
+        "cut short by KeyboardInterrupt from outside the call; it has no result"
     )
-
-
-async def test_the_callers_own_cancellation_and_plain_errors_still_get_a_result() -> None:
-    fired = CancelSignal()
-    fired.cancel()
-    assert cut_short(await a_cancellation(), fired) is None  # the call's own scope takes it: ABORTED
-    assert cut_short(ValueError("inner listener broke"), CancelSignal()) is None  # POLICY_ERROR
-    assert cut_short(ExceptionGroup("errors", [ValueError("x")]), CancelSignal()) is None
-
-
-async def test_an_interpreter_exit_leaves_the_call_without_a_result_whatever_the_signal() -> None:
-    fired = CancelSignal()
-    fired.cancel()
-    assert cut_short(KeyboardInterrupt(), CancelSignal()) == "KeyboardInterrupt"
-    assert cut_short(BaseExceptionGroup("both", [await a_cancellation(), SystemExit(1)]), fired) == "SystemExit"

@@ -304,6 +304,7 @@ class _Bridge:
     async def _work(self, ticket: _Ticket, logged_arguments: JsonValue, *, may_start: bool = False) -> None:
         lane = self.lane
         runtime = self.runtime
+        call: _pipeline.PreparedCall | None = None
         try:
             if not may_start:  # the caller just found that it may: do not classify the call again
                 await lane.wait_for_turn(lane.pending, ticket)
@@ -384,6 +385,11 @@ class _Bridge:
                     lane.log_backlog -= 1
                     lane.notify()
                 self.nursery.start_soon(self.log, ticket, logged_arguments, result, started_at)
+        except BaseException as exc:
+            if call is not None:
+                # Cut between its stages (an interpreter exit: the worker is shielded), it has no result.
+                _pipeline.unwound(call, exc)
+            raise
         finally:
             if ticket.done is not None:
                 ticket.done.set()
