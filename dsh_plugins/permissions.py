@@ -31,7 +31,10 @@ of the calling :class:`dsh_core.Agent` (a call without an ``Agent`` never
 matches a rule that names one), every ``args`` entry matches, and the called
 tool declares every effect the optional ``effects`` list names
 (``read_only``, ``destructive``, ``idempotent``, ``open_world``; see
-:class:`dsh_core.ToolEffects`). A tool that declares nothing matches no such
+:class:`dsh_core.ToolEffects`): all of them, not any, so a rule for tools that
+are destructive *or* open-world is two rules, one per effect (``dsh-tools
+check`` names a rule on several effects that no registered tool declares
+together). A tool that declares nothing matches no such
 rule, except ``effects = ["undeclared"]``, which matches exactly those tools
 (an MCP tool without annotations, say), so they cannot slip past rules written
 for declared effects. Globs use
@@ -342,15 +345,44 @@ class Permissions:
         return default, None
 
     def diagnostics(self) -> list[str]:
-        """Warnings for ``dsh-tools check``: effects rules that tools declaring nothing slip past.
+        """Warnings for ``dsh-tools check``: effects rules that match less than they seem to.
 
-        A rule on declared effects never matches a tool that declares none; unless
-        an ``effects = ["undeclared"]`` rule covers such tools, each rule is named
-        with the tools it cannot see.
+        A rule on several effects needs a tool to declare all of them; one that no
+        registered tool it names satisfies is named, since it was most likely meant
+        as "any of these". A rule on declared effects never matches a tool that
+        declares none; unless an ``effects = ["undeclared"]`` rule covers such
+        tools, each rule is named with the tools it cannot see.
         """
         if self.runtime is None:
             return []
         rules = [compiled for compiled in self._rules if compiled.rule.effects]
+        return self._unsatisfied_conjunctions(rules) + self._blind_spots(rules)
+
+    def _unsatisfied_conjunctions(self, rules: list[_CompiledRule]) -> list[str]:
+        assert self.runtime is not None
+        declared = [
+            (definition.name, definition.effects)
+            for _, definition in self.runtime.registrations()
+            if definition.effects is not None
+        ]
+        out = []
+        for compiled in rules:
+            effects = compiled.rule.effects or ()
+            if len(effects) < 2:
+                continue
+            if not any(
+                fnmatch.fnmatchcase(name, compiled.rule.tool) and all(getattr(tool_effects, e) for e in effects)
+                for name, tool_effects in declared
+            ):
+                out.append(
+                    f"{compiled.label()} matches only tools that declare all of {', '.join(effects)}, and no "
+                    "registered tool it names does; to match a tool that declares any one of them, write one "
+                    "rule per effect"
+                )
+        return out
+
+    def _blind_spots(self, rules: list[_CompiledRule]) -> list[str]:
+        assert self.runtime is not None
         if not rules or any(compiled.rule.effects == ("undeclared",) for compiled in rules):
             return []
         undeclared = sorted(

@@ -419,3 +419,31 @@ def test_diagnostics_name_the_tools_an_effects_rule_cannot_see() -> None:
     assert covered.plugins.get_plugin("permissions-policy").diagnostics() == []
     plain = effects_runtime({"rules": [{"tool": "rm", "action": "deny"}]})
     assert plain.plugins.get_plugin("permissions-policy").diagnostics() == []
+
+
+def test_diagnostics_name_a_rule_on_several_effects_that_no_tool_declares_together() -> None:
+    # effects = [a, b] needs both (AND): a rule written to mean "either" silently matches nothing.
+    runtime = make_runtime(
+        json_tool("rm", effects=ToolEffects(destructive=True)),
+        json_tool("fetch", effects=ToolEffects(read_only=True, open_world=True)),
+    )
+    permissions.dsh_setup(
+        runtime,
+        {
+            "rules": [
+                {"tool": "*", "effects": ["destructive", "open_world"], "action": "ask"},
+                {"tool": "*", "effects": ["read_only", "open_world"], "action": "allow"},
+            ]
+        },
+    )
+    assert runtime.plugins.get_plugin("permissions-policy").diagnostics() == [
+        'permissions rule #1 (tool "*") matches only tools that declare all of destructive, open_world, and no '
+        "registered tool it names does; to match a tool that declares any one of them, write one rule per effect"
+    ]
+    # A tool declaring both makes the rule live: nothing to say.
+    assert effects_runtime(
+        {"rules": [{"tool": "*", "effects": ["destructive", "open_world"], "action": "ask"}, *UNDECLARED_RULE]}
+    ).plugins.get_plugin("permissions-policy").diagnostics() == []
+
+
+UNDECLARED_RULE = [{"tool": "*", "effects": ["undeclared"], "action": "ask"}]
