@@ -55,6 +55,8 @@ waterfall listener wraps the rest of its chain by awaiting ``next`` instead.
 
 **Scoping**: a plugin object with a ``dsh_scope`` attribute (an ``Agent`` or
 other scope key) only sees calls whose agent is that scope or a descendant.
+Agents compare by identity: set ``dsh_scope`` to the very ``Agent`` object the
+host's calls carry, since another ``Agent`` with the same ``id`` is another scope.
 
 **Capabilities**: a plugin module may declare ``DSH_CAPABILITIES = {"tools":
 [...], "affects": [...]}`` (globs). With ``strict_capabilities = true`` the host
