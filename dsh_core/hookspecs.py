@@ -3,7 +3,8 @@
 Every tool call runs through one ordered pipeline::
 
     snapshot + freeze arguments -> visibility -> validate arguments
-      -> dsh_pre_execute (waterfall: Allow / Deny / Ask) -> approval (for Ask)
+      -> dsh_pre_execute (waterfall: Allow / Deny / Ask / Rewrite) -> approval (for Ask)
+         (Rewrite: the new arguments are validated, then this stage runs again on them)
       -> guards (monotonic: may only deny)
       -> dsh_execute (around-dispatch waterfall) -> tool body
       -> output snapshot, validation, render, presentation meta

@@ -79,3 +79,17 @@ async def test_the_sample_rules_ask_for_a_tool_that_is_destructive_or_open_world
         assert asked.code == "DENIED", name  # asked, and no approval service to say yes
         assert asked.error.message == f'approval required by permissions rule #{rule} (tool "*")'
     assert not (await runtime.execute(make_input("add", agent=Agent("a")))).is_error
+
+
+def test_the_hookspecs_pipeline_summary_lists_every_decision() -> None:
+    from typing import get_args
+
+    from dsh_core import hookspecs
+    from dsh_core._decisions import PostToolDecision, PreToolDecision
+
+    assert hookspecs.__doc__ is not None
+    summary = hookspecs.__doc__.split("::", 1)[1].split("\n\n", 2)[1]
+    (pre,) = [line for line in summary.splitlines() if "dsh_pre_execute" in line]
+    (post,) = [line for line in summary.splitlines() if "dsh_post_execute" in line]
+    assert [c.__name__ for c in get_args(PreToolDecision) if c.__name__ not in pre] == []
+    assert [c.__name__ for c in get_args(PostToolDecision) if c.__name__ not in post] == []
