@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -93,3 +94,12 @@ def test_the_hookspecs_pipeline_summary_lists_every_decision() -> None:
     (post,) = [line for line in summary.splitlines() if "dsh_post_execute" in line]
     assert [c.__name__ for c in get_args(PreToolDecision) if c.__name__ not in pre] == []
     assert [c.__name__ for c in get_args(PostToolDecision) if c.__name__ not in post] == []
+
+
+def test_the_examples_readme_names_the_paths_calls_jsonl_reads() -> None:
+    calls = [json.loads(line) for line in (REPO / "examples" / "calls.jsonl").read_text().splitlines()]
+    paths = {json.loads(call["arguments"]).get("path") for call in calls}
+    text = (REPO / "examples" / "README.md").read_text(encoding="utf-8")
+    paragraph = text.split("`calls.jsonl` holds", 1)[1].split("\n\n", 1)[0]
+    named = [span for span in re.findall(r"`([^`]+)`", paragraph) if "/" in span]
+    assert named and [span for span in named if span not in paths] == []
