@@ -103,3 +103,9 @@ def test_the_examples_readme_names_the_paths_calls_jsonl_reads() -> None:
     paragraph = text.split("`calls.jsonl` holds", 1)[1].split("\n\n", 1)[0]
     named = [span for span in re.findall(r"`([^`]+)`", paragraph) if "/" in span]
     assert named and [span for span in named if span not in paths] == []
+
+
+def test_the_quick_start_installs_the_nox_ci_uses() -> None:
+    (ci_pin,) = re.findall(r"'(nox==[^']+)'", (REPO / ".ci" / "run").read_text())
+    quick_start = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert f"pip install '{ci_pin}'" in quick_start
