@@ -422,7 +422,7 @@ def test_diagnostics_name_the_tools_an_effects_rule_cannot_see() -> None:
 
 
 def test_diagnostics_name_a_rule_on_several_effects_that_no_tool_declares_together() -> None:
-    # effects = [a, b] needs both (AND): a rule written to mean "either" silently matches nothing.
+    # effects = [a, b] needs both (AND): a rule written to mean "either" misses the tools declaring one.
     runtime = make_runtime(
         json_tool("rm", effects=ToolEffects(destructive=True)),
         json_tool("fetch", effects=ToolEffects(read_only=True, open_world=True)),
