@@ -26,6 +26,13 @@ onto MCP as:
   ``McpResultTooDeep``. (A success must carry structured content matching
   the listed output schema; only an error result may go without it.)
 
+**Schemas too deep to read.** A tool whose parameter or output schema nests
+more than 196 levels deep would make the whole ``tools/list`` answer
+unreadable to SDK clients (every tool of the server lost with it): it is left
+out of the list, with a warning logged once, and a call to it is answered with
+an error saying why (``_meta["dsh/error"]`` code ``UNSUPPORTED_SCHEMA``, name
+``McpSchemaTooDeep``). ``dsh-tools check`` warns about such tools.
+
 **Approval.** An ``Ask`` decision from an MCP call never reaches the host's own
 approval service (a terminal prompt would read the protocol's stdin). With
 ``approval="elicit"`` the client is asked through MCP elicitation (a form with
@@ -61,6 +68,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import itertools
+import logging
 import uuid
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
@@ -69,7 +77,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import trio
 
 from ._content import ImageBlock, TextBlock, text_of
-from ._definition import ToolEffects, ToolSchema
+from ._definition import ToolDefinition, ToolEffects, ToolSchema
 from ._errors import ErrorCode
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, nests_deeper_than, thaw
@@ -90,7 +98,17 @@ if TYPE_CHECKING:
 
     from ._runtime import ApprovalService, ToolRuntime
 
-__all__ = ["DEFAULT_HTTP_PORT", "ApprovalMode", "run_serve_mcp", "serve_http", "serve_registry", "serve_stdio"]
+__all__ = [
+    "DEFAULT_HTTP_PORT",
+    "ApprovalMode",
+    "mcp_listing_problem",
+    "run_serve_mcp",
+    "serve_http",
+    "serve_registry",
+    "serve_stdio",
+]
+
+logger = logging.getLogger("dsh_core.mcp")
 
 ApprovalMode = Literal["deny", "elicit"]
 DEFAULT_HTTP_PORT: Final = 8765
@@ -99,6 +117,9 @@ CANCELLED_REASON: Final = "the MCP client cancelled the request"
 # serializer stops near 255). structuredContent sits two levels into a response
 # ({"result": {"structuredContent": ...}}), so a deeper value could be written but never read.
 _MAX_STRUCTURED_DEPTH: Final = SDK_PARSER_MAX_DEPTH - 2
+# A tool's schemas sit four levels into a tools/list answer ({"result": {"tools": [{"inputSchema": ...}]}}):
+# one schema deeper than that makes the whole answer unreadable, every other tool lost with it.
+_MAX_LISTED_SCHEMA_DEPTH: Final = SDK_PARSER_MAX_DEPTH - 4
 _APPROVAL_SCHEMA: Final = {
     "type": "object",
     "properties": {"allow": {"type": "boolean", "title": "Allow this tool call"}},
@@ -198,6 +219,27 @@ def _output_schema(schema: FrozenDict) -> dict[str, Any]:
     if not _needs_wrapping(schema):
         return plain
     return {"type": "object", "properties": {"result": plain}, "required": ["result"], "additionalProperties": False}
+
+
+def mcp_listing_problem(schema: ToolSchema, definition: ToolDefinition | None) -> str | None:
+    """Why no MCP client could read a ``tools/list`` answer naming this tool, or None when one can."""
+    limits: list[tuple[str, Mapping[str, Any], int]] = [("parameter", schema.parameters, _MAX_LISTED_SCHEMA_DEPTH)]
+    if definition is not None:
+        output = definition.output.schema
+        # A schema that is not an object is listed inside {"properties": {"result": ...}}, two levels in.
+        limits.append(("output", output, _MAX_LISTED_SCHEMA_DEPTH - (2 if _needs_wrapping(output) else 0)))
+    for what, listed, limit in limits:
+        if nests_deeper_than(listed, limit):
+            return f"its {what} schema nests more than {limit} levels deep, deeper than an MCP client can read"
+    return None
+
+
+def _unserved_result(name: str, problem: str) -> mcp_types.CallToolResult:
+    import mcp_types
+
+    text = f'Error: tool "{name}" is not served over MCP: {problem}'
+    meta = {"dsh/error": {"code": ErrorCode.UNSUPPORTED_SCHEMA.value, "name": "McpSchemaTooDeep", "plugin": None}}
+    return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=text)], is_error=True, _meta=meta)
 
 
 def _annotations(effects: ToolEffects | None) -> mcp_types.ToolAnnotations | None:
@@ -320,6 +362,7 @@ def serve_registry(
     if approval not in ("deny", "elicit"):
         raise ValueError(f'approval must be "deny" or "elicit", got {approval!r}')
     _install_router(runtime)
+    left_out: set[str] = set()  # the tools a warning already named
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -327,6 +370,12 @@ def serve_registry(
         tools: list[mcp_types.Tool] = []
         for schema in runtime.model_tools(scope).schemas:
             definition = runtime.get(schema.name, scope)
+            problem = mcp_listing_problem(schema, definition)
+            if problem is not None:
+                if schema.name not in left_out:
+                    left_out.add(schema.name)
+                    logger.warning('MCP: tool "%s" is left out of tools/list: %s', schema.name, problem)
+                continue
             parameters = thaw(schema.parameters)
             assert isinstance(parameters, dict)
             tools.append(
@@ -343,6 +392,10 @@ def serve_registry(
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
+        definition = runtime.get(params.name, scope)
+        problem = mcp_listing_problem(definition.schema, definition) if definition is not None else None
+        if problem is not None:
+            return _unserved_result(params.name, problem)
         call = _McpCall(runtime, ctx.session, ctx.request_id, approval)
         request = ToolExecutionInput(
             call_id=_next_call_id(),

@@ -45,6 +45,7 @@ from dsh_core import (
     Exclusive,
     JsonSchemaError,
     Parallel,
+    RawSchema,
     Rewrite,
     ToolEffects,
     ToolRuntime,
@@ -1010,6 +1011,69 @@ async def test_serve_registry_answers_a_result_too_deep_for_mcp_with_an_error_ca
     ]
     assert result.meta is not None
     assert result.meta["dsh/error"] == {"code": "INVALID_TOOL_OUTPUT", "name": "McpResultTooDeep", "plugin": None}
+
+
+def schema_nesting(levels: int) -> dict[str, Any]:
+    """An array schema nesting exactly ``levels`` levels deep (``{"type": "string"}`` nests one)."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels - 1):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+def deep_schema_tool(name: str, *, parameters: int = 3, output: int = 1) -> Any:
+    """A tool whose parameter schema nests ``parameters`` levels deep and output schema ``output``."""
+
+    async def body(args: Any) -> Any:
+        return "ok"
+
+    root = {"type": "object", "properties": {"x": schema_nesting(parameters - 2)}}
+    return define_tool(
+        name=name, description=name, parameters=RawSchema(root), output=schema_nesting(output), execute=body
+    )
+
+
+# SDK clients parse messages nested at most 200 levels deep, and a tool's schemas sit four levels
+# into a tools/list answer: {"result": {"tools": [{"inputSchema": ...}]}}.
+DEEPEST_LISTED_SCHEMA = 200 - 4
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_serve_http_leaves_out_the_tools_whose_schemas_no_client_could_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = make_runtime(
+        json_tool("echo"),
+        deep_schema_tool("deepest", parameters=DEEPEST_LISTED_SCHEMA),
+        deep_schema_tool("deeper", parameters=DEEPEST_LISTED_SCHEMA + 1),
+        # Not an object: listed wrapped in {"properties": {"result": ...}}, two levels more.
+        deep_schema_tool("deepest_output", output=DEEPEST_LISTED_SCHEMA - 2),
+        deep_schema_tool("deep_output", output=DEEPEST_LISTED_SCHEMA - 1),
+    )
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            (base,) = await nursery.start(serve_http, runtime, "127.0.0.1", 0)
+            async with Client(base + "/mcp", mode="legacy") as client:
+                first = [tool.name for tool in (await client.list_tools()).tools]
+                second = [tool.name for tool in (await client.list_tools()).tools]
+                refused = await client.call_tool("deeper", {"x": []})
+                echoed = await client.call_tool("echo", {"x": 1})
+            nursery.cancel_scope.cancel()
+    assert first == second == ["echo", "deepest", "deepest_output"]
+    assert not echoed.is_error
+    too_deep = f"nests more than {DEEPEST_LISTED_SCHEMA} levels deep, deeper than an MCP client can read"
+    # Once per tool, not at every tools/list.
+    assert [record.getMessage() for record in caplog.records if "left out" in record.getMessage()] == [
+        f'MCP: tool "deeper" is left out of tools/list: its parameter schema {too_deep}',
+        'MCP: tool "deep_output" is left out of tools/list: its output schema nests more than '
+        f"{DEEPEST_LISTED_SCHEMA - 2} levels deep, deeper than an MCP client can read",
+    ]
+    assert refused.is_error
+    assert [block.text for block in refused.content] == [  # type: ignore[union-attr]
+        f'Error: tool "deeper" is not served over MCP: its parameter schema {too_deep}'
+    ]
+    assert refused.meta is not None
+    assert refused.meta["dsh/error"] == {"code": "UNSUPPORTED_SCHEMA", "name": "McpSchemaTooDeep", "plugin": None}
 
 
 async def test_serve_registry_reports_a_policy_denial_as_an_error_result() -> None:
