@@ -81,6 +81,7 @@ from ._definition import ToolDefinition, ToolEffects, ToolSchema
 from ._errors import ErrorCode
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, nests_deeper_than, thaw
+from ._mcp_list_changed import ListChangeNotifier
 from ._mcp_unreadable import SDK_PARSER_MAX_DEPTH, answering_unreadable
 from ._mcp_well_formed import answering_well_formed, sending_well_formed
 from ._results import ToolExecutionResult
@@ -349,13 +350,15 @@ def serve_registry(
 
     Serve it with :func:`serve_stdio` / :func:`serve_http`, or connect to it
     in-process with ``mcp.Client(server)``. The tool list is read at every
-    ``tools/list``, so registrations made later show up. A call that changes
-    the list (``search_tools`` loading deferred tools, say) is followed by
-    ``notifications/tools/list_changed``: on the session itself for clients of
-    the handshake era, on ``subscriptions/listen`` streams for the others.
+    ``tools/list``, so registrations made later show up. Whatever changes the
+    list (a call of any session, ``search_tools`` loading deferred tools, a
+    registration by a plugin) is followed by ``notifications/tools/list_changed``
+    to every handshake-era session whose list changed (the calling session's
+    before its answer), and on ``subscriptions/listen`` streams for the others
+    (see ``_mcp_list_changed``).
     """
     import mcp_types
-    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
     from . import __version__
 
@@ -387,6 +390,7 @@ def serve_registry(
                     annotations=_annotations(definition.effects) if definition is not None else None,
                 )
             )
+        notifier.listed(ctx, tuple(tool.name for tool in tools))
         return mcp_types.ListToolsResult(tools=tools)
 
     async def call_tool(
@@ -404,20 +408,21 @@ def serve_registry(
             signal=CancelSignal(),
             agent=scope,
         )
-        listed = runtime.model_tools(scope).schemas
+        notifier.watch(ctx)
         token = _current_call.set(call)
         try:
             result = await _execute(runtime, request)
         finally:
             _current_call.reset(token)
-        if _list_changed(listed, runtime.model_tools(scope).schemas):
-            # Both channels: each era's transport drops what is not its own.
-            await bus.publish(ToolsListChanged())
-            await ctx.session.send_tool_list_changed()
+        await notifier.publish(calling=ctx)
         return _mcp_result(runtime, scope, params.name, result, call)
+
+    def served(schema: ToolSchema) -> bool:
+        return mcp_listing_problem(schema, runtime.get(schema.name, scope)) is None
 
     instructions = runtime.model_tools(scope).instructions or None
     bus = InMemorySubscriptionBus()
+    notifier = ListChangeNotifier(lambda: runtime.model_tools(scope).schemas, served, bus)
     return _server_class()(
         name,
         version=__version__,
@@ -426,6 +431,7 @@ def serve_registry(
         on_list_tools=answering_well_formed(list_tools),
         on_call_tool=answering_well_formed(call_tool),
         on_subscriptions_listen=ListenHandler(bus),
+        lifespan=notifier.lifespan(runtime),
     )
 
 
@@ -452,15 +458,6 @@ def _server_class() -> type[Server[Any]]:
             )
 
     return ListChangingServer
-
-
-def _list_changed(before: tuple[ToolSchema, ...], after: tuple[ToolSchema, ...]) -> bool:
-    """Whether ``tools/list`` would now name other tools than it did.
-
-    The schemas tuple is the resolved view's own, the same object until the
-    registry changes, so a call that changed nothing costs one identity check.
-    """
-    return after is not before and [schema.name for schema in after] != [schema.name for schema in before]
 
 
 async def serve_stdio(

@@ -937,6 +937,67 @@ async def test_a_search_that_loads_tools_notifies_handshake_era_clients() -> Non
                 await trio.sleep(0.01)
 
 
+def tool_list_notices(seen: list[str]) -> Callable[[Any], Awaitable[None]]:
+    """A client's message handler that records the kind of each message the server sends it."""
+
+    async def handler(message: Any) -> None:
+        seen.append(type(message).__name__)
+
+    return handler
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_every_http_session_whose_list_changed_is_notified() -> None:
+    seen_a: list[str] = []
+    seen_b: list[str] = []
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            (base,) = await nursery.start(serve_http, searchable_runtime(), "127.0.0.1", 0)
+            async with (
+                Client(base + "/mcp", mode="legacy", message_handler=tool_list_notices(seen_a)) as a,
+                Client(base + "/mcp", mode="legacy", message_handler=tool_list_notices(seen_b)) as b,
+            ):
+                assert {tool.name for tool in (await b.list_tools()).tools} == {"shown", "search_tools"}
+                await a.call_tool("shown", {})  # changes nothing
+                await a.call_tool("search_tools", {"query": "report"})
+                await eventually(lambda: "ToolListChangedNotification" in seen_b)
+                assert "rare_report" in {tool.name for tool in (await b.list_tools()).tools}
+                await a.call_tool("search_tools", {"query": "report"})  # loads nothing new
+                await b.call_tool("shown", {})
+            nursery.cancel_scope.cancel()
+    assert seen_a.count("ToolListChangedNotification") == 1
+    assert seen_b.count("ToolListChangedNotification") == 1
+
+
+async def test_a_tool_list_changed_by_no_call_of_the_session_is_notified() -> None:
+    seen: list[str] = []
+    runtime = make_runtime(json_tool("first"))
+    async with Client(serve_registry(runtime), mode="legacy", message_handler=tool_list_notices(seen)) as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["first"]
+        runtime.register(json_tool("second"))
+        await eventually(lambda: seen.count("ToolListChangedNotification") == 1)
+        runtime.register(json_tool("elsewhere"), Agent(id="someone-else"))  # not in this server's list
+        # From a worker thread (a tool body's), as from the trio thread.
+        await trio.to_thread.run_sync(runtime.register, json_tool("third"))
+        await eventually(lambda: seen.count("ToolListChangedNotification") == 2)
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["first", "second", "third"]
+    assert seen.count("ToolListChangedNotification") == 2
+
+
+async def test_a_reexported_mcp_servers_list_change_reaches_the_served_clients() -> None:
+    seen: list[str] = []
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server()}):
+        server = serve_registry(runtime)
+        async with Client(server, mode="legacy", message_handler=tool_list_notices(seen)) as client:
+            assert "mem__extra" not in {tool.name for tool in (await client.list_tools()).tools}
+            grown = await client.call_tool("mem__grow", {})
+            assert not grown.is_error
+            await eventually(lambda: "ToolListChangedNotification" in seen)
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+    assert "mem__extra" in listed and "mem__shout" not in listed
+
+
 async def test_serve_registry_runs_an_allowed_call_through_the_pipeline() -> None:
     recorder = Recorder()
     runtime, _ = serving_runtime(recorder)
