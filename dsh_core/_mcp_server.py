@@ -467,7 +467,10 @@ async def serve_stdio(
 
     Nothing else may write to stdout meanwhile: it carries the protocol. A
     request line the SDK cannot parse (too deep, a lone surrogate, not JSON) is
-    answered with a JSON-RPC error carrying its ``id`` (see ``_mcp_unreadable``).
+    answered with a JSON-RPC error carrying its ``id``, and an answer of the
+    client's it cannot read fails the request it answers, so that an approval
+    asked through elicitation is denied rather than waited for forever (see
+    ``_mcp_unreadable``).
     A message holding a lone surrogate is sent with U+FFFD in its place (see
     ``_mcp_well_formed``).
     """
@@ -477,10 +480,11 @@ async def serve_stdio(
     async with stdio_server() as (read_stream, sdk_write_stream):
         # The SDK's writer raises on a lone surrogate, and its failure ends the server.
         write_stream = sending_well_formed(sdk_write_stream)
-        # The SDK drops a line it cannot parse; its sender would wait for an answer forever.
-        readable = answering_unreadable(read_stream, write_stream)
+        # The SDK drops a line it cannot parse; its sender would wait for an answer forever,
+        # and so would the server for the client's answer to one of its own requests.
+        readable, writable = answering_unreadable(read_stream, write_stream)
         # The options say the tool list can change (see _server_class).
-        await server.run(readable, write_stream, server.create_initialization_options())
+        await server.run(readable, writable, server.create_initialization_options())
 
 
 async def serve_http(

@@ -1496,9 +1496,8 @@ NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
         (DEEP_ARRAY_TEXT, parse_error(None, TOO_DEEP)),
         ('{"jsonrpc":"2.0","id":9,"method":5}', parse_error(9, NOT_JSON_RPC, code=-32600)),
         ("[1, 2]", parse_error(None, NOT_JSON_RPC, code=-32600)),
-        # JSON-RPC answers neither a notification nor a response, whatever is wrong with them.
+        # JSON-RPC answers no notification, whatever is wrong with it (a response: see below).
         ('{"jsonrpc":"2.0","method":"notifications/cancelled","params":' + DEEP_PARAMS + "}", None),
-        ('{"jsonrpc":"2.0","id":3,"result":' + DEEP_PARAMS + "}", None),
         ("   ", None),
     ],
     ids=[
@@ -1512,7 +1511,6 @@ NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
         "not-json-rpc",
         "not-an-object",
         "notification",
-        "response",
         "blank",
     ],
 )
@@ -1522,15 +1520,70 @@ async def test_an_unreadable_line_is_answered_with_its_id_and_the_next_message_s
     from dsh_core._mcp_unreadable import answering_unreadable
 
     sent = _Sent()
-    stream = answering_unreadable(_Lines(line, '{"jsonrpc":"2.0","id":10,"method":"ping"}'), sent)  # type: ignore[arg-type]
+    stream, _ = answering_unreadable(_Lines(line, '{"jsonrpc":"2.0","id":10,"method":"ping"}'), sent)  # type: ignore[arg-type]
     following = await stream.receive()
     assert following.message == mcp_types.JSONRPCRequest(jsonrpc="2.0", id=10, method="ping")  # type: ignore[union-attr]
     assert sent.messages == ([answer] if answer is not None else [])
 
 
+UNREAD_TOO_DEEP = "its answer could not be read: the message nests more than 200 levels deep, deeper than this server reads"
+UNREAD_NOT_JSON_RPC = "its answer could not be read: not a JSON-RPC 2.0 message"
+
+
+@pytest.mark.parametrize(
+    ("line", "failure"),
+    [
+        ('{"jsonrpc":"2.0","id":3,"result":' + DEEP_PARAMS + "}", parse_error(3, UNREAD_TOO_DEEP)),
+        (
+            '{"jsonrpc":"2.0","id":3,"result":{"action":"accept","content":{"note":"\\ud800"}}}',
+            parse_error(3, "its answer could not be read: " + LONE_SURROGATE.removeprefix("Parse error: ")),
+        ),
+        ('{"jsonrpc":"2.0","id":3,"result":5}', parse_error(3, UNREAD_NOT_JSON_RPC, code=-32600)),
+    ],
+    ids=["too-deep", "lone-surrogate", "not-json-rpc"],
+)
+async def test_an_unreadable_response_fails_the_request_it_answers(line: str, failure: dict[str, Any]) -> None:
+    """JSON-RPC answers no response; but the server's request it answers must not wait forever."""
+    from dsh_core._mcp_unreadable import answering_unreadable
+
+    sent = _Sent()
+    stream, _ = answering_unreadable(_Lines(line, '{"jsonrpc":"2.0","id":10,"method":"ping"}'), sent)  # type: ignore[arg-type]
+    failed = await stream.receive()
+    following = await stream.receive()
+    assert failed.message.model_dump(by_alias=True, mode="json", exclude_unset=True) == failure  # type: ignore[union-attr]
+    assert following.message == mcp_types.JSONRPCRequest(jsonrpc="2.0", id=10, method="ping")  # type: ignore[union-attr]
+    assert sent.messages == []  # nothing answers a response
+
+
+async def test_an_unreadable_response_without_a_usable_id_fails_every_unanswered_request() -> None:
+    from mcp.shared.message import SessionMessage
+
+    from dsh_core._mcp_unreadable import answering_unreadable
+
+    lines = _Lines(
+        '{"jsonrpc":"2.0","id":2,"result":{}}',
+        '{"jsonrpc":"2.0","id":"\\ud800","result":' + DEEP_PARAMS + "}",
+        '{"jsonrpc":"2.0","id":10,"method":"ping"}',
+    )
+    sent = _Sent()
+    stream, writable = answering_unreadable(lines, sent)  # type: ignore[arg-type]
+    for request_id in (1, 2, 3):
+        await writable.send(SessionMessage(mcp_types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
+    answered = await stream.receive()
+    failures = [await stream.receive(), await stream.receive()]
+    following = await stream.receive()
+    assert answered.message == mcp_types.JSONRPCResponse(jsonrpc="2.0", id=2, result={})  # type: ignore[union-attr]
+    assert [failure.message.model_dump(by_alias=True, mode="json", exclude_unset=True) for failure in failures] == [  # type: ignore[union-attr]
+        parse_error(1, UNREAD_TOO_DEEP),
+        parse_error(3, UNREAD_TOO_DEEP),
+    ]
+    assert following.message == mcp_types.JSONRPCRequest(jsonrpc="2.0", id=10, method="ping")  # type: ignore[union-attr]
+    assert [message["id"] for message in sent.messages] == [1, 2, 3]  # the requests, and no answer
+
+
 @contextlib.asynccontextmanager
 async def serving_stdio(
-    tmp_path: Path, script_text: str
+    tmp_path: Path, script_text: str, capabilities: dict[str, Any] | None = None
 ) -> AsyncIterator[tuple[trio.abc.SendStream, Callable[[], Awaitable[str]]]]:
     """``script_text`` run as a serve-mcp stdio process, initialized: its stdin and a line reader."""
     script = tmp_path / "serve.py"
@@ -1548,7 +1601,11 @@ async def serving_stdio(
     assert process.stdin is not None and process.stdout is not None
     lines = line_reader(process.stdout)
     try:
-        initialize = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        initialize = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": capabilities or {},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
         request = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}
         await process.stdin.send_all(json.dumps(request).encode() + b"\n")
         await lines()
@@ -1605,6 +1662,43 @@ async def test_serve_stdio_answers_the_requests_the_sdk_cannot_parse(tmp_path: P
             assert deepest.result["structuredContent"] == {"result": {"v": nested_list(DEEPEST_RESULT_LIST)}}
             deeper = await ask(call(5, "deep", json.dumps({"depth": DEEPEST_RESULT_LIST + 1})))
             assert deeper["result"]["isError"] is True and "structuredContent" not in deeper["result"]
+
+
+SERVE_ASK_SCRIPT = """
+from dsh_core import Ask, hookimpl
+from dsh_core._mcp_server import run_serve_mcp
+from dsh_core.testing import json_tool, make_runtime
+
+class AskFirst:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        return Ask("needs a yes")
+
+runtime = make_runtime(json_tool("guarded"), plugins=[AskFirst()])
+run_serve_mcp(runtime, http=False, port=0, agent="someone")
+"""
+
+
+async def test_serve_stdio_answers_a_call_whose_approval_answer_it_cannot_read(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with serving_stdio(tmp_path, SERVE_ASK_SCRIPT, {"elicitation": {}}) as (stdin, lines):
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "guarded", "arguments": {}}}
+            await stdin.send_all(json.dumps(call).encode() + b"\n")
+            asked = json.loads(await lines())
+            assert asked["method"] == "elicitation/create"
+            answer = '{"jsonrpc":"2.0","id":%s,"result":{"action":"accept","content":{"allow":true,"note":"\\ud800"}}}'
+            await stdin.send_all((answer % json.dumps(asked["id"])).encode() + b"\n")
+            answered = json.loads(await lines())
+    assert answered["id"] == 2
+    assert answered["result"]["isError"] is True
+    assert answered["result"]["content"] == [
+        {
+            "type": "text",
+            "text": 'Error: tool "guarded" requires approval, but asking the MCP client failed: its answer could '
+            "not be read: a string in the message holds a lone surrogate (\\ud800-\\udfff outside a pair), which is "
+            "not text",
+        }
+    ]
 
 
 # -- serve-mcp: strings UTF-8 cannot carry -----------------------------------------------------------
