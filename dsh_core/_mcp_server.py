@@ -70,8 +70,8 @@ import functools
 import itertools
 import logging
 import uuid
-from collections.abc import Mapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import trio
@@ -103,6 +103,7 @@ __all__ = [
     "DEFAULT_HTTP_PORT",
     "ApprovalMode",
     "mcp_listing_problem",
+    "plugin_lifespans",
     "run_serve_mcp",
     "serve_http",
     "serve_registry",
@@ -526,7 +527,8 @@ def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | N
     calls act as ``agent`` (its scope's tools and policies; approval needs an
     agent) and ask for approval through elicitation. Plugins that own
     background tasks (those with a ``dsh_lifespan()`` method returning an async
-    context manager, such as the MCP client) run inside it for the whole session.
+    context manager, such as the MCP client) run inside it for the whole session,
+    entered in registration order (see :func:`plugin_lifespans`).
     """
     from ._runtime import agent_scope
 
@@ -535,14 +537,23 @@ def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | N
         raise ValueError(f"port must be an integer between 0 and 65535, got {port!r}")
 
     async def main() -> None:
-        async with AsyncExitStack() as stack:
-            for plugin in list(runtime.plugins.get_plugins()):
-                lifespan = getattr(plugin, "dsh_lifespan", None)
-                if callable(lifespan):
-                    await stack.enter_async_context(lifespan())
+        async with plugin_lifespans(runtime):
             if http:
                 await serve_http(runtime, port=port, scope=scope)
             else:
                 await serve_stdio(runtime, scope=scope)
 
     trio.run(main)
+
+
+@asynccontextmanager
+async def plugin_lifespans(runtime: ToolRuntime) -> AsyncIterator[None]:
+    """Every plugin's ``dsh_lifespan()`` entered, in the order the plugins were registered (left in reverse)."""
+    # list_name_plugin keeps registration order (get_plugins is a set); a blocked name maps to None.
+    plugins = [plugin for _, plugin in runtime.plugins.list_name_plugin() if plugin is not None]
+    async with AsyncExitStack() as stack:
+        for plugin in plugins:
+            lifespan = getattr(plugin, "dsh_lifespan", None)
+            if callable(lifespan):
+                await stack.enter_async_context(lifespan())
+        yield

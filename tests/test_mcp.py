@@ -1287,6 +1287,30 @@ async def test_serve_registry_advertises_that_its_tool_list_can_change() -> None
     assert over_http is not None and over_http.list_changed is True
 
 
+async def test_serve_mcp_enters_the_plugins_lifespans_in_registration_order() -> None:
+    from dsh_core._mcp_server import plugin_lifespans
+
+    log: list[str] = []
+
+    class Owning:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @contextlib.asynccontextmanager
+        async def dsh_lifespan(self) -> AsyncIterator[None]:
+            log.append(f"enter {self.name}")
+            yield
+            log.append(f"exit {self.name}")
+
+    runtime = ToolRuntime()
+    names = [f"owner-{n}" for n in range(16)]  # a set of 16 plugins would iterate in another order
+    for name in names:
+        runtime.plugins.register(Owning(name), name=name)
+    async with plugin_lifespans(runtime):
+        log.append("serving")
+    assert log == [*(f"enter {name}" for name in names), "serving", *(f"exit {name}" for name in reversed(names))]
+
+
 async def test_serve_http_answers_an_sdk_client_on_loopback() -> None:
     runtime, _ = serving_runtime()
     async with trio.open_nursery() as nursery:
