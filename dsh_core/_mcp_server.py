@@ -524,8 +524,10 @@ def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | N
     """Serve the runtime over MCP until interrupted: the ``dsh-tools serve-mcp`` command.
 
     stdio by default, streamable HTTP on ``127.0.0.1:port`` with ``http=True``;
-    calls act as ``agent`` (its scope's tools and policies; approval needs an
-    agent) and ask for approval through elicitation. Plugins that own
+    calls act as ``agent`` (its scope's tools and policies) and ask for approval
+    through elicitation. With ``agent=None`` the pipeline denies every ``Ask``
+    without asking anyone (``dsh-tools serve-mcp`` passes ``"cli"`` when no
+    ``--agent`` is given). Plugins that own
     background tasks (those with a ``dsh_lifespan()`` method returning an async
     context manager, such as the MCP client) run inside it for the whole session,
     entered in registration order (see :func:`plugin_lifespans`).

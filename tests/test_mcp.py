@@ -1455,6 +1455,46 @@ async def test_cli_serve_mcp_over_stdio_runs_the_pipeline() -> None:
     assert "outside the workspace" in denied.content[0].text  # type: ignore[union-attr]
 
 
+ASKING_PLUGIN = """
+from dsh_core import Ask, define_tool, hookimpl
+
+async def _echo(args):
+    return args
+
+class AskFirst:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        return Ask("needs a yes")
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(name="guarded", description="", parameters={}, output={"type": "json"}, execute=_echo))
+    runtime.plugins.register(AskFirst(), name="ask-first")
+"""
+
+
+async def test_cli_serve_mcp_without_agent_asks_the_client_as_the_cli_agent(tmp_path: Path) -> None:
+    """An Ask needs an agent to be routed; without --agent, serve-mcp's calls act as the agent "cli"."""
+    from mcp import StdioServerParameters
+
+    (tmp_path / "asking_plugin.py").write_text(ASKING_PLUGIN)
+    asked: list[str] = []
+
+    async def answer(context: Any, params: Any) -> Any:
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="accept", content={"allow": True})
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
+    args = ["-m", "dsh_core._cli", "--no-plugins", "--plugin", "asking=asking_plugin", "serve-mcp"]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(tmp_path), env=env)
+    with trio.fail_after(60):
+        async with Client(params, mode="legacy", elicitation_callback=answer) as client:
+            result = await client.call_tool("guarded", {"x": 1})
+    assert not result.is_error, result.content
+    assert result.structured_content == {"result": {"x": 1}}
+    assert len(asked) == 1 and asked[0].startswith('Allow the tool "guarded" to run? needs a yes')
+
+
 # -- serve-mcp over stdio: lines the SDK cannot parse ----------------------------------------------
 
 DEEP_ARRAY_TEXT = "[" * 250 + "]" * 250
