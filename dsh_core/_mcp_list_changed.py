@@ -96,7 +96,11 @@ class ListChangeNotifier:
 
     def watch(self, ctx: Any) -> None:
         """Know ``ctx``'s connection (from a ``tools/call``), if it is not known yet, as knowing the list as it is."""
-        self._watch(ctx, self.names())
+        try:
+            names = self.names()
+        except Exception:  # no list to know (publish reports why): the next one that can be read is news
+            names = ()
+        self._watch(ctx, names)
 
     async def publish(self, calling: Any = None) -> None:
         """Tell every client whose list changed; ``calling``'s connection before this returns.
@@ -105,7 +109,11 @@ class ListChangeNotifier:
         list: its client hears of the change before its answer. The others
         hear of it from tasks of their own lifespan.
         """
-        names = self.names()
+        try:
+            names = self.names()
+        except Exception as exc:  # a tools/list reports it to its client; this must not end a call or the server
+            logger.warning("MCP: could not tell the clients their tool list changed: %s", exc)
+            return
         if self._streams_know != names:
             self._streams_know = names
             from mcp.server.subscriptions import ToolsListChanged

@@ -984,6 +984,20 @@ async def test_a_tool_list_changed_by_no_call_of_the_session_is_notified() -> No
     assert seen.count("ToolListChangedNotification") == 2
 
 
+async def test_a_tool_list_that_fails_to_build_after_a_change_does_not_end_the_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = make_runtime(json_tool("first"))
+    agent = Agent(id="coder")
+    async with Client(serve_registry(runtime, scope=agent), mode="legacy") as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["first"]
+        undo = runtime.present_as("code", agent)  # and the runtime has no code runtime
+        await eventually(lambda: "MCP: could not tell the clients" in caplog.text)
+        undo()
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["first"]
+    assert "requires a code runtime" in caplog.text
+
+
 async def test_a_reexported_mcp_servers_list_change_reaches_the_served_clients() -> None:
     seen: list[str] = []
     runtime = ToolRuntime()
