@@ -907,7 +907,8 @@ class _Findings:
 
 
 def _check_tool(definition: ToolDefinition, owner: str, findings: _Findings) -> None:
-    """Schemas against the enforced subset (problems) and a provider-safe name (warning)."""
+    """Schemas against the enforced subset (problems), MCP's depth and a provider-safe name (warnings)."""
+    from ._mcp_server import mcp_listing_problem
     from .schema import assert_object_json_schema, assert_supported_json_schema
 
     for what, schema, check in (
@@ -919,6 +920,12 @@ def _check_tool(definition: ToolDefinition, owner: str, findings: _Findings) -> 
         except JsonSchemaError as exc:
             for violation in exc.violations:
                 findings.problems.append(f'{owner}: tool "{definition.name}" {what}: {violation}')
+    listing_problem = mcp_listing_problem(definition.schema, definition)
+    if listing_problem is not None:
+        findings.warnings.append(
+            f'{owner}: tool "{definition.name}" cannot be served over MCP: {listing_problem} '
+            "(serve-mcp leaves it out of its tool list)"
+        )
     if not TOOL_NAME_PATTERN.match(definition.name):
         findings.warnings.append(
             f'{owner}: tool name "{definition.name}" does not match {TOOL_NAME_PATTERN.pattern} '

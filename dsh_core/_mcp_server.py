@@ -26,6 +26,13 @@ onto MCP as:
   ``McpResultTooDeep``. (A success must carry structured content matching
   the listed output schema; only an error result may go without it.)
 
+**Schemas too deep to read.** A tool whose parameter or output schema nests
+more than 196 levels deep would make the whole ``tools/list`` answer
+unreadable to SDK clients (every tool of the server lost with it): it is left
+out of the list, with a warning logged once, and a call to it is answered with
+an error saying why (``_meta["dsh/error"]`` code ``UNSUPPORTED_SCHEMA``, name
+``McpSchemaTooDeep``). ``dsh-tools check`` warns about such tools.
+
 **Approval.** An ``Ask`` decision from an MCP call never reaches the host's own
 approval service (a terminal prompt would read the protocol's stdin). With
 ``approval="elicit"`` the client is asked through MCP elicitation (a form with
@@ -61,18 +68,20 @@ from __future__ import annotations
 import contextvars
 import functools
 import itertools
+import logging
 import uuid
-from collections.abc import Mapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import trio
 
 from ._content import ImageBlock, TextBlock, text_of
-from ._definition import ToolEffects, ToolSchema
+from ._definition import ToolDefinition, ToolEffects, ToolSchema
 from ._errors import ErrorCode
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, nests_deeper_than, thaw
+from ._mcp_list_changed import ListChangeNotifier
 from ._mcp_unreadable import SDK_PARSER_MAX_DEPTH, answering_unreadable
 from ._mcp_well_formed import answering_well_formed, sending_well_formed
 from ._results import ToolExecutionResult
@@ -90,7 +99,18 @@ if TYPE_CHECKING:
 
     from ._runtime import ApprovalService, ToolRuntime
 
-__all__ = ["DEFAULT_HTTP_PORT", "ApprovalMode", "run_serve_mcp", "serve_http", "serve_registry", "serve_stdio"]
+__all__ = [
+    "DEFAULT_HTTP_PORT",
+    "ApprovalMode",
+    "mcp_listing_problem",
+    "plugin_lifespans",
+    "run_serve_mcp",
+    "serve_http",
+    "serve_registry",
+    "serve_stdio",
+]
+
+logger = logging.getLogger("dsh_core.mcp")
 
 ApprovalMode = Literal["deny", "elicit"]
 DEFAULT_HTTP_PORT: Final = 8765
@@ -99,6 +119,9 @@ CANCELLED_REASON: Final = "the MCP client cancelled the request"
 # serializer stops near 255). structuredContent sits two levels into a response
 # ({"result": {"structuredContent": ...}}), so a deeper value could be written but never read.
 _MAX_STRUCTURED_DEPTH: Final = SDK_PARSER_MAX_DEPTH - 2
+# A tool's schemas sit four levels into a tools/list answer ({"result": {"tools": [{"inputSchema": ...}]}}):
+# one schema deeper than that makes the whole answer unreadable, every other tool lost with it.
+_MAX_LISTED_SCHEMA_DEPTH: Final = SDK_PARSER_MAX_DEPTH - 4
 _APPROVAL_SCHEMA: Final = {
     "type": "object",
     "properties": {"allow": {"type": "boolean", "title": "Allow this tool call"}},
@@ -198,6 +221,27 @@ def _output_schema(schema: FrozenDict) -> dict[str, Any]:
     if not _needs_wrapping(schema):
         return plain
     return {"type": "object", "properties": {"result": plain}, "required": ["result"], "additionalProperties": False}
+
+
+def mcp_listing_problem(schema: ToolSchema, definition: ToolDefinition | None) -> str | None:
+    """Why no MCP client could read a ``tools/list`` answer naming this tool, or None when one can."""
+    limits: list[tuple[str, Mapping[str, Any], int]] = [("parameter", schema.parameters, _MAX_LISTED_SCHEMA_DEPTH)]
+    if definition is not None:
+        output = definition.output.schema
+        # A schema that is not an object is listed inside {"properties": {"result": ...}}, two levels in.
+        limits.append(("output", output, _MAX_LISTED_SCHEMA_DEPTH - (2 if _needs_wrapping(output) else 0)))
+    for what, listed, limit in limits:
+        if nests_deeper_than(listed, limit):
+            return f"its {what} schema nests more than {limit} levels deep, deeper than an MCP client can read"
+    return None
+
+
+def _unserved_result(name: str, problem: str) -> mcp_types.CallToolResult:
+    import mcp_types
+
+    text = f'Error: tool "{name}" is not served over MCP: {problem}'
+    meta = {"dsh/error": {"code": ErrorCode.UNSUPPORTED_SCHEMA.value, "name": "McpSchemaTooDeep", "plugin": None}}
+    return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=text)], is_error=True, _meta=meta)
 
 
 def _annotations(effects: ToolEffects | None) -> mcp_types.ToolAnnotations | None:
@@ -307,19 +351,22 @@ def serve_registry(
 
     Serve it with :func:`serve_stdio` / :func:`serve_http`, or connect to it
     in-process with ``mcp.Client(server)``. The tool list is read at every
-    ``tools/list``, so registrations made later show up. A call that changes
-    the list (``search_tools`` loading deferred tools, say) is followed by
-    ``notifications/tools/list_changed``: on the session itself for clients of
-    the handshake era, on ``subscriptions/listen`` streams for the others.
+    ``tools/list``, so registrations made later show up. Whatever changes the
+    list (a call of any session, ``search_tools`` loading deferred tools, a
+    registration by a plugin) is followed by ``notifications/tools/list_changed``
+    to every handshake-era session whose list changed (the calling session's
+    before its answer), and on ``subscriptions/listen`` streams for the others
+    (see ``_mcp_list_changed``).
     """
     import mcp_types
-    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
     from . import __version__
 
     if approval not in ("deny", "elicit"):
         raise ValueError(f'approval must be "deny" or "elicit", got {approval!r}')
     _install_router(runtime)
+    left_out: set[str] = set()  # the tools a warning already named
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -327,6 +374,12 @@ def serve_registry(
         tools: list[mcp_types.Tool] = []
         for schema in runtime.model_tools(scope).schemas:
             definition = runtime.get(schema.name, scope)
+            problem = mcp_listing_problem(schema, definition)
+            if problem is not None:
+                if schema.name not in left_out:
+                    left_out.add(schema.name)
+                    logger.warning('MCP: tool "%s" is left out of tools/list: %s', schema.name, problem)
+                continue
             parameters = thaw(schema.parameters)
             assert isinstance(parameters, dict)
             tools.append(
@@ -338,11 +391,16 @@ def serve_registry(
                     annotations=_annotations(definition.effects) if definition is not None else None,
                 )
             )
+        notifier.listed(ctx, tuple(tool.name for tool in tools))
         return mcp_types.ListToolsResult(tools=tools)
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
+        definition = runtime.get(params.name, scope)
+        problem = mcp_listing_problem(definition.schema, definition) if definition is not None else None
+        if problem is not None:
+            return _unserved_result(params.name, problem)
         call = _McpCall(runtime, ctx.session, ctx.request_id, approval)
         request = ToolExecutionInput(
             call_id=_next_call_id(),
@@ -351,20 +409,21 @@ def serve_registry(
             signal=CancelSignal(),
             agent=scope,
         )
-        listed = runtime.model_tools(scope).schemas
+        notifier.watch(ctx)
         token = _current_call.set(call)
         try:
             result = await _execute(runtime, request)
         finally:
             _current_call.reset(token)
-        if _list_changed(listed, runtime.model_tools(scope).schemas):
-            # Both channels: each era's transport drops what is not its own.
-            await bus.publish(ToolsListChanged())
-            await ctx.session.send_tool_list_changed()
+        await notifier.publish(calling=ctx)
         return _mcp_result(runtime, scope, params.name, result, call)
+
+    def served(schema: ToolSchema) -> bool:
+        return mcp_listing_problem(schema, runtime.get(schema.name, scope)) is None
 
     instructions = runtime.model_tools(scope).instructions or None
     bus = InMemorySubscriptionBus()
+    notifier = ListChangeNotifier(lambda: runtime.model_tools(scope).schemas, served, bus)
     return _server_class()(
         name,
         version=__version__,
@@ -373,6 +432,7 @@ def serve_registry(
         on_list_tools=answering_well_formed(list_tools),
         on_call_tool=answering_well_formed(call_tool),
         on_subscriptions_listen=ListenHandler(bus),
+        lifespan=notifier.lifespan(runtime),
     )
 
 
@@ -401,15 +461,6 @@ def _server_class() -> type[Server[Any]]:
     return ListChangingServer
 
 
-def _list_changed(before: tuple[ToolSchema, ...], after: tuple[ToolSchema, ...]) -> bool:
-    """Whether ``tools/list`` would now name other tools than it did.
-
-    The schemas tuple is the resolved view's own, the same object until the
-    registry changes, so a call that changed nothing costs one identity check.
-    """
-    return after is not before and [schema.name for schema in after] != [schema.name for schema in before]
-
-
 async def serve_stdio(
     runtime: ToolRuntime, *, scope: ScopeKey | None = None, approval: ApprovalMode = "elicit"
 ) -> None:
@@ -417,7 +468,10 @@ async def serve_stdio(
 
     Nothing else may write to stdout meanwhile: it carries the protocol. A
     request line the SDK cannot parse (too deep, a lone surrogate, not JSON) is
-    answered with a JSON-RPC error carrying its ``id`` (see ``_mcp_unreadable``).
+    answered with a JSON-RPC error carrying its ``id``, and an answer of the
+    client's it cannot read fails the request it answers, so that an approval
+    asked through elicitation is denied rather than waited for forever (see
+    ``_mcp_unreadable``).
     A message holding a lone surrogate is sent with U+FFFD in its place (see
     ``_mcp_well_formed``).
     """
@@ -427,10 +481,11 @@ async def serve_stdio(
     async with stdio_server() as (read_stream, sdk_write_stream):
         # The SDK's writer raises on a lone surrogate, and its failure ends the server.
         write_stream = sending_well_formed(sdk_write_stream)
-        # The SDK drops a line it cannot parse; its sender would wait for an answer forever.
-        readable = answering_unreadable(read_stream, write_stream)
+        # The SDK drops a line it cannot parse; its sender would wait for an answer forever,
+        # and so would the server for the client's answer to one of its own requests.
+        readable, writable = answering_unreadable(read_stream, write_stream)
         # The options say the tool list can change (see _server_class).
-        await server.run(readable, write_stream, server.create_initialization_options())
+        await server.run(readable, writable, server.create_initialization_options())
 
 
 async def serve_http(
@@ -469,10 +524,13 @@ def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | N
     """Serve the runtime over MCP until interrupted: the ``dsh-tools serve-mcp`` command.
 
     stdio by default, streamable HTTP on ``127.0.0.1:port`` with ``http=True``;
-    calls act as ``agent`` (its scope's tools and policies; approval needs an
-    agent) and ask for approval through elicitation. Plugins that own
+    calls act as ``agent`` (its scope's tools and policies) and ask for approval
+    through elicitation. With ``agent=None`` the pipeline denies every ``Ask``
+    without asking anyone (``dsh-tools serve-mcp`` passes ``"cli"`` when no
+    ``--agent`` is given). Plugins that own
     background tasks (those with a ``dsh_lifespan()`` method returning an async
-    context manager, such as the MCP client) run inside it for the whole session.
+    context manager, such as the MCP client) run inside it for the whole session,
+    entered in registration order (see :func:`plugin_lifespans`).
     """
     from ._runtime import agent_scope
 
@@ -481,14 +539,23 @@ def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | N
         raise ValueError(f"port must be an integer between 0 and 65535, got {port!r}")
 
     async def main() -> None:
-        async with AsyncExitStack() as stack:
-            for plugin in list(runtime.plugins.get_plugins()):
-                lifespan = getattr(plugin, "dsh_lifespan", None)
-                if callable(lifespan):
-                    await stack.enter_async_context(lifespan())
+        async with plugin_lifespans(runtime):
             if http:
                 await serve_http(runtime, port=port, scope=scope)
             else:
                 await serve_stdio(runtime, scope=scope)
 
     trio.run(main)
+
+
+@asynccontextmanager
+async def plugin_lifespans(runtime: ToolRuntime) -> AsyncIterator[None]:
+    """Every plugin's ``dsh_lifespan()`` entered, in the order the plugins were registered (left in reverse)."""
+    # list_name_plugin keeps registration order (get_plugins is a set); a blocked name maps to None.
+    plugins = [plugin for _, plugin in runtime.plugins.list_name_plugin() if plugin is not None]
+    async with AsyncExitStack() as stack:
+        for plugin in plugins:
+            lifespan = getattr(plugin, "dsh_lifespan", None)
+            if callable(lifespan):
+                await stack.enter_async_context(lifespan())
+        yield

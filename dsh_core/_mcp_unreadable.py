@@ -12,8 +12,14 @@ id holding a lone surrogate, which no answer could carry back). The line is
 read again with the project's own decoder, which has neither limit.
 
 Not every unreadable line gets an answer, as JSON-RPC says: a notification
-(a ``method`` without an ``id``) and a response to one of the server's own
-requests (``result`` or ``error``) are only logged, and so is a blank line.
+(a ``method`` without an ``id``) is only logged, and so is a blank line. A
+response to one of the server's own requests (``result`` or ``error``: the
+client's answer to an approval question, say) is not answered either, but the
+server must not wait for it forever: the request it answers fails, as if the
+client had answered it with the parse error (every request still unanswered
+when the line shows no usable id, since it could answer any of them). For
+that, the server writes through the stream :func:`answering_unreadable` gives
+back, which notes the requests it sends.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
+import attrs
+
 from ._json import nests_deeper_than
 from ._jsoncodec import decode_json
 from ._well_formed import holds_lone_surrogate
@@ -31,6 +39,7 @@ if TYPE_CHECKING:
     import mcp_types
     from mcp.shared._stream_protocols import ReadStream, WriteStream
     from mcp.shared.message import SessionMessage
+    from mcp_types import RequestId
 
 __all__ = ["SDK_PARSER_MAX_DEPTH", "answering_unreadable"]
 
@@ -47,31 +56,87 @@ T = TypeVar("T")
 
 def answering_unreadable(
     read_stream: ReadStream[SessionMessage | Exception], write_stream: WriteStream[SessionMessage]
-) -> ReadStream[SessionMessage | Exception]:
-    """``read_stream`` with every unreadable request answered on ``write_stream`` and dropped."""
-    return _AnsweringReadStream(read_stream, write_stream)
+) -> tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]:
+    """``read_stream`` with every unreadable line answered on ``write_stream``, and the stream to write on.
+
+    An unreadable request is answered and dropped; an unreadable response
+    becomes an error response to the request it answers. The server must
+    write through the returned write stream, which notes the requests it
+    sends, so that a response showing no usable id fails them all.
+    """
+    unanswered: set[RequestId] = set()
+    return _AnsweringReadStream(read_stream, write_stream, unanswered), _NotingWriteStream(write_stream, unanswered)
+
+
+class _NotingWriteStream:
+    """A write stream that notes the id of each request it sends, until its answer is read."""
+
+    def __init__(self, inner: WriteStream[SessionMessage], unanswered: set[RequestId]) -> None:
+        self._inner = inner
+        self._unanswered = unanswered
+
+    async def send(self, item: SessionMessage, /) -> None:
+        import mcp_types
+
+        if isinstance(item.message, mcp_types.JSONRPCRequest):
+            self._unanswered.add(item.message.id)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _NotingWriteStream:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
+    ) -> bool | None:
+        await self.aclose()
+        return None
 
 
 class _AnsweringReadStream(Generic[T]):
     """A read stream that answers the exceptions of its inner one instead of passing them on."""
 
-    def __init__(self, inner: ReadStream[T | Exception], write_stream: WriteStream[SessionMessage]) -> None:
+    def __init__(
+        self, inner: ReadStream[T | Exception], write_stream: WriteStream[SessionMessage], unanswered: set[RequestId]
+    ) -> None:
         self._inner = inner
         self._write_stream = write_stream
+        self._unanswered = unanswered
+        self._failed: list[SessionMessage] = []  # error responses standing in for an unreadable one
 
     @property
     def last_context(self) -> Any:
         # The SDK restores each message's sender context from this attribute when present.
         return getattr(self._inner, "last_context", None)
 
-    async def receive(self) -> T | Exception:
+    async def receive(self) -> T | SessionMessage | Exception:
+        import mcp_types
+        from mcp.shared.message import SessionMessage
+
         while True:
+            if self._failed:
+                return self._failed.pop(0)
             item = await self._inner.receive()
             if not isinstance(item, Exception):
+                message = getattr(item, "message", None)
+                if isinstance(message, (mcp_types.JSONRPCResponse, mcp_types.JSONRPCError)):
+                    self._unanswered.discard(message.id)
                 return item
-            answer = _answer(item)
-            if answer is not None:
-                await self._send(answer)
+            verdict = _answer(item)
+            if verdict is None:
+                continue
+            if not verdict.answers_a_request:
+                await self._send(verdict.error)
+                continue
+            if verdict.error.id is not None:
+                self._unanswered.discard(verdict.error.id)
+                return SessionMessage(verdict.error)
+            # No id to tell which request it answers: it could answer any, so none may wait for it.
+            for request_id in sorted(self._unanswered, key=str):
+                self._failed.append(SessionMessage(verdict.error.model_copy(update={"id": request_id})))
+            self._unanswered.clear()
 
     async def _send(self, answer: mcp_types.JSONRPCError) -> None:
         import anyio
@@ -88,7 +153,7 @@ class _AnsweringReadStream(Generic[T]):
     def __aiter__(self) -> _AnsweringReadStream[T]:
         return self
 
-    async def __anext__(self) -> T | Exception:
+    async def __anext__(self) -> T | SessionMessage | Exception:
         import anyio
 
         try:
@@ -106,8 +171,16 @@ class _AnsweringReadStream(Generic[T]):
         return None
 
 
-def _answer(exc: Exception) -> mcp_types.JSONRPCError | None:
-    """The error to answer the line behind ``exc`` with, or None when nothing may answer it."""
+@attrs.frozen
+class _Verdict:
+    """What becomes of an unreadable line: an error answering it, or standing in for it."""
+
+    error: mcp_types.JSONRPCError
+    answers_a_request: bool  # the line was a response: the error goes to the server, as the client's answer
+
+
+def _answer(exc: Exception) -> _Verdict | None:
+    """What to do with the line behind ``exc``, or None when nothing may answer it."""
     import mcp_types
     from pydantic import ValidationError
 
@@ -123,29 +196,31 @@ def _answer(exc: Exception) -> mcp_types.JSONRPCError | None:
         try:
             document = decode_json(line)
         except ValueError:
-            return _error(None, mcp_types.PARSE_ERROR, "Parse error: the message is not JSON")
-        return _answer_document(document, mcp_types.PARSE_ERROR, f"Parse error: {_why_unparsed(document, first)}")
+            return _Verdict(_error(None, mcp_types.PARSE_ERROR, "Parse error: the message is not JSON"), False)
+        return _answer_document(document, mcp_types.PARSE_ERROR, "Parse error", _why_unparsed(document, first))
     document = _validated_message(errors)
     if document is None:
         logger.warning("MCP: dropped a message that is not JSON-RPC and shows no id: %s", exc)
         return None
-    return _answer_document(document, mcp_types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
+    return _answer_document(document, mcp_types.INVALID_REQUEST, "Invalid request", "not a JSON-RPC 2.0 message")
 
 
-def _answer_document(document: object, code: int, message: str) -> mcp_types.JSONRPCError | None:
+def _answer_document(document: object, code: int, kind: str, why: str) -> _Verdict | None:
+    message = f"{kind}: {why}"
     if not isinstance(document, Mapping):
-        return _error(None, code, message)
-    if "method" not in document and ("result" in document or "error" in document):
-        # A response to one of the server's own requests: answering it would answer nothing.
-        logger.warning("MCP: dropped an unreadable response from the client (%s)", message)
-        return None
-    if "method" in document and "id" not in document:
-        logger.warning("MCP: dropped an unreadable notification (%s)", message)
-        return None
+        return _Verdict(_error(None, code, message), False)
     request_id = document.get("id")
     # An id holding a lone surrogate is no text either: no answer could carry it back unchanged.
     valid_id = (type(request_id) is int) or (isinstance(request_id, str) and not holds_lone_surrogate(request_id))
-    return _error(request_id if valid_id else None, code, message)
+    if "method" not in document and ("result" in document or "error" in document):
+        # A response to one of the server's own requests: answering it would answer nothing,
+        # but the request it answers would wait for it forever.
+        logger.warning("MCP: an unreadable response from the client fails the request it answers (%s)", message)
+        return _Verdict(_error(request_id if valid_id else None, code, f"its answer could not be read: {why}"), True)
+    if "method" in document and "id" not in document:
+        logger.warning("MCP: dropped an unreadable notification (%s)", message)
+        return None
+    return _Verdict(_error(request_id if valid_id else None, code, message), False)
 
 
 def _why_unparsed(document: object, error: Mapping[str, Any]) -> str:

@@ -680,6 +680,44 @@ def test_check_shows_a_module_plugin_whose_hookimpls_are_in_a_class(tools: list[
     ) in result.stdout
 
 
+DEEP_SCHEMAS = """
+from dsh_core import RawSchema, define_tool, hookimpl
+
+async def _body(args):
+    return None
+
+def _nesting(levels):
+    schema = {"type": "string"}
+    for _ in range(levels - 1):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+@hookimpl
+def dsh_setup(runtime, config):
+    # 196 levels is the deepest schema an MCP client reads in a tools/list answer.
+    parameters = {"type": "object", "properties": {"x": _nesting(195)}}
+    runtime.register(define_tool(
+        name="deep_in", description="", parameters=RawSchema(parameters), output={"type": "json"}, execute=_body))
+    runtime.register(define_tool(
+        name="deep_out", description="", parameters={}, output=_nesting(195), execute=_body))
+"""
+
+
+def test_check_warns_about_tools_whose_schemas_serve_mcp_leaves_out(tools: list[str], dists: Dists) -> None:
+    deep = dists.module("deep", DEEP_SCHEMAS)
+    result = invoke([*tools, "--plugin", f"deep={deep}", "check"])
+    assert result.exit_code == 0, result.output
+    assert (
+        'warning: plugin deep: tool "deep_in" cannot be served over MCP: its parameter schema nests more than 196 '
+        "levels deep, deeper than an MCP client can read (serve-mcp leaves it out of its tool list)"
+    ) in result.stdout
+    assert (
+        'warning: plugin deep: tool "deep_out" cannot be served over MCP: its output schema nests more than 194 '
+        "levels deep, deeper than an MCP client can read (serve-mcp leaves it out of its tool list)"
+    ) in result.stdout
+    assert "0 problem(s), 2 warning(s)" in result.stdout
+
+
 def test_check_strict_fails_on_warnings(tools: list[str], dists: Dists, tmp_path: Path) -> None:
     (tmp_path / "dsh.toml").write_text('disabled_plugins = ["no-such-plugin"]\n')
     relaxed = invoke([*tools, "check"])

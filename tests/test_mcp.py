@@ -45,6 +45,7 @@ from dsh_core import (
     Exclusive,
     JsonSchemaError,
     Parallel,
+    RawSchema,
     Rewrite,
     ToolEffects,
     ToolRuntime,
@@ -936,6 +937,81 @@ async def test_a_search_that_loads_tools_notifies_handshake_era_clients() -> Non
                 await trio.sleep(0.01)
 
 
+def tool_list_notices(seen: list[str]) -> Callable[[Any], Awaitable[None]]:
+    """A client's message handler that records the kind of each message the server sends it."""
+
+    async def handler(message: Any) -> None:
+        seen.append(type(message).__name__)
+
+    return handler
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_every_http_session_whose_list_changed_is_notified() -> None:
+    seen_a: list[str] = []
+    seen_b: list[str] = []
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            (base,) = await nursery.start(serve_http, searchable_runtime(), "127.0.0.1", 0)
+            async with (
+                Client(base + "/mcp", mode="legacy", message_handler=tool_list_notices(seen_a)) as a,
+                Client(base + "/mcp", mode="legacy", message_handler=tool_list_notices(seen_b)) as b,
+            ):
+                assert {tool.name for tool in (await b.list_tools()).tools} == {"shown", "search_tools"}
+                await a.call_tool("shown", {})  # changes nothing
+                await a.call_tool("search_tools", {"query": "report"})
+                await eventually(lambda: "ToolListChangedNotification" in seen_b)
+                assert "rare_report" in {tool.name for tool in (await b.list_tools()).tools}
+                await a.call_tool("search_tools", {"query": "report"})  # loads nothing new
+                await b.call_tool("shown", {})
+            nursery.cancel_scope.cancel()
+    assert seen_a.count("ToolListChangedNotification") == 1
+    assert seen_b.count("ToolListChangedNotification") == 1
+
+
+async def test_a_tool_list_changed_by_no_call_of_the_session_is_notified() -> None:
+    seen: list[str] = []
+    runtime = make_runtime(json_tool("first"))
+    async with Client(serve_registry(runtime), mode="legacy", message_handler=tool_list_notices(seen)) as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["first"]
+        runtime.register(json_tool("second"))
+        await eventually(lambda: seen.count("ToolListChangedNotification") == 1)
+        runtime.register(json_tool("elsewhere"), Agent(id="someone-else"))  # not in this server's list
+        # From a worker thread (a tool body's), as from the trio thread.
+        await trio.to_thread.run_sync(runtime.register, json_tool("third"))
+        await eventually(lambda: seen.count("ToolListChangedNotification") == 2)
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["first", "second", "third"]
+    assert seen.count("ToolListChangedNotification") == 2
+
+
+async def test_a_tool_list_that_fails_to_build_after_a_change_does_not_end_the_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = make_runtime(json_tool("first"))
+    agent = Agent(id="coder")
+    async with Client(serve_registry(runtime, scope=agent), mode="legacy") as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["first"]
+        undo = runtime.present_as("code", agent)  # and the runtime has no code runtime
+        await eventually(lambda: "MCP: could not tell the clients" in caplog.text)
+        undo()
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["first"]
+    assert "requires a code runtime" in caplog.text
+
+
+async def test_a_reexported_mcp_servers_list_change_reaches_the_served_clients() -> None:
+    seen: list[str] = []
+    runtime = ToolRuntime()
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": build_test_server()}):
+        server = serve_registry(runtime)
+        async with Client(server, mode="legacy", message_handler=tool_list_notices(seen)) as client:
+            assert "mem__extra" not in {tool.name for tool in (await client.list_tools()).tools}
+            grown = await client.call_tool("mem__grow", {})
+            assert not grown.is_error
+            await eventually(lambda: "ToolListChangedNotification" in seen)
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+    assert "mem__extra" in listed and "mem__shout" not in listed
+
+
 async def test_serve_registry_runs_an_allowed_call_through_the_pipeline() -> None:
     recorder = Recorder()
     runtime, _ = serving_runtime(recorder)
@@ -1010,6 +1086,69 @@ async def test_serve_registry_answers_a_result_too_deep_for_mcp_with_an_error_ca
     ]
     assert result.meta is not None
     assert result.meta["dsh/error"] == {"code": "INVALID_TOOL_OUTPUT", "name": "McpResultTooDeep", "plugin": None}
+
+
+def schema_nesting(levels: int) -> dict[str, Any]:
+    """An array schema nesting exactly ``levels`` levels deep (``{"type": "string"}`` nests one)."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels - 1):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+def deep_schema_tool(name: str, *, parameters: int = 3, output: int = 1) -> Any:
+    """A tool whose parameter schema nests ``parameters`` levels deep and output schema ``output``."""
+
+    async def body(args: Any) -> Any:
+        return "ok"
+
+    root = {"type": "object", "properties": {"x": schema_nesting(parameters - 2)}}
+    return define_tool(
+        name=name, description=name, parameters=RawSchema(root), output=schema_nesting(output), execute=body
+    )
+
+
+# SDK clients parse messages nested at most 200 levels deep, and a tool's schemas sit four levels
+# into a tools/list answer: {"result": {"tools": [{"inputSchema": ...}]}}.
+DEEPEST_LISTED_SCHEMA = 200 - 4
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_serve_http_leaves_out_the_tools_whose_schemas_no_client_could_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = make_runtime(
+        json_tool("echo"),
+        deep_schema_tool("deepest", parameters=DEEPEST_LISTED_SCHEMA),
+        deep_schema_tool("deeper", parameters=DEEPEST_LISTED_SCHEMA + 1),
+        # Not an object: listed wrapped in {"properties": {"result": ...}}, two levels more.
+        deep_schema_tool("deepest_output", output=DEEPEST_LISTED_SCHEMA - 2),
+        deep_schema_tool("deep_output", output=DEEPEST_LISTED_SCHEMA - 1),
+    )
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            (base,) = await nursery.start(serve_http, runtime, "127.0.0.1", 0)
+            async with Client(base + "/mcp", mode="legacy") as client:
+                first = [tool.name for tool in (await client.list_tools()).tools]
+                second = [tool.name for tool in (await client.list_tools()).tools]
+                refused = await client.call_tool("deeper", {"x": []})
+                echoed = await client.call_tool("echo", {"x": 1})
+            nursery.cancel_scope.cancel()
+    assert first == second == ["echo", "deepest", "deepest_output"]
+    assert not echoed.is_error
+    too_deep = f"nests more than {DEEPEST_LISTED_SCHEMA} levels deep, deeper than an MCP client can read"
+    # Once per tool, not at every tools/list.
+    assert [record.getMessage() for record in caplog.records if "left out" in record.getMessage()] == [
+        f'MCP: tool "deeper" is left out of tools/list: its parameter schema {too_deep}',
+        'MCP: tool "deep_output" is left out of tools/list: its output schema nests more than '
+        f"{DEEPEST_LISTED_SCHEMA - 2} levels deep, deeper than an MCP client can read",
+    ]
+    assert refused.is_error
+    assert [block.text for block in refused.content] == [  # type: ignore[union-attr]
+        f'Error: tool "deeper" is not served over MCP: its parameter schema {too_deep}'
+    ]
+    assert refused.meta is not None
+    assert refused.meta["dsh/error"] == {"code": "UNSUPPORTED_SCHEMA", "name": "McpSchemaTooDeep", "plugin": None}
 
 
 async def test_serve_registry_reports_a_policy_denial_as_an_error_result() -> None:
@@ -1162,6 +1301,30 @@ async def test_serve_registry_advertises_that_its_tool_list_can_change() -> None
     assert over_http is not None and over_http.list_changed is True
 
 
+async def test_serve_mcp_enters_the_plugins_lifespans_in_registration_order() -> None:
+    from dsh_core._mcp_server import plugin_lifespans
+
+    log: list[str] = []
+
+    class Owning:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @contextlib.asynccontextmanager
+        async def dsh_lifespan(self) -> AsyncIterator[None]:
+            log.append(f"enter {self.name}")
+            yield
+            log.append(f"exit {self.name}")
+
+    runtime = ToolRuntime()
+    names = [f"owner-{n}" for n in range(16)]  # a set of 16 plugins would iterate in another order
+    for name in names:
+        runtime.plugins.register(Owning(name), name=name)
+    async with plugin_lifespans(runtime):
+        log.append("serving")
+    assert log == [*(f"enter {name}" for name in names), "serving", *(f"exit {name}" for name in reversed(names))]
+
+
 async def test_serve_http_answers_an_sdk_client_on_loopback() -> None:
     runtime, _ = serving_runtime()
     async with trio.open_nursery() as nursery:
@@ -1306,6 +1469,46 @@ async def test_cli_serve_mcp_over_stdio_runs_the_pipeline() -> None:
     assert "outside the workspace" in denied.content[0].text  # type: ignore[union-attr]
 
 
+ASKING_PLUGIN = """
+from dsh_core import Ask, define_tool, hookimpl
+
+async def _echo(args):
+    return args
+
+class AskFirst:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        return Ask("needs a yes")
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(name="guarded", description="", parameters={}, output={"type": "json"}, execute=_echo))
+    runtime.plugins.register(AskFirst(), name="ask-first")
+"""
+
+
+async def test_cli_serve_mcp_without_agent_asks_the_client_as_the_cli_agent(tmp_path: Path) -> None:
+    """An Ask needs an agent to be routed; without --agent, serve-mcp's calls act as the agent "cli"."""
+    from mcp import StdioServerParameters
+
+    (tmp_path / "asking_plugin.py").write_text(ASKING_PLUGIN)
+    asked: list[str] = []
+
+    async def answer(context: Any, params: Any) -> Any:
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="accept", content={"allow": True})
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
+    args = ["-m", "dsh_core._cli", "--no-plugins", "--plugin", "asking=asking_plugin", "serve-mcp"]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(tmp_path), env=env)
+    with trio.fail_after(60):
+        async with Client(params, mode="legacy", elicitation_callback=answer) as client:
+            result = await client.call_tool("guarded", {"x": 1})
+    assert not result.is_error, result.content
+    assert result.structured_content == {"result": {"x": 1}}
+    assert len(asked) == 1 and asked[0].startswith('Allow the tool "guarded" to run? needs a yes')
+
+
 # -- serve-mcp over stdio: lines the SDK cannot parse ----------------------------------------------
 
 DEEP_ARRAY_TEXT = "[" * 250 + "]" * 250
@@ -1371,9 +1574,8 @@ NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
         (DEEP_ARRAY_TEXT, parse_error(None, TOO_DEEP)),
         ('{"jsonrpc":"2.0","id":9,"method":5}', parse_error(9, NOT_JSON_RPC, code=-32600)),
         ("[1, 2]", parse_error(None, NOT_JSON_RPC, code=-32600)),
-        # JSON-RPC answers neither a notification nor a response, whatever is wrong with them.
+        # JSON-RPC answers no notification, whatever is wrong with it (a response: see below).
         ('{"jsonrpc":"2.0","method":"notifications/cancelled","params":' + DEEP_PARAMS + "}", None),
-        ('{"jsonrpc":"2.0","id":3,"result":' + DEEP_PARAMS + "}", None),
         ("   ", None),
     ],
     ids=[
@@ -1387,7 +1589,6 @@ NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
         "not-json-rpc",
         "not-an-object",
         "notification",
-        "response",
         "blank",
     ],
 )
@@ -1397,15 +1598,70 @@ async def test_an_unreadable_line_is_answered_with_its_id_and_the_next_message_s
     from dsh_core._mcp_unreadable import answering_unreadable
 
     sent = _Sent()
-    stream = answering_unreadable(_Lines(line, '{"jsonrpc":"2.0","id":10,"method":"ping"}'), sent)  # type: ignore[arg-type]
+    stream, _ = answering_unreadable(_Lines(line, '{"jsonrpc":"2.0","id":10,"method":"ping"}'), sent)  # type: ignore[arg-type]
     following = await stream.receive()
     assert following.message == mcp_types.JSONRPCRequest(jsonrpc="2.0", id=10, method="ping")  # type: ignore[union-attr]
     assert sent.messages == ([answer] if answer is not None else [])
 
 
+UNREAD_TOO_DEEP = "its answer could not be read: the message nests more than 200 levels deep, deeper than this server reads"
+UNREAD_NOT_JSON_RPC = "its answer could not be read: not a JSON-RPC 2.0 message"
+
+
+@pytest.mark.parametrize(
+    ("line", "failure"),
+    [
+        ('{"jsonrpc":"2.0","id":3,"result":' + DEEP_PARAMS + "}", parse_error(3, UNREAD_TOO_DEEP)),
+        (
+            '{"jsonrpc":"2.0","id":3,"result":{"action":"accept","content":{"note":"\\ud800"}}}',
+            parse_error(3, "its answer could not be read: " + LONE_SURROGATE.removeprefix("Parse error: ")),
+        ),
+        ('{"jsonrpc":"2.0","id":3,"result":5}', parse_error(3, UNREAD_NOT_JSON_RPC, code=-32600)),
+    ],
+    ids=["too-deep", "lone-surrogate", "not-json-rpc"],
+)
+async def test_an_unreadable_response_fails_the_request_it_answers(line: str, failure: dict[str, Any]) -> None:
+    """JSON-RPC answers no response; but the server's request it answers must not wait forever."""
+    from dsh_core._mcp_unreadable import answering_unreadable
+
+    sent = _Sent()
+    stream, _ = answering_unreadable(_Lines(line, '{"jsonrpc":"2.0","id":10,"method":"ping"}'), sent)  # type: ignore[arg-type]
+    failed = await stream.receive()
+    following = await stream.receive()
+    assert failed.message.model_dump(by_alias=True, mode="json", exclude_unset=True) == failure  # type: ignore[union-attr]
+    assert following.message == mcp_types.JSONRPCRequest(jsonrpc="2.0", id=10, method="ping")  # type: ignore[union-attr]
+    assert sent.messages == []  # nothing answers a response
+
+
+async def test_an_unreadable_response_without_a_usable_id_fails_every_unanswered_request() -> None:
+    from mcp.shared.message import SessionMessage
+
+    from dsh_core._mcp_unreadable import answering_unreadable
+
+    lines = _Lines(
+        '{"jsonrpc":"2.0","id":2,"result":{}}',
+        '{"jsonrpc":"2.0","id":"\\ud800","result":' + DEEP_PARAMS + "}",
+        '{"jsonrpc":"2.0","id":10,"method":"ping"}',
+    )
+    sent = _Sent()
+    stream, writable = answering_unreadable(lines, sent)  # type: ignore[arg-type]
+    for request_id in (1, 2, 3):
+        await writable.send(SessionMessage(mcp_types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
+    answered = await stream.receive()
+    failures = [await stream.receive(), await stream.receive()]
+    following = await stream.receive()
+    assert answered.message == mcp_types.JSONRPCResponse(jsonrpc="2.0", id=2, result={})  # type: ignore[union-attr]
+    assert [failure.message.model_dump(by_alias=True, mode="json", exclude_unset=True) for failure in failures] == [  # type: ignore[union-attr]
+        parse_error(1, UNREAD_TOO_DEEP),
+        parse_error(3, UNREAD_TOO_DEEP),
+    ]
+    assert following.message == mcp_types.JSONRPCRequest(jsonrpc="2.0", id=10, method="ping")  # type: ignore[union-attr]
+    assert [message["id"] for message in sent.messages] == [1, 2, 3]  # the requests, and no answer
+
+
 @contextlib.asynccontextmanager
 async def serving_stdio(
-    tmp_path: Path, script_text: str
+    tmp_path: Path, script_text: str, capabilities: dict[str, Any] | None = None
 ) -> AsyncIterator[tuple[trio.abc.SendStream, Callable[[], Awaitable[str]]]]:
     """``script_text`` run as a serve-mcp stdio process, initialized: its stdin and a line reader."""
     script = tmp_path / "serve.py"
@@ -1423,7 +1679,11 @@ async def serving_stdio(
     assert process.stdin is not None and process.stdout is not None
     lines = line_reader(process.stdout)
     try:
-        initialize = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        initialize = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": capabilities or {},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
         request = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}
         await process.stdin.send_all(json.dumps(request).encode() + b"\n")
         await lines()
@@ -1480,6 +1740,43 @@ async def test_serve_stdio_answers_the_requests_the_sdk_cannot_parse(tmp_path: P
             assert deepest.result["structuredContent"] == {"result": {"v": nested_list(DEEPEST_RESULT_LIST)}}
             deeper = await ask(call(5, "deep", json.dumps({"depth": DEEPEST_RESULT_LIST + 1})))
             assert deeper["result"]["isError"] is True and "structuredContent" not in deeper["result"]
+
+
+SERVE_ASK_SCRIPT = """
+from dsh_core import Ask, hookimpl
+from dsh_core._mcp_server import run_serve_mcp
+from dsh_core.testing import json_tool, make_runtime
+
+class AskFirst:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        return Ask("needs a yes")
+
+runtime = make_runtime(json_tool("guarded"), plugins=[AskFirst()])
+run_serve_mcp(runtime, http=False, port=0, agent="someone")
+"""
+
+
+async def test_serve_stdio_answers_a_call_whose_approval_answer_it_cannot_read(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with serving_stdio(tmp_path, SERVE_ASK_SCRIPT, {"elicitation": {}}) as (stdin, lines):
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "guarded", "arguments": {}}}
+            await stdin.send_all(json.dumps(call).encode() + b"\n")
+            asked = json.loads(await lines())
+            assert asked["method"] == "elicitation/create"
+            answer = '{"jsonrpc":"2.0","id":%s,"result":{"action":"accept","content":{"allow":true,"note":"\\ud800"}}}'
+            await stdin.send_all((answer % json.dumps(asked["id"])).encode() + b"\n")
+            answered = json.loads(await lines())
+    assert answered["id"] == 2
+    assert answered["result"]["isError"] is True
+    assert answered["result"]["content"] == [
+        {
+            "type": "text",
+            "text": 'Error: tool "guarded" requires approval, but asking the MCP client failed: its answer could '
+            "not be read: a string in the message holds a lone surrogate (\\ud800-\\udfff outside a pair), which is "
+            "not text",
+        }
+    ]
 
 
 # -- serve-mcp: strings UTF-8 cannot carry -----------------------------------------------------------
