@@ -100,7 +100,8 @@ fails it with ``MCP_SERVER_UNAVAILABLE``. An MCP protocol error is
 an invalid result, and a message no pending request can be matched to (one the
 SDK cannot parse, or a response to an id this client never sent), which fails
 every request then pending instead of leaving it to wait forever. A line of
-plain text (a server printing to stdout) is no message and is ignored. Arguments
+plain text (a server printing to stdout) is no message and is ignored; bytes on
+a stdio server's stdout that are not UTF-8 are read as U+FFFD. Arguments
 nested more than :data:`MAX_ARGUMENT_DEPTH` levels deep, or holding a lone
 surrogate (which UTF-8 cannot encode), are never sent: the call fails
 ``INVALID_ARGS`` (the SDK could not write or read them). After the
@@ -972,8 +973,16 @@ class _Server:
             inner = streamable_http_client(settings.url)
         else:
             assert settings.command is not None
+            # "replace": with the default "strict", one byte that is not UTF-8 on the server's stdout
+            # kills the transport's reader while its read stream stays open, so the session looks live
+            # and every request waits forever. Replaced, the line still parses (or is plain text).
+            # Writes are unaffected: arguments UTF-8 cannot carry are refused before sending.
             params = StdioServerParameters(
-                command=settings.command, args=list(settings.args), env=settings.env, cwd=settings.cwd
+                command=settings.command,
+                args=list(settings.args),
+                env=settings.env,
+                cwd=settings.cwd,
+                encoding_error_handler="replace",
             )
             inner = stdio_client(params)
         return _WatchedTransport(inner, session, one_stream=settings.url is None)

@@ -12,7 +12,8 @@ reaches the client's transport as text. Each tool is one kind of answer:
 - ``server_error``: a JSON-RPC error ``-32000`` (an implementation-defined server error);
 - ``closed_error``: the same code with the message the SDK uses for a lost connection;
 - ``bad_result``: a result that is no ``CallToolResult`` (``content`` is a string);
-- ``stray_text``: a line of plain text on stdout, then a normal result.
+- ``stray_text``: a line of plain text on stdout, then a normal result;
+- ``bad_utf8``: a result whose text holds bytes that are not UTF-8 (``a\\xff\\xfeb``).
 
 Every tool is annotated read-only, so a client configured to retry would retry it.
 """
@@ -23,7 +24,10 @@ import json
 import sys
 from typing import Any
 
-TOOLS = ["ok", "calls", "deep", "wrong_id", "null_id", "server_error", "closed_error", "bad_result", "stray_text"]
+TOOLS = [
+    *("ok", "calls", "deep", "wrong_id", "null_id", "server_error", "closed_error", "bad_result", "stray_text"),
+    "bad_utf8",
+]
 DEPTH = 300
 
 
@@ -60,6 +64,12 @@ def answer_call(request_id: Any, name: str, calls: int) -> None:
     elif name == "stray_text":
         write("debug: this line is not JSON-RPC")
         result({"content": [{"type": "text", "text": "fine"}]})
+    elif name == "bad_utf8":
+        head = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": "a"}]}})
+        line = head.encode().replace(b'"a"', b'"a\xff\xfeb"') + b"\n"
+        sys.stdout.flush()
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
     else:
         result({"content": [{"type": "text", "text": "ok"}]})
 

@@ -674,6 +674,18 @@ async def test_a_line_of_plain_text_on_stdout_is_not_taken_for_an_answer() -> No
     assert result.value == text_value("fine")
 
 
+async def test_bytes_that_are_not_utf8_on_stdout_are_replaced_and_the_session_goes_on() -> None:
+    # A strict decoder used to kill the transport's reader while the session looked live:
+    # this call and every later one waited forever.
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            result = await runtime.execute(make_input("raw__bad_utf8"))
+            calls = await runtime.execute(make_input("raw__calls"))
+    assert result.value == text_value("a\ufffd\ufffdb")
+    assert calls.value == text_value("2")  # the same session goes on
+
+
 async def test_a_server_error_answer_is_an_mcp_error_and_never_retried() -> None:
     # -32000 is also the SDK's code for a closed connection; this one is the server's answer.
     events: list[str] = []
