@@ -82,7 +82,9 @@ without a nursery someone waits for. So the plugin never starts one on its own:
   call's cancellation and timeout bound the start-up), serialised by a
   per-server ``trio.Lock``. ``tools/list_changed`` notifications re-list the
   server there and re-sync the registrations (removed tools disposed, new ones
-  registered; each change fires ``dsh_tools_change``);
+  registered; each change fires ``dsh_tools_change``). A re-listing the server
+  refuses (an error answer, an invalid listing) keeps the session and the tools
+  listed before, with a logged warning; only a lost connection ends the session;
 - outside it (the ``dsh-tools call`` / ``run`` commands), each call opens a
   short-lived session in the caller's task and closes it before returning. No
   notification can arrive then; the tool set is the one listed at setup.
@@ -1400,7 +1402,7 @@ class McpClientPlugin:
                         break
                     if session.list_changed:
                         session.list_changed = False
-                        self._sync(server, await _list_tools(session, client))
+                        await self._relist(server, session, client)
         except BaseException as exc:
             if not started:
                 raise
@@ -1418,6 +1420,23 @@ class McpClientPlugin:
             session.ended = True
             if server.session is session:
                 server.session = None
+
+    async def _relist(self, server: _Server, session: _Session, client: Client) -> None:
+        """Re-sync after ``tools/list_changed``; a listing the server refuses keeps the tools listed before."""
+        try:
+            listing = await _list_tools(session, client)
+        except Exception as exc:
+            if _connection_lost(exc, session, http=server.settings.url is not None):
+                raise  # the session is gone: its task ends, the next call reconnects
+            # The server answered (an error, a listing the SDK refuses, a message no request
+            # matches): the connection is fine, and ending it would fail the calls in flight.
+            logger.warning(
+                'MCP server "%s": re-listing its tools failed, the tools listed before stay registered: %s',
+                server.name,
+                _describe(exc),
+            )
+            return
+        self._sync(server, listing)
 
     async def _wait_backoff(self, server: _Server) -> None:
         # The system clock, not trio's: a plugin outlives trio.run() calls, and

@@ -580,6 +580,64 @@ async def test_list_changed_resyncs_registrations_and_fires_tools_change() -> No
         assert extra.content[0].text == "extra!"
 
 
+def build_relisting_server(listings: list[str], answer_slow: trio.Event) -> Server[Any]:
+    """A server that refuses its second listing with a JSON-RPC error; ``poke`` announces a changed list."""
+    from mcp import MCPError
+
+    tools = [mcp_types.Tool(name=name, input_schema={"type": "object"}) for name in ("slow", "poke")]
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        listings.append("listed")
+        if len(listings) == 2:
+            raise MCPError(-32603, "listing temporarily unavailable")
+        return mcp_types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        if params.name == "poke":
+            await ctx.session.send_tool_list_changed()
+        else:
+            await answer_slow.wait()
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=params.name)])
+
+    return Server("relisting", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def test_a_relisting_the_server_answers_with_an_error_keeps_the_session(
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    listings: list[str] = []
+    answer_slow = trio.Event()
+    runtime = ToolRuntime()
+    server = build_relisting_server(listings, answer_slow)
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": server}):
+        async with trio.open_nursery() as nursery:
+            results: list[Any] = []
+
+            async def call_slow() -> None:
+                results.append(await runtime.execute(make_input("mem__slow")))
+
+            nursery.start_soon(call_slow)
+            await trio.sleep(0.1)
+            poked = await runtime.execute(make_input("mem__poke"))
+            await eventually(lambda: "re-listing its tools failed" in caplog.text)
+            answer_slow.set()
+        assert poked.value == text_value("poke")
+        # The call in flight was answered over the same session, not reported MCP_SERVER_DIED.
+        assert results[0].value == text_value("slow")
+        assert {"mem__slow", "mem__poke"} <= set(runtime.names())  # the registrations stay
+        assert "session ended" not in caplog.text
+        [warning] = [r.getMessage() for r in caplog.records if "re-listing" in r.getMessage()]
+        assert warning == (
+            'MCP server "mem": re-listing its tools failed, the tools listed before stay registered: '
+            "MCPError: listing temporarily unavailable"
+        )
+        # The next change is listed over the same session again (a reconnect would list once more).
+        await runtime.execute(make_input("mem__poke"))
+        await eventually(lambda: len(listings) == 3)
+        await trio.sleep(0.1)
+        assert len(listings) == 3
+
+
 async def test_cancelling_the_call_cancels_the_server_request() -> None:
     events: list[str] = []
     recorder = Recorder()
