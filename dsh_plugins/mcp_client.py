@@ -99,10 +99,13 @@ servers' start-up) and registers what it found: ``dsh-tools list`` and
 transport gave up on a response stream); one that cannot be started or reached
 fails it with ``MCP_SERVER_UNAVAILABLE``. An MCP protocol error is
 ``MCP_ERROR``: a JSON-RPC error answer (whatever its code, ``-32000`` included),
-an invalid result, and a message no pending request can be matched to (one the
-SDK cannot parse, or a response to an id this client never sent), which fails
-every request then pending instead of leaving it to wait forever. A line of
-plain text (a server printing to stdout) is no message and is ignored; bytes on
+an invalid result, and a message no pending request can be matched to (a
+response to an id this client never sent, or one the SDK cannot parse that may
+be a response: an object with an ``id`` and no ``method``, or a line starting
+with ``{`` that is not valid JSON), which fails every request then pending
+instead of leaving it to wait forever. A line of plain text (a server printing
+to stdout) is no message and is ignored, and so is a JSON line that cannot be a
+response (a JSON log line without an ``id``, a malformed notification); bytes on
 a stdio server's stdout that are not UTF-8 are read as U+FFFD. Arguments
 nested more than :data:`MAX_ARGUMENT_DEPTH` levels deep, or holding a lone
 surrogate (which UTF-8 cannot encode), are never sent: the call fails
@@ -828,22 +831,54 @@ class _WriteWatch(_StreamWatch):
 
 
 def _unparsed_message(exc: Exception) -> str | None:
-    """What to say about an item the transport could not parse; ``None`` for a line of plain text.
+    """What to say about an item the transport could not parse; ``None`` when it cannot be an answer.
 
-    A server printing a line of text to stdout sent no message (the SDK logs
-    it); a JSON object that does not parse may be the answer a request waits for.
+    A server printing a line of text to stdout sent no message, nor did one
+    logging a JSON object without an ``id``, nor one sending a malformed
+    notification (the SDK logs each). An object that is not valid JSON, or one
+    with an ``id`` and no ``method``, may be the answer a request waits for.
     """
     from pydantic import ValidationError
 
     if not isinstance(exc, ValidationError):
         return _bounded(_describe(exc))
-    invalid = [error for error in exc.errors(include_url=False) if error["type"] == "json_invalid"]
-    if not invalid:
-        return "valid JSON, but not a JSON-RPC message"
-    text = invalid[0].get("input")
-    if isinstance(text, str) and not text.lstrip().startswith("{"):
+    errors = exc.errors(include_url=False)
+    invalid = [error for error in errors if error["type"] == "json_invalid"]
+    if invalid:
+        text = invalid[0].get("input")
+        if isinstance(text, str) and not text.lstrip().startswith("{"):
+            return None
+        return _bounded(invalid[0]["msg"])  # garbled or cut short: it may well be an answer
+    message = _refused_value(errors)
+    if message is not _UNKNOWN and not _may_answer(message):
         return None
-    return _bounded(invalid[0]["msg"])
+    return "valid JSON, but not a JSON-RPC message"
+
+
+_UNKNOWN: Final = object()
+
+
+def _refused_value(errors: Sequence[Any]) -> object:
+    """The JSON value the SDK refused, when its validation errors show it (else ``_UNKNOWN``).
+
+    The SDK validates against a union of the four message kinds, so an error
+    at one of them (``loc`` = the kind) carries the whole value as its input,
+    and so does a field missing from the top-level object (``loc`` = kind, field).
+    """
+    for error in errors:
+        loc = error["loc"]
+        if len(loc) == 1 or (len(loc) == 2 and error["type"] == "missing"):
+            return error.get("input", _UNKNOWN)
+    return _UNKNOWN
+
+
+def _may_answer(message: object) -> bool:
+    """Whether a JSON value could be a response: an object with an ``id`` and no ``method``, or a batch holding one."""
+    if isinstance(message, Mapping):
+        return "id" in message and "method" not in message
+    if isinstance(message, list):
+        return any(isinstance(item, Mapping) and _may_answer(item) for item in message)
+    return False
 
 
 _SENT_IDS_KEPT: Final = 4096

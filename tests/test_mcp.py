@@ -710,6 +710,7 @@ async def test_stdio_server_is_listed_at_setup_and_restarted_after_dying_mid_cal
         ("deep", "sent a message the MCP SDK could not parse (Invalid JSON: recursion limit exceeded"),
         ("wrong_id", "answered request id 12345, which this client never sent"),
         ("null_id", "answered with an error that names no request (-32600: Invalid Request)"),
+        ("shapeless", "sent a message the MCP SDK could not parse (valid JSON, but not a JSON-RPC message)"),
     ],
 )
 async def test_an_answer_no_request_can_be_matched_to_fails_the_pending_call(tool: str, problem: str) -> None:
@@ -742,6 +743,45 @@ async def test_bytes_that_are_not_utf8_on_stdout_are_replaced_and_the_session_go
             calls = await runtime.execute(make_input("raw__calls"))
     assert result.value == text_value("a\ufffd\ufffdb")
     assert calls.value == text_value("2")  # the same session goes on
+
+
+@pytest.mark.parametrize("tool", ["json_log", "bad_note"])
+async def test_a_json_line_that_cannot_be_an_answer_is_not_taken_for_one(tool: str) -> None:
+    # An object without an id, or a notification (it has a method), answers no request:
+    # it used to fail every call in flight.
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            result = await runtime.execute(make_input(f"raw__{tool}"))
+            calls = await runtime.execute(make_input("raw__calls"))
+    assert result.value == text_value("fine")
+    assert calls.value == text_value("2")
+
+
+@pytest.mark.parametrize(
+    ("line", "may_answer"),
+    [
+        ('{"jsonrpc": "2.0", "id": 3, "result": "x"}', True),
+        ('{"jsonrpc": "1.0", "id": 3, "result": {}}', True),
+        ('{"jsonrpc": "2.0", "id": {"a": 1}, "result": {}}', True),
+        ('[{"jsonrpc": "2.0", "id": 3, "result": "x"}]', True),  # a batch
+        ('{"jsonrpc": "2.0", "id": 3, "result": {}', True),  # cut short
+        ('{"level": "info", "msg": "x"}', False),
+        ('{"jsonrpc": "2.0", "method": "notifications/message", "params": "oops"}', False),
+        ('{"jsonrpc": "2.0", "id": 3, "method": "ping", "params": "oops"}', False),  # a request, not an answer
+        ("[1, 2]", False),
+        ("42", False),
+        ("[INFO] starting", False),
+    ],
+)
+def test_only_an_unparsable_message_that_may_be_a_response_counts_as_an_answer(line: str, may_answer: bool) -> None:
+    from mcp.client.stdio import _parse_line
+
+    from dsh_plugins.mcp_client import _unparsed_message
+
+    refused = _parse_line(line)
+    assert isinstance(refused, Exception)
+    assert (_unparsed_message(refused) is not None) is may_answer
 
 
 async def test_a_server_error_answer_is_an_mcp_error_and_never_retried() -> None:
