@@ -76,8 +76,9 @@ without a nursery someone waits for. So the plugin never starts one on its own:
 - inside ``async with plugin.running():`` (or ``async with
   McpClientPlugin.connect(runtime, config) as plugin:`` for hosts that do not
   use entry points) the plugin owns a nursery. Every server is connected at
-  entry; a session lives in its own task there, and calls are sent from the
-  caller's task over that session. When a session is gone, the next call
+  entry, except one whose last attempt failed (a listing at setup that failed
+  or timed out is not waited for twice); a session lives in its own task there,
+  and calls are sent from the caller's task over that session. When a session is gone, the next call
   reconnects *lazily, inside the caller's task* (``nursery.start``, so the
   call's cancellation and timeout bound the start-up), serialised by a
   per-server ``trio.Lock``. ``tools/list_changed`` notifications re-list the
@@ -112,7 +113,8 @@ surrogate (which UTF-8 cannot encode), are never sent: the call fails
 ``INVALID_ARGS`` (the SDK could not write or read them). After the
 n-th consecutive failure the next start waits ``min(backoff_initial_s * 2**(n-1),
 backoff_max_s)`` (inside the calling task, so cancellation and the timeout
-plugin still apply). A successful response resets the count. A server with
+plugin still apply). A failed listing counts as a failure; a successful response
+or listing resets the count. A server with
 ``retry_attempts = n`` (n > 1) has its read-only and idempotent tools (by their
 annotations) retried up to n attempts when the server was unavailable or died
 (:class:`~dsh_core.RetryPolicy`, pausing like the reconnects); its other tools
@@ -1198,8 +1200,10 @@ class McpClientPlugin:
             message = f"could not be listed: {_describe(listing)}"
             logger.warning('MCP server "%s" %s', server.name, message)
             server.connect_problem = McpDiagnostic(level="problem", server=server.name, message=message)
+            self._note_failure(server)
             return
         server.connect_problem = None
+        self._note_success(server)
         self._sync(server, listing)
 
     def _sync(self, server: _Server, listing: Sequence[mcp_types.Tool]) -> None:
@@ -1369,7 +1373,10 @@ class McpClientPlugin:
 
         At entry every server is connected (concurrently; one that fails is
         reported in :meth:`diagnostics` and retried on its next call) and its
-        registrations re-synced with what it lists now. Not reentrant.
+        registrations re-synced with what it lists now. A server whose last
+        attempt failed (its listing at setup, say) is not tried at entry, which
+        would hold up the host once more (``serve-mcp`` answers nothing until
+        entry is done): its next call reconnects, after the backoff. Not reentrant.
         """
         if self._nursery is not None:
             raise RuntimeError("McpClientPlugin.running() is already active")
@@ -1391,6 +1398,8 @@ class McpClientPlugin:
         return self.running()
 
     async def _connect_at_entry(self, server: _Server) -> None:
+        if server.failures:
+            return  # known down (connect_problem says why): left to its next call
         try:
             await self._ensure_session(server)
         except McpClientError as exc:
@@ -1479,6 +1488,10 @@ class McpClientPlugin:
         delay = server.retry_at - time.monotonic()
         if delay > 0:
             await trio.sleep(delay)
+
+    def _note_success(self, server: _Server) -> None:
+        server.failures = 0
+        server.retry_at = -math.inf
 
     def _note_failure(self, server: _Server) -> None:
         server.failures += 1
@@ -1571,8 +1584,7 @@ class McpClientPlugin:
                 f'MCP server "{server.name}" sent an invalid result for "{mcp_name}": {_invalid_result(exc)}',
                 code=MCP_ERROR,
             ) from exc
-        server.failures = 0
-        server.retry_at = -math.inf
+        self._note_success(server)
         return result
 
 

@@ -863,6 +863,34 @@ async def test_an_unstartable_server_fails_calls_with_growing_backoff() -> None:
         assert durations[1] > durations[0]
 
 
+async def test_a_server_that_failed_discovery_is_not_waited_for_again_at_entry(tmp_path: Path) -> None:
+    # serve-mcp answers nothing until every lifespan is entered: a server that could not be
+    # listed at setup used to hold it up a second time (twice connect_timeout_s when it hangs).
+    starts = tmp_path / "starts"
+    quitter = f"open({str(starts)!r}, 'a').write('start\\n')"  # starts, then exits without a word
+    entry = {"name": "quits", "command": sys.executable, "args": ["-c", quitter], "prefix": "quits"}
+    runtime = ToolRuntime()
+    dsh_setup(runtime, {"servers": [entry], "backoff_initial_s": 0.01})
+    plugin = runtime.plugins.get_plugin(PLUGIN_NAME)
+    assert isinstance(plugin, McpClientPlugin)
+    assert starts.read_text().count("start") == 1
+    with trio.fail_after(20):
+        async with plugin.running():
+            assert starts.read_text().count("start") == 1  # not started again at entry
+            [problem] = plugin.diagnostics()
+            assert problem.level == "problem" and problem.message.startswith("could not be listed: ")
+            # Calls still reconnect, as after any failure (the backoff first).
+            from dsh_plugins.mcp_client import _Server
+
+            server: _Server = plugin._servers[0]
+            import mcp_types
+
+            plugin._sync(server, [mcp_types.Tool.model_validate({"name": "ping", "inputSchema": {"type": "object"}})])
+            failed = await runtime.execute(make_input("quits__ping"))
+            assert failed.code == MCP_SERVER_UNAVAILABLE
+            assert starts.read_text().count("start") == 2
+
+
 async def test_retry_attempts_retry_read_only_tools_of_a_server_that_is_gone(caplog: pytest.LogCaptureFixture) -> None:
     runtime = ToolRuntime()
     entry = {"name": "gone", "command": str(REPO / "no-such-mcp-server"), "prefix": "gone", "retry_attempts": 3}
