@@ -93,7 +93,9 @@ without a nursery someone waits for. So the plugin never starts one on its own:
 ``dsh_setup`` runs synchronously at load time, so it lists every server once in
 a worker thread with its own ``trio.run`` (blocking the loader for the
 servers' start-up) and registers what it found: ``dsh-tools list`` and
-``check`` see MCP tools without any async host.
+``check`` see MCP tools without any async host. A listing stops after 100
+pages (a server whose cursors never end would be listed forever), with a
+warning saying the server's tools were not all registered.
 
 **Failures.** A server that dies during a call fails it with
 ``MCP_SERVER_DIED`` (the connection ended: the transport closed, or the HTTP
@@ -988,6 +990,7 @@ class _Server:
         self.listed: dict[str, tuple[dict[str, Any], Disposer]] = {}  # registered name -> (tool dump, disposer)
         self.notes: dict[str, list[McpDiagnostic]] = {}  # registered name -> its warnings and problems
         self.connect_problem: McpDiagnostic | None = None
+        self.listing_note: McpDiagnostic | None = None  # about the last listing as a whole
         self.failures = 0
         self.retry_at = -math.inf
         self.session: _Session | None = None
@@ -1151,7 +1154,7 @@ class McpClientPlugin:
         without a running event loop (which it blocks meanwhile). A server that
         cannot be listed is reported in :meth:`diagnostics`.
         """
-        listings: dict[str, list[mcp_types.Tool] | BaseException] = {}
+        listings: dict[str, _Listing | BaseException] = {}
 
         async def list_all() -> None:
             async with trio.open_nursery() as nursery:
@@ -1179,14 +1182,14 @@ class McpClientPlugin:
 
     async def sync(self) -> None:
         """List every server once (a short-lived session each) and re-sync the registrations."""
-        listings: dict[str, list[mcp_types.Tool] | BaseException] = {}
+        listings: dict[str, _Listing | BaseException] = {}
         async with trio.open_nursery() as nursery:
             for server in self._servers:
                 nursery.start_soon(self._list_once, server, listings)
         for server in self._servers:
             self._apply_listing(server, listings[server.name])
 
-    async def _list_once(self, server: _Server, out: dict[str, list[mcp_types.Tool] | BaseException]) -> None:
+    async def _list_once(self, server: _Server, out: dict[str, _Listing | BaseException]) -> None:
         session = server.new_session()
         try:
             with trio.fail_after(self.settings.connect_timeout_s):
@@ -1195,7 +1198,7 @@ class McpClientPlugin:
         except Exception as exc:
             out[server.name] = exc
 
-    def _apply_listing(self, server: _Server, listing: list[mcp_types.Tool] | BaseException) -> None:
+    def _apply_listing(self, server: _Server, listing: _Listing | BaseException) -> None:
         if isinstance(listing, BaseException):
             message = f"could not be listed: {_describe(listing)}"
             logger.warning('MCP server "%s" %s', server.name, message)
@@ -1204,14 +1207,24 @@ class McpClientPlugin:
             return
         server.connect_problem = None
         self._note_success(server)
-        self._sync(server, listing)
+        self._sync(server, listing.tools, cut_short=listing.cut_short)
 
-    def _sync(self, server: _Server, listing: Sequence[mcp_types.Tool]) -> None:
+    def _sync(self, server: _Server, listing: Sequence[mcp_types.Tool], *, cut_short: bool = False) -> None:
         """Make the registrations match ``listing``: dispose what went or changed, register what is new.
 
         Each registration and disposal fires ``dsh_tools_change``. A tool that
-        was refused is retried at every sync.
+        was refused is retried at every sync. ``cut_short``: the server had more
+        pages than were listed (a warning).
         """
+        server.listing_note = None
+        if cut_short:
+            server.listing_note = McpDiagnostic(
+                level="warning",
+                server=server.name,
+                message=f"its tool list goes on for more than {_LIST_PAGE_CAP} pages; only the {len(listing)} "
+                f"tools on the first {_LIST_PAGE_CAP} pages are registered",
+            )
+            logger.warning("%s", server.listing_note)
         wanted: dict[str, tuple[mcp_types.Tool, dict[str, Any]]] = {}
         for tool in listing:
             wanted[server.settings.tool_name(tool.name)] = (tool, tool.model_dump(mode="json", by_alias=True))
@@ -1336,6 +1349,8 @@ class McpClientPlugin:
         for server in self._servers:
             if server.connect_problem is not None:
                 out.append(server.connect_problem)
+            if server.listing_note is not None:
+                out.append(server.listing_note)
             for notes in server.notes.values():
                 out.extend(notes)
         return out
@@ -1436,7 +1451,7 @@ class McpClientPlugin:
                 listing = await _list_tools(session, client)
                 session.client = client
                 server.session = session
-                self._sync(server, listing)
+                self._sync(server, listing.tools, cut_short=listing.cut_short)
                 started = True
                 task_status.started(client)
                 while True:
@@ -1480,7 +1495,7 @@ class McpClientPlugin:
                 _describe(exc),
             )
             return
-        self._sync(server, listing)
+        self._sync(server, listing.tools, cut_short=listing.cut_short)
 
     async def _wait_backoff(self, server: _Server) -> None:
         # The system clock, not trio's: a plugin outlives trio.run() calls, and
@@ -1588,7 +1603,15 @@ class McpClientPlugin:
         return result
 
 
-async def _list_tools(session: _Session, client: Client) -> list[mcp_types.Tool]:
+@attrs.frozen
+class _Listing:
+    """What a server listed; ``cut_short`` when it had pages beyond :data:`_LIST_PAGE_CAP`."""
+
+    tools: list[mcp_types.Tool]
+    cut_short: bool = False
+
+
+async def _list_tools(session: _Session, client: Client) -> _Listing:
     tools: list[mcp_types.Tool] = []
     cursor: str | None = None
     for _ in range(_LIST_PAGE_CAP):
@@ -1596,8 +1619,9 @@ async def _list_tools(session: _Session, client: Client) -> list[mcp_types.Tool]
         tools.extend(page.tools)
         cursor = page.next_cursor
         if cursor is None:
-            break
-    return tools
+            return _Listing(tools)
+    # A server whose cursors never end would be listed forever: stop, and say so.
+    return _Listing(tools, cut_short=True)
 
 
 def _structure(config: Mapping[str, Any]) -> McpClientSettings:

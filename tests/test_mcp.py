@@ -638,6 +638,42 @@ async def test_a_relisting_the_server_answers_with_an_error_keeps_the_session(
         assert len(listings) == 3
 
 
+def build_paged_server(pages: int) -> Server[Any]:
+    """A server listing one tool ``t<n>`` per page, ``pages`` pages."""
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        page = int(params.cursor) if params is not None and params.cursor else 0
+        after = str(page + 1) if page + 1 < pages else None
+        tools = [mcp_types.Tool(name=f"t{page}", input_schema={"type": "object"})]
+        return mcp_types.ListToolsResult(tools=tools, next_cursor=after)
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[])
+
+    return Server("paged", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def test_a_listing_cut_at_the_page_cap_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    runtime = ToolRuntime()
+    in_process = {"mem": build_paged_server(102)}
+    async with McpClientPlugin.connect(runtime, {"servers": [{"name": "mem"}]}, in_process=in_process) as plugin:
+        assert sorted(runtime.names()) == sorted(f"t{page}" for page in range(100))
+        [warning] = plugin.diagnostics()
+    message = (
+        "its tool list goes on for more than 100 pages; only the 100 tools on the first 100 pages are registered"
+    )
+    assert (warning.level, warning.tool, warning.message) == ("warning", None, message)
+    assert f'MCP server "mem": {message}' in caplog.text
+
+
+async def test_a_listing_of_exactly_the_page_cap_is_complete() -> None:
+    runtime = ToolRuntime()
+    in_process = {"mem": build_paged_server(100)}
+    async with McpClientPlugin.connect(runtime, {"servers": [{"name": "mem"}]}, in_process=in_process) as plugin:
+        assert len(runtime.names()) == 100
+        assert plugin.diagnostics() == []
+
+
 async def test_cancelling_the_call_cancels_the_server_request() -> None:
     events: list[str] = []
     recorder = Recorder()
