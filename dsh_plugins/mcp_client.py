@@ -30,7 +30,13 @@ silently ignored. MCP input schemas (pydantic-generated, mostly) go through
 
 - *exact rewrites*: ``anyOf`` (or a ``type`` list) whose branches each declare
   one distinct type (``Optional[int]`` → ``anyOf: [integer, null]``) is the
-  same as ``oneOf`` and is rewritten to it;
+  same as ``oneOf`` and is rewritten to it (the keywords beside a ``type`` list,
+  ``enum`` members included, go to the branch of their type); ``enum`` or
+  ``const`` without a type get the type of their values (a ``oneOf`` of one
+  branch per type if they have several); a ``required`` name missing from
+  ``properties`` is declared there as ``{}`` (any value, as it was); and
+  OpenAPI's ``example`` becomes ``examples: [...]`` (dropped with a warning
+  beside ``examples``);
 - *downgrade*: keywords that only narrow the values of a node whose type stays
   declared (``pattern``, ``format``, ``minimum``, ``maxLength``, ``minItems``,
   ``uniqueItems``, ``additionalProperties`` given as a schema, ...) are stripped,
@@ -410,8 +416,9 @@ class SchemaDowngrade:
     """A schema made to fit the enforced subset, and what was changed to get there.
 
     ``stripped`` names each removed narrowing keyword by path and ``dropped`` each
-    removed vendor (``x-``) keyword (warn about these); ``rewritten`` each exact
-    rewrite (``anyOf`` → ``oneOf``, ``true`` → ``{}``), which changes nothing.
+    removed annotation (``x-`` keywords, an ``example`` beside ``examples``; warn
+    about these); ``rewritten`` each exact rewrite (``anyOf`` → ``oneOf``,
+    ``true`` → ``{}``, a type given to ``enum``, ...), which changes nothing.
     """
 
     schema: dict[str, Any]
@@ -438,9 +445,12 @@ class _Downgrader:
             return node  # the subset check reports it
         out: dict[str, Any] = {}
         notes: list[str] = []
+        example: list[object] = []
         for key, value in node.items():
             where = f"{path}.{key}"
-            if key in STRUCTURAL_KEYWORDS and key != "anyOf":
+            if key == "example":  # OpenAPI's single example: JSON Schema says examples
+                example.append(value)
+            elif key in STRUCTURAL_KEYWORDS and key != "anyOf":
                 self.refused.append(f"{where}: {key} decides the value's shape and cannot be downgraded safely")
             elif key in IGNORED_KEYWORDS:
                 continue
@@ -463,10 +473,16 @@ class _Downgrader:
                 out[key] = [self.node(item, f"{where}[{index}]") for index, item in enumerate(value)]
             else:
                 out[key] = value
+        if example:
+            self.example(out, example[0], path)
         if "anyOf" in out:
             self.any_of(out, path)
         if isinstance(out.get("type"), list):
             self.type_list(out, path)
+        elif "type" not in out and "oneOf" not in out and ("enum" in out or "const" in out):
+            self.untyped_values(out, path)
+        elif out.get("type") == "object":
+            self.required_properties(out, path)
         if notes:
             described = out.get("description")
             note = "(checked by the server: " + "; ".join(notes) + ")"
@@ -486,16 +502,120 @@ class _Downgrader:
 
     def type_list(self, node: dict[str, Any], path: str) -> None:
         types = node["type"]
-        typed = [
-            key for key in ("properties", "required", "additionalProperties", "items", "enum", "const") if key in node
-        ]
-        branches = [{"type": t} for t in types]
-        if typed or "oneOf" in node or len(types) < 2 or not _disjoint(branches):
-            self.refused.append(f"{path}.type: a list of types can only be rewritten when the types are disjoint")
+        # Each keyword that only applies to one type goes to that type's branch; one that
+        # applies to none of the listed types would be a constraint left behind.
+        stray = [key for key, kind in _TYPE_OF_KEYWORD.items() if key in node and kind not in types]
+        odd_enum = "enum" in node and not isinstance(node["enum"], list)
+        if stray or odd_enum or "oneOf" in node or len(types) < 2 or not _disjoint([{"type": t} for t in types]):
+            self.refused.append(
+                f"{path}.type: a list of types can only be rewritten when the types are disjoint "
+                "and every keyword beside it applies to one of them"
+            )
             return
-        del node["type"]
-        node["oneOf"] = branches
-        self.rewritten.append(f"{path}.type")
+        self.split_by_type(node, types, path, f"{path}.type")
+
+    def untyped_values(self, node: dict[str, Any], path: str) -> None:
+        """``enum``/``const`` without a type: the type of their values, one branch per type if several."""
+        enum = node.get("enum", [])
+        if not isinstance(enum, list):
+            return  # the subset check says what is wrong
+        values = [*enum, *([node["const"]] if "const" in node else [])]
+        types = list(dict.fromkeys(_json_type(value) for value in values))
+        if not values or any(t in (None, "object", "array") for t in types):
+            return  # the subset check refuses it (enum and const only take scalars)
+        if "integer" in types and "number" in types:
+            types = [t for t in types if t != "integer"]  # a number branch holds the integers too
+        self.split_by_type(node, types, path, f"{path}.enum" if "enum" in node else f"{path}.const")
+
+    def split_by_type(self, node: dict[str, Any], types: list[Any], path: str, rewritten: str) -> None:
+        """Give ``node`` one branch per type of ``types`` (one ``type`` if only one), exactly.
+
+        A branch takes the keywords of its type and the ``enum`` members and
+        ``const`` of its type; a type left with no value of ``enum`` or ``const``
+        accepted nothing, so it gets no branch.
+        """
+        branches: list[dict[str, Any]] = []
+        for kind in types:
+            branch: dict[str, Any] = {"type": kind}
+            for key, key_kind in _TYPE_OF_KEYWORD.items():
+                if key in node and key_kind == kind:
+                    branch[key] = node[key]
+            if "enum" in node:
+                members = [value for value in node["enum"] if _of_type(value, kind)]
+                if not members:
+                    continue
+                branch["enum"] = members
+            if "const" in node:
+                if not _of_type(node["const"], kind):
+                    continue
+                branch["const"] = node["const"]
+            if kind == "object":
+                self.required_properties(branch, path)
+            branches.append(branch)
+        if not branches:
+            self.refused.append(f"{path}.type: no value of the listed types is in enum or const (no value is valid)")
+            return
+        for key in ("type", "enum", "const", *_TYPE_OF_KEYWORD):
+            node.pop(key, None)
+        if len(branches) == 1:
+            node.update(branches[0])
+        else:
+            node["oneOf"] = branches
+        self.rewritten.append(rewritten)
+
+    def required_properties(self, node: dict[str, Any], path: str) -> None:
+        """Declare each required property ``properties`` leaves out as ``{}`` (any value), as it is."""
+        required, properties = node.get("required"), node.get("properties", {})
+        if not isinstance(required, list) or not isinstance(properties, Mapping):
+            return  # the subset check says what is wrong
+        missing = [name for name in required if isinstance(name, str) and name not in properties]
+        # Without additionalProperties: false a required name left out accepts any value; with it,
+        # no object is valid, and declaring the name would accept some.
+        if not missing or node.get("additionalProperties") is False:
+            return
+        node["properties"] = {**properties, **{name: {} for name in missing}}
+        self.rewritten.append(f"{path}.required")
+
+    def example(self, node: dict[str, Any], example: object, path: str) -> None:
+        if "examples" in node:
+            self.dropped.append(f"{path}.example")  # the examples already show the model some
+        else:
+            node["examples"] = [example]
+            self.rewritten.append(f"{path}.example")
+
+
+_TYPE_OF_KEYWORD: Final = {
+    "properties": "object",
+    "required": "object",
+    "additionalProperties": "object",
+    "items": "array",
+}
+"""The keywords that apply to values of one type only (besides ``enum`` and ``const``)."""
+
+
+def _json_type(value: object) -> str | None:
+    """The JSON type of a value (``integer`` for integral numbers), or ``None`` for no JSON value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return None
+
+
+def _of_type(value: object, kind: str) -> bool:
+    """Whether a value is of JSON type ``kind`` (an integer is also a number)."""
+    actual = _json_type(value)
+    return actual == kind or (kind == "number" and actual == "integer")
 
 
 def _disjoint(branches: object) -> bool:
@@ -556,7 +676,7 @@ def _downgrade_note(result: SchemaDowngrade, checked_by: str) -> str:
     if result.stripped:
         parts.append(f"stripped {', '.join(result.stripped)} ({checked_by})")
     if result.dropped:
-        parts.append(f"dropped the vendor keywords {', '.join(result.dropped)} (annotations, not constraints)")
+        parts.append(f"dropped the keywords {', '.join(result.dropped)} (annotations, not constraints)")
     return "; ".join(parts)
 
 

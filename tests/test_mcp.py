@@ -266,6 +266,92 @@ def test_shape_keywords_are_refused(schema: dict[str, Any], fragment: str) -> No
     assert any(fragment in violation for violation in caught.value.violations), caught.value.violations
 
 
+@pytest.mark.parametrize(
+    ("schema", "rewritten", "path"),
+    [
+        ({"enum": ["x", "y"]}, {"type": "string", "enum": ["x", "y"]}, "schema.enum"),
+        ({"const": True, "title": "T"}, {"type": "boolean", "const": True, "title": "T"}, "schema.const"),
+        ({"enum": [1, 2]}, {"type": "integer", "enum": [1, 2]}, "schema.enum"),
+        ({"enum": [1, 2.5]}, {"type": "number", "enum": [1, 2.5]}, "schema.enum"),
+        (
+            {"enum": ["x", 1, None, "y"], "description": "D"},
+            {
+                "oneOf": [
+                    {"type": "string", "enum": ["x", "y"]},
+                    {"type": "integer", "enum": [1]},
+                    {"type": "null", "enum": [None]},
+                ],
+                "description": "D",
+            },
+            "schema.enum",
+        ),
+        (
+            {"type": ["string", "null"], "enum": ["x", None]},
+            {"oneOf": [{"type": "string", "enum": ["x"]}, {"type": "null", "enum": [None]}]},
+            "schema.type",
+        ),
+        # A type no member has accepts nothing more: the list narrows to the other type.
+        ({"type": ["string", "null"], "enum": ["x", "y"]}, {"type": "string", "enum": ["x", "y"]}, "schema.type"),
+        ({"type": ["integer", "null"], "const": 3}, {"type": "integer", "const": 3}, "schema.type"),
+        (
+            {"type": ["object", "null"], "properties": {"a": {"type": "string"}}, "additionalProperties": False},
+            {
+                "oneOf": [
+                    {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": False},
+                    {"type": "null"},
+                ]
+            },
+            "schema.type",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"]},
+            {"type": "object", "properties": {"a": {"type": "string"}, "b": {}}, "required": ["a", "b"]},
+            "schema.required",
+        ),
+        (
+            {"type": "object", "required": ["a"]},
+            {"type": "object", "required": ["a"], "properties": {"a": {}}},
+            "schema.required",
+        ),
+        ({"type": "string", "example": "x"}, {"type": "string", "examples": ["x"]}, "schema.example"),
+    ],
+)
+def test_valid_schemas_outside_the_subset_are_rewritten_exactly(
+    schema: dict[str, Any], rewritten: dict[str, Any], path: str
+) -> None:
+    result = downgrade_schema(schema)
+    assert result.schema == rewritten
+    assert result.rewritten == (path,)
+    assert (result.stripped, result.dropped) == ((), ())
+
+
+@pytest.mark.parametrize(
+    ("schema", "violation"),
+    [
+        (
+            {"type": ["string", "null"], "enum": [1, 2]},
+            "schema.type: no value of the listed types is in enum or const (no value is valid)",
+        ),
+        # "b" is required but no property but "a" is allowed: no value is valid, and {} would accept one.
+        (
+            {"type": "object", "properties": {"a": {}}, "required": ["b"], "additionalProperties": False},
+            'schema.required names "b" which is not in properties',
+        ),
+        ({"type": ["string", "null"], "items": {"type": "string"}}, "schema.type: a list of types"),
+    ],
+)
+def test_rewrites_that_would_change_the_accepted_values_are_refused(schema: dict[str, Any], violation: str) -> None:
+    with pytest.raises(JsonSchemaError) as caught:
+        downgrade_schema(schema)
+    assert any(v.startswith(violation) for v in caught.value.violations), caught.value.violations
+
+
+def test_an_example_beside_examples_is_dropped_with_a_warning() -> None:
+    result = downgrade_schema({"type": "string", "example": "x", "examples": ["y"]})
+    assert result.schema == {"type": "string", "examples": ["y"]}
+    assert result.dropped == ("schema.example",)
+
+
 def test_parameters_must_stay_object_rooted() -> None:
     with pytest.raises(JsonSchemaError):
         downgrade_schema({"type": "string"}, object_root=True)
@@ -528,7 +614,7 @@ async def test_odd_schemas_are_downgraded_with_a_warning_or_refused() -> None:
         assert runtime.get("never") is None
         notes = {note.tool: str(note) for note in plugin.diagnostics()}
     assert notes["vendor"] == (
-        'MCP server "odd", tool "vendor": input schema downgraded: dropped the vendor keywords '
+        'MCP server "odd", tool "vendor": input schema downgraded: dropped the keywords '
         "parameters.properties.a.x-foo (annotations, not constraints)"
     )
     assert notes["never"] == (
