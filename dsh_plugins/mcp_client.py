@@ -1110,7 +1110,7 @@ class _Server:
         self.listed: dict[str, tuple[dict[str, Any], Disposer]] = {}  # registered name -> (tool dump, disposer)
         self.notes: dict[str, list[McpDiagnostic]] = {}  # registered name -> its warnings and problems
         self.connect_problem: McpDiagnostic | None = None
-        self.listing_note: McpDiagnostic | None = None  # about the last listing as a whole
+        self.listing_notes: list[McpDiagnostic] = []  # about the last listing as a whole
         self.failures = 0
         self.retry_at = -math.inf
         self.session: _Session | None = None
@@ -1334,17 +1334,12 @@ class McpClientPlugin:
 
         Each registration and disposal fires ``dsh_tools_change``. A tool that
         was refused is retried at every sync. ``cut_short``: the server had more
-        pages than were listed (a warning).
+        pages than were listed (a warning). A name listed more than once gets a
+        warning, and its last definition is registered.
         """
-        server.listing_note = None
-        if cut_short:
-            server.listing_note = McpDiagnostic(
-                level="warning",
-                server=server.name,
-                message=f"its tool list goes on for more than {_LIST_PAGE_CAP} pages; only the {len(listing)} "
-                f"tools on the first {_LIST_PAGE_CAP} pages are registered",
-            )
-            logger.warning("%s", server.listing_note)
+        server.listing_notes = self._listing_notes(server, listing, cut_short=cut_short)
+        for note in server.listing_notes:
+            logger.warning("%s", note)
         wanted: dict[str, tuple[mcp_types.Tool, dict[str, Any]]] = {}
         for tool in listing:
             wanted[server.settings.tool_name(tool.name)] = (tool, tool.model_dump(mode="json", by_alias=True))
@@ -1387,6 +1382,36 @@ class McpClientPlugin:
             for note in notes:
                 if note.logged:
                     logger.warning("%s", note)
+
+    def _listing_notes(
+        self, server: _Server, listing: Sequence[mcp_types.Tool], *, cut_short: bool
+    ) -> list[McpDiagnostic]:
+        """Warnings about a listing as a whole: cut at the page cap, a name listed more than once."""
+        notes: list[McpDiagnostic] = []
+        if cut_short:
+            notes.append(
+                McpDiagnostic(
+                    level="warning",
+                    server=server.name,
+                    message=f"its tool list goes on for more than {_LIST_PAGE_CAP} pages; only the {len(listing)} "
+                    f"tools on the first {_LIST_PAGE_CAP} pages are registered",
+                )
+            )
+        counts: dict[str, int] = {}
+        for tool in listing:
+            counts[tool.name] = counts.get(tool.name, 0) + 1
+        for mcp_name, count in counts.items():
+            if count > 1:
+                # Which definition the server itself applies cannot be known; the last one wins, as before.
+                notes.append(
+                    McpDiagnostic(
+                        level="warning",
+                        server=server.name,
+                        tool=server.settings.tool_name(mcp_name),
+                        message=f"the server lists this name {count} times; the last definition listed is registered",
+                    )
+                )
+        return notes
 
     def _definition(
         self, server: _Server, name: str, tool: mcp_types.Tool
@@ -1469,8 +1494,7 @@ class McpClientPlugin:
         for server in self._servers:
             if server.connect_problem is not None:
                 out.append(server.connect_problem)
-            if server.listing_note is not None:
-                out.append(server.listing_note)
+            out.extend(server.listing_notes)
             for notes in server.notes.values():
                 out.extend(notes)
         return out

@@ -760,6 +760,26 @@ async def test_a_listing_of_exactly_the_page_cap_is_complete() -> None:
         assert plugin.diagnostics() == []
 
 
+async def test_a_name_a_server_lists_twice_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    first = mcp_types.Tool(name="twice", input_schema={"type": "object"})
+    last = mcp_types.Tool(name="twice", input_schema={"type": "object", "properties": {"z": {"type": "integer"}}})
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=[first, last])
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[])
+
+    runtime = ToolRuntime()
+    in_process = {"mem": Server("twice", on_list_tools=list_tools, on_call_tool=call_tool)}
+    async with McpClientPlugin.connect(runtime, {"servers": [{"name": "mem"}]}, in_process=in_process) as plugin:
+        assert runtime.get("twice").parameters["properties"] == {"z": {"type": "integer"}}  # type: ignore[union-attr]
+        [warning] = plugin.diagnostics()
+    message = "the server lists this name 2 times; the last definition listed is registered"
+    assert (warning.level, warning.tool, warning.message) == ("warning", "twice", message)
+    assert f'MCP server "mem", tool "twice": {message}' in caplog.text
+
+
 async def test_cancelling_the_call_cancels_the_server_request() -> None:
     events: list[str] = []
     recorder = Recorder()
