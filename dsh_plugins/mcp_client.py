@@ -84,10 +84,10 @@ without a nursery someone waits for. So the plugin never starts one on its own:
   use entry points) the plugin owns a nursery. Every server is connected at
   entry, except one whose last attempt failed (a listing at setup that failed
   or timed out is not waited for twice); a session lives in its own task there,
-  and calls are sent from the caller's task over that session. When a session is gone, the next call
-  reconnects *lazily, inside the caller's task* (``nursery.start``, so the
-  call's cancellation and timeout bound the start-up), serialised by a
-  per-server ``trio.Lock``. ``tools/list_changed`` notifications re-list the
+  and calls are sent from the caller's task over that session. When a session
+  is gone, the next call reconnects *lazily, inside the caller's task*
+  (``nursery.start``, so the call's cancellation and timeout bound the
+  start-up), serialised by a per-server ``trio.Lock``. ``tools/list_changed`` notifications re-list the
   server there and re-sync the registrations (removed tools disposed, new ones
   registered; each change fires ``dsh_tools_change``). A re-listing the server
   refuses (an error answer, an invalid listing) keeps the session and the tools
@@ -121,10 +121,10 @@ surrogate (which UTF-8 cannot encode), are never sent: the call fails
 ``INVALID_ARGS`` (the SDK could not write or read them). After the
 n-th consecutive failure the next start waits ``min(backoff_initial_s * 2**(n-1),
 backoff_max_s)`` (inside the calling task, so cancellation and the timeout
-plugin still apply). A failed listing counts as a failure; a successful response
-or listing resets the count. A server with
-``retry_attempts = n`` (n > 1) has its read-only and idempotent tools (by their
-annotations) retried up to n attempts when the server was unavailable or died
+plugin still apply). A failed listing counts as a failure; a successful
+response or listing resets the count. A server with ``retry_attempts = n``
+(n > 1) has its read-only and idempotent tools (by their annotations) retried
+up to n attempts when the server was unavailable or died
 (:class:`~dsh_core.RetryPolicy`, pausing like the reconnects); its other tools
 are not, and ``dsh-tools check`` says so, since a second attempt could repeat
 what the first did before the server died.
@@ -959,8 +959,9 @@ def _unparsed_message(exc: Exception) -> str | None:
 
     A server printing a line of text to stdout sent no message, nor did one
     logging a JSON object without an ``id``, nor one sending a malformed
-    notification (the SDK logs each). An object that is not valid JSON, or one
-    with an ``id`` and no ``method``, may be the answer a request waits for.
+    notification (the SDK logs each). A line starting with ``{`` that is not
+    valid JSON (garbled, cut short), or an object with an ``id`` and no
+    ``method``, may be the answer a request waits for.
     """
     from pydantic import ValidationError
 
