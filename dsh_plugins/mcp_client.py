@@ -30,7 +30,13 @@ silently ignored. MCP input schemas (pydantic-generated, mostly) go through
 
 - *exact rewrites*: ``anyOf`` (or a ``type`` list) whose branches each declare
   one distinct type (``Optional[int]`` → ``anyOf: [integer, null]``) is the
-  same as ``oneOf`` and is rewritten to it;
+  same as ``oneOf`` and is rewritten to it (the keywords beside a ``type`` list,
+  ``enum`` members included, go to the branch of their type); ``enum`` or
+  ``const`` without a type get the type of their values (a ``oneOf`` of one
+  branch per type if they have several); a ``required`` name missing from
+  ``properties`` is declared there as ``{}`` (any value, as it was); and
+  OpenAPI's ``example`` becomes ``examples: [...]`` (dropped with a warning
+  beside ``examples``);
 - *downgrade*: keywords that only narrow the values of a node whose type stays
   declared (``pattern``, ``format``, ``minimum``, ``maxLength``, ``minItems``,
   ``uniqueItems``, ``additionalProperties`` given as a schema, ...) are stripped,
@@ -76,13 +82,16 @@ without a nursery someone waits for. So the plugin never starts one on its own:
 - inside ``async with plugin.running():`` (or ``async with
   McpClientPlugin.connect(runtime, config) as plugin:`` for hosts that do not
   use entry points) the plugin owns a nursery. Every server is connected at
-  entry; a session lives in its own task there, and calls are sent from the
-  caller's task over that session. When a session is gone, the next call
-  reconnects *lazily, inside the caller's task* (``nursery.start``, so the
-  call's cancellation and timeout bound the start-up), serialised by a
-  per-server ``trio.Lock``. ``tools/list_changed`` notifications re-list the
+  entry, except one whose last attempt failed (a listing at setup that failed
+  or timed out is not waited for twice); a session lives in its own task there,
+  and calls are sent from the caller's task over that session. When a session
+  is gone, the next call reconnects *lazily, inside the caller's task*
+  (``nursery.start``, so the call's cancellation and timeout bound the
+  start-up), serialised by a per-server ``trio.Lock``. ``tools/list_changed`` notifications re-list the
   server there and re-sync the registrations (removed tools disposed, new ones
-  registered; each change fires ``dsh_tools_change``);
+  registered; each change fires ``dsh_tools_change``). A re-listing the server
+  refuses (an error answer, an invalid listing) keeps the session and the tools
+  listed before, with a logged warning; only a lost connection ends the session;
 - outside it (the ``dsh-tools call`` / ``run`` commands), each call opens a
   short-lived session in the caller's task and closes it before returning. No
   notification can arrive then; the tool set is the one listed at setup.
@@ -90,25 +99,32 @@ without a nursery someone waits for. So the plugin never starts one on its own:
 ``dsh_setup`` runs synchronously at load time, so it lists every server once in
 a worker thread with its own ``trio.run`` (blocking the loader for the
 servers' start-up) and registers what it found: ``dsh-tools list`` and
-``check`` see MCP tools without any async host.
+``check`` see MCP tools without any async host. A listing stops after 100
+pages (a server whose cursors never end would be listed forever), with a
+warning saying the server's tools were not all registered.
 
 **Failures.** A server that dies during a call fails it with
 ``MCP_SERVER_DIED`` (the connection ended: the transport closed, or the HTTP
 transport gave up on a response stream); one that cannot be started or reached
 fails it with ``MCP_SERVER_UNAVAILABLE``. An MCP protocol error is
 ``MCP_ERROR``: a JSON-RPC error answer (whatever its code, ``-32000`` included),
-an invalid result, and a message no pending request can be matched to (one the
-SDK cannot parse, or a response to an id this client never sent), which fails
-every request then pending instead of leaving it to wait forever. A line of
-plain text (a server printing to stdout) is no message and is ignored. Arguments
+an invalid result, and a message no pending request can be matched to (a
+response to an id this client never sent, or one the SDK cannot parse that may
+be a response: an object with an ``id`` and no ``method``, or a line starting
+with ``{`` that is not valid JSON), which fails every request then pending
+instead of leaving it to wait forever. A line of plain text (a server printing
+to stdout) is no message and is ignored, and so is a JSON line that cannot be a
+response (a JSON log line without an ``id``, a malformed notification); bytes on
+a stdio server's stdout that are not UTF-8 are read as U+FFFD. Arguments
 nested more than :data:`MAX_ARGUMENT_DEPTH` levels deep, or holding a lone
 surrogate (which UTF-8 cannot encode), are never sent: the call fails
 ``INVALID_ARGS`` (the SDK could not write or read them). After the
 n-th consecutive failure the next start waits ``min(backoff_initial_s * 2**(n-1),
 backoff_max_s)`` (inside the calling task, so cancellation and the timeout
-plugin still apply). A successful response resets the count. A server with
-``retry_attempts = n`` (n > 1) has its read-only and idempotent tools (by their
-annotations) retried up to n attempts when the server was unavailable or died
+plugin still apply). A failed listing counts as a failure; a successful
+response or listing resets the count. A server with ``retry_attempts = n``
+(n > 1) has its read-only and idempotent tools (by their annotations) retried
+up to n attempts when the server was unavailable or died
 (:class:`~dsh_core.RetryPolicy`, pausing like the reconnects); its other tools
 are not, and ``dsh-tools check`` says so, since a second attempt could repeat
 what the first did before the server died.
@@ -400,8 +416,9 @@ class SchemaDowngrade:
     """A schema made to fit the enforced subset, and what was changed to get there.
 
     ``stripped`` names each removed narrowing keyword by path and ``dropped`` each
-    removed vendor (``x-``) keyword (warn about these); ``rewritten`` each exact
-    rewrite (``anyOf`` → ``oneOf``, ``true`` → ``{}``), which changes nothing.
+    removed annotation (``x-`` keywords, an ``example`` beside ``examples``; warn
+    about these); ``rewritten`` each exact rewrite (``anyOf`` → ``oneOf``,
+    ``true`` → ``{}``, a type given to ``enum``, ...), which changes nothing.
     """
 
     schema: dict[str, Any]
@@ -428,9 +445,12 @@ class _Downgrader:
             return node  # the subset check reports it
         out: dict[str, Any] = {}
         notes: list[str] = []
+        example: list[object] = []
         for key, value in node.items():
             where = f"{path}.{key}"
-            if key in STRUCTURAL_KEYWORDS and key != "anyOf":
+            if key == "example":  # OpenAPI's single example: JSON Schema says examples
+                example.append(value)
+            elif key in STRUCTURAL_KEYWORDS and key != "anyOf":
                 self.refused.append(f"{where}: {key} decides the value's shape and cannot be downgraded safely")
             elif key in IGNORED_KEYWORDS:
                 continue
@@ -453,10 +473,16 @@ class _Downgrader:
                 out[key] = [self.node(item, f"{where}[{index}]") for index, item in enumerate(value)]
             else:
                 out[key] = value
+        if example:
+            self.example(out, example[0], path)
         if "anyOf" in out:
             self.any_of(out, path)
         if isinstance(out.get("type"), list):
             self.type_list(out, path)
+        elif "type" not in out and "oneOf" not in out and ("enum" in out or "const" in out):
+            self.untyped_values(out, path)
+        elif out.get("type") == "object":
+            self.required_properties(out, path)
         if notes:
             described = out.get("description")
             note = "(checked by the server: " + "; ".join(notes) + ")"
@@ -476,16 +502,120 @@ class _Downgrader:
 
     def type_list(self, node: dict[str, Any], path: str) -> None:
         types = node["type"]
-        typed = [
-            key for key in ("properties", "required", "additionalProperties", "items", "enum", "const") if key in node
-        ]
-        branches = [{"type": t} for t in types]
-        if typed or "oneOf" in node or len(types) < 2 or not _disjoint(branches):
-            self.refused.append(f"{path}.type: a list of types can only be rewritten when the types are disjoint")
+        # Each keyword that only applies to one type goes to that type's branch; one that
+        # applies to none of the listed types would be a constraint left behind.
+        stray = [key for key, kind in _TYPE_OF_KEYWORD.items() if key in node and kind not in types]
+        odd_enum = "enum" in node and not isinstance(node["enum"], list)
+        if stray or odd_enum or "oneOf" in node or len(types) < 2 or not _disjoint([{"type": t} for t in types]):
+            self.refused.append(
+                f"{path}.type: a list of types can only be rewritten when the types are disjoint "
+                "and every keyword beside it applies to one of them"
+            )
             return
-        del node["type"]
-        node["oneOf"] = branches
-        self.rewritten.append(f"{path}.type")
+        self.split_by_type(node, types, path, f"{path}.type")
+
+    def untyped_values(self, node: dict[str, Any], path: str) -> None:
+        """``enum``/``const`` without a type: the type of their values, one branch per type if several."""
+        enum = node.get("enum", [])
+        if not isinstance(enum, list):
+            return  # the subset check says what is wrong
+        values = [*enum, *([node["const"]] if "const" in node else [])]
+        types = list(dict.fromkeys(_json_type(value) for value in values))
+        if not values or any(t in (None, "object", "array") for t in types):
+            return  # the subset check refuses it (enum and const only take scalars)
+        if "integer" in types and "number" in types:
+            types = [t for t in types if t != "integer"]  # a number branch holds the integers too
+        self.split_by_type(node, types, path, f"{path}.enum" if "enum" in node else f"{path}.const")
+
+    def split_by_type(self, node: dict[str, Any], types: list[Any], path: str, rewritten: str) -> None:
+        """Give ``node`` one branch per type of ``types`` (one ``type`` if only one), exactly.
+
+        A branch takes the keywords of its type and the ``enum`` members and
+        ``const`` of its type; a type left with no value of ``enum`` or ``const``
+        accepted nothing, so it gets no branch.
+        """
+        branches: list[dict[str, Any]] = []
+        for kind in types:
+            branch: dict[str, Any] = {"type": kind}
+            for key, key_kind in _TYPE_OF_KEYWORD.items():
+                if key in node and key_kind == kind:
+                    branch[key] = node[key]
+            if "enum" in node:
+                members = [value for value in node["enum"] if _of_type(value, kind)]
+                if not members:
+                    continue
+                branch["enum"] = members
+            if "const" in node:
+                if not _of_type(node["const"], kind):
+                    continue
+                branch["const"] = node["const"]
+            if kind == "object":
+                self.required_properties(branch, path)
+            branches.append(branch)
+        if not branches:
+            self.refused.append(f"{path}.type: no value of the listed types is in enum or const (no value is valid)")
+            return
+        for key in ("type", "enum", "const", *_TYPE_OF_KEYWORD):
+            node.pop(key, None)
+        if len(branches) == 1:
+            node.update(branches[0])
+        else:
+            node["oneOf"] = branches
+        self.rewritten.append(rewritten)
+
+    def required_properties(self, node: dict[str, Any], path: str) -> None:
+        """Declare each required property ``properties`` leaves out as ``{}`` (any value), as it is."""
+        required, properties = node.get("required"), node.get("properties", {})
+        if not isinstance(required, list) or not isinstance(properties, Mapping):
+            return  # the subset check says what is wrong
+        missing = [name for name in required if isinstance(name, str) and name not in properties]
+        # Without additionalProperties: false a required name left out accepts any value; with it,
+        # no object is valid, and declaring the name would accept some.
+        if not missing or node.get("additionalProperties") is False:
+            return
+        node["properties"] = {**properties, **{name: {} for name in missing}}
+        self.rewritten.append(f"{path}.required")
+
+    def example(self, node: dict[str, Any], example: object, path: str) -> None:
+        if "examples" in node:
+            self.dropped.append(f"{path}.example")  # the examples already show the model some
+        else:
+            node["examples"] = [example]
+            self.rewritten.append(f"{path}.example")
+
+
+_TYPE_OF_KEYWORD: Final = {
+    "properties": "object",
+    "required": "object",
+    "additionalProperties": "object",
+    "items": "array",
+}
+"""The keywords that apply to values of one type only (besides ``enum`` and ``const``)."""
+
+
+def _json_type(value: object) -> str | None:
+    """The JSON type of a value (``integer`` for integral numbers), or ``None`` for no JSON value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return None
+
+
+def _of_type(value: object, kind: str) -> bool:
+    """Whether a value is of JSON type ``kind`` (an integer is also a number)."""
+    actual = _json_type(value)
+    return actual == kind or (kind == "number" and actual == "integer")
 
 
 def _disjoint(branches: object) -> bool:
@@ -546,7 +676,7 @@ def _downgrade_note(result: SchemaDowngrade, checked_by: str) -> str:
     if result.stripped:
         parts.append(f"stripped {', '.join(result.stripped)} ({checked_by})")
     if result.dropped:
-        parts.append(f"dropped the vendor keywords {', '.join(result.dropped)} (annotations, not constraints)")
+        parts.append(f"dropped the keywords {', '.join(result.dropped)} (annotations, not constraints)")
     return "; ".join(parts)
 
 
@@ -825,22 +955,55 @@ class _WriteWatch(_StreamWatch):
 
 
 def _unparsed_message(exc: Exception) -> str | None:
-    """What to say about an item the transport could not parse; ``None`` for a line of plain text.
+    """What to say about an item the transport could not parse; ``None`` when it cannot be an answer.
 
-    A server printing a line of text to stdout sent no message (the SDK logs
-    it); a JSON object that does not parse may be the answer a request waits for.
+    A server printing a line of text to stdout sent no message, nor did one
+    logging a JSON object without an ``id``, nor one sending a malformed
+    notification (the SDK logs each). A line starting with ``{`` that is not
+    valid JSON (garbled, cut short), or an object with an ``id`` and no
+    ``method``, may be the answer a request waits for.
     """
     from pydantic import ValidationError
 
     if not isinstance(exc, ValidationError):
         return _bounded(_describe(exc))
-    invalid = [error for error in exc.errors(include_url=False) if error["type"] == "json_invalid"]
-    if not invalid:
-        return "valid JSON, but not a JSON-RPC message"
-    text = invalid[0].get("input")
-    if isinstance(text, str) and not text.lstrip().startswith("{"):
+    errors = exc.errors(include_url=False)
+    invalid = [error for error in errors if error["type"] == "json_invalid"]
+    if invalid:
+        text = invalid[0].get("input")
+        if isinstance(text, str) and not text.lstrip().startswith("{"):
+            return None
+        return _bounded(invalid[0]["msg"])  # garbled or cut short: it may well be an answer
+    message = _refused_value(errors)
+    if message is not _UNKNOWN and not _may_answer(message):
         return None
-    return _bounded(invalid[0]["msg"])
+    return "valid JSON, but not a JSON-RPC message"
+
+
+_UNKNOWN: Final = object()
+
+
+def _refused_value(errors: Sequence[Any]) -> object:
+    """The JSON value the SDK refused, when its validation errors show it (else ``_UNKNOWN``).
+
+    The SDK validates against a union of the four message kinds, so an error
+    at one of them (``loc`` = the kind) carries the whole value as its input,
+    and so does a field missing from the top-level object (``loc`` = kind, field).
+    """
+    for error in errors:
+        loc = error["loc"]
+        if len(loc) == 1 or (len(loc) == 2 and error["type"] == "missing"):
+            return error.get("input", _UNKNOWN)
+    return _UNKNOWN
+
+
+def _may_answer(message: object) -> bool:
+    """Whether a JSON value could be a response: an object with an ``id`` and no ``method``, or a batch holding one."""
+    if isinstance(message, Mapping):
+        return "id" in message and "method" not in message
+    if isinstance(message, list):
+        return any(isinstance(item, Mapping) and _may_answer(item) for item in message)
+    return False
 
 
 _SENT_IDS_KEPT: Final = 4096
@@ -948,6 +1111,7 @@ class _Server:
         self.listed: dict[str, tuple[dict[str, Any], Disposer]] = {}  # registered name -> (tool dump, disposer)
         self.notes: dict[str, list[McpDiagnostic]] = {}  # registered name -> its warnings and problems
         self.connect_problem: McpDiagnostic | None = None
+        self.listing_notes: list[McpDiagnostic] = []  # about the last listing as a whole
         self.failures = 0
         self.retry_at = -math.inf
         self.session: _Session | None = None
@@ -972,8 +1136,16 @@ class _Server:
             inner = streamable_http_client(settings.url)
         else:
             assert settings.command is not None
+            # "replace": with the default "strict", one byte that is not UTF-8 on the server's stdout
+            # kills the transport's reader while its read stream stays open, so the session looks live
+            # and every request waits forever. Replaced, the line still parses (or is plain text).
+            # Writes are unaffected: arguments UTF-8 cannot carry are refused before sending.
             params = StdioServerParameters(
-                command=settings.command, args=list(settings.args), env=settings.env, cwd=settings.cwd
+                command=settings.command,
+                args=list(settings.args),
+                env=settings.env,
+                cwd=settings.cwd,
+                encoding_error_handler="replace",
             )
             inner = stdio_client(params)
         return _WatchedTransport(inner, session, one_stream=settings.url is None)
@@ -1103,7 +1275,7 @@ class McpClientPlugin:
         without a running event loop (which it blocks meanwhile). A server that
         cannot be listed is reported in :meth:`diagnostics`.
         """
-        listings: dict[str, list[mcp_types.Tool] | BaseException] = {}
+        listings: dict[str, _Listing | BaseException] = {}
 
         async def list_all() -> None:
             async with trio.open_nursery() as nursery:
@@ -1131,14 +1303,14 @@ class McpClientPlugin:
 
     async def sync(self) -> None:
         """List every server once (a short-lived session each) and re-sync the registrations."""
-        listings: dict[str, list[mcp_types.Tool] | BaseException] = {}
+        listings: dict[str, _Listing | BaseException] = {}
         async with trio.open_nursery() as nursery:
             for server in self._servers:
                 nursery.start_soon(self._list_once, server, listings)
         for server in self._servers:
             self._apply_listing(server, listings[server.name])
 
-    async def _list_once(self, server: _Server, out: dict[str, list[mcp_types.Tool] | BaseException]) -> None:
+    async def _list_once(self, server: _Server, out: dict[str, _Listing | BaseException]) -> None:
         session = server.new_session()
         try:
             with trio.fail_after(self.settings.connect_timeout_s):
@@ -1147,21 +1319,28 @@ class McpClientPlugin:
         except Exception as exc:
             out[server.name] = exc
 
-    def _apply_listing(self, server: _Server, listing: list[mcp_types.Tool] | BaseException) -> None:
+    def _apply_listing(self, server: _Server, listing: _Listing | BaseException) -> None:
         if isinstance(listing, BaseException):
             message = f"could not be listed: {_describe(listing)}"
             logger.warning('MCP server "%s" %s', server.name, message)
             server.connect_problem = McpDiagnostic(level="problem", server=server.name, message=message)
+            self._note_failure(server)
             return
         server.connect_problem = None
-        self._sync(server, listing)
+        self._note_success(server)
+        self._sync(server, listing.tools, cut_short=listing.cut_short)
 
-    def _sync(self, server: _Server, listing: Sequence[mcp_types.Tool]) -> None:
+    def _sync(self, server: _Server, listing: Sequence[mcp_types.Tool], *, cut_short: bool = False) -> None:
         """Make the registrations match ``listing``: dispose what went or changed, register what is new.
 
         Each registration and disposal fires ``dsh_tools_change``. A tool that
-        was refused is retried at every sync.
+        was refused is retried at every sync. ``cut_short``: the server had more
+        pages than were listed (a warning). A name listed more than once gets a
+        warning, and its last definition is registered.
         """
+        server.listing_notes = self._listing_notes(server, listing, cut_short=cut_short)
+        for note in server.listing_notes:
+            logger.warning("%s", note)
         wanted: dict[str, tuple[mcp_types.Tool, dict[str, Any]]] = {}
         for tool in listing:
             wanted[server.settings.tool_name(tool.name)] = (tool, tool.model_dump(mode="json", by_alias=True))
@@ -1204,6 +1383,36 @@ class McpClientPlugin:
             for note in notes:
                 if note.logged:
                     logger.warning("%s", note)
+
+    def _listing_notes(
+        self, server: _Server, listing: Sequence[mcp_types.Tool], *, cut_short: bool
+    ) -> list[McpDiagnostic]:
+        """Warnings about a listing as a whole: cut at the page cap, a name listed more than once."""
+        notes: list[McpDiagnostic] = []
+        if cut_short:
+            notes.append(
+                McpDiagnostic(
+                    level="warning",
+                    server=server.name,
+                    message=f"its tool list goes on for more than {_LIST_PAGE_CAP} pages; only the {len(listing)} "
+                    f"tools on the first {_LIST_PAGE_CAP} pages are registered",
+                )
+            )
+        counts: dict[str, int] = {}
+        for tool in listing:
+            counts[tool.name] = counts.get(tool.name, 0) + 1
+        for mcp_name, count in counts.items():
+            if count > 1:
+                # Which definition the server itself applies cannot be known; the last one wins, as before.
+                notes.append(
+                    McpDiagnostic(
+                        level="warning",
+                        server=server.name,
+                        tool=server.settings.tool_name(mcp_name),
+                        message=f"the server lists this name {count} times; the last definition listed is registered",
+                    )
+                )
+        return notes
 
     def _definition(
         self, server: _Server, name: str, tool: mcp_types.Tool
@@ -1286,6 +1495,7 @@ class McpClientPlugin:
         for server in self._servers:
             if server.connect_problem is not None:
                 out.append(server.connect_problem)
+            out.extend(server.listing_notes)
             for notes in server.notes.values():
                 out.extend(notes)
         return out
@@ -1323,7 +1533,10 @@ class McpClientPlugin:
 
         At entry every server is connected (concurrently; one that fails is
         reported in :meth:`diagnostics` and retried on its next call) and its
-        registrations re-synced with what it lists now. Not reentrant.
+        registrations re-synced with what it lists now. A server whose last
+        attempt failed (its listing at setup, say) is not tried at entry, which
+        would hold up the host once more (``serve-mcp`` answers nothing until
+        entry is done): its next call reconnects, after the backoff. Not reentrant.
         """
         if self._nursery is not None:
             raise RuntimeError("McpClientPlugin.running() is already active")
@@ -1345,6 +1558,8 @@ class McpClientPlugin:
         return self.running()
 
     async def _connect_at_entry(self, server: _Server) -> None:
+        if server.failures:
+            return  # known down (connect_problem says why): left to its next call
         try:
             await self._ensure_session(server)
         except McpClientError as exc:
@@ -1381,7 +1596,7 @@ class McpClientPlugin:
                 listing = await _list_tools(session, client)
                 session.client = client
                 server.session = session
-                self._sync(server, listing)
+                self._sync(server, listing.tools, cut_short=listing.cut_short)
                 started = True
                 task_status.started(client)
                 while True:
@@ -1391,7 +1606,7 @@ class McpClientPlugin:
                         break
                     if session.list_changed:
                         session.list_changed = False
-                        self._sync(server, await _list_tools(session, client))
+                        await self._relist(server, session, client)
         except BaseException as exc:
             if not started:
                 raise
@@ -1410,12 +1625,33 @@ class McpClientPlugin:
             if server.session is session:
                 server.session = None
 
+    async def _relist(self, server: _Server, session: _Session, client: Client) -> None:
+        """Re-sync after ``tools/list_changed``; a listing the server refuses keeps the tools listed before."""
+        try:
+            listing = await _list_tools(session, client)
+        except Exception as exc:
+            if _connection_lost(exc, session, http=server.settings.url is not None):
+                raise  # the session is gone: its task ends, the next call reconnects
+            # The server answered (an error, a listing the SDK refuses, a message no request
+            # matches): the connection is fine, and ending it would fail the calls in flight.
+            logger.warning(
+                'MCP server "%s": re-listing its tools failed, the tools listed before stay registered: %s',
+                server.name,
+                _describe(exc),
+            )
+            return
+        self._sync(server, listing.tools, cut_short=listing.cut_short)
+
     async def _wait_backoff(self, server: _Server) -> None:
         # The system clock, not trio's: a plugin outlives trio.run() calls, and
         # each run's clock has its own offset.
         delay = server.retry_at - time.monotonic()
         if delay > 0:
             await trio.sleep(delay)
+
+    def _note_success(self, server: _Server) -> None:
+        server.failures = 0
+        server.retry_at = -math.inf
 
     def _note_failure(self, server: _Server) -> None:
         server.failures += 1
@@ -1508,12 +1744,19 @@ class McpClientPlugin:
                 f'MCP server "{server.name}" sent an invalid result for "{mcp_name}": {_invalid_result(exc)}',
                 code=MCP_ERROR,
             ) from exc
-        server.failures = 0
-        server.retry_at = -math.inf
+        self._note_success(server)
         return result
 
 
-async def _list_tools(session: _Session, client: Client) -> list[mcp_types.Tool]:
+@attrs.frozen
+class _Listing:
+    """What a server listed; ``cut_short`` when it had pages beyond :data:`_LIST_PAGE_CAP`."""
+
+    tools: list[mcp_types.Tool]
+    cut_short: bool = False
+
+
+async def _list_tools(session: _Session, client: Client) -> _Listing:
     tools: list[mcp_types.Tool] = []
     cursor: str | None = None
     for _ in range(_LIST_PAGE_CAP):
@@ -1521,8 +1764,9 @@ async def _list_tools(session: _Session, client: Client) -> list[mcp_types.Tool]
         tools.extend(page.tools)
         cursor = page.next_cursor
         if cursor is None:
-            break
-    return tools
+            return _Listing(tools)
+    # A server whose cursors never end would be listed forever: stop, and say so.
+    return _Listing(tools, cut_short=True)
 
 
 def _structure(config: Mapping[str, Any]) -> McpClientSettings:

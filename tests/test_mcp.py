@@ -267,6 +267,92 @@ def test_shape_keywords_are_refused(schema: dict[str, Any], fragment: str) -> No
     assert any(fragment in violation for violation in caught.value.violations), caught.value.violations
 
 
+@pytest.mark.parametrize(
+    ("schema", "rewritten", "path"),
+    [
+        ({"enum": ["x", "y"]}, {"type": "string", "enum": ["x", "y"]}, "schema.enum"),
+        ({"const": True, "title": "T"}, {"type": "boolean", "const": True, "title": "T"}, "schema.const"),
+        ({"enum": [1, 2]}, {"type": "integer", "enum": [1, 2]}, "schema.enum"),
+        ({"enum": [1, 2.5]}, {"type": "number", "enum": [1, 2.5]}, "schema.enum"),
+        (
+            {"enum": ["x", 1, None, "y"], "description": "D"},
+            {
+                "oneOf": [
+                    {"type": "string", "enum": ["x", "y"]},
+                    {"type": "integer", "enum": [1]},
+                    {"type": "null", "enum": [None]},
+                ],
+                "description": "D",
+            },
+            "schema.enum",
+        ),
+        (
+            {"type": ["string", "null"], "enum": ["x", None]},
+            {"oneOf": [{"type": "string", "enum": ["x"]}, {"type": "null", "enum": [None]}]},
+            "schema.type",
+        ),
+        # A type no member has accepts nothing more: the list narrows to the other type.
+        ({"type": ["string", "null"], "enum": ["x", "y"]}, {"type": "string", "enum": ["x", "y"]}, "schema.type"),
+        ({"type": ["integer", "null"], "const": 3}, {"type": "integer", "const": 3}, "schema.type"),
+        (
+            {"type": ["object", "null"], "properties": {"a": {"type": "string"}}, "additionalProperties": False},
+            {
+                "oneOf": [
+                    {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": False},
+                    {"type": "null"},
+                ]
+            },
+            "schema.type",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"]},
+            {"type": "object", "properties": {"a": {"type": "string"}, "b": {}}, "required": ["a", "b"]},
+            "schema.required",
+        ),
+        (
+            {"type": "object", "required": ["a"]},
+            {"type": "object", "required": ["a"], "properties": {"a": {}}},
+            "schema.required",
+        ),
+        ({"type": "string", "example": "x"}, {"type": "string", "examples": ["x"]}, "schema.example"),
+    ],
+)
+def test_valid_schemas_outside_the_subset_are_rewritten_exactly(
+    schema: dict[str, Any], rewritten: dict[str, Any], path: str
+) -> None:
+    result = downgrade_schema(schema)
+    assert result.schema == rewritten
+    assert result.rewritten == (path,)
+    assert (result.stripped, result.dropped) == ((), ())
+
+
+@pytest.mark.parametrize(
+    ("schema", "violation"),
+    [
+        (
+            {"type": ["string", "null"], "enum": [1, 2]},
+            "schema.type: no value of the listed types is in enum or const (no value is valid)",
+        ),
+        # "b" is required but no property but "a" is allowed: no value is valid, and {} would accept one.
+        (
+            {"type": "object", "properties": {"a": {}}, "required": ["b"], "additionalProperties": False},
+            'schema.required names "b" which is not in properties',
+        ),
+        ({"type": ["string", "null"], "items": {"type": "string"}}, "schema.type: a list of types"),
+    ],
+)
+def test_rewrites_that_would_change_the_accepted_values_are_refused(schema: dict[str, Any], violation: str) -> None:
+    with pytest.raises(JsonSchemaError) as caught:
+        downgrade_schema(schema)
+    assert any(v.startswith(violation) for v in caught.value.violations), caught.value.violations
+
+
+def test_an_example_beside_examples_is_dropped_with_a_warning() -> None:
+    result = downgrade_schema({"type": "string", "example": "x", "examples": ["y"]})
+    assert result.schema == {"type": "string", "examples": ["y"]}
+    assert result.dropped == ("schema.example",)
+
+
 def test_parameters_must_stay_object_rooted() -> None:
     with pytest.raises(JsonSchemaError):
         downgrade_schema({"type": "string"}, object_root=True)
@@ -529,7 +615,7 @@ async def test_odd_schemas_are_downgraded_with_a_warning_or_refused() -> None:
         assert runtime.get("never") is None
         notes = {note.tool: str(note) for note in plugin.diagnostics()}
     assert notes["vendor"] == (
-        'MCP server "odd", tool "vendor": input schema downgraded: dropped the vendor keywords '
+        'MCP server "odd", tool "vendor": input schema downgraded: dropped the keywords '
         "parameters.properties.a.x-foo (annotations, not constraints)"
     )
     assert notes["never"] == (
@@ -579,6 +665,120 @@ async def test_list_changed_resyncs_registrations_and_fires_tools_change() -> No
         assert recorder.changes >= before + 2  # one registration, one disposal
         extra = await runtime.execute(make_input("mem__extra"))
         assert extra.content[0].text == "extra!"
+
+
+def build_relisting_server(listings: list[str], answer_slow: trio.Event) -> Server[Any]:
+    """A server that refuses its second listing with a JSON-RPC error; ``poke`` announces a changed list."""
+    from mcp import MCPError
+
+    tools = [mcp_types.Tool(name=name, input_schema={"type": "object"}) for name in ("slow", "poke")]
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        listings.append("listed")
+        if len(listings) == 2:
+            raise MCPError(-32603, "listing temporarily unavailable")
+        return mcp_types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        if params.name == "poke":
+            await ctx.session.send_tool_list_changed()
+        else:
+            await answer_slow.wait()
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=params.name)])
+
+    return Server("relisting", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def test_a_relisting_the_server_answers_with_an_error_keeps_the_session(
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    listings: list[str] = []
+    answer_slow = trio.Event()
+    runtime = ToolRuntime()
+    server = build_relisting_server(listings, answer_slow)
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": server}):
+        async with trio.open_nursery() as nursery:
+            results: list[Any] = []
+
+            async def call_slow() -> None:
+                results.append(await runtime.execute(make_input("mem__slow")))
+
+            nursery.start_soon(call_slow)
+            await trio.sleep(0.1)
+            poked = await runtime.execute(make_input("mem__poke"))
+            await eventually(lambda: "re-listing its tools failed" in caplog.text)
+            answer_slow.set()
+        assert poked.value == text_value("poke")
+        # The call in flight was answered over the same session, not reported MCP_SERVER_DIED.
+        assert results[0].value == text_value("slow")
+        assert {"mem__slow", "mem__poke"} <= set(runtime.names())  # the registrations stay
+        assert "session ended" not in caplog.text
+        [warning] = [r.getMessage() for r in caplog.records if "re-listing" in r.getMessage()]
+        assert warning == (
+            'MCP server "mem": re-listing its tools failed, the tools listed before stay registered: '
+            "MCPError: listing temporarily unavailable"
+        )
+        # The next change is listed over the same session again (a reconnect would list once more).
+        await runtime.execute(make_input("mem__poke"))
+        await eventually(lambda: len(listings) == 3)
+        await trio.sleep(0.1)
+        assert len(listings) == 3
+
+
+def build_paged_server(pages: int) -> Server[Any]:
+    """A server listing one tool ``t<n>`` per page, ``pages`` pages."""
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        page = int(params.cursor) if params is not None and params.cursor else 0
+        after = str(page + 1) if page + 1 < pages else None
+        tools = [mcp_types.Tool(name=f"t{page}", input_schema={"type": "object"})]
+        return mcp_types.ListToolsResult(tools=tools, next_cursor=after)
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[])
+
+    return Server("paged", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def test_a_listing_cut_at_the_page_cap_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    runtime = ToolRuntime()
+    in_process = {"mem": build_paged_server(102)}
+    async with McpClientPlugin.connect(runtime, {"servers": [{"name": "mem"}]}, in_process=in_process) as plugin:
+        assert sorted(runtime.names()) == sorted(f"t{page}" for page in range(100))
+        [warning] = plugin.diagnostics()
+    message = (
+        "its tool list goes on for more than 100 pages; only the 100 tools on the first 100 pages are registered"
+    )
+    assert (warning.level, warning.tool, warning.message) == ("warning", None, message)
+    assert f'MCP server "mem": {message}' in caplog.text
+
+
+async def test_a_listing_of_exactly_the_page_cap_is_complete() -> None:
+    runtime = ToolRuntime()
+    in_process = {"mem": build_paged_server(100)}
+    async with McpClientPlugin.connect(runtime, {"servers": [{"name": "mem"}]}, in_process=in_process) as plugin:
+        assert len(runtime.names()) == 100
+        assert plugin.diagnostics() == []
+
+
+async def test_a_name_a_server_lists_twice_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    first = mcp_types.Tool(name="twice", input_schema={"type": "object"})
+    last = mcp_types.Tool(name="twice", input_schema={"type": "object", "properties": {"z": {"type": "integer"}}})
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=[first, last])
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[])
+
+    runtime = ToolRuntime()
+    in_process = {"mem": Server("twice", on_list_tools=list_tools, on_call_tool=call_tool)}
+    async with McpClientPlugin.connect(runtime, {"servers": [{"name": "mem"}]}, in_process=in_process) as plugin:
+        assert runtime.get("twice").parameters["properties"] == {"z": {"type": "integer"}}  # type: ignore[union-attr]
+        [warning] = plugin.diagnostics()
+    message = "the server lists this name 2 times; the last definition listed is registered"
+    assert (warning.level, warning.tool, warning.message) == ("warning", "twice", message)
+    assert f'MCP server "mem", tool "twice": {message}' in caplog.text
 
 
 async def test_cancelling_the_call_cancels_the_server_request() -> None:
@@ -653,6 +853,7 @@ async def test_stdio_server_is_listed_at_setup_and_restarted_after_dying_mid_cal
         ("deep", "sent a message the MCP SDK could not parse (Invalid JSON: recursion limit exceeded"),
         ("wrong_id", "answered request id 12345, which this client never sent"),
         ("null_id", "answered with an error that names no request (-32600: Invalid Request)"),
+        ("shapeless", "sent a message the MCP SDK could not parse (valid JSON, but not a JSON-RPC message)"),
     ],
 )
 async def test_an_answer_no_request_can_be_matched_to_fails_the_pending_call(tool: str, problem: str) -> None:
@@ -673,6 +874,57 @@ async def test_a_line_of_plain_text_on_stdout_is_not_taken_for_an_answer() -> No
         async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
             result = await runtime.execute(make_input("raw__stray_text"))
     assert result.value == text_value("fine")
+
+
+async def test_bytes_that_are_not_utf8_on_stdout_are_replaced_and_the_session_goes_on() -> None:
+    # A strict decoder used to kill the transport's reader while the session looked live:
+    # this call and every later one waited forever.
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            result = await runtime.execute(make_input("raw__bad_utf8"))
+            calls = await runtime.execute(make_input("raw__calls"))
+    assert result.value == text_value("a\ufffd\ufffdb")
+    assert calls.value == text_value("2")  # the same session goes on
+
+
+@pytest.mark.parametrize("tool", ["json_log", "bad_note"])
+async def test_a_json_line_that_cannot_be_an_answer_is_not_taken_for_one(tool: str) -> None:
+    # An object without an id, or a notification (it has a method), answers no request:
+    # it used to fail every call in flight.
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            result = await runtime.execute(make_input(f"raw__{tool}"))
+            calls = await runtime.execute(make_input("raw__calls"))
+    assert result.value == text_value("fine")
+    assert calls.value == text_value("2")
+
+
+@pytest.mark.parametrize(
+    ("line", "may_answer"),
+    [
+        ('{"jsonrpc": "2.0", "id": 3, "result": "x"}', True),
+        ('{"jsonrpc": "1.0", "id": 3, "result": {}}', True),
+        ('{"jsonrpc": "2.0", "id": {"a": 1}, "result": {}}', True),
+        ('[{"jsonrpc": "2.0", "id": 3, "result": "x"}]', True),  # a batch
+        ('{"jsonrpc": "2.0", "id": 3, "result": {}', True),  # cut short
+        ('{"level": "info", "msg": "x"}', False),
+        ('{"jsonrpc": "2.0", "method": "notifications/message", "params": "oops"}', False),
+        ('{"jsonrpc": "2.0", "id": 3, "method": "ping", "params": "oops"}', False),  # a request, not an answer
+        ("[1, 2]", False),
+        ("42", False),
+        ("[INFO] starting", False),
+    ],
+)
+def test_only_an_unparsable_message_that_may_be_a_response_counts_as_an_answer(line: str, may_answer: bool) -> None:
+    from mcp.client.stdio import _parse_line
+
+    from dsh_plugins.mcp_client import _unparsed_message
+
+    refused = _parse_line(line)
+    assert isinstance(refused, Exception)
+    assert (_unparsed_message(refused) is not None) is may_answer
 
 
 async def test_a_server_error_answer_is_an_mcp_error_and_never_retried() -> None:
@@ -752,6 +1004,34 @@ async def test_an_unstartable_server_fails_calls_with_growing_backoff() -> None:
             assert 'MCP server "gone" is unavailable' in result.error.message
         assert durations[1] >= 0.18  # the second consecutive failure doubled the 0.1 s delay
         assert durations[1] > durations[0]
+
+
+async def test_a_server_that_failed_discovery_is_not_waited_for_again_at_entry(tmp_path: Path) -> None:
+    # serve-mcp answers nothing until every lifespan is entered: a server that could not be
+    # listed at setup used to hold it up a second time (twice connect_timeout_s when it hangs).
+    starts = tmp_path / "starts"
+    quitter = f"open({str(starts)!r}, 'a').write('start\\n')"  # starts, then exits without a word
+    entry = {"name": "quits", "command": sys.executable, "args": ["-c", quitter], "prefix": "quits"}
+    runtime = ToolRuntime()
+    dsh_setup(runtime, {"servers": [entry], "backoff_initial_s": 0.01})
+    plugin = runtime.plugins.get_plugin(PLUGIN_NAME)
+    assert isinstance(plugin, McpClientPlugin)
+    assert starts.read_text().count("start") == 1
+    with trio.fail_after(20):
+        async with plugin.running():
+            assert starts.read_text().count("start") == 1  # not started again at entry
+            [problem] = plugin.diagnostics()
+            assert problem.level == "problem" and problem.message.startswith("could not be listed: ")
+            # Calls still reconnect, as after any failure (the backoff first).
+            from dsh_plugins.mcp_client import _Server
+
+            server: _Server = plugin._servers[0]
+            import mcp_types
+
+            plugin._sync(server, [mcp_types.Tool.model_validate({"name": "ping", "inputSchema": {"type": "object"}})])
+            failed = await runtime.execute(make_input("quits__ping"))
+            assert failed.code == MCP_SERVER_UNAVAILABLE
+            assert starts.read_text().count("start") == 2
 
 
 async def test_retry_attempts_retry_read_only_tools_of_a_server_that_is_gone(caplog: pytest.LogCaptureFixture) -> None:
