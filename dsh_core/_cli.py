@@ -1228,13 +1228,15 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
             "error": thaw(error),
             "trace": trace.to_json() if trace is not None else None,
         }
+        if call.unwound is not None:
+            data["unwound"] = dict(call.unwound)  # only then: the output of a finished call is unchanged
         _echo_json(data, indent=2)
     else:
         out = _stdout()
         agent = f" (agent {call.agent})" if call.agent else ""
         outcome: tuple[tuple[str, str], ...]
         if result is None:
-            outcome = (("no result recorded", "yellow"),)
+            outcome = ((call.unsettled_note(), "yellow"),)
         elif result.get("isError"):
             code, message = (error or {}).get("code"), (error or {}).get("message")
             outcome = ((f"failed {code}", "red"), (f": {message}", ""))

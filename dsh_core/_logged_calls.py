@@ -3,7 +3,8 @@
 Replay, ``explain`` and the policy simulator all read a log the same way: a
 ``tool/result`` (and a ``tool/code-dispatch``) belongs to the latest
 ``tool/call`` with its call id, since one file may hold several sessions
-appended to each other. The identifying fields, and the shape of a result
+appended to each other; so does a ``tool/unwound`` (the call was cut short
+and has no result: ``unwound`` instead of ``result``). The identifying fields, and the shape of a result
 (``content``, ``isError``, ``error``), are checked here, once, so a
 hand-edited or foreign log is reported by ``seq`` instead of failing
 somewhere downstream.
@@ -21,7 +22,7 @@ from ._content import ContentBlock
 from ._json import FrozenDict, JsonValue, safe_repr
 from ._session_log import SessionEvent, SessionLogError, SessionLogRead, structure_content
 
-__all__ = ["LoggedCall", "logged_calls", "session_events"]
+__all__ = ["LoggedCall", "logged_calls", "session_events", "unsettled_note"]
 
 
 def session_events(log: object, caller: str) -> tuple[SessionEvent, ...]:
@@ -55,6 +56,21 @@ class LoggedCall:
     result: Mapping[str, Any] | None = None  # the event's FrozenDict
     content: tuple[ContentBlock, ...] = ()  # the result's content as blocks
     dispatches: tuple[Mapping[str, Any], ...] = ()
+    # The ``tool/unwound`` data when the call was cut short with no result (``None``: it was
+    # not, or the log predates that event: then a call without a result just has none).
+    unwound: Mapping[str, Any] | None = None
+
+    def unsettled_note(self) -> str:
+        """Why the call has no result, for a reader to show: cut short, or none recorded."""
+        return unsettled_note(self.unwound)
+
+
+def unsettled_note(unwound: Mapping[str, Any] | None) -> str:
+    """Why a call without a result has none, from its ``tool/unwound`` data (``None``: no such event)."""
+    if unwound is None:
+        return "no result recorded"
+    started = "after its body started" if unwound.get("bodyStarted") is True else "before its body started"
+    return f"cut short ({unwound.get('cause')}) {started}: no result"
 
 
 def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
@@ -72,6 +88,7 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
     calls: list[LoggedCall] = []
     results: list[tuple[FrozenDict | None, tuple[ContentBlock, ...]]] = []
     dispatches: list[list[FrozenDict]] = []
+    unwound: dict[int, FrozenDict] = {}
     latest: dict[str, int] = {}  # call id -> index into the lists above
     for event in events:
         data = event.data
@@ -86,13 +103,17 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
             index = latest.get(call_id)
             if index is not None:
                 results[index] = (data, content)
+        elif event.type == "tool/unwound":
+            index = latest.get(_call_id(event))
+            if index is not None:
+                unwound[index] = data
         elif event.type == "tool/code-dispatch":
             index = latest.get(str(data.get("parentCallId")))
             if index is not None:
                 dispatches[index].append(data)
     return [
-        attrs.evolve(call, result=result, content=content, dispatches=tuple(subs))
-        for call, (result, content), subs in zip(calls, results, dispatches, strict=True)
+        attrs.evolve(call, result=result, content=content, dispatches=tuple(subs), unwound=unwound.get(index))
+        for index, (call, (result, content), subs) in enumerate(zip(calls, results, dispatches, strict=True))
     ]
 
 

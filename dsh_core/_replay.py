@@ -108,6 +108,8 @@ class ReplayedCall:
     dispatches: tuple[Mapping[str, Any], ...] = ()
     # The messages that followed the result in the model's context (deferred contexts, rewrite notes).
     contexts: tuple[UserMessage, ...] = ()
+    # The ``tool/unwound`` data of a call cut short with no result (see ``LoggedCall.unwound``).
+    unwound: Mapping[str, Any] | None = None
     # Whether the tool's contract differs from the one the call was recorded against;
     # None when the log has no fingerprint for the call or no such tool is registered now.
     contract_changed: bool | None = None
@@ -119,7 +121,9 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
     Cards come from the tools registered in ``runtime`` now (the presenters are
     pure), resolved as the call's agent sees them (its own variant of a tool, if
     it has one; the global tool otherwise). A call whose result was never logged
-    (the host stopped mid-call) has ``result=None``. Code Mode sub-calls are
+    (the host stopped mid-call) has ``result=None``; one cut short while the
+    host went on (its cancel scope, ``KeyboardInterrupt``) also has ``unwound``,
+    the logged ``{callId, cause, bodyStarted}``. Code Mode sub-calls are
     attached to their outer call as ``dispatches``. ``contract_changed`` says
     whether the tool's parameter or output schema changed since the call was
     recorded (the cards then come from presenters written for the new contract).
@@ -154,6 +158,7 @@ def replay(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRuntime) -
                 dispatches=call.dispatches,
                 contexts=contexts,
                 contract_changed=contract_changed(runtime.get(call.name, scope), call.contract),
+                unwound=call.unwound,
             )
         )
     return out
@@ -167,7 +172,9 @@ class SessionRecorder:
     pass :meth:`event_sink` as ``ToolRuntime(event_sink=...)`` for Code Mode's
     dispatch events and every side event (plugins' ``send_event`` included).
     A result's decision trace (``trace_decisions=True``) is written into its
-    ``tool/result`` event.
+    ``tool/result`` event. A call cut short with no result (``dsh_call_unwound``:
+    the host's cancel scope, ``KeyboardInterrupt``) gets a ``tool/unwound`` event
+    instead, so a reader can tell it from a call the process never finished.
 
     Given the ``runtime`` the calls run in, each ``tool/call`` also records the
     :func:`~dsh_core.contract_fingerprint` of the tool the call's agent sees,
@@ -222,6 +229,12 @@ class SessionRecorder:
             contexts=result.additional_contexts,
         )
 
+    @hookimpl
+    def dsh_call_unwound(self, execution: ToolExecution, cause: BaseException, body_started: bool) -> None:
+        if execution.parent is not None:
+            return  # a Code Mode sub-call: its outer call is told too, and it is the one in the log
+        self.log.append_unwound(execution.call_id, cause=_cause_name(cause), body_started=body_started)
+
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
         """Pass as ``ToolRuntime(event_sink=...)``: every event the runtime or a plugin sends is logged."""
         if event_type != "tool/code-dispatch-start" and event_type != "tool/code-dispatch":
@@ -235,3 +248,10 @@ class SessionRecorder:
             self.log.append_dispatch_start(*ids, arguments)
         else:
             self.log.append_dispatch(*ids, arguments, content=data["content"], is_error=data["is_error"])
+
+
+def _cause_name(cause: BaseException) -> str:
+    """What cut a call short, by name; a task group's exceptions joined (``"Cancelled|KeyboardInterrupt"``)."""
+    if isinstance(cause, BaseExceptionGroup):
+        return "|".join(sorted({_cause_name(inner) for inner in cause.exceptions}))
+    return type(cause).__name__

@@ -7,7 +7,7 @@ torn tail and reports it, and reopening the log for appending cuts it off so
 the next event starts on a clean line. Damage anywhere else is corruption and
 raises :class:`SessionLogError` naming the line.
 
-The tool pipeline writes four event types, each with a typed helper on
+The tool pipeline writes five event types, each with a typed helper on
 :class:`SessionLog`. Their ``data`` uses the camelCase wire names of the
 presentation vocabulary:
 
@@ -20,6 +20,13 @@ presentation vocabulary:
   plus ``trace``, the decision trace (``[{stage, actor, outcome}, ...]``), when
   the runtime traced the call. The key is written only then: readers treat an
   absent ``trace`` as ``null``
+* ``tool/unwound`` — ``{callId, cause, bodyStarted}``: the call was cut short
+  from outside (the host's cancel scope, ``KeyboardInterrupt``, an interpreter
+  exit) and has no result, ever; ``cause`` names what cut it (``"Cancelled"``,
+  ``"KeyboardInterrupt"``...), ``bodyStarted`` whether its body ran (its effect
+  may have happened). A ``tool/call`` with neither this nor a ``tool/result``
+  after it was still running when the process stopped (a crash, or a log
+  written before this event existed)
 * ``tool/code-dispatch-start`` — ``{rootCallId, parentCallId, subCallId, name, arguments}``
 * ``tool/code-dispatch`` — the same plus ``isError`` and ``content``
 
@@ -605,6 +612,14 @@ class SessionLog:
         if contexts:
             data["contexts"] = [_context_json(context) for context in contexts]
         return self._write("tool/result", snapshot_json(data))
+
+    def append_unwound(self, call_id: str, *, cause: str, body_started: bool) -> int:
+        """Append ``tool/unwound``: call ``call_id`` was cut short by ``cause`` and has no result."""
+        _id(call_id, "call_id")
+        _str(cause, "cause")
+        if type(body_started) is not bool:
+            raise TypeError(f"body_started must be a bool, got {type(body_started).__name__}")
+        return self._write("tool/unwound", snapshot_json({"callId": call_id, "cause": cause, "bodyStarted": body_started}))
 
     def append_dispatch_start(
         self, root_call_id: str, parent_call_id: str, sub_call_id: str, name: str, arguments: object

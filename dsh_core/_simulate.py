@@ -401,7 +401,7 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
             if name == RUN_CODE_NAME:
                 note = "a Code Mode program; its sub-calls are not simulated"
             elif result is None:
-                note = "no result was recorded"
+                note = "no result was recorded" if call.unwound is None else call.unsettled_note()
             elif recorded is None:
                 note = f"the recorded call never reached policy ({(result.get('error') or {}).get('code')})"
             simulated = None

@@ -20,6 +20,7 @@ from rich.text import Text
 from ._content import ContentBlock, TextBlock
 from ._json import thaw
 from ._jsoncodec import dumps_text
+from ._logged_calls import unsettled_note
 from ._replay import ReplayedCall
 from ._terminal_text import printable, terminal_text
 from .presentation import (
@@ -148,7 +149,7 @@ def render_replayed_call(call: ReplayedCall) -> RenderableType:
     if detail is not None:
         parts.append(detail)
     if call.result is None:
-        parts.append(_text("(no result recorded)", style="yellow"))
+        parts.append(_text(f"({unsettled_note(call.unwound)})", style="yellow"))
         border = "yellow"
     else:
         parts.append(_result_card(call))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from dsh_core import (
     hookimpl,
     run_tool_calls,
 )
+from dsh_core.code_mode import SubprocessPythonRuntime
 from dsh_core.testing import FakeCodeRuntime, Recorder, json_tool, make_input, make_runtime
 
 Next = Callable[[], Awaitable[Any]]
@@ -350,3 +352,111 @@ async def test_a_dry_run_tells_no_one(autojump_clock: trio.testing.MockClock) ->
     with trio.move_on_after(0.5) as turn:
         await dry.execute(make_input("send", call_id="deciding"))
     assert turn.cancelled_caught and unwound.notices == []
+
+
+class Settled(Unwound):
+    """Records the notices and, as (call id, code or "ok"), the published results."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.results: list[tuple[str, str]] = []
+
+    @hookimpl
+    def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        code = "ok" if not result.is_error else str(result.error.info.code if result.error.info else None)  # type: ignore[union-attr]
+        self.results.append((execution.call_id, code))
+
+
+def gathering_runtime(first: Any, settled: Settled) -> tuple[ToolRuntime, trio.Event]:
+    """A subprocess runtime whose program gathers ``first`` and then ``quick`` (both parallel-safe).
+
+    ``quick`` finishes its dispatch at once and then waits to commit behind ``first``;
+    the event is set as its body runs.
+    """
+    quick_ran = trio.Event()
+
+    async def quick(args: Any) -> str:
+        quick_ran.set()
+        return "done"
+
+    safe = {"is_concurrency_safe": lambda args: True}
+    runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=30))
+    runtime.register(json_tool("first", first, **safe))
+    runtime.register(json_tool("quick", quick, **safe))
+    runtime.plugins.register(settled, name="settled")
+    return runtime, quick_ran
+
+
+GATHER_BOTH = "import asyncio\nawait asyncio.gather(tools.first({}), tools.quick({}))\n"
+
+
+async def test_a_keyboard_interrupt_in_a_sub_call_ends_the_run_while_another_waits_to_commit_behind_it() -> None:
+    quick_ran: trio.Event
+
+    async def first(args: Any) -> str:
+        await quick_ran.wait()  # "quick" is done and waits to commit behind this call
+        raise KeyboardInterrupt
+
+    settled = Settled()
+    runtime, quick_ran = gathering_runtime(first, settled)
+    interrupted = False
+    with trio.fail_after(10):  # a real budget: the run used to hang here for good
+        try:
+            await runtime.execute(make_input("run_code", {"code": GATHER_BOTH, "description": "d"}, call_id="outer"))
+        except* KeyboardInterrupt:
+            interrupted = True
+    assert interrupted
+    assert settled.notices == [("outer:code:1", "KeyboardInterrupt", True), ("outer", "KeyboardInterrupt", True)]
+    # It still commits, in its turn (its value is discarded): told of its end once, as a result.
+    assert [call_id for call_id, _ in settled.results] == ["outer:code:2"]
+    assert not [pid for pid in _children_of(os.getpid()) if b"_child.py" in _cmdline(pid)]
+
+
+async def test_the_hosts_scope_cut_while_a_sub_call_waits_to_commit_behind_another_ends_the_run() -> None:
+    quick_ran: trio.Event
+
+    async def first(args: Any) -> str:
+        await trio.sleep_forever()  # until the run's signal aborts it
+        raise AssertionError("unreachable")
+
+    settled = Settled()
+    runtime, quick_ran = gathering_runtime(first, settled)
+
+    async def cut_once_quick_ran(turn: trio.CancelScope) -> None:
+        await quick_ran.wait()
+        turn.cancel()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            with trio.CancelScope() as turn:
+                nursery.start_soon(cut_once_quick_ran, turn)
+                await runtime.execute(
+                    make_input("run_code", {"code": GATHER_BOTH, "description": "d"}, call_id="outer")
+                )
+    assert turn.cancelled_caught
+    assert settled.notices == [("outer", "Cancelled", True)]
+    # The run's signal fired as the run unwound: both sub-calls settle through it, in order.
+    assert settled.results == [("outer:code:1", "ABORTED"), ("outer:code:2", "ABORTED")]
+    assert not [pid for pid in _children_of(os.getpid()) if b"_child.py" in _cmdline(pid)]
+
+
+def _children_of(pid: int) -> list[int]:
+    children: list[int] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    children.append(int(entry))
+            except OSError:
+                continue
+    return children
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from dsh_core import (
     Agent,
@@ -22,6 +24,7 @@ from dsh_core import (
     hookimpl,
     read_session_log,
     replay,
+    simulate,
 )
 from dsh_core.presentation import GenericCallView, ReadFileLine, ReadResultView, TerminalCallView
 from dsh_core.testing import json_tool, make_input, make_runtime
@@ -325,3 +328,58 @@ def test_record_call_names_agents_as_every_other_log_does(tmp_path: Path) -> Non
     logged = [event.data["agent"] for event in read_session_log(log_path).events]
     # The same names the audit log and the effect ledger use (scope_id), never an exception.
     assert logged == ["main", "team-blue", "<unprintable Unprintable scope>", None]
+
+
+async def test_a_call_cut_short_is_logged_as_unwound_and_readers_say_so(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async def interrupted(args: Any) -> str:
+        raise KeyboardInterrupt
+
+    async def slow(args: Any) -> str:
+        await trio.sleep(10)
+        return "done"
+
+    log_path = tmp_path / "s.jsonl"
+    runtime = make_runtime(json_tool("interrupted", interrupted), json_tool("slow", slow), json_tool("echo"))
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log, runtime)
+        runtime.plugins.register(recorder)
+        first, second = make_input("interrupted", call_id="c1"), make_input("slow", call_id="c2")
+        recorder.record_call(first)
+        with pytest.raises(KeyboardInterrupt):
+            await runtime.execute(first)
+        recorder.record_call(second)
+        with trio.move_on_after(1) as turn:  # the host's turn deadline
+            await runtime.execute(second)
+        assert turn.cancelled_caught
+        recorder.record_call(make_input("echo", call_id="c3"))  # the process stopped while it ran
+    events = read_session_log(log_path).events
+    assert [(e.type, e.data) for e in events if e.type != "tool/call"] == [
+        ("tool/unwound", {"callId": "c1", "cause": "KeyboardInterrupt", "bodyStarted": True}),
+        ("tool/unwound", {"callId": "c2", "cause": "Cancelled", "bodyStarted": True}),
+    ]
+    replayed = replay(events, runtime)
+    assert [(call.call_id, call.result, call.unwound) for call in replayed] == [
+        ("c1", None, {"callId": "c1", "cause": "KeyboardInterrupt", "bodyStarted": True}),
+        ("c2", None, {"callId": "c2", "cause": "Cancelled", "bodyStarted": True}),
+        ("c3", None, None),
+    ]
+    report = await simulate(events, runtime)
+    assert [call.note for call in report.calls] == [
+        "cut short (KeyboardInterrupt) after its body started: no result",
+        "cut short (Cancelled) after its body started: no result",
+        "no result was recorded",
+    ]
+
+
+def test_an_unwound_event_for_an_unknown_call_is_passed_over_and_a_bad_one_is_reported(tmp_path: Path) -> None:
+    log_path = tmp_path / "s.jsonl"
+    with SessionLog(log_path) as log:
+        log.append_unwound("elsewhere", cause="Cancelled", body_started=False)
+        log.append_call("c1", "echo", {})
+        log.append({"type": "tool/unwound", "data": {"cause": "Cancelled"}})
+    events = read_session_log(log_path).events
+    with pytest.raises(SessionLogError, match=r"seq 3: malformed tool/unwound event: callId must be a non-empty str"):
+        replay(events, make_runtime(json_tool("echo")))
+    assert replay(events[:2], make_runtime(json_tool("echo")))[0].unwound is None

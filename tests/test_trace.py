@@ -590,3 +590,16 @@ async def test_an_untraced_cancelled_call_records_nothing_and_ends_as_a_traced_o
     without = await cancelled_at_one_second(runtime)
     assert without.trace is None
     assert without == with_trace and without.code == "ABORTED"
+
+
+def test_explain_and_replay_show_a_call_cut_short(tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "ls", {})
+        session.append_unwound("c1", cause="KeyboardInterrupt", body_started=False)
+    explained = invoke(["explain", str(log), "c1"])
+    assert "call c1: ls: cut short (KeyboardInterrupt) before its body started: no result" in explained.stdout
+    as_json = json.loads(invoke(["explain", str(log), "c1", "--json"]).stdout)
+    assert as_json["unwound"] == {"callId": "c1", "cause": "KeyboardInterrupt", "bodyStarted": False}
+    replayed = invoke(["replay", str(log)])
+    assert "(cut short (KeyboardInterrupt) before its body started: no result)" in replayed.stdout

@@ -138,6 +138,23 @@ class _Lane:
         if queue and queue[0].turn is not None:
             queue[0].turn.set()
 
+    def leave(self, ticket: _Ticket, *, dispatching: bool) -> None:
+        """``ticket``'s worker is unwinding (an interrupt) wherever it was: it gives up its place.
+
+        Left in ``commits``, it would hold every later commit back for good, and the
+        workers waiting for their commit are shielded: the run would never end.
+        """
+        if dispatching:
+            self.in_flight -= 1
+        if ticket in self.commits:
+            if self.commits[0] is ticket:
+                self.pop_head(self.commits)
+            else:
+                self.commits.remove(ticket)
+            if ticket.exclusive:
+                self.exclusive_active = False
+        self.notify()
+
     def abandon_pending(self) -> None:
         """The run is over: every ticket that has not started leaves the queue at once."""
         abandoned = list(self.pending)
@@ -305,6 +322,7 @@ class _Bridge:
         lane = self.lane
         runtime = self.runtime
         call: _pipeline.PreparedCall | None = None
+        dispatching = False  # counted in ``lane.in_flight``
         try:
             if not may_start:  # the caller just found that it may: do not classify the call again
                 await lane.wait_for_turn(lane.pending, ticket)
@@ -321,6 +339,7 @@ class _Bridge:
             ticket.started = True
             lane.busy = True
             lane.in_flight += 1
+            dispatching = True
             lane.commits.append(ticket)
             if ticket.exclusive:
                 lane.exclusive_active = True
@@ -354,6 +373,7 @@ class _Bridge:
                 await _pipeline.dispatch(runtime, call)
             finally:
                 lane.in_flight -= 1
+                dispatching = False
                 ticket.dispatched = True
                 lane.notify()
             await lane.wait_for_turn(lane.commits, ticket)
@@ -389,6 +409,10 @@ class _Bridge:
             if call is not None:
                 # Cut between its stages (an interpreter exit: the worker is shielded), it has no result.
                 _pipeline.unwound(call, exc)
+            if ticket.started:
+                lane.leave(ticket, dispatching=dispatching)
+            if ticket.error is None:
+                ticket.error = f"{ticket.name} tool call interrupted"  # not a value: it has none
             raise
         finally:
             if ticket.done is not None:
