@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.text import Text
 
-__all__ = ["json_printable", "printable", "terminal_text"]
+__all__ = ["MESSAGE_CHARS", "clipped", "json_printable", "printable", "terminal_text"]
 
 # Zero-width (non-)joiners are format characters too, but they build emoji and
 # Indic text; they cannot move the cursor or reorder a line.
@@ -96,6 +96,21 @@ def _escapes(one_line: bool) -> _Escapes:
 
 # Raw newlines in JSON text are layout (json escapes those inside strings), so they stay.
 _JSON_ESCAPES = _Escapes(_KEPT | {"\n"}, _json_escape)
+
+
+MESSAGE_CHARS = 2000
+"""How much of a message (a policy's reason, a failure's text) a card or a question shows."""
+
+
+def clipped(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and a note of how many more are not shown.
+
+    For what is put in front of a person: a reason the model can make megabytes
+    long would bury the question it comes with (the data it came from is kept whole).
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters not shown)"
 
 
 def _shown_as_is(text: str) -> bool:
