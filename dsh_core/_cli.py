@@ -29,8 +29,8 @@ policies decide differently; 2 for usage errors (bad options, invalid JSON
 arguments, an unreadable or invalid configuration, batch file or session log,
 an unknown call id, a configured or ``--plugin`` plugin that failed to load). ``run`` exits 0
 once the batch ran, whatever the calls' outcomes: each result line says
-``is_error``. Ctrl-C prints "Aborted!" (click's exit status 1), never a
-traceback.
+``is_error``. Ctrl-C prints "Aborted!" and exits 130 (128 + SIGINT), never
+with a traceback.
 """
 
 from __future__ import annotations
@@ -394,8 +394,27 @@ session_option = click.option(
 
 # -- the command group -------------------------------------------------------------------
 
+INTERRUPTED_EXIT = 130
+"""Exit status after Ctrl-C: 128 + SIGINT, what a shell reports for a process the signal stopped."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Commands(click.Group):
+    """The ``dsh-tools`` group: Ctrl-C in any command exits 130, not click's 1.
+
+    A script running ``dsh-tools`` tells an interrupted run from a failed one by
+    that status, as it does for any other program; the message stays one line.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo(err=True)  # closes the terminal's ^C echo, as click does
+            click.echo("Aborted!", err=True)
+            ctx.exit(INTERRUPTED_EXIT)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",
@@ -751,7 +770,7 @@ def _plain_interrupts() -> Iterator[None]:
 
     trio raises the interrupt inside a task, and a nursery (``run`` overlaps
     calls in one) wraps it in a ``BaseExceptionGroup``, which click would show
-    as a traceback: unwrapped, it prints "Aborted!" as for every other command.
+    as a traceback: unwrapped, it exits 130 with "Aborted!" as every command does.
     """
     try:
         yield

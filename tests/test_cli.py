@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 from test_plugin_loading import Dists
 
 from dsh_core import contract_fingerprint
-from dsh_core._cli import cli
+from dsh_core._cli import cli, main
 from dsh_core._session_log import read_session_log
 from dsh_plugins.grants import read_grants
 
@@ -1391,15 +1391,27 @@ def dsh_setup(runtime, config):
 """
 
 
-def test_ctrl_c_during_run_aborts_without_a_traceback(dists: Dists, tmp_path: Path) -> None:
+def test_ctrl_c_during_run_aborts_with_status_130_without_a_traceback(dists: Dists, tmp_path: Path) -> None:
     module = dists.module("interrupted", INTERRUPTED_PLUGIN)
     batch = write_batch(
         tmp_path / "calls.jsonl", {"id": "a", "name": "stop", "arguments": {}}, {"id": "b", "name": "stop_too"}
     )
     for command in (["run", str(batch)], ["call", "stop"]):
         result = invoke(["--no-plugins", "--plugin", f"i={module}", *command])
-        assert result.exit_code == 1, (command, result.output)
+        assert result.exit_code == 130, (command, result.output)  # 128 + SIGINT, as a shell reports it
         assert result.stderr.strip() == "Aborted!"
+
+
+def test_ctrl_c_exits_the_console_script_with_status_130(
+    dists: Dists, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = dists.module("interrupted_main", INTERRUPTED_PLUGIN)
+    with pytest.raises(SystemExit) as exited:
+        main(["--no-plugins", "--plugin", f"i={module}", "call", "stop"])
+    assert exited.value.code == 130
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "Aborted!"
+    assert captured.out == ""
 
 
 # -- check -----------------------------------------------------------------------------------
