@@ -75,7 +75,7 @@ from ._replay import SessionRecorder, replay
 from ._results import ToolExecutionResult
 from ._runtime import ApprovalService, ToolRuntime, agent_scope
 from ._scheduling import run_tool_calls
-from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log
+from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log, refuse_non_regular_target
 from ._signal import CancelSignal
 from ._terminal_text import json_printable, printable, terminal_text
 from ._trace import DecisionTrace
@@ -677,10 +677,12 @@ def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
     if target is None:
         yield _Session(None)
         return
-    # A device (/dev/null, /dev/full) or a directory: appended "events" would be lost, or the
-    # open or the closing fsync fail after the calls ran. Refused before anything runs.
-    if target.exists() and not target.is_file():
-        raise _UsageProblem(f"cannot use {target} as the session log: not a regular file; nothing was run")
+    # A device (/dev/null, /dev/full), a FIFO or a directory: refused before anything runs, by the
+    # check SessionLog makes, with the CLI's own wording.
+    try:
+        refuse_non_regular_target(target)
+    except SessionLogError:
+        raise _UsageProblem(f"cannot use {target} as the session log: not a regular file; nothing was run") from None
     try:
         log_cm = SessionLog(target)
     except SessionLogError as exc:

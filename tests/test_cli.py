@@ -1255,8 +1255,11 @@ def test_a_plugin_named_by_option_that_the_configuration_disables_is_refused(
 
 def test_session_refuses_a_target_that_is_not_a_regular_file(tools: list[str], tmp_path: Path) -> None:
     batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    fifo = tmp_path / "log.fifo"
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(fifo)
     for command in (["call", "echo", '{"a": 1}'], ["run", str(batch)]):
-        for target in (os.devnull,):  # a directory is click's own usage error
+        for target in (os.devnull, *([str(fifo)] if fifo.exists() else [])):  # a directory is click's own error
             result = invoke([*tools, *command, "--session", target])
             assert result.exit_code == 2, (command, target, result.output)
             assert result.stdout == ""
