@@ -29,8 +29,8 @@ policies decide differently; 2 for usage errors (bad options, invalid JSON
 arguments, an unreadable or invalid configuration, batch file or session log,
 an unknown call id, a configured or ``--plugin`` plugin that failed to load). ``run`` exits 0
 once the batch ran, whatever the calls' outcomes: each result line says
-``is_error``. Ctrl-C prints "Aborted!" (click's exit status 1), never a
-traceback.
+``is_error``. Ctrl-C prints "Aborted!" and exits 130 (128 + SIGINT), never
+with a traceback.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ from ._replay import SessionRecorder, replay
 from ._results import ToolExecutionResult
 from ._runtime import ApprovalService, ToolRuntime, agent_scope
 from ._scheduling import run_tool_calls
-from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log
+from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log, refuse_non_regular_target
 from ._signal import CancelSignal
 from ._terminal_text import json_printable, printable, terminal_text
 from ._trace import DecisionTrace
@@ -394,8 +394,27 @@ session_option = click.option(
 
 # -- the command group -------------------------------------------------------------------
 
+INTERRUPTED_EXIT = 130
+"""Exit status after Ctrl-C: 128 + SIGINT, what a shell reports for a process the signal stopped."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Commands(click.Group):
+    """The ``dsh-tools`` group: Ctrl-C in any command exits 130, not click's 1.
+
+    A script running ``dsh-tools`` tells an interrupted run from a failed one by
+    that status, as it does for any other program; the message stays one line.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo(err=True)  # closes the terminal's ^C echo, as click does
+            click.echo("Aborted!", err=True)
+            ctx.exit(INTERRUPTED_EXIT)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",
@@ -658,10 +677,12 @@ def _session(path: Path | None, config: DshConfig) -> Iterator[_Session]:
     if target is None:
         yield _Session(None)
         return
-    # A device (/dev/null, /dev/full) or a directory: appended "events" would be lost, or the
-    # open or the closing fsync fail after the calls ran. Refused before anything runs.
-    if target.exists() and not target.is_file():
-        raise _UsageProblem(f"cannot use {target} as the session log: not a regular file; nothing was run")
+    # A device (/dev/null, /dev/full), a FIFO or a directory: refused before anything runs, by the
+    # check SessionLog makes, with the CLI's own wording.
+    try:
+        refuse_non_regular_target(target)
+    except SessionLogError:
+        raise _UsageProblem(f"cannot use {target} as the session log: not a regular file; nothing was run") from None
     try:
         log_cm = SessionLog(target)
     except SessionLogError as exc:
@@ -751,7 +772,7 @@ def _plain_interrupts() -> Iterator[None]:
 
     trio raises the interrupt inside a task, and a nursery (``run`` overlaps
     calls in one) wraps it in a ``BaseExceptionGroup``, which click would show
-    as a traceback: unwrapped, it prints "Aborted!" as for every other command.
+    as a traceback: unwrapped, it exits 130 with "Aborted!" as every command does.
     """
     try:
         yield

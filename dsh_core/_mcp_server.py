@@ -86,7 +86,7 @@ from ._mcp_unreadable import SDK_PARSER_MAX_DEPTH, answering_unreadable
 from ._mcp_well_formed import answering_well_formed, sending_well_formed
 from ._results import ToolExecutionResult
 from ._signal import CancelSignal
-from ._terminal_text import json_printable, printable
+from ._terminal_text import clipped, json_printable, printable
 from ._well_formed import well_formed_text
 from .presentation import declared_effects
 
@@ -165,7 +165,7 @@ class _McpCall:
         # policy quotes from them) must not reorder, restyle or add lines to the question.
         message = f'Allow the tool "{printable(name, one_line=True)}" to run?'
         if reason:
-            message += f" {printable(reason, one_line=True)}"
+            message += f" {printable(clipped(reason), one_line=True)}"
         definition = self.runtime.get(name, execution.agent)
         declared = declared_effects(definition) if definition is not None else ""
         if declared:

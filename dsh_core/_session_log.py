@@ -41,7 +41,9 @@ intact.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -420,6 +422,48 @@ def _error_json(error: Mapping[str, str] | None, is_error: bool) -> dict[str, st
     return {"name": error["name"], "code": error["code"], "message": error["message"]}
 
 
+_NOT_REGULAR: Final = "not a regular file (a directory, a device or a FIFO); a session log must be one"
+# O_NONBLOCK: a FIFO swapped in after the check by path does not hang the open (it is refused
+# once open); it changes nothing for a regular file, and is cleared before the first write.
+_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | _NONBLOCK
+
+
+def refuse_non_regular_target(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`SessionLogError` if ``path`` exists and is not a regular file (after symlinks).
+
+    Appended to a device (``/dev/null``) the events are lost; opening a FIFO for
+    writing blocks until something reads it; a directory fails only at the open.
+    Checked before anything is run or written, by the log and by the CLI.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return  # to be created
+    if not stat.S_ISREG(mode):
+        raise SessionLogError(_NOT_REGULAR, path=os.fspath(path))
+
+
+def _open_for_appending(path: Path) -> int:
+    """A descriptor of ``path`` opened for appending, if it is a regular file (created if absent)."""
+    refuse_non_regular_target(path)
+    try:
+        descriptor = os.open(path, _APPEND_FLAGS, 0o600)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO with no reader, a directory: swapped in
+            raise SessionLogError(_NOT_REGULAR, path=os.fspath(path)) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise SessionLogError(_NOT_REGULAR, path=os.fspath(path))
+        if _NONBLOCK:
+            os.set_blocking(descriptor, True)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
 @final
 class SessionLog:
     """An append-only session log file, opened for appending.
@@ -447,7 +491,8 @@ class SessionLog:
     left alone. Opening checks the end of the file; readers check every line.
 
     Raises:
-        SessionLogError: the file is not a session log, or another writer holds it.
+        SessionLogError: the file is not a session log, another writer holds it, or
+            ``path`` is not a regular file (a device, a FIFO or a directory).
         ValueError: ``fsync`` is not a policy.
         OSError: the file cannot be opened.
     """
@@ -460,7 +505,7 @@ class SessionLog:
         self._new_file = not self.path.exists()
         # Unbuffered: every write goes straight to the OS, so a failed or interrupted
         # write can never be completed later by a buffer flush in the middle of the file.
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        descriptor = _open_for_appending(self.path)
         self._file: BinaryIO | None = os.fdopen(descriptor, "ab", buffering=0)
         try:
             _lock_exclusively(self._file, self.path)

@@ -22,7 +22,7 @@ from ._json import thaw
 from ._jsoncodec import dumps_text
 from ._logged_calls import unsettled_note
 from ._replay import ReplayedCall
-from ._terminal_text import printable, terminal_text
+from ._terminal_text import clipped, printable, terminal_text
 from .presentation import (
     DiffCallView,
     DiffResultView,
@@ -137,9 +137,9 @@ def _result_card(call: ReplayedCall) -> RenderableType:
         if view.answer:
             lines.insert(0, view.answer)
         return _text("\n".join(lines) + ("\n(truncated)" if view.truncated else ""))
-    if isinstance(view, GenericResultView) and view.content is not None:
-        return _text(_content_text(view.content))
-    return _text(_content_text(result.content))
+    text = _content_text(view.content if isinstance(view, GenericResultView) and view.content is not None else result.content)
+    # A failure's text is a message (a policy's reason, an exception's), which can be megabytes long.
+    return _text(clipped(text) if result.is_error else text)
 
 
 def render_replayed_call(call: ReplayedCall) -> RenderableType:
@@ -158,7 +158,8 @@ def render_replayed_call(call: ReplayedCall) -> RenderableType:
             code = call.error.get("code") or "error"
             parts.append(_text(f"{code}", style="bold red"))
     for context in call.contexts:
-        parts.append(_text(f"[{context.source}] {_content_text(context.content)}", style="italic"))
+        # Notes to the model (a rewrite's reason, a plugin's context), not the call's output.
+        parts.append(_text(f"[{context.source}] {clipped(_content_text(context.content))}", style="italic"))
     if call.contract_changed:
         parts.append(_text("(recorded against an earlier contract of this tool)", style="yellow"))
     for dispatch in call.dispatches:

@@ -2,15 +2,17 @@
 
 Tool output, tool and plugin names and logged events can hold ANSI escape
 sequences (clear the screen, retitle the window, fake a prompt), carriage
-returns that overwrite what came before, and bidi overrides that make a line
-read differently from what it holds. Printed raw, they drive the terminal of
-whoever runs ``dsh-tools``; shown through :func:`printable` they appear as the
-escapes they are.
+returns that overwrite what came before, bidi overrides that make a line read
+differently from what it holds, and letters that draw nothing (a Hangul
+filler, a blank Braille pattern) that make an argument look empty. Printed
+raw, they drive the terminal of whoever runs ``dsh-tools`` or hide text from
+it; shown through :func:`printable` they appear as the escapes they are.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -18,13 +20,35 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.text import Text
 
-__all__ = ["json_printable", "printable", "terminal_text"]
+__all__ = ["MESSAGE_CHARS", "clipped", "json_printable", "printable", "terminal_text"]
 
 # Zero-width (non-)joiners are format characters too, but they build emoji and
 # Indic text; they cannot move the cursor or reorder a line.
 _KEPT = frozenset("\u200c\u200d")
 # Every category str.isprintable refuses except Zs (spaces other than " " move nothing).
 _ESCAPED_CATEGORIES = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"))
+# Characters str.isprintable accepts that draw nothing: the Default_Ignorable_Code_Point
+# ones outside Cf/Cn (Unicode's DerivedCoreProperties.txt; unicodedata does not expose the
+# property) and blank glyphs. The emoji presentation selectors U+FE0E/U+FE0F are kept, as
+# the joiners are: they build emoji, and escaping them would garble ordinary output.
+_INVISIBLE_RANGES = (
+    (0x034F, 0x034F),  # combining grapheme joiner
+    (0x115F, 0x1160),  # Hangul choseong/jungseong fillers
+    (0x17B4, 0x17B5),  # Khmer inherent vowels
+    (0x180B, 0x180D),  # Mongolian free variation selectors
+    (0x180F, 0x180F),
+    (0x2800, 0x2800),  # Braille pattern blank
+    (0x3164, 0x3164),  # Hangul filler
+    (0xFE00, 0xFE0D),  # variation selectors 1-14
+    (0xFFA0, 0xFFA0),  # halfwidth Hangul filler
+    (0x1D159, 0x1D159),  # musical symbol null notehead
+    (0xE0100, 0xE01EF),  # variation selectors 17-256
+)
+_INVISIBLE = frozenset(chr(code) for first, last in _INVISIBLE_RANGES for code in range(first, last + 1))
+# One pass in C, as str.isprintable is, to keep the fast path for ordinary text.
+_INVISIBLE_SEARCH = re.compile(
+    "[" + "".join(f"\\U{first:08x}-\\U{last:08x}" for first, last in _INVISIBLE_RANGES) + "]"
+).search
 # Distinct characters remembered per table (a few MB at most): even CJK text uses fewer,
 # and text built to hold every code point must not grow the table to a million entries.
 _REMEMBERED = 1 << 16
@@ -58,7 +82,7 @@ class _Escapes(dict[int, str]):
     def __missing__(self, code: int) -> str:
         char = chr(code)
         shown = char
-        if char not in self._kept and unicodedata.category(char) in _ESCAPED_CATEGORIES:
+        if char not in self._kept and (char in _INVISIBLE or unicodedata.category(char) in _ESCAPED_CATEGORIES):
             shown = self._escape(code)
         if len(self) < _REMEMBERED:
             self[code] = shown
@@ -74,15 +98,36 @@ def _escapes(one_line: bool) -> _Escapes:
 _JSON_ESCAPES = _Escapes(_KEPT | {"\n"}, _json_escape)
 
 
+MESSAGE_CHARS = 2000
+"""How much of a message (a policy's reason, a failure's text) a card or a question shows."""
+
+
+def clipped(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and a note of how many more are not shown.
+
+    For what is put in front of a person: a reason the model can make megabytes
+    long would bury the question it comes with (the data it came from is kept whole).
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters not shown)"
+
+
+def _shown_as_is(text: str) -> bool:
+    return text.isprintable() and _INVISIBLE_SEARCH(text) is None
+
+
 def printable(text: str, *, one_line: bool = False) -> str:
-    """``text`` with control, format, separator, surrogate, private-use and unassigned characters as escapes.
+    """``text`` with control, format, separator, surrogate, private-use, unassigned and invisible characters as escapes.
 
     Newlines and tabs are kept unless ``one_line`` (a prompt, a table cell);
-    everything else that ``str.isprintable`` refuses and that is not a space
+    everything else that ``str.isprintable`` refuses and that is not a space,
+    and the letters and symbols that draw nothing (``\\u3164`` Hangul filler,
+    ``\\u2800`` blank Braille pattern, variation selectors but the emoji ones),
     is written as a ``\\x1b``/``\\u202e``/``\\U000f0000`` escape. Ordinary text
     comes back as the same object.
     """
-    if text.isprintable():
+    if _shown_as_is(text):
         return text
     return text.translate(_escapes(one_line))
 
@@ -94,7 +139,7 @@ def json_printable(json_text: str) -> str:
     to any UTF-8 stream: a lone surrogate (legal in JSON text, but not
     encodable) becomes ``\\ud800``, a bidi override ``\\u202e``.
     """
-    if json_text.isprintable():
+    if _shown_as_is(json_text):
         return json_text
     return json_text.translate(_JSON_ESCAPES)
 

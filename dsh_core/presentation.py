@@ -45,7 +45,7 @@ from ._errors import DshError, NonJsonValueError
 if TYPE_CHECKING:
     from ._definition import ToolDefinition
 from ._json import FrozenDict, JsonValue, snapshot_json, thaw
-from ._terminal_text import printable
+from ._terminal_text import clipped, printable
 
 __all__ = [
     "DiffCallView",
@@ -67,6 +67,7 @@ __all__ = [
     "ToolResultView",
     "WebResultView",
     "WebSource",
+    "clipped",
     "converter",
     "declared_effects",
     "printable",

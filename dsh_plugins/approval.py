@@ -27,6 +27,7 @@ from dsh_core.presentation import (
     FileDiff,
     GenericCallView,
     TerminalCallView,
+    clipped,
     declared_effects,
     printable,
 )
@@ -176,7 +177,7 @@ class TerminalApproval:
     process, as the CLI does);
     anything else, an empty line, end of input or an unreadable terminal
     denies. The ``reason`` of the ``Ask``, when given, is shown on the line
-    above the question.
+    above the question (its first 2000 characters, and how many more there are).
 
     ``prompt`` is the blocking line reader (default :func:`input`); it runs in a
     worker thread (``trio.to_thread.run_sync``) so the event loop keeps
@@ -214,7 +215,7 @@ class TerminalApproval:
 
     def question(self, execution: ToolExecution, reason: str | None) -> str:
         """The text shown for one request: the reason line (if any), the card (if any), then the question."""
-        parts = [_one_line(reason)] if reason else []
+        parts = [_one_line(clipped(reason))] if reason else []
         declared = _declared_effects(execution, self.runtime)
         if declared:
             parts.append(declared)

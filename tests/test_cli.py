@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 from test_plugin_loading import Dists
 
 from dsh_core import contract_fingerprint
-from dsh_core._cli import cli
+from dsh_core._cli import cli, main
 from dsh_core._session_log import read_session_log
 from dsh_plugins.grants import read_grants
 
@@ -1255,8 +1255,11 @@ def test_a_plugin_named_by_option_that_the_configuration_disables_is_refused(
 
 def test_session_refuses_a_target_that_is_not_a_regular_file(tools: list[str], tmp_path: Path) -> None:
     batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    fifo = tmp_path / "log.fifo"
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(fifo)
     for command in (["call", "echo", '{"a": 1}'], ["run", str(batch)]):
-        for target in (os.devnull,):  # a directory is click's own usage error
+        for target in (os.devnull, *([str(fifo)] if fifo.exists() else [])):  # a directory is click's own error
             result = invoke([*tools, *command, "--session", target])
             assert result.exit_code == 2, (command, target, result.output)
             assert result.stdout == ""
@@ -1391,15 +1394,27 @@ def dsh_setup(runtime, config):
 """
 
 
-def test_ctrl_c_during_run_aborts_without_a_traceback(dists: Dists, tmp_path: Path) -> None:
+def test_ctrl_c_during_run_aborts_with_status_130_without_a_traceback(dists: Dists, tmp_path: Path) -> None:
     module = dists.module("interrupted", INTERRUPTED_PLUGIN)
     batch = write_batch(
         tmp_path / "calls.jsonl", {"id": "a", "name": "stop", "arguments": {}}, {"id": "b", "name": "stop_too"}
     )
     for command in (["run", str(batch)], ["call", "stop"]):
         result = invoke(["--no-plugins", "--plugin", f"i={module}", *command])
-        assert result.exit_code == 1, (command, result.output)
+        assert result.exit_code == 130, (command, result.output)  # 128 + SIGINT, as a shell reports it
         assert result.stderr.strip() == "Aborted!"
+
+
+def test_ctrl_c_exits_the_console_script_with_status_130(
+    dists: Dists, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = dists.module("interrupted_main", INTERRUPTED_PLUGIN)
+    with pytest.raises(SystemExit) as exited:
+        main(["--no-plugins", "--plugin", f"i={module}", "call", "stop"])
+    assert exited.value.code == 130
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "Aborted!"
+    assert captured.out == ""
 
 
 # -- check -----------------------------------------------------------------------------------

@@ -1506,6 +1506,28 @@ async def test_the_elicited_question_shows_control_characters_as_escapes() -> No
     )
 
 
+async def test_the_elicited_question_cuts_a_huge_reason_short() -> None:
+    class AskWithAHugeReason:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+            return Ask("r" * 1_000_000)
+
+    runtime, _ = serving_runtime(AskWithAHugeReason())
+    asked: list[str] = []
+
+    async def answer(context: Any, params: Any) -> Any:
+        import mcp_types
+
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="decline")
+
+    server = serve_registry(runtime, scope=Agent(id="mcp-test"), approval="elicit")
+    async with Client(server, mode="legacy", elicitation_callback=answer) as client:
+        await client.call_tool("guarded", {})
+    (message,) = asked
+    assert message == f'Allow the tool "guarded" to run? {"r" * 2000}… (998000 more characters not shown)\nArguments: {{}}'
+
+
 async def test_serve_registry_denies_an_ask_it_is_not_allowed_to_put_to_the_client() -> None:
     runtime, _ = serving_runtime(AskFirst())
     server = serve_registry(runtime, scope=Agent(id="mcp-test"), approval="deny")

@@ -145,6 +145,16 @@ async def test_reason_is_shown_above_the_question() -> None:
     assert answers.questions == ["shell needs a human\nAllow shell ls? [y/N/a] "]
 
 
+async def test_a_huge_reason_is_cut_short_on_screen_with_a_marker() -> None:
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers), reason="r" * 3_000_000)
+    await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN))
+    (question,) = answers.questions
+    reason, ask = question.split("\n")
+    assert reason == "r" * 2000 + "… (2998000 more characters not shown)"
+    assert ask == "Allow shell ls? [y/N/a] "
+
+
 async def test_control_characters_in_arguments_are_escaped() -> None:
     answers = Answers("n")
     runtime = runtime_with(TerminalApproval(prompt=answers))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 from click.testing import CliRunner
 from rich.console import Console
 
@@ -44,6 +45,20 @@ def replayed(result_view: Any, *, call_view: Any = None, is_error: bool = False,
         result_view=result_view,
         error={"code": "TOOL_ERROR"} if is_error else None,
     )
+
+
+def test_a_huge_denial_reason_is_cut_short_in_the_card() -> None:
+    reason = "no " * 1_000_000
+    call = attrs.evolve(
+        replayed(None, is_error=True, text=f"Error: {reason}"), error={"code": "DENIED", "message": reason}
+    )
+    console = Console(record=True, width=2100, color_system=None)
+    console.print(render_replayed_call(call))
+    out = console.export_text()
+    shown = "Error: " + reason[: 2000 - len("Error: ")]
+    assert f"│ {shown}… (2998007 more characters not shown)" in out
+    assert len(out.splitlines()) == 4  # the borders, the reason and the code
+    assert "DENIED" in out
 
 
 def test_terminal_card_shows_exit_status_pill() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 import dsh_core._session_log as session_log_module
 from dsh_core._content import ImageBlock, TextBlock
@@ -681,3 +682,42 @@ def test_a_later_read_refuses_a_file_that_shrank_or_skipped_a_seq(tmp_path: Path
         file.write(b'{"seq": 6, "type": "tool/call", "data": {"callId": "c6", "name": "t", "arguments": {}}}\n')
     with pytest.raises(SessionLogError, match="seq 5 where 2 was expected"):
         read_session_log(path, after=first)
+
+
+# -- targets that are not regular files ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["device", "directory"])
+def test_a_target_that_is_not_a_regular_file_is_refused(tmp_path: Path, target: str) -> None:
+    path = Path(os.devnull) if target == "device" else tmp_path
+    with pytest.raises(SessionLogError, match="not a regular file") as refused:
+        SessionLog(path)
+    assert refused.value.path == os.fspath(path)
+    assert str(refused.value).startswith(f"{path}: not a regular file")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+async def test_a_fifo_with_no_reader_is_refused_instead_of_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    # Real time: the open this guards against blocks in the OS, out of reach of a mock clock.
+    with trio.fail_after(10):
+        with pytest.raises(SessionLogError, match="not a regular file"):
+            await trio.to_thread.run_sync(SessionLog, fifo, abandon_on_cancel=True)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_a_fifo_with_a_reader_is_refused_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(SessionLogError, match="not a regular file"):
+            SessionLog(fifo)
+        # Swapped in after the check by path: the opened file itself is checked too.
+        monkeypatch.setattr(session_log_module, "refuse_non_regular_target", lambda path: None)
+        with pytest.raises(SessionLogError, match="not a regular file"):
+            SessionLog(fifo)
+    finally:
+        os.close(reader)
+

@@ -90,15 +90,40 @@ def test_call_escapes_tool_output_on_a_terminal_and_keeps_it_exact_in_a_pipe(
     assert shown.output == SHOWN + "\n"
 
 
+# Letters and symbols str.isprintable accepts that draw nothing (Default_Ignorable_Code_Point
+# outside Cf/Cn, and blank glyphs): an argument made of them would look empty.
+INVISIBLE = (
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u2800\u3164\ufe00\ufe0d\uffa0"
+    "\U0001d159\U000e0100\U000e01ef"
+)
+
+
 @given(st.text())
 @example("\x1b[0m\u202e\u2066\ufeff\x85\x7f")
+@example("rm -rf /\u3164\u2800 x\U000e0100")
 def test_nothing_that_could_drive_a_terminal_survives(text: str) -> None:
     for one_line in (False, True):
         kept = {"\u200c", "\u200d"} | (set() if one_line else {"\n", "\t"})
         shown = printable(text, one_line=one_line)
         assert all(char in kept or unicodedata.category(char) not in HIDDEN for char in shown)
-        if all(char.isprintable() or char in kept for char in text):
+        assert not any(char in INVISIBLE for char in shown)
+        if all((char.isprintable() and char not in INVISIBLE) or char in kept for char in text):
             assert shown == text  # nothing else is touched
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+def test_printable_escapes_characters_that_draw_nothing(char: str) -> None:
+    code = ord(char)
+    escape = f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    assert printable(f"x={char}!") == f"x={escape}!"
+    assert printable(char, one_line=True) == escape
+    assert json.loads(json_printable(json.dumps(char, ensure_ascii=False))) == char
+    assert json_printable(json.dumps(char, ensure_ascii=False)) == f'"{json.dumps(char)[1:-1]}"'
+
+
+def test_emoji_presentation_selectors_are_kept() -> None:
+    text = "warning \u26a0\ufe0f and text style \u2764\ufe0e"
+    assert printable(text) is text
 
 
 @pytest.mark.parametrize(
