@@ -316,6 +316,18 @@ def _build_host(
                 ]
             )
         )
+    # A misspelt table configures nothing: the policy it meant to set up would be silently off.
+    unmatched = _unmatched_tables(config, report, options) if runs_calls else []
+    if unmatched:
+        raise _UsageProblem(
+            "\n  ".join(
+                [
+                    "a [plugins.<name>] table configures no installed plugin, so nothing was run "
+                    "(fix its name, or remove the table):",
+                    *(f"[plugins.{table}] configures no installed plugin{hint}" for table, hint in unmatched),
+                ]
+            )
+        )
     return _Host(runtime=runtime, report=report, config=config)
 
 
@@ -343,6 +355,28 @@ def _named_plugins_missing(
         if name in report.disabled and name in config.disabled_plugins and name not in loaded
     ]
     return missing
+
+
+def _known_plugin_names(report: PluginReport, options: _Options) -> set[str]:
+    """Every plugin name a table or a list in the configuration may rightly name.
+
+    The installed entry points count even under ``--no-plugins``: a table for
+    one of them is right, only not used this time.
+    """
+    known = {ep.name for ep in importlib.metadata.entry_points(group=options.group)}
+    known |= {loaded.name for loaded in report.loaded} | {failed.name for failed in report.failed}
+    return known | {_plugin_spec(spec)[0] for spec in options.extra_plugins}
+
+
+def _unmatched_tables(config: DshConfig, report: PluginReport, options: _Options) -> list[tuple[str, str]]:
+    """The ``[plugins.<name>]`` tables no plugin reads, each with a "did you mean" hint (or "")."""
+    known = _known_plugin_names(report, options)
+    unmatched = []
+    for table in config.plugins:
+        if table not in known and table not in report.disabled:
+            close = difflib.get_close_matches(table, sorted(known), n=1)
+            unmatched.append((table, f' (did you mean "{close[0]}"?)' if close else ""))
+    return unmatched
 
 
 def _config_failure_lines(failed: FailedPlugin) -> list[str]:
@@ -1067,17 +1101,14 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
                 "lists later; give each [[plugins.mcp.servers]] entry a prefix instead"
             )
 
-    known = {ep.name for ep in importlib.metadata.entry_points(group=options.group)} | loaded_names
-    known |= {f.name for f in report.failed} | {_plugin_spec(spec)[0] for spec in options.extra_plugins}
+    known = _known_plugin_names(report, options)
     for disabled in host.config.disabled_plugins:
         if disabled not in known and disabled not in report.disabled:
             findings.warnings.append(f'disabled_plugins names "{disabled}", but no such plugin is installed')
-    for table in host.config.plugins:
-        if table not in known and table not in report.disabled:
-            # A misspelt table would otherwise configure nothing, silently.
-            close = difflib.get_close_matches(table, sorted(known), n=1)
-            hint = f' (did you mean "{close[0]}"?)' if close else ""
-            findings.warnings.append(f"[plugins.{table}] configures no installed plugin: it is ignored{hint}")
+    findings.warnings.extend(
+        f"[plugins.{table}] configures no installed plugin: it is ignored{hint}"
+        for table, hint in _unmatched_tables(host.config, report, options)
+    )
     return findings, len(registrations)
 
 

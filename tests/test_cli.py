@@ -1416,6 +1416,38 @@ def test_check_warns_about_a_table_that_configures_no_plugin(tools: list[str], t
     assert invoke([*tools, "check", "--strict"]).exit_code == 1
 
 
+def test_a_table_that_configures_no_plugin_stops_every_command_that_runs_calls(
+    tools: list[str], tmp_path: Path
+) -> None:
+    """A misspelt ``[plugins.<name>]`` table must not leave the policy it meant silently off."""
+    log = tmp_path / "session.jsonl"
+    assert invoke([*tools, "call", "echo", "{}", "--session", str(log)]).exit_code == 0
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    typo = tmp_path / "typo.toml"
+    typo.write_text('[plugins.permisions]\ndefault = "deny"\n')
+    options = ["--config", str(typo), *tools]
+    for command in (["call", "echo", "{}"], ["run", str(batch)], ["serve-mcp"], ["simulate", str(log), "--json"]):
+        result = invoke([*options, *command])
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stdout == ""
+        assert "a [plugins.<name>] table configures no installed plugin, so nothing was run" in result.stderr
+        assert '[plugins.permisions] configures no installed plugin (did you mean "permissions"?)' in result.stderr
+    tried = invoke([*tools, "simulate", str(log), "--config", str(typo), "--json"])
+    assert tried.exit_code == 2 and tried.stdout == ""
+    assert len(read_session_log(log).events) == 2  # nothing more was recorded
+    # Commands that run nothing only warn (check does), as before.
+    assert invoke([*options, "list"]).exit_code == 0
+    checked = invoke([*options, "check"])
+    assert checked.exit_code == 0 and "[plugins.permisions] configures no installed plugin" in checked.stdout
+
+
+def test_a_table_for_an_installed_but_disabled_plugin_does_not_stop_calls(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('disabled_plugins = ["permissions"]\n[plugins.permissions]\ndefault = "deny"\n')
+    result = invoke([*tools, "call", "echo", '{"a": 1}'])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"a": 1}
+
+
 SELF_DUPLICATE_PLUGIN = """
 from dsh_core import define_tool, hookimpl
 
