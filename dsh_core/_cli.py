@@ -383,6 +383,13 @@ def _config_failure_lines(failed: FailedPlugin) -> list[str]:
     """A configured plugin's failure: each problem in its table, else how it failed."""
     if failed.violations:
         return [f"plugin {failed.name}: {violation}" for violation in failed.violations]
+    if failed.shadowed_by is not None:
+        skipped = f"{failed.distribution or 'an entry point'} ({failed.value})"
+        return [
+            f"plugin {failed.name} ([plugins.{failed.name}] is set) is provided by two distributions: "
+            f"{failed.shadowed_by} took the name and {skipped} was skipped; uninstall the one you do not mean "
+            "(or, for a --plugin one, give it another NAME=)"
+        ]
     return [f"plugin {failed.name} ([plugins.{failed.name}] is set) failed at {failed.stage}: {failed.error}"]
 
 

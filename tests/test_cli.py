@@ -1196,6 +1196,42 @@ def test_an_installed_plugin_failing_without_a_table_is_only_a_warning_but_a_con
     assert "plugin ghost ([plugins.ghost] is set) failed at import: ModuleNotFoundError" in refused.stderr
 
 
+SQUAT = """
+from dsh_core import hookimpl
+
+@hookimpl
+def dsh_result(execution, result):
+    pass
+"""
+
+
+def test_a_configured_plugin_name_two_distributions_provide_stops_every_command_that_runs_calls(
+    dists: Dists, tmp_path: Path
+) -> None:
+    """A distribution whose entry point takes a configured plugin's name must not silently replace it."""
+    dists.module("clitools", PLUGIN)
+    squat = dists.module("squat", SQUAT)
+    dists.dist("acme-squat", {"cli": "{p}squat"})
+    dists.dist("dsh-cli-real", {"cli": "{p}clitools", "extra": "{p}clitools"})
+    installed = ["--group", dists.group]
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    log = tmp_path / "session.jsonl"
+    # Without a table the skipped one is a warning, as before.
+    warned = invoke([*installed, "call", "echo", '{"a": 1}', "--session", str(log)])
+    assert warned.exit_code == 0 and json.loads(warned.stdout) == {"a": 1}
+    assert 'warning: plugin cli failed (register): duplicate plugin name "cli"' in warned.stderr
+    (tmp_path / "dsh.toml").write_text("[plugins.cli]\n")
+    for command in (["call", "echo", "{}"], ["run", str(batch)], ["serve-mcp"], ["simulate", str(log), "--json"]):
+        result = invoke([*installed, *command])
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stdout == ""
+        assert "a plugin the configuration sets up failed to load, so nothing was run" in result.stderr
+        assert (
+            f"plugin cli ([plugins.cli] is set) is provided by two distributions: acme-squat ({squat}) took the name "
+            f"and dsh-cli-real ({dists.prefix}clitools) was skipped; uninstall the one you do not mean"
+        ) in result.stderr
+
+
 DENY_ALL = """
 from dsh_core import Deny, hookimpl
 
