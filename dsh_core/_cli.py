@@ -289,10 +289,11 @@ def _build_host(
     if not quiet:
         for failed in report.failed:
             if failed not in refused and not any(failed is m for m in missing):
-                err.print(
-                    terminal_text(f"warning: plugin {failed.name} failed ({failed.stage}): {failed.error}"),
-                    soft_wrap=True,
-                )
+                lines = _duplicate_tool_lines(failed, report) or [
+                    f"plugin {failed.name} failed ({failed.stage}): {failed.error}"
+                ]
+                for line in lines:
+                    err.print(terminal_text(f"warning: {line}"), soft_wrap=True)
     if missing:
         lines = [
             f"plugin {m}: disabled_plugins names it"
@@ -312,7 +313,7 @@ def _build_host(
                 [
                     "a plugin the configuration sets up failed to load, so nothing was run "
                     "(fix its table, or list it in disabled_plugins):",
-                    *(line for failed in refused for line in _config_failure_lines(failed)),
+                    *(line for failed in refused for line in _config_failure_lines(failed, report)),
                 ]
             )
         )
@@ -379,8 +380,28 @@ def _unmatched_tables(config: DshConfig, report: PluginReport, options: _Options
     return unmatched
 
 
-def _config_failure_lines(failed: FailedPlugin) -> list[str]:
+def _duplicate_tool_lines(failed: FailedPlugin, report: PluginReport) -> list[str]:
+    """``check``'s wording for a setup that failed on a tool name another plugin holds: the holder, and the fix.
+
+    Empty when the failure had another cause: the registry's own message
+    speaks to a plugin author, not to the user who installed both plugins.
+    """
+    if failed.stage != "setup":
+        return []
+    return [
+        f'plugin {refusal.plugin}: tool "{refusal.tool}" {_duplicate(refusal.plugin, holder)}'
+        for refusal in report.refused
+        if (holder := refusal.conflicts_with) is not None
+        and refusal.plugin == failed.name
+        and refusal.error in failed.error
+    ]
+
+
+def _config_failure_lines(failed: FailedPlugin, report: PluginReport) -> list[str]:
     """A configured plugin's failure: each problem in its table, else how it failed."""
+    duplicates = _duplicate_tool_lines(failed, report)
+    if duplicates:
+        return duplicates
     if failed.violations:
         return [f"plugin {failed.name}: {violation}" for violation in failed.violations]
     if failed.shadowed_by is not None:

@@ -1232,6 +1232,48 @@ def test_a_configured_plugin_name_two_distributions_provide_stops_every_command_
         ) in result.stderr
 
 
+ECHO_TOO = """
+from dsh_core import define_tool, hookimpl
+
+async def _echo(args):
+    return {"second": True}
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(
+        name="echo", description="Another echo.", parameters={}, output={"type": "json"}, execute=_echo))
+"""
+
+
+def test_a_plugin_refused_for_a_duplicate_tool_gets_checks_fix_from_the_commands_that_run_calls(
+    dists: Dists, tmp_path: Path
+) -> None:
+    """Not the registry's hint for plugin authors: the holder, and the [tool_prefixes] that loads both."""
+    dists.module("clitools", PLUGIN)
+    dists.module("echotoo", ECHO_TOO)
+    dists.dist("dsh-cli-a", {"cli": "{p}clitools"})
+    dists.dist("dsh-cli-b", {"second": "{p}echotoo"})
+    installed = ["--group", dists.group]
+    fix = (
+        'plugin second: tool "echo" is already registered by plugin cli (duplicate tool name; to load both, '
+        'give one a prefix: [tool_prefixes] second = "..." in dsh.toml)'
+    )
+    warned = invoke([*installed, "call", "echo", '{"a": 1}'])
+    assert warned.exit_code == 0 and json.loads(warned.stdout) == {"a": 1}
+    assert f"warning: {fix}" in warned.stderr
+    (tmp_path / "dsh.toml").write_text("[plugins.second]\n")
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    for command in (["call", "echo", "{}"], ["run", str(batch)]):
+        refused = invoke([*installed, *command])
+        assert refused.exit_code == 2, (command, refused.output)
+        assert refused.stdout == ""
+        assert "a plugin the configuration sets up failed to load, so nothing was run" in refused.stderr
+        assert fix in refused.stderr
+        assert "per-agent variant" not in refused.stderr
+    (tmp_path / "dsh.toml").write_text('[plugins.second]\n[tool_prefixes]\nsecond = "two"\n')
+    assert json.loads(invoke([*installed, "call", "two__echo", "{}"]).stdout) == {"second": True}
+
+
 DENY_ALL = """
 from dsh_core import Deny, hookimpl
 
