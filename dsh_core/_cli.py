@@ -289,10 +289,11 @@ def _build_host(
     if not quiet:
         for failed in report.failed:
             if failed not in refused and not any(failed is m for m in missing):
-                err.print(
-                    terminal_text(f"warning: plugin {failed.name} failed ({failed.stage}): {failed.error}"),
-                    soft_wrap=True,
-                )
+                lines = _duplicate_tool_lines(failed, report) or [
+                    f"plugin {failed.name} failed ({failed.stage}): {failed.error}"
+                ]
+                for line in lines:
+                    err.print(terminal_text(f"warning: {line}"), soft_wrap=True)
     if missing:
         lines = [
             f"plugin {m}: disabled_plugins names it"
@@ -312,7 +313,19 @@ def _build_host(
                 [
                     "a plugin the configuration sets up failed to load, so nothing was run "
                     "(fix its table, or list it in disabled_plugins):",
-                    *(line for failed in refused for line in _config_failure_lines(failed)),
+                    *(line for failed in refused for line in _config_failure_lines(failed, report)),
+                ]
+            )
+        )
+    # A misspelt table configures nothing: the policy it meant to set up would be silently off.
+    unmatched = _unmatched_tables(config, report, options) if runs_calls else []
+    if unmatched:
+        raise _UsageProblem(
+            "\n  ".join(
+                [
+                    "a [plugins.<name>] table configures no installed plugin, so nothing was run "
+                    "(fix its name, or remove the table):",
+                    *(f"[plugins.{table}] configures no installed plugin{hint}" for table, hint in unmatched),
                 ]
             )
         )
@@ -345,10 +358,59 @@ def _named_plugins_missing(
     return missing
 
 
-def _config_failure_lines(failed: FailedPlugin) -> list[str]:
+def _known_plugin_names(report: PluginReport, options: _Options) -> set[str]:
+    """Every plugin name a table or a list in the configuration may rightly name.
+
+    The installed entry points count even under ``--no-plugins``: a table for
+    one of them is right, only not used this time.
+    """
+    known = {ep.name for ep in importlib.metadata.entry_points(group=options.group)}
+    known |= {loaded.name for loaded in report.loaded} | {failed.name for failed in report.failed}
+    return known | {_plugin_spec(spec)[0] for spec in options.extra_plugins}
+
+
+def _unmatched_tables(config: DshConfig, report: PluginReport, options: _Options) -> list[tuple[str, str]]:
+    """The ``[plugins.<name>]`` tables no plugin reads, each with a "did you mean" hint (or "")."""
+    known = _known_plugin_names(report, options)
+    unmatched = []
+    for table in config.plugins:
+        if table not in known and table not in report.disabled:
+            close = difflib.get_close_matches(table, sorted(known), n=1)
+            unmatched.append((table, f' (did you mean "{close[0]}"?)' if close else ""))
+    return unmatched
+
+
+def _duplicate_tool_lines(failed: FailedPlugin, report: PluginReport) -> list[str]:
+    """``check``'s wording for a setup that failed on a tool name another plugin holds: the holder, and the fix.
+
+    Empty when the failure had another cause: the registry's own message
+    speaks to a plugin author, not to the user who installed both plugins.
+    """
+    if failed.stage != "setup":
+        return []
+    return [
+        f'plugin {refusal.plugin}: tool "{refusal.tool}" {_duplicate(refusal.plugin, holder)}'
+        for refusal in report.refused
+        if (holder := refusal.conflicts_with) is not None
+        and refusal.plugin == failed.name
+        and refusal.error in failed.error
+    ]
+
+
+def _config_failure_lines(failed: FailedPlugin, report: PluginReport) -> list[str]:
     """A configured plugin's failure: each problem in its table, else how it failed."""
+    duplicates = _duplicate_tool_lines(failed, report)
+    if duplicates:
+        return duplicates
     if failed.violations:
         return [f"plugin {failed.name}: {violation}" for violation in failed.violations]
+    if failed.shadowed_by is not None:
+        skipped = f"{failed.distribution or 'an entry point'} ({failed.value})"
+        return [
+            f"plugin {failed.name} ([plugins.{failed.name}] is set) is provided by two distributions: "
+            f"{failed.shadowed_by} took the name and {skipped} was skipped; uninstall the one you do not mean "
+            "(or, for a --plugin one, give it another NAME=)"
+        ]
     return [f"plugin {failed.name} ([plugins.{failed.name}] is set) failed at {failed.stage}: {failed.error}"]
 
 
@@ -1088,17 +1150,14 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
                 "lists later; give each [[plugins.mcp.servers]] entry a prefix instead"
             )
 
-    known = {ep.name for ep in importlib.metadata.entry_points(group=options.group)} | loaded_names
-    known |= {f.name for f in report.failed} | {_plugin_spec(spec)[0] for spec in options.extra_plugins}
+    known = _known_plugin_names(report, options)
     for disabled in host.config.disabled_plugins:
         if disabled not in known and disabled not in report.disabled:
             findings.warnings.append(f'disabled_plugins names "{disabled}", but no such plugin is installed')
-    for table in host.config.plugins:
-        if table not in known and table not in report.disabled:
-            # A misspelt table would otherwise configure nothing, silently.
-            close = difflib.get_close_matches(table, sorted(known), n=1)
-            hint = f' (did you mean "{close[0]}"?)' if close else ""
-            findings.warnings.append(f"[plugins.{table}] configures no installed plugin: it is ignored{hint}")
+    findings.warnings.extend(
+        f"[plugins.{table}] configures no installed plugin: it is ignored{hint}"
+        for table, hint in _unmatched_tables(host.config, report, options)
+    )
     return findings, len(registrations)
 
 

@@ -8,9 +8,24 @@ from typing import Any, TypeAlias
 
 from ._results import error_message
 
-__all__ = ["EventSink", "send_event"]
+__all__ = ["PIPELINE_EVENT_TYPES", "EventSink", "send_event"]
 
 EventSink: TypeAlias = Callable[[str, Mapping[str, Any]], None]
+
+# The event types dsh_core itself writes (the session log's call records, Code
+# Mode dispatches, retries, orphaned threads). Readers of a session log parse
+# them by their fields, so a plugin may not send one (ToolRuntime.send_event).
+PIPELINE_EVENT_TYPES = frozenset(
+    {
+        "tool/call",
+        "tool/result",
+        "tool/code-dispatch-start",
+        "tool/code-dispatch",
+        "tool/retry",
+        "tool/orphaned",
+        "tool/orphan-finished",
+    }
+)
 
 
 def send_event(sink: EventSink | None, event_type: str, data: Mapping[str, Any], log: logging.Logger) -> None:

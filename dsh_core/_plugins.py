@@ -143,7 +143,9 @@ class FailedPlugin:
     No module named 'x'"``); ``traceback`` the formatted traceback, when there was one.
     ``configured``: the configuration has a ``[plugins.<name>]`` table for it;
     ``violations``: every problem its ``dsh_setup`` found in that table, when it
-    raised :class:`~dsh_core.ConfigError`.
+    raised :class:`~dsh_core.ConfigError`. ``shadowed_by``: skipped because an
+    earlier entry point with other code has its name, that one as
+    ``"distribution (module:attr)"``.
     """
 
     name: str
@@ -155,6 +157,7 @@ class FailedPlugin:
     traceback: str | None = attrs.field(default=None, eq=False, repr=False)
     configured: bool = False
     violations: tuple[str, ...] = ()
+    shadowed_by: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -194,11 +197,17 @@ class PluginReport:
         A failed plugin counts when its ``dsh_setup`` rejected its configuration
         (``violations``) or the configuration has a table for it (``configured``)
         and no plugin of that name loaded: a policy the file sets up, such as
-        ``[plugins.permissions]``, would otherwise be silently off.
+        ``[plugins.permissions]``, would otherwise be silently off. A configured
+        name that two entry points with different code provide counts too
+        (``shadowed_by``): which one loaded depends on how the distributions
+        sort, so an unrelated package could have replaced the policy.
         """
         loaded = {plugin.name for plugin in self.loaded}
         return tuple(
-            failed for failed in self.failed if (failed.violations or failed.configured) and failed.name not in loaded
+            failed
+            for failed in self.failed
+            if (failed.violations or failed.configured)
+            and (failed.name not in loaded or (failed.configured and failed.shadowed_by is not None))
         )
 
 
@@ -308,7 +317,13 @@ class _Loader:
             self.holders[(scope, definition.name)] = "<host>"
 
     def fail(
-        self, ep: importlib.metadata.EntryPoint, stage: Stage, error: str, exc: BaseException | None = None
+        self,
+        ep: importlib.metadata.EntryPoint,
+        stage: Stage,
+        error: str,
+        exc: BaseException | None = None,
+        *,
+        shadowed_by: str | None = None,
     ) -> None:
         dist, version = _dist_of(ep)
         self.failed.append(
@@ -322,6 +337,7 @@ class _Loader:
                 traceback=_format_traceback(exc) if exc is not None else None,
                 configured=ep.name in self.config.plugins,
                 violations=exc.violations if isinstance(exc, ConfigError) else (),
+                shadowed_by=shadowed_by,
             )
         )
 
@@ -335,11 +351,13 @@ class _Loader:
         first = seen.get(ep.name)
         if first is not None:
             first_dist, _ = _dist_of(first)
+            provider = f"{first_dist or 'an entry point'} ({first.value})"
             self.fail(
                 ep,
                 "register",
-                f'duplicate plugin name "{ep.name}": already provided by '
-                f"{first_dist or 'an entry point'} ({first.value}); this one was skipped",
+                f'duplicate plugin name "{ep.name}": already provided by {provider}; this one was skipped',
+                # The same code under two names (a renamed distribution) reads the same table.
+                shadowed_by=provider if first.value != ep.value else None,
             )
             return
         seen[ep.name] = ep

@@ -13,7 +13,7 @@ import pluggy
 from . import _pipeline, hookspecs
 from ._arguments_text import model_arguments
 from ._definition import ToolDefinition, ToolSchema, is_async_callable
-from ._events import send_event
+from ._events import PIPELINE_EVENT_TYPES, send_event
 from ._execution import (
     EXCLUSIVE,
     PARALLEL,
@@ -204,9 +204,21 @@ class ToolRuntime:
         Nothing happens without a sink. A sink that raises is logged as a warning
         (logger ``dsh_core``) and the caller goes on: an event records something
         that already happened, and a broken recorder must not undo or hide it.
+
+        ``event_type`` may not be one the pipeline records itself (``tool/call``,
+        ``tool/result``, ``tool/code-dispatch-start``, ``tool/code-dispatch``,
+        ``tool/retry``, ``tool/orphaned``, ``tool/orphan-finished``): that is a
+        ``ValueError``, since a session log holding a plugin's one could no
+        longer be replayed, explained or simulated. Name events after the
+        plugin (``"my-plugin/flushed"``).
         """
         if type(event_type) is not str or not event_type:
             raise TypeError(f"event_type must be a non-empty str, got {event_type!r}")
+        if event_type in PIPELINE_EVENT_TYPES:
+            raise ValueError(
+                f'event type "{event_type}" is one the pipeline itself records (a session log would read it as '
+                'its own and could not be replayed): give the event a name of its own, such as "my-plugin/flushed"'
+            )
         if not isinstance(data, Mapping):
             raise TypeError(f"event data must be a Mapping, got {type(data).__name__}")
         send_event(self.event_sink, event_type, data, _events_logger)

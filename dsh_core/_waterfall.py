@@ -93,7 +93,8 @@ class DshPluginManager(pluggy.PluginManager):
         A misspelt hook (``dsh_pre_exec``) would otherwise never be called: a
         policy that silently does not apply. A hookimpl marked
         ``optionalhook=True`` may name a hook that does not exist (yet). So are
-        the shapes the runtime never runs (see :func:`unsupported_hookimpls`).
+        the shapes the runtime never runs (see :func:`unsupported_hookimpls`),
+        such as a policy class registered instead of an instance of it.
         """
         holder = self.get_plugin(name) if name is not None else None
         if holder is not None:
@@ -190,6 +191,14 @@ def unsupported_hookimpls(pm: pluggy.PluginManager, plugin: object | None = None
 
 
 def _never_runs(hook_name: str, impl: pluggy.HookImpl) -> str | None:
+    if isinstance(impl.plugin, type) and _takes_self(impl.plugin, impl.function):
+        # pluggy drops the unbound self from the argument names, so the call
+        # itself fails, with a TypeError that says nothing about the cause.
+        cls = impl.plugin.__qualname__
+        return (
+            f"is a method of the class {cls}, which was registered instead of an instance "
+            f"(self would take the call's first argument): register an instance: {cls}()"
+        )
     if impl.wrapper or impl.hookwrapper:
         if hook_name in _CALLED_BY_PLUGGY:
             return None
@@ -210,6 +219,17 @@ def _never_runs(hook_name: str, impl: pluggy.HookImpl) -> str | None:
             return None
         return f"is {kind}, but {hook_name} is called synchronously and its {product} would never run: make it a plain def"
     return None
+
+
+def _takes_self(cls: type, function: Any) -> bool:
+    """Whether ``function`` is a plain function of ``cls`` (not a static or class method) taking ``self``."""
+    if not any(inspect.getattr_static(cls, attribute, None) is function for attribute in dir(cls)):
+        return False
+    try:
+        first = next(iter(inspect.signature(function).parameters), None)
+    except (TypeError, ValueError):
+        return False
+    return first == "self"
 
 
 def registration_problems(pm: pluggy.PluginManager, plugin: object | None = None) -> list[tuple[object, str]]:

@@ -1196,6 +1196,84 @@ def test_an_installed_plugin_failing_without_a_table_is_only_a_warning_but_a_con
     assert "plugin ghost ([plugins.ghost] is set) failed at import: ModuleNotFoundError" in refused.stderr
 
 
+SQUAT = """
+from dsh_core import hookimpl
+
+@hookimpl
+def dsh_result(execution, result):
+    pass
+"""
+
+
+def test_a_configured_plugin_name_two_distributions_provide_stops_every_command_that_runs_calls(
+    dists: Dists, tmp_path: Path
+) -> None:
+    """A distribution whose entry point takes a configured plugin's name must not silently replace it."""
+    dists.module("clitools", PLUGIN)
+    squat = dists.module("squat", SQUAT)
+    dists.dist("acme-squat", {"cli": "{p}squat"})
+    dists.dist("dsh-cli-real", {"cli": "{p}clitools", "extra": "{p}clitools"})
+    installed = ["--group", dists.group]
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    log = tmp_path / "session.jsonl"
+    # Without a table the skipped one is a warning, as before.
+    warned = invoke([*installed, "call", "echo", '{"a": 1}', "--session", str(log)])
+    assert warned.exit_code == 0 and json.loads(warned.stdout) == {"a": 1}
+    assert 'warning: plugin cli failed (register): duplicate plugin name "cli"' in warned.stderr
+    (tmp_path / "dsh.toml").write_text("[plugins.cli]\n")
+    for command in (["call", "echo", "{}"], ["run", str(batch)], ["serve-mcp"], ["simulate", str(log), "--json"]):
+        result = invoke([*installed, *command])
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stdout == ""
+        assert "a plugin the configuration sets up failed to load, so nothing was run" in result.stderr
+        assert (
+            f"plugin cli ([plugins.cli] is set) is provided by two distributions: acme-squat ({squat}) took the name "
+            f"and dsh-cli-real ({dists.prefix}clitools) was skipped; uninstall the one you do not mean"
+        ) in result.stderr
+
+
+ECHO_TOO = """
+from dsh_core import define_tool, hookimpl
+
+async def _echo(args):
+    return {"second": True}
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(
+        name="echo", description="Another echo.", parameters={}, output={"type": "json"}, execute=_echo))
+"""
+
+
+def test_a_plugin_refused_for_a_duplicate_tool_gets_checks_fix_from_the_commands_that_run_calls(
+    dists: Dists, tmp_path: Path
+) -> None:
+    """Not the registry's hint for plugin authors: the holder, and the [tool_prefixes] that loads both."""
+    dists.module("clitools", PLUGIN)
+    dists.module("echotoo", ECHO_TOO)
+    dists.dist("dsh-cli-a", {"cli": "{p}clitools"})
+    dists.dist("dsh-cli-b", {"second": "{p}echotoo"})
+    installed = ["--group", dists.group]
+    fix = (
+        'plugin second: tool "echo" is already registered by plugin cli (duplicate tool name; to load both, '
+        'give one a prefix: [tool_prefixes] second = "..." in dsh.toml)'
+    )
+    warned = invoke([*installed, "call", "echo", '{"a": 1}'])
+    assert warned.exit_code == 0 and json.loads(warned.stdout) == {"a": 1}
+    assert f"warning: {fix}" in warned.stderr
+    (tmp_path / "dsh.toml").write_text("[plugins.second]\n")
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    for command in (["call", "echo", "{}"], ["run", str(batch)]):
+        refused = invoke([*installed, *command])
+        assert refused.exit_code == 2, (command, refused.output)
+        assert refused.stdout == ""
+        assert "a plugin the configuration sets up failed to load, so nothing was run" in refused.stderr
+        assert fix in refused.stderr
+        assert "per-agent variant" not in refused.stderr
+    (tmp_path / "dsh.toml").write_text('[plugins.second]\n[tool_prefixes]\nsecond = "two"\n')
+    assert json.loads(invoke([*installed, "call", "two__echo", "{}"]).stdout) == {"second": True}
+
+
 DENY_ALL = """
 from dsh_core import Deny, hookimpl
 
@@ -1429,6 +1507,38 @@ def test_check_warns_about_a_table_that_configures_no_plugin(tools: list[str], t
     assert "[plugins.cli]" not in out  # loaded through --plugin
     assert "[plugins.permissions]" not in out  # installed (an entry point), though not loaded here
     assert invoke([*tools, "check", "--strict"]).exit_code == 1
+
+
+def test_a_table_that_configures_no_plugin_stops_every_command_that_runs_calls(
+    tools: list[str], tmp_path: Path
+) -> None:
+    """A misspelt ``[plugins.<name>]`` table must not leave the policy it meant silently off."""
+    log = tmp_path / "session.jsonl"
+    assert invoke([*tools, "call", "echo", "{}", "--session", str(log)]).exit_code == 0
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
+    typo = tmp_path / "typo.toml"
+    typo.write_text('[plugins.permisions]\ndefault = "deny"\n')
+    options = ["--config", str(typo), *tools]
+    for command in (["call", "echo", "{}"], ["run", str(batch)], ["serve-mcp"], ["simulate", str(log), "--json"]):
+        result = invoke([*options, *command])
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stdout == ""
+        assert "a [plugins.<name>] table configures no installed plugin, so nothing was run" in result.stderr
+        assert '[plugins.permisions] configures no installed plugin (did you mean "permissions"?)' in result.stderr
+    tried = invoke([*tools, "simulate", str(log), "--config", str(typo), "--json"])
+    assert tried.exit_code == 2 and tried.stdout == ""
+    assert len(read_session_log(log).events) == 2  # nothing more was recorded
+    # Commands that run nothing only warn (check does), as before.
+    assert invoke([*options, "list"]).exit_code == 0
+    checked = invoke([*options, "check"])
+    assert checked.exit_code == 0 and "[plugins.permisions] configures no installed plugin" in checked.stdout
+
+
+def test_a_table_for_an_installed_but_disabled_plugin_does_not_stop_calls(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_text('disabled_plugins = ["permissions"]\n[plugins.permissions]\ndefault = "deny"\n')
+    result = invoke([*tools, "call", "echo", '{"a": 1}'])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"a": 1}
 
 
 SELF_DUPLICATE_PLUGIN = """

@@ -986,6 +986,23 @@ def test_a_config_error_without_a_table_is_a_configuration_failure_too(dists: Di
     assert (failed.configured, failed.violations) == (False, ("[plugins.needs].token: required",))
 
 
+def test_a_configured_name_two_distributions_provide_is_a_configuration_failure(dists: Dists) -> None:
+    """Which one the table configures depends on the sort order: a squatter would silently win."""
+    dists.module("good", GOOD_MODULE)
+    dists.module("squat", "from dsh_core import hookimpl\n\n@hookimpl\ndef dsh_result(execution, result):\n    pass\n")
+    dists.dist("acme-squat", {"same": "{p}squat"})
+    dists.dist("dsh-real", {"same": "{p}good"})
+    _, report = dists.load(config=DshConfig(plugins={"same": {"level": 1}}))
+    assert [(loaded.name, loaded.distribution) for loaded in report.loaded] == [("same", "acme-squat")]
+    (failed,) = report.config_failures
+    assert (failed.name, failed.distribution, failed.configured) == ("same", "dsh-real", True)
+    assert failed.shadowed_by == f"acme-squat ({dists.prefix}squat)"
+    # Without a table nothing is configured wrongly: the skipped one is only reported.
+    _, unconfigured = dists.load()
+    assert [failed.shadowed_by for failed in unconfigured.failed] == [f"acme-squat ({dists.prefix}squat)"]
+    assert unconfigured.config_failures == ()
+
+
 def test_a_configured_duplicate_is_no_configuration_failure_when_its_name_loaded(dists: Dists) -> None:
     dists.module("first", GOOD_MODULE)
     dists.dist("dsh-a", {"same": "{p}first"})

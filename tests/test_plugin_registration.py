@@ -120,6 +120,44 @@ def test_a_hookimpl_the_runtime_never_runs_is_refused_at_register(plugin: object
     runtime.register(json_tool("echo"))  # dsh_tools_change has nothing of it left to call
 
 
+_CLASS_NOT_INSTANCE = (
+    'dsh_pre_execute of plugin "{name}" is a method of the class _NoDeletes, which was registered instead of '
+    "an instance (self would take the call's first argument): register an instance: _NoDeletes()"
+)
+
+
+def test_a_policy_class_registered_instead_of_an_instance_is_refused_naming_the_fix() -> None:
+    runtime = make_runtime()
+    with pytest.raises(pluggy.PluginValidationError) as raised:
+        runtime.plugins.register(_NoDeletes, name="no-deletes")
+    assert str(raised.value) == _CLASS_NOT_INSTANCE.format(name="no-deletes")
+    assert not runtime.plugins.is_registered(_NoDeletes)
+    with pytest.raises(pluggy.PluginValidationError) as from_helper:
+        make_runtime(json_tool("read"), plugins={"no-deletes": _NoDeletes})
+    assert str(from_helper.value) == _CLASS_NOT_INSTANCE.format(name="no-deletes")
+
+
+async def test_on_a_plain_manager_a_policy_class_fails_every_call_naming_the_fix() -> None:
+    pm = pluggy.PluginManager("dsh")
+    runtime = ToolRuntime(plugins=pm)
+    runtime.register(json_tool("read"))
+    pm.register(_NoDeletes, name="no-deletes")
+    failed = expect_failure(await runtime.execute(make_input("read")))
+    assert (failed.code, failed.error.message) == ("POLICY_ERROR", _CLASS_NOT_INSTANCE.format(name="no-deletes"))
+
+
+async def test_a_class_whose_hookimpls_take_no_self_may_be_registered_itself() -> None:
+    class StaticPolicy:
+        @staticmethod
+        @hookimpl
+        async def dsh_pre_execute(execution: Any, next: Any) -> Any:
+            return Deny("static says no")
+
+    runtime = make_runtime(json_tool("read"), plugins={"static": StaticPolicy})
+    failed = expect_failure(await runtime.execute(make_input("read")))
+    assert (failed.code, failed.error.message, failed.error.info.plugin) == ("DENIED", "static says no", "static")
+
+
 def test_a_wrapper_of_dsh_tools_change_is_accepted_since_pluggy_itself_calls_that_hook() -> None:
     heard: list[str] = []
 

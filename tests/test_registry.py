@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 
+import dsh_core
 from dsh_core import (
     Agent,
     Disposer,
@@ -21,6 +24,7 @@ from dsh_core import (
     define_tool,
     hookimpl,
 )
+from dsh_core._events import PIPELINE_EVENT_TYPES
 from dsh_core.testing import Recorder, StaticApproval, json_tool, make_input, make_runtime
 
 
@@ -661,6 +665,46 @@ def test_send_event_refuses_malformed_events(event_type: Any, data: Any, message
     with pytest.raises(TypeError) as raised:
         ToolRuntime(event_sink=lambda *_: None).send_event(event_type, data)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    "event_type",
+    [
+        "tool/call",
+        "tool/result",
+        "tool/code-dispatch-start",
+        "tool/code-dispatch",
+        "tool/retry",
+        "tool/orphaned",
+        "tool/orphan-finished",
+    ],
+)
+def test_send_event_refuses_the_pipelines_own_event_types(event_type: str) -> None:
+    """A session log reads these as the pipeline's records: one from a plugin would make it unreadable."""
+    seen: list[str] = []
+    runtime = ToolRuntime(event_sink=lambda sent, data: seen.append(sent))
+    with pytest.raises(ValueError) as raised:
+        runtime.send_event(event_type, {"weird": True})
+    assert str(raised.value) == (
+        f'event type "{event_type}" is one the pipeline itself records (a session log would read it as its '
+        'own and could not be replayed): give the event a name of its own, such as "my-plugin/flushed"'
+    )
+    assert seen == []
+
+
+def test_the_reserved_event_types_are_every_tool_event_dsh_core_writes() -> None:
+    """A new pipeline event type must be reserved too, or a plugin could forge it."""
+    sources = Path(dsh_core.__file__).parent.rglob("*.py")
+    written = {match for path in sources for match in re.findall(r'"(tool/[a-z-]+)"', path.read_text())}
+    assert written == PIPELINE_EVENT_TYPES
+
+
+def test_send_event_takes_other_tool_events_such_as_the_undo_plugins() -> None:
+    seen: list[str] = []
+    runtime = ToolRuntime(event_sink=lambda sent, data: seen.append(sent))
+    for event_type in ("tool/reverted", "tool/revert-failed", "my-plugin/tool/call"):
+        runtime.send_event(event_type, {})
+    assert seen == ["tool/reverted", "tool/revert-failed", "my-plugin/tool/call"]
 
 
 def test_scoped_view_binds_scope() -> None:
