@@ -42,7 +42,7 @@ import cattrs.cols
 import cattrs.gen
 from cattrs.errors import AttributeValidationNote, ClassValidationError, ForbiddenExtraKeysError
 
-from ._checks import instance_of, one_of, positive_finite, resource_limit_problem
+from ._checks import instance_of, memory_limit_problem, one_of, positive_finite, resource_limit_problem
 from ._errors import ConfigError
 from ._json import safe_repr
 
@@ -488,15 +488,7 @@ def _output_problem(value: int) -> str | None:
     return None if value >= 4 else f"expected at least 4 (bytes), got {_show(value)}"
 
 
-_MIN_MEMORY: Final = 16 * 1024 * 1024
-
-
-def _memory_problem(value: int) -> str | None:
-    # The limit is the child's whole address space: the interpreter alone takes more than
-    # 16 MiB, so a smaller limit (often a value in MiB written as bytes) fails every run.
-    if value < _MIN_MEMORY:
-        return f"expected at least {_MIN_MEMORY} (16 MiB; the value is in bytes), got {_show(value)}"
-    return resource_limit_problem(value)
+_memory_problem: Final = memory_limit_problem
 
 
 def _validated(problem: Callable[[Any], str | None]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
