@@ -24,6 +24,7 @@ The layout of a configuration file::
 
 from __future__ import annotations
 
+import codecs
 import collections.abc
 import datetime
 import json
@@ -658,9 +659,14 @@ def _tool_dsh(document: dict[str, Any]) -> object:
 
 def _read_toml(file: Path) -> dict[str, Any]:
     try:
-        with file.open("rb") as stream:
-            data: dict[str, Any] = tomllib.load(stream)
-            return data
+        raw = file.read_bytes()
+        if raw.startswith(codecs.BOM_UTF8):
+            # TOML forbids it, and tomllib's "Invalid statement (at line 1, column 1)" hides why.
+            raise ConfigError(
+                [f"{file}: starts with a UTF-8 byte-order mark, which TOML does not allow: save it as UTF-8 without a BOM"]
+            )
+        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+        return data
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message already ends with "(at line L, column C)".
         raise ConfigError([f"{file}: invalid TOML: {exc}"]) from exc

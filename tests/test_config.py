@@ -532,6 +532,16 @@ def test_toml_nested_too_deeply_is_invalid_toml(tmp_path: Path, value: str) -> N
     assert info.value.violations == (f"{tmp_path / 'dsh.toml'}: invalid TOML: arrays or tables nested too deeply",)
 
 
+def test_a_byte_order_mark_is_refused_with_a_message_that_says_so(tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_bytes(b'\xef\xbb\xbfmode = "code"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    assert info.value.violations == (
+        f"{tmp_path / 'dsh.toml'}: starts with a UTF-8 byte-order mark, which TOML does not allow:"
+        " save it as UTF-8 without a BOM",
+    )
+
+
 def test_an_explicit_pyproject_is_read_through_its_tool_dsh_table(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     pyproject = tmp_path / "sub" / "pyproject.toml"
