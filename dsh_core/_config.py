@@ -459,7 +459,18 @@ def _tool_prefixes(value: object) -> Mapping[str, str]:
     return types.MappingProxyType(dict(value))
 
 
-def _plain_tables(value: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
+def _plain_tables(value: object) -> Mapping[str, Mapping[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"DshConfig.plugins must map plugin names to tables, got {type(value).__name__}")
+    for name, table in value.items():
+        if type(name) is not str or not name:
+            raise TypeError(f"DshConfig.plugins: a plugin name must be a non-empty str, got {safe_repr(name)}")
+        if not isinstance(table, Mapping):
+            raise TypeError(f"DshConfig.plugins.{name} must be a table (a mapping), got {type(table).__name__}")
+        for key in table:
+            # A plugin's structure_table and its messages take keys as TOML gives them: str.
+            if type(key) is not str:
+                raise TypeError(f"DshConfig.plugins.{name}: a key must be a str, got {safe_repr(key)}")
     return types.MappingProxyType({name: types.MappingProxyType(dict(table)) for name, table in value.items()})
 
 

@@ -292,6 +292,22 @@ def test_plugin_config_is_a_fresh_plain_dict() -> None:
     assert config.plugin_config("absent") == {}
 
 
+@pytest.mark.parametrize(
+    ("plugins", "message"),
+    [
+        ({1: {}}, "DshConfig.plugins: a plugin name must be a non-empty str, got 1"),
+        ({"": {}}, "DshConfig.plugins: a plugin name must be a non-empty str, got ''"),
+        ({"p": {1: True}}, "DshConfig.plugins.p: a key must be a str, got 1"),
+        ({"p": 1}, "DshConfig.plugins.p must be a table (a mapping), got int"),
+        ([("p", {})], "DshConfig.plugins must map plugin names to tables, got list"),
+    ],
+)
+def test_plugins_keys_must_be_plugin_names_and_str(plugins: Any, message: str) -> None:
+    with pytest.raises(TypeError) as info:
+        DshConfig(plugins=plugins)
+    assert str(info.value) == message
+
+
 def test_plugins_mapping_is_read_only() -> None:
     config = DshConfig(plugins={"p": {}})
     with pytest.raises(TypeError):
