@@ -28,6 +28,7 @@ import codecs
 import collections.abc
 import datetime
 import json
+import math
 import os
 import re
 import tomllib
@@ -113,6 +114,11 @@ def _structure_int(value: object, _: object) -> int:
 
 def _structure_float(value: object, _: object) -> float:
     if type(value) is float:
+        # TOML has nan and inf literals; no setting (a duration, a limit, a size) means
+        # either, and nan compares false with everything, so a check written later
+        # (``value > 0``) would quietly let it through.
+        if not math.isfinite(value):
+            _mismatch("a finite number (TOML's nan and inf are not)", value)
         return value
     if type(value) is int:
         try:
@@ -397,7 +403,7 @@ def structure_table(cls: type[T], data: object, where: str) -> T:
     ``where`` names the table in messages (``"[plugins.permissions]"``); paths
     below it follow (``[plugins.permissions].rules[2].action``). Nothing is
     coerced: ``"1"`` is not an integer, ``1`` is not a boolean, an integer is
-    accepted for a ``float`` field. Unknown keys are refused. Supported field
+    accepted for a ``float`` field, ``nan`` and ``inf`` are not. Unknown keys are refused. Supported field
     types: ``str``, ``int``, ``float``, ``bool``, ``Any``, ``Literal[...]``,
     ``X | None`` (and other unions, first matching member wins), arrays as
     ``list``, ``tuple`` (``tuple[X, ...]`` or fixed ``tuple[X, Y]``),

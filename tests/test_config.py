@@ -308,6 +308,23 @@ def test_plugins_keys_must_be_plugin_names_and_str(plugins: Any, message: str) -
     assert str(info.value) == message
 
 
+@attrs.frozen(kw_only=True)
+class _Durations:
+    timeout_s: float = 1.0
+    limit: float | None = None
+
+
+@pytest.mark.parametrize("literal", ["nan", "+nan", "-nan", "inf", "+inf", "-inf"])
+def test_toml_nan_and_inf_are_refused_for_a_float_field(tmp_path: Path, literal: str) -> None:
+    (tmp_path / "dsh.toml").write_text(f"[plugins.p]\ntimeout_s = {literal}\nlimit = {literal}\n")
+    table = load_config(cwd=tmp_path).plugin_config("p")
+    with pytest.raises(ConfigError) as info:
+        structure_table(_Durations, table, "[plugins.p]")
+    shown = repr(table["timeout_s"])
+    expected = f"expected a finite number (TOML's nan and inf are not), got {shown}"
+    assert info.value.violations == (f"[plugins.p].timeout_s: {expected}", f"[plugins.p].limit: {expected}")
+
+
 def test_plugins_mapping_is_read_only() -> None:
     config = DshConfig(plugins={"p": {}})
     with pytest.raises(TypeError):
