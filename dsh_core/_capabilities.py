@@ -47,7 +47,12 @@ counts as declaring nothing):
 
 Only what a plugin adds during its ``dsh_setup`` is attributed to it: a tool,
 plugin object or guard it adds later (through a runtime it kept, from another
-hook or a task of its own) is neither refused nor wrapped. Strict mode keeps a
+hook or a task of its own) is neither refused nor wrapped. Its ``restrict()``,
+``defer_tools()`` and ``present_as()`` calls are not checked at all, even
+during its ``dsh_setup`` (where the setup recorder does see them): they change
+what a scope is shown, not how a call is decided, and an allow-list or a
+presentation mode covers every tool of the scope, tools other plugins register
+later included, so ``affects`` globs cannot bound them. Strict mode keeps a
 well-meaning plugin to what it declared; it does not contain hostile code,
 which runs in the host's process.
 

@@ -16,9 +16,11 @@ import attrs
 from ._json import safe_repr
 
 __all__ = [
+    "MIN_MEMORY_BYTES",
     "RESOURCE_LIMIT_MAX",
     "callable_or_none",
     "instance_of",
+    "memory_limit_problem",
     "one_of",
     "positive_finite",
     "resource_limit_problem",
@@ -84,3 +86,19 @@ def resource_limit_problem(value: int) -> str | None:
     if value > RESOURCE_LIMIT_MAX:
         return f"expected at most {RESOURCE_LIMIT_MAX} (the largest resource limit), got {value}"
     return None
+
+
+# The limit is the child's whole address space: the interpreter alone takes more than
+# 16 MiB, so a smaller limit (often a value in MiB written as bytes) fails every run.
+MIN_MEMORY_BYTES: Final = 16 * 1024 * 1024
+
+
+def memory_limit_problem(value: int) -> str | None:
+    """What is wrong with ``value`` as the Code Mode child's memory limit, or ``None``.
+
+    Shared by ``[code_runtime]`` and ``SubprocessPythonRuntime``: one floor, so a
+    value one accepts the other does not refuse.
+    """
+    if value < MIN_MEMORY_BYTES:
+        return f"expected at least {MIN_MEMORY_BYTES} (16 MiB; the value is in bytes), got {value}"
+    return resource_limit_problem(value)

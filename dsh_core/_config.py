@@ -24,9 +24,11 @@ The layout of a configuration file::
 
 from __future__ import annotations
 
+import codecs
 import collections.abc
 import datetime
 import json
+import math
 import os
 import re
 import tomllib
@@ -42,7 +44,7 @@ import cattrs.cols
 import cattrs.gen
 from cattrs.errors import AttributeValidationNote, ClassValidationError, ForbiddenExtraKeysError
 
-from ._checks import instance_of, one_of, positive_finite, resource_limit_problem
+from ._checks import instance_of, memory_limit_problem, one_of, positive_finite, resource_limit_problem
 from ._errors import ConfigError
 from ._json import safe_repr
 
@@ -112,6 +114,11 @@ def _structure_int(value: object, _: object) -> int:
 
 def _structure_float(value: object, _: object) -> float:
     if type(value) is float:
+        # TOML has nan and inf literals; no setting (a duration, a limit, a size) means
+        # either, and nan compares false with everything, so a check written later
+        # (``value > 0``) would quietly let it through.
+        if not math.isfinite(value):
+            _mismatch("a finite number (TOML's nan and inf are not)", value)
         return value
     if type(value) is int:
         try:
@@ -396,7 +403,7 @@ def structure_table(cls: type[T], data: object, where: str) -> T:
     ``where`` names the table in messages (``"[plugins.permissions]"``); paths
     below it follow (``[plugins.permissions].rules[2].action``). Nothing is
     coerced: ``"1"`` is not an integer, ``1`` is not a boolean, an integer is
-    accepted for a ``float`` field. Unknown keys are refused. Supported field
+    accepted for a ``float`` field, ``nan`` and ``inf`` are not. Unknown keys are refused. Supported field
     types: ``str``, ``int``, ``float``, ``bool``, ``Any``, ``Literal[...]``,
     ``X | None`` (and other unions, first matching member wins), arrays as
     ``list``, ``tuple`` (``tuple[X, ...]`` or fixed ``tuple[X, Y]``),
@@ -458,7 +465,18 @@ def _tool_prefixes(value: object) -> Mapping[str, str]:
     return types.MappingProxyType(dict(value))
 
 
-def _plain_tables(value: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
+def _plain_tables(value: object) -> Mapping[str, Mapping[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"DshConfig.plugins must map plugin names to tables, got {type(value).__name__}")
+    for name, table in value.items():
+        if type(name) is not str or not name:
+            raise TypeError(f"DshConfig.plugins: a plugin name must be a non-empty str, got {safe_repr(name)}")
+        if not isinstance(table, Mapping):
+            raise TypeError(f"DshConfig.plugins.{name} must be a table (a mapping), got {type(table).__name__}")
+        for key in table:
+            # A plugin's structure_table and its messages take keys as TOML gives them: str.
+            if type(key) is not str:
+                raise TypeError(f"DshConfig.plugins.{name}: a key must be a str, got {safe_repr(key)}")
     return types.MappingProxyType({name: types.MappingProxyType(dict(table)) for name, table in value.items()})
 
 
@@ -488,15 +506,7 @@ def _output_problem(value: int) -> str | None:
     return None if value >= 4 else f"expected at least 4 (bytes), got {_show(value)}"
 
 
-_MIN_MEMORY: Final = 16 * 1024 * 1024
-
-
-def _memory_problem(value: int) -> str | None:
-    # The limit is the child's whole address space: the interpreter alone takes more than
-    # 16 MiB, so a smaller limit (often a value in MiB written as bytes) fails every run.
-    if value < _MIN_MEMORY:
-        return f"expected at least {_MIN_MEMORY} (16 MiB; the value is in bytes), got {_show(value)}"
-    return resource_limit_problem(value)
+_memory_problem: Final = memory_limit_problem
 
 
 def _validated(problem: Callable[[Any], str | None]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
@@ -666,9 +676,14 @@ def _tool_dsh(document: dict[str, Any]) -> object:
 
 def _read_toml(file: Path) -> dict[str, Any]:
     try:
-        with file.open("rb") as stream:
-            data: dict[str, Any] = tomllib.load(stream)
-            return data
+        raw = file.read_bytes()
+        if raw.startswith(codecs.BOM_UTF8):
+            # TOML forbids it, and tomllib's "Invalid statement (at line 1, column 1)" hides why.
+            raise ConfigError(
+                [f"{file}: starts with a UTF-8 byte-order mark, which TOML does not allow: save it as UTF-8 without a BOM"]
+            )
+        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+        return data
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message already ends with "(at line L, column C)".
         raise ConfigError([f"{file}: invalid TOML: {exc}"]) from exc

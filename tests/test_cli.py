@@ -1594,6 +1594,17 @@ def test_toml_nested_too_deeply_is_a_usage_error(tools: list[str], tmp_path: Pat
     assert "invalid TOML: arrays or tables nested too deeply" in result.stderr
 
 
+def test_a_byte_order_mark_is_a_one_line_usage_error(tools: list[str], tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_bytes(b'\xef\xbb\xbfmode = "native"\n')
+    result = invoke([*tools, "list"])
+    assert result.exit_code == 2
+    problem = [line.strip() for line in result.stderr.splitlines() if "dsh.toml" in line]
+    assert problem == [
+        f"{tmp_path / 'dsh.toml'}: starts with a UTF-8 byte-order mark, which TOML does not allow:"
+        " save it as UTF-8 without a BOM"
+    ]
+
+
 def test_a_command_releases_what_its_plugins_hold_when_it_ends(tools: list[str], tmp_path: Path) -> None:
     # The effect ledger locks its file while its runtime lives: a second command in the same
     # process must find it free, as a second process would.

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_core import FrozenDict
+from dsh_core import CodeRuntimeSettings, FrozenDict
 from dsh_core._jsoncodec import decode_json, encode_json
 from dsh_core.code_mode import CodeRunError, CodeRunResult, SubprocessPythonRuntime
 from dsh_core.code_mode._child import json_problem
@@ -1245,3 +1245,14 @@ async def test_a_sealed_program_still_reads_imports_and_calls_its_tools() -> Non
     result = await SEALED.run(program, {"echo": echo})
     assert result.error is None, result.error
     assert result.value == ('{"n": 1}', '{"n": 2}', "")
+
+
+@pytest.mark.parametrize("value", [1, 16 * 1024 * 1024 - 1])
+def test_a_memory_limit_below_the_config_loaders_floor_is_refused(value: int) -> None:
+    message = f"^max_memory_bytes: expected at least 16777216 \\(16 MiB; the value is in bytes\\), got {value}$"
+    with pytest.raises(ValueError, match=message):
+        SubprocessPythonRuntime(max_memory_bytes=value)
+    assert SubprocessPythonRuntime(max_memory_bytes=16 * 1024 * 1024).max_memory_bytes == 16 * 1024 * 1024
+    assert CodeRuntimeSettings(max_memory_bytes=16 * 1024 * 1024).max_memory_bytes == 16 * 1024 * 1024
+    with pytest.raises(ValueError, match="expected at least 16777216"):
+        CodeRuntimeSettings(max_memory_bytes=value)

@@ -292,6 +292,39 @@ def test_plugin_config_is_a_fresh_plain_dict() -> None:
     assert config.plugin_config("absent") == {}
 
 
+@pytest.mark.parametrize(
+    ("plugins", "message"),
+    [
+        ({1: {}}, "DshConfig.plugins: a plugin name must be a non-empty str, got 1"),
+        ({"": {}}, "DshConfig.plugins: a plugin name must be a non-empty str, got ''"),
+        ({"p": {1: True}}, "DshConfig.plugins.p: a key must be a str, got 1"),
+        ({"p": 1}, "DshConfig.plugins.p must be a table (a mapping), got int"),
+        ([("p", {})], "DshConfig.plugins must map plugin names to tables, got list"),
+    ],
+)
+def test_plugins_keys_must_be_plugin_names_and_str(plugins: Any, message: str) -> None:
+    with pytest.raises(TypeError) as info:
+        DshConfig(plugins=plugins)
+    assert str(info.value) == message
+
+
+@attrs.frozen(kw_only=True)
+class _Durations:
+    timeout_s: float = 1.0
+    limit: float | None = None
+
+
+@pytest.mark.parametrize("literal", ["nan", "+nan", "-nan", "inf", "+inf", "-inf"])
+def test_toml_nan_and_inf_are_refused_for_a_float_field(tmp_path: Path, literal: str) -> None:
+    (tmp_path / "dsh.toml").write_text(f"[plugins.p]\ntimeout_s = {literal}\nlimit = {literal}\n")
+    table = load_config(cwd=tmp_path).plugin_config("p")
+    with pytest.raises(ConfigError) as info:
+        structure_table(_Durations, table, "[plugins.p]")
+    shown = repr(table["timeout_s"])
+    expected = f"expected a finite number (TOML's nan and inf are not), got {shown}"
+    assert info.value.violations == (f"[plugins.p].timeout_s: {expected}", f"[plugins.p].limit: {expected}")
+
+
 def test_plugins_mapping_is_read_only() -> None:
     config = DshConfig(plugins={"p": {}})
     with pytest.raises(TypeError):
@@ -530,6 +563,16 @@ def test_toml_nested_too_deeply_is_invalid_toml(tmp_path: Path, value: str) -> N
     with pytest.raises(ConfigError) as info:
         load_config(cwd=tmp_path)
     assert info.value.violations == (f"{tmp_path / 'dsh.toml'}: invalid TOML: arrays or tables nested too deeply",)
+
+
+def test_a_byte_order_mark_is_refused_with_a_message_that_says_so(tmp_path: Path) -> None:
+    (tmp_path / "dsh.toml").write_bytes(b'\xef\xbb\xbfmode = "code"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    assert info.value.violations == (
+        f"{tmp_path / 'dsh.toml'}: starts with a UTF-8 byte-order mark, which TOML does not allow:"
+        " save it as UTF-8 without a BOM",
+    )
 
 
 def test_an_explicit_pyproject_is_read_through_its_tool_dsh_table(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ from typing import Any, ClassVar, Final, Literal, Protocol, TypeAlias
 import attrs
 import trio
 
-from .._checks import instance_of, one_of, positive_finite, resource_limit_problem
+from .._checks import instance_of, memory_limit_problem, one_of, positive_finite, resource_limit_problem
 from .._errors import NonJsonValueError
 from .._json import JsonValue, safe_repr, snapshot_json
 from .._jsoncodec import decode_json, encode_json
@@ -234,6 +234,13 @@ def _optional_resource_limit(instance: object, attribute: attrs.Attribute[int | 
         raise ValueError(f"{attribute.name}: {problem}")
 
 
+def _optional_memory_limit(instance: object, attribute: attrs.Attribute[int | None], value: object) -> None:
+    _optional_resource_limit(instance, attribute, value)
+    problem = None if value is None else memory_limit_problem(value)  # type: ignore[arg-type]  # an int: checked above
+    if problem is not None:
+        raise ValueError(f"{attribute.name}: {problem}")
+
+
 def _interpreter(python: str | None) -> str:
     return sys.executable if python is None else str(python)
 
@@ -271,7 +278,8 @@ class SubprocessPythonRuntime:
     cancelled.
 
     Resource limits (each a positive int, at most ``2**63 - 2``, the largest
-    the system takes), applied in the child before the program is compiled (soft
+    the system takes; ``max_memory_bytes`` at least 16 MiB, which the
+    interpreter alone needs, the same floor ``[code_runtime]`` sets), applied in the child before the program is compiled (soft
     and hard, so the program cannot raise them back unless it runs as root):
     ``max_memory_bytes`` (address space: an allocation beyond it raises
     ``MemoryError`` in the program), ``max_cpu_s`` (CPU seconds: the child is
@@ -298,7 +306,7 @@ class SubprocessPythonRuntime:
     max_output_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_output_cap)
     python: str = attrs.field(default=None, converter=_interpreter)
     env: Mapping[str, str] = attrs.field(default=None, converter=_default_env, repr=False)
-    max_memory_bytes: int | None = attrs.field(default=None, validator=_optional_resource_limit)
+    max_memory_bytes: int | None = attrs.field(default=None, validator=_optional_memory_limit)
     max_cpu_s: int | None = attrs.field(default=None, validator=_optional_resource_limit)
     max_file_bytes: int | None = attrs.field(default=None, validator=_optional_resource_limit)
     allow_subprocesses: bool = attrs.field(default=True, validator=instance_of(bool))
