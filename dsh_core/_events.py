@@ -12,13 +12,14 @@ __all__ = ["PIPELINE_EVENT_TYPES", "EventSink", "send_event"]
 
 EventSink: TypeAlias = Callable[[str, Mapping[str, Any]], None]
 
-# The event types dsh_core itself writes (the session log's call records, Code
-# Mode dispatches, retries, orphaned threads). Readers of a session log parse
+# The event types dsh_core itself writes (the session log's call records, calls
+# cut short, Code Mode dispatches, retries, orphaned threads). Readers of a session log parse
 # them by their fields, so a plugin may not send one (ToolRuntime.send_event).
 PIPELINE_EVENT_TYPES = frozenset(
     {
         "tool/call",
         "tool/result",
+        "tool/unwound",
         "tool/code-dispatch-start",
         "tool/code-dispatch",
         "tool/retry",

@@ -206,7 +206,7 @@ class ToolRuntime:
         that already happened, and a broken recorder must not undo or hide it.
 
         ``event_type`` may not be one the pipeline records itself (``tool/call``,
-        ``tool/result``, ``tool/code-dispatch-start``, ``tool/code-dispatch``,
+        ``tool/result``, ``tool/unwound``, ``tool/code-dispatch-start``, ``tool/code-dispatch``,
         ``tool/retry``, ``tool/orphaned``, ``tool/orphan-finished``): that is a
         ``ValueError``, since a session log holding a plugin's one could no
         longer be replayed, explained or simulated. Name events after the
