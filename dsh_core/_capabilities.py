@@ -43,16 +43,20 @@ counts as declaring nothing):
 * its ``dsh_code_dispatch_log`` listeners may change the logged copy only of
   sub-calls of tools in ``affects``: on any other sub-call, content of their
   own (or an exception of their own) is ignored with a warning (logger
-  ``dsh_core``) and the log gets what the rest of the chain returned.
+  ``dsh_core``) and the log gets what the rest of the chain returned;
+* what its ``dsh_setup`` changes about other tools is held to ``affects``
+  too, and refused with :class:`~dsh_core.RegistrationError` (listed in
+  ``PluginReport.refused``) before anything changes: ``restrict()`` may deny
+  only tools in ``affects``, and an ``allow`` list (it hides every other tool,
+  later ones too) needs ``"*"``; ``defer_tools()`` takes only patterns
+  ``affects`` surely covers (:meth:`Capabilities.may_affect_every_match`);
+  ``present_as()`` changes how every tool of a scope is shown, so it needs
+  ``"*"``. ``load_tools()`` only shows schemas a deferral hid: not checked.
 
 Only what a plugin adds during its ``dsh_setup`` is attributed to it: a tool,
-plugin object or guard it adds later (through a runtime it kept, from another
-hook or a task of its own) is neither refused nor wrapped. Its ``restrict()``,
-``defer_tools()`` and ``present_as()`` calls are not checked at all, even
-during its ``dsh_setup`` (where the setup recorder does see them): they change
-what a scope is shown, not how a call is decided, and an allow-list or a
-presentation mode covers every tool of the scope, tools other plugins register
-later included, so ``affects`` globs cannot bound them. Strict mode keeps a
+plugin object, guard, restriction, deferral or presentation it adds later
+(through a runtime it kept, from another hook or a task of its own) is neither
+refused nor wrapped. Strict mode keeps a
 well-meaning plugin to what it declared; it does not contain hostile code,
 which runs in the host's process.
 
@@ -165,6 +169,38 @@ class Capabilities:
             return False
         head = f"{prefix}__"
         return tool.startswith(head) and any(fnmatch.fnmatchcase(tool[len(head) :], glob) for glob in self.affects)
+
+    def affects_every_tool(self) -> bool:
+        """Whether an ``affects`` glob matches every tool name (``"*"``)."""
+        return any(not glob.strip("*") for glob in self.affects)
+
+    def may_affect_every_match(self, pattern: str, prefix: str | None = None) -> bool:
+        """Whether every tool name the glob ``pattern`` matches is sure to match an ``affects`` glob.
+
+        Conservative: ``pattern`` must be an ``affects`` glob itself, a name one
+        matches, or lie under a ``<literal>*`` one (``fs_big_*`` under ``fs_*``);
+        ``prefix`` as in :meth:`may_affect`.
+        """
+        if any(_within(pattern, glob) for glob in self.affects):
+            return True
+        if prefix is None:
+            return False
+        head = f"{prefix}__"
+        return pattern.startswith(head) and any(_within(pattern[len(head) :], glob) for glob in self.affects)
+
+
+_WILDCARDS: Final = frozenset("*?[")
+
+
+def _within(pattern: str, glob: str) -> bool:
+    """Whether every name ``pattern`` matches surely matches ``glob`` (``False`` when unsure)."""
+    if not glob.strip("*") or pattern == glob:
+        return True
+    if not _WILDCARDS & set(pattern):
+        return fnmatch.fnmatchcase(pattern, glob)
+    # Under "<literal>*": every match of a pattern that starts with that literal starts with it too.
+    head = glob[:-1]
+    return glob.endswith("*") and not _WILDCARDS & set(head) and pattern.startswith(head)
 
 
 def capabilities_of(plugin: object, module: object = None) -> Capabilities | None:

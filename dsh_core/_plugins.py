@@ -68,7 +68,8 @@ whether or not the plugin caught the error.
 fails the plugin at stage ``"import"``. The manifest is reported in
 :attr:`LoadedPlugin.capabilities` and, with ``strict_capabilities = true``,
 enforced: registrations outside ``tools`` during ``dsh_setup`` are refused
-(listed in :attr:`PluginReport.refused`), and the plugin's listeners and
+(listed in :attr:`PluginReport.refused`), and so are restrictions, deferrals
+and presentations that reach beyond ``affects``; the plugin's listeners and
 guards are wrapped after its setup so that decisions on tools outside
 ``affects`` fail the call with ``POLICY_ERROR``.
 
@@ -87,7 +88,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 
 import attrs
 import pluggy
@@ -97,7 +98,7 @@ from ._config import DshConfig
 from ._definition import ToolDefinition
 from ._errors import ConfigError, RegistrationError
 from ._json import safe_repr
-from ._registry import Disposer, ToolGuard
+from ._registry import PRESENTATION_MODES, Disposer, ToolGuard, ToolRestriction
 from ._waterfall import registration_problems, unknown_hooks
 
 if TYPE_CHECKING:
@@ -166,6 +167,8 @@ class RefusedRegistration:
 
     ``conflicts_with`` names the plugin that already holds the tool name (``None``
     when the refusal had another reason, ``"<host>"`` when the host registered it).
+    ``tool`` is ``None`` for a restriction, deferral or presentation strict
+    capabilities refused (``error`` says which).
     """
 
     plugin: str
@@ -284,6 +287,46 @@ class _SetupRecorder:
 
     def refused(self, definition: object, scope: ScopeKey | None, error: Exception) -> None:
         self.loader.note_refusal(self.owned, definition, scope, error)
+
+    # A restriction, deferral or presentation changes which of the scope's tools can be
+    # called or how the model sees them: in strict mode, only tools the plugin's "affects"
+    # covers. Anything malformed is left for the registry to refuse in its own words.
+
+    def admit_restriction(self, restriction: object, scope: ScopeKey | None) -> None:
+        if not self.strict or not isinstance(restriction, ToolRestriction):
+            return
+        if restriction.allow is not None and not self.granted.affects_every_tool():
+            what = "restrict a scope to an allow list, which hides every other tool"
+            self._refuse(scope, what, need='an allow list needs "*"')
+        prefix = self.loader.config.tool_prefixes.get(self.owned.name)
+        for name in sorted(restriction.deny or ()):
+            if not self.granted.may_affect(name, prefix):
+                self._refuse(scope, f'restrict tool "{name}"')
+
+    def admit_deferral(self, patterns: tuple[object, ...], scope: ScopeKey | None) -> None:
+        if not self.strict:
+            return
+        prefix = self.loader.config.tool_prefixes.get(self.owned.name)
+        for pattern in patterns:
+            if isinstance(pattern, str) and pattern and not self.granted.may_affect_every_match(pattern, prefix):
+                self._refuse(scope, f'defer tools matching "{pattern}"')
+
+    def admit_presentation(self, mode: object, scope: ScopeKey | None) -> None:
+        if not self.strict or mode not in PRESENTATION_MODES or scope is None:
+            return
+        if not self.granted.affects_every_tool():
+            what = f'present a scope\'s tools as "{mode}", which affects every tool of the scope'
+            self._refuse(scope, what, need='a presentation needs "*"')
+
+    def _refuse(self, scope: ScopeKey | None, what: str, *, need: str = "") -> NoReturn:
+        """Refuse the change ``what`` (listed in ``PluginReport.refused`` even if the plugin catches it)."""
+        declared = ", ".join(self.granted.affects) or "nothing"
+        error = RegistrationError(
+            f"plugin {self.owned.name} may not {what}: its {MANIFEST_NAME} affects {declared}"
+            f" (strict_capabilities{'; ' + need if need else ''})"
+        )
+        self.loader.note_refusal(self.owned, None, scope, error)
+        raise error
 
     def registered(self, definition: object, scope: ScopeKey | None, disposer: Disposer) -> None:
         self.owned.disposers.append(disposer)

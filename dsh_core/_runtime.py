@@ -82,11 +82,18 @@ class RegistrationRecorder(Protocol):
     its refusals reported. ``admit`` returns what to register (the definition
     itself, or a renamed copy) or raises to refuse it (it is then reported to
     ``refused`` like any other refusal), ``wrap_guard`` may replace a guard
-    before it is added; ``added`` gets the disposer of every change that went
-    through.
+    before it is added; ``admit_restriction``, ``admit_deferral`` and
+    ``admit_presentation`` raise to refuse such a change before it is made;
+    ``added`` gets the disposer of every change that went through.
     """
 
     def admit(self, definition: object, scope: ScopeKey | None) -> object: ...
+
+    def admit_restriction(self, restriction: object, scope: ScopeKey | None) -> None: ...
+
+    def admit_deferral(self, patterns: tuple[object, ...], scope: ScopeKey | None) -> None: ...
+
+    def admit_presentation(self, mode: object, scope: ScopeKey | None) -> None: ...
 
     def refused(self, definition: object, scope: ScopeKey | None, error: Exception) -> None: ...
 
@@ -255,6 +262,8 @@ class ToolRuntime:
 
     def restrict(self, restriction: ToolRestriction, scope: ScopeKey) -> Disposer:
         """Filter what ``scope`` inherits (its own registrations stay visible)."""
+        for recorder in reversed(self._recorders):
+            recorder.admit_restriction(restriction, scope)
         return self._recorded(self._registry.restrict(restriction, scope))
 
     def guard(self, guard: ToolGuard, scope: ScopeKey | None = None) -> Disposer:
@@ -280,6 +289,8 @@ class ToolRuntime:
 
     def present_as(self, mode: PresentationMode, scope: ScopeKey) -> Disposer:
         """Present ``scope``'s tools in ``mode`` (nearest declaration on the chain wins)."""
+        for recorder in reversed(self._recorders):
+            recorder.admit_presentation(mode, scope)
         if mode in ("code", "both") and self._registry.run_code is None:
             # Before the change is announced: a listener reading the scope's tools then sees run_code.
             # (Installed for good: only a scope presented in code or both ever shows it.)
@@ -298,6 +309,10 @@ class ToolRuntime:
             RegistrationError: no patterns.
             TypeError: ``patterns`` is a string or holds something other than non-empty strings.
         """
+        if self._recorders and not isinstance(patterns, str | bytes) and isinstance(patterns, Iterable):
+            patterns = tuple(patterns)  # read once: the recorders and the registry see the same patterns
+            for recorder in reversed(self._recorders):
+                recorder.admit_deferral(patterns, scope)
         return self._recorded(self._registry.defer(patterns, scope))
 
     def load_tools(self, names: Iterable[str], scope: ScopeKey | None = None) -> Disposer:

@@ -73,7 +73,9 @@ MAX_QUERY_CHARS: Final = 1000
 MAX_QUERY_WORDS: Final = 32
 _WORD = re.compile(r"[a-z0-9]+")
 
-DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [DEFAULT_NAME], "affects": []}
+# "affects" covers whatever the host's ``defer`` globs name (strict mode checks every
+# deferral against it); the plugin decides no calls: it has no listeners or guards.
+DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [DEFAULT_NAME], "affects": ["*"]}
 
 
 def _results(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:

@@ -696,3 +696,104 @@ def test_first_party_plugins_declare_a_valid_manifest(module: str) -> None:
 
     loaded = importlib.import_module(module)
     assert capabilities_of(loaded) is not None
+
+
+# -- restrictions, deferrals and presentations made in setup ------------------------------------
+
+# Makes one change (ACTION) in its dsh_setup; AFFECTS is its manifest's "affects".
+SCOPING = (
+    HEADER
+    + """
+from dsh_core import Agent, ToolRestriction
+
+DSH_CAPABILITIES = {"tools": [], "affects": AFFECTS}
+AGENT = Agent(id="worker")
+
+@hookimpl
+def dsh_setup(runtime, config):
+    ACTION
+"""
+)
+
+
+def scoping(affects: list[str], action: str) -> str:
+    return SCOPING.replace("AFFECTS", repr(affects)).replace("ACTION", action)
+
+
+@pytest.mark.parametrize(
+    ("affects", "action"),
+    [
+        (["fs_*"], 'runtime.restrict(ToolRestriction(deny=["fs_write", "fs_read"]), AGENT)'),
+        (["*"], 'runtime.restrict(ToolRestriction(allow=["fs_read"]), AGENT)'),
+        (["fs_*"], 'runtime.defer_tools(["fs_*", "fs_big_*", "fs_read"])'),
+        (["*"], 'runtime.defer_tools(["mcp__*"])'),
+        (["*"], 'runtime.present_as("native", AGENT)'),
+        (["*"], 'runtime.scoped(AGENT).present_as("native")'),
+    ],
+    ids=["deny-inside", "allow-list-with-star", "defer-inside", "defer-with-star", "present", "present-scoped"],
+)
+def test_scope_changes_inside_affects_are_made_in_strict_mode(loader: Loader, affects: list[str], action: str) -> None:
+    host = tools_host(ToolRuntime(), "fs_read", "fs_write", "shell")
+    _, report = loader.load({"p": scoping(affects, action)}, strict=True, runtime=host)
+    assert report.ok and report.failed == () and [p.name for p in report.loaded] == ["p"]
+
+
+@pytest.mark.parametrize(
+    ("affects", "action", "message"),
+    [
+        (
+            ["fs_*"],
+            'runtime.restrict(ToolRestriction(deny=["fs_read", "shell"]), AGENT)',
+            'plugin p may not restrict tool "shell": its DSH_CAPABILITIES affects fs_* (strict_capabilities)',
+        ),
+        (
+            ["fs_*"],
+            'runtime.scoped(AGENT).restrict(ToolRestriction(allow=["fs_read"]))',
+            "plugin p may not restrict a scope to an allow list, which hides every other tool: its"
+            ' DSH_CAPABILITIES affects fs_* (strict_capabilities; an allow list needs "*")',
+        ),
+        (
+            ["fs_*"],
+            'runtime.defer_tools(["fs_*", "f*"])',
+            'plugin p may not defer tools matching "f*": its DSH_CAPABILITIES affects fs_* (strict_capabilities)',
+        ),
+        (
+            [],
+            'runtime.defer_tools(["fs_read"])',
+            'plugin p may not defer tools matching "fs_read": its DSH_CAPABILITIES affects nothing'
+            " (strict_capabilities)",
+        ),
+        (
+            ["fs_*"],
+            'runtime.present_as("native", AGENT)',
+            'plugin p may not present a scope\'s tools as "native", which affects every tool of the scope: its'
+            ' DSH_CAPABILITIES affects fs_* (strict_capabilities; a presentation needs "*")',
+        ),
+    ],
+    ids=["deny-outside", "allow-list", "defer-outside", "defer-nothing", "present"],
+)
+def test_scope_changes_outside_affects_are_refused_in_strict_mode(
+    loader: Loader, affects: list[str], action: str, message: str
+) -> None:
+    runtime, report = loader.load(
+        {"p": scoping(affects, action)}, strict=True, runtime=tools_host(ToolRuntime(), "fs_read", "fs_write", "shell")
+    )
+    assert [(f.name, f.stage) for f in report.failed] == [("p", "setup")]
+    assert message in report.failed[0].error
+    assert [(r.plugin, r.tool, message in r.error) for r in report.refused] == [("p", None, True)]
+    # Refused before anything changed: nothing to roll back, every tool as it was.
+    agent = sys.modules[loader.prefix + "p"].AGENT
+    assert runtime.names(agent) == ["fs_read", "fs_write", "shell"]
+    assert runtime.deferred_tools() == [] and runtime.effective_mode(agent) == "native"
+
+
+def test_scope_changes_are_not_checked_without_strict_mode(loader: Loader) -> None:
+    action = 'runtime.restrict(ToolRestriction(deny=["shell"]), AGENT)'
+    runtime, report = loader.load({"p": scoping([], action)}, strict=False, runtime=tools_host(ToolRuntime(), "shell"))
+    assert report.ok and runtime.names(sys.modules[loader.prefix + "p"].AGENT) == []
+
+
+def test_a_deferral_may_name_a_prefixed_tool_by_the_plugins_own_name(loader: Loader) -> None:
+    action = 'runtime.defer_tools(["ex__fs_read", "ex__fs_*"])'
+    _, report = loader.load({"p": scoping(["fs_*"], action)}, strict=True, tool_prefixes={"p": "ex"})
+    assert report.ok and report.failed == ()
