@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import attrs
 
 from ._json import nests_deeper_than
 from ._jsoncodec import decode_json
+from ._mcp_stream_wrapper import StreamWrapper
 from ._well_formed import holds_lone_surrogate
 
 if TYPE_CHECKING:
@@ -68,11 +68,11 @@ def answering_unreadable(
     return _AnsweringReadStream(read_stream, write_stream, unanswered), _NotingWriteStream(write_stream, unanswered)
 
 
-class _NotingWriteStream:
+class _NotingWriteStream(StreamWrapper["WriteStream[SessionMessage]"]):
     """A write stream that notes the id of each request it sends, until its answer is read."""
 
     def __init__(self, inner: WriteStream[SessionMessage], unanswered: set[RequestId]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._unanswered = unanswered
 
     async def send(self, item: SessionMessage, /) -> None:
@@ -82,26 +82,14 @@ class _NotingWriteStream:
             self._unanswered.add(item.message.id)
         await self._inner.send(item)
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
-    async def __aenter__(self) -> _NotingWriteStream:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
-    ) -> bool | None:
-        await self.aclose()
-        return None
-
-
-class _AnsweringReadStream(Generic[T]):
+class _AnsweringReadStream(StreamWrapper["ReadStream[T | Exception]"], Generic[T]):
     """A read stream that answers the exceptions of its inner one instead of passing them on."""
 
     def __init__(
         self, inner: ReadStream[T | Exception], write_stream: WriteStream[SessionMessage], unanswered: set[RequestId]
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._write_stream = write_stream
         self._unanswered = unanswered
         self._failed: list[SessionMessage] = []  # error responses standing in for an unreadable one
@@ -147,9 +135,6 @@ class _AnsweringReadStream(Generic[T]):
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             logger.debug("MCP: the connection closed before an unreadable request was answered")
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
     def __aiter__(self) -> _AnsweringReadStream[T]:
         return self
 
@@ -160,15 +145,6 @@ class _AnsweringReadStream(Generic[T]):
             return await self.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> _AnsweringReadStream[T]:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
 
 @attrs.frozen

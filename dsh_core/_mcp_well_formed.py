@@ -26,9 +26,9 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
+from ._mcp_stream_wrapper import StreamWrapper
 from ._well_formed import well_formed_json
 
 if TYPE_CHECKING:
@@ -50,29 +50,14 @@ def sending_well_formed(write_stream: WriteStream[SessionMessage]) -> WriteStrea
     return _WellFormedWriteStream(write_stream)
 
 
-class _WellFormedWriteStream:
+class _WellFormedWriteStream(StreamWrapper["WriteStream[SessionMessage]"]):
     """A write stream that rebuilds, before sending it, a message UTF-8 cannot carry."""
-
-    def __init__(self, inner: WriteStream[SessionMessage]) -> None:
-        self._inner = inner
 
     async def send(self, item: SessionMessage, /) -> None:
         if not _serialises(item.message):
             logger.warning("MCP: a message held a lone surrogate; it is sent with U+FFFD in its place")
             item = dataclasses.replace(item, message=_well_formed_model(item.message))
         await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _WellFormedWriteStream:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
 
 def answering_well_formed(
