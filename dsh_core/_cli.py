@@ -35,6 +35,7 @@ with a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import errno
 import gc
@@ -679,20 +680,14 @@ class _Recorder(SessionRecorder):
     pipeline; the command must still say the log it was asked to keep is incomplete.
     """
 
-    failure: BaseException | None = None
-
     @hookimpl
     def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
-        try:
+        with contextlib.suppress(OSError, SessionLogError):  # kept in self.failure
             super().dsh_result(execution, result)
-        except (OSError, SessionLogError) as exc:
-            self.failure = self.failure or exc
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
-        try:
+        with contextlib.suppress(OSError, SessionLogError):  # kept in self.failure
             super().event_sink(event_type, data)
-        except (OSError, SessionLogError) as exc:
-            self.failure = self.failure or exc
 
 
 class _Session:

@@ -21,7 +21,7 @@ from ._fingerprint import contract_changed, contract_fingerprint
 from ._json import JsonValue, thaw
 from ._logged_calls import logged_calls, session_events
 from ._results import ToolExecutionResult, error_message
-from ._session_log import SessionEvent, SessionLog, SessionLogRead, structure_contexts
+from ._session_log import SessionEvent, SessionLog, SessionLogError, SessionLogRead, structure_contexts
 from ._trace import trace_of
 from ._waterfall import is_fatal
 from .hookspecs import hookimpl
@@ -179,7 +179,28 @@ class SessionRecorder:
     Given the ``runtime`` the calls run in, each ``tool/call`` also records the
     :func:`~dsh_core.contract_fingerprint` of the tool the call's agent sees,
     so :func:`replay` can tell a call whose tool has changed since.
+
+    A write the log cannot take (disk full, EIO) raises from the method that
+    wrote; but the pipeline only logs a ``dsh_result`` observer that raises,
+    so the first such failure is also kept in :attr:`failure`. Call
+    :meth:`check` when the session ends: a host that replays the log must
+    know it is incomplete.
     """
+
+    failure: BaseException | None = None
+    """The first write the log could not take (``OSError`` or :class:`SessionLogError`), or ``None``."""
+
+    def check(self) -> None:
+        """Raise :class:`SessionLogError` (caused by :attr:`failure`) if a write failed."""
+        failure = self.failure
+        if failure is not None:
+            raise SessionLogError(
+                f"a write failed ({type(failure).__name__}: {failure}); the log is incomplete", path=str(self.log.path)
+            ) from failure
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
 
     def __init__(self, log: SessionLog, runtime: ToolRuntime | None = None) -> None:
         from ._runtime import ToolRuntime  # local: the runtime module uses the presenters here
@@ -201,10 +222,16 @@ class SessionRecorder:
         tool = self.runtime.get(request.name, request.agent) if self.runtime is not None else None
         contract = contract_fingerprint(tool) if tool is not None else None
         try:
-            return self.log.append_call(request.call_id, request.name, arguments, agent=agent, contract=contract)
-        except (TypeError, ValueError):
-            # The arguments are not JSON (the call will fail INVALID_ARGS): log what can be logged.
-            return self.log.append_call(request.call_id, request.name, None, agent=agent, contract=contract)
+            try:
+                return self.log.append_call(request.call_id, request.name, arguments, agent=agent, contract=contract)
+            except SessionLogError:
+                raise
+            except (TypeError, ValueError):
+                # The arguments are not JSON (the call will fail INVALID_ARGS): log what can be logged.
+                return self.log.append_call(request.call_id, request.name, None, agent=agent, contract=contract)
+        except (OSError, SessionLogError) as exc:
+            self._failed(exc)
+            raise
 
     @hookimpl
     def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
@@ -219,15 +246,19 @@ class SessionRecorder:
                 "code": info.code if info else "",
             }
         trace = trace_of(result)
-        self.log.append_result(
-            execution.call_id,
-            content=result.content,
-            is_error=result.is_error,
-            error=error,
-            meta=result.meta,
-            trace=trace.to_json() if trace is not None else None,
-            contexts=result.additional_contexts,
-        )
+        try:
+            self.log.append_result(
+                execution.call_id,
+                content=result.content,
+                is_error=result.is_error,
+                error=error,
+                meta=result.meta,
+                trace=trace.to_json() if trace is not None else None,
+                contexts=result.additional_contexts,
+            )
+        except (OSError, SessionLogError) as exc:
+            self._failed(exc)
+            raise
 
     @hookimpl
     def dsh_call_unwound(self, execution: ToolExecution, cause: BaseException, body_started: bool) -> None:
@@ -237,6 +268,13 @@ class SessionRecorder:
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
         """Pass as ``ToolRuntime(event_sink=...)``: every event the runtime or a plugin sends is logged."""
+        try:
+            self._sink(event_type, data)
+        except (OSError, SessionLogError) as exc:
+            self._failed(exc)
+            raise
+
+    def _sink(self, event_type: str, data: Mapping[str, Any]) -> None:
         if event_type != "tool/code-dispatch-start" and event_type != "tool/code-dispatch":
             # Side records as sent: a worker thread that outlived its call (or has now returned),
             # a retried attempt, an undone call, a plugin's own runtime.send_event(...).

@@ -383,3 +383,35 @@ def test_an_unwound_event_for_an_unknown_call_is_passed_over_and_a_bad_one_is_re
     with pytest.raises(SessionLogError, match=r"seq 3: malformed tool/unwound event: callId must be a non-empty str"):
         replay(events, make_runtime(json_tool("echo")))
     assert replay(events[:2], make_runtime(json_tool("echo")))[0].unwound is None
+
+
+async def test_a_result_the_log_cannot_take_is_kept_on_the_recorder_for_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import dsh_core._session_log as session_log_module
+
+    def disk_full(descriptor: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    log_path = tmp_path / "session.jsonl"
+    runtime = make_runtime(json_tool("echo"))
+    with SessionLog(log_path, fsync="always") as log:
+        recorder = SessionRecorder(log)
+        runtime.plugins.register(recorder)
+        request = make_input("echo", {"a": 1}, call_id="c1")
+        recorder.record_call(request)
+        recorder.check()  # nothing failed yet
+        assert recorder.failure is None
+        monkeypatch.setattr(session_log_module.os, "fsync", disk_full)
+        result = await runtime.execute(request)  # an observer's failure does not fail the call
+        monkeypatch.undo()
+        assert not result.is_error
+        assert isinstance(recorder.failure, OSError) and recorder.failure.errno == 28
+        with pytest.raises(SessionLogError, match=r"the log is incomplete") as raised:
+            recorder.check()
+        assert "No space left on device" in str(raised.value)
+        assert raised.value.__cause__ is recorder.failure
+        # The next record refuses too, and the first failure is the one kept.
+        with pytest.raises(SessionLogError, match="an earlier write failed"):
+            recorder.record_call(make_input("echo", {"b": 2}, call_id="c2"))
+        assert isinstance(recorder.failure, OSError)
