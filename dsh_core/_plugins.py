@@ -88,6 +88,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 
 import attrs
@@ -244,6 +245,27 @@ def _one_line(exc: BaseException) -> str:
         return f"SystemExit({safe_repr(exc.code)}): the plugin tried to exit the host"
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _import_path_hint(ep: importlib.metadata.EntryPoint, exc: BaseException) -> str:
+    """Why a module sitting in the working directory was not found, when that is the cause.
+
+    ``dsh-tools --plugin mymod:Cls`` next to ``mymod.py`` fails: a console
+    script's import path starts at its own directory, not the working one
+    (``python -m`` and the REPL differ, which makes it puzzling).
+    """
+    top = ep.module.partition(".")[0]
+    if not isinstance(exc, ModuleNotFoundError) or exc.name != top:
+        return ""
+    cwd = Path.cwd()
+    found = next((shown for shown, f in ((f"{top}.py", f"{top}.py"), (f"{top}/", f"{top}/__init__.py"))
+                  if (cwd / f).is_file()), None)  # fmt: skip
+    if found is None or any(Path(entry or ".").resolve() == cwd.resolve() for entry in sys.path):
+        return ""
+    return (
+        f" ({found} is in the current directory, which is not on Python's import path: "
+        "run with PYTHONPATH=. or install its project with pip install -e .)"
+    )
 
 
 def _format_traceback(exc: BaseException) -> str:
@@ -419,7 +441,7 @@ class _Loader:
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            self.fail(ep, "import", _one_line(exc), exc)
+            self.fail(ep, "import", _one_line(exc) + _import_path_hint(ep, exc), exc)
             return
         if isinstance(plugin, type):
             try:

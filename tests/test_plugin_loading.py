@@ -1010,3 +1010,37 @@ def test_a_configured_duplicate_is_no_configuration_failure_when_its_name_loaded
     _, report = dists.load(config=DshConfig(plugins={"same": {}}))
     assert [failed.stage for failed in report.failed] == ["register"]
     assert report.config_failures == ()
+
+
+def _without_cwd(monkeypatch: pytest.MonkeyPatch, cwd: Path) -> None:
+    """``sys.path`` as a console script has it: neither ``""`` nor the working directory on it."""
+    kept = [p for p in sys.path if p and Path(p).resolve() != cwd.resolve()]
+    monkeypatch.setattr(sys, "path", kept)
+
+
+def test_a_module_in_the_working_directory_that_cannot_be_imported_names_the_import_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dsh-tools --plugin mymod:Cls`` next to ``mymod.py``: the console script does not import from there."""
+    module = f"dshtest_cwd_{next(_counter)}"
+    (tmp_path / f"{module}.py").write_text(GOOD_MODULE)
+    monkeypatch.chdir(tmp_path)
+    _without_cwd(monkeypatch, tmp_path)
+    point = importlib.metadata.EntryPoint(name="mine", value=module, group="dsh")
+    report = load_plugins(ToolRuntime(), entry_points=[point])
+    (failed,) = report.failed
+    assert failed.stage == "import"
+    assert failed.error == (
+        f"ModuleNotFoundError: No module named '{module}' ({module}.py is in the current directory, which is not "
+        "on Python's import path: run with PYTHONPATH=. or install its project with pip install -e .)"
+    )
+
+
+def test_a_missing_module_elsewhere_gets_no_working_directory_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _without_cwd(monkeypatch, tmp_path)
+    point = importlib.metadata.EntryPoint(name="mine", value="dshtest_nowhere_xyz:Policy", group="dsh")
+    (failed,) = load_plugins(ToolRuntime(), entry_points=[point]).failed
+    assert failed.error == "ModuleNotFoundError: No module named 'dshtest_nowhere_xyz'"
