@@ -65,15 +65,16 @@ from ._arguments_text import ArgumentsJsonError, ArgumentsText, _repeated_key
 from ._config import DshConfig, load_config
 from ._content import ContentBlock, ImageBlock, TextBlock
 from ._definition import ToolDefinition
-from ._errors import ConfigError, JsonSchemaError, NonJsonValueError
+from ._errors import ConfigError, ErrorCode, JsonSchemaError, NonJsonValueError
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import json_text, thaw
 from ._jsoncodec import decode_json, dumps_text
 from ._logged_calls import logged_calls
+from ._pipeline import approval_unavailable_reason
 from ._plugins import FailedPlugin, PluginReport, discover_entry_points, load_plugins, unknown_hooks
 from ._registry import RUN_CODE_NAME
 from ._replay import SessionRecorder, replay
-from ._results import ToolExecutionResult
+from ._results import ToolExecutionFailure, ToolExecutionResult
 from ._runtime import ApprovalService, ToolRuntime, agent_scope
 from ._scheduling import run_tool_calls
 from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log, refuse_non_regular_target
@@ -815,12 +816,57 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
             click.echo(text.encode(encoding, "backslashreplace").decode(encoding), color=True)
     if result.is_error:
         error = _error_json(result) or {}
-        plugin = error.get("plugin")
-        where = f" (plugin {printable(plugin)})" if plugin else ""
-        click.echo(f"error: {printable(error.get('code') or 'unknown')}{where}", err=True)
+        click.echo(f"error: {printable(error.get('code') or 'unknown')}{_decided_by(error, host.runtime)}", err=True)
+        if _nobody_could_approve(request, result):
+            options: _Options = ctx.find_object(_Options)  # type: ignore[assignment]
+            why = "" if options.grants is not None else "nobody could be asked for approval: "
+            click.echo(f"hint: {why}{_approval_next_step(options, [name], agent, 1)}", err=True)
     log.check()
     if result.is_error:
         ctx.exit(1)
+
+
+def _decided_by(error: Mapping[str, str | None], runtime: ToolRuntime) -> str:
+    """`` (plugin X)`` for the plugin a failure blames; the pipeline's own approval step is no plugin."""
+    plugin = error.get("plugin")
+    if not plugin:
+        return ""
+    if plugin == "approval" and not runtime.plugins.has_plugin(plugin):
+        return " (approval)"
+    return f" (plugin {printable(plugin)})"
+
+
+def _nobody_could_approve(call: ToolExecutionInput, result: ToolExecutionResult) -> bool:
+    """Whether ``call`` was denied because its ``Ask`` could be put to no one."""
+    if not isinstance(result, ToolExecutionFailure) or result.error.info is None:
+        return False
+    info = result.error.info
+    return (info.code, info.plugin, result.error.message) == (
+        ErrorCode.DENIED,
+        "approval",
+        approval_unavailable_reason(call.name),
+    )
+
+
+def _approval_next_step(options: _Options, tools: Sequence[str], agent: str | None, count: int) -> str:
+    """How the person running the command could answer the ``Ask`` of ``count`` calls that nobody could.
+
+    Without ``--interactive`` the CLI's approval service answers no one; with
+    ``--grants``, a grant in force would have answered instead.
+    """
+    if options.grants is not None:
+        grants = str(options.grants)
+        which = "this call" if count == 1 else "them"
+        return (
+            f"no grant in force in {grants} covers {which} (dsh-tools grants show {grants} lists them); "
+            "add --interactive to be asked at this terminal"
+        )
+    tool = tools[0] if len(set(tools)) == 1 else "TOOL"
+    who = f"--agent {agent}" if agent is not None else "--any-agent"
+    return (
+        "add --interactive to answer at this terminal, or --grants FILE to answer from standing grants "
+        f"(dsh-tools grants add FILE {tool} {who})"
+    )
 
 
 @contextmanager
@@ -972,6 +1018,12 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
             "contexts": _contexts_json(result),
         }
         _echo_json(line)
+    unanswered = [call.name for call, result in zip(calls, results, strict=True) if _nobody_could_approve(call, result)]
+    if unanswered:
+        options: _Options = ctx.find_object(_Options)  # type: ignore[assignment]
+        step = _approval_next_step(options, unanswered, agent, len(unanswered))
+        why = "" if options.grants is not None else "nobody could be asked: "
+        click.echo(f"hint: {len(unanswered)} call(s) needed approval, and {why}{step}", err=True)
     log.check()
 
 

@@ -745,8 +745,17 @@ async def _resolve_ask(runtime: ToolRuntime, execution: ToolExecution, ask: Ask)
     if answer == "cancelled":
         return Deny(f'approval for tool "{name}" was cancelled'), True
     if answer == "unavailable":
-        return Deny(f'tool "{name}" requires approval, but no approval channel is available'), False
+        return Deny(approval_unavailable_reason(name)), False
     raise _approval_error(answer)
+
+
+def approval_unavailable_reason(name: str) -> str:
+    """The denial of an ``Ask`` for tool ``name`` that the approval service could put to no one ("unavailable").
+
+    A host that knows how its user could answer (the CLI's ``--interactive``)
+    recognises the denial by it and says so next to it.
+    """
+    return f'tool "{name}" requires approval, but no approval channel is available'
 
 
 def _approval_error(answer: object) -> Exception:

@@ -370,6 +370,51 @@ def test_ask_is_denied_without_interactive(tools: list[str]) -> None:
     assert "DENIED" in result.stderr
 
 
+_NOBODY_ASKED = (
+    "hint: nobody could be asked for approval: add --interactive to answer at this terminal, or --grants FILE to "
+    "answer from standing grants (dsh-tools grants add FILE {tool} --agent {agent})"
+)
+
+
+def test_an_ask_nobody_can_answer_says_how_to_answer_it(tools: list[str]) -> None:
+    """The denial is the approval step's, not a plugin's, and the person is told the next step."""
+    result = invoke([*tools, "call", "guarded", "{}", "--agent", "helper"])
+    assert result.exit_code == 1
+    assert result.stdout == 'Error: tool "guarded" requires approval, but no approval channel is available\n'
+    assert result.stderr.splitlines() == ["error: DENIED (approval)", _NOBODY_ASKED.format(tool="guarded", agent="helper")]
+
+
+def test_an_ask_no_grant_covers_says_so(tools: list[str], tmp_path: Path) -> None:
+    book = tmp_path / "grants.jsonl"
+    assert invoke(["grants", "add", str(book), "guarded", "--agent", "helper"]).exit_code == 0
+    result = invoke([*tools, "--grants", str(book), "call", "guarded", "{}"])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: DENIED (approval)",
+        f"hint: no grant in force in {book} covers this call (dsh-tools grants show {book} lists them); "
+        "add --interactive to be asked at this terminal",
+    ]
+
+
+def test_a_batch_says_once_how_to_answer_the_asks_nobody_could(tools: list[str], tmp_path: Path) -> None:
+    batch = write_batch(
+        tmp_path / "calls.jsonl",
+        {"id": "c1", "name": "guarded", "arguments": {}},
+        {"id": "c2", "name": "echo", "arguments": {}},
+        {"id": "c3", "name": "guarded", "arguments": {"a": 1}},
+    )
+    result = invoke([*tools, "run", str(batch)])
+    assert result.exit_code == 0
+    denied = [json.loads(line)["error"] for line in result.stdout.splitlines()]
+    assert [error and (error["code"], error["plugin"]) for error in denied] == [
+        ("DENIED", "approval"), None, ("DENIED", "approval")
+    ]
+    assert result.stderr.splitlines() == [
+        "hint: 2 call(s) needed approval, and nobody could be asked: "
+        + _NOBODY_ASKED.format(tool="guarded", agent="cli").split(": ", 2)[2]
+    ]
+
+
 def test_interactive_approval_prompts_on_stderr(tools: list[str]) -> None:
     allowed = invoke([*tools, "--interactive", "call", "guarded", '{"a": 1}'], input="y\n")
     assert allowed.exit_code == 0, allowed.output
