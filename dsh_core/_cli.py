@@ -1726,6 +1726,28 @@ def grants_show_command(file: Path, show_all: bool, as_json: bool) -> None:
     _stdout().print(table)
 
 
+def _refuse_unmatchable_arguments(ctx: click.Context, tool: str, arguments: Mapping[str, object]) -> None:
+    """Refuse ``--arguments`` that the tool's parameter schema refuses: such a grant could never apply.
+
+    The tools are those the global options load (as ``list`` shows them); a
+    tool they do not register is not checked, nor is anything when the
+    configuration cannot be loaded (granting does not need it).
+    """
+    from dsh_plugins.grants import unmatchable_arguments
+
+    try:
+        host = _build_host(ctx, quiet=True)
+    except _UsageProblem as exc:
+        click.echo(f"warning: --arguments not checked against the tool's schema: {exc}", err=True)
+        return
+    violations = unmatchable_arguments(host.runtime, tool, arguments)
+    if violations:
+        raise _UsageProblem(
+            f'--arguments can never match a call of tool "{tool}", whose parameter schema refuses them: '
+            f"{'; '.join(violations)}; nothing was granted"
+        )
+
+
 @grants_group.command("add")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("tool")
@@ -1735,7 +1757,9 @@ def grants_show_command(file: Path, show_all: bool, as_json: bool) -> None:
 @click.option("--ttl", type=float, default=None, help="Seconds until it expires (default: until revoked).")
 @click.option("--by", "granted_by", default=None, help="Who grants it (default: the current user).")
 @click.option("--note", default=None, help="Why it was granted.")
+@click.pass_context
 def grants_add_command(
+    ctx: click.Context,
     file: Path,
     tool: str,
     agent: str | None,
@@ -1757,6 +1781,8 @@ def grants_add_command(
             arguments = decode_json(arguments_json)
         except ValueError as exc:
             raise _UsageProblem(f"--arguments is not JSON: {exc}") from exc
+        if isinstance(arguments, Mapping):
+            _refuse_unmatchable_arguments(ctx, tool, arguments)
     book = _grant_book(file)
     try:
         grant = book.grant(

@@ -62,6 +62,7 @@ from dsh_core import (
     scope_id,
     snapshot_json,
 )
+from dsh_core.schema import JsonSchemaError, validate_json_schema_value
 
 __all__ = [
     "ALLOWED_ALWAYS",
@@ -71,6 +72,7 @@ __all__ = [
     "GrantingApproval",
     "StandingGrant",
     "read_grants",
+    "unmatchable_arguments",
 ]
 
 ALLOWED_ALWAYS: Final = "allowed-always"
@@ -256,6 +258,32 @@ def _load_read(path: str) -> tuple[dict[str, StandingGrant], SessionLogRead]:
     return grants, read
 
 
+def unmatchable_arguments(runtime: ToolRuntime, tool: str, arguments: Mapping[str, object] | None) -> tuple[str, ...]:
+    """Why a grant of ``tool`` for exactly ``arguments`` could answer no call ``runtime`` makes.
+
+    The pipeline asks for approval only once a call's arguments satisfy its
+    tool's parameter schema, and a grant covers only arguments equal to its
+    own: arguments the schema refuses are never equal to a call's. The answer
+    is the schema's violations, or ``()`` when some registration of ``tool``
+    (in any scope) accepts them, the tool is not registered, or the grant
+    covers any arguments.
+    """
+    if arguments is None:
+        return ()
+    violations: list[str] = []
+    for _, definition in runtime.registrations():
+        if definition.name != tool:
+            continue
+        try:
+            found = validate_json_schema_value(definition.parameters, arguments, "")
+        except JsonSchemaError:  # a schema the registry would refuse; nothing to say about the grant
+            return ()
+        if not found:
+            return ()
+        violations.extend(v for v in found if v not in violations)
+    return tuple(violations)
+
+
 def read_grants(path: str | os.PathLike[str]) -> tuple[StandingGrant, ...]:
     """Every grant in the file at ``path`` (revoked and expired ones too), in the order granted.
 
@@ -309,19 +337,28 @@ class GrantBook:
             return self._grants.get(grant_id)
 
     def diagnostics(self, runtime: ToolRuntime) -> list[str]:
-        """Warnings for ``dsh-tools check``: grants in force for a tool ``runtime`` does not register.
+        """Warnings for ``dsh-tools check``: grants in force that can answer no call of ``runtime``.
 
-        Such a grant answers no call, so it is harmless, but it is most likely a
-        misspelt name (``dsh-tools grants add FILE shel``), and the tool it was
-        meant for is still asked about every time.
+        A grant for a tool ``runtime`` does not register, or for arguments its
+        parameter schema refuses (see :func:`unmatchable_arguments`), is
+        harmless, but it is most likely a misspelt name (``dsh-tools grants add
+        FILE shel``) or argument, and the call it was meant for is still asked
+        about every time.
         """
         known = {definition.name for _, definition in runtime.registrations()} | {RUN_CODE_NAME}
-        return [
-            f'grant {grant.id} is for tool "{grant.tool}", which is not registered, so it never applies '
-            "(revoke it and grant the tool's exact name)"
-            for grant in self.grants()
-            if grant.tool not in known
-        ]
+        warnings = []
+        for grant in self.grants():
+            if grant.tool not in known:
+                warnings.append(
+                    f'grant {grant.id} is for tool "{grant.tool}", which is not registered, so it never applies '
+                    "(revoke it and grant the tool's exact name)"
+                )
+            elif violations := unmatchable_arguments(runtime, grant.tool, grant.arguments):
+                warnings.append(
+                    f'grant {grant.id} for tool "{grant.tool}" names arguments its parameter schema refuses, so it '
+                    f"never applies: {'; '.join(violations)} (revoke it and grant arguments a call can have)"
+                )
+        return warnings
 
     def find(self, execution: ToolExecution) -> StandingGrant | None:
         """The oldest grant in force that covers ``execution``, or ``None``."""

@@ -1012,6 +1012,33 @@ def test_check_warns_about_a_grant_for_a_tool_that_is_not_registered(tools: list
     assert 'is for tool "guardd", which is not registered' in result.stdout + result.stderr
 
 
+def test_grants_add_refuses_arguments_no_call_of_the_tool_can_have(tools: list[str], tmp_path: Path) -> None:
+    """A call's arguments always satisfy its tool's schema, and a grant covers only exactly equal ones."""
+    book = tmp_path / "grants.jsonl"
+    refused = invoke([*tools, "grants", "add", str(book), "slow", "--any-agent", "--arguments", '{"n": "one"}'])
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines()[-1] == (
+        'Error: --arguments can never match a call of tool "slow", whose parameter schema refuses them: '
+        '"n" must be an integer; nothing was granted'
+    )
+    assert not book.exists() or read_grants(book) == ()
+    granted = invoke([*tools, "grants", "add", str(book), "slow", "--any-agent", "--arguments", '{"n": 1}'])
+    assert granted.exit_code == 0, granted.output
+    assert [grant.arguments for grant in read_grants(book)] == [{"n": 1}]
+
+
+def test_check_warns_about_a_grant_whose_arguments_no_call_can_have(tools: list[str], tmp_path: Path) -> None:
+    from dsh_plugins.grants import GrantBook
+
+    book = tmp_path / "grants.jsonl"
+    (grant,) = [GrantBook(book).grant("slow", granted_by="ana", any_agent=True, arguments={"m": 1})]
+    result = invoke([*tools, "--grants", str(book), "check"])
+    assert (
+        f'warning: grants {book}: grant {grant.id} for tool "slow" names arguments its parameter schema refuses, '
+        'so it never applies: missing required property "n" (revoke it and grant arguments a call can have)'
+    ) in result.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
