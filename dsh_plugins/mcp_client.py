@@ -36,7 +36,8 @@ silently ignored. MCP input schemas (pydantic-generated, mostly) go through
   branch per type if they have several); a ``required`` name missing from
   ``properties`` is declared there as ``{}`` (any value, as it was); and
   OpenAPI's ``example`` becomes ``examples: [...]`` (dropped with a warning
-  beside ``examples``);
+  beside ``examples``) and its ``nullable: true`` adds ``null`` to the declared
+  ``type`` (``nullable: false`` is dropped: it constrains nothing);
 - *downgrade*: keywords that only narrow the values of a node whose type stays
   declared (``pattern``, ``format``, ``minimum``, ``maxLength``, ``minItems``,
   ``uniqueItems``, ``additionalProperties`` given as a schema, ...) are stripped,
@@ -446,10 +447,14 @@ class _Downgrader:
         out: dict[str, Any] = {}
         notes: list[str] = []
         example: list[object] = []
+        nullable = False
         for key, value in node.items():
             where = f"{path}.{key}"
             if key == "example":  # OpenAPI's single example: JSON Schema says examples
                 example.append(value)
+            elif key == "nullable" and isinstance(value, bool):
+                nullable = value
+                self.rewritten.append(where)
             elif key in STRUCTURAL_KEYWORDS and key != "anyOf":
                 self.refused.append(f"{where}: {key} decides the value's shape and cannot be downgraded safely")
             elif key in IGNORED_KEYWORDS:
@@ -475,6 +480,8 @@ class _Downgrader:
                 out[key] = value
         if example:
             self.example(out, example[0], path)
+        if nullable:
+            self.allow_null(out)
         if "anyOf" in out:
             self.any_of(out, path)
         if isinstance(out.get("type"), list):
@@ -575,6 +582,21 @@ class _Downgrader:
             return
         node["properties"] = {**properties, **{name: {} for name in missing}}
         self.rewritten.append(f"{path}.required")
+
+    def allow_null(self, node: dict[str, Any]) -> None:
+        """OpenAPI 3.0's ``nullable: true``: ``null`` joins the declared types.
+
+        It only acts beside a ``type`` (OpenAPI 3.0.3), and ``enum``/``const``
+        still decide: a ``null`` they leave out stays refused (the type-list
+        rewrite gives it no branch). A server that reads the schema as plain
+        JSON Schema ignores ``nullable`` and may refuse ``null`` itself; the
+        registry then accepts a superset, as it does for stripped keywords.
+        """
+        declared = node.get("type")
+        if isinstance(declared, str) and declared != "null":
+            node["type"] = [declared, "null"]
+        elif isinstance(declared, list) and "null" not in declared:
+            node["type"] = [*declared, "null"]
 
     def example(self, node: dict[str, Any], example: object, path: str) -> None:
         if "examples" in node:

@@ -48,6 +48,8 @@ from dsh_core import (
     RawSchema,
     Rewrite,
     ToolEffects,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
     ToolRuntime,
     define_tool,
     hookimpl,
@@ -257,7 +259,7 @@ def test_a_type_list_of_disjoint_types_becomes_one_of() -> None:
         ({"allOf": [{"type": "string"}]}, "schema.allOf"),
         ({"type": "object", "patternProperties": {"^x": {"type": "string"}}}, "schema.patternProperties"),
         ({"type": "array", "prefixItems": [{"type": "string"}]}, "schema.prefixItems"),
-        ({"type": "string", "nullable": True}, "schema.nullable"),
+        ({"type": "string", "nullable": "yes"}, "schema.nullable"),
         ({"type": ["integer", "number"]}, "schema.type"),
     ],
 )
@@ -347,6 +349,51 @@ def test_rewrites_that_would_change_the_accepted_values_are_refused(schema: dict
     assert any(v.startswith(violation) for v in caught.value.violations), caught.value.violations
 
 
+@pytest.mark.parametrize(
+    ("schema", "rewritten"),
+    [
+        ({"type": "string", "nullable": True}, {"oneOf": [{"type": "string"}, {"type": "null"}]}),
+        (
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "nullable": True, "title": "T"},
+            {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"type": "null"}], "title": "T"},
+        ),
+        (
+            {"type": ["string", "integer"], "nullable": True},
+            {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+        ),
+        # enum still decides: a null it leaves out stays refused, as OpenAPI 3.0.3 says.
+        ({"type": "string", "enum": ["x", "y"], "nullable": True}, {"type": "string", "enum": ["x", "y"]}),
+        (
+            {"type": "string", "enum": ["x", None], "nullable": True},
+            {"oneOf": [{"type": "string", "enum": ["x"]}, {"type": "null", "enum": [None]}]},
+        ),
+        # Without a type, and when false, it constrains nothing.
+        ({"enum": ["x"], "nullable": True}, {"type": "string", "enum": ["x"]}),
+        ({"type": "string", "nullable": False}, {"type": "string"}),
+        ({"type": "null", "nullable": True}, {"type": "null"}),
+    ],
+)
+def test_openapi_nullable_adds_null_to_the_declared_type(schema: dict[str, Any], rewritten: dict[str, Any]) -> None:
+    result = downgrade_schema(schema)
+    assert result.schema == rewritten
+    assert "schema.nullable" in result.rewritten
+    assert result.stripped == () and result.dropped == ()
+
+
+async def test_a_nullable_parameter_accepts_null_through_the_registry() -> None:
+    schema = {"type": "object", "properties": {"note": {"type": "string", "nullable": True}}, "required": ["note"]}
+    parameters = downgrade_schema(schema, root="parameters", object_root=True).schema
+
+    async def echo_note(args: Any) -> Any:
+        return args["note"]
+
+    runtime = make_runtime(json_tool("t", echo_note, parameters=RawSchema(parameters)))
+    ok = await runtime.execute(make_input("t", {"note": None}))
+    assert isinstance(ok, ToolExecutionSuccess) and ok.value is None
+    bad = await runtime.execute(make_input("t", {"note": 3}))
+    assert isinstance(bad, ToolExecutionFailure) and bad.error.info.code == "INVALID_ARGS"
+
+
 def test_an_example_beside_examples_is_dropped_with_a_warning() -> None:
     result = downgrade_schema({"type": "string", "example": "x", "examples": ["y"]})
     assert result.schema == {"type": "string", "examples": ["y"]}
@@ -381,10 +428,12 @@ def test_a_false_subschema_is_refused() -> None:
 
 
 def test_refusals_of_the_subset_check_name_the_same_root_as_downgrades() -> None:
-    schema = {"type": "object", "properties": {"a": {"type": "string", "nullable": True}}}
+    schema = {"type": "object", "properties": {"a": {"type": "string", "discriminator": "kind"}}}
     with pytest.raises(JsonSchemaError) as caught:
         downgrade_schema(schema, root="parameters", object_root=True)
-    assert [violation.split(" ")[0] for violation in caught.value.violations] == ["parameters.properties.a.nullable"]
+    assert [violation.split(" ")[0] for violation in caught.value.violations] == [
+        "parameters.properties.a.discriminator"
+    ]
 
 
 # -- settings ------------------------------------------------------------------------------------
