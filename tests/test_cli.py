@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from click.testing import CliRunner, Result
 
 # Shared with the loader tests: builds throw-away distributions on sys.path.
@@ -1414,6 +1415,25 @@ def test_session_refuses_a_target_that_is_not_a_regular_file(tools: list[str], t
             assert result.exit_code == 2, (command, target, result.output)
             assert result.stdout == ""
             assert f"cannot use {target} as the session log: not a regular file" in result.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+@pytest.mark.parametrize("command", [["replay"], ["explain", "c1"], ["simulate"]])
+async def test_reading_a_fifo_as_the_session_log_fails_fast(
+    tools: list[str], tmp_path: Path, command: list[str]
+) -> None:
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    args = [*tools, command[0], str(fifo), *command[1:]]
+    # Real time: the open this guards against blocks in the OS, out of reach of a mock clock.
+    with trio.fail_after(20):
+        result = await trio.to_thread.run_sync(invoke, args, abandon_on_cancel=True)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert (
+        f"cannot read session log {fifo}: {fifo}: not a regular file but a FIFO (named pipe); "
+        "a session log must be one"
+    ) in result.stderr
 
 
 def _disk_full(*args: object, **kwargs: object) -> None:
