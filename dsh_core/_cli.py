@@ -71,7 +71,14 @@ from ._json import json_text, thaw
 from ._jsoncodec import decode_json, dumps_text
 from ._logged_calls import logged_calls
 from ._pipeline import approval_unavailable_reason
-from ._plugins import FailedPlugin, PluginReport, discover_entry_points, load_plugins, unknown_hooks
+from ._plugins import (
+    FailedPlugin,
+    PluginReport,
+    RefusedRegistration,
+    discover_entry_points,
+    load_plugins,
+    unknown_hooks,
+)
 from ._registry import RUN_CODE_NAME
 from ._replay import SessionRecorder, replay
 from ._results import ToolExecutionFailure, ToolExecutionResult
@@ -313,8 +320,7 @@ def _build_host(
         raise _UsageProblem(
             "\n  ".join(
                 [
-                    "a plugin the configuration sets up failed to load, so nothing was run "
-                    "(fix its table, or list it in disabled_plugins):",
+                    "a plugin the configuration sets up failed to load, so nothing was run:",
                     *(line for failed in refused for line in _config_failure_lines(failed, report)),
                 ]
             )
@@ -382,38 +388,74 @@ def _unmatched_tables(config: DshConfig, report: PluginReport, options: _Options
     return unmatched
 
 
-def _duplicate_tool_lines(failed: FailedPlugin, report: PluginReport) -> list[str]:
-    """``check``'s wording for a setup that failed on a tool name another plugin holds: the holder, and the fix.
+def _fatal_duplicates(failed: FailedPlugin, report: PluginReport) -> list[RefusedRegistration]:
+    """The refused registrations of a tool name another plugin holds that made ``failed``'s setup fail.
 
-    Empty when the failure had another cause: the registry's own message
-    speaks to a plugin author, not to the user who installed both plugins.
+    Empty when the failure had another cause.
     """
     if failed.stage != "setup":
         return []
     return [
-        f'plugin {refusal.plugin}: tool "{refusal.tool}" {_duplicate(refusal.plugin, holder)}'
+        refusal
         for refusal in report.refused
-        if (holder := refusal.conflicts_with) is not None
-        and refusal.plugin == failed.name
-        and refusal.error in failed.error
+        if refusal.conflicts_with is not None and refusal.plugin == failed.name and refusal.error in failed.error
     ]
 
 
+def _duplicate_tool_text(refusal: RefusedRegistration) -> str:
+    """``check``'s wording for a tool name another plugin holds: the holder, and the fix.
+
+    Not the registry's own message: that speaks to a plugin author, not to the
+    user who installed both plugins.
+    """
+    assert refusal.conflicts_with is not None
+    return f'tool "{refusal.tool}" {_duplicate(refusal.plugin, refusal.conflicts_with)}'
+
+
+def _duplicate_tool_line(refusal: RefusedRegistration) -> str:
+    return f"plugin {refusal.plugin}: {_duplicate_tool_text(refusal)}"
+
+
+def _duplicate_tool_lines(failed: FailedPlugin, report: PluginReport) -> list[str]:
+    """A setup that failed on a tool name another plugin holds, in ``check``'s wording (else empty)."""
+    return [_duplicate_tool_line(refusal) for refusal in _fatal_duplicates(failed, report)]
+
+
 def _config_failure_lines(failed: FailedPlugin, report: PluginReport) -> list[str]:
-    """A configured plugin's failure: each problem in its table, else how it failed."""
-    duplicates = _duplicate_tool_lines(failed, report)
+    """A configured plugin's failure: each problem in its table, else how it failed; then the fix for its cause.
+
+    Only a table ``dsh_setup`` refused is fixed in the table: a name clash is
+    fixed by a prefix or by uninstalling a distribution, a plugin that cannot be
+    imported by fixing or reinstalling it.
+    """
+    name = failed.name
+    without = f'or list "{name}" in disabled_plugins to run without it'
+    duplicates = _fatal_duplicates(failed, report)
     if duplicates:
-        return duplicates
+        if all(refusal.conflicts_with == name for refusal in duplicates):
+            hint = f"the plugin registers one tool name twice (its own bug): fix or update it, {without}"
+        else:
+            hint = f"a tool name clash, not a table problem: rename as above, {without}"
+        return [*map(_duplicate_tool_line, duplicates), f"hint: {hint}"]
     if failed.violations:
-        return [f"plugin {failed.name}: {violation}" for violation in failed.violations]
+        return [
+            *(f"plugin {name}: {violation}" for violation in failed.violations),
+            f"hint: fix its table [plugins.{name}], {without}",
+        ]
     if failed.shadowed_by is not None:
         skipped = f"{failed.distribution or 'an entry point'} ({failed.value})"
         return [
-            f"plugin {failed.name} ([plugins.{failed.name}] is set) is provided by two distributions: "
+            f"plugin {name} ([plugins.{name}] is set) is provided by two distributions: "
             f"{failed.shadowed_by} took the name and {skipped} was skipped; uninstall the one you do not mean "
-            "(or, for a --plugin one, give it another NAME=)"
+            "(or, for a --plugin one, give it another NAME=)",
+            f"hint: a plugin name clash, not a table problem: uninstall one distribution as above, {without}",
         ]
-    return [f"plugin {failed.name} ([plugins.{failed.name}] is set) failed at {failed.stage}: {failed.error}"]
+    if failed.stage == "setup":
+        # Its dsh_setup raised something other than ConfigError: the table may or may not be the cause.
+        hint = f"its dsh_setup failed (see its error): fix the plugin or its table [plugins.{name}], {without}"
+    else:
+        hint = f"the plugin itself failed, not its table: fix or reinstall it, {without}"
+    return [f"plugin {name} ([plugins.{name}] is set) failed at {failed.stage}: {failed.error}", f"hint: {hint}"]
 
 
 def _scope_label(scope: object) -> str | None:
@@ -1096,9 +1138,18 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
     runtime, report = host.runtime, host.report
     pm = runtime.plugins
     findings = _Findings()
+    folded: list[RefusedRegistration] = []  # said with the failure they caused
     for failed in report.failed:
         origin = f" from {failed.distribution} {failed.version}" if failed.distribution else ""
-        if failed.violations:
+        duplicates = _fatal_duplicates(failed, report)
+        if duplicates:
+            # The holder and the fix, not the registry's hint for plugin authors next to it.
+            folded.extend(duplicates)
+            findings.problems.extend(
+                f"plugin {failed.name} ({failed.value}{origin}) failed at {failed.stage}: {_duplicate_tool_text(refusal)}"
+                for refusal in duplicates
+            )
+        elif failed.violations:
             # Each problem of its table on its own line, as for the host's own settings.
             findings.problems.extend(
                 f"plugin {failed.name} ({failed.value}{origin}) failed at {failed.stage}: invalid configuration: "
@@ -1114,7 +1165,8 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
         tool = f'tool "{refusal.tool}"' if refusal.tool else "a registration"
         owner = f"plugin {refusal.plugin}"
         if refusal.conflicts_with is not None:
-            findings.problems.append(f"{owner}: {tool} {_duplicate(refusal.plugin, refusal.conflicts_with)}")
+            if all(refusal is not said for said in folded):
+                findings.problems.append(f"{owner}: {_duplicate_tool_text(refusal)}")
             # Refused for its name alone: the rest of its checks still apply.
             if refusal.definition is not None:
                 _check_tool(refusal.definition, owner, findings)

@@ -273,7 +273,8 @@ def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | No
             write can have left it: the file is not a session log), or the ``seq``
             numbers do not run 1, 2, 3, ... (on from ``after``'s); the message
             names the line. Also when the file is shorter than ``after.end``
-            (it was replaced or cut).
+            (it was replaced or cut). Also when ``path`` is not a regular file
+            (a FIFO, a device, a directory): refused at once, never waited on.
         OSError: the file cannot be read.
     """
     name = os.fspath(path)
@@ -281,7 +282,7 @@ def read_session_log(path: str | os.PathLike[str], *, after: SessionLogRead | No
     bad: TornLine | None = None
     offset = after.end if after is not None else 0
     first_seq = after.next_seq if after is not None else 1
-    with open(path, "rb") as file:
+    with os.fdopen(_open_regular_file(path, os.O_RDONLY), "rb") as file:
         if offset and file.seek(0, os.SEEK_END) < offset:
             raise SessionLogError(f"the file is shorter than the {offset} bytes read before", path=name)
         file.seek(offset)
@@ -422,40 +423,70 @@ def _error_json(error: Mapping[str, str] | None, is_error: bool) -> dict[str, st
     return {"name": error["name"], "code": error["code"], "message": error["message"]}
 
 
-_NOT_REGULAR: Final = "not a regular file (a directory, a device or a FIFO); a session log must be one"
 # O_NONBLOCK: a FIFO swapped in after the check by path does not hang the open (it is refused
-# once open); it changes nothing for a regular file, and is cleared before the first write.
+# once open); it changes nothing for a regular file, and is cleared once the file is checked.
 _NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
-_APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | _NONBLOCK
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+
+
+def _what_it_is(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def _not_regular(path: str | os.PathLike[str], mode: int | None) -> SessionLogError:
+    kind = " (a directory, a device or a FIFO)" if mode is None else f" but {_what_it_is(mode)}"
+    return SessionLogError(f"not a regular file{kind}; a session log must be one", path=os.fspath(path))
 
 
 def refuse_non_regular_target(path: str | os.PathLike[str]) -> None:
     """Raise :class:`SessionLogError` if ``path`` exists and is not a regular file (after symlinks).
 
-    Appended to a device (``/dev/null``) the events are lost; opening a FIFO for
-    writing blocks until something reads it; a directory fails only at the open.
-    Checked before anything is run or written, by the log and by the CLI.
+    Appended to a device (``/dev/null``) the events are lost; opening a FIFO
+    blocks until something is at its other end; a directory fails only at the
+    open. Checked before anything is run or written, by the log and by the CLI,
+    and before the reader opens anything.
     """
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         return  # to be created
     if not stat.S_ISREG(mode):
-        raise SessionLogError(_NOT_REGULAR, path=os.fspath(path))
+        raise _not_regular(path, mode)
 
 
-def _open_for_appending(path: Path) -> int:
-    """A descriptor of ``path`` opened for appending, if it is a regular file (created if absent)."""
+def _open_regular_file(path: str | os.PathLike[str], flags: int) -> int:
+    """A blocking descriptor of ``path`` opened with ``flags``, if it is a regular file.
+
+    The writer and the reader share this: checked by path first (a device is
+    never opened), then opened without blocking and checked again by the
+    descriptor, so a FIFO swapped in between neither hangs the open nor is used.
+    """
     refuse_non_regular_target(path)
     try:
-        descriptor = os.open(path, _APPEND_FLAGS, 0o600)
+        descriptor = os.open(path, flags | _NONBLOCK | _CLOEXEC, 0o600)
     except OSError as exc:
         if exc.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO with no reader, a directory: swapped in
-            raise SessionLogError(_NOT_REGULAR, path=os.fspath(path)) from None
+            try:
+                mode: int | None = os.stat(path).st_mode
+            except OSError:
+                mode = None
+            raise _not_regular(path, mode) from None
         raise
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise SessionLogError(_NOT_REGULAR, path=os.fspath(path))
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
         if _NONBLOCK:
             os.set_blocking(descriptor, True)
     except BaseException:
@@ -505,7 +536,7 @@ class SessionLog:
         self._new_file = not self.path.exists()
         # Unbuffered: every write goes straight to the OS, so a failed or interrupted
         # write can never be completed later by a buffer flush in the middle of the file.
-        descriptor = _open_for_appending(self.path)
+        descriptor = _open_regular_file(self.path, _APPEND_FLAGS)
         self._file: BinaryIO | None = os.fdopen(descriptor, "ab", buffering=0)
         try:
             _lock_exclusively(self._file, self.path)

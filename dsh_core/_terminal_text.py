@@ -49,6 +49,24 @@ _INVISIBLE = frozenset(chr(code) for first, last in _INVISIBLE_RANGES for code i
 _INVISIBLE_SEARCH = re.compile(
     "[" + "".join(f"\\U{first:08x}-\\U{last:08x}" for first, last in _INVISIBLE_RANGES) + "]"
 ).search
+
+
+def draws_nothing(char: str) -> bool:
+    """Whether ``char`` is one of the letters and symbols ``str.isprintable`` accepts that draw nothing.
+
+    ``\\u3164`` Hangul filler, ``\\u2800`` blank Braille pattern, the variation
+    selectors but the emoji ones...: the one rule for every text a person or a
+    model reads (the terminal here, the Code Mode SDK), so none of them can
+    hide content the others show.
+    """
+    return char in _INVISIBLE
+
+
+def holds_invisible(text: str) -> bool:
+    """Whether any character of ``text`` :func:`draws_nothing` (one pass in C)."""
+    return _INVISIBLE_SEARCH(text) is not None
+
+
 # Distinct characters remembered per table (a few MB at most): even CJK text uses fewer,
 # and text built to hold every code point must not grow the table to a million entries.
 _REMEMBERED = 1 << 16
@@ -82,7 +100,7 @@ class _Escapes(dict[int, str]):
     def __missing__(self, code: int) -> str:
         char = chr(code)
         shown = char
-        if char not in self._kept and (char in _INVISIBLE or unicodedata.category(char) in _ESCAPED_CATEGORIES):
+        if char not in self._kept and (draws_nothing(char) or unicodedata.category(char) in _ESCAPED_CATEGORIES):
             shown = self._escape(code)
         if len(self) < _REMEMBERED:
             self[code] = shown
@@ -114,7 +132,7 @@ def clipped(text: str, limit: int = MESSAGE_CHARS) -> str:
 
 
 def _shown_as_is(text: str) -> bool:
-    return text.isprintable() and _INVISIBLE_SEARCH(text) is None
+    return text.isprintable() and not holds_invisible(text)
 
 
 def printable(text: str, *, one_line: bool = False) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from click.testing import CliRunner, Result
 
 # Shared with the loader tests: builds throw-away distributions on sys.path.
@@ -1346,6 +1347,154 @@ def test_a_plugin_refused_for_a_duplicate_tool_gets_checks_fix_from_the_commands
     assert json.loads(invoke([*installed, "call", "two__echo", "{}"]).stdout) == {"second": True}
 
 
+def _refusal(stderr: str) -> list[str]:
+    """The lines of a refusal to run, without click's "Error: " and the indentation."""
+    return [line.removeprefix("Error: ").strip() for line in stderr.splitlines()]
+
+
+REFUSED_HEADING = "a plugin the configuration sets up failed to load, so nothing was run:"
+
+
+def test_a_configured_plugin_whose_table_is_refused_is_told_to_fix_its_table(
+    tools: list[str], misconfigured: Path
+) -> None:
+    """Each failure gets the fix for its cause: only a table problem is fixed in its table."""
+    table = invoke(["--config", str(misconfigured), *tools, *PERMISSIONS, "call", "echo", "{}"])
+    assert table.exit_code == 2 and table.stdout == ""
+    assert _refusal(table.stderr) == [
+        REFUSED_HEADING,
+        'plugin permissions: [plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"',
+        'hint: fix its table [plugins.permissions], or list "permissions" in disabled_plugins to run without it',
+    ]
+
+
+def test_a_configured_plugin_that_cannot_be_imported_is_not_blamed_on_its_table(
+    dists: Dists, tmp_path: Path
+) -> None:
+    dists.module("broken", BROKEN_IMPORT)
+    dists.dist("dsh-broken", {"broken": "{p}broken"})
+    (tmp_path / "dsh.toml").write_text("[plugins.broken]\n")
+    result = invoke(["--group", dists.group, "call", "echo", "{}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert _refusal(result.stderr) == [
+        REFUSED_HEADING,
+        "plugin broken ([plugins.broken] is set) failed at import: "
+        "ModuleNotFoundError: No module named 'missing_dependency_for_cli_test'",
+        'hint: the plugin itself failed, not its table: fix or reinstall it, or list "broken" in disabled_plugins '
+        "to run without it",
+    ]
+
+
+SETUP_RAISES = """
+from dsh_core import hookimpl
+
+@hookimpl
+def dsh_setup(runtime, config):
+    raise RuntimeError("no token in the environment")
+"""
+
+ECHO_TWICE = """
+from dsh_core import define_tool, hookimpl
+
+async def _echo(args):
+    return {}
+
+@hookimpl
+def dsh_setup(runtime, config):
+    for _ in range(2):
+        runtime.register(define_tool(
+            name="twice", description="Twice.", parameters={}, output={"type": "json"}, execute=_echo))
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "problem", "hint"),
+    [
+        (
+            SETUP_RAISES,
+            "failed at setup: dsh_setup failed: RuntimeError: no token in the environment",
+            "hint: its dsh_setup failed (see its error): fix the plugin or its table [plugins.odd], "
+            'or list "odd" in disabled_plugins to run without it',
+        ),
+        (
+            ECHO_TWICE,
+            'plugin odd: tool "twice" is registered twice by this plugin itself',
+            "hint: the plugin registers one tool name twice (its own bug): fix or update it, "
+            'or list "odd" in disabled_plugins to run without it',
+        ),
+    ],
+)
+def test_a_configured_plugin_whose_setup_failed_gets_the_hint_of_its_cause(
+    dists: Dists, tmp_path: Path, source: str, problem: str, hint: str
+) -> None:
+    dists.module("odd", source)
+    dists.dist("dsh-odd", {"odd": "{p}odd"})
+    (tmp_path / "dsh.toml").write_text("[plugins.odd]\n")
+    result = invoke(["--group", dists.group, "call", "echo", "{}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = _refusal(result.stderr)
+    assert lines[0] == REFUSED_HEADING and len(lines) == 3, lines
+    assert problem in lines[1]
+    assert lines[2] == hint
+
+
+def test_a_configured_plugin_refused_for_a_duplicate_tool_is_told_to_prefix_not_to_fix_its_table(
+    dists: Dists, tmp_path: Path
+) -> None:
+    dists.module("clitools", PLUGIN)
+    dists.module("echotoo", ECHO_TOO)
+    dists.dist("dsh-cli-a", {"cli": "{p}clitools"})
+    dists.dist("dsh-cli-b", {"second": "{p}echotoo"})
+    (tmp_path / "dsh.toml").write_text("[plugins.second]\n")
+    result = invoke(["--group", dists.group, "call", "echo", "{}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert _refusal(result.stderr) == [
+        REFUSED_HEADING,
+        'plugin second: tool "echo" is already registered by plugin cli (duplicate tool name; to load both, '
+        'give one a prefix: [tool_prefixes] second = "..." in dsh.toml)',
+        'hint: a tool name clash, not a table problem: rename as above, or list "second" in disabled_plugins '
+        "to run without it",
+    ]
+
+
+def test_a_configured_plugin_name_two_distributions_provide_is_told_to_uninstall_one(
+    dists: Dists, tmp_path: Path
+) -> None:
+    dists.module("clitools", PLUGIN)
+    squat = dists.module("squat", SQUAT)
+    dists.dist("acme-squat", {"cli": "{p}squat"})
+    dists.dist("dsh-cli-real", {"cli": "{p}clitools"})
+    (tmp_path / "dsh.toml").write_text("[plugins.cli]\n")
+    result = invoke(["--group", dists.group, "call", "echo", "{}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert _refusal(result.stderr) == [
+        REFUSED_HEADING,
+        f"plugin cli ([plugins.cli] is set) is provided by two distributions: acme-squat ({squat}) took the name "
+        f"and dsh-cli-real ({dists.prefix}clitools) was skipped; uninstall the one you do not mean "
+        "(or, for a --plugin one, give it another NAME=)",
+        "hint: a plugin name clash, not a table problem: uninstall one distribution as above, "
+        'or list "cli" in disabled_plugins to run without it',
+    ]
+
+
+def test_check_says_a_plugin_refused_for_a_duplicate_tool_once(dists: Dists) -> None:
+    """One line per problem: the holder and the fix, not also the registry's hint for plugin authors."""
+    dists.module("clitools", PLUGIN)
+    echotoo = dists.module("echotoo", ECHO_TOO)
+    dists.dist("dsh-cli-a", {"cli": "{p}clitools"})
+    dists.dist("dsh-cli-b", {"second": "{p}echotoo"})
+    result = invoke(["--group", dists.group, "check"])
+    assert result.exit_code == 1, result.output
+    problems = [line for line in result.stdout.splitlines() if line.startswith("problem:")]
+    assert problems == [
+        f'problem: plugin second ({echotoo} from dsh-cli-b 1.0) failed at setup: tool "echo" is already registered '
+        'by plugin cli (duplicate tool name; to load both, give one a prefix: [tool_prefixes] second = "..." in '
+        "dsh.toml)"
+    ]
+    assert "per-agent variant" not in result.output
+    assert "1 plugin(s) loaded, 1 failed" in result.stdout and "1 problem(s)" in result.stdout
+
+
 DENY_ALL = """
 from dsh_core import Deny, hookimpl
 
@@ -1414,6 +1563,25 @@ def test_session_refuses_a_target_that_is_not_a_regular_file(tools: list[str], t
             assert result.exit_code == 2, (command, target, result.output)
             assert result.stdout == ""
             assert f"cannot use {target} as the session log: not a regular file" in result.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+@pytest.mark.parametrize("command", [["replay"], ["explain", "c1"], ["simulate"]])
+async def test_reading_a_fifo_as_the_session_log_fails_fast(
+    tools: list[str], tmp_path: Path, command: list[str]
+) -> None:
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    args = [*tools, command[0], str(fifo), *command[1:]]
+    # Real time: the open this guards against blocks in the OS, out of reach of a mock clock.
+    with trio.fail_after(20):
+        result = await trio.to_thread.run_sync(invoke, args, abandon_on_cancel=True)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert (
+        f"cannot read session log {fifo}: {fifo}: not a regular file but a FIFO (named pipe); "
+        "a session log must be one"
+    ) in result.stderr
 
 
 def _disk_full(*args: object, **kwargs: object) -> None:

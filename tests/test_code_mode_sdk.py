@@ -321,6 +321,44 @@ def test_comment_descriptions_escape_controls_but_not_quotes() -> None:
     compile(block(text), "<sdk>", "exec")
 
 
+# Letters and symbols str.isprintable accepts that draw nothing (the terminal's rule, _terminal_text).
+INVISIBLE = ["\u3164", "\u2800", "\u115f", "\u1160", "\ufe00", "\U000e0100", "\uffa0"]
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+def test_descriptions_escape_characters_that_draw_nothing(char: str) -> None:
+    """A description cannot hide text from whoever reads the SDK: ``a\\u3164b`` reads as the escape, not ``ab``."""
+    escaped = f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}"
+    text = render_python_sdk([Tool("t", description=f"a{char}b"), Tool("t-c", description=f"a{char}b")])
+    assert f'        """a\\{escaped}b"""\n' in text
+    assert f"    #   a{escaped}b\n" in text
+    assert char not in text
+    assert run_block(text)["Tools"].t.__doc__ == f"a{escaped}b"
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+def test_names_and_literals_escape_characters_that_draw_nothing(char: str) -> None:
+    """A name with one is no method (an identifier cannot show an escape): it is quoted, escaped, like an enum value."""
+    name = f"get{char}file"
+    escaped = f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}"
+    mode = {"type": "string", "enum": [f"on{char}"]}
+    named = render_python_sdk([Tool(name, obj(("mode", f"x{char}"), mode=mode, **{f"x{char}": STRING}))])
+    # A field name with one degrades its object as any key that cannot be a class-syntax field does.
+    assert f'    # tools["get{escaped}file"](args: dict[str, Any]) -> str\n' in named
+    assert char not in named
+    assert "async def" not in named
+    text = render_python_sdk([Tool("t", obj(("mode",), mode=mode))])
+    assert f'    mode: Literal["on{escaped}"]\n' in text
+    assert char not in text
+    assert run_block(text)["TArgs"].__annotations__["mode"].__args__ == (f"on{char}",)
+
+
+def test_emoji_presentation_selectors_and_joiners_stay_as_they_are() -> None:
+    emoji = "\u2764\ufe0f and \U0001f469\u200d\U0001f4bb"
+    text = render_python_sdk([Tool("t", description=emoji)])
+    assert f'        """{emoji}"""\n' in text
+
+
 def test_typing_import_lists_only_used_symbols() -> None:
     def imports(*tools: Any) -> str:
         return block(render_python_sdk(tools)).split("\n", 1)[0]

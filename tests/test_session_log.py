@@ -707,6 +707,36 @@ async def test_a_fifo_with_no_reader_is_refused_instead_of_blocking(tmp_path: Pa
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+async def test_reading_a_fifo_with_no_writer_is_refused_instead_of_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    # Real time: the open this guards against blocks in the OS, out of reach of a mock clock.
+    with trio.fail_after(10):
+        with pytest.raises(SessionLogError) as refused:
+            await trio.to_thread.run_sync(read_session_log, fifo, abandon_on_cancel=True)
+    assert refused.value.path == os.fspath(fifo)
+    assert str(refused.value) == f"{fifo}: not a regular file but a FIFO (named pipe); a session log must be one"
+
+
+@pytest.mark.parametrize("target", ["device", "directory"])
+def test_reading_a_target_that_is_not_a_regular_file_names_what_it_is(tmp_path: Path, target: str) -> None:
+    path, kind = (Path(os.devnull), "a character device") if target == "device" else (tmp_path, "a directory")
+    with pytest.raises(SessionLogError) as refused:
+        read_session_log(path)
+    assert str(refused.value) == f"{path}: not a regular file but {kind}; a session log must be one"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_reading_checks_the_opened_file_not_only_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    # Swapped in after the check by path: the non-blocking open returns, and the opened file is refused.
+    monkeypatch.setattr(session_log_module, "refuse_non_regular_target", lambda path: None)
+    with pytest.raises(SessionLogError, match="not a regular file but a FIFO"):
+        read_session_log(fifo)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
 def test_a_fifo_with_a_reader_is_refused_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fifo = tmp_path / "log.fifo"
     os.mkfifo(fifo)

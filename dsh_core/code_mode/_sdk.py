@@ -18,6 +18,11 @@ Python's own lexical rules apply throughout (SPEC §7):
   escape the control characters and lone surrogates that remain;
 - string literals are double-quoted and escaped like ``repr``: every character
   ``str.isprintable()`` rejects becomes a ``\\x``/``\\u``/``\\U`` escape;
+- the letters and symbols that draw nothing (``\\u3164`` Hangul filler,
+  ``\\u2800`` blank Braille pattern, variation selectors but the emoji ones:
+  the terminal's rule, :func:`~dsh_core._terminal_text.draws_nothing`) are
+  escaped in descriptions and literals too, and a name holding one is not a
+  bare identifier, so no text the model reads can hide part of itself;
 - numbers are Python numbers: ints as exact digits, integral floats as int
   digits (``1e21`` -> ``1000000000000000000000``), other floats by ``repr``.
 
@@ -35,6 +40,8 @@ import math
 import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeAlias
+
+from .._terminal_text import draws_nothing, holds_invisible
 
 __all__ = [
     "RUN_CODE_DESCRIPTION",
@@ -152,7 +159,9 @@ def _nfkc(text: str) -> str:
 
 
 def _is_bare_identifier(name: str) -> bool:
-    return name.isidentifier() and _nfkc(name) == name
+    # An identifier cannot show an escape: one holding a character that draws
+    # nothing (``get\u3164file``) is quoted instead, where the escape shows.
+    return name.isidentifier() and _nfkc(name) == name and not holds_invisible(name)
 
 
 def _is_field_name(name: str) -> bool:
@@ -178,9 +187,13 @@ def _escape_char(char: str) -> str:
     return f"\\U{code:08x}"
 
 
+def _shown_in_literal(char: str) -> bool:
+    return char.isprintable() and not draws_nothing(char)
+
+
 def _quote(text: str) -> str:
-    """A double-quoted Python string literal for ``text``, escaped like ``repr``."""
-    if text.isprintable() and '"' not in text and "\\" not in text:
+    """A double-quoted Python string literal for ``text``, escaped like ``repr`` and for what draws nothing."""
+    if text.isprintable() and not holds_invisible(text) and '"' not in text and "\\" not in text:
         return f'"{text}"'
     out = ['"']
     for char in text:
@@ -192,7 +205,7 @@ def _quote(text: str) -> str:
             out.append("\\r")
         elif char == "\t":
             out.append("\\t")
-        elif char.isprintable():
+        elif _shown_in_literal(char):
             out.append(char)
         else:
             out.append(_escape_char(char))
@@ -205,16 +218,22 @@ def _describe(description: object) -> str | None:
 
     Whitespace runs collapse to one space; the control characters and lone
     surrogates left over (a NUL or a surrogate anywhere makes the source
-    uncompilable) become visible escapes. Other invisible characters pass.
+    uncompilable) and the letters and symbols that draw nothing (the terminal's
+    rule: a Hangul filler would hide text from whoever reads the SDK) become
+    visible escapes. Format characters (zero-width space, bidi marks) pass.
     """
     if not isinstance(description, str):
         return None
     collapsed = " ".join(description.split())
     if not collapsed:
         return None
-    if collapsed.isprintable():
+    if collapsed.isprintable() and not holds_invisible(collapsed):
         return collapsed
-    return "".join(_escape_char(char) if unicodedata.category(char) in ("Cc", "Cs") else char for char in collapsed)
+    return "".join(_escape_char(char) if _escaped_in_description(char) else char for char in collapsed)
+
+
+def _escaped_in_description(char: str) -> bool:
+    return unicodedata.category(char) in ("Cc", "Cs") or draws_nothing(char)
 
 
 def _docstring(description: object) -> str | None:
@@ -241,7 +260,9 @@ def _camel(raw: str) -> str:
     # ``str.upper`` is a full case mapping (``ﬁ`` -> ``FI``) and may produce
     # characters outside the identifier set; those are dropped.
     joined = "".join(part[0].upper() + part[1:] for part in parts)
-    joined = _nfkc("".join(char for char in joined if ("a" + char).isidentifier()))
+    joined = _nfkc("".join(char for char in joined if ("a" + char).isidentifier() and not draws_nothing(char)))
+    # NFKC turns the Hangul fillers U+3164/U+FFA0 (dropped above) into U+1160, which draws nothing too.
+    joined = "".join(char for char in joined if not draws_nothing(char))
     if not joined[:1].isidentifier() or joined[:1] == "_":
         joined = "Tool" + joined
     # Normalise after the prefix too: ``Tool`` + a combining mark composes.
