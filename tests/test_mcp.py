@@ -1431,6 +1431,37 @@ async def test_serve_http_leaves_out_the_tools_whose_schemas_no_client_could_rea
     assert refused.meta["dsh/error"] == {"code": "UNSUPPORTED_SCHEMA", "name": "McpSchemaTooDeep", "plugin": None}
 
 
+async def test_serve_registry_checks_each_tools_schema_depth_once_until_the_registry_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_core import _mcp_server
+
+    checked: list[str] = []
+    check = _mcp_server.mcp_listing_problem
+
+    def counted(schema: Any, definition: Any) -> str | None:
+        checked.append(schema.name)
+        return check(schema, definition)
+
+    monkeypatch.setattr(_mcp_server, "mcp_listing_problem", counted)
+    runtime = make_runtime(json_tool("echo"))
+    too_deep = runtime.register(deep_schema_tool("deeper", parameters=DEEPEST_LISTED_SCHEMA + 1))
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["echo"]
+        for _ in range(5):
+            assert not (await client.call_tool("echo", {"x": 1})).is_error
+            assert (await client.call_tool("deeper", {"x": []})).is_error
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["echo"]
+        assert sorted(checked) == ["deeper", "echo"]  # the walk of a schema is done once per tool
+        # A tool registered again under the same name may have another schema: its verdict is redone.
+        too_deep()
+        runtime.register(deep_schema_tool("deeper", parameters=3))
+        checked.clear()
+        served = [await client.call_tool("deeper", {"x": "shallow now"}) for _ in range(3)]
+        assert [result.is_error for result in served] == [False, False, False]
+        assert checked.count("deeper") == 1
+
+
 async def test_serve_registry_reports_a_policy_denial_as_an_error_result() -> None:
     runtime, _ = serving_runtime(DenyDeletes())
     async with Client(serve_registry(runtime), mode="legacy") as client:
