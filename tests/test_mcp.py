@@ -1264,6 +1264,54 @@ async def test_a_tool_list_changed_by_no_call_of_the_session_is_notified() -> No
     assert seen.count("ToolListChangedNotification") == 2
 
 
+def list_change_listeners(runtime: ToolRuntime) -> list[object]:
+    from dsh_core._mcp_list_changed import _ChangeListener
+
+    return [plugin for plugin in runtime.plugins.get_plugins() if isinstance(plugin, _ChangeListener)]
+
+
+async def test_a_served_registry_listens_for_tool_changes_once_however_many_lifespans_run() -> None:
+    runtime = make_runtime(json_tool("first"))
+    server = serve_registry(runtime)
+    seen: dict[str, list[str]] = {"a": [], "b": [], "c": []}
+
+    async def session(label: str, tool: str) -> None:
+        handler = tool_list_notices(seen[label])
+        async with Client(server, mode="legacy", message_handler=handler) as client:
+            await client.list_tools()
+            assert len(list_change_listeners(runtime)) == 1
+            runtime.register(json_tool(tool))
+            await eventually(lambda: "ToolListChangedNotification" in seen[label])
+
+    # One lifespan after the other (a server restarted in-process), then two at once.
+    await session("a", "second")
+    assert list_change_listeners(runtime) == []
+    await session("b", "third")
+    assert list_change_listeners(runtime) == []
+    async with Client(server, mode="legacy", message_handler=tool_list_notices(seen["c"])) as other:
+        await other.list_tools()
+        await session("c", "fourth")
+        assert len(list_change_listeners(runtime)) == 1  # the other lifespan still runs
+        await eventually(lambda: seen["c"].count("ToolListChangedNotification") == 2)
+    assert list_change_listeners(runtime) == []
+    assert {label: notices.count("ToolListChangedNotification") for label, notices in seen.items()} == {
+        "a": 1,
+        "b": 1,
+        "c": 2,  # each of its two sessions told once
+    }
+
+
+async def test_a_lifespan_that_fails_leaves_no_tool_change_listener_behind() -> None:
+    runtime = make_runtime(json_tool("first"))
+    server = serve_registry(runtime)
+    with pytest.raises(BaseException) as raised:  # the SDK may wrap it in exception groups
+        async with Client(server, mode="legacy"):
+            assert len(list_change_listeners(runtime)) == 1
+            raise RuntimeError("the host failed")
+    assert "the host failed" in str(raised.value) or raised.group_contains(RuntimeError)
+    assert list_change_listeners(runtime) == []
+
+
 async def test_a_tool_list_that_fails_to_build_after_a_change_does_not_end_the_server(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
