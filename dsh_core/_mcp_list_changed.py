@@ -79,6 +79,7 @@ class ListChangeNotifier:
         self._names: tuple[str, ...] = ()
         self._watched: dict[Connection, _Watched] = {}
         self._streams_know = self.names()
+        self._listening: dict[trio.lowlevel.TrioToken, _Listening] = {}
 
     def names(self) -> tuple[str, ...]:
         """The names ``tools/list`` answers now."""
@@ -134,38 +135,58 @@ class ListChangeNotifier:
             await _tell(watched.session)
 
     def lifespan(self, runtime: ToolRuntime) -> Callable[[Any], Any]:
-        """The ``lifespan`` of the ``mcp.server.Server``: publishes on every ``dsh_tools_change`` while it runs."""
+        """The ``lifespan`` of the ``mcp.server.Server``: publishes on every ``dsh_tools_change`` while it runs.
+
+        The SDK enters it once per connection of an in-process client or stdio
+        run, so several may run at once: they share one listener plugin
+        (registered by the first, unregistered when the last ends, however it
+        ends), and each change is published once, by whichever wakes first.
+        """
 
         @asynccontextmanager
         async def lifespan(server: Any) -> AsyncIterator[_LifespanState]:
-            changed = trio.Event()
-            token = trio.lowlevel.current_trio_token()
-
-            def wake() -> None:
-                nonlocal changed
-                changed.set()
-
-            listener = _ChangeListener(token, wake)
-            runtime.plugins.register(listener, name=f"dsh-mcp-list-changed-{id(listener):x}")
+            listening = self._listen(runtime)
             try:
                 async with trio.open_nursery() as nursery:
-
-                    async def publish_changes() -> None:
-                        nonlocal changed
-                        while True:
-                            await changed.wait()
-                            changed = trio.Event()  # a change from here on wakes it again
-                            await self.publish()
-
-                    nursery.start_soon(publish_changes)
+                    nursery.start_soon(self._publish_changes, listening)
                     try:
                         yield _LifespanState(nursery)
                     finally:
                         nursery.cancel_scope.cancel()
             finally:
-                runtime.plugins.unregister(listener)
+                self._stop_listening(runtime, listening)
 
         return lifespan
+
+    def _listen(self, runtime: ToolRuntime) -> _Listening:
+        # One listener per trio run: it wakes the run it was made in.
+        token = trio.lowlevel.current_trio_token()
+        listening = self._listening.get(token)
+        if listening is None:
+            listening = _Listening(token)
+            runtime.plugins.register(listening.listener, name=f"dsh-mcp-list-changed-{id(listening):x}")
+            self._listening[token] = listening
+        listening.lifespans += 1
+        return listening
+
+    def _stop_listening(self, runtime: ToolRuntime, listening: _Listening) -> None:
+        listening.lifespans -= 1
+        if listening.lifespans == 0:
+            del self._listening[listening.listener.token]
+            runtime.plugins.unregister(listening.listener)
+
+    async def _publish_changes(self, listening: _Listening) -> None:
+        while True:
+            if listening.published == listening.changes:
+                await listening.changed.wait()
+                continue
+            # Before publishing: a change from here on is published again, by this task or another.
+            listening.published = listening.changes
+            try:
+                await self.publish()
+            except BaseException:
+                listening.wake()  # this lifespan is ending mid-publish: another running one finishes it
+                raise
 
     def _watch(self, ctx: Any, known: tuple[str, ...]) -> _Watched | None:
         from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -185,11 +206,27 @@ class ListChangeNotifier:
         return watched
 
 
+class _Listening:
+    """The running lifespans of one trio run, and the changes their listener heard."""
+
+    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
+        self.listener = _ChangeListener(token, self.wake)
+        self.lifespans = 0
+        self.changes = 0  # heard by the listener
+        self.published = 0  # the changes a publish has started for
+        self.changed = trio.Event()
+
+    def wake(self) -> None:
+        self.changes += 1
+        changed, self.changed = self.changed, trio.Event()
+        changed.set()
+
+
 class _ChangeListener:
-    """The plugin that hears ``dsh_tools_change`` for a running lifespan, from any thread."""
+    """The plugin that hears ``dsh_tools_change`` for the running lifespans of one trio run, from any thread."""
 
     def __init__(self, token: trio.lowlevel.TrioToken, wake: Callable[[], None]) -> None:
-        self._token = token
+        self.token = token
         self._wake = wake
 
     @hookimpl
@@ -197,7 +234,7 @@ class _ChangeListener:
         # Called synchronously by whatever changed the registry, maybe a worker thread:
         # the trio run wakes the publishing task in its own thread.
         with suppress(trio.RunFinishedError):  # the run ended: nothing is served anymore
-            self._token.run_sync_soon(self._wake)
+            self.token.run_sync_soon(self._wake)
 
 
 def _connection_of(session: ServerSession) -> Connection:

@@ -236,6 +236,34 @@ def mcp_listing_problem(schema: ToolSchema, definition: ToolDefinition | None) -
     return None
 
 
+class _ListingVerdicts:
+    """Each tool's :func:`mcp_listing_problem` for one served registry, worked out once per tool.
+
+    The check walks a tool's whole schema, and ``tools/list``, every ``tools/call``
+    and the list-change notifier all ask for it. A verdict holds until the registry
+    changes (its version moves: a re-registration may bring a new schema under the
+    same name); it is also kept with the schema and definition it judged, since a
+    worker thread may change the registry between a handler's lookup and this one.
+    """
+
+    def __init__(self, runtime: ToolRuntime) -> None:
+        self._runtime = runtime
+        self._version = -1
+        self._verdicts: dict[str, tuple[ToolSchema, ToolDefinition | None, str | None]] = {}
+
+    def problem(self, schema: ToolSchema, definition: ToolDefinition | None) -> str | None:
+        version = self._runtime._registry.version
+        if version != self._version:
+            self._verdicts.clear()
+            self._version = version
+        cached = self._verdicts.get(schema.name)
+        if cached is not None and cached[0] is schema and cached[1] is definition:
+            return cached[2]
+        problem = mcp_listing_problem(schema, definition)
+        self._verdicts[schema.name] = (schema, definition, problem)
+        return problem
+
+
 def _unserved_result(name: str, problem: str) -> mcp_types.CallToolResult:
     import mcp_types
 
@@ -367,6 +395,7 @@ def serve_registry(
         raise ValueError(f'approval must be "deny" or "elicit", got {approval!r}')
     _install_router(runtime)
     left_out: set[str] = set()  # the tools a warning already named
+    verdicts = _ListingVerdicts(runtime)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -374,7 +403,7 @@ def serve_registry(
         tools: list[mcp_types.Tool] = []
         for schema in runtime.model_tools(scope).schemas:
             definition = runtime.get(schema.name, scope)
-            problem = mcp_listing_problem(schema, definition)
+            problem = verdicts.problem(schema, definition)
             if problem is not None:
                 if schema.name not in left_out:
                     left_out.add(schema.name)
@@ -398,7 +427,7 @@ def serve_registry(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
         definition = runtime.get(params.name, scope)
-        problem = mcp_listing_problem(definition.schema, definition) if definition is not None else None
+        problem = verdicts.problem(definition.schema, definition) if definition is not None else None
         if problem is not None:
             return _unserved_result(params.name, problem)
         call = _McpCall(runtime, ctx.session, ctx.request_id, approval)
@@ -419,7 +448,7 @@ def serve_registry(
         return _mcp_result(runtime, scope, params.name, result, call)
 
     def served(schema: ToolSchema) -> bool:
-        return mcp_listing_problem(schema, runtime.get(schema.name, scope)) is None
+        return verdicts.problem(schema, runtime.get(schema.name, scope)) is None
 
     instructions = runtime.model_tools(scope).instructions or None
     bus = InMemorySubscriptionBus()

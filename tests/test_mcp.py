@@ -1313,6 +1313,54 @@ async def test_a_tool_list_changed_by_no_call_of_the_session_is_notified() -> No
     assert seen.count("ToolListChangedNotification") == 2
 
 
+def list_change_listeners(runtime: ToolRuntime) -> list[object]:
+    from dsh_core._mcp_list_changed import _ChangeListener
+
+    return [plugin for plugin in runtime.plugins.get_plugins() if isinstance(plugin, _ChangeListener)]
+
+
+async def test_a_served_registry_listens_for_tool_changes_once_however_many_lifespans_run() -> None:
+    runtime = make_runtime(json_tool("first"))
+    server = serve_registry(runtime)
+    seen: dict[str, list[str]] = {"a": [], "b": [], "c": []}
+
+    async def session(label: str, tool: str) -> None:
+        handler = tool_list_notices(seen[label])
+        async with Client(server, mode="legacy", message_handler=handler) as client:
+            await client.list_tools()
+            assert len(list_change_listeners(runtime)) == 1
+            runtime.register(json_tool(tool))
+            await eventually(lambda: "ToolListChangedNotification" in seen[label])
+
+    # One lifespan after the other (a server restarted in-process), then two at once.
+    await session("a", "second")
+    assert list_change_listeners(runtime) == []
+    await session("b", "third")
+    assert list_change_listeners(runtime) == []
+    async with Client(server, mode="legacy", message_handler=tool_list_notices(seen["c"])) as other:
+        await other.list_tools()
+        await session("c", "fourth")
+        assert len(list_change_listeners(runtime)) == 1  # the other lifespan still runs
+        await eventually(lambda: seen["c"].count("ToolListChangedNotification") == 2)
+    assert list_change_listeners(runtime) == []
+    assert {label: notices.count("ToolListChangedNotification") for label, notices in seen.items()} == {
+        "a": 1,
+        "b": 1,
+        "c": 2,  # each of its two sessions told once
+    }
+
+
+async def test_a_lifespan_that_fails_leaves_no_tool_change_listener_behind() -> None:
+    runtime = make_runtime(json_tool("first"))
+    server = serve_registry(runtime)
+    with pytest.raises(BaseException) as raised:  # the SDK may wrap it in exception groups
+        async with Client(server, mode="legacy"):
+            assert len(list_change_listeners(runtime)) == 1
+            raise RuntimeError("the host failed")
+    assert "the host failed" in str(raised.value) or raised.group_contains(RuntimeError)
+    assert list_change_listeners(runtime) == []
+
+
 async def test_a_tool_list_that_fails_to_build_after_a_change_does_not_end_the_server(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -1478,6 +1526,37 @@ async def test_serve_http_leaves_out_the_tools_whose_schemas_no_client_could_rea
     ]
     assert refused.meta is not None
     assert refused.meta["dsh/error"] == {"code": "UNSUPPORTED_SCHEMA", "name": "McpSchemaTooDeep", "plugin": None}
+
+
+async def test_serve_registry_checks_each_tools_schema_depth_once_until_the_registry_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_core import _mcp_server
+
+    checked: list[str] = []
+    check = _mcp_server.mcp_listing_problem
+
+    def counted(schema: Any, definition: Any) -> str | None:
+        checked.append(schema.name)
+        return check(schema, definition)
+
+    monkeypatch.setattr(_mcp_server, "mcp_listing_problem", counted)
+    runtime = make_runtime(json_tool("echo"))
+    too_deep = runtime.register(deep_schema_tool("deeper", parameters=DEEPEST_LISTED_SCHEMA + 1))
+    async with Client(serve_registry(runtime), mode="legacy") as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["echo"]
+        for _ in range(5):
+            assert not (await client.call_tool("echo", {"x": 1})).is_error
+            assert (await client.call_tool("deeper", {"x": []})).is_error
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["echo"]
+        assert sorted(checked) == ["deeper", "echo"]  # the walk of a schema is done once per tool
+        # A tool registered again under the same name may have another schema: its verdict is redone.
+        too_deep()
+        runtime.register(deep_schema_tool("deeper", parameters=3))
+        checked.clear()
+        served = [await client.call_tool("deeper", {"x": "shallow now"}) for _ in range(3)]
+        assert [result.is_error for result in served] == [False, False, False]
+        assert checked.count("deeper") == 1
 
 
 async def test_serve_registry_reports_a_policy_denial_as_an_error_result() -> None:
