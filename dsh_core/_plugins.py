@@ -15,7 +15,9 @@ on every machine:
 
 1. skip it when its name is in ``config.disabled_plugins`` (reported as
    disabled) or already taken by an earlier entry point or a plugin the host
-   registered itself (reported as failed, stage ``"register"``; first wins);
+   registered itself (reported as failed, stage ``"register"``; first wins,
+   except that a name dsh-tools' own plugins take is theirs: another
+   distribution's entry point of that name is the one skipped, wherever it sorts);
 2. ``ep.load()`` (stage ``"import"``); a class is instantiated with no
    arguments. Everything the import raises is caught, ``SystemExit`` included;
    only ``KeyboardInterrupt`` propagates;
@@ -146,8 +148,8 @@ class FailedPlugin:
     ``configured``: the configuration has a ``[plugins.<name>]`` table for it;
     ``violations``: every problem its ``dsh_setup`` found in that table, when it
     raised :class:`~dsh_core.ConfigError`. ``shadowed_by``: skipped because an
-    earlier entry point with other code has its name, that one as
-    ``"distribution (module:attr)"``.
+    earlier entry point with other code, or dsh-tools' own plugin, has its name,
+    that one as ``"distribution (module:attr)"``.
     """
 
     name: str
@@ -217,6 +219,27 @@ class PluginReport:
 
 def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# The distribution whose entry points are the bundled plugins (pyproject.toml's [project.entry-points.dsh]).
+OWN_DISTRIBUTION: Final = "dsh-tools"
+
+
+def _is_own(ep: importlib.metadata.EntryPoint) -> bool:
+    dist_name, _ = _dist_of(ep)
+    return dist_name is not None and _normalize(dist_name) == OWN_DISTRIBUTION
+
+
+def own_plugin_names(group: str = "dsh") -> frozenset[str]:
+    """The entry-point names dsh-tools' own plugins take in ``group`` (none when it is not installed).
+
+    Read from the installed distribution, so they are the ones a host would load.
+    """
+    try:
+        points = importlib.metadata.distribution(OWN_DISTRIBUTION).entry_points
+    except importlib.metadata.PackageNotFoundError:
+        return frozenset()
+    return frozenset(point.name for point in points if point.group == group)
 
 
 def _dist_of(ep: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
@@ -368,8 +391,15 @@ class _SetupRecorder:
 
 
 class _Loader:
-    def __init__(self, runtime: ToolRuntime, config: DshConfig) -> None:
+    def __init__(
+        self, runtime: ToolRuntime, config: DshConfig, points: Iterable[importlib.metadata.EntryPoint] = ()
+    ) -> None:
         self.runtime = runtime
+        # dsh-tools' own entry points by name: theirs whatever the others sort before them.
+        self.own: dict[str, importlib.metadata.EntryPoint] = {}
+        for point in points:
+            if _is_own(point):
+                self.own.setdefault(point.name, point)
         self.pm: pluggy.PluginManager = runtime.plugins
         self.config = config
         self.loaded: list[tuple[importlib.metadata.EntryPoint, _Ownership]] = []
@@ -412,6 +442,20 @@ class _Loader:
         if ep.name in self.config.disabled_plugins:
             if ep.name not in self.disabled:
                 self.disabled.append(ep.name)
+            return
+        own = self.own.get(ep.name)
+        if own is not None and not _is_own(ep):
+            # Not first come, first served: a distribution sorting before dsh-tools would
+            # otherwise turn a bundled policy (timeout, permissions...) off with a warning.
+            own_dist, _ = _dist_of(own)
+            dist, _ = _dist_of(ep)
+            self.fail(
+                ep,
+                "register",
+                f'duplicate plugin name "{ep.name}": it is {own_dist}\' own plugin ({own.value}), which keeps it; '
+                f"{dist or 'an entry point'} ({ep.value}) was skipped: uninstall it or rename its entry point",
+                shadowed_by=f"{own_dist} ({own.value})" if own.value != ep.value else None,
+            )
             return
         first = seen.get(ep.name)
         if first is not None:
@@ -702,7 +746,7 @@ def load_plugins(
             f"plugins were already loaded into this runtime by an earlier load_plugins() call: {', '.join(again)}; "
             "load a runtime's plugins once (entry_points= loads others)"
         )
-    loader = _Loader(runtime, config if config is not None else DshConfig())
+    loader = _Loader(runtime, config if config is not None else DshConfig(), points)
     seen: dict[str, importlib.metadata.EntryPoint] = {}
     for ep in points:
         loader.load(ep, seen)

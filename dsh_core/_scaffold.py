@@ -16,6 +16,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Final
 
+from ._plugins import own_plugin_names
+
 __all__ = ["dsh_tools_source", "plugin_files", "write_plugin"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
@@ -274,7 +276,8 @@ def plugin_files(name: str, *, source: str = "dsh-tools") -> dict[str, str]:
 
     Raises:
         ValueError: ``name`` is not lowercase letters and digits, optionally joined by ``-`` or ``_``,
-            or its package or distribution would be dsh-tools' own (``core``, ``plugins``, ``tools``).
+            or its package or distribution would be dsh-tools' own (``core``, ``plugins``, ``tools``),
+            or a bundled plugin has its entry-point name (``timeout``, ``permissions``...).
     """
     if not _NAME.match(name):
         raise ValueError(f"a plugin name is lowercase letters and digits joined by '-' or '_', got {name!r}")
@@ -293,6 +296,12 @@ def plugin_files(name: str, *, source: str = "dsh-tools") -> dict[str, str]:
         raise ValueError(
             f"a plugin named {name!r} would be {taken}, which is dsh-tools' own: installing it would break "
             "dsh-tools; choose another name (--name)"
+        )
+    bundled = next((own for own in sorted(own_plugin_names()) if own.replace("-", "_") == name.replace("-", "_")), None)
+    if bundled is not None:
+        raise ValueError(
+            f"a plugin named {name!r} is the entry-point name of dsh-tools' bundled plugin {bundled!r}: installed, "
+            "it would be skipped and the bundled one kept; choose another name (--name)"
         )
     fields = {
         "name": name,

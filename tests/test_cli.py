@@ -1305,6 +1305,26 @@ def test_a_configured_plugin_name_two_distributions_provide_stops_every_command_
         ) in result.stderr
 
 
+def test_a_bundled_plugin_keeps_its_name_and_check_shows_the_squatter(dists: Dists, tmp_path: Path) -> None:
+    """``dsh-cli`` sorts before ``dsh-tools``: it used to take the name and turn the bundled plugin off."""
+    dists.module("clitools", PLUGIN)
+    squat = dists.module("squat", SQUAT)
+    dists.dist("dsh-tools", {"cli": "{p}clitools"})
+    dists.dist("dsh-cli", {"cli": "{p}squat"})
+    installed = ["--group", dists.group]
+    ran = invoke([*installed, "call", "echo", '{"a": 1}'])
+    assert ran.exit_code == 0 and json.loads(ran.stdout) == {"a": 1}
+    skipped = (
+        f"it is dsh-tools' own plugin ({dists.prefix}clitools), which keeps it; dsh-cli ({squat}) was skipped: "
+        "uninstall it or rename its entry point"
+    )
+    assert f'warning: plugin cli failed (register): duplicate plugin name "cli": {skipped}' in ran.stderr
+    checked = invoke([*installed, "check"])
+    assert checked.exit_code == 1, checked.output
+    assert f"problem: plugin cli ({squat} from dsh-cli 1.0) failed at register: " in checked.stdout
+    assert skipped in checked.stdout
+
+
 ECHO_TOO = """
 from dsh_core import define_tool, hookimpl
 

@@ -1003,6 +1003,43 @@ def test_a_configured_name_two_distributions_provide_is_a_configuration_failure(
     assert unconfigured.config_failures == ()
 
 
+@pytest.mark.parametrize("squatter", ["acme-timeout", "dsh-timeout", "zz-timeout"])
+def test_a_first_party_plugin_keeps_its_name_wherever_a_squatter_sorts(dists: Dists, squatter: str) -> None:
+    """A third-party entry point named like a bundled plugin is skipped, not the bundled one.
+
+    ``dsh-timeout`` (what ``new-plugin dsh-timeout`` makes) sorts before ``dsh-tools``: it used
+    to take the name, and declared timeouts silently stopped being enforced.
+    """
+    dists.module("own", GOOD_MODULE)
+    dists.module("squat", SQUAT_MODULE)
+    dists.dist("dsh-tools", {"timeout": "{p}own"})
+    dists.dist(squatter, {"timeout": "{p}squat"})
+    _, report = dists.load()
+    assert [(loaded.name, loaded.distribution) for loaded in report.loaded] == [("timeout", "dsh-tools")]
+    (failed,) = report.failed
+    assert (failed.name, failed.distribution, failed.stage) == ("timeout", squatter, "register")
+    assert failed.shadowed_by == f"dsh-tools ({dists.prefix}own)"
+    assert failed.error == (
+        f'duplicate plugin name "timeout": it is dsh-tools\' own plugin ({dists.prefix}own), which keeps it; '
+        f"{squatter} ({dists.prefix}squat) was skipped: uninstall it or rename its entry point"
+    )
+    assert dists.prefix + "squat" not in sys.modules
+    # Unconfigured, the bundled plugin runs and the squatter is only reported; configured, the
+    # table may have been meant for either, so a host that runs calls still refuses.
+    assert report.config_failures == ()
+    _, configured = dists.load(config=DshConfig(plugins={"timeout": {}}))
+    assert [failed.distribution for failed in configured.config_failures] == [squatter]
+
+
+SQUAT_MODULE = """
+from dsh_core import hookimpl
+
+@hookimpl
+def dsh_result(execution, result):
+    pass
+"""
+
+
 def test_a_configured_duplicate_is_no_configuration_failure_when_its_name_loaded(dists: Dists) -> None:
     dists.module("first", GOOD_MODULE)
     dists.dist("dsh-a", {"same": "{p}first"})

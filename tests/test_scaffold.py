@@ -167,6 +167,27 @@ def test_a_name_that_would_replace_dsh_tools_itself_is_refused(tmp_path: Path, a
     assert not (tmp_path / directory).exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "bundled"),
+    [
+        (["dsh-timeout"], "timeout"),  # the default name: the directory's, without dsh-
+        (["x", "--name", "permissions"], "permissions"),
+        (["x", "--name", "tool-search"], "tool_search"),  # the same name once - and _ are alike
+        (["x", "--name", "mcp"], "mcp"),
+    ],
+)
+def test_a_name_a_bundled_plugin_takes_is_refused(tmp_path: Path, args: list[str], bundled: str) -> None:
+    """Installed, it would fight the bundled plugin for its entry-point name (and lose)."""
+    assert bundled in {point.name for point in importlib.metadata.distribution("dsh-tools").entry_points}
+    directory, *options = args
+    result = CliRunner().invoke(cli, ["new-plugin", str(tmp_path / directory), *options])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert f"is the entry-point name of dsh-tools' bundled plugin {bundled!r}" in message
+    assert "choose another name (--name)" in message
+    assert not (tmp_path / directory).exists()
+
+
 def test_a_file_system_error_is_a_clear_usage_error(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("not a directory")
     result = CliRunner().invoke(cli, ["new-plugin", str(tmp_path / "a-file" / "sub")], catch_exceptions=False)
