@@ -1596,11 +1596,19 @@ def plugins_command(ctx: click.Context, capabilities: bool, as_json: bool) -> No
 @click.option("--name", default=None, help="Entry-point name (default: the directory's name without dsh-).")
 def new_plugin_command(directory: Path, name: str | None) -> None:
     """Write a plugin distribution to start from: a tool, a policy, their tests and a nox matrix."""
-    from ._scaffold import write_plugin
+    from ._scaffold import check_plugin_name, write_plugin
 
+    if name is None:
+        derived_from = directory.resolve().name
+        name = derived_from.lower().removeprefix("dsh-").removeprefix("dsh_")
+        try:
+            check_plugin_name(name)
+        except ValueError as exc:
+            # The user never typed this name: say where it came from and how to give one.
+            raise _UsageProblem(
+                f"{exc} (the name was taken from the directory {derived_from!r}; give one with --name NAME)"
+            ) from exc
     try:
-        if name is None:
-            name = directory.resolve().name.lower().removeprefix("dsh-").removeprefix("dsh_")
         written = write_plugin(directory, name)
     except ValueError as exc:
         raise _UsageProblem(str(exc)) from exc

@@ -18,7 +18,7 @@ from typing import Final
 
 from ._plugins import own_plugin_names
 
-__all__ = ["dsh_tools_source", "plugin_files", "write_plugin"]
+__all__ = ["check_plugin_name", "dsh_tools_source", "plugin_files", "write_plugin"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 _MAX_TOOL_NAME = 64  # what providers accept (the check command warns past it)
@@ -268,11 +268,8 @@ def dsh_tools_source() -> str:
     return "dsh-tools"
 
 
-def plugin_files(name: str, *, source: str = "dsh-tools") -> dict[str, str]:
-    """The files of a new plugin named ``name`` (its entry-point name), by relative path.
-
-    ``source`` is what its ``noxfile.py`` installs dsh-tools from (a package
-    name or a local checkout; ``DSH_TOOLS_SOURCE`` overrides it when nox runs).
+def check_plugin_name(name: str) -> None:
+    """Whether ``name`` can be a new plugin's entry-point name.
 
     Raises:
         ValueError: ``name`` is not lowercase letters and digits, optionally joined by ``-`` or ``_``,
@@ -297,17 +294,30 @@ def plugin_files(name: str, *, source: str = "dsh-tools") -> dict[str, str]:
             f"a plugin named {name!r} would be {taken}, which is dsh-tools' own: installing it would break "
             "dsh-tools; choose another name (--name)"
         )
-    bundled = next((own for own in sorted(own_plugin_names()) if own.replace("-", "_") == name.replace("-", "_")), None)
+    bundled = next((own for own in sorted(own_plugin_names()) if own.replace("-", "_") == package[len("dsh_") :]), None)
     if bundled is not None:
         raise ValueError(
             f"a plugin named {name!r} is the entry-point name of dsh-tools' bundled plugin {bundled!r}: installed, "
             "it would be skipped and the bundled one kept; choose another name (--name)"
         )
+
+
+def plugin_files(name: str, *, source: str = "dsh-tools") -> dict[str, str]:
+    """The files of a new plugin named ``name`` (its entry-point name), by relative path.
+
+    ``source`` is what its ``noxfile.py`` installs dsh-tools from (a package
+    name or a local checkout; ``DSH_TOOLS_SOURCE`` overrides it when nox runs).
+
+    Raises:
+        ValueError: ``name`` is not one :func:`check_plugin_name` accepts.
+    """
+    check_plugin_name(name)
+    package = "dsh_" + name.replace("-", "_")
     fields = {
         "name": name,
         "package": package,
-        "distribution": distribution,
-        "tool": tool_name,
+        "distribution": "dsh-" + name.replace("_", "-"),
+        "tool": f"{package.removeprefix('dsh_')}_word_count",
     }
     return {
         "pyproject.toml": _PYPROJECT.format(**fields),

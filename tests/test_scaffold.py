@@ -79,6 +79,23 @@ def test_a_name_that_cannot_be_an_entry_point_is_refused(tmp_path: Path, name: s
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize(
+    ("directory", "derived"), [("my.plugin", "my.plugin"), ("dsh-", ""), ("My Plugin", "my plugin")]
+)
+def test_a_bad_name_taken_from_the_directory_says_so_and_names_the_option(
+    tmp_path: Path, directory: str, derived: str
+) -> None:
+    result = CliRunner().invoke(cli, ["new-plugin", str(tmp_path / directory)])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert f"got {derived!r}" in message
+    assert f"(the name was taken from the directory {directory!r}; give one with --name NAME)" in message
+    assert not (tmp_path / directory).exists()
+    # A name given with --name is the user's own: no word about the directory.
+    given = CliRunner().invoke(cli, ["new-plugin", str(tmp_path / "x"), "--name", "my.plugin"])
+    assert given.exit_code == 2 and "taken from the directory" not in given.output
+
+
 def test_a_name_whose_tool_name_would_be_too_long_is_refused(tmp_path: Path) -> None:
     longest = "a" * 53  # a_word_count-style tool names stop at 64 characters
     assert "_word_count" in plugin_files(longest)[f"dsh_{longest}/__init__.py"]
