@@ -321,10 +321,62 @@ async def test_a_rewritten_call_counts_once(autojump_clock: trio.testing.MockClo
         ("/", "/"),
         ("../up/./x", "../up/x"),  # ".." is the workspace guard's business, never dropped here
         ("a/../b", "a/../b"),
+        ("./-rf", "./-rf"),  # "-rf" would read as an option to a command the path is passed to
+        (".//-x/./y", "./-x/y"),
+        ("-n", "-n"),
     ],
 )
 def test_tidy_drops_dot_segments_and_repeated_slashes_only(path: str, tidied: str) -> None:
     assert tidy_paths.tidy(path) == tidied
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://example.com//a/./b.tar.gz",
+        "s3://bucket//key",
+        "file:///tmp//x",
+        "//cdn.example.com/./lib.js",  # a scheme-relative URL, or a network path
+        "let x = 1; // a comment\nx",
+        "a  //  b",
+        "./a\tb//c",
+        "./a//b\x1b[2J",
+        "./my file//x",
+    ],
+)
+def test_tidy_leaves_what_is_not_a_file_system_path_alone(text: str) -> None:
+    assert tidy_paths.tidy(text) == text
+
+
+DOWNLOAD_PARAMETERS = {"source": {"type": "string", "required": True}, "dest": {"type": "string"}}
+
+
+async def test_tidy_paths_leaves_urls_and_code_under_path_keys_alone() -> None:
+    runtime = make_runtime(json_tool("download", parameters=DOWNLOAD_PARAMETERS))
+    tidy_paths.dsh_setup(runtime, {})
+    url = await runtime.execute(make_input("download", {"source": "https://example.com/a.tar.gz", "dest": "./a.tgz"}))
+    assert value(url) == {"source": "https://example.com/a.tar.gz", "dest": "a.tgz"}
+    [note] = url.additional_contexts
+    assert "changed by path-tidier: tidied dest './a.tgz' -> 'a.tgz'." in note.content[0].text  # type: ignore[union-attr]
+    code_text = "let x = 1; // a comment\nx"
+    ran = await runtime.execute(make_input("download", {"source": code_text}))
+    assert value(ran) == {"source": code_text} and ran.additional_contexts == ()
+    dash = await runtime.execute(make_input("download", {"source": "./-rf"}))
+    assert value(dash) == {"source": "./-rf"} and dash.additional_contexts == ()
+
+
+async def test_tidy_paths_takes_the_workspace_guards_tools_and_path_keys() -> None:
+    runtime = make_runtime(json_tool("write_x", parameters=DOWNLOAD_PARAMETERS), json_tool("read_x"))
+    tidy_paths.dsh_setup(runtime, {"tools": ["write_*"], "path_keys": ["dest"]})
+    written = await runtime.execute(make_input("write_x", {"source": "./a", "dest": "./b"}))
+    assert value(written) == {"source": "./a", "dest": "b"}
+    read = await runtime.execute(make_input("read_x", {"dest": "./b"}))
+    assert value(read) == {"dest": "./b"} and read.additional_contexts == ()
+    # One settings class for both plugins: the same keys, defaults and checks.
+    assert tidy_paths.TidySettings is workspace.PathArguments
+    assert issubclass(workspace.WorkspaceSettings, workspace.PathArguments)
+    with pytest.raises(ConfigError, match=r"\[plugins\.tidy-paths\]: unknown key \"root\""):
+        tidy_paths.dsh_setup(ToolRuntime(), {"root": "."})
 
 
 async def test_an_untidy_path_is_rewritten_and_the_guard_judges_the_result(tmp_path: Path) -> None:

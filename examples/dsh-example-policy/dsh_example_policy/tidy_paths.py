@@ -1,10 +1,22 @@
 """``tidy-paths``: rewrite untidy relative paths (``./a//b/./c`` becomes ``a/b/c``) before a call runs.
 
-No configuration. Every string under a top-level path-like argument (the keys
-of :data:`~dsh_example_policy.workspace.DEFAULT_PATH_KEYS`), or in a list
-there, loses its ``./`` segments and repeated slashes. ``..`` segments are kept: removing them could
-change which file a path names once symlinks are involved, and judging them is
-the workspace guard's job.
+Configure it in ``[plugins.tidy-paths]`` (optional; the same keys and defaults
+as the workspace guard's, :class:`~dsh_example_policy.workspace.PathArguments`)::
+
+    [plugins.tidy-paths]
+    tools = ["*"]                  # fnmatch globs of the tools it tidies (default: all)
+    path_keys = ["path", "file"]   # argument names holding paths (default: DEFAULT_PATH_KEYS)
+
+Every string under a top-level path argument, or in a list there, loses its
+``./`` segments and repeated slashes. ``..`` segments are kept: removing them
+could change which file a path names once symlinks are involved, and judging
+them is the workspace guard's job.
+
+Only what looks like a file-system path is tidied: a key such as ``source`` or
+``target`` also carries URLs (``https://...``, ``s3://...``) and code, so a
+value with a ``scheme:`` prefix, a leading ``//``, whitespace or a control
+character is left as it is. A ``./`` in front of a name starting with ``-``
+stays, since without it a command would read the name as an option.
 
 It answers with ``Rewrite``, never by editing the arguments, so the whole
 pre-execute stage and every guard run again on the tidy path: the workspace
@@ -18,25 +30,38 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from dsh_core import Allow, PreToolDecision, Rewrite, ToolExecution, ToolRuntime, hookimpl
+from dsh_core import Allow, PreToolDecision, Rewrite, ToolExecution, ToolRuntime, hookimpl, structure_table
 
-from .workspace import DEFAULT_PATH_KEYS
+from .workspace import PathArguments
 
-__all__ = ["TidyPaths", "dsh_setup", "tidy"]
+__all__ = ["TidyPaths", "TidySettings", "dsh_setup", "looks_like_path", "tidy"]
+
+# The table is the guard's selection of tools and path keys, nothing more.
+TidySettings = PathArguments
 
 # Capability manifest: it may rewrite the path arguments of any tool.
 DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
 
 _REPEATED_SLASHES = re.compile(r"/{2,}")
+# RFC 3986's scheme: "https:", "s3:", "git+ssh:"... (a one-letter one is a Windows drive, no path here either).
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def looks_like_path(text: str) -> bool:
+    """Whether ``text`` could be a file-system path rather than a URL or code under a path-like key."""
+    if _SCHEME.match(text) or text.startswith("//"):
+        return False  # a URL, a scheme-relative URL or a network path: "//" is meaningful there
+    return not any(char.isspace() or not char.isprintable() for char in text)
 
 
 def tidy(path: str) -> str:
-    """``path`` without ``.`` segments or repeated slashes.
+    """``path`` without ``.`` segments or repeated slashes; what does not :func:`looks_like_path` as it is.
 
     Absolute stays absolute, ``..`` and a trailing slash (a directory) stay, and
     an empty path stays empty: it is the tool's to refuse, not the workspace root.
+    A leading ``./`` stays before a name starting with ``-``.
     """
-    if not path:
+    if not path or not looks_like_path(path):
         return path
     absolute = path.startswith("/")
     parts = [part for part in _REPEATED_SLASHES.sub("/", path).split("/") if part not in ("", ".")]
@@ -45,7 +70,11 @@ def tidy(path: str) -> str:
         return "/" if absolute else "."
     if path.endswith("/"):
         tidied += "/"
-    return "/" + tidied if absolute else tidied
+    if absolute:
+        return "/" + tidied
+    if tidied.startswith("-") and not path.startswith("-"):
+        return "./" + tidied  # the "./" is what keeps "-rf" a file name for a command taking it
+    return tidied
 
 
 def _tidied(value: object) -> object:
@@ -60,6 +89,9 @@ def _tidied(value: object) -> object:
 class TidyPaths:
     """The ``dsh_pre_execute`` listener; see the module docstring."""
 
+    def __init__(self, settings: TidySettings | None = None) -> None:
+        self.settings = settings or TidySettings()
+
     @hookimpl
     async def dsh_pre_execute(
         self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
@@ -68,8 +100,10 @@ class TidyPaths:
         arguments = execution.arguments
         if not isinstance(decision, Allow) or not isinstance(arguments, dict):
             return decision  # only a call the rest of the stage allows is worth tidying
+        if not self.settings.covers(execution.name):
+            return decision
         changed: dict[str, Any] = {}
-        for key in DEFAULT_PATH_KEYS:
+        for key in dict.fromkeys(self.settings.path_keys):
             value = arguments.get(key)
             tidied = _tidied(value)
             if tidied != (list(value) if isinstance(value, tuple) else value):
@@ -83,4 +117,5 @@ class TidyPaths:
 @hookimpl
 def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """Register a :class:`TidyPaths` listener (named ``path-tidier``; the entry-point module itself is ``tidy-paths``)."""
-    runtime.plugins.register(TidyPaths(), name="path-tidier")
+    settings = structure_table(TidySettings, config, "[plugins.tidy-paths]")
+    runtime.plugins.register(TidyPaths(settings), name="path-tidier")

@@ -29,7 +29,7 @@ import attrs
 
 from dsh_core import ConfigError, JsonValue, ToolExecution, ToolRuntime, hookimpl, structure_table
 
-__all__ = ["DEFAULT_PATH_KEYS", "GUARD_NAME", "WorkspaceGuard", "WorkspaceSettings", "dsh_setup"]
+__all__ = ["DEFAULT_PATH_KEYS", "GUARD_NAME", "PathArguments", "WorkspaceGuard", "WorkspaceSettings", "dsh_setup"]
 
 # Capability manifest: the guard may refuse a call of any tool that has a path argument.
 DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
@@ -54,12 +54,26 @@ DEFAULT_PATH_KEYS = (
 
 
 @attrs.frozen(kw_only=True)
-class WorkspaceSettings:
+class PathArguments:
+    """Which tools' arguments hold paths, and under which names: ``tools`` and ``path_keys``.
+
+    The guard's settings and ``tidy-paths``' whole table, so that both read the
+    same keys with the same defaults.
+    """
+
+    tools: tuple[str, ...] = ("*",)
+    path_keys: tuple[str, ...] = DEFAULT_PATH_KEYS
+
+    def covers(self, tool_name: str) -> bool:
+        """Whether ``tool_name`` matches one of the ``tools`` globs."""
+        return any(fnmatch.fnmatchcase(tool_name, glob) for glob in self.tools)
+
+
+@attrs.frozen(kw_only=True)
+class WorkspaceSettings(PathArguments):
     """The ``[plugins.no-writes-outside-workspace]`` table."""
 
     root: str | None = None
-    tools: tuple[str, ...] = ("*",)
-    path_keys: tuple[str, ...] = DEFAULT_PATH_KEYS
 
 
 def path_arguments(arguments: JsonValue, keys: frozenset[str]) -> Iterator[tuple[str, str]]:
@@ -96,7 +110,7 @@ class WorkspaceGuard:
         return os.path.commonpath([resolved, self.root]) != self.root
 
     def __call__(self, execution: ToolExecution) -> str | None:
-        if not any(fnmatch.fnmatchcase(execution.name, glob) for glob in self.settings.tools):
+        if not self.settings.covers(execution.name):
             return None
         for key, path in path_arguments(execution.arguments, self._keys):
             if self.outside(path):
