@@ -31,11 +31,19 @@ _INF = math.inf
 logger = logging.getLogger("dsh_core")
 
 
-def _now() -> float:
+def _now(clock: trio.abc.Clock | None = None) -> float:
     try:
         return trio.current_time()
-    except RuntimeError:  # outside trio.run: no clock, so no deadline can have passed
-        return -math.inf
+    except RuntimeError:
+        pass
+    if clock is not None:
+        # Another thread cancels a signal observed in a run: read that run's clock
+        # at the cancel call, so "first in time" compares it with deadlines fairly.
+        # trio's clocks allow that: SystemClock is perf_counter() plus a fixed
+        # offset; MockClock reads a few floats (a read racing a jump lands on
+        # either side of it).
+        return clock.current_time()
+    return -math.inf  # no run has observed the signal: nothing in one can have come earlier
 
 
 def _time(method: str, parameter: str, value: object) -> float:
@@ -53,18 +61,21 @@ class CancelSignal:
     identity objects: they are never JSON and never frozen into results.
 
     ``cancel`` may be called from any thread (a UI thread, a worker): the
-    work waiting on the signal is woken in the trio run it waits in.
+    work waiting on the signal is woken in the trio run it waits in, and the
+    cancel is timed on that run's clock at the call, not when the run gets to
+    it, so ``any`` still tells whether it came before a deadline.
     """
 
     __slots__ = (
-        "_deadline", "_deadline_reason", "_event", "_fired_at", "_fired_when", "_listeners", "_reason", "_sources",
-        "_token",
+        "_clock", "_deadline", "_deadline_reason", "_event", "_fired_at", "_fired_when", "_listeners", "_reason",
+        "_sources", "_token",
     )  # fmt: skip
 
     def __init__(self) -> None:
         self._fired_at = 0  # 0 = not fired; otherwise a global firing sequence number
         self._fired_when = _INF  # when it fired on trio's clock (a deadline: the deadline itself)
         self._token: trio.lowlevel.TrioToken | None = None  # the run its waiters are in
+        self._clock: trio.abc.Clock | None = None  # that run's clock, read by a cancel from another thread
         self._reason: object = None
         self._event: trio.Event | None = None
         self._listeners: list[Callable[[], None]] | None = None
@@ -173,9 +184,11 @@ class CancelSignal:
             self._fire("cancelled" if reason is None else reason)
 
     def _fire(self, reason: object, *, when: float | None = None) -> None:
-        self._fired_at = next(_fire_order)
-        self._fired_when = _now() if when is None else when
+        # The time and reason before the mark: a reader in the run that sees the
+        # signal fired (from another thread, just now) reads them complete.
+        self._fired_when = _now(self._clock) if when is None else when
         self._reason = reason
+        self._fired_at = next(_fire_order)
         token = self._token
         if token is not None:
             try:
@@ -212,6 +225,7 @@ class CancelSignal:
         if self._event is None:
             self._event = trio.Event()
             self._token = trio.lowlevel.current_trio_token()
+            self._clock = trio.lowlevel.current_clock()
         with trio.move_on_at(self._deadline):
             await self._event.wait()
         self.cancelled  # noqa: B018 - evaluating fires a passed deadline
@@ -245,8 +259,9 @@ class CancelSignal:
 
     def _add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
         if self._token is None:
-            try:  # noqa: SIM105 - contextlib.suppress costs more on this per-call path
+            try:
                 self._token = trio.lowlevel.current_trio_token()
+                self._clock = trio.lowlevel.current_clock()
             except RuntimeError:
                 pass  # outside a trio run: no token, so listeners run where cancel() is called
         if self._listeners is None:

@@ -46,8 +46,10 @@ _LINE_ROOM: Final = 8
 # Per line of the value as run_code shows it (indented JSON, besides the line's number and JSON
 # string): '\n    {\n      "number": ', ',\n      "text": ', '\n    }' and the comma between lines.
 _JSON_LINE_ROOM: Final = 46
-# How much of a `contains` text the header quotes.
+# How much of a `contains` text the header quotes: at most this many characters, and this many
+# bytes as quoted (repr writes an unprintable character as up to 10 bytes, \U000e0080).
 _SEARCH_SHOWN: Final = 40
+_SEARCH_SHOWN_BYTES: Final = 64
 
 
 class SpillReadError(DshError, ValueError):
@@ -219,32 +221,60 @@ def read_spilled(
     }
 
 
-def _shown(search: str) -> str:
-    # The model wrote it and may have written a lot: the header quotes only its start.
-    return repr(search) if len(search) <= _SEARCH_SHOWN else repr(search[:_SEARCH_SHOWN]) + "..."
+def _shown(search: str, limit: int = _SEARCH_SHOWN_BYTES) -> str:
+    """``search`` quoted, or the longest start of it whose quote takes at most ``limit`` bytes, then ``...``."""
+    # The model wrote it and may have written a lot, or characters that quote long.
+    if len(search) <= _SEARCH_SHOWN and _encoded_size(repr(search)) <= limit:
+        return repr(search)
+    low, high = 0, min(len(search), _SEARCH_SHOWN)  # the start that fits has low characters
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _encoded_size(repr(search[:middle])) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return (repr(search[:low]) if low else "") + "..."
 
 
-def _render(args: Any, value: Any) -> list[TextBlock]:
+def _render(args: Any, value: Any, cap: int | None = None) -> list[TextBlock]:
+    """The window as text; with ``cap``, its quote of ``contains`` shortened as far as fitting ``cap`` takes.
+
+    The lines give way first (see :func:`_fit`, which measures with the whole
+    quote); the quote only when the header alone is too long for ``cap``.
+    """
+    search = args.get("contains")
+    text = _window_text(args, value, _shown(search) if search is not None else "")
+    if cap is not None and search is not None:
+        excess = _encoded_size(text) - cap
+        if excess > 0:
+            shown = _shown(search)
+            # Room for the "..." a shorter quote ends with: it shrinks by at least ``excess``.
+            text = _window_text(args, value, _shown(search, _encoded_size(shown) - excess - 3))
+    return [TextBlock(text)]
+
+
+def _window_text(args: Any, value: Any, shown: str) -> str:
     lines = value["lines"]
     total = value["total_lines"]
-    search = args.get("contains")
+    searched = args.get("contains") is not None
     if not lines:
-        where = f" containing {_shown(search)}" if search is not None else ""
-        return [TextBlock(f"[no lines{where} from line {args.get('start_line', 1)} of {total}]")]
+        where = f" containing {shown}" if searched else ""
+        return f"[no lines{where} from line {args.get('start_line', 1)} of {total}]"
     body = "\n".join(f"{line['number']:>6}\t{line['text']}" for line in lines)
     span = f"lines {lines[0]['number']}-{lines[-1]['number']} of {total}"
-    if search is not None:
-        span = f"{len(lines)} line(s) containing {_shown(search)}, {span}"
+    if searched:
+        span = f"{len(lines)} line(s) containing {shown}, {span}"
     notes = []
     if value["next_line"] is not None:
         notes.append(f"more from start_line={value['next_line']}")
     if value["cut_lines"]:
         notes.append(f"cut to fit: line(s) {', '.join(map(str, value['cut_lines']))}")
     suffix = f"; {'; '.join(notes)}" if notes else ""
-    return [TextBlock(f"[{span}{suffix}]\n{body}")]
+    return f"[{span}{suffix}]\n{body}"
 
 
 def _rendered_size(args: Any, value: dict[str, Any], as_value: bool) -> int:
+    # With the whole quote of ``contains``: the lines give way before it does.
     size = _encoded_size(_render(args, value)[0].text)
     if as_value:
         # What run_code shows for a program that returns the window.
@@ -258,8 +288,10 @@ def _fit(args: Any, value: dict[str, Any], cap: int, *, as_value: bool = False) 
 
     With ``as_value``, until its JSON as ``run_code`` shows a program's result
     fits too. The policy never spills this tool's answers, so this is what
-    bounds them. Only a cap smaller than the header itself (a notice would not
-    fit either, so nothing spills under it) leaves an answer over it.
+    bounds them, with :func:`_render`, which shortens the header's quote of
+    ``contains`` when the header alone is too long. Only a cap smaller than the
+    header without that quote (a notice would not fit either, so nothing spills
+    under it) leaves an answer over it.
     """
     lines: list[dict[str, Any]] = value["lines"]
     while len(lines) > 1 and _rendered_size(args, value, as_value) > cap:
@@ -343,7 +375,7 @@ def read_tool(directory: Callable[[], str | None], max_inline_bytes: int) -> Too
                     "cut_lines": {"type": "array", "required": True, "items": {"type": "integer"}},
                 },
             },
-            render=_render,
+            render=lambda args, value: _render(args, value, max_inline_bytes),
         ),
         execute=execute,
         is_concurrency_safe=lambda args: True,

@@ -59,7 +59,9 @@ original content is kept, the file is removed and a warning is logged. The
 canonical value, the meta and the decision's ``additional_contexts`` are never
 touched. A failure of the spill machinery (``OSError`` while saving) is logged
 as a warning and keeps the original content: spilling never turns a success
-into an error.
+into an error. A call cancelled while its output is being saved (the call ends
+``ABORTED``, or the listener is cancelled) leaves no file behind: the save runs
+to its end in its thread, then the file is removed.
 
 **Reading it back.** Unless ``read_tool = false``, the plugin also registers
 ``read_spilled_output`` and the notice names it: the model reads a spilled
@@ -316,21 +318,52 @@ class SpillPolicy:
         # Tools whose answers the model sees whole (the reader's too).
         self.exempt = frozenset(exempt) | ({reader} if reader is not None else set())
 
-    async def bound(self, content: Sequence[ContentBlock], call_id: str, tool: str, label: str) -> str | None:
-        """The replacement text for ``content``, or ``None`` to keep it (within the cap, not all text, or a fallback)."""
+    async def bound(
+        self,
+        content: Sequence[ContentBlock],
+        call_id: str,
+        tool: str,
+        label: str,
+        unseen: Callable[[], bool] = lambda: False,
+    ) -> str | None:
+        """The replacement text for ``content``, or ``None`` to keep it (within the cap, not all text, or a fallback).
+
+        ``unseen()`` tells whether the replacement can no longer reach anyone
+        (the call will end ``ABORTED`` instead): asked again once the file is
+        saved, which takes a while, and then the file is removed. So is a file
+        whose save was cancelled.
+        """
         text = _all_text(content)
         if text is None:
             return None
         text = well_formed_text(text)
-        if len(_utf8(text)) <= self.max_inline_bytes:
+        if len(_utf8(text)) <= self.max_inline_bytes or unseen():
             return None
+        saved: list[str] = []
+
+        def save() -> str:
+            path = self.store.save(call_id, tool, text)
+            saved.append(path)
+            return path
+
         try:
-            path: str = await trio.to_thread.run_sync(self.store.save, call_id, tool, text)
-        except Exception as exc:
+            path = await trio.to_thread.run_sync(save)
+            # run_sync waits for the thread through a cancellation, which surfaces here:
+            # whatever awaited this notice is going away without it.
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except BaseException as exc:
+            with trio.CancelScope(shield=True):
+                for orphan in saved:
+                    await trio.to_thread.run_sync(self.store.discard, orphan)
+            if not isinstance(exc, Exception):
+                raise
             # Not only OSError: whatever breaks in the machinery, the result it was bounding stands.
             logger.warning(
                 "spill-policy: cannot save the %s of %s (%s): %s; keeping the inline content", label, tool, call_id, exc
             )
+            return None
+        if unseen():
+            await trio.to_thread.run_sync(self.store.discard, path)
             return None
         replacement = bounded_replacement(text, self.max_inline_bytes, path, self.reader)
         if replacement is None:
@@ -357,7 +390,12 @@ class SpillPolicy:
         if execution.name in self.exempt:
             return decision
         content = decision.content if decision.content is not None else result.content
-        replacement = await self.bound(content, execution.call_id, execution.name, "result")
+
+        def unseen() -> bool:
+            # The core turns a success whose signal has fired into ABORTED, content and all.
+            return execution.signal.cancelled and not result.is_error
+
+        replacement = await self.bound(content, execution.call_id, execution.name, "result", unseen)
         if replacement is None:
             return decision
         return Accept(content=[TextBlock(replacement)], additional_contexts=decision.additional_contexts)

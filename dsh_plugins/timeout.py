@@ -18,7 +18,9 @@ If the deadline fired first, the call fails with ``TOOL_TIMEOUT``
 (``tool call timed out after <ms>ms``), whatever the inner chain returned (the
 registry's ``ABORTED``, a body's own failure raised while unwinding, or even a
 success that ignored the signal). A cancellation of the current signal before
-the deadline keeps its own outcome (the registry's ``ABORTED``); one that
+the deadline keeps its own outcome (the registry's ``ABORTED``), also when it
+came from another thread while the body held the loop past the deadline (what
+counts is when each fired, not when the run noticed); one that
 arrives while the body is still unwinding from the timeout does not turn the
 timeout into ``ABORTED`` (a more specific failure always wins over cancellation).
 An earlier deadline installed by an outer wrapper reads as a plain cancellation
@@ -165,10 +167,18 @@ class TimeoutPolicy:
         # one that cannot still sees the deadline through its signal.
         guard = trio.CancelScope() if execution.may_suspend else None
 
+        signal = CancelSignal.any(saved, deadline)
+
+        def timed_out_first() -> bool:
+            # Ask the signals which fired first by when each fired, not by what a
+            # listener sees when it runs: a cancel from another thread is timed at
+            # its call, though the run may hear of it only after the deadline (the
+            # body held the loop). Reading a signal fires a deadline that passed.
+            return signal.reason is reason
+
         def on_upstream_cancel() -> None:
-            # The current signal fired explicitly (evaluating ``deadline.cancelled``
-            # first fires a deadline that has already passed, with our reason).
-            if deadline.cancelled:
+            # The current signal fired explicitly.
+            if timed_out_first():
                 # The timeout came first and the body is unwinding from it. Keep
                 # the caller's cancellation from erasing that outcome: the body is
                 # already cancelled by its own deadline, so shielding only decides
@@ -182,7 +192,7 @@ class TimeoutPolicy:
                 deadline.cancel(saved.reason)
 
         unsubscribe = saved.subscribe(on_upstream_cancel)
-        execution.signal = CancelSignal.any(saved, deadline)
+        execution.signal = signal
         try:
             if guard is None:
                 result = await next()
@@ -196,7 +206,8 @@ class TimeoutPolicy:
         # An earlier deadline on the current signal (an outer timeout) fired
         # first: that is a plain cancellation from this policy's point of view.
         upstream_first = saved.deadline <= deadline.deadline
-        if deadline.reason is reason and not upstream_first:
+
+        if timed_out_first() and not upstream_first:
             return failure_result(
                 str(reason),
                 ErrorCode.TOOL_TIMEOUT,

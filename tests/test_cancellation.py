@@ -702,3 +702,31 @@ async def test_a_call_cancelled_while_waiting_for_its_key_runs_no_wrapper(
     assert [code(r) if r.is_error else r.value for r in results] == ["A", "ABORTED_BEFORE_DISPATCH", "C"]
     # As when the signal fires by the end of stage 5: no wrapper runs for B (one used to, at t=1).
     assert wrapped == [("A", False), ("C", False)]
+
+
+async def test_a_cross_thread_cancel_after_a_deadline_fired_does_not_read_as_first(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The cancel's time is read from the run's clock at the cancel call: -inf
+    # ("before everything") would make any(...) report it, though the deadline came first.
+    caller = CancelSignal()
+    caller.subscribe(lambda: None)  # observed in this run, as the runtime's link does
+    deadline = CancelSignal.after(1, reason="deadline")
+    fused = CancelSignal.any(caller, deadline)
+    await trio.sleep(2)
+    assert deadline.cancelled
+    await trio.to_thread.run_sync(caller.cancel, "late stop from the UI thread")
+    assert caller.cancelled
+    assert fused.reason == "deadline"
+
+
+async def test_a_cross_thread_cancel_before_a_deadline_reads_as_first_though_noticed_after_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    caller = CancelSignal()
+    caller.subscribe(lambda: None)
+    deadline = CancelSignal.after(1, reason="deadline")
+    fused = CancelSignal.any(caller, deadline)
+    await trio.to_thread.run_sync(caller.cancel, "early stop from the UI thread")
+    await trio.sleep(2)  # nobody in the run looked until after the deadline
+    assert fused.reason == "early stop from the UI thread"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -176,6 +178,53 @@ async def test_caller_cancel_first_stays_aborted_when_the_body_ignores_it_past_t
         nursery.start_soon(cancel_soon)
         result = expect_failure(await runtime.execute(make_input("t", signal=signal)))
     assert result.code == "ABORTED"
+
+
+def cancel_from_another_thread(signal: CancelSignal, reason: str) -> None:
+    """Fire ``signal`` from a real other thread (a UI thread), blocking the trio loop until it has."""
+    thread = threading.Thread(target=signal.cancel, args=(reason,))
+    thread.start()
+    thread.join()
+
+
+async def test_a_cross_thread_cancel_before_the_deadline_is_aborted_though_the_body_held_the_loop_past_it() -> None:
+    # Real time: the body blocks the loop (sync work) for 250 ms past a 200 ms
+    # budget; the caller's cancel came at once, from another thread, so the run
+    # hears of it only after the deadline. Who came first decides (BEHAVIOUR.md §j).
+    signal = CancelSignal()
+
+    async def blocking(args: Any) -> str:
+        cancel_from_another_thread(signal, "user pressed stop")
+        time.sleep(0.25)
+        await trio.sleep(0)
+        return "done"
+
+    runtime = with_timeout(json_tool("slow", blocking, timeout_ms=200))
+    result = expect_failure(await runtime.execute(make_input("slow", signal=signal)))
+    assert result.code == "ABORTED"
+    assert result.error.message == "tool call aborted"
+
+
+@pytest.mark.parametrize("cancel_first", [True, False])
+async def test_a_cross_thread_cancel_is_timed_when_it_was_made_not_when_the_run_hears_of_it(
+    autojump_clock: trio.testing.MockClock, cancel_first: bool
+) -> None:
+    signal = CancelSignal()
+
+    async def blocking(args: Any) -> str:
+        # Holding the loop: the clock moves past the 500 ms budget without a checkpoint.
+        if cancel_first:
+            cancel_from_another_thread(signal, "user pressed stop")
+            autojump_clock.jump(1)
+        else:
+            autojump_clock.jump(1)
+            cancel_from_another_thread(signal, "user pressed stop")
+        await trio.sleep(0)
+        return "done"
+
+    runtime = with_timeout(json_tool("slow", blocking, timeout_ms=500))
+    result = expect_failure(await runtime.execute(make_input("slow", signal=signal)))
+    assert result.code == ("ABORTED" if cancel_first else "TOOL_TIMEOUT")
 
 
 class CheckpointingPost:

@@ -6,18 +6,22 @@ import logging
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_core import (
     Accept,
     Block,
+    CancelSignal,
     ConfigError,
     ImageBlock,
     TextBlock,
@@ -28,6 +32,7 @@ from dsh_core import (
     ToolExecutionToken,
     ToolRuntime,
     UserMessage,
+    failure_result,
     hookimpl,
 )
 from dsh_core.code_mode import CodeRunResult
@@ -406,6 +411,113 @@ async def test_exempt_tools_covers_the_post_execute_copy_not_the_dispatch_log(tm
 
     (block,) = await policy.dsh_code_dispatch_log(dispatch, next_)
     assert locator(block.text).read_text() == BIG  # a log copy is not model context: it is bounded as before
+
+
+# --- cancelled while saving ----------------------------------------------------------------
+
+
+class GatedStore(SpillStore):
+    """A store whose save (in its worker thread) waits until the test lets it go on: a slow disk."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(str(directory))
+        self.entered = trio.Event()
+        self.release = threading.Event()
+        self.on_save: Callable[[], None] = lambda: None
+
+    def save(self, call_id: str, tool: str, text: str) -> str:
+        trio.from_thread.run_sync(self.entered.set)
+        self.on_save()
+        assert self.release.wait(10)
+        return super().save(call_id, tool, text)
+
+
+def files_in(directory: Path) -> list[str]:
+    return sorted(os.listdir(directory)) if directory.exists() else []
+
+
+async def cancel_while_saving(store: GatedStore, cancel: Callable[[], None]) -> None:
+    await store.entered.wait()
+    cancel()
+    store.release.set()
+
+
+async def test_a_call_cancelled_while_its_output_is_saved_leaves_no_spill_file(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    store = GatedStore(tmp_path / "spill")
+    runtime = make_runtime(text_tool("dump", BIG))
+    runtime.plugins.register(SpillPolicy(CAP, store))
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_while_saving, store, lambda: signal.cancel("user pressed stop"))
+        result = await runtime.execute(make_input("dump", signal=signal))
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.code == "ABORTED"
+    assert store.release.is_set()  # the save did finish: its file was removed, not never written
+    assert files_in(tmp_path / "spill") == []
+
+
+async def test_a_signal_cancelled_during_the_save_without_interrupting_it_discards_the_file(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # No trio cancellation reaches the listener (nothing links the signal here), yet the
+    # core turns a success under a fired signal into ABORTED: the notice would never be shown.
+    store = GatedStore(tmp_path / "spill")
+    policy = SpillPolicy(CAP, store)
+    signal = CancelSignal()
+    execution: Any = SimpleNamespace(signal=signal, parent=None, name="dump", call_id="c1")
+    result = ToolExecutionSuccess(value=BIG, content=(TextBlock(BIG),))
+    decision = Accept()
+
+    async def next_() -> Accept:
+        return decision
+
+    store.on_save = lambda: signal.cancel("stop from the UI thread")
+    store.release.set()
+    assert await policy.dsh_post_execute(execution, result, next_) is decision
+    assert signal.cancelled
+    assert files_in(tmp_path / "spill") == []
+
+
+async def test_a_failure_is_still_bounded_when_the_signal_fires_during_the_save(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A failure stays a failure under a fired signal: its notice is shown, so its file stays.
+    store = GatedStore(tmp_path / "spill")
+    policy = SpillPolicy(CAP, store)
+    signal = CancelSignal()
+    execution: Any = SimpleNamespace(signal=signal, parent=None, name="dump", call_id="c1")
+    failure = failure_result(BIG, "TOOL_ERROR")
+
+    async def next_() -> Accept:
+        return Accept()
+
+    store.on_save = lambda: signal.cancel("stop from the UI thread")
+    store.release.set()
+    decision = await policy.dsh_post_execute(execution, failure, next_)
+    assert isinstance(decision, Accept) and decision.content is not None
+    (block,) = decision.content
+    assert isinstance(block, TextBlock)
+    assert locator(block.text).read_text() == f"Error: {BIG}"
+
+
+async def test_a_dispatch_log_copy_cancelled_while_saved_leaves_no_spill_file(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    store = GatedStore(tmp_path / "spill")
+    policy = SpillPolicy(CAP, store)
+    dispatch: Any = SimpleNamespace(sub_call_id="outer:code:1", name="dump")
+
+    async def next_() -> list[Any]:
+        return [TextBlock(BIG)]
+
+    async with trio.open_nursery() as nursery:
+        with trio.CancelScope() as scope:
+            nursery.start_soon(cancel_while_saving, store, scope.cancel)
+            await policy.dsh_code_dispatch_log(dispatch, next_)
+    assert scope.cancelled_caught
+    assert files_in(tmp_path / "spill") == []
 
 
 @pytest.mark.parametrize(

@@ -215,6 +215,44 @@ async def test_a_long_contains_text_is_quoted_short_and_the_answer_stays_within_
     assert text == f"[no lines containing {'x' * 40!r}... from line 1 of 500]"
 
 
+# repr() writes an unassigned code point as \U000e0080 (10 bytes) and NUL as \x00 (4 bytes).
+HOSTILE_NEEDLES = ("\U000e0080" * 40, "\x00" * 40 + "zz", "\u4e00" * 40, "line 00012\x00" * 8, "\U000e0080" * 3)
+
+
+@pytest.mark.parametrize("cap", [400, 600])
+@pytest.mark.parametrize("needle", HOSTILE_NEEDLES, ids=["unassigned", "nul", "cjk", "nul-in-line", "short"])
+async def test_a_contains_text_that_renders_long_is_quoted_within_the_cap(
+    tmp_path: Path, cap: int, needle: str
+) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), cap=cap)
+    path = await spilled(runtime)
+    for extra in ({}, {"start_line": 499}, {"max_lines": 1}):
+        text = only_text(expect_success(await read(runtime, path=path, contains=needle, **extra)))
+        assert len(text.encode()) <= cap, (needle[:3], extra, len(text.encode()))
+        header = text.split("\n")[0]
+        assert len(header.encode()) < 200, header
+
+
+async def test_a_quote_too_long_as_rendered_is_cut_with_an_ellipsis() -> None:
+    assert spill_read._shown("\U000e0080" * 40) == repr("\U000e0080" * 6) + "..."
+    assert spill_read._shown("\x00" * 40 + "zz") == repr("\x00" * 15) + "..."
+    assert spill_read._shown("ab\x00") == repr("ab\x00")
+    assert spill_read._shown("abc", limit=0) == "..."
+
+
+async def test_under_a_cap_smaller_than_the_quote_the_quote_gives_way(tmp_path: Path) -> None:
+    # The directory already holds a spill (made under a larger cap): the reader's answers still fit.
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG), cap=400)
+    path = await spilled(runtime)
+    unassigned = "\U000e0080"
+    tiny, small = with_spill(tmp_path / "spill", cap=50), with_spill(tmp_path / "spill", cap=60)
+    text = only_text(expect_success(await read(tiny, path=path, contains=unassigned * 40)))
+    assert text == "[no lines containing ... from line 1 of 500]"
+    text = only_text(expect_success(await read(small, path=path, contains=unassigned * 2)))
+    assert text == f"[no lines containing {unassigned!r}... from line 1 of 500]"
+    assert len(text.encode()) <= 60
+
+
 async def test_answers_with_line_numbers_of_seven_digits_stay_within_the_cap(tmp_path: Path) -> None:
     lines = 1_010_000
     runtime = with_spill(tmp_path / "spill", text_tool("dump", "ab\n" * lines), cap=32768)
