@@ -43,6 +43,7 @@ import getpass
 import importlib.metadata
 import importlib.util
 import re
+import shlex
 import sys
 import time
 import uuid
@@ -894,20 +895,25 @@ def _approval_next_step(options: _Options, tools: Sequence[str], agent: str | No
     """How the person running the command could answer the ``Ask`` of ``count`` calls that nobody could.
 
     Without ``--interactive`` the CLI's approval service answers no one; with
-    ``--grants``, a grant in force would have answered instead.
+    ``--grants``, a grant in force would have answered instead. The commands
+    it suggests are pasted into a shell, and a tool name comes from an MCP
+    server or a model: each piece is shell-quoted, so ``$(...)`` in a name
+    stays text, and the line is escaped, so it cannot drive the terminal.
     """
     if options.grants is not None:
-        grants = str(options.grants)
+        grants = shlex.quote(str(options.grants))
         which = "this call" if count == 1 else "them"
-        return (
+        return printable(
             f"no grant in force in {grants} covers {which} (dsh-tools grants show {grants} lists them); "
-            "add --interactive to be asked at this terminal"
+            "add --interactive to be asked at this terminal",
+            one_line=True,
         )
-    tool = tools[0] if len(set(tools)) == 1 else "TOOL"
-    who = f"--agent {agent}" if agent is not None else "--any-agent"
-    return (
+    tool = shlex.quote(tools[0]) if len(set(tools)) == 1 else "TOOL"
+    who = f"--agent {shlex.quote(agent)}" if agent is not None else "--any-agent"
+    return printable(
         "add --interactive to answer at this terminal, or --grants FILE to answer from standing grants "
-        f"(dsh-tools grants add FILE {tool} {who})"
+        f"(dsh-tools grants add FILE {tool} {who})",
+        one_line=True,
     )
 
 

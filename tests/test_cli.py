@@ -1854,3 +1854,40 @@ def test_a_command_releases_what_its_plugins_hold_when_it_ends(tools: list[str],
         result = invoke(options)
         assert result.exit_code == 0, result.output
     assert (tmp_path / "effects.jsonl").read_text().count("effect/committed") == 2  # two calls, two ids
+
+
+HOSTILE_NAME = "x $(touch pwned)\x1b]0;owned\x07"
+HOSTILE_PLUGIN = f"""
+from dsh_core import Ask, define_tool, hookimpl
+
+async def _echo(args):
+    return args
+
+class AskAll:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        return Ask("needs a yes")
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(
+        name={HOSTILE_NAME!r}, description="Needs approval.", parameters={{}}, output={{"type": "json"}},
+        execute=_echo))
+    runtime.plugins.register(AskAll(), name="ask-all")
+"""
+# As shlex.quote writes it, then escaped for the terminal: pasted back, it is the name again.
+_HOSTILE_QUOTED = "'x $(touch pwned)\\x1b]0;owned\\x07'"
+
+
+def test_the_approval_hint_quotes_and_escapes_a_hostile_tool_name(dists: Dists, tmp_path: Path) -> None:
+    """A name an MCP server chose must neither drive the terminal nor run code when the hint is pasted."""
+    module = dists.module("hostiletools", HOSTILE_PLUGIN)
+    options = ["--no-plugins", "--plugin", f"hostile={module}"]
+    called = invoke([*options, "call", HOSTILE_NAME, "{}", "--agent", "my helper"])
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": HOSTILE_NAME, "arguments": {}})
+    ran = invoke([*options, "run", str(batch)])
+    for result, agent in ((called, "'my helper'"), (ran, "cli")):
+        assert "\x1b" not in result.stderr
+        assert "\x07" not in result.stderr
+        hint = result.stderr.splitlines()[-1]
+        assert hint.endswith(f"(dsh-tools grants add FILE {_HOSTILE_QUOTED} --agent {agent})"), hint
