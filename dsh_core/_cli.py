@@ -87,6 +87,7 @@ from ._runtime import ApprovalService, ToolRuntime, agent_scope
 from ._scheduling import run_tool_calls
 from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log, refuse_non_regular_target
 from ._signal import CancelSignal
+from ._terminal_logging import escaped_last_resort
 from ._terminal_text import json_printable, printable, terminal_text
 from ._trace import DecisionTrace
 from .hookspecs import hookimpl
@@ -510,11 +511,14 @@ class _Commands(click.Group):
 
     A script running ``dsh-tools`` tells an interrupted run from a failed one by
     that status, as it does for any other program; the message stays one line.
+    A warning logged while a command runs, with no logging configured, is
+    escaped as everything else the CLI prints is.
     """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with escaped_last_resort():
+                return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo(err=True)  # closes the terminal's ^C echo, as click does
             click.echo("Aborted!", err=True)
