@@ -1431,7 +1431,9 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
             outcome = ((f"failed {code}", "red"), (f": {message}", ""))
         else:
             outcome = (("succeeded", "green"),)
-        out.print(terminal_text(f"call {call_id}: {call.name}{agent}: ", *outcome), soft_wrap=True)
+        # One line, the failure's message too: a newline in a model's tool name or in a message
+        # quoting it would draw a line that reads as another call's outcome.
+        out.print(terminal_text(f"call {call_id}: {call.name}{agent}: ", *outcome, one_line=True), soft_wrap=True)
         if trace is not None:
             table = Table(title="decision trace")
             table.add_column("#", justify="right", no_wrap=True)
@@ -1514,7 +1516,8 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
             out.print(table)
         skipped = [call for call in report.calls if call.recorded is None or call.simulated is None]
         for call in skipped:
-            out.print(terminal_text((f"{call.call_id} ({call.name}): {call.summary}", "dim")), soft_wrap=True)
+            line = f"{call.call_id} ({call.name}): {call.summary}"
+            out.print(terminal_text((line, "dim"), one_line=True), soft_wrap=True)
         compared = len(report.calls) - len(skipped)
         out.print(
             f"{compared} call(s) compared, {len(changes)} would change, {len(skipped)} not compared", soft_wrap=True

