@@ -24,6 +24,7 @@ from ._logged_calls import unsettled_note
 from ._replay import ReplayedCall
 from ._terminal_text import clipped, printable, terminal_text
 from .presentation import (
+    UNREAD_OLD_TEXT,
     DiffCallView,
     DiffResultView,
     FileDiff,
@@ -77,7 +78,7 @@ def _diff(diffs: Sequence[FileDiff]) -> RenderableType:
         # Escaped on one line before it goes in the headers: the diff's lines are escaped with
         # their newlines kept, so a newline in a model's path would draw a header or hunk of its own.
         path = printable(diff.path, one_line=True)
-        source = "/dev/null" if diff.old_text is None else f"a/{path}"
+        source = UNREAD_OLD_TEXT if diff.old_text is None else f"a/{path}"
         for line in difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{path}"):
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
             lines.append(printable(line if line.endswith("\n") else line + "\n"), style=style)

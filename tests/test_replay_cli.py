@@ -10,11 +10,21 @@ import attrs
 from click.testing import CliRunner
 from rich.console import Console
 
-from dsh_core import TextBlock, ToolResult, define_tool, hookimpl
+from dsh_core import (
+    CancelSignal,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionToken,
+    ToolResult,
+    define_tool,
+    hookimpl,
+    snapshot_json,
+)
 from dsh_core._cli import cli
 from dsh_core._replay import ReplayedCall
 from dsh_core._terminal_cards import render_replayed_call
 from dsh_core.presentation import (
+    UNREAD_OLD_TEXT,
     DiffCallView,
     DiffResultView,
     FileDiff,
@@ -29,6 +39,9 @@ from dsh_core.presentation import (
     WebResultView,
     WebSource,
 )
+from dsh_core.testing import make_runtime
+from dsh_plugins.approval import approval_card
+from dsh_plugins.files import file_tools
 
 
 def rendered(call: ReplayedCall) -> str:
@@ -228,3 +241,20 @@ def test_a_newline_in_a_read_path_or_a_cwd_cannot_forge_a_line() -> None:
     shell = TerminalCallView(title="ls", cwd="/tmp\n$ rm -rf /")
     lines = _card_lines(rendered(replayed(TerminalResultView(output="", exit_code=0), call_view=shell)))
     assert lines[:2] == ["$ ls", "(in /tmp\\x0a$ rm -rf /)"]
+
+
+def test_a_pending_write_without_a_before_image_reads_as_the_approval_question_put_it(tmp_path: Path) -> None:
+    """A blind overwrite is no new file: "/dev/null" would say that nothing was there to lose."""
+    (tmp_path / "existing_config.toml").write_text("keep = true\n")
+    runtime = make_runtime(*file_tools(tmp_path))
+    arguments = {"path": "existing_config.toml", "content": "x = 1\n"}
+    execution = ToolExecution(
+        call_id="c1", root_call_id="c1", name="write_file", arguments=snapshot_json(arguments),
+        signal=CancelSignal(), token=ToolExecutionToken(), agent=None,
+    )  # fmt: skip
+    write = runtime.get("write_file", None)
+    assert write is not None and write.present_call is not None
+    pending = attrs.evolve(replayed(None, call_view=write.present_call(arguments)), result=None, result_view=None)
+    lines = _card_lines(rendered(pending))
+    assert lines[:3] == [f"--- {UNREAD_OLD_TEXT}", "+++ b/existing_config.toml", "@@ -0,0 +1 @@"]
+    assert approval_card(execution, runtime).splitlines()[:2] == lines[:2]
