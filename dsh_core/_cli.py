@@ -43,6 +43,7 @@ import getpass
 import importlib.metadata
 import importlib.util
 import re
+import shlex
 import sys
 import time
 import uuid
@@ -86,6 +87,7 @@ from ._runtime import ApprovalService, ToolRuntime, agent_scope
 from ._scheduling import run_tool_calls
 from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log, refuse_non_regular_target
 from ._signal import CancelSignal
+from ._terminal_logging import escaped_last_resort
 from ._terminal_text import json_printable, printable, terminal_text
 from ._trace import DecisionTrace
 from .hookspecs import hookimpl
@@ -509,11 +511,14 @@ class _Commands(click.Group):
 
     A script running ``dsh-tools`` tells an interrupted run from a failed one by
     that status, as it does for any other program; the message stays one line.
+    A warning logged while a command runs, with no logging configured, is
+    escaped as everything else the CLI prints is.
     """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with escaped_last_resort():
+                return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo(err=True)  # closes the terminal's ^C echo, as click does
             click.echo("Aborted!", err=True)
@@ -894,20 +899,25 @@ def _approval_next_step(options: _Options, tools: Sequence[str], agent: str | No
     """How the person running the command could answer the ``Ask`` of ``count`` calls that nobody could.
 
     Without ``--interactive`` the CLI's approval service answers no one; with
-    ``--grants``, a grant in force would have answered instead.
+    ``--grants``, a grant in force would have answered instead. The commands
+    it suggests are pasted into a shell, and a tool name comes from an MCP
+    server or a model: each piece is shell-quoted, so ``$(...)`` in a name
+    stays text, and the line is escaped, so it cannot drive the terminal.
     """
     if options.grants is not None:
-        grants = str(options.grants)
+        grants = shlex.quote(str(options.grants))
         which = "this call" if count == 1 else "them"
-        return (
+        return printable(
             f"no grant in force in {grants} covers {which} (dsh-tools grants show {grants} lists them); "
-            "add --interactive to be asked at this terminal"
+            "add --interactive to be asked at this terminal",
+            one_line=True,
         )
-    tool = tools[0] if len(set(tools)) == 1 else "TOOL"
-    who = f"--agent {agent}" if agent is not None else "--any-agent"
-    return (
+    tool = shlex.quote(tools[0]) if len(set(tools)) == 1 else "TOOL"
+    who = f"--agent {shlex.quote(agent)}" if agent is not None else "--any-agent"
+    return printable(
         "add --interactive to answer at this terminal, or --grants FILE to answer from standing grants "
-        f"(dsh-tools grants add FILE {tool} {who})"
+        f"(dsh-tools grants add FILE {tool} {who})",
+        one_line=True,
     )
 
 
@@ -1421,7 +1431,9 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
             outcome = ((f"failed {code}", "red"), (f": {message}", ""))
         else:
             outcome = (("succeeded", "green"),)
-        out.print(terminal_text(f"call {call_id}: {call.name}{agent}: ", *outcome), soft_wrap=True)
+        # One line, the failure's message too: a newline in a model's tool name or in a message
+        # quoting it would draw a line that reads as another call's outcome.
+        out.print(terminal_text(f"call {call_id}: {call.name}{agent}: ", *outcome, one_line=True), soft_wrap=True)
         if trace is not None:
             table = Table(title="decision trace")
             table.add_column("#", justify="right", no_wrap=True)
@@ -1504,7 +1516,8 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
             out.print(table)
         skipped = [call for call in report.calls if call.recorded is None or call.simulated is None]
         for call in skipped:
-            out.print(terminal_text((f"{call.call_id} ({call.name}): {call.summary}", "dim")), soft_wrap=True)
+            line = f"{call.call_id} ({call.name}): {call.summary}"
+            out.print(terminal_text((line, "dim"), one_line=True), soft_wrap=True)
         compared = len(report.calls) - len(skipped)
         out.print(
             f"{compared} call(s) compared, {len(changes)} would change, {len(skipped)} not compared", soft_wrap=True

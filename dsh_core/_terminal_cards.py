@@ -24,6 +24,7 @@ from ._logged_calls import unsettled_note
 from ._replay import ReplayedCall
 from ._terminal_text import clipped, printable, terminal_text
 from .presentation import (
+    UNREAD_OLD_TEXT,
     DiffCallView,
     DiffResultView,
     FileDiff,
@@ -74,8 +75,11 @@ def _diff(diffs: Sequence[FileDiff]) -> RenderableType:
     for diff in diffs:
         old = _lines(diff.old_text or "")
         new = _lines(diff.new_text)
-        source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
-        for line in difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{diff.path}"):
+        # Escaped on one line before it goes in the headers: the diff's lines are escaped with
+        # their newlines kept, so a newline in a model's path would draw a header or hunk of its own.
+        path = printable(diff.path, one_line=True)
+        source = UNREAD_OLD_TEXT if diff.old_text is None else f"a/{path}"
+        for line in difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{path}"):
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
             lines.append(printable(line if line.endswith("\n") else line + "\n"), style=style)
     return lines
@@ -85,7 +89,7 @@ def _call_card(view: ToolCallView) -> tuple[str, RenderableType | None]:
     if isinstance(view, TerminalCallView):
         body = _text(f"$ {view.title}", style="bold")
         if view.cwd:
-            body.append(printable(f"\n(in {view.cwd})"), style="dim")
+            body.append(f"\n(in {printable(view.cwd, one_line=True)})", style="dim")
         return (view.description or "shell"), body
     if isinstance(view, DiffCallView):
         return view.title, _diff(view.diffs)
@@ -111,7 +115,10 @@ def _result_card(call: ReplayedCall) -> RenderableType:
         return _diff(view.diffs)
     if isinstance(view, ReadResultView):
         code = "\n".join(line.text for line in view.lines)
-        header = _text(f"{view.path}  lines {view.offset}-{view.offset + max(len(view.lines) - 1, 0)} of {view.total_lines}")
+        header = _text(
+            f"{view.path}  lines {view.offset}-{view.offset + max(len(view.lines) - 1, 0)} of {view.total_lines}",
+            one_line=True,
+        )
         if not view.lines:
             return Group(header, _text("(no lines in this window)", style="dim"))
         syntax = Syntax(printable(code), view.lang or "text", line_numbers=True, start_line=view.lines[0].number, word_wrap=True)
@@ -132,8 +139,11 @@ def _result_card(call: ReplayedCall) -> RenderableType:
         return Group(table, _text(note, style="yellow" if view.truncated else "dim"))
     if isinstance(view, WebResultView):
         if view.kind == "fetch":
-            return _text(f"{view.url} → {view.status_code}" + (" (truncated)" if view.truncated else ""))
-        lines = [f"• {source.title or source.url}  {source.url}" for source in view.sources or ()]
+            return _text(f"{view.url} → {view.status_code}" + (" (truncated)" if view.truncated else ""), one_line=True)
+        # A source per line: a newline in a page's title would draw a source that is not there.
+        lines = [
+            printable(f"• {source.title or source.url}  {source.url}", one_line=True) for source in view.sources or ()
+        ]
         if view.answer:
             lines.insert(0, view.answer)
         return _text("\n".join(lines) + ("\n(truncated)" if view.truncated else ""))
@@ -156,7 +166,7 @@ def render_replayed_call(call: ReplayedCall) -> RenderableType:
         border = "red" if call.result.is_error else "green"
         if call.error:
             code = call.error.get("code") or "error"
-            parts.append(_text(f"{code}", style="bold red"))
+            parts.append(_text(f"{code}", style="bold red", one_line=True))
     for context in call.contexts:
         # Notes to the model (a rewrite's reason, a plugin's context), not the call's output.
         parts.append(_text(f"[{context.source}] {clipped(_content_text(context.content))}", style="italic"))
@@ -164,7 +174,8 @@ def render_replayed_call(call: ReplayedCall) -> RenderableType:
         parts.append(_text("(recorded against an earlier contract of this tool)", style="yellow"))
     for dispatch in call.dispatches:
         state = "error" if dispatch.get("isError") else "ok"
-        parts.append(_text(f"  ↳ {dispatch.get('subCallId')} {dispatch.get('name')} [{state}]", style="dim"))
+        line = f"  ↳ {dispatch.get('subCallId')} {dispatch.get('name')} [{state}]"
+        parts.append(_text(line, style="dim", one_line=True))
     result_title = call.result_view.title if call.result_view is not None and getattr(call.result_view, "title", None) else None
     heading = terminal_text(f"{call.name} · {result_title or title}  ", (call.call_id, "dim"), one_line=True)
     return Panel(Group(*parts), title=heading, title_align="left", border_style=border)

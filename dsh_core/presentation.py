@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, final, get_args
 
 import attrs
 import cattrs
@@ -48,6 +48,7 @@ from ._json import FrozenDict, JsonValue, snapshot_json, thaw
 from ._terminal_text import clipped, printable
 
 __all__ = [
+    "UNREAD_OLD_TEXT",
     "DiffCallView",
     "DiffResultView",
     "FileDiff",
@@ -221,6 +222,15 @@ class FileDiff:
     path: str = attrs.field(validator=_str)
     old_text: str | None = attrs.field(validator=_opt_str)
     new_text: str = attrs.field(validator=_str)
+
+
+UNREAD_OLD_TEXT: Final = "(current contents not read: a new file, or replaced whole)"
+"""What a diff names as its old side when a :class:`FileDiff` has no ``old_text``.
+
+Not ``/dev/null``: with no before-image the change may be a blind overwrite, and
+a new-file header would tell whoever reads the diff that nothing is there to lose.
+The approval question and ``replay`` show it alike.
+"""
 
 
 @final

@@ -23,6 +23,7 @@ import trio
 
 from dsh_core import APPROVAL_ANSWERS, ApprovalService, TextBlock, ToolExecution, ToolRuntime, json_text
 from dsh_core.presentation import (
+    UNREAD_OLD_TEXT,
     DiffCallView,
     FileDiff,
     GenericCallView,
@@ -67,14 +68,9 @@ def _lines(text: str) -> list[str]:
     return lines[:-1] if lines[-1] == "" else lines
 
 
-_UNREAD = "(current contents not read: a new file, or replaced whole)"
-
-
 def _diff_lines(diff: FileDiff) -> list[str]:
     """The unified diff of one file change; its header alone, with a note, when no line changed."""
-    # No before-image is a new file or a blind overwrite: "/dev/null" would tell the approver
-    # that nothing exists there to lose.
-    source = _UNREAD if diff.old_text is None else f"a/{diff.path}"
+    source = UNREAD_OLD_TEXT if diff.old_text is None else f"a/{diff.path}"
     header = [f"--- {source}", f"+++ b/{diff.path}"]
     old = _lines(diff.old_text or "")
     new = _lines(diff.new_text)

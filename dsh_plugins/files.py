@@ -891,8 +891,11 @@ def _edit_file_tool(workspace: Workspace) -> ToolDefinition:
         return FileDiff(path=args["path"], old_text=args["old_string"], new_text=args["new_string"])
 
     def present_call(args: Any) -> DiffCallView:
+        # The hunk of an every-occurrence edit is the same as a single edit's: only the title can tell
+        # the approver, and it says so before the path, which a question line may cut short.
+        what = "every occurrence in " if args.get("replace_all") is True else ""
         return DiffCallView(
-            title=f"Edit {args['path']}", diffs=[hunk(args)], locations=[FileLocation(path=args["path"])]
+            title=f"Edit {what}{args['path']}", diffs=[hunk(args)], locations=[FileLocation(path=args["path"])]
         )
 
     def present_result(args: Any, result: Any) -> DiffResultView | None:

@@ -25,6 +25,7 @@ from click.testing import CliRunner, Result
 # Shared with the loader tests: builds throw-away distributions on sys.path.
 from test_plugin_loading import Dists
 
+import dsh_core
 from dsh_core import contract_fingerprint
 from dsh_core._cli import cli, main
 from dsh_core._session_log import read_session_log
@@ -1874,3 +1875,76 @@ def test_a_command_releases_what_its_plugins_hold_when_it_ends(tools: list[str],
         result = invoke(options)
         assert result.exit_code == 0, result.output
     assert (tmp_path / "effects.jsonl").read_text().count("effect/committed") == 2  # two calls, two ids
+
+
+HOSTILE_NAME = "x $(touch pwned)\x1b]0;owned\x07"
+HOSTILE_PLUGIN = f"""
+from dsh_core import Ask, define_tool, hookimpl
+
+async def _echo(args):
+    return args
+
+class AskAll:
+    @hookimpl
+    async def dsh_pre_execute(self, execution, next):
+        return Ask("needs a yes")
+
+@hookimpl
+def dsh_setup(runtime, config):
+    runtime.register(define_tool(
+        name={HOSTILE_NAME!r}, description="Needs approval.", parameters={{}}, output={{"type": "json"}},
+        execute=_echo))
+    runtime.plugins.register(AskAll(), name="ask-all")
+"""
+# As shlex.quote writes it, then escaped for the terminal: pasted back, it is the name again.
+_HOSTILE_QUOTED = "'x $(touch pwned)\\x1b]0;owned\\x07'"
+
+
+def test_the_approval_hint_quotes_and_escapes_a_hostile_tool_name(dists: Dists, tmp_path: Path) -> None:
+    """A name an MCP server chose must neither drive the terminal nor run code when the hint is pasted."""
+    module = dists.module("hostiletools", HOSTILE_PLUGIN)
+    options = ["--no-plugins", "--plugin", f"hostile={module}"]
+    called = invoke([*options, "call", HOSTILE_NAME, "{}", "--agent", "my helper"])
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": HOSTILE_NAME, "arguments": {}})
+    ran = invoke([*options, "run", str(batch)])
+    for result, agent in ((called, "'my helper'"), (ran, "cli")):
+        assert "\x1b" not in result.stderr
+        assert "\x07" not in result.stderr
+        hint = result.stderr.splitlines()[-1]
+        assert hint.endswith(f"(dsh-tools grants add FILE {_HOSTILE_QUOTED} --agent {agent})"), hint
+
+
+LOGGING_PLUGIN = """
+import logging
+from dsh_core import hookimpl
+
+@hookimpl
+def dsh_setup(runtime, config):
+    logging.getLogger("dsh_plugins.mcp_client").warning(
+        "server %s lists a tool %s", "evil", "x\\x1b]0;owned\\x07\\nerror: forged line")
+    try:
+        raise ValueError("bad\\x1b[2J")
+    except ValueError:
+        logging.getLogger("dsh_core").exception("listener failed")
+"""
+
+
+def test_a_warning_logged_with_no_logging_configured_reaches_stderr_escaped(dists: Dists, tmp_path: Path) -> None:
+    """Python's last-resort handler would print it raw: an MCP server's tool name could drive the terminal."""
+    module = dists.module("loggingplugin", LOGGING_PLUGIN)
+    checkout = Path(dsh_core.__file__).parents[1]  # this checkout's, not the one installed
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(checkout), str(dists.root)]))
+    done = subprocess.run(
+        [sys.executable, "-c", "from dsh_core._cli import main; main()", "--no-plugins", "--plugin",
+         f"logs={module}", "list", "--json"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    # The message alone, as the last resort writes it, on one line; the traceback keeps its lines.
+    assert lines[0] == "server evil lists a tool x\\x1b]0;owned\\x07\\x0aerror: forged line"
+    assert lines[1] == "listener failed"
+    assert lines[2] == "Traceback (most recent call last):"
+    assert lines[-1] == "ValueError: bad\\x1b[2J"
+    assert not any(line.startswith("error:") for line in lines)

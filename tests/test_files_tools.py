@@ -16,13 +16,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_core import (
+    CancelSignal,
     ConfigError,
     Exclusive,
     Parallel,
+    ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
+    ToolExecutionToken,
     ToolRuntime,
+    snapshot_json,
 )
 from dsh_core.presentation import (
     DiffCallView,
@@ -38,6 +42,7 @@ from dsh_core.presentation import (
 )
 from dsh_core.testing import make_input, make_runtime
 from dsh_plugins import files
+from dsh_plugins.approval import TerminalApproval
 from dsh_plugins.files import MAX_LINE_CHARS, FileToolError, compile_glob, file_tools
 
 REAL_RG = shutil.which("rg")
@@ -624,6 +629,30 @@ async def test_write_and_edit_present_diffs(workspace: Path) -> None:
     assert edit.present_call(change).diffs == (hunk,)
     assert edit.present_result(change, await run(workspace, "edit_file", change)) == DiffResultView(
         title="Edited n.txt", diffs=[hunk]
+    )
+
+
+def test_an_edit_of_every_occurrence_is_asked_as_one(workspace: Path) -> None:
+    """The hunk is the same as a single edit's: the question must say that every place changes."""
+    approval = TerminalApproval(runtime_for(workspace))
+
+    def question(arguments: dict[str, Any]) -> str:
+        execution = ToolExecution(
+            call_id="c1", root_call_id="c1", name="edit_file", arguments=snapshot_json(arguments),
+            signal=CancelSignal(), token=ToolExecutionToken(), agent=None,
+        )  # fmt: skip
+        return approval.question(execution, "edits need a yes")
+
+    once = {"path": "deploy.sh", "old_string": "--dry-run", "new_string": ""}
+    every = {**once, "replace_all": True}
+    assert question(once).splitlines()[-1] == "Allow edit_file Edit deploy.sh? [y/N/a] "
+    assert question(every).splitlines()[-1] == "Allow edit_file Edit every occurrence in deploy.sh? [y/N/a] "
+    assert question({**once, "replace_all": False}) == question(once)
+    # The qualifier comes first, so that shortening a long path cannot cut it off.
+    long = {**every, "path": "d/" * 60 + "deploy.sh"}
+    assert "Edit every occurrence in d/d/" in question(long).splitlines()[-1]
+    assert tool(workspace, "edit_file").present_call(every).diffs == (
+        FileDiff(path="deploy.sh", old_text="--dry-run", new_text=""),
     )
 
 

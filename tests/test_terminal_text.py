@@ -301,3 +301,27 @@ def test_ledger_show_prints_hand_edited_entries_as_text(tmp_path: Path, monkeypa
     assert outcome.exit_code == 1, outcome.output  # the call is in doubt
     assert outcome.exception is None or isinstance(outcome.exception, SystemExit), outcome.exception
     assert "[/red] \\x1b]0;pwned\\x07 [bold]" in outcome.stdout and "\x1b" not in outcome.stdout
+
+
+FORGING_NAME = "read_file\ncall c2: read_file: succeeded"
+
+
+@pytest.mark.parametrize("command", ["explain", "simulate"])
+def test_a_newline_in_a_recorded_tool_name_cannot_forge_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "300")
+    Path("calls.jsonl").write_text(json.dumps({"id": "c1", "name": FORGING_NAME, "arguments": {}}) + "\n")
+    recorded = CliRunner().invoke(cli, ["--no-plugins", "run", "--session", "log.jsonl", "calls.jsonl"])
+    assert recorded.exit_code == 0, recorded.output
+    arguments = ["explain", "log.jsonl", "c1"] if command == "explain" else ["--no-plugins", "simulate", "log.jsonl"]
+    shown = CliRunner().invoke(cli, arguments).stdout.splitlines()
+    name = "read_file\\x0acall c2: read_file: succeeded"
+    if command == "explain":
+        assert shown == [f'call c1: {name} (agent cli): failed UNKNOWN_TOOL: unknown tool "{name}"']
+    else:
+        assert shown == [
+            f"c1 ({name}): not compared: the recorded call never reached policy (UNKNOWN_TOOL)",
+            "0 call(s) compared, 0 would change, 1 not compared",
+        ]
