@@ -269,37 +269,43 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
 
     execution = new_execution(call_id, root_call_id, name, arguments, signal, ToolExecutionToken(), agent, parent)
     call = PreparedCall(execution, finalizer, hooks)
-    if collapsed:
+    try:
+        if collapsed:
+            if signal.cancelled:
+                return call._settle("final", aborted_result(body_invoked=False))
+            call.finalizer = None
+            return call._settle("final", _unknown_tool(name, _code_only_route(name)))
         if signal.cancelled:
             return call._settle("final", aborted_result(body_invoked=False))
-        call.finalizer = None
-        return call._settle("final", _unknown_tool(name, _code_only_route(name)))
-    if signal.cancelled:
-        return call._settle("final", aborted_result(body_invoked=False))
-    if visible is None:
-        return call._settle("final", _unknown_tool(name))
+        if visible is None:
+            return call._settle("final", _unknown_tool(name))
 
-    if contract is None:
-        contract = contract_of(visible)
-    violations = () if checked else contract.argument_violations(arguments)
-    if violations:
-        error = ToolArgsError(violations)
-        failure = failure_result(error.message, ErrorCode.INVALID_ARGS, name="ToolArgsError")
-        return call._settle("final", failure)
-    call.tool = visible
-    call.contract = contract
-    call.registry_version = registry.version
-    call.suspends = contract.body_suspends or hooks.pre_suspends or hooks.execute_suspends or hooks.post_suspends
-    if runtime.trace_decisions:
-        call.trace = TraceRecorder()
-        call.step = "policy"
-    elif hooks.pre or view.guards:
-        call.step = "policy"
-    else:
-        # Stage 5 has nothing to run: no listener, no guard, and the signal was
-        # just checked, with nothing in between that could fire it.
-        call.step = "dispatch"
-    return call
+        if contract is None:
+            contract = contract_of(visible)
+        violations = () if checked else contract.argument_violations(arguments)
+        if violations:
+            error = ToolArgsError(violations)
+            failure = failure_result(error.message, ErrorCode.INVALID_ARGS, name="ToolArgsError")
+            return call._settle("final", failure)
+        call.tool = visible
+        call.contract = contract
+        call.registry_version = registry.version
+        call.suspends = contract.body_suspends or hooks.pre_suspends or hooks.execute_suspends or hooks.post_suspends
+        if runtime.trace_decisions:
+            call.trace = TraceRecorder()
+            call.step = "policy"
+        elif hooks.pre or view.guards:
+            call.step = "policy"
+        else:
+            # Stage 5 has nothing to run: no listener, no guard, and the signal was
+            # just checked, with nothing in between that could fire it.
+            call.step = "dispatch"
+        return call
+    except BaseException as exc:
+        # Cut with its execution made (a Ctrl-C while large arguments validate): every call
+        # that has one hears of its end, even one no hook has seen yet.
+        unwound(call, exc)
+        raise
 
 
 async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExecutionResult:

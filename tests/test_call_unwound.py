@@ -184,6 +184,85 @@ async def test_a_keyboard_interrupt_out_of_a_body_is_told_and_still_propagates()
     assert recorder.hooks == ["dsh_pre_execute", "dsh_execute", "dsh_call_unwound"]
 
 
+def interrupt_validation_of(marker: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C lands while the arguments holding ``marker`` are checked against the schema (stage 4)."""
+    from dsh_core._definition import ToolContract
+
+    checking = ToolContract.argument_violations
+
+    def interrupted(contract: ToolContract, arguments: Any) -> tuple[str, ...]:
+        if marker in arguments:
+            raise KeyboardInterrupt
+        return checking(contract, arguments)
+
+    monkeypatch.setattr(ToolContract, "argument_violations", interrupted)
+
+
+async def test_a_call_interrupted_while_its_arguments_are_frozen_is_never_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_core import _pipeline
+
+    def interrupted(value: object) -> Any:
+        raise KeyboardInterrupt  # stage 1: no execution exists yet, no hook can have seen the call
+
+    monkeypatch.setattr(_pipeline, "snapshot_json", interrupted)
+    unwound, recorder = Unwound(), Recorder()
+    runtime = make_runtime(json_tool("send"), plugins=[unwound, recorder])
+    with pytest.raises(KeyboardInterrupt):
+        await runtime.execute(make_input("send", {"to": ["ceo"]}, call_id="c1"))
+    assert unwound.notices == []
+    assert recorder.hooks == []
+
+
+async def test_a_call_interrupted_while_its_arguments_validate_is_told_once_though_no_hook_saw_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    interrupt_validation_of("stop", monkeypatch)
+    unwound, recorder = Unwound(), Recorder()
+    runtime = make_runtime(json_tool("send"), plugins=[unwound, recorder])
+    with pytest.raises(KeyboardInterrupt):
+        await runtime.execute(make_input("send", {"stop": ["now"]}, call_id="c1"))
+    assert unwound.notices == [("c1", "KeyboardInterrupt", False)]
+    assert unwound.executions[0].arguments["stop"] == ("now",)
+    assert recorder.hooks == ["dsh_call_unwound"]  # no dsh_result, no second notice
+
+
+async def test_a_turn_interrupted_while_a_later_calls_arguments_validate_tells_both_calls_once(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    interrupt_validation_of("stop", monkeypatch)
+    unwound, recorder = Unwound(), Recorder()
+    safe = {"is_concurrency_safe": lambda args: True}
+    runtime = make_runtime(sleeping("slow", 10, **safe), plugins=[unwound, recorder])
+    calls = [make_input("slow", {"n": [1]}, call_id="running"), make_input("slow", {"stop": [1]}, call_id="cut")]
+    interrupted = False
+    try:
+        await run_tool_calls(runtime, calls)
+    except* KeyboardInterrupt:  # through the group's task group
+        interrupted = True
+    assert interrupted
+    # "running" is cut in its dispatch task as the group's task group unwinds the interrupt.
+    assert unwound.notices == [("cut", "KeyboardInterrupt", False), ("running", "Cancelled", True)]
+    assert sorted(hook for hook, _ in recorder.events if hook != "dsh_pre_execute" and hook != "dsh_execute") == [
+        "dsh_call_unwound"
+    ] * 2
+
+
+async def test_a_keyboard_interrupt_in_a_policy_is_told_once_before_the_body_started() -> None:
+    class Interrupting:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            raise KeyboardInterrupt
+
+    unwound, recorder = Unwound(), Recorder()
+    runtime = make_runtime(json_tool("send"), plugins=[unwound, Interrupting(), recorder])
+    with pytest.raises(KeyboardInterrupt):
+        await runtime.execute(make_input("send", call_id="c1"))
+    assert unwound.notices == [("c1", "KeyboardInterrupt", False)]
+    assert recorder.hooks == ["dsh_pre_execute", "dsh_call_unwound"]
+
+
 async def test_a_keyboard_interrupt_in_a_notice_listener_still_lets_the_others_hear_and_propagates(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
