@@ -38,7 +38,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import trio
@@ -95,7 +95,7 @@ from ._results import (
 from ._retry import AttemptTimedOut, RetryAttempt, RetryPolicy
 from ._signal import CancelSignal
 from ._trace import TraceRecorder
-from ._waterfall import INTERRUPTED, CallHooks, Chain, Listener, is_fatal, split_fatal
+from ._waterfall import INTERRUPTED, CallHooks, Chain, Listener, is_fatal, lone_exit, split_fatal
 
 if TYPE_CHECKING:
     from ._runtime import ToolRuntime
@@ -354,8 +354,7 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
             await _notify(observers, call, result)
     except BaseException as exc:
         # (Entering a try costs nothing until something raises: the normal path does not pay for this.)
-        unwound(call, exc)
-        raise
+        _unwind(call, exc)
     return result
 
 
@@ -414,8 +413,7 @@ async def prepare(runtime: ToolRuntime, request: ToolExecutionInput) -> Prepared
             else:
                 await _policy_stage(runtime, call)
         except BaseException as exc:
-            unwound(call, exc)
-            raise
+            _unwind(call, exc)
     return call
 
 
@@ -446,8 +444,7 @@ async def dispatch(runtime: ToolRuntime, call: PreparedCall) -> None:
             else:
                 await _dispatch_stage(runtime, call)
         except BaseException as exc:
-            unwound(call, exc)
-            raise
+            _unwind(call, exc)
 
 
 async def finalize(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResult:
@@ -460,8 +457,7 @@ async def finalize(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionRes
                 await _post_stage(runtime, call)
         return await finish(runtime, call)
     except BaseException as exc:
-        unwound(call, exc)
-        raise
+        _unwind(call, exc)
 
 
 def _dedupe(contexts: tuple[UserMessage, ...]) -> tuple[UserMessage, ...]:
@@ -1161,6 +1157,19 @@ def _is_exit(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return exc.subgroup(_EXITS) is not None
     return isinstance(exc, _EXITS)
+
+
+def _unwind(call: PreparedCall, exc: BaseException) -> NoReturn:
+    """``call`` leaves its stage with ``exc``: tell :func:`unwound`, then raise it on.
+
+    A lone interrupt or exit grouped by a task group inside the call (a
+    ``run_code`` run's) goes on bare, as it does out of a call that ran none.
+    """
+    cause = lone_exit(exc)
+    unwound(call, cause)
+    if cause is exc:
+        raise exc
+    raise cause from None
 
 
 def unwound(call: PreparedCall, cause: BaseException) -> None:

@@ -225,7 +225,8 @@ def dsh_call_unwound(execution: ToolExecution, cause: BaseException, body_starte
 
     ``cause`` is the exception unwinding the call (``trio.Cancelled``,
     ``KeyboardInterrupt``...; possibly an exception group holding one, when a
-    scheduler's task group unwinds). ``body_started`` says whether the tool
+    scheduler's task group unwinds a cancellation; a lone interrupt or exit is
+    given bare, as the host gets it). ``body_started`` says whether the tool
     body was invoked (its effect may have happened). A call the caller's own
     signal cancels is not unwound: it ends ``ABORTED`` and ``dsh_result`` sees
     it, unless the host's scope was cancelled at the same moment (trio then
