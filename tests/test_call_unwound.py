@@ -248,6 +248,23 @@ async def test_a_turn_interrupted_while_a_later_calls_arguments_validate_tells_b
     ] * 2
 
 
+async def test_a_code_mode_sub_call_interrupted_while_its_arguments_validate_tells_both_calls_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    interrupt_validation_of("stop", monkeypatch)
+
+    async def program(tools: Any) -> None:
+        await tools["echo"]({"stop": ["now"]})
+
+    unwound = Unwound()
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(json_tool("echo"))
+    runtime.plugins.register(unwound, name="unwound")
+    with pytest.raises(KeyboardInterrupt):
+        await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="outer"))
+    assert unwound.notices == [("outer:code:1", "KeyboardInterrupt", False), ("outer", "KeyboardInterrupt", True)]
+
+
 async def test_a_keyboard_interrupt_in_a_policy_is_told_once_before_the_body_started() -> None:
     class Interrupting:
         @hookimpl
