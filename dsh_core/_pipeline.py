@@ -38,7 +38,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import trio
@@ -95,7 +95,7 @@ from ._results import (
 from ._retry import AttemptTimedOut, RetryAttempt, RetryPolicy
 from ._signal import CancelSignal
 from ._trace import TraceRecorder
-from ._waterfall import INTERRUPTED, CallHooks, Chain, Listener, is_fatal, split_fatal
+from ._waterfall import INTERRUPTED, CallHooks, Chain, Listener, is_fatal, lone_exit, split_fatal
 
 if TYPE_CHECKING:
     from ._runtime import ToolRuntime
@@ -269,37 +269,43 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
 
     execution = new_execution(call_id, root_call_id, name, arguments, signal, ToolExecutionToken(), agent, parent)
     call = PreparedCall(execution, finalizer, hooks)
-    if collapsed:
+    try:
+        if collapsed:
+            if signal.cancelled:
+                return call._settle("final", aborted_result(body_invoked=False))
+            call.finalizer = None
+            return call._settle("final", _unknown_tool(name, _code_only_route(name)))
         if signal.cancelled:
             return call._settle("final", aborted_result(body_invoked=False))
-        call.finalizer = None
-        return call._settle("final", _unknown_tool(name, _code_only_route(name)))
-    if signal.cancelled:
-        return call._settle("final", aborted_result(body_invoked=False))
-    if visible is None:
-        return call._settle("final", _unknown_tool(name))
+        if visible is None:
+            return call._settle("final", _unknown_tool(name))
 
-    if contract is None:
-        contract = contract_of(visible)
-    violations = () if checked else contract.argument_violations(arguments)
-    if violations:
-        error = ToolArgsError(violations)
-        failure = failure_result(error.message, ErrorCode.INVALID_ARGS, name="ToolArgsError")
-        return call._settle("final", failure)
-    call.tool = visible
-    call.contract = contract
-    call.registry_version = registry.version
-    call.suspends = contract.body_suspends or hooks.pre_suspends or hooks.execute_suspends or hooks.post_suspends
-    if runtime.trace_decisions:
-        call.trace = TraceRecorder()
-        call.step = "policy"
-    elif hooks.pre or view.guards:
-        call.step = "policy"
-    else:
-        # Stage 5 has nothing to run: no listener, no guard, and the signal was
-        # just checked, with nothing in between that could fire it.
-        call.step = "dispatch"
-    return call
+        if contract is None:
+            contract = contract_of(visible)
+        violations = () if checked else contract.argument_violations(arguments)
+        if violations:
+            error = ToolArgsError(violations)
+            failure = failure_result(error.message, ErrorCode.INVALID_ARGS, name="ToolArgsError")
+            return call._settle("final", failure)
+        call.tool = visible
+        call.contract = contract
+        call.registry_version = registry.version
+        call.suspends = contract.body_suspends or hooks.pre_suspends or hooks.execute_suspends or hooks.post_suspends
+        if runtime.trace_decisions:
+            call.trace = TraceRecorder()
+            call.step = "policy"
+        elif hooks.pre or view.guards:
+            call.step = "policy"
+        else:
+            # Stage 5 has nothing to run: no listener, no guard, and the signal was
+            # just checked, with nothing in between that could fire it.
+            call.step = "dispatch"
+        return call
+    except BaseException as exc:
+        # Cut with its execution made (a Ctrl-C while large arguments validate): every call
+        # that has one hears of its end, even one no hook has seen yet.
+        unwound(call, exc)
+        raise
 
 
 async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExecutionResult:
@@ -348,8 +354,7 @@ async def execute(runtime: ToolRuntime, request: ToolExecutionInput) -> ToolExec
             await _notify(observers, call, result)
     except BaseException as exc:
         # (Entering a try costs nothing until something raises: the normal path does not pay for this.)
-        unwound(call, exc)
-        raise
+        _unwind(call, exc)
     return result
 
 
@@ -408,8 +413,7 @@ async def prepare(runtime: ToolRuntime, request: ToolExecutionInput) -> Prepared
             else:
                 await _policy_stage(runtime, call)
         except BaseException as exc:
-            unwound(call, exc)
-            raise
+            _unwind(call, exc)
     return call
 
 
@@ -440,8 +444,7 @@ async def dispatch(runtime: ToolRuntime, call: PreparedCall) -> None:
             else:
                 await _dispatch_stage(runtime, call)
         except BaseException as exc:
-            unwound(call, exc)
-            raise
+            _unwind(call, exc)
 
 
 async def finalize(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionResult:
@@ -454,8 +457,7 @@ async def finalize(runtime: ToolRuntime, call: PreparedCall) -> ToolExecutionRes
                 await _post_stage(runtime, call)
         return await finish(runtime, call)
     except BaseException as exc:
-        unwound(call, exc)
-        raise
+        _unwind(call, exc)
 
 
 def _dedupe(contexts: tuple[UserMessage, ...]) -> tuple[UserMessage, ...]:
@@ -1155,6 +1157,19 @@ def _is_exit(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return exc.subgroup(_EXITS) is not None
     return isinstance(exc, _EXITS)
+
+
+def _unwind(call: PreparedCall, exc: BaseException) -> NoReturn:
+    """``call`` leaves its stage with ``exc``: tell :func:`unwound`, then raise it on.
+
+    A lone interrupt or exit grouped by a task group inside the call (a
+    ``run_code`` run's) goes on bare, as it does out of a call that ran none.
+    """
+    cause = lone_exit(exc)
+    unwound(call, cause)
+    if cause is exc:
+        raise exc
+    raise cause from None
 
 
 def unwound(call: PreparedCall, cause: BaseException) -> None:

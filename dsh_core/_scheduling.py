@@ -47,6 +47,7 @@ from ._execution import Exclusive, Parallel, ToolExecutionInput, input_of
 from ._resources import ResourceClaim, classify_call
 from ._results import ToolExecutionResult
 from ._runtime import ToolRuntime
+from ._waterfall import lone_exit
 
 __all__ = ["run_tool_calls"]
 
@@ -82,10 +83,14 @@ async def run_tool_calls(
             try:
                 index = await _run_group(runtime, calls, index, kind, results, max_parallel, begun)
             except BaseException as exc:
+                # A lone interrupt goes on bare, as out of execute(), not grouped by the group's tasks.
+                cause = lone_exit(exc)
                 # Its tasks are over: a call not committed by now never will be.
                 for prepared in begun:
-                    _pipeline.unwound(prepared, exc)
-                raise
+                    _pipeline.unwound(prepared, cause)
+                if cause is exc:
+                    raise
+                raise cause from None
     return [result for result in results if result is not None]
 
 

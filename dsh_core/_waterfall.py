@@ -32,6 +32,7 @@ __all__ = [
     "Listener",
     "add_missing_hookspecs",
     "is_fatal",
+    "lone_exit",
     "registration_problems",
     "split_fatal",
     "unknown_hooks",
@@ -77,6 +78,23 @@ def split_fatal(exc: BaseException) -> tuple[BaseException | None, BaseException
     if isinstance(exc, BaseExceptionGroup):
         return exc.split(_FATAL)
     return (exc, None) if isinstance(exc, _FATAL) else (None, exc)
+
+
+def lone_exit(exc: BaseException) -> BaseException:
+    """``exc``, or the ``KeyboardInterrupt``/``SystemExit`` it groups when that is all it holds (at any depth).
+
+    A task group inside the call (a ``run_code`` run, a body's own nursery, a
+    scheduler's) groups even a lone interrupt; trio itself lets one out of
+    ``trio.run`` bare. A host catching ``KeyboardInterrupt`` must see the same
+    exception whether or not the call it was cut in ran tasks.
+    """
+    inner = exc
+    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+        inner = inner.exceptions[0]
+    return inner if isinstance(inner, _EXITS) else exc
+
+
+_EXITS = (KeyboardInterrupt, SystemExit)
 
 
 class DshPluginManager(pluggy.PluginManager):

@@ -216,13 +216,17 @@ def dsh_call_unwound(execution: ToolExecution, cause: BaseException, body_starte
     result and ``dsh_result`` never runs. Whatever an observer opened for it
     (a span, an audit record's timing) is closed here instead. So, for every
     call that got as far as having its ``execution``, each plugin hears of its
-    end exactly once: ``dsh_result``, or this. A call cut while its result was
+    end exactly once: ``dsh_result``, or this, even when it was cut before any
+    hook saw it (while its arguments were validated). A call cut earlier, while
+    its arguments were still being copied and frozen, has no ``execution``: no
+    hook ever sees it and nothing here is told. A call cut while its result was
     being published (an ``async`` observer awaiting) is told here only to the
     plugins whose ``dsh_result`` had not been called yet.
 
     ``cause`` is the exception unwinding the call (``trio.Cancelled``,
     ``KeyboardInterrupt``...; possibly an exception group holding one, when a
-    scheduler's task group unwinds). ``body_started`` says whether the tool
+    scheduler's task group unwinds a cancellation; a lone interrupt or exit is
+    given bare, as the host gets it). ``body_started`` says whether the tool
     body was invoked (its effect may have happened). A call the caller's own
     signal cancels is not unwound: it ends ``ABORTED`` and ``dsh_result`` sees
     it, unless the host's scope was cancelled at the same moment (trio then

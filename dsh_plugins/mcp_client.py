@@ -105,8 +105,9 @@ pages (a server whose cursors never end would be listed forever), with a
 warning saying the server's tools were not all registered.
 
 **Failures.** A server that dies during a call fails it with
-``MCP_SERVER_DIED`` (the connection ended: the transport closed, or the HTTP
-transport gave up on a response stream); one that cannot be started or reached
+``MCP_SERVER_DIED`` (the connection ended: the transport closed, a stdio
+server's stdout closed or could not be read though the process lives, or the
+HTTP transport gave up on a response stream); one that cannot be started or reached
 fails it with ``MCP_SERVER_UNAVAILABLE``. An MCP protocol error is
 ``MCP_ERROR``: a JSON-RPC error answer (whatever its code, ``-32000`` included),
 an invalid result, and a message no pending request can be matched to (a
@@ -1148,8 +1149,10 @@ class _Server:
 
     def transport(self, session: _Session) -> Any:
         """What ``mcp.Client`` connects to for ``session``."""
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.stdio import StdioServerParameters
         from mcp.client.streamable_http import streamable_http_client
+
+        from ._mcp_stdio import stdio_transport
 
         if self.in_process is not None:
             return self.in_process  # in memory: cannot die, and passes objects, not text to parse
@@ -1159,8 +1162,8 @@ class _Server:
         else:
             assert settings.command is not None
             # "replace": with the default "strict", one byte that is not UTF-8 on the server's stdout
-            # kills the transport's reader while its read stream stays open, so the session looks live
-            # and every request waits forever. Replaced, the line still parses (or is plain text).
+            # kills the transport's reader, and so the session with every call in flight. Replaced,
+            # the line still parses (or is plain text) and the session goes on.
             # Writes are unaffected: arguments UTF-8 cannot carry are refused before sending.
             params = StdioServerParameters(
                 command=settings.command,
@@ -1169,7 +1172,8 @@ class _Server:
                 cwd=settings.cwd,
                 encoding_error_handler="replace",
             )
-            inner = stdio_client(params)
+            # Not the SDK's stdio_client: a reader that dies there leaves the session looking live.
+            inner = stdio_transport(params)
         return _WatchedTransport(inner, session, one_stream=settings.url is None)
 
 

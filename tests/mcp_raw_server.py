@@ -16,7 +16,8 @@ reaches the client's transport as text. Each tool is one kind of answer:
 - ``bad_utf8``: a result whose text holds bytes that are not UTF-8 (``a\\xff\\xfeb``);
 - ``json_log``: a JSON log line on stdout (an object that is no JSON-RPC message), then a normal result;
 - ``bad_note``: a notification whose ``params`` is not an object, then a normal result;
-- ``shapeless``: an answer to the call whose ``result`` is not an object (no JSON-RPC message).
+- ``shapeless``: an answer to the call whose ``result`` is not an object (no JSON-RPC message);
+- ``close_stdout``: no answer: the process closes its stdout and goes on living (a minute, unless stopped).
 
 Every tool is annotated read-only, so a client configured to retry would retry it.
 """
@@ -24,12 +25,14 @@ Every tool is annotated read-only, so a client configured to retry would retry i
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from typing import Any
 
 TOOLS = [
     *("ok", "calls", "deep", "wrong_id", "null_id", "server_error", "closed_error", "bad_result", "stray_text"),
-    *("bad_utf8", "json_log", "bad_note", "shapeless"),
+    *("bad_utf8", "json_log", "bad_note", "shapeless", "close_stdout"),
 ]
 DEPTH = 300
 
@@ -75,6 +78,10 @@ def answer_call(request_id: Any, name: str, calls: int) -> None:
         result({"content": [{"type": "text", "text": "fine"}]})
     elif name == "shapeless":
         send({"jsonrpc": "2.0", "id": request_id, "result": "fine"})
+    elif name == "close_stdout":
+        sys.stdout.flush()
+        os.close(1)
+        time.sleep(60)
     elif name == "bad_utf8":
         head = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": "a"}]}})
         line = head.encode().replace(b'"a"', b'"a\xff\xfeb"') + b"\n"

@@ -41,11 +41,13 @@ class Unwound:
     def __init__(self) -> None:
         self.notices: list[tuple[str, str, bool]] = []
         self.executions: list[ToolExecution] = []
+        self.causes: list[BaseException] = []
 
     @hookimpl
     def dsh_call_unwound(self, execution: ToolExecution, cause: BaseException, body_started: bool) -> None:
         self.notices.append((execution.call_id, kind(cause), body_started))
         self.executions.append(execution)
+        self.causes.append(cause)
 
 
 def sleeping(name: str, seconds: float, **options: Any) -> Any:
@@ -184,6 +186,99 @@ async def test_a_keyboard_interrupt_out_of_a_body_is_told_and_still_propagates()
     assert recorder.hooks == ["dsh_pre_execute", "dsh_execute", "dsh_call_unwound"]
 
 
+def interrupt_validation_of(marker: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C lands while the arguments holding ``marker`` are checked against the schema (stage 4)."""
+    from dsh_core._definition import ToolContract
+
+    checking = ToolContract.argument_violations
+
+    def interrupted(contract: ToolContract, arguments: Any) -> tuple[str, ...]:
+        if marker in arguments:
+            raise KeyboardInterrupt
+        return checking(contract, arguments)
+
+    monkeypatch.setattr(ToolContract, "argument_violations", interrupted)
+
+
+async def test_a_call_interrupted_while_its_arguments_are_frozen_is_never_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_core import _pipeline
+
+    def interrupted(value: object) -> Any:
+        raise KeyboardInterrupt  # stage 1: no execution exists yet, no hook can have seen the call
+
+    monkeypatch.setattr(_pipeline, "snapshot_json", interrupted)
+    unwound, recorder = Unwound(), Recorder()
+    runtime = make_runtime(json_tool("send"), plugins=[unwound, recorder])
+    with pytest.raises(KeyboardInterrupt):
+        await runtime.execute(make_input("send", {"to": ["ceo"]}, call_id="c1"))
+    assert unwound.notices == []
+    assert recorder.hooks == []
+
+
+async def test_a_call_interrupted_while_its_arguments_validate_is_told_once_though_no_hook_saw_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    interrupt_validation_of("stop", monkeypatch)
+    unwound, recorder = Unwound(), Recorder()
+    runtime = make_runtime(json_tool("send"), plugins=[unwound, recorder])
+    with pytest.raises(KeyboardInterrupt):
+        await runtime.execute(make_input("send", {"stop": ["now"]}, call_id="c1"))
+    assert unwound.notices == [("c1", "KeyboardInterrupt", False)]
+    assert unwound.executions[0].arguments["stop"] == ("now",)
+    assert recorder.hooks == ["dsh_call_unwound"]  # no dsh_result, no second notice
+
+
+async def test_a_turn_interrupted_while_a_later_calls_arguments_validate_tells_both_calls_once(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    interrupt_validation_of("stop", monkeypatch)
+    unwound, recorder = Unwound(), Recorder()
+    safe = {"is_concurrency_safe": lambda args: True}
+    runtime = make_runtime(sleeping("slow", 10, **safe), plugins=[unwound, recorder])
+    calls = [make_input("slow", {"n": [1]}, call_id="running"), make_input("slow", {"stop": [1]}, call_id="cut")]
+    with pytest.raises(KeyboardInterrupt) as caught:
+        await run_tool_calls(runtime, calls)
+    assert type(caught.value) is KeyboardInterrupt  # bare, as from execute(): not grouped by the group's tasks
+    # "running" is cut in its dispatch task as the group's task group unwinds the interrupt.
+    assert unwound.notices == [("cut", "KeyboardInterrupt", False), ("running", "Cancelled", True)]
+    assert sorted(hook for hook, _ in recorder.events if hook != "dsh_pre_execute" and hook != "dsh_execute") == [
+        "dsh_call_unwound"
+    ] * 2
+
+
+async def test_a_code_mode_sub_call_interrupted_while_its_arguments_validate_tells_both_calls_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    interrupt_validation_of("stop", monkeypatch)
+
+    async def program(tools: Any) -> None:
+        await tools["echo"]({"stop": ["now"]})
+
+    unwound = Unwound()
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(json_tool("echo"))
+    runtime.plugins.register(unwound, name="unwound")
+    with pytest.raises(KeyboardInterrupt):
+        await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="outer"))
+    assert unwound.notices == [("outer:code:1", "KeyboardInterrupt", False), ("outer", "KeyboardInterrupt", True)]
+
+
+async def test_a_keyboard_interrupt_in_a_policy_is_told_once_before_the_body_started() -> None:
+    class Interrupting:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            raise KeyboardInterrupt
+
+    unwound, recorder = Unwound(), Recorder()
+    runtime = make_runtime(json_tool("send"), plugins=[unwound, Interrupting(), recorder])
+    with pytest.raises(KeyboardInterrupt):
+        await runtime.execute(make_input("send", call_id="c1"))
+    assert unwound.notices == [("c1", "KeyboardInterrupt", False)]
+    assert recorder.hooks == ["dsh_pre_execute", "dsh_call_unwound"]
+
+
 async def test_a_keyboard_interrupt_in_a_notice_listener_still_lets_the_others_hear_and_propagates(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -281,13 +376,29 @@ async def test_a_code_mode_sub_call_interrupted_tells_both_calls() -> None:
     runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
     runtime.register(json_tool("stop", stop))
     runtime.plugins.register(unwound, name="unwound")
-    interrupted = False
-    try:
+    with pytest.raises(KeyboardInterrupt) as caught:
         await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="outer"))
-    except* KeyboardInterrupt:  # through the run's task group
-        interrupted = True
-    assert interrupted
+    assert type(caught.value) is KeyboardInterrupt  # bare, as from a plain call: not grouped by the run's tasks
     assert unwound.notices == [("outer:code:1", "KeyboardInterrupt", True), ("outer", "KeyboardInterrupt", True)]
+    assert [type(cause) for cause in unwound.causes] == [KeyboardInterrupt, KeyboardInterrupt]
+
+
+async def test_a_keyboard_interrupt_in_a_code_mode_program_itself_reaches_the_host_bare() -> None:
+    async def program(tools: Any) -> None:
+        await tools["echo"]({})
+        raise KeyboardInterrupt  # Ctrl-C lands in the program, between its sub-calls
+
+    unwound, recorder = Unwound(), Recorder()
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(json_tool("echo"))
+    runtime.plugins.register(unwound, name="unwound")
+    runtime.plugins.register(recorder, name="recorder")
+    with pytest.raises(KeyboardInterrupt) as caught:
+        await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="outer"))
+    assert type(caught.value) is KeyboardInterrupt
+    assert unwound.notices == [("outer", "KeyboardInterrupt", True)]
+    assert type(unwound.causes[0]) is KeyboardInterrupt
+    assert [call_id for _, call_id in recorder.events if _ == "dsh_result"] == ["outer:code:1"]
 
 
 async def test_a_code_mode_sub_call_interrupted_while_it_waits_to_commit_is_told(
@@ -311,12 +422,9 @@ async def test_a_code_mode_sub_call_interrupted_while_it_waits_to_commit_is_told
     runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
     runtime.register(json_tool("echo"))
     runtime.plugins.register(unwound, name="unwound")
-    interrupted_run = False
-    try:
+    with pytest.raises(KeyboardInterrupt) as caught:
         await runtime.execute(make_input("run_code", {"code": "...", "description": "d"}, call_id="outer"))
-    except* KeyboardInterrupt:
-        interrupted_run = True
-    assert interrupted_run
+    assert type(caught.value) is KeyboardInterrupt
     assert unwound.notices == [("outer:code:1", "KeyboardInterrupt", True), ("outer", "KeyboardInterrupt", True)]
 
 
@@ -399,13 +507,9 @@ async def test_a_keyboard_interrupt_in_a_sub_call_ends_the_run_while_another_wai
 
     settled = Settled()
     runtime, quick_ran = gathering_runtime(first, settled)
-    interrupted = False
-    with trio.fail_after(10):  # a real budget: the run used to hang here for good
-        try:
-            await runtime.execute(make_input("run_code", {"code": GATHER_BOTH, "description": "d"}, call_id="outer"))
-        except* KeyboardInterrupt:
-            interrupted = True
-    assert interrupted
+    with trio.fail_after(10), pytest.raises(KeyboardInterrupt) as caught:  # a real budget: it used to hang here
+        await runtime.execute(make_input("run_code", {"code": GATHER_BOTH, "description": "d"}, call_id="outer"))
+    assert type(caught.value) is KeyboardInterrupt  # bare out of the subprocess runtime's tasks too
     assert settled.notices == [("outer:code:1", "KeyboardInterrupt", True), ("outer", "KeyboardInterrupt", True)]
     # It still commits, in its turn (its value is discarded): told of its end once, as a result.
     assert [call_id for call_id, _ in settled.results] == ["outer:code:2"]

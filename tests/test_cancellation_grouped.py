@@ -197,7 +197,7 @@ async def test_an_interrupt_grouped_with_a_failure_still_propagates() -> None:
 
     tool = define_tool(name="work", description="d", parameters={}, output={"type": "json"}, execute=body)
     runtime = make_runtime(tool)
-    with pytest.raises(BaseExceptionGroup) as caught:
+    with pytest.raises(KeyboardInterrupt) as caught:
         await runtime.execute(make_input("work", {}))
-    assert caught.group_contains(KeyboardInterrupt)
-    assert not caught.group_contains(RuntimeError)  # the failure part stayed with the call
+    # Bare, as trio lets a lone interrupt out of trio.run: the failure part stayed with the call.
+    assert type(caught.value) is KeyboardInterrupt

@@ -917,6 +917,49 @@ async def test_an_answer_no_request_can_be_matched_to_fails_the_pending_call(too
     assert calls.value == text_value("2")  # the same session goes on
 
 
+async def test_a_server_that_closes_its_stdout_but_lives_fails_the_call_in_flight_as_died() -> None:
+    # Nothing can come back on a closed stdout: the call must not wait for its answer (or its budget).
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            died = await runtime.execute(make_input("raw__close_stdout"))
+            again = await runtime.execute(make_input("raw__calls"))
+    assert died.code == MCP_SERVER_DIED, died.error.message
+    assert 'MCP server "raw" died during the call to "close_stdout"' in died.error.message
+    assert again.value == text_value("1")  # the next call reconnected: a new process
+
+
+async def test_a_failed_read_of_the_servers_stdout_fails_the_call_in_flight_as_died(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The transport's reader used to drain the stdout of a server still alive before ending the
+    # session: the call waited forever for an answer the drain threw away.
+    from anyio.streams.text import TextReceiveStream
+
+    from dsh_plugins import _mcp_stdio
+
+    class FailingOnce(TextReceiveStream):
+        failed = False
+
+        async def receive(self) -> str:
+            chunk = await super().receive()
+            if "debug:" in chunk and not FailingOnce.failed:
+                FailingOnce.failed = True
+                raise OSError(5, "Input/output error")  # the pipe failed under the read
+            return chunk
+
+    monkeypatch.setattr(_mcp_stdio, "TextReceiveStream", FailingOnce)
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            died = await runtime.execute(make_input("raw__stray_text"))
+            again = await runtime.execute(make_input("raw__calls"))
+    assert FailingOnce.failed
+    assert died.code == MCP_SERVER_DIED, died.error.message
+    assert 'MCP server "raw" died during the call to "stray_text"' in died.error.message
+    assert again.value == text_value("1")  # the next call reconnected: a new process
+
+
 async def test_a_line_of_plain_text_on_stdout_is_not_taken_for_an_answer() -> None:
     runtime = ToolRuntime()
     with trio.fail_after(20):
