@@ -105,9 +105,13 @@ class Rewrite:
     (``INVALID_ARGS`` naming the rewriting plugin when they do not fit), then
     runs the whole pre-execute stage again on the rewritten call: every
     listener, approval and guard decides on what will actually run, so a
-    rewrite can never carry a call past a policy. Rewriting to the arguments the
-    call already has is an ``Allow``; more than :data:`MAX_REWRITES` rewrites of
-    one call fail it (``POLICY_ERROR``). ``reason`` is required: the result
+    rewrite can never carry a call past a policy. A rewrite to the arguments the
+    call already has changes nothing: it stands for the decision of the
+    listeners inside the rewriting one on that pass (what its ``next()``
+    returned, or, when it never called ``next()``, what they decide when run
+    then; an ``Allow`` only when it caught an exception from ``next()``), and
+    the listeners outside it see that decision. More than :data:`MAX_REWRITES`
+    rewrites of one call fail it (``POLICY_ERROR``). ``reason`` is required: the result
     tells the model its arguments were changed, by whom and why, and what ran.
     """
 

@@ -138,6 +138,14 @@ def _check_pre(outcome: object) -> str | None:
     return f"dsh_pre_execute must return Allow(), Deny(reason), Ask() or Rewrite(arguments, reason), got {_kind(outcome)}"
 
 
+def _rewrites_nothing(outcome: object, execution: ToolExecution) -> Allow | None:
+    # A normaliser settles by rewriting to what the call already has: its Rewrite then
+    # stands for the decision of the layers inside it (see Chain), an Allow only on its own.
+    if type(outcome) is Rewrite and json_equal(outcome.arguments, execution.arguments):
+        return Allow()
+    return None
+
+
 def _check_post(outcome: object) -> str | None:
     if isinstance(outcome, POST_DECISION_TYPES):
         return None
@@ -493,7 +501,7 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
     listeners = call.hooks.pre
     while listeners:
         entries = None if trace is None else trace.chain("pre", _ALLOW)
-        chain = Chain(listeners, (call.execution,), _check_pre, None, _ALLOW, entries)
+        chain = Chain(listeners, (call.execution,), _check_pre, None, _ALLOW, entries, _rewrites_nothing)
         try:
             decision = await chain.run()
         except BaseException as exc:
@@ -502,12 +510,8 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
         decider = chain.decider
         if type(decision) is not Rewrite:
             break
-        applied = _rewrite(call, decision, decider)
-        if applied is None:
+        if not _rewrite(call, decision, decider):
             return
-        if not applied:  # rewritten to the arguments it already had: an Allow
-            decision = _ALLOW
-            break
         # Rewritten: the whole stage runs again, on what will actually run.
     execution = call.execution
 
@@ -551,14 +555,14 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
     _decide(runtime, call, decision, decider)
 
 
-def _rewrite(call: PreparedCall, rewrite: Rewrite, decider: str | None) -> bool | None:
-    """Apply ``rewrite`` to the call: ``True`` when the arguments changed, ``False``
-    when they are the ones it has, ``None`` when the rewrite failed the call."""
+def _rewrite(call: PreparedCall, rewrite: Rewrite, decider: str | None) -> bool:
+    """Apply ``rewrite`` to the call: ``False`` when the rewrite failed the call.
+
+    The chain already resolved a rewrite to the arguments the call has.
+    """
     execution = call.execution
     arguments = rewrite.arguments
     who = decider or "a pre-execute listener"
-    if json_equal(arguments, execution.arguments):
-        return False
     done = len(call.rewrites or ())
     assert call.contract is not None
     violations = () if done >= MAX_REWRITES else call.contract.argument_violations(arguments)
@@ -573,7 +577,7 @@ def _rewrite(call: PreparedCall, rewrite: Rewrite, decider: str | None) -> bool 
             )
             failure = failure_result(message, ErrorCode.POLICY_ERROR, name="PolicyError", plugin=decider)
         call._settle("final", _final(call, failure))
-        return None
+        return False
     call.execution = new_execution(
         execution.call_id,
         execution.root_call_id,

@@ -475,6 +475,8 @@ class HookChains:
 # returned its own outcome (or swallowed next()'s exception) from one that passed.
 _UNCALLED: Any = object()
 _PENDING: Any = object()
+# Its coroutine started: the inner layers ran (this stays when they raised).
+_STARTED: Any = object()
 # Its listener returned (or raised) without calling it: the chain it would start is over.
 _EXPIRED: Any = object()
 
@@ -518,11 +520,22 @@ class Chain:
     After the run, ``decider`` names the listener that produced the final
     outcome (``None`` when the base did) and ``blame`` the listener an
     exception came from.
+
+    ``unchanged(outcome, first_argument)`` (pre-execute's: a ``Rewrite`` to the
+    arguments the call has) returns ``None`` for a listener's own outcome that
+    changes something, else the outcome it amounts to on its own (an
+    ``Allow``). An outcome that changes nothing stands for what the layers
+    inside its listener decided, and the listeners outside it see that in its
+    place: the outcome ``next()`` returned; when the listener never called
+    ``next()`` (or never awaited it), the inner layers run now (changing
+    nothing is no way to skip them); when it swallowed ``next()``'s exception,
+    the outcome it amounts to on its own (its decision over a failure, as any
+    outcome it returns then is).
     """
 
     __slots__ = (
-        "_base", "_check", "_count", "_first", "_listeners", "_ordered", "_outcome", "_second", "blame", "blamed",
-        "decider", "trace",
+        "_base", "_check", "_count", "_first", "_listeners", "_ordered", "_outcome", "_second", "_unchanged", "blame",
+        "blamed", "decider", "trace",
     )  # fmt: skip
 
     def __init__(
@@ -533,6 +546,7 @@ class Chain:
         base: Callable[[], Awaitable[Any]] | None = None,
         outcome: object = None,
         trace: list[tuple[str, Any]] | None = None,
+        unchanged: Callable[[Any, Any], Any] | None = None,
     ) -> None:
         self._listeners = listeners
         self._count = len(listeners)
@@ -543,6 +557,7 @@ class Chain:
         self._base = base
         self._outcome = outcome
         self._check = check
+        self._unchanged = unchanged
         self.decider: str | None = None
         self.blame: str | None = None
         self.blamed: BaseException | None = None
@@ -554,6 +569,8 @@ class Chain:
         return self._step(0, None)
 
     async def _step(self, index: int, caller: _Next | None) -> Any:
+        if caller is not None:
+            caller.result = _STARTED
         if index == self._count:
             base = self._base
             outcome = self._outcome if base is None else await base()
@@ -589,7 +606,16 @@ class Chain:
                     error = PolicyError(f"{listener.plugin_name}: {problem}")
                     self._blame(error, listener)
                     raise error
-                self.decider = listener.plugin_name
+                alone = None if self._unchanged is None else self._unchanged(outcome, self._first)
+                if alone is None:
+                    self.decider = listener.plugin_name
+                elif nxt.result is _EXPIRED or nxt.result is _PENDING:  # the inner layers never started
+                    outcome = await self._step(index + 1, None)
+                elif nxt.result is _STARTED:  # they raised, and the listener swallowed it
+                    outcome = alone
+                    self.decider = listener.plugin_name
+                else:
+                    outcome = nxt.result  # its decider, the inner layer's, is already set
             if self.trace is not None:
                 self.trace.append((listener.plugin_name, outcome))
         if caller is not None:

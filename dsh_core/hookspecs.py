@@ -106,7 +106,9 @@ async def dsh_pre_execute(
     returns ``Rewrite``, the new arguments are validated against the schema,
     and this whole stage runs again on the rewritten call (every listener,
     approval and guard sees what will run; the result tells the model what
-    changed). A listener can therefore see one call more than once: a listener
+    changed). A ``Rewrite`` to the arguments the call already has stands for
+    what the listeners inside its listener decide on that pass (see
+    ``Rewrite``), never for an ``Allow`` past them. A listener can therefore see one call more than once: a listener
     that keeps state per call (a counter, a budget) keys it by
     ``execution.token``, which stays the same across the passes.
 

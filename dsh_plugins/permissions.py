@@ -83,6 +83,7 @@ from dsh_core import (
     ToolExecution,
     ToolRuntime,
     hookimpl,
+    json_equal,
     json_text,
     structure_table,
 )
@@ -412,8 +413,12 @@ class Permissions:
                 # The policies inside still decide first: a question must never stand in for
                 # their denial (an answer, or a standing grant, would then run what they refuse).
                 inner = await next()
-                if isinstance(inner, Deny | Rewrite):
-                    return inner  # a rewritten call comes back through this listener
+                if isinstance(inner, Deny):
+                    return inner
+                if isinstance(inner, Rewrite) and not json_equal(inner.arguments, execution.arguments):
+                    return inner  # the rewritten call comes back through this listener: it is asked about then
+                # A rewrite to the arguments the call has brings nothing back: ask now. (The runtime
+                # already resolves such a rewrite before it gets here; this rule does not rely on it.)
                 return Ask(reason)
             case _:
                 return await next()

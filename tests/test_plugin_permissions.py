@@ -9,15 +9,22 @@ import pytest
 
 from dsh_core import (
     Agent,
+    Allow,
+    Ask,
+    CancelSignal,
     ConfigError,
     Deny,
+    Rewrite,
     ToolEffects,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
+    ToolExecutionToken,
     ToolRuntime,
     hookimpl,
+    trace_of,
 )
+from dsh_core._execution import new_execution
 from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
 from dsh_plugins import permissions
 from dsh_plugins.permissions import PathSyntaxError, parse_path
@@ -281,6 +288,109 @@ async def test_an_ask_rule_never_stands_in_for_an_inner_denial(inner_first: bool
     assert approval.requests == []  # nobody is asked about what is refused anyway
     assert not (await runtime.execute(make_input("shell", {"cmd": "ls"}, agent=Agent("a")))).is_error
     assert len(approval.requests) == 1
+
+
+class Trimmer:
+    """A normaliser that settles by rewriting to what the call has (it never compares).
+
+    ``defers``: it passes on what the layers inside it decide unless they allow; else it ignores it.
+    """
+
+    def __init__(self, defers: bool) -> None:
+        self.defers = defers
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+        decision = await next()
+        if self.defers and not isinstance(decision, Allow):
+            return decision
+        return Rewrite({**execution.arguments, "cmd": execution.arguments["cmd"].strip()}, "trimmed")
+
+
+def runtime_around_a_trimmer(
+    config: dict[str, Any], *, trimmer_outside: bool, defers: bool, approval: StaticApproval, ran: list[Any]
+) -> ToolRuntime:
+    async def body(args: Any) -> Any:
+        ran.append(dict(args))
+        return "ran"
+
+    runtime = make_runtime(json_tool("shell", body), approval=approval, trace_decisions=True)
+    if not trimmer_outside:
+        runtime.plugins.register(Trimmer(defers), name="trimmer")
+    permissions.dsh_setup(runtime, config)  # the last registered is the outermost
+    if trimmer_outside:
+        runtime.plugins.register(Trimmer(defers), name="trimmer")
+    return runtime
+
+
+SETTLING = pytest.mark.parametrize(
+    ("trimmer_outside", "defers"),
+    [(False, True), (False, False), (True, True), (True, False)],
+    ids=["trimmer-inside-deferring", "trimmer-inside", "trimmer-outside-deferring", "trimmer-outside"],
+)
+CMDS = pytest.mark.parametrize("cmd", ["rm -rf /", "  rm -rf /  "], ids=["already-trimmed", "trimmed"])
+
+
+@SETTLING
+@CMDS
+async def test_an_ask_rule_is_asked_once_around_a_settling_normaliser(
+    trimmer_outside: bool, defers: bool, cmd: str
+) -> None:
+    approval, ran = StaticApproval("denied"), []
+    runtime = runtime_around_a_trimmer(
+        {"rules": [{"tool": "shell", "action": "ask"}]},
+        trimmer_outside=trimmer_outside,
+        defers=defers,
+        approval=approval,
+        ran=ran,
+    )
+    result = await runtime.execute(make_input("shell", {"cmd": cmd}, agent=Agent("a")))
+    assert denial(result) == 'the user denied tool "shell"'
+    assert approval.requests == [("shell", 'approval required by permissions rule #1 (tool "shell")')]
+    assert ran == []
+    trace = trace_of(result)
+    assert trace is not None
+    # (An outside trimmer that ignores the question rewrites the untrimmed call over it: asked on both passes.)
+    asked = {(step.actor, step.outcome) for step in trace.stage("pre") if step.outcome.startswith("ask")}
+    assert asked == {("permissions-policy", 'ask: approval required by permissions rule #1 (tool "shell")')}
+    last = trace.steps[-1]
+    assert (last.stage, last.actor, last.outcome) == ("approval", "approval", 'deny: the user denied tool "shell"')
+
+
+@SETTLING
+@CMDS
+async def test_a_deny_rule_stands_around_a_settling_normaliser(trimmer_outside: bool, defers: bool, cmd: str) -> None:
+    approval, ran = StaticApproval("allowed-once"), []
+    runtime = runtime_around_a_trimmer(
+        {"rules": [{"tool": "shell", "args": {"cmd": "rm *"}, "action": "deny"}]},
+        trimmer_outside=trimmer_outside,
+        defers=defers,
+        approval=approval,
+        ran=ran,
+    )
+    result = await runtime.execute(make_input("shell", {"cmd": cmd}, agent=Agent("a")))
+    assert denial(result) == 'denied by permissions rule #1 (tool "shell")'
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.plugin == "permissions-policy"
+    assert approval.requests == []
+    assert ran == []
+
+
+async def test_an_ask_rule_passes_on_only_a_rewrite_that_changes_the_call() -> None:
+    """The rewritten call comes back through the rule; a rewrite to the same arguments never does."""
+    rules = (permissions.Rule(tool="shell", action="ask"),)
+    listener = permissions.Permissions(permissions.PermissionsSettings(rules=rules))
+    execution = new_execution("c", "c", "shell", {"cmd": "ls"}, CancelSignal(), ToolExecutionToken(), None, None)
+
+    async def rewritten_to(arguments: dict[str, Any]) -> Any:
+        async def inner() -> Any:
+            return Rewrite(arguments, "normalised")
+
+        return await listener.dsh_pre_execute(execution, inner)
+
+    changed = await rewritten_to({"cmd": "ls -a"})
+    assert isinstance(changed, Rewrite) and changed.arguments == {"cmd": "ls -a"}
+    assert await rewritten_to({"cmd": "ls"}) == Ask('approval required by permissions rule #1 (tool "shell")')
 
 
 async def test_deny_short_circuits_inner_policies() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -260,6 +261,126 @@ async def test_rewriting_to_the_same_arguments_is_an_allow() -> None:
 
     untouched = expect_success(await runtime.execute(make_input("read", {"path": "b"})))
     assert untouched.additional_contexts == ()
+
+
+class Trimmer:
+    """Normalises ``path`` on every pass, without comparing: settles by rewriting to what the call has.
+
+    ``consults``: whether it asks the layers inside it first (``await next()``), never calls
+    ``next()`` (``False``), or calls it without running what it returns (``"unawaited"``).
+    """
+
+    def __init__(self, consults: bool | str = True) -> None:
+        self.consults = consults
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        if self.consults == "unawaited":
+            next().close()  # type: ignore[attr-defined]
+        elif self.consults:
+            await next()
+        return Rewrite({**execution.arguments, "path": execution.arguments["path"].strip()}, "trimmed")
+
+
+class AskAlways:
+    """Asks about every call the layers inside it allow."""
+
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+        decision = await next()
+        return Ask("check it") if isinstance(decision, Allow) else decision
+
+
+@pytest.mark.parametrize("consults", [True, False, "unawaited"], ids=["awaits-next", "no-next", "unawaited-next"])
+@pytest.mark.parametrize("path", ["/etc/shadow", "  /etc/shadow"], ids=["already-trimmed", "trimmed"])
+async def test_a_rewrite_to_the_same_arguments_keeps_an_inner_deny(consults: bool | str, path: str) -> None:
+    seen: list[Any] = []
+    denier = DenyEtc()
+    runtime = make_runtime(path_tool(seen=seen), trace_decisions=True)
+    runtime.plugins.register(denier, name="denier")
+    runtime.plugins.register(Trimmer(consults), name="trimmer")  # outermost
+    result = expect_failure(await runtime.execute(make_input("read", {"path": path})))
+    assert (result.code, result.error.message) == ("DENIED", "nothing under /etc")
+    assert result.error.info is not None and result.error.info.plugin == "denier"
+    assert seen == []
+    assert denier.seen[-1] == "/etc/shadow"  # the layer inside judged the arguments that would run
+    trace = trace_of(result)
+    assert trace is not None
+    last_pass = [(step.actor, step.outcome) for step in trace.stage("pre")][-2:]
+    assert last_pass == [("trimmer", "pass"), ("denier", "deny: nothing under /etc")]
+
+
+@pytest.mark.parametrize("consults", [True, False, "unawaited"], ids=["awaits-next", "no-next", "unawaited-next"])
+@pytest.mark.parametrize("path", ["a", "  a  "], ids=["already-trimmed", "trimmed"])
+async def test_a_rewrite_to_the_same_arguments_keeps_an_inner_ask(consults: bool | str, path: str) -> None:
+    seen: list[Any] = []
+    approval = StaticApproval("denied")
+    runtime = make_runtime(path_tool(seen=seen), approval=approval, trace_decisions=True)
+    runtime.plugins.register(AskAlways(), name="asker")
+    runtime.plugins.register(Trimmer(consults), name="trimmer")  # outermost
+    result = expect_failure(await runtime.execute(make_input("read", {"path": path}, agent=MAIN)))
+    assert result.code == "DENIED"
+    assert result.error.info is not None and result.error.info.plugin == "approval"
+    assert seen == []
+    assert approval.requests == [("read", "check it")]  # asked once, on the settled pass
+    trace = trace_of(result)
+    assert trace is not None
+    steps = [(step.stage, step.actor, step.outcome) for step in trace]
+    assert steps[-3:-1] == [("pre", "trimmer", "pass"), ("pre", "asker", "ask: check it")]
+    assert steps[-1][:2] == ("approval", "approval")
+
+
+@pytest.mark.parametrize("path", ["a", "  a  "], ids=["already-trimmed", "trimmed"])
+async def test_an_outer_listener_decides_on_what_a_same_arguments_rewrite_stands_for(path: str) -> None:
+    seen: list[Any] = []
+    approval = StaticApproval("denied")
+    runtime = make_runtime(path_tool(seen=seen), approval=approval)
+    runtime.plugins.register(Trimmer(), name="trimmer")
+    runtime.plugins.register(AskAlways(), name="asker")  # outermost: sees the trimmer's settled Allow
+    result = expect_failure(await runtime.execute(make_input("read", {"path": path}, agent=MAIN)))
+    assert result.code == "DENIED"
+    assert seen == []
+    assert approval.requests == [("read", "check it")]
+
+
+async def test_a_call_a_normaliser_leaves_alone_shows_no_rewrite() -> None:
+    runtime = make_runtime(path_tool(), trace_decisions=True)
+    runtime.plugins.register(Trimmer(), name="trimmer")
+    result = expect_success(await runtime.execute(make_input("read", {"path": "a"})))
+    trace = trace_of(result)
+    assert trace is not None
+    assert [(step.actor, step.outcome) for step in trace.stage("pre")] == [("trimmer", "pass")]
+    assert result.additional_contexts == ()
+
+
+async def test_a_same_arguments_rewrite_over_a_swallowed_inner_failure_is_its_listeners_allow() -> None:
+    class Broken:
+        def __init__(self) -> None:
+            self.runs = 0
+
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            self.runs += 1
+            raise RuntimeError("inner broke")
+
+    class Forgiving:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            with contextlib.suppress(RuntimeError):
+                await next()
+            return Rewrite(dict(execution.arguments), "kept")
+
+    seen: list[Any] = []
+    broken = Broken()
+    runtime = make_runtime(path_tool(seen=seen), trace_decisions=True)
+    runtime.plugins.register(broken, name="broken")
+    runtime.plugins.register(Forgiving(), name="forgiving")
+    result = expect_success(await runtime.execute(make_input("read", {"path": "a"})))
+    assert seen == [{"path": "a"}]
+    assert broken.runs == 1  # not run again on the listener's behalf
+    trace = trace_of(result)
+    assert trace is not None
+    assert [(step.actor, step.outcome) for step in trace.stage("pre")] == [("forgiving", "allow")]
 
 
 async def test_a_policy_that_never_settles_fails_the_call_after_max_rewrites() -> None:
