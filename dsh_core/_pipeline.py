@@ -813,11 +813,14 @@ async def _dispatch_chain(runtime: ToolRuntime, call: PreparedCall) -> ToolExecu
 
 
 async def _dispatch_body(
-    runtime: ToolRuntime, call: PreparedCall, current: CancelSignal, *, attempt: bool = False
+    runtime: ToolRuntime, call: PreparedCall, current: CancelSignal, *, attempt: CancelSignal | None = None
 ) -> ToolExecutionResult:
-    """Run the body once (or, for a tool with a ``RetryPolicy``, until the policy is done: ``attempt=False``).
+    """Run the body once (or, for a tool with a ``RetryPolicy``, until the policy is done: ``attempt=None``).
 
-    A raising body's exception is kept in ``call.body_error`` for the retry loop to judge.
+    ``attempt`` is, for one attempt of a retrying call, the call's signal without
+    the attempt's own budget: only that one replaces a success the body
+    returned (see :mod:`dsh_core._retry`). A raising body's exception is kept
+    in ``call.body_error`` for the retry loop to judge.
     """
     execution = call.execution
     caller = execution.signal
@@ -836,7 +839,7 @@ async def _dispatch_body(
             return _unknown_tool(execution.name)
         contract = contract_of(tool)
     assert tool is not None and contract is not None
-    if tool.retry is not None and not attempt:
+    if tool.retry is not None and attempt is None:
         return await _dispatch_retrying(runtime, call, current, fused, tool.retry)
     deferred: list[UserMessage] = []
     call.deferred = deferred
@@ -876,7 +879,7 @@ async def _dispatch_body(
             call.trace.add("execute", execution.name, failure)
         raise fatal  # noqa: B904 (a part of the exception being handled, not a new one)
     result = _build_success(tool, contract, execution, value, run)
-    if fused.cancelled and not result.is_error:
+    if not result.is_error and (fused if attempt is None else attempt).cancelled:
         call.superseded = result
         return aborted_result(body_invoked=True)
     return result
@@ -902,7 +905,10 @@ async def _dispatch_retrying(
             budget = CancelSignal.after(policy.attempt_timeout_s, reason="attempt budget")
             signal = CancelSignal.any(current, budget)
         call.body_error = None
-        result = await _dispatch_body(runtime, call, signal, attempt=True)
+        if hasattr(call, "superseded"):
+            # Only this attempt's success may stand for the body's work.
+            del call.superseded
+        result = await _dispatch_body(runtime, call, signal, attempt=fused)
         if not result.is_error:
             return result
         error: BaseException | None = call.body_error

@@ -13,6 +13,15 @@ failure of the output contract never is: the same body would return the
 same wrong value. Retrying re-runs side effects, so declare it on tools whose
 effects allow it (read-only, idempotent, or a body that raises
 :class:`TransientToolError` only when nothing happened).
+
+A body that returns a success ends the retrying with it, even when the
+attempt's own budget (``attempt_timeout_s``) ran out before it returned (a
+shielded critical section, blocking work with no checkpoint): the budget is
+there to cut short an attempt that hangs, and one that finished has done its
+work, which another attempt would do again (a payment charged twice). Only
+the caller's signal, or a wrapper's, replaces such a success (with
+``ABORTED``, the success kept as ``execution.body_result``), and never
+starts another attempt.
 """
 
 from __future__ import annotations
@@ -170,7 +179,8 @@ class RetryPolicy:
       an error code) that must return exactly ``True``.
     - ``attempt_timeout_s``: a budget for each attempt; one that runs past it
       is cancelled and counts as a passing failure (``TOOL_TIMEOUT`` if it was
-      the last). A budget for the call as a whole is the timeout plugin's
+      the last), unless it returns a success all the same: that success
+      stands and is not run again. A budget for the call as a whole is the timeout plugin's
       ``timeout_ms``, which covers every attempt and pause.
 
     Raises:

@@ -150,6 +150,9 @@ async def dsh_execute(
     success itself when cancellation then made the call ``ABORTED``): what a
     wrapper that records or compensates work needs, as the result alone
     cannot tell a body's own ``UNKNOWN_TOOL`` from a tool that was gone.
+    Both hold when ``next()`` raises, too: a cancellation of the caller's
+    scope, or an inner wrapper's exception, can arrive after the body
+    returned a success, whose work then happened all the same.
 
     A success a wrapper builds itself has its ``value`` re-validated and
     re-rendered against the tool's output contract. A raising wrapper fails the

@@ -28,7 +28,8 @@ denied does not reveal what was recorded. For each call it looks up the key
   whatever it did before it failed.
 - *in doubt* (``effect/started`` with no outcome, because the process died, or
   an outcome of ``ABORTED``/``TOOL_TIMEOUT``/a wrapper raising after the body
-  started, because the body was stopped part-way): the call fails with ``EFFECT_IN_DOUBT`` and the body is
+  started, because the body was stopped part-way; a body that returned a
+  success is *committed* however the call then ends): the call fails with ``EFFECT_IN_DOUBT`` and the body is
   not run, unless the tool is listed in ``rerun_in_doubt``, declares
   ``ToolEffects(read_only=True)`` or ``ToolEffects(idempotent=True)`` (when the
   ledger knows its runtime, as the entry point's does), or is ``run_code``
@@ -570,7 +571,13 @@ class EffectLedger:
         try:
             result = await next()
         except BaseException as exc:
-            if not execution.body_started:
+            body = execution.body_result
+            if isinstance(body, ToolExecutionSuccess):
+                # The body returned, then the caller's scope was cancelled (or an inner wrapper
+                # raised) on the way out: the effect happened, once. Written before re-raising
+                # with no await in between, so the cancellation cannot cut the record short.
+                self._settle(slot, _COMMITTED, {"value": body.value})
+            elif not execution.body_started:
                 # Cancelled or raised on in an inner wrapper (the timeout policy refusing a
                 # tool's timeout, say) before the body: nothing happened.
                 self._settle(slot, _RELEASED, {})

@@ -10,7 +10,11 @@ can make thousands of calls. Enable budgets in ``[plugins.limits]``::
 
 **What counts** is a dispatched call: one that every policy, the approval and
 the guards let through and whose body is about to run. A denied call costs
-nothing; a rewritten call is one call. Budgets are per agent (``scope_id``;
+nothing; a rewritten call is one call. A call is counted as it is dispatched
+(so that parallel calls cannot all take the last one) and given back if its
+body never ran after all: stopped while an inner wrapper kept it waiting
+(``ABORTED_BEFORE_DISPATCH``), refused by an inner wrapper, or answered without
+the body (the effect ledger replaying a recorded outcome). Budgets are per agent (``scope_id``;
 agent-less calls share one budget), for the runtime's life unless the host
 starts afresh with :meth:`CallLimits.reset` or :meth:`CallLimits.reset_agent` (at the start of a turn or a
 conversation, say).
@@ -93,6 +97,8 @@ class CallLimits:
         self.runtime = runtime
         # (agent id, tool) -> dispatched calls; tool None is the agent's total.
         self._counts: dict[tuple[str | None, str | None], int] = {}
+        # Bumped by every reset: a count taken before one is not given back after it.
+        self._generation = 0
 
     def used(self, agent: ScopeKey | None = None, tool: str | None = None) -> int:
         """Calls ``agent`` (the scope key itself, an ``Agent`` say, or its ``scope_id``) made, of ``tool`` or of all."""
@@ -101,12 +107,14 @@ class CallLimits:
     def reset(self) -> None:
         """Start every agent's budgets afresh (a new turn or conversation)."""
         self._counts.clear()
+        self._generation += 1
 
     def reset_agent(self, agent: ScopeKey | None) -> None:
         """Start one agent's budgets afresh (the key or its ``scope_id``; ``None``: the agent-less calls)."""
         name = scope_id(agent)
         for key in [key for key in self._counts if key[0] == name]:
             del self._counts[key]
+        self._generation += 1
 
     def diagnostics(self) -> list[str]:
         """Warnings for ``dsh-tools check``: ``per_tool`` budgets for tools that are not registered.
@@ -160,7 +168,15 @@ class CallLimits:
             return failure_result(reason, ErrorCode.DENIED, plugin=PLUGIN_NAME)
         self._counts[(agent, None)] = self.used(agent) + 1
         self._counts[(agent, execution.name)] = self.used(agent, execution.name) + 1
-        return await next()
+        generation = self._generation
+        try:
+            return await next()
+        finally:
+            if not execution.body_started and generation == self._generation:
+                # The body never ran (stopped while waiting, refused, or answered by an
+                # inner wrapper): the call was not made, so it costs nothing.
+                self._counts[(agent, None)] -= 1
+                self._counts[(agent, execution.name)] -= 1
 
 
 @hookimpl

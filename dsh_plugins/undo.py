@@ -127,12 +127,15 @@ class UndoLog:
         # listener: a call a policy blocks afterwards (or whose value it replaces), or that the
         # caller's signal turned ABORTED as the body returned, still did its work and can be
         # undone; an answer a wrapper gave without running the body here (the effect ledger's
-        # record of an earlier process) did nothing here to undo.
-        result = await next()
-        body = execution.body_result
-        if isinstance(body, ToolExecutionSuccess):
-            self._record(execution, body)
-        return result
+        # record of an earlier process) did nothing here to undo. Recorded also when next()
+        # raises after the body returned (the caller's scope cancelled on the way out, an inner
+        # wrapper raising): the work happened all the same. No await stands between.
+        try:
+            return await next()
+        finally:
+            body = execution.body_result
+            if isinstance(body, ToolExecutionSuccess):
+                self._record(execution, body)
 
     def _record(self, execution: ToolDispatchExecution, result: ToolExecutionSuccess) -> None:
         definition = self.runtime.get(execution.name, execution.agent)

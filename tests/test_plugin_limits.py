@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import trio.testing
 
 from dsh_core import (
     Agent,
+    CancelSignal,
     ConfigError,
     Deny,
     Rewrite,
@@ -21,6 +23,7 @@ from dsh_core import (
 )
 from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
 from dsh_plugins import limits
+from dsh_plugins.ledger import EffectLedger
 from dsh_plugins.limits import PLUGIN_NAME, CallLimits, LimitsSettings
 
 
@@ -151,6 +154,121 @@ async def test_the_dispatch_check_holds_when_the_policy_check_was_passed_by_many
     assert len(late) == 3 and all(result.code == "DENIED" for result in late)
     assert all(result.error.info.plugin == PLUGIN_NAME for result in late)
     assert plugin.used() == 2
+
+
+async def test_a_call_stopped_while_it_waits_in_the_ledger_gives_its_count_back(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    runs: list[Any] = []
+
+    async def send(args: Any) -> Any:
+        runs.append(args["n"])
+        await trio.sleep(5)
+        return {"n": args["n"]}
+
+    runtime = make_runtime(json_tool("send", send, is_concurrency_safe=lambda args: True))
+    ledger = EffectLedger(tmp_path / "effects.jsonl", runtime=runtime)
+    plugin = CallLimits(LimitsSettings(per_tool={"send": 2}))
+    runtime.plugins.register(ledger, name="effect-ledger")
+    runtime.plugins.register(plugin, name=PLUGIN_NAME)
+    signal = CancelSignal()
+
+    async def stop_soon() -> None:
+        await trio.sleep(1)
+        signal.cancel("user pressed stop")
+
+    results: list[Any] = []
+
+    async def call(request: Any) -> None:
+        results.append(await runtime.execute(request))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, make_input("send", {"n": 1}, call_id="c1"))
+            await trio.testing.wait_all_tasks_blocked()  # the first call's body runs
+            nursery.start_soon(stop_soon)
+            # A repeated call id: the second waits in the ledger for the first, and is then stopped.
+            nursery.start_soon(call, make_input("send", {"n": 1}, call_id="c1", signal=signal))
+        assert [result.code if result.is_error else "ok" for result in results] == ["ABORTED_BEFORE_DISPATCH", "ok"]
+        assert runs == [1]
+        assert plugin.used() == 1 and plugin.used(None, "send") == 1
+        assert not (await runtime.execute(make_input("send", {"n": 3}, call_id="c3"))).is_error
+    finally:
+        ledger.close()
+
+
+async def test_a_call_the_effect_ledger_answers_from_its_record_costs_nothing(tmp_path: Path) -> None:
+    runs: list[Any] = []
+
+    async def send(args: Any) -> Any:
+        runs.append(args["to"])
+        return {"sent": args["to"]}
+
+    runtime = make_runtime(json_tool("send", send))
+    ledger = EffectLedger(tmp_path / "effects.jsonl", runtime=runtime)
+    plugin = CallLimits(LimitsSettings(per_tool={"send": 2}))
+    runtime.plugins.register(ledger, name="effect-ledger")
+    runtime.plugins.register(plugin, name=PLUGIN_NAME)  # outside the ledger, as the entry points load them
+    try:
+        for call_id, to in [("c1", "ann"), ("c1", "ann"), ("c2", "bob")]:
+            assert not (await runtime.execute(make_input("send", {"to": to}, call_id=call_id))).is_error
+        assert runs == ["ann", "bob"]
+        assert plugin.used(None, "send") == 2
+    finally:
+        ledger.close()
+
+
+class WaitsBeforeTheBody:
+    """An inner wrapper that makes a call with ``wait`` wait before ``next()`` (for a slot, say)."""
+
+    @hookimpl
+    async def dsh_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+        if execution.arguments.get("wait"):
+            await trio.sleep(5)
+        return await next()
+
+
+async def test_a_call_whose_scope_is_cancelled_before_its_body_gives_its_count_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runtime, plugin = limited(json_tool("t"), max_calls=1)
+    runtime.plugins.register(WaitsBeforeTheBody())
+    with trio.move_on_after(1) as scope:
+        await runtime.execute(make_input("t", {"wait": True}))
+    assert scope.cancelled_caught
+    assert plugin.used() == 0 and plugin.used(None, "t") == 0
+    assert not (await runtime.execute(make_input("t"))).is_error
+    assert plugin.used() == 1
+
+
+async def test_a_call_an_inner_wrapper_refused_before_the_body_gives_its_count_back() -> None:
+    class Refuses:
+        @hookimpl
+        async def dsh_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+            raise RuntimeError("no slot")
+
+    runtime, plugin = limited(json_tool("t"), max_calls=1)
+    runtime.plugins.register(Refuses(), name="refuses")
+    assert (await runtime.execute(make_input("t"))).code == "POLICY_ERROR"
+    assert plugin.used() == 0
+    runtime.plugins.unregister(name="refuses")
+    assert not (await runtime.execute(make_input("t"))).is_error
+
+
+async def test_a_reset_while_a_call_waits_is_not_undone_by_its_count_coming_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runtime, plugin = limited(json_tool("t"), max_calls=2)
+    runtime.plugins.register(WaitsBeforeTheBody())
+    with trio.move_on_after(1):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.execute, make_input("t", {"wait": True}))
+            await trio.sleep(0.5)
+            plugin.reset()  # a new turn starts while the call still waits
+            assert not (await runtime.execute(make_input("t"))).is_error
+            await trio.sleep_forever()
+    # The waiting call's count went with the reset: the new turn's call still counts.
+    assert plugin.used() == 1
 
 
 async def test_code_mode_sub_calls_count_unless_told_not_to() -> None:

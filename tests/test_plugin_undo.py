@@ -179,6 +179,52 @@ async def test_a_call_aborted_as_its_body_finished_can_still_be_undone() -> None
     assert state == []
 
 
+async def test_a_call_whose_scope_was_cancelled_as_its_body_finished_can_still_be_undone(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The caller's own cancel scope fires while a shielded body finishes: the cancellation leaves the
+    wrappers as an exception (an inner wrapper awaits after ``next()``), and the work is still recorded."""
+    state: list[str] = []
+
+    async def body(args: Any) -> str:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(2)
+            state.append(args["item"])
+        return str(args["item"])
+
+    class AwaitsAfterTheBody:
+        @hookimpl(trylast=True)
+        async def dsh_execute(self, execution: Any, next: Any) -> Any:
+            result = await next()
+            await trio.sleep(0)
+            return result
+
+    runtime, log, _ = with_undo(json_tool("add", body, revert=lambda args, value: state.remove(value)))
+    runtime.plugins.register(AwaitsAfterTheBody(), name="awaits-after")
+    with trio.move_on_after(1) as scope:
+        await runtime.execute(make_input("add", {"item": "a"}, call_id="c-a"))
+    assert scope.cancelled_caught and state == ["a"]
+    assert [entry.call_id for entry in log.entries()] == ["c-a"]
+    assert await log.undo() == [UndoOutcome(call_id="c-a", tool="add", reverted=True)]
+    assert state == []
+
+
+async def test_a_call_whose_inner_wrapper_raised_after_the_body_returned_can_still_be_undone() -> None:
+    state: list[str] = []
+
+    class Breaks:
+        @hookimpl
+        async def dsh_execute(self, execution: Any, next: Any) -> Any:
+            await next()
+            raise RuntimeError("broke after the body")
+
+    runtime, log, _ = with_undo(counter_tool("add", state))
+    runtime.plugins.register(Breaks(), name="breaks")
+    result = await runtime.execute(make_input("add", {"item": "a"}, call_id="c-a"))
+    assert result.is_error and state == ["a"]
+    assert [entry.call_id for entry in log.entries()] == ["c-a"]
+
+
 async def test_an_answer_given_without_running_the_body_here_is_not_recorded(tmp_path: Path) -> None:
     """The effect ledger answers a call id an earlier process ran: this process did nothing to undo."""
     from dsh_plugins.ledger import EffectLedger

@@ -28,11 +28,14 @@ from dsh_core import (
     TransientToolError,
     UserMessage,
     define_tool,
+    hookimpl,
     read_session_log,
     run_tool_calls,
 )
 from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, json_tool, make_input, make_runtime
 from dsh_plugins import timeout
+from dsh_plugins.ledger import EffectLedger
+from dsh_plugins.undo import UndoLog
 
 EXACT = RetryPolicy(max_attempts=3, initial_delay_s=0.5, multiplier=2.0, jitter=0)
 
@@ -399,6 +402,98 @@ async def test_the_last_attempt_past_its_budget_fails_tool_timeout(autojump_cloc
     assert result.error.message == "the attempt ran past its 3 s budget (after 2 attempts)"
     assert result.error.info is not None and result.error.info.name == AttemptTimedOut.__name__
     assert trio.current_time() - body.started[0] == pytest.approx(7)
+
+
+class Charge:
+    """A body whose side effect, once begun, is finished (shielded), however long past the attempt's budget."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.charged: list[float] = []
+
+    async def __call__(self, args: Any) -> Any:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(self.seconds)
+            self.charged.append(trio.current_time())
+        return {"charge": len(self.charged)}
+
+
+async def test_an_attempt_that_succeeds_past_its_budget_stands_and_is_not_run_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    body = Charge(2)
+    policy = RetryPolicy(max_attempts=3, initial_delay_s=0.1, jitter=0, attempt_timeout_s=1)
+    runtime = make_runtime(json_tool("pay", body, retry=policy))
+    result = expect_success(await runtime.execute(make_input("pay")))
+    assert result.value == {"charge": 1}
+    assert body.charged == [pytest.approx(2)]  # the side effect happened once
+
+
+async def test_an_attempt_that_blocks_past_its_budget_and_succeeds_is_not_run_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    inserted = 0
+
+    async def body(args: Any) -> Any:
+        nonlocal inserted
+        await trio.sleep(0)
+        autojump_clock.jump(0.3)  # blocking work (a sync client): no checkpoint while the budget runs out
+        inserted += 1
+        return {"rows": inserted}
+
+    policy = RetryPolicy(max_attempts=2, initial_delay_s=0.01, jitter=0, attempt_timeout_s=0.2)
+    runtime = make_runtime(json_tool("insert", body, retry=policy))
+    result = expect_success(await runtime.execute(make_input("insert")))
+    assert result.value == {"rows": 1}
+    assert inserted == 1
+
+
+async def test_a_success_past_the_budget_while_the_caller_gives_up_is_aborted_and_not_run_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    body = Charge(2)
+    seen: list[Any] = []
+
+    class Watch:
+        @hookimpl
+        async def dsh_execute(self, execution: Any, next: Any) -> Any:
+            result = await next()
+            seen.append(execution.body_result)
+            return result
+
+    signal = CancelSignal()
+    policy = RetryPolicy(max_attempts=3, initial_delay_s=0.1, jitter=0, attempt_timeout_s=1)
+    runtime = make_runtime(json_tool("pay", body, retry=policy))
+    runtime.plugins.register(Watch(), name="watch")
+
+    async def stop_soon() -> None:
+        await trio.sleep(1.5)
+        signal.cancel("user pressed stop")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_soon)
+        result = expect_failure(await runtime.execute(make_input("pay", signal=signal)))
+    assert result.code == ErrorCode.ABORTED
+    assert len(body.charged) == 1
+    assert [getattr(r, "value", None) for r in seen] == [{"charge": 1}]  # the work that happened
+
+
+async def test_an_attempt_that_succeeds_past_its_budget_is_committed_and_undoable_once(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    body = Charge(2)
+    policy = RetryPolicy(max_attempts=3, initial_delay_s=0.1, jitter=0, attempt_timeout_s=1)
+    runtime = make_runtime(json_tool("pay", body, revert=lambda args, value: None, retry=policy))
+    ledger = EffectLedger(tmp_path / "effects.jsonl", runtime=runtime)
+    undo_log = UndoLog(runtime)
+    runtime.plugins.register(ledger, name="effect-ledger")
+    runtime.plugins.register(undo_log, name="undo-log")
+    result = expect_success(await runtime.execute(make_input("pay", call_id="c1")))
+    assert result.value == {"charge": 1}
+    entry = ledger.get("c1")
+    assert entry is not None and (entry.state, entry.value) == ("committed", {"charge": 1})
+    assert [u.value for u in undo_log.entries()] == [{"charge": 1}]
+    assert len(body.charged) == 1
 
 
 async def test_the_timeout_plugin_budget_covers_every_attempt_and_pause(
