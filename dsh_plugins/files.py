@@ -66,6 +66,7 @@ import re
 import shutil
 import stat
 import subprocess
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any, Final
@@ -114,6 +115,7 @@ __all__ = [
     "compile_glob",
     "file_tools",
     "language_of",
+    "workspace_of",
 ]
 
 # Capability manifest (enforced under strict_capabilities): the five file tools; it decides no calls.
@@ -1403,6 +1405,10 @@ def file_tools(
     keeps (:meth:`ToolRuntime.kept_file <dsh_core.ToolRuntime.kept_file>`).
     """
     workspace = Workspace(os.getcwd() if root is None else root, kept=None if runtime is None else runtime.kept_file)
+    return _tools(workspace)
+
+
+def _tools(workspace: Workspace) -> list[ToolDefinition]:
     return [
         _read_file_tool(workspace),
         _write_file_tool(workspace),
@@ -1425,5 +1431,16 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     root = os.path.abspath(settings.root)
     if not os.path.isdir(root):
         raise ConfigError([f"[plugins.files].root: {root!r} is not a directory"])
-    for tool in file_tools(root, runtime=runtime):
+    workspace = Workspace(root, kept=runtime.kept_file)
+    _WORKSPACES[runtime] = workspace
+    for tool in _tools(workspace):
         runtime.register(tool)
+
+
+# The workspace the plugin set up for each runtime: permissions rules on paths resolve against its root.
+_WORKSPACES: weakref.WeakKeyDictionary[ToolRuntime, Workspace] = weakref.WeakKeyDictionary()
+
+
+def workspace_of(runtime: ToolRuntime) -> Workspace | None:
+    """The workspace this plugin's ``dsh_setup`` confined ``runtime``'s file tools to (``None``: not set up)."""
+    return _WORKSPACES.get(runtime)
