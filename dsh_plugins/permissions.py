@@ -383,12 +383,9 @@ class _CompiledRule:
         return out
 
     def matches(
-        self,
-        execution: ToolExecution,
-        runtime: ToolRuntime | None,
-        root: str = "",
-        resolved: Mapping[str, Resolved] | None = None,
+        self, execution: ToolExecution, runtime: ToolRuntime | None, root: str, resolved: Mapping[str, Resolved]
     ) -> bool:
+        """Whether this rule decides the call; ``resolved`` maps each ``paths`` value to its real path."""
         rule = self.rule
         if not fnmatch.fnmatchcase(execution.name, rule.tool):
             return False
@@ -410,8 +407,6 @@ class _CompiledRule:
             if isinstance(found, _Missing) or not _value_matches(found, glob, rule.action):
                 return False
         if self.paths:
-            if resolved is None:
-                resolved = {value: _resolve_value(value, root) for value in self.path_values(execution)}
             for path, glob in self.paths:
                 found = resolve_path(execution.arguments, path)
                 if isinstance(found, _Missing) or not _path_matches(
@@ -469,7 +464,7 @@ class Permissions:
         event loop; without it ``paths`` values are resolved here.
         """
         root = self.path_root()
-        if resolved is None and any(compiled.paths for compiled in self._rules):
+        if resolved is None:
             resolved = self.resolve_paths(execution)
         for compiled in self._rules:
             if compiled.matches(execution, self.runtime, root, resolved):
