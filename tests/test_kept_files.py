@@ -182,3 +182,16 @@ def test_the_cli_keeps_its_config_grants_and_session_from_the_file_tools(
     assert (tmp_path / "grants.jsonl").read_bytes() == grants_before
     events = [json.loads(line) for line in (tmp_path / "session.jsonl").read_text().splitlines()]
     assert events and all(event["type"] != "grant/added" for event in events)
+
+
+async def test_undo_does_not_write_a_file_kept_since_the_call(tmp_path: Path) -> None:
+    import dsh_plugins.undo as undo
+
+    runtime = make_runtime(plugins=[(files, {"root": str(tmp_path)}), (undo, {"enabled": True})])
+    written = await runtime.execute(make_input("write_file", {"path": "notes.txt", "content": "model text"}))
+    assert isinstance(written, ToolExecutionSuccess)
+    runtime.kept_files.add(tmp_path / "notes.txt", "the host's notes")
+    [outcome] = await runtime.plugins.get_plugin(undo.PLUGIN_NAME).undo()
+    assert not outcome.reverted
+    assert outcome.error is not None and "'notes.txt' is the host's notes" in outcome.error
+    assert (tmp_path / "notes.txt").read_text() == "model text"
