@@ -65,6 +65,7 @@ from ._json import (
     snapshot_json,
     thaw,
 )
+from ._kept_files import KeptFiles
 from ._orphans import OrphanedWork
 from ._plugins import (
     FailedPlugin,
@@ -136,6 +137,7 @@ __all__ = [
     "ImageBlock",
     "JsonSchemaError",
     "JsonValue",
+    "KeptFiles",
     "LoadedPlugin",
     "ModelTools",
     "NonJsonValueError",

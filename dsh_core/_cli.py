@@ -283,6 +283,9 @@ def _build_host(
         raise
     except Exception as exc:  # e.g. Code Mode requested but unavailable
         raise _UsageProblem(f'cannot create a runtime with mode "{config.mode}": {exc}') from exc
+    if config.source is not None:
+        # The model must not rewrite its own policy through the file tools (--grants: see GrantingApproval).
+        runtime.kept_files.add(config.source, "the configuration file")
     # Lets the terminal prompt show the tools' own cards (also behind a GrantingApproval).
     prompt = getattr(approval, "inner", approval)
     if prompt is not None and hasattr(prompt, "runtime"):
@@ -750,6 +753,8 @@ class _Session:
         if self.recorder is not None:
             self.recorder.runtime = runtime  # each call then records its tool's contract fingerprint
             runtime.plugins.register(self.recorder, name="dsh-tools-session")
+            if self.target is not None:
+                runtime.kept_files.add(self.target, "the session log")
             runtime.event_sink = self.recorder.event_sink
             # A recorded session keeps each call's decision trace, for ``explain`` and ``simulate``.
             runtime.trace_decisions = True

@@ -580,6 +580,9 @@ class DshConfig:
     (the way MCP servers' tools are), so two plugins offering a tool of the same
     name can both load. (The MCP client also registers tools later, when a
     server's list changes: give its servers their own ``prefix`` instead.)
+
+    ``source`` is the file :func:`load_config` read (absolute; ``None`` for
+    defaults); it is not compared.
     """
 
     mode: Literal["native", "code", "both"] = attrs.field(default="native", validator=one_of(_MODES))
@@ -591,6 +594,8 @@ class DshConfig:
         factory=CodeRuntimeSettings, validator=instance_of(CodeRuntimeSettings)
     )
     tool_prefixes: Mapping[str, str] = attrs.field(factory=dict, converter=_tool_prefixes, hash=False)
+    # Not a setting: where load_config read them, so a host can keep the model's file tools off it.
+    source: str | None = attrs.field(default=None, eq=False, validator=instance_of(str, optional=True))
 
     def plugin_config(self, name: str) -> dict[str, Any]:
         """A fresh, deep plain-``dict`` copy of ``[plugins.<name>]`` (``{}`` when absent)."""
@@ -717,6 +722,7 @@ def _parse(file: Path, table: object, *, where: str) -> DshConfig:
             session_log=session_log,
             code_runtime=raw.code_runtime,
             tool_prefixes=raw.tool_prefixes,
+            source=str(file.absolute()),
         )
     except (TypeError, ValueError) as exc:  # what the file's types allow but the settings do not
         raise ConfigError([f"{file}: {exc}"]) from exc

@@ -25,6 +25,7 @@ from ._execution import (
     scope_chain,
     scope_id,
 )
+from ._kept_files import KeptFiles, kept_by
 from ._orphans import OrphanedWork, OrphanTracker
 from ._registry import (
     RUN_CODE_NAME,
@@ -57,6 +58,10 @@ class ApprovalService(Protocol):
     None``: an answer that needs no one to ask (a standing grant), or ``None``.
     Hosts that put questions to someone else first (``serve_registry`` asks
     the MCP client) consult it before asking.
+
+    A service that keeps files of its own (a grants file) may name them in a
+    ``kept_files`` mapping of path to what it is: the runtime's file tools
+    refuse to write them (see :meth:`ToolRuntime.kept_file`).
     """
 
     async def request(self, execution: ToolExecution, reason: str | None) -> str: ...
@@ -177,6 +182,8 @@ class ToolRuntime:
         self._recorders: list[RegistrationRecorder] = []
         # Entry-point name -> the plugin object load_plugins registered under it, to refuse loading it twice.
         self._entry_point_plugins: dict[str, object] = {}
+        # Files the host keeps (logs, ledger, configuration): the model's file tools must not write them.
+        self.kept_files = KeptFiles()
         if code_runtime is not None or mode != "native":
             self._install_code_mode()
 
@@ -194,6 +201,20 @@ class ToolRuntime:
     @approval.setter
     def approval(self, service: ApprovalService | None) -> None:
         self._approval = _checked_approval(service)
+
+    def kept_file(self, path: str) -> str | None:
+        """What ``path`` is when the host keeps it ("the audit log"), else ``None``: a file tool must not write it.
+
+        The files of :attr:`kept_files` and those the approval service names in
+        its optional ``kept_files`` mapping (a grants file), compared after
+        ``realpath`` and by inode. Blocks on the file system: call it from a
+        worker thread.
+        """
+        approval_files = getattr(self._approval, "kept_files", None)
+        files = self.kept_files.items()
+        if isinstance(approval_files, Mapping):
+            files += [(str(name), str(what)) for name, what in approval_files.items()]
+        return kept_by(path, files)
 
     @property
     def dry_run(self) -> bool:

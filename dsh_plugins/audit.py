@@ -370,4 +370,6 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
         return
     if runtime.dry_run:
         return  # a rehearsal (dsh-tools simulate): no call happens, nothing to audit
-    runtime.plugins.register(AuditLog(settings.path), name=PLUGIN_NAME)
+    log = AuditLog(settings.path)
+    runtime.plugins.register(log, name=PLUGIN_NAME)
+    runtime.kept_files.add(log.path, "the audit log")  # the model's file tools must not rewrite its record

@@ -16,6 +16,15 @@ made when the call runs, not atomically with the I/O: a process that swaps a
 directory for a symlink between the check and the open can still race it, so
 this is a guard against model mistakes and honest paths, not a sandbox.
 
+**Files the host keeps.** ``write_file`` and ``edit_file`` (and their
+reverts) refuse, with a ``KEPT_FILE`` tool error saying what it is, a file the
+runtime's host keeps (:meth:`dsh_core.ToolRuntime.kept_file`): the grants file
+of a ``GrantingApproval``, the audit log, the effect ledger, and whatever the
+host adds to ``runtime.kept_files`` (``dsh-tools`` adds its configuration file
+and session log). A forged line in the grants file would otherwise be a
+standing grant of every tool. Names are compared after ``realpath`` and by
+inode, so another spelling, a symlink or a hard link does not dodge it.
+
 **Tools** (all paths in results are workspace-relative, ``/``-separated):
 
 - ``read_file(path, offset=1, limit=2000)``: a window of numbered lines and
@@ -57,6 +66,7 @@ import re
 import shutil
 import stat
 import subprocess
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any, Final
@@ -99,11 +109,13 @@ __all__ = [
     "FileToolError",
     "FilesSettings",
     "GlobMatcher",
+    "KeptFileError",
     "Workspace",
     "WorkspaceError",
     "compile_glob",
     "file_tools",
     "language_of",
+    "workspace_of",
 ]
 
 # Capability manifest (enforced under strict_capabilities): the five file tools; it decides no calls.
@@ -131,6 +143,12 @@ class WorkspaceError(DshError):
     code = "OUTSIDE_WORKSPACE"
 
 
+class KeptFileError(DshError):
+    """A writing file tool was asked to write a file the host keeps (grants, a log, the ledger, its configuration)."""
+
+    code = "KEPT_FILE"
+
+
 class FileToolError(DshError):
     """A file tool cannot do what was asked: missing file, not text, ambiguous edit, bad pattern."""
 
@@ -146,9 +164,15 @@ def _realpath(value: str | os.PathLike[str]) -> str:
 
 @attrs.frozen
 class Workspace:
-    """The directory the tools are confined to; ``root`` is stored resolved (``realpath``)."""
+    """The directory the tools are confined to; ``root`` is stored resolved (``realpath``).
+
+    ``kept`` says what a resolved path is when the host keeps it (usually
+    :meth:`ToolRuntime.kept_file <dsh_core.ToolRuntime.kept_file>`), else
+    ``None``; :meth:`resolve_writable` refuses such paths.
+    """
 
     root: str = attrs.field(converter=_realpath)
+    kept: Callable[[str], str | None] | None = attrs.field(default=None, kw_only=True)
 
     def resolve(self, path: str) -> str:
         """The real path of ``path`` (relative to the root, or absolute), refusing escapes.
@@ -170,6 +194,21 @@ class Workspace:
             raise WorkspaceError(
                 f"path {path!r} resolves to {real!r}, outside the workspace root {self.root!r}; "
                 "only files inside the workspace can be used"
+            )
+        return real
+
+    def resolve_writable(self, path: str) -> str:
+        """:meth:`resolve`, also refusing a file the host keeps, with :class:`KeptFileError` saying what it is.
+
+        Every tool that writes goes through here: one allowed write of the
+        grants file would otherwise grant the model every tool.
+        """
+        real = self.resolve(path)
+        what = self.kept(real) if self.kept is not None else None
+        if what is not None:
+            raise KeptFileError(
+                f"path {path!r} is {what} ({real}), which the host keeps for itself; "
+                "the file tools do not write it"
             )
         return real
 
@@ -657,7 +696,7 @@ def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
         data = content.encode("utf-8")
     except UnicodeEncodeError:
         raise FileToolError("content is not valid Unicode text (it contains a lone surrogate)") from None
-    real = workspace.resolve(path)
+    real = workspace.resolve_writable(path)
     try:
         existed, old_text = _before_image(real, path)
         os.makedirs(os.path.dirname(real), exist_ok=True)
@@ -681,7 +720,7 @@ def _read_current(real: str, path: str, tool: str) -> bytes:
 
 def _unwrite(workspace: Workspace, path: str, content: str, created: bool, old_text: str | None) -> None:
     """Undo one write_file: remove the file it created, or put back the text it replaced."""
-    real = workspace.resolve(path)
+    real = workspace.resolve_writable(path)
     if _read_current(real, path, "write_file") != content.encode("utf-8"):
         raise FileToolError(f"{path!r} changed since write_file wrote it; not reverted, so that change is kept")
     if not created and old_text is None:
@@ -788,7 +827,7 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
         raise FileToolError("old_string must not be empty; use write_file to create or replace a whole file")
     if old == new:
         raise FileToolError("old_string and new_string are identical; there is nothing to change")
-    real = workspace.resolve(path)
+    real = workspace.resolve_writable(path)
     try:
         if not _check_regular(real, path):
             raise FileNotFoundError(real)
@@ -848,7 +887,7 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
 
 def _unedit(workspace: Workspace, path: str, old: str, new: str, value: Mapping[str, Any]) -> None:
     """Undo one edit_file: put ``old`` back where the edit put ``new``, when the file is exactly as the edit left it."""
-    real = workspace.resolve(path)
+    real = workspace.resolve_writable(path)
     current = _read_current(real, path, "edit_file")
     if hashlib.sha256(current).hexdigest() != value["sha256"]:
         raise FileToolError(f"{path!r} changed since edit_file edited it; not reverted, so that change is kept")
@@ -1360,9 +1399,19 @@ class FilesSettings:
     root: str | None = None
 
 
-def file_tools(root: str | os.PathLike[str] | None = None) -> list[ToolDefinition]:
-    """The five file tools confined to ``root`` (default: the current directory), for hosts that register by hand."""
-    workspace = Workspace(os.getcwd() if root is None else root)
+def file_tools(
+    root: str | os.PathLike[str] | None = None, *, runtime: ToolRuntime | None = None
+) -> list[ToolDefinition]:
+    """The five file tools confined to ``root`` (default: the current directory), for hosts that register by hand.
+
+    With ``runtime``, ``write_file`` and ``edit_file`` refuse the files its host
+    keeps (:meth:`ToolRuntime.kept_file <dsh_core.ToolRuntime.kept_file>`).
+    """
+    workspace = Workspace(os.getcwd() if root is None else root, kept=None if runtime is None else runtime.kept_file)
+    return _tools(workspace)
+
+
+def _tools(workspace: Workspace) -> list[ToolDefinition]:
     return [
         _read_file_tool(workspace),
         _write_file_tool(workspace),
@@ -1385,5 +1434,16 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     root = os.path.abspath(settings.root)
     if not os.path.isdir(root):
         raise ConfigError([f"[plugins.files].root: {root!r} is not a directory"])
-    for tool in file_tools(root):
+    workspace = Workspace(root, kept=runtime.kept_file)
+    _WORKSPACES[runtime] = workspace
+    for tool in _tools(workspace):
         runtime.register(tool)
+
+
+# The workspace the plugin set up for each runtime: permissions rules on paths resolve against its root.
+_WORKSPACES: weakref.WeakKeyDictionary[ToolRuntime, Workspace] = weakref.WeakKeyDictionary()
+
+
+def workspace_of(runtime: ToolRuntime) -> Workspace | None:
+    """The workspace this plugin's ``dsh_setup`` confined ``runtime``'s file tools to (``None``: not set up)."""
+    return _WORKSPACES.get(runtime)

@@ -805,6 +805,13 @@ class GrantingApproval:
         self.ttl_s = ttl_s
         self.granted_by = granted_by
 
+    @property
+    def kept_files(self) -> dict[str, str]:
+        """The grants file, which the runtime's file tools refuse to write (a forged line would be a grant)."""
+        if self.book.path is None:
+            return {}
+        return {self.book.path: "the standing grants file"}
+
     async def standing_answer(self, execution: ToolExecution) -> str | None:
         """``"allowed-once"`` when a grant in force covers the call (its use recorded), else ``None``.
 

@@ -766,3 +766,5 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     except (LedgerError, OSError) as exc:
         raise ConfigError([f"[plugins.ledger].path: {exc}"]) from None
     runtime.plugins.register(ledger, name=PLUGIN_NAME)
+    # A forged "done" entry would stop a call from running again: not the model's file tools' to write.
+    runtime.kept_files.add(ledger.path, "the effect ledger")

@@ -10,10 +10,15 @@ Configure it in ``[plugins.permissions]``::
     action = "allow"
 
     [[plugins.permissions.rules]]
-    tool = "write_file"
-    args = { path = "/etc/*" }               # JSON path -> glob on that argument
+    tool = "*_file"
+    paths = { path = "secrets/*" }           # JSON path -> glob on the file that argument names
     action = "deny"
-    reason = "never write under /etc"
+    reason = "secrets are not for the model"
+
+    [[plugins.permissions.rules]]
+    tool = "http_get"
+    args = { url = "http://*" }              # JSON path -> glob on the argument's raw text
+    action = "deny"
 
     [[plugins.permissions.rules]]
     tool = "shell"
@@ -50,6 +55,24 @@ when any value inside it (at any depth) matches, and an ``allow`` rule when
 every value inside it does, so wrapping a value in a list or an object never
 dodges a rule. A path that leads nowhere does not match.
 
+``args`` compares the raw text and nothing else: for an argument naming a file,
+any other spelling of it (``./secrets/key``, ``x/../secrets/key``, an absolute
+path, a symlink) dodges an ``args`` glob, and ``docs/../secrets/key`` passes an
+allow glob ``docs/*``. Match files with ``paths`` instead (``dsh-tools check``
+warns about an ``args`` glob with a ``/`` on a key named like a path). Its keys
+are the same JSON paths; each value is resolved as the files tools resolve
+it, ``realpath`` of it joined to the root (the ``files`` plugin's root on this
+runtime, else the directory the host started in), and each glob is taken below
+the same root unless it is absolute (``secrets/*`` is ``<root>/secrets/*``;
+``*`` matches ``/`` too, so it covers every depth). A value that names no file
+(a number, a NUL, a lone surrogate) or that, given relative, resolves outside
+the root (``../x``, a symlink out) fails closed: it matches every ``deny`` and
+``ask`` rule and no ``allow`` rule. Arrays and objects match as in ``args``
+(any value for ``deny``/``ask``, every value for ``allow``); an empty one names
+no file and matches nothing. Symlinks are read off the event loop, in a worker
+thread, and only for calls a ``paths`` rule is written for. The check is made
+when the call is decided, not atomically with the tool's I/O.
+
 Decisions: ``deny`` is final for the call (inner pre-execute listeners do not
 run); the message names the rule, numbered from 1 in file order (``denied by
 permissions rule #2 (tool "write_*")``) unless the rule gives a ``reason``.
@@ -68,10 +91,14 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
+import posixpath
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
+import trio
 
 from dsh_core import (
     Agent,
@@ -232,6 +259,65 @@ def _value_matches(value: JsonValue, glob: str, action: str) -> bool:
     return action != "allow" and any(fnmatch.fnmatchcase(_match_text(item), glob) for item in scalars)
 
 
+class _Unresolvable:
+    """A ``paths`` value that is no path (a number, a NUL, a lone surrogate) or escapes the root: it fails closed."""
+
+    __slots__ = ()
+
+
+_UNRESOLVABLE: Final = _Unresolvable()
+# An ``args`` key whose name holds one of these probably holds a path (``dsh-tools check`` says so).
+_PATH_KEY_WORDS: Final = ("path", "file", "dir")
+
+# A resolved ``paths`` value: its real path, or _UNRESOLVABLE.
+Resolved: TypeAlias = str | _Unresolvable
+
+
+def _resolve_value(value: JsonValue, root: str) -> Resolved:
+    """The real path ``value`` names, as the files tools resolve it (``realpath`` of it joined to ``root``).
+
+    Blocks on the file system (symlinks are read): the listener calls it from a worker thread.
+    A relative value that resolves outside ``root`` (``../x``, a symlink out) is unresolvable.
+    """
+    if not isinstance(value, str) or "\x00" in value:
+        return _UNRESOLVABLE
+    try:
+        value.encode("utf-8")
+        real = os.path.realpath(os.path.join(root, value))
+    except (UnicodeEncodeError, ValueError, OSError):
+        return _UNRESOLVABLE
+    if not os.path.isabs(value) and os.path.commonpath([root, real]) != root:
+        return _UNRESOLVABLE
+    return real
+
+
+def _path_pattern(glob: str, root: str) -> str:
+    """A ``paths`` glob as an absolute pattern: relative ones are taken below ``root`` (``./a/../b/*`` is ``<root>/b/*``)."""
+    return posixpath.normpath(posixpath.join(root, glob))
+
+
+def _path_matches(value: JsonValue, pattern: str, action: str, resolved: Mapping[str, Resolved]) -> bool:
+    """Whether a ``paths`` value matches; one that is no path, or escapes the root, fails closed.
+
+    It matches every ``deny`` and ``ask`` rule and no ``allow`` rule. An array or
+    object matches ``deny``/``ask`` when any value inside it does and ``allow``
+    when every one does; an empty one names no path and matches nothing.
+    """
+    items = _scalars(value) if isinstance(value, (Mapping, list, tuple)) else [value]
+    if not items:
+        return False
+
+    def one(item: JsonValue) -> bool:
+        real = resolved.get(item, _UNRESOLVABLE) if isinstance(item, str) else _UNRESOLVABLE
+        if isinstance(real, _Unresolvable):
+            return action != "allow"
+        return fnmatch.fnmatchcase(real, pattern)
+
+    if action == "allow":
+        return all(one(item) for item in items)
+    return any(one(item) for item in items)
+
+
 def _check_args(instance: object, attribute: attrs.Attribute[Any], value: dict[str, str] | None) -> None:
     for key in value or {}:
         try:
@@ -263,6 +349,7 @@ class Rule:
     tool: str = attrs.field(validator=_check_glob)
     action: Action
     args: dict[str, str] | None = attrs.field(default=None, validator=_check_args)
+    paths: dict[str, str] | None = attrs.field(default=None, validator=_check_args)
     agent: str | None = attrs.field(default=None, validator=_check_glob)
     effects: tuple[EffectName, ...] | None = attrs.field(default=None, validator=_check_effects)
     reason: str | None = attrs.field(default=None, validator=_check_reason)
@@ -281,8 +368,25 @@ class _CompiledRule:
     number: int  # 1-based, as messages show it
     rule: Rule
     args: tuple[tuple[tuple[Segment, ...], str], ...]
+    paths: tuple[tuple[tuple[Segment, ...], str], ...] = ()
 
-    def matches(self, execution: ToolExecution, runtime: ToolRuntime | None) -> bool:
+    def path_values(self, execution: ToolExecution) -> list[str]:
+        """The strings at this rule's ``paths`` keys, when the rule is for this tool (no file system access)."""
+        if not self.paths or not fnmatch.fnmatchcase(execution.name, self.rule.tool):
+            return []
+        out: list[str] = []
+        for path, _ in self.paths:
+            found = resolve_path(execution.arguments, path)
+            if isinstance(found, _Missing):
+                continue
+            items = _scalars(found) if isinstance(found, (Mapping, list, tuple)) else [found]
+            out.extend(item for item in items if isinstance(item, str))
+        return out
+
+    def matches(
+        self, execution: ToolExecution, runtime: ToolRuntime | None, root: str, resolved: Mapping[str, Resolved]
+    ) -> bool:
+        """Whether this rule decides the call; ``resolved`` maps each ``paths`` value to its real path."""
         rule = self.rule
         if not fnmatch.fnmatchcase(execution.name, rule.tool):
             return False
@@ -303,6 +407,13 @@ class _CompiledRule:
             found = resolve_path(execution.arguments, path)
             if isinstance(found, _Missing) or not _value_matches(found, glob, rule.action):
                 return False
+        if self.paths:
+            for path, glob in self.paths:
+                found = resolve_path(execution.arguments, path)
+                if isinstance(found, _Missing) or not _path_matches(
+                    found, _path_pattern(glob, root), rule.action, resolved
+                ):
+                    return False
         return True
 
     def label(self) -> str:
@@ -323,14 +434,41 @@ class Permissions:
                 number,
                 rule,
                 tuple((parse_path(key), glob) for key, glob in (rule.args or {}).items()),
+                tuple((parse_path(key), glob) for key, glob in (rule.paths or {}).items()),
             )
             for number, rule in enumerate(self.settings.rules, start=1)
         )
+        # Where relative ``paths`` resolve without a files workspace: the directory the host started in.
+        self._cwd = os.path.realpath(os.getcwd())
 
-    def decide(self, execution: ToolExecution) -> tuple[Action, str | None]:
-        """The action for this call and the reason to give (``None`` for allow)."""
+    def path_root(self) -> str:
+        """What relative ``paths`` values and globs are taken below: the files plugin's root, else the start cwd."""
+        if self.runtime is not None:
+            from dsh_plugins.files import workspace_of
+
+            workspace = workspace_of(self.runtime)
+            if workspace is not None:
+                return workspace.root
+        return self._cwd
+
+    def resolve_paths(self, execution: ToolExecution) -> dict[str, Resolved]:
+        """The real path of every value a ``paths`` rule for this tool names (blocks: symlinks are read)."""
+        root = self.path_root()
+        return {value: _resolve_value(value, root) for c in self._rules for value in c.path_values(execution)}
+
+    def decide(
+        self, execution: ToolExecution, resolved: Mapping[str, Resolved] | None = None
+    ) -> tuple[Action, str | None]:
+        """The action for this call and the reason to give (``None`` for allow).
+
+        ``resolved`` is :meth:`resolve_paths` of the call, worked out off the
+        event loop; without it ``paths`` values are resolved here.
+        """
+        root = self.path_root()
+        if resolved is None:
+            resolved = self.resolve_paths(execution)
         for compiled in self._rules:
-            if compiled.matches(execution, self.runtime):
+            if compiled.matches(execution, self.runtime, root, resolved):
                 action = compiled.rule.action
                 if action == "allow":
                     return action, None
@@ -354,10 +492,25 @@ class Permissions:
         declares none; unless an ``effects = ["undeclared"]`` rule covers such
         tools, each rule is named with the tools it cannot see.
         """
+        raw_paths = self._raw_path_patterns()
         if self.runtime is None:
-            return []
+            return raw_paths
         rules = [compiled for compiled in self._rules if compiled.rule.effects]
-        return self._unsatisfied_conjunctions(rules) + self._blind_spots(rules)
+        return raw_paths + self._unsatisfied_conjunctions(rules) + self._blind_spots(rules)
+
+    def _raw_path_patterns(self) -> list[str]:
+        """``args`` globs that look like path patterns on a key that looks like a path: they compare raw text."""
+        out = []
+        for compiled in self._rules:
+            for key, glob in (compiled.rule.args or {}).items():
+                name = str(parse_path(key)[-1]).lower()
+                if "/" in glob and any(word in name for word in _PATH_KEY_WORDS):
+                    out.append(
+                        f'{compiled.label()} matches args {key} = "{glob}" against the raw text, so another '
+                        "spelling of the same file (a ./ prefix, x/../, an absolute path) dodges it; write "
+                        f'paths = {{ {key} = "{glob}" }} to match it as a path'
+                    )
+        return out
 
     def _unsatisfied_conjunctions(self, rules: list[_CompiledRule]) -> list[str]:
         assert self.runtime is not None
@@ -404,7 +557,11 @@ class Permissions:
     async def dsh_pre_execute(
         self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
     ) -> PreToolDecision:
-        action, reason = self.decide(execution)
+        resolved: dict[str, Resolved] = {}
+        if any(compiled.path_values(execution) for compiled in self._rules):
+            # realpath reads symlinks: not on the event loop.
+            resolved = await trio.to_thread.run_sync(partial(self.resolve_paths, execution))
+        action, reason = self.decide(execution, resolved)
         match action:
             case "deny":
                 assert reason is not None

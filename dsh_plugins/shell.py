@@ -12,7 +12,10 @@ Each call runs ``bash -c <command>`` through ``trio.run_process`` in a **new
 session** (``start_new_session=True``), so everything the command starts stays
 in a session the tool can end as a whole. The command inherits the host
 process's environment (secrets included): start the host with only what
-commands may see. Standard input is
+commands may see. Nor is it confined like the file tools: a command can write
+any file the host's user can, the grants file and the audit log included, so
+gate it with permissions (``action = "ask"``) and never grant it for good.
+Standard input is
 ``/dev/null``; standard output and standard error are merged into one stream,
 of which the first and last ``max_output_bytes / 2`` bytes are kept (with a
 marker saying how much was left out between them). The value is::

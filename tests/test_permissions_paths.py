@@ -1,0 +1,153 @@
+"""Permissions ``paths`` rules match a path argument as the file it names, not as its spelling.
+
+A plain ``args`` glob compares the raw string: ``./secrets/key``, ``x/../secrets/key``
+or an absolute path dodged a deny rule ``path = "secrets/*"``, and
+``docs/../secrets/key`` passed an allow rule ``docs/*``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+import dsh_plugins.files as files
+import dsh_plugins.permissions as permissions
+from dsh_core import (
+    Agent,
+    CancelSignal,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    ToolExecutionToken,
+    ToolRuntime,
+    snapshot_json,
+)
+from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
+from dsh_plugins.permissions import Permissions, PermissionsSettings, Rule
+
+SPELLINGS = ["secrets/key", "./secrets/key", "secrets//key", "x/../secrets/key", "ABSOLUTE", "via-link/key"]
+
+
+def _workspace(root: Path) -> None:
+    (root / "secrets").mkdir()
+    (root / "docs").mkdir()
+    (root / "via-link").symlink_to(root / "secrets")
+
+
+def _spelt(spelling: str, root: Path) -> str:
+    return str(root / "secrets" / "key") if spelling == "ABSOLUTE" else spelling
+
+
+def _runtime(root: Path, config: dict[str, Any], approval: StaticApproval | None = None) -> ToolRuntime:
+    # permissions first: the files workspace it resolves against is looked up when a call is decided.
+    return make_runtime(plugins=[(permissions, config), (files, {"root": str(root)})], approval=approval)
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+async def test_a_paths_deny_rule_catches_every_spelling_of_the_file(tmp_path: Path, spelling: str) -> None:
+    _workspace(tmp_path)
+    rule = {"tool": "write_file", "paths": {"path": "secrets/*"}, "action": "deny", "reason": "no secrets"}
+    runtime = _runtime(tmp_path, {"rules": [rule]})
+    result = await runtime.execute(
+        make_input("write_file", {"path": _spelt(spelling, tmp_path), "content": "pwned"}, agent=Agent("a"))
+    )
+    assert isinstance(result, ToolExecutionFailure) and result.code == "DENIED"
+    assert result.error.message == "no secrets"
+    assert not (tmp_path / "secrets" / "key").exists()
+
+
+async def test_a_paths_deny_rule_lets_other_files_through(tmp_path: Path) -> None:
+    _workspace(tmp_path)
+    rule = {"tool": "write_file", "paths": {"path": "secrets/*"}, "action": "deny"}
+    runtime = _runtime(tmp_path, {"rules": [rule]})
+    for path in ["docs/a.md", "secrets-not/x", "./docs/../notes.txt"]:
+        result = await runtime.execute(make_input("write_file", {"path": path, "content": "ok"}, agent=Agent("a")))
+        assert isinstance(result, ToolExecutionSuccess), path
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("docs/a.md", True),
+        ("./docs/a.md", True),
+        ("ABSOLUTE_DOCS", True),
+        ("docs/../secrets/key", False),
+        ("secrets/key", False),
+        ("docs/../../outside", False),  # escapes the root: fails closed
+    ],
+)
+async def test_a_paths_allow_rule_allows_only_files_really_below_it(tmp_path: Path, path: str, allowed: bool) -> None:
+    _workspace(tmp_path)
+    approval = StaticApproval("denied")
+    rule = {"tool": "write_file", "paths": {"path": "docs/*"}, "action": "allow"}
+    runtime = _runtime(tmp_path, {"default": "ask", "rules": [rule]}, approval)
+    path = str(tmp_path / "docs" / "a.md") if path == "ABSOLUTE_DOCS" else path
+    result = await runtime.execute(make_input("write_file", {"path": path, "content": "x"}, agent=Agent("a")))
+    if allowed:
+        assert isinstance(result, ToolExecutionSuccess)
+        assert approval.requests == []
+    else:
+        assert isinstance(result, ToolExecutionFailure) and result.code == "DENIED"
+        assert approval.requests == [
+            ("write_file", 'approval required by the permissions default: no rule matched tool "write_file"')
+        ]
+    assert not (tmp_path / "secrets" / "key").exists()
+
+
+def _policy(rule: dict[str, Any], default: Literal["allow", "deny"] = "allow") -> Permissions:
+    return Permissions(PermissionsSettings(default=default, rules=(Rule(**rule),)))
+
+
+@pytest.mark.parametrize(
+    ("value", "deny", "allow"),
+    [
+        ("../outside", True, False),  # escapes the root
+        (7, True, False),  # no path at all
+        ("a\x00b", True, False),
+        ("\ud800", True, False),  # JSON allows a lone surrogate; no file can be named by it
+        (["docs/a", "x/../secrets/k"], True, False),  # one file of a list is enough to deny, and to not allow
+        (["docs/a", "./docs/b"], False, True),
+        ([], False, False),  # names no file
+    ],
+)
+def test_values_that_are_no_file_below_the_root_fail_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: Any, deny: bool, allow: bool
+) -> None:
+    # Without a files workspace, relative paths are taken below the directory the host started in.
+    monkeypatch.chdir(tmp_path)
+    execution = ToolExecution(
+        call_id="c1", root_call_id="c1", name="fs", arguments=snapshot_json({"path": value}),
+        signal=CancelSignal(), token=ToolExecutionToken(),
+    )  # fmt: skip
+    denying = _policy({"tool": "fs", "paths": {"path": "secrets/*"}, "action": "deny"}, "allow")
+    assert denying.decide(execution)[0] == ("deny" if deny else "allow")
+    allowing = _policy({"tool": "fs", "paths": {"path": "docs/*"}, "action": "allow"}, "deny")
+    assert allowing.decide(execution)[0] == ("allow" if allow else "deny")
+
+
+async def test_without_a_files_workspace_paths_resolve_against_the_start_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    rule = {"tool": "fs", "paths": {"path": "secrets/*"}, "action": "deny"}
+    runtime = make_runtime(json_tool("fs"), plugins=[(permissions, {"rules": [rule]})])
+    for path in ["secrets/k", "./secrets/k", "a/../secrets/k", os.path.join(tmp_path, "secrets", "k")]:
+        result = await runtime.execute(make_input("fs", {"path": path}))
+        assert isinstance(result, ToolExecutionFailure) and result.code == "DENIED", path
+    result = await runtime.execute(make_input("fs", {"path": "docs/k"}))
+    assert isinstance(result, ToolExecutionSuccess)
+
+
+def test_check_warns_about_an_args_rule_that_looks_like_a_path_rule() -> None:
+    policy = _policy({"tool": "write_file", "args": {"path": "secrets/*"}, "action": "deny"})
+    [warning] = policy.diagnostics()
+    assert warning == (
+        'permissions rule #1 (tool "write_file") matches args path = "secrets/*" against the raw text, so another '
+        "spelling of the same file (a ./ prefix, x/../, an absolute path) dodges it; write "
+        'paths = { path = "secrets/*" } to match it as a path'
+    )
+    assert _policy({"tool": "bash", "args": {"command": "rm */x"}, "action": "deny"}).diagnostics() == []
+    assert _policy({"tool": "write_file", "args": {"path": "*.env"}, "action": "deny"}).diagnostics() == []
