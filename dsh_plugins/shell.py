@@ -41,6 +41,9 @@ passed, the caller cancelled, the timeout plugin fired), the tool sends
 SIGTERM to every process group of the command's session (job control, ``set
 -m``, gives background jobs groups of their own inside it), waits up to
 ``kill_grace_ms`` for them to go, then sends SIGKILL, and only then returns.
+The output is read all through the grace, so a ``trap ... TERM`` that prints
+while it cleans up finishes (its output and exit status are the result's)
+instead of dying of SIGPIPE.
 Background jobs therefore do not outlive the call (start a daemon with
 ``setsid`` if it must; it then leaves the session and the tool's control).
 Where there is no ``/proc`` to list the session, only the shell's own group is
@@ -224,11 +227,13 @@ class _Capture:
             if len(self.tail) > self.tail_cap:
                 del self.tail[: len(self.tail) - self.tail_cap]
 
-    async def pump(self, stream: trio.abc.ReceiveStream) -> None:
+    async def pump(self, stream: trio.abc.ReceiveStream, scope: trio.CancelScope) -> None:
+        """Read ``stream`` to its end, or until ``scope`` is cancelled."""
         try:
-            async with stream:
-                async for chunk in stream:
-                    self.add(chunk)
+            with scope:
+                async with stream:
+                    async for chunk in stream:
+                        self.add(chunk)
         finally:
             self.closed.set()
 
@@ -288,39 +293,45 @@ class _Bash:
         cwd: str = await trio.to_thread.run_sync(_resolve_cwd, self.workspace, args.get("cwd"))
 
         capture = _Capture(self.settings.max_output_bytes)
+        # The pump runs outside the deadline's scope and shielded from the caller's cancellation:
+        # closing the read end while the group is in its SIGTERM grace would kill a TERM handler
+        # that prints with SIGPIPE before it has cleaned up. It is stopped once the group is gone.
+        pump_scope = trio.CancelScope(shield=True)
         process: trio.Process | None = None
         exited = False
         try:
-            with trio.move_on_after(budget_ms / 1000) as deadline:
-                async with trio.open_nursery() as nursery:
-                    process = await nursery.start(
-                        partial(
-                            trio.run_process,
-                            [shell, "-c", command],
-                            stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT,
-                            cwd=cwd,
-                            start_new_session=True,
-                            check=False,
-                            deliver_cancel=self.deliver_cancel,
-                        )
-                    )
-                    assert process.stdout is not None
-                    nursery.start_soon(capture.pump, process.stdout)
-                    await process.wait()
-                    exited = True
-                    # Background jobs still hold the pipe open: end them, then drain.
-                    await stop_group(process.pid, self.grace_s)
-                    with trio.move_on_after(_DRAIN_S):
-                        await capture.closed.wait()
-                    nursery.cancel_scope.cancel()
+            async with trio.open_nursery() as pumps:
+                try:
+                    with trio.move_on_after(budget_ms / 1000) as deadline:
+                        async with trio.open_nursery() as nursery:
+                            process = await nursery.start(
+                                partial(
+                                    trio.run_process,
+                                    [shell, "-c", command],
+                                    stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT,
+                                    cwd=cwd,
+                                    start_new_session=True,
+                                    check=False,
+                                    deliver_cancel=self.deliver_cancel,
+                                )
+                            )
+                            assert process.stdout is not None
+                            pumps.start_soon(capture.pump, process.stdout, pump_scope)
+                            await process.wait()
+                            exited = True
+                finally:
+                    if process is not None:
+                        with trio.CancelScope(shield=True):
+                            # Background jobs (or a group still in its grace) hold the pipe open:
+                            # end them, then drain what they wrote.
+                            await stop_group(process.pid, self.grace_s)
+                            with trio.move_on_after(_DRAIN_S):
+                                await capture.closed.wait()
+                    pump_scope.cancel()
         except* OSError as group:
-            raise ShellError(f"cannot start {self.settings.shell}: {group.exceptions[0]}") from None
-        finally:
-            if process is not None:
-                with trio.CancelScope(shield=True):
-                    await stop_group(process.pid, self.grace_s)
+            raise ShellError(f"cannot start {self.settings.shell}: {_first_leaf(group)}") from None
 
         if process is None:
             # The deadline passed before the shell had even started (a budget of a millisecond
@@ -343,6 +354,14 @@ class _Bash:
             "timed_out": deadline.cancelled_caught and not exited,
             "timeout_ms": budget_ms,
         }
+
+
+def _first_leaf(group: BaseExceptionGroup[OSError]) -> BaseException:
+    """The first exception in ``group`` that is not itself a group (nurseries nest them)."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found
 
 
 def _signal_name(number: int) -> str:

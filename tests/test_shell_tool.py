@@ -136,6 +136,15 @@ async def test_bad_cwd_is_refused(tmp_path: Path, cwd: str, code: str) -> None:
     assert isinstance(result, ToolExecutionFailure) and result.code == code
 
 
+async def test_a_shell_that_cannot_start_is_a_shell_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken-shell"
+    broken.write_text("#!/definitely/not/here\n")
+    broken.chmod(0o755)
+    result = await bash(tmp_path, {"command": "true"}, shell=str(broken))
+    assert isinstance(result, ToolExecutionFailure) and result.code == "SHELL_ERROR"
+    assert result.error.message.startswith(f"cannot start {broken}: [Errno 2]")
+
+
 async def test_stdin_is_empty(tmp_path: Path) -> None:
     assert ok(await bash(tmp_path, {"command": "cat; echo done"}))["output"] == "done\n"
 
@@ -151,6 +160,18 @@ async def test_the_tools_own_deadline_stops_the_command_and_succeeds(tmp_path: P
     assert value["timed_out"] is True and value["signal"] == "SIGTERM" and value["exit_code"] is None
     assert value["output"] == "started\n" and value["timeout_ms"] == 300
     assert "timed out after 300 ms" in result.content[0].text  # type: ignore[union-attr]
+
+
+TERM_CLEANUP = "touch lock; trap 'echo cleaning up; rm -f lock; exit 1' TERM; sleep 30 & wait"
+
+
+async def test_at_the_deadline_a_term_handler_runs_to_completion_and_its_output_is_kept(tmp_path: Path) -> None:
+    # The output pipe stays read through the SIGTERM grace: a handler that prints is not killed by SIGPIPE.
+    value = ok(await bash(tmp_path, {"command": TERM_CLEANUP, "timeout_ms": 300}, kill_grace_ms=2_000))
+    assert value["timed_out"] is True
+    assert value["exit_code"] == 1 and value["signal"] is None
+    assert value["output"] == "cleaning up\n"
+    assert not (tmp_path / "lock").exists()
 
 
 async def test_the_deadline_argument_is_capped_by_the_configured_maximum(tmp_path: Path) -> None:
@@ -199,6 +220,26 @@ async def test_cancellation_kills_the_whole_process_group(tmp_path: Path) -> Non
     (result,) = outcome
     assert isinstance(result, ToolExecutionFailure) and result.code == "ABORTED"
     assert group_members(pgid) == [] and not pid_alive(background)
+
+
+async def test_on_cancellation_a_term_handler_that_prints_still_finishes_its_cleanup(tmp_path: Path) -> None:
+    signal = CancelSignal()
+    rt = runtime(tmp_path, kill_grace_ms=2_000)
+    outcome: list[ToolExecutionResult] = []
+
+    async def call() -> None:
+        outcome.append(await rt.execute(make_input("bash", {"command": TERM_CLEANUP}, signal=signal)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        with trio.fail_after(5):
+            while not (tmp_path / "lock").exists():
+                await trio.sleep(0.01)
+        await trio.sleep(0.1)  # let bash reach its trap and `wait`
+        signal.cancel("user pressed stop")
+    (result,) = outcome
+    assert isinstance(result, ToolExecutionFailure) and result.code == "ABORTED"
+    assert not (tmp_path / "lock").exists()
 
 
 async def test_children_that_ignore_sigterm_are_killed_after_the_grace(tmp_path: Path) -> None:
