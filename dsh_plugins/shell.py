@@ -99,7 +99,7 @@ _DRAIN_S: Final = 0.5
 
 
 class ShellError(DshError):
-    """The command could not be started (bad ``cwd``, no ``bash``)."""
+    """The command could not be started (bad ``cwd``, no ``bash``, a NUL in the command)."""
 
     code = "SHELL_ERROR"
 
@@ -282,6 +282,11 @@ class _Bash:
 
     async def run(self, args: Any) -> dict[str, Any]:
         command: str = args["command"]
+        if "\x00" in command:
+            # argv strings are C strings: the OS cannot pass a NUL to bash, so say so instead of a ValueError.
+            raise ShellError(
+                f"command contains a NUL character (at position {command.index(chr(0))}); bash cannot be given one"
+            )
         requested = args.get("timeout_ms")
         # An int of any size is finite (math.isfinite would overflow on a huge one from the model).
         if requested is not None and not (requested >= 1 and (type(requested) is int or math.isfinite(requested))):

@@ -145,6 +145,13 @@ async def test_a_shell_that_cannot_start_is_a_shell_error(tmp_path: Path) -> Non
     assert result.error.message.startswith(f"cannot start {broken}: [Errno 2]")
 
 
+async def test_a_nul_in_the_command_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    result = await bash(tmp_path, {"command": "touch made\x00; echo hi"})
+    assert isinstance(result, ToolExecutionFailure) and result.code == "SHELL_ERROR"
+    assert "NUL" in result.error.message and "position 10" in result.error.message
+    assert not (tmp_path / "made").exists()
+
+
 async def test_stdin_is_empty(tmp_path: Path) -> None:
     assert ok(await bash(tmp_path, {"command": "cat; echo done"}))["output"] == "done\n"
 
