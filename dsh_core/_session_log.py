@@ -44,6 +44,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -508,7 +509,8 @@ class SessionLog:
 
     One writer per file: the log holds an exclusive lock on it while open, so a
     second ``SessionLog`` on the same file (in this process or another) is
-    refused rather than interleaving its numbering. A new file is created
+    refused rather than interleaving its numbering. Appending is thread-safe
+    (events from several threads get consecutive ``seq`` in write order). A new file is created
     readable by its owner only (it holds arguments and results). Use it as a
     context manager::
 
@@ -533,6 +535,9 @@ class SessionLog:
             raise ValueError(f"fsync must be one of {', '.join(map(repr, _POLICIES))}, got {fsync!r}")
         self.path = Path(path)
         self.fsync: FsyncPolicy = fsync
+        # Orphaned worker threads announce their finish from their own threads, so two
+        # writers can race for the same seq: one lock covers take-seq, write, advance.
+        self._lock = threading.Lock()
         self._new_file = not self.path.exists()
         # Unbuffered: every write goes straight to the OS, so a failed or interrupted
         # write can never be completed later by a buffer flush in the middle of the file.
@@ -602,15 +607,16 @@ class SessionLog:
 
     def close(self) -> None:
         """Close the file, first syncing it under the ``"close"`` policy; idempotent."""
-        file = self._file
-        if file is None:
-            return
-        try:
-            if self.fsync == "close" and self._dirty:
-                self._sync()
-        finally:
-            self._file = None
-            file.close()
+        with self._lock:
+            file = self._file
+            if file is None:
+                return
+            try:
+                if self.fsync == "close" and self._dirty:
+                    self._sync()
+            finally:
+                self._file = None
+                file.close()
 
     def append(self, event: Mapping[str, Any]) -> int:
         """Append ``{"type": str, "data": {...}}`` as the next line and return its ``seq``.
@@ -734,6 +740,10 @@ class SessionLog:
         return {"rootCallId": root_call_id, "parentCallId": parent_call_id, "subCallId": sub_call_id, "name": name}
 
     def _write(self, event_type: str, data: JsonValue) -> int:
+        with self._lock:
+            return self._write_locked(event_type, data)
+
+    def _write_locked(self, event_type: str, data: JsonValue) -> int:
         file = self._file
         if file is None:
             raise ValueError(f"session log {self.path} is closed")
