@@ -255,6 +255,7 @@ class SessionRecorder:
                 meta=result.meta,
                 trace=trace.to_json() if trace is not None else None,
                 contexts=result.additional_contexts,
+                agent=scope_id(execution.agent),
             )
         except (OSError, SessionLogError) as exc:
             self._failed(exc)
@@ -264,7 +265,9 @@ class SessionRecorder:
     def dsh_call_unwound(self, execution: ToolExecution, cause: BaseException, body_started: bool) -> None:
         if execution.parent is not None:
             return  # a Code Mode sub-call: its outer call is told too, and it is the one in the log
-        self.log.append_unwound(execution.call_id, cause=_cause_name(cause), body_started=body_started)
+        self.log.append_unwound(
+            execution.call_id, cause=_cause_name(cause), body_started=body_started, agent=scope_id(execution.agent)
+        )
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
         """Pass as ``ToolRuntime(event_sink=...)``: every event the runtime or a plugin sends is logged."""

@@ -356,13 +356,13 @@ async def test_a_call_cut_short_is_logged_as_unwound_and_readers_say_so(
         recorder.record_call(make_input("echo", call_id="c3"))  # the process stopped while it ran
     events = read_session_log(log_path).events
     assert [(e.type, e.data) for e in events if e.type != "tool/call"] == [
-        ("tool/unwound", {"callId": "c1", "cause": "KeyboardInterrupt", "bodyStarted": True}),
-        ("tool/unwound", {"callId": "c2", "cause": "Cancelled", "bodyStarted": True}),
+        ("tool/unwound", {"callId": "c1", "agent": None, "cause": "KeyboardInterrupt", "bodyStarted": True}),
+        ("tool/unwound", {"callId": "c2", "agent": None, "cause": "Cancelled", "bodyStarted": True}),
     ]
     replayed = replay(events, runtime)
     assert [(call.call_id, call.result, call.unwound) for call in replayed] == [
-        ("c1", None, {"callId": "c1", "cause": "KeyboardInterrupt", "bodyStarted": True}),
-        ("c2", None, {"callId": "c2", "cause": "Cancelled", "bodyStarted": True}),
+        ("c1", None, {"callId": "c1", "agent": None, "cause": "KeyboardInterrupt", "bodyStarted": True}),
+        ("c2", None, {"callId": "c2", "agent": None, "cause": "Cancelled", "bodyStarted": True}),
         ("c3", None, None),
     ]
     report = await simulate(events, runtime)
