@@ -736,6 +736,11 @@ class _Recorder(SessionRecorder):
         with contextlib.suppress(OSError, SessionLogError):  # kept in self.failure
             super().dsh_result(execution, result)
 
+    @hookimpl
+    def dsh_call_unwound(self, execution: ToolExecution, cause: BaseException, body_started: bool) -> None:
+        with contextlib.suppress(OSError, SessionLogError):  # kept in self.failure
+            super().dsh_call_unwound(execution, cause, body_started)
+
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
         with contextlib.suppress(OSError, SessionLogError):  # kept in self.failure
             super().event_sink(event_type, data)

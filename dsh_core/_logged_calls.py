@@ -4,7 +4,11 @@ Replay, ``explain`` and the policy simulator all read a log the same way: a
 ``tool/result`` (and a ``tool/code-dispatch``) belongs to the latest
 ``tool/call`` with its call id, since one file may hold several sessions
 appended to each other; so does a ``tool/unwound`` (the call was cut short
-and has no result: ``unwound`` instead of ``result``). The identifying fields, and the shape of a result
+and has no result: ``unwound`` instead of ``result``). A result or unwound
+event that names its ``agent`` (``null`` included) belongs to the latest call
+of that agent with its id, since call ids are per conversation and two agents
+sharing a runtime may both have a ``call_1``; one without the key (a log
+written before it was) is paired by call id alone. The identifying fields, and the shape of a result
 (``content``, ``isError``, ``error``), are checked here, once, so a
 hand-edited or foreign log is reported by ``seq`` instead of failing
 somewhere downstream.
@@ -80,7 +84,8 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
         SessionLogError: a ``tool/call`` or ``tool/result`` lacks a non-empty
             ``callId``, or a call's ``name`` is not a ``str`` or its ``agent``
             neither ``null`` nor a non-empty ``str``, or its ``contract`` neither
-            absent, ``null`` nor a non-empty ``str``; or a result's ``content``
+            absent, ``null`` nor a non-empty ``str``; or a result's (or unwound
+            event's) ``agent`` neither absent, ``null`` nor a non-empty ``str``; or a result's ``content``
             is not a list of content blocks, its ``isError`` not a boolean or its
             ``error`` neither ``null`` (or absent) nor ``{name, code, message}``
             of strs. The message names the ``seq``.
@@ -90,21 +95,28 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
     dispatches: list[list[FrozenDict]] = []
     unwound: dict[int, FrozenDict] = {}
     latest: dict[str, int] = {}  # call id -> index into the lists above
+    latest_of_agent: dict[tuple[str | None, str], int] = {}  # (agent, call id) -> index
+
+    def settled_call(event: SessionEvent, call_id: str) -> int | None:
+        if "agent" not in event.data:
+            return latest.get(call_id)
+        return latest_of_agent.get((_optional_str(event, "agent"), call_id))
+
     for event in events:
         data = event.data
         if event.type == "tool/call":
             call = _call(event)
-            latest[call.call_id] = len(calls)
+            latest[call.call_id] = latest_of_agent[(call.agent, call.call_id)] = len(calls)
             calls.append(call)
             results.append((None, ()))
             dispatches.append([])
         elif event.type == "tool/result":
             call_id, content = _result(event)
-            index = latest.get(call_id)
+            index = settled_call(event, call_id)
             if index is not None:
                 results[index] = (data, content)
         elif event.type == "tool/unwound":
-            index = latest.get(_call_id(event))
+            index = settled_call(event, _call_id(event))
             if index is not None:
                 unwound[index] = data
         elif event.type == "tool/code-dispatch":

@@ -181,7 +181,8 @@ class SessionRecorder:
     so :func:`replay` can tell a call whose tool has changed since.
 
     A write the log cannot take (disk full, EIO) raises from the method that
-    wrote; but the pipeline only logs a ``dsh_result`` observer that raises,
+    wrote; but the pipeline only logs a ``dsh_result`` observer (or a
+    ``dsh_call_unwound`` listener) that raises,
     so the first such failure is also kept in :attr:`failure`. Call
     :meth:`check` when the session ends: a host that replays the log must
     know it is incomplete.
@@ -255,6 +256,7 @@ class SessionRecorder:
                 meta=result.meta,
                 trace=trace.to_json() if trace is not None else None,
                 contexts=result.additional_contexts,
+                agent=scope_id(execution.agent),
             )
         except (OSError, SessionLogError) as exc:
             self._failed(exc)
@@ -264,7 +266,13 @@ class SessionRecorder:
     def dsh_call_unwound(self, execution: ToolExecution, cause: BaseException, body_started: bool) -> None:
         if execution.parent is not None:
             return  # a Code Mode sub-call: its outer call is told too, and it is the one in the log
-        self.log.append_unwound(execution.call_id, cause=_cause_name(cause), body_started=body_started)
+        try:
+            self.log.append_unwound(
+                execution.call_id, cause=_cause_name(cause), body_started=body_started, agent=scope_id(execution.agent)
+            )
+        except (OSError, SessionLogError) as exc:
+            self._failed(exc)
+            raise
 
     def event_sink(self, event_type: str, data: Mapping[str, Any]) -> None:
         """Pass as ``ToolRuntime(event_sink=...)``: every event the runtime or a plugin sends is logged."""

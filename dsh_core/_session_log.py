@@ -14,19 +14,23 @@ presentation vocabulary:
 * ``tool/call`` — ``{callId, name, arguments, agent}``, plus ``contract``, the
   called tool's contract fingerprint, when the recorder knew the tool (an
   absent ``contract`` reads as ``null``)
-* ``tool/result`` — ``{callId, content, isError, error, meta}``, the durable
+* ``tool/result`` — ``{callId, agent, content, isError, error, meta}``, the durable
   projection of a result (never its canonical value); ``error`` is
   ``{name, code, message}`` or ``null``, ``meta`` the presentation meta or ``null``;
   plus ``trace``, the decision trace (``[{stage, actor, outcome}, ...]``), when
   the runtime traced the call. The key is written only then: readers treat an
-  absent ``trace`` as ``null``
-* ``tool/unwound`` — ``{callId, cause, bodyStarted}``: the call was cut short
+  absent ``trace`` as ``null``. ``agent`` is the call's agent, as in its
+  ``tool/call``: call ids are per conversation, so two agents' calls may share
+  one, and a result is paired with the latest call of the same agent and id. A
+  result without the key (a log from before it was written) is paired by
+  ``callId`` alone
+* ``tool/unwound`` — ``{callId, agent, cause, bodyStarted}``: the call was cut short
   from outside (the host's cancel scope, ``KeyboardInterrupt``, an interpreter
   exit) and has no result, ever; ``cause`` names what cut it (``"Cancelled"``,
   ``"KeyboardInterrupt"``...), ``bodyStarted`` whether its body ran (its effect
   may have happened). A ``tool/call`` with neither this nor a ``tool/result``
   after it was still running when the process stopped (a crash, or a log
-  written before this event existed)
+  written before this event existed); ``agent`` as in ``tool/result``
 * ``tool/code-dispatch-start`` — ``{rootCallId, parentCallId, subCallId, name, arguments}``
 * ``tool/code-dispatch`` — the same plus ``isError`` and ``content``
 
@@ -44,6 +48,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -53,6 +58,7 @@ import attrs
 import cattrs
 
 from ._content import ContentBlock, UserMessage, as_content
+from ._decisions import UNSET, _Unset
 from ._errors import DshError, NonJsonValueError
 from ._json import FrozenDict, JsonValue, safe_repr, snapshot_json
 from ._jsoncodec import decode_json, encode_json
@@ -407,6 +413,15 @@ def _id(value: object, what: str, *, optional: bool = False) -> None:
         raise ValueError(f"{what} must not be empty")
 
 
+def _agent_json(agent: str | _Unset | None) -> dict[str, str | None]:
+    """The ``agent`` key of a result or unwound event; none when the writer left it out."""
+    if agent is UNSET:
+        return {}
+    _id(agent, "agent", optional=True)
+    assert not isinstance(agent, _Unset)
+    return {"agent": agent}
+
+
 def _error_json(error: Mapping[str, str] | None, is_error: bool) -> dict[str, str] | None:
     if type(is_error) is not bool:
         raise TypeError(f"is_error must be a bool, got {type(is_error).__name__}")
@@ -508,7 +523,8 @@ class SessionLog:
 
     One writer per file: the log holds an exclusive lock on it while open, so a
     second ``SessionLog`` on the same file (in this process or another) is
-    refused rather than interleaving its numbering. A new file is created
+    refused rather than interleaving its numbering. Appending is thread-safe
+    (events from several threads get consecutive ``seq`` in write order). A new file is created
     readable by its owner only (it holds arguments and results). Use it as a
     context manager::
 
@@ -533,6 +549,9 @@ class SessionLog:
             raise ValueError(f"fsync must be one of {', '.join(map(repr, _POLICIES))}, got {fsync!r}")
         self.path = Path(path)
         self.fsync: FsyncPolicy = fsync
+        # Orphaned worker threads announce their finish from their own threads, so two
+        # writers can race for the same seq: one lock covers take-seq, write, advance.
+        self._lock = threading.Lock()
         self._new_file = not self.path.exists()
         # Unbuffered: every write goes straight to the OS, so a failed or interrupted
         # write can never be completed later by a buffer flush in the middle of the file.
@@ -602,15 +621,16 @@ class SessionLog:
 
     def close(self) -> None:
         """Close the file, first syncing it under the ``"close"`` policy; idempotent."""
-        file = self._file
-        if file is None:
-            return
-        try:
-            if self.fsync == "close" and self._dirty:
-                self._sync()
-        finally:
-            self._file = None
-            file.close()
+        with self._lock:
+            file = self._file
+            if file is None:
+                return
+            try:
+                if self.fsync == "close" and self._dirty:
+                    self._sync()
+            finally:
+                self._file = None
+                file.close()
 
     def append(self, event: Mapping[str, Any]) -> int:
         """Append ``{"type": str, "data": {...}}`` as the next line and return its ``seq``.
@@ -662,6 +682,7 @@ class SessionLog:
         meta: object = None,
         trace: Sequence[Mapping[str, str]] | None = None,
         contexts: Sequence[UserMessage] = (),
+        agent: str | _Unset | None = UNSET,
     ) -> int:
         """Append ``tool/result``, the durable projection of a settled call; returns its ``seq``.
 
@@ -671,13 +692,17 @@ class SessionLog:
         as ``DecisionTrace.to_json()`` gives it (``None``: no ``trace`` key is
         written), ``contexts`` the messages that followed the result in the
         model's context (a deferred context, a policy's rewrite note), written
-        as ``[{source, content, meta}]`` (none: no ``contexts`` key). The
+        as ``[{source, content, meta}]`` (none: no ``contexts`` key). ``agent``
+        is the agent given to :meth:`append_call` (``None`` for the global
+        scope): pass it whenever several agents' calls share the log, since
+        their call ids may collide; left out (``UNSET``), no ``agent`` key is
+        written and readers pair the result by call id alone. The
         canonical value is never logged: replay presents results from this
         projection alone.
         """
         _id(call_id, "call_id")
-        data: dict[str, Any] = {
-            "callId": call_id,
+        data: dict[str, Any] = {"callId": call_id, **_agent_json(agent)}
+        data |= {
             "content": _content_json(content, "content"),
             "isError": is_error,
             "error": _error_json(error, is_error),
@@ -689,13 +714,19 @@ class SessionLog:
             data["contexts"] = [_context_json(context) for context in contexts]
         return self._write("tool/result", snapshot_json(data))
 
-    def append_unwound(self, call_id: str, *, cause: str, body_started: bool) -> int:
-        """Append ``tool/unwound``: call ``call_id`` was cut short by ``cause`` and has no result."""
+    def append_unwound(
+        self, call_id: str, *, cause: str, body_started: bool, agent: str | _Unset | None = UNSET
+    ) -> int:
+        """Append ``tool/unwound``: call ``call_id`` was cut short by ``cause`` and has no result.
+
+        ``agent`` as for :meth:`append_result`.
+        """
         _id(call_id, "call_id")
         _str(cause, "cause")
         if type(body_started) is not bool:
             raise TypeError(f"body_started must be a bool, got {type(body_started).__name__}")
-        return self._write("tool/unwound", snapshot_json({"callId": call_id, "cause": cause, "bodyStarted": body_started}))
+        data = {"callId": call_id, **_agent_json(agent), "cause": cause, "bodyStarted": body_started}
+        return self._write("tool/unwound", snapshot_json(data))
 
     def append_dispatch_start(
         self, root_call_id: str, parent_call_id: str, sub_call_id: str, name: str, arguments: object
@@ -734,6 +765,10 @@ class SessionLog:
         return {"rootCallId": root_call_id, "parentCallId": parent_call_id, "subCallId": sub_call_id, "name": name}
 
     def _write(self, event_type: str, data: JsonValue) -> int:
+        with self._lock:
+            return self._write_locked(event_type, data)
+
+    def _write_locked(self, event_type: str, data: JsonValue) -> int:
         file = self._file
         if file is None:
             raise ValueError(f"session log {self.path} is closed")

@@ -40,12 +40,16 @@ recorded and the simulated side:
   unless the denial came from a later stage; a recorded call has such a step
   only when its session was recorded with ``trace_decisions`` on;
 * ``rewrite`` — allowed, but a pre-execute policy rewrote the arguments first
-  (the decision trace shows the ``Rewrite``; its reason is the verdict's);
+  (the decision trace shows the ``Rewrite``; its reason is the verdict's). A
+  session recorded without ``trace_decisions`` shows it by the rewrite note in
+  the result's ``contexts`` (``{"rewrite": {by, reason, from, to}}``); a note
+  that does not say why leaves the recorded call not compared;
 * ``allow`` — any other outcome: a success, or a failure of the tool itself
   (``TOOL_ERROR``, ``TOOL_TIMEOUT``, ``ABORTED``, ``INVALID_TOOL_OUTPUT``, ...);
 * no verdict (not compared) — the policy never decided the recorded call
   (``INVALID_ARGS``, ``UNKNOWN_TOOL``, ``ABORTED_BEFORE_DISPATCH``, or no
-  ``tool/result`` at all), or the call is a Code Mode ``run_code`` program
+  ``tool/result`` at all), or its untraced result holds a rewrite note that
+  does not say why, or the call is a Code Mode ``run_code`` program
   (its sub-calls are not simulated).
 
 A call *changes* when both verdicts exist and their decisions differ; a
@@ -63,7 +67,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from ._content import ContentBlock
+from ._content import ContentBlock, UserMessage
 from ._definition import ToolDefinition, ToolOutput, define_tool
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._fingerprint import contract_changed
@@ -79,7 +83,7 @@ from ._results import (
 )
 from ._runtime import ToolRuntime, agent_scope
 from ._schema._raw import RawSchema
-from ._session_log import SessionEvent, SessionLogError, SessionLogRead
+from ._session_log import SessionEvent, SessionLogError, SessionLogRead, structure_contexts
 from ._signal import CancelSignal
 from ._trace import DecisionTrace, trace_of
 from ._waterfall import HookChains, Listener
@@ -200,7 +204,30 @@ def recorded_verdict(result: Mapping[str, Any] | None) -> Verdict | None:
     error = result.get("error") or {}
     raw_trace = result.get("trace")
     trace = DecisionTrace.from_json(raw_trace) if raw_trace is not None else None
-    return _classify(is_error, error.get("code"), error.get("message"), None, trace, unknown_denies=False)
+    verdict = _classify(is_error, error.get("code"), error.get("message"), None, trace, unknown_denies=False)
+    if trace is not None or verdict is None or verdict.decision != "allow":
+        return verdict
+    return _noted_rewrite(structure_contexts(result.get("contexts")))
+
+
+def _noted_rewrite(contexts: Iterable[UserMessage]) -> Verdict | None:
+    """An untraced result's verdict from the rewrite note the pipeline adds to every rewritten call.
+
+    No note: the arguments ran as the model sent them (``allow``). A note that
+    does not say who rewrote them and why gives no verdict: ``allow`` would hide a change.
+    """
+    for context in contexts:
+        meta = context.meta
+        if not isinstance(meta, Mapping) or "rewrite" not in meta:
+            continue
+        note = meta["rewrite"]
+        if not isinstance(note, Mapping):
+            return None
+        reason, by = note.get("reason"), note.get("by")
+        if not isinstance(reason, str):
+            return None
+        return Verdict(decision="rewrite", reason=reason, actor=by if isinstance(by, str) else None)
+    return Verdict(decision="allow")
 
 
 def simulated_verdict(result: ToolExecutionResult) -> Verdict | None:
@@ -365,7 +392,7 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
     loaded with the same plugins used instead).
 
     Raises:
-        SessionLogError: a logged result's content or trace is malformed.
+        SessionLogError: a logged result's content, trace or contexts are malformed.
     """
     events = session_events(log, "simulate")
     recorded_calls = logged_calls(events)
@@ -402,6 +429,8 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
                 note = "a Code Mode program; its sub-calls are not simulated"
             elif result is None:
                 note = "no result was recorded" if call.unwound is None else call.unsettled_note()
+            elif recorded is None and not result.get("isError"):
+                note = "the recorded result does not show what the policy decided"
             elif recorded is None:
                 note = f"the recorded call never reached policy ({(result.get('error') or {}).get('code')})"
             simulated = None

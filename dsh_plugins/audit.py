@@ -309,20 +309,22 @@ class AuditLog:
         """Append one encoded line; failures are logged (once per kind) and swallowed."""
         if self._closed:
             return
+        written = ended = 0
         try:
             fd = self._descriptor()  # first: opening the file may find a partial line to end
             if self._broken_line:
-                line = b"\n" + line
-            written = os.write(fd, line)
+                line, ended = b"\n" + line, 1
             while written < len(line):  # a short write: finish the line, so it is not joined to the next
-                self._broken_line = True
                 more = os.write(fd, line[written:])
                 if more <= 0:
                     raise OSError(errno.EIO, "the file accepted no more bytes")
                 written += more
+                # Kept current after every write, so an exception at any point leaves it right: only
+                # bytes of the record in the file make a partial line to end; a write refused whole
+                # (or a file that did not open) leaves the file, and so the flag, as it was.
+                self._broken_line = written > ended
             self._broken_line = False
         except OSError as exc:
-            self._broken_line = True
             kind = errno.errorcode.get(exc.errno, type(exc).__name__) if exc.errno else type(exc).__name__
             if kind not in self._warned:
                 self._warned.add(kind)

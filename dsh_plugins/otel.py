@@ -35,9 +35,13 @@ adds ``dsh.agent``, ``dsh.root_call_id`` and, for a failure, ``error.type`` (the
 error code), ``dsh.plugin`` (the plugin blamed, if any) and an ``ERROR`` status
 with the message. With ``ToolRuntime(trace_decisions=True)`` each decision
 step (listener, approval, guard, retry) is a ``dsh.decision`` span event.
+Each policy ``Rewrite`` of the call's arguments is a ``dsh.rewrite`` span event
+(``dsh.rewrite.by``, ``dsh.rewrite.reason``, and with ``record_content`` the
+model's arguments it replaced as ``dsh.rewrite.from``).
 Arguments and results are not recorded unless ``record_content = true``: they
 are the model's input and the tool's output, which an exporter ships off the
-host.
+host. A finished call's ``gen_ai.tool.call.arguments`` are the ones that ran
+(after any rewrite); a call cut short keeps the model's.
 
 Observing never changes an outcome: a tracer that raises is logged and the
 call goes on.
@@ -47,7 +51,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -187,7 +191,7 @@ class OtelTracing:
             if span is None:
                 span = self._start(execution)  # failed before any policy saw it
                 self._spans.pop(execution.token, None)
-            self._finish(span, result)
+            self._finish(span, execution, result)
         except Exception as exc:
             logger.warning("otel: cannot record the span of call %s: %s", execution.call_id, exc)
 
@@ -210,7 +214,7 @@ class OtelTracing:
         except Exception as error:  # contained by the runtime too, but with less to say
             logger.warning("otel: cannot end the span of call %s cut short: %s", execution.call_id, error)
 
-    def _finish(self, span: Span, result: ToolExecutionResult) -> None:
+    def _finish(self, span: Span, execution: ToolExecution, result: ToolExecutionResult) -> None:
         from opentelemetry.trace import Status, StatusCode
 
         try:
@@ -220,7 +224,10 @@ class OtelTracing:
                     span.add_event(
                         "dsh.decision", {"dsh.stage": step.stage, "dsh.actor": step.actor, "dsh.outcome": step.outcome}
                     )
+            self._add_rewrites(span, result)
             if self.record_content:
+                # A policy's Rewrite replaced the model's arguments: the span shows what ran.
+                span.set_attribute("gen_ai.tool.call.arguments", _cut(json_text(execution.arguments)))
                 span.set_attribute("gen_ai.tool.call.result", _cut(_text(result)))
             if result.is_error:
                 info = result.error.info
@@ -230,6 +237,20 @@ class OtelTracing:
                 span.set_status(Status(StatusCode.ERROR, result.error.message))
         finally:
             span.end()
+
+    def _add_rewrites(self, span: Span, result: ToolExecutionResult) -> None:
+        """One ``dsh.rewrite`` event per policy ``Rewrite``, from the notes the result carries."""
+        for context in result.additional_contexts:
+            meta = context.meta
+            note = meta.get("rewrite") if isinstance(meta, Mapping) else None
+            if not isinstance(note, Mapping):
+                continue
+            attributes = {
+                f"dsh.rewrite.{key}": value for key in ("by", "reason") if isinstance(value := note.get(key), str)
+            }
+            if self.record_content:  # what the model asked for is content, like the arguments
+                attributes["dsh.rewrite.from"] = _cut(json_text(note.get("from")))
+            span.add_event("dsh.rewrite", attributes)
 
 
 @hookimpl

@@ -7,14 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 from click.testing import CliRunner
 
-from dsh_core import SessionLog, SessionLogError, ToolRuntime, read_session_log, replay
+from dsh_core import Agent, SessionLog, SessionLogError, SessionRecorder, ToolRuntime, read_session_log, replay
 from dsh_core._cli import cli
 from dsh_core._logged_calls import logged_calls
 from dsh_core._session_log import structure_content
 from dsh_core._simulate import simulate
-from dsh_core.testing import json_tool, make_runtime
+from dsh_core.testing import json_tool, make_input, make_runtime
 
 TEXT = [{"type": "text", "text": "ok"}]
 
@@ -205,3 +207,92 @@ def test_a_result_without_error_reads_as_a_null_error(tmp_path: Path) -> None:
     log = write(tmp_path / "log.jsonl", call(), bad_result(error=..., meta=...))
     (replayed,) = replay(read_session_log(log).events, ToolRuntime())
     assert replayed.error is None and replayed.result is not None and replayed.result.is_error is False
+
+
+async def test_two_agents_calls_with_one_id_each_get_their_own_result(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Call ids are per conversation: agents sharing one runtime and log may both have ``call_1``."""
+
+    async def read(args: Any) -> str:
+        await trio.sleep(args["t"])
+        return f"secret of {args['who']}"
+
+    path = tmp_path / "s.jsonl"
+    runtime = make_runtime(json_tool("read", read))
+    with SessionLog(path) as log:
+        recorder = SessionRecorder(log, runtime)
+        runtime.plugins.register(recorder, name="rec")
+        alice = make_input("read", {"who": "alice", "t": 2}, call_id="call_1", agent=Agent(id="alice"))
+        bob = make_input("read", {"who": "bob", "t": 0}, call_id="call_1", agent=Agent(id="bob"))
+        async with trio.open_nursery() as nursery:  # both agents' turns run side by side; bob settles first
+            for request in (alice, bob):
+                recorder.record_call(request)
+                nursery.start_soon(runtime.execute, request)
+                await trio.sleep(0.1)
+    read_back = read_session_log(path)
+    results = [e for e in read_back.events if e.type == "tool/result"]
+    assert [(e.data["agent"], e.data["callId"]) for e in results] == [("bob", "call_1"), ("alice", "call_1")]
+    calls = logged_calls(read_back.events)
+    assert [(c.agent, c.result["content"][0]["text"] if c.result else None) for c in calls] == [
+        ("alice", "secret of alice"),
+        ("bob", "secret of bob"),
+    ]
+    replayed = replay(read_back, runtime)
+    assert [(c.agent, c.result.content[0].text if c.result else None) for c in replayed] == [  # type: ignore[union-attr]
+        ("alice", "secret of alice"),
+        ("bob", "secret of bob"),
+    ]
+    simulated = await simulate(read_back, make_runtime(json_tool("read")))
+    assert [(c.agent, c.summary) for c in simulated.calls] == [("alice", "unchanged"), ("bob", "unchanged")]
+
+
+def test_an_unwound_call_is_paired_by_its_agent_too(tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "echo", {}, agent="alice")
+        session.append_call("c1", "echo", {}, agent="bob")
+        session.append_unwound("c1", cause="Cancelled", body_started=True, agent="alice")
+        session.append_result("c1", content=structure_content(TEXT), is_error=False, agent="bob")
+    alice, bob = logged_calls(read_session_log(log).events)
+    assert alice.unwound is not None and alice.unwound["cause"] == "Cancelled" and alice.result is None
+    assert bob.unwound is None and bob.result is not None and bob.result["agent"] == "bob"
+
+
+def test_a_result_of_the_global_scope_is_not_given_to_an_agents_call(tmp_path: Path) -> None:
+    """``agent: null`` is a scope too: the global call's result stays with it though an agent's call came later."""
+    log = write(
+        tmp_path / "log.jsonl",
+        call("c1"), call("c1", agent="worker"),
+        ("tool/result", {**result("c1", "global")[1], "agent": None}),
+    )  # fmt: skip
+    first, second = logged_calls(read_session_log(log).events)
+    assert first.result is not None and first.result["content"][0]["text"] == "global"
+    assert second.result is None
+
+
+def test_a_log_written_before_results_named_their_agent_pairs_by_call_id(tmp_path: Path) -> None:
+    """Older logs (and results written without ``agent=``) have no agent key: the latest call with the id takes it."""
+    log = write(
+        tmp_path / "log.jsonl",
+        call("c1", agent="alice"), call("c1", agent="bob"), result("c1", "late"),
+        call("c2", agent="alice"), ("tool/unwound", {"callId": "c2", "cause": "Cancelled", "bodyStarted": False}),
+    )  # fmt: skip
+    calls = logged_calls(read_session_log(log).events)
+    assert [(c.agent, c.result["content"][0]["text"] if c.result else None) for c in calls] == [
+        ("alice", None),
+        ("bob", "late"),
+        ("alice", None),
+    ]
+    assert calls[2].unwound is not None and calls[2].unwound["cause"] == "Cancelled"
+    with SessionLog(tmp_path / "direct.jsonl") as session:
+        session.append_call("c1", "echo", {}, agent="alice")
+        session.append_result("c1", content=structure_content(TEXT), is_error=False)
+    (direct,) = logged_calls(read_session_log(tmp_path / "direct.jsonl").events)
+    assert direct.result is not None and "agent" not in direct.result
+
+
+def test_a_result_naming_a_malformed_agent_is_refused(tmp_path: Path) -> None:
+    log = write(tmp_path / "log.jsonl", call("c1"), ("tool/result", {**result("c1")[1], "agent": 5}))
+    with pytest.raises(SessionLogError, match="seq 2: malformed tool/result event: agent must be null or a non-empty str, got 5"):
+        logged_calls(read_session_log(log).events)

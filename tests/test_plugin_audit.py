@@ -605,3 +605,89 @@ async def test_a_line_that_cannot_be_built_does_not_stop_the_cancellation(
     assert turn.cancelled_caught  # the host's Cancelled reached its scope, not an error in its place
     assert not path.exists()
     assert "cannot record call c1 cut short: clock broke" in caplog.text
+
+
+def strict_lines(path: Path) -> list[dict[str, Any]]:
+    """Every line of the file parsed, a blank one included: what a strict JSONL reader does."""
+    raw = path.read_bytes()
+    assert raw.endswith(b"\n")
+    return [json.loads(line) for line in raw.decode("utf-8").split("\n")[:-1]]
+
+
+async def test_a_write_refused_whole_leaves_no_blank_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk that took no byte of a record left no partial line: the next record needs no newline first."""
+    runtime, path = audited(tmp_path)
+    log = runtime.plugins.get_plugin("audit-log")
+    assert isinstance(log, AuditLog)
+    await runtime.execute(make_input("echo", call_id="before"))
+    attempted = failing_write(monkeypatch, log, errno.ENOSPC)
+    await runtime.execute(make_input("echo", call_id="lost"))
+    await runtime.execute(make_input("echo", call_id="lost too"))
+    monkeypatch.undo()
+    assert len(attempted) == 2 and all(not line.startswith(b"\n") for line in attempted)
+    await runtime.execute(make_input("echo", call_id="after"))
+    assert [record["call_id"] for record in strict_lines(path)] == ["before", "after"]
+
+
+async def test_a_file_that_could_not_be_opened_gets_no_blank_first_line(tmp_path: Path) -> None:
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    runtime, path = audited(directory)
+    directory.rmdir()  # the file cannot be created for a while (a rotation moved the directory away)
+    await runtime.execute(make_input("echo", call_id="lost"))
+    directory.mkdir()
+    await runtime.execute(make_input("echo", call_id="after"))
+    assert [record["call_id"] for record in strict_lines(path)] == ["after"]
+
+
+async def test_a_partial_line_stays_to_be_ended_after_a_write_refused_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime, path = audited(tmp_path)
+    log = runtime.plugins.get_plugin("audit-log")
+    assert isinstance(log, AuditLog)
+    real_write = os.write
+    calls = 0
+
+    def short_then_full_disk(fd: int, data: Any) -> int:
+        nonlocal calls
+        if fd != log._fd:
+            return real_write(fd, data)
+        calls += 1
+        if calls == 1:
+            return real_write(fd, bytes(data)[:10])  # a short write...
+        raise OSError(errno.ENOSPC, "No space left on device")  # ...then the disk is full, for two records
+
+    monkeypatch.setattr(os, "write", short_then_full_disk)
+    await runtime.execute(make_input("echo", call_id="cut"))
+    await runtime.execute(make_input("echo", call_id="lost"))
+    monkeypatch.undo()
+    await runtime.execute(make_input("echo", call_id="whole"))
+    raw = path.read_bytes().split(b"\n")
+    assert len(raw) == 3 and raw[2] == b"" and len(raw[0]) == 10
+    assert json.loads(raw[1])["call_id"] == "whole"
+
+
+async def test_a_write_that_only_ended_the_partial_line_leaves_no_blank_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b'{"call_id": "old"}\n{"call_id": "torn"')  # a writer died mid-line
+    runtime, _ = audited(tmp_path)
+    log = runtime.plugins.get_plugin("audit-log")
+    assert isinstance(log, AuditLog)
+    real_write = os.write
+
+    def newline_then_full_disk(fd: int, data: Any) -> int:
+        if fd != log._fd:
+            return real_write(fd, data)
+        if bytes(data).startswith(b"\n"):
+            return real_write(fd, b"\n")  # only the newline ending the torn line fits...
+        raise OSError(errno.ENOSPC, "No space left on device")  # ...then the disk is full
+
+    monkeypatch.setattr(os, "write", newline_then_full_disk)
+    await runtime.execute(make_input("echo", call_id="lost"))
+    monkeypatch.undo()
+    await runtime.execute(make_input("echo", call_id="after"))
+    assert path.read_bytes().split(b"\n")[:2] == [b'{"call_id": "old"}', b'{"call_id": "torn"']
+    assert [json.loads(line)["call_id"] for line in path.read_bytes().split(b"\n")[2:-1]] == ["after"]

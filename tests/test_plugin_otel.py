@@ -466,3 +466,34 @@ async def test_a_span_that_cannot_end_does_not_stop_the_cancellation(
     assert turn.cancelled_caught  # the host's Cancelled reached its scope, not an error in its place
     assert ended == ["end"]
     assert "otel: cannot end the span of call c1 cut short: exporter down" in caplog.text
+
+
+class SandboxShadow:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+        if execution.arguments.get("path") == "/etc/shadow":
+            return Rewrite({"path": "/tmp/safe"}, "sandboxed")
+        return await next()
+
+
+@pytest.mark.parametrize("record_content", [True, False])
+async def test_a_rewritten_calls_span_shows_what_ran_and_each_rewrite(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter, record_content: bool
+) -> None:
+    runtime = traced(tracer, json_tool("read"), record_content=record_content, plugins={"sandbox": SandboxShadow()})
+    result = await runtime.execute(make_input("read", {"path": "/etc/shadow"}))
+    assert result.value == {"path": "/tmp/safe"}
+    (span,) = spans(exporter)
+    attributes = dict(span.attributes or {})
+    rewrites = [(event.name, dict(event.attributes or {})) for event in span.events]
+    if record_content:
+        assert attributes["gen_ai.tool.call.arguments"] == '{"path": "/tmp/safe"}'
+        assert rewrites == [
+            (
+                "dsh.rewrite",
+                {"dsh.rewrite.by": "sandbox", "dsh.rewrite.reason": "sandboxed", "dsh.rewrite.from": '{"path": "/etc/shadow"}'},
+            )
+        ]
+    else:  # the model's arguments stay off the span
+        assert "gen_ai.tool.call.arguments" not in attributes
+        assert rewrites == [("dsh.rewrite", {"dsh.rewrite.by": "sandbox", "dsh.rewrite.reason": "sandboxed"})]

@@ -26,6 +26,7 @@ from dsh_core import (
     replay,
     simulate,
 )
+from dsh_core._cli import _Recorder
 from dsh_core.presentation import GenericCallView, ReadFileLine, ReadResultView, TerminalCallView
 from dsh_core.testing import json_tool, make_input, make_runtime
 
@@ -356,13 +357,13 @@ async def test_a_call_cut_short_is_logged_as_unwound_and_readers_say_so(
         recorder.record_call(make_input("echo", call_id="c3"))  # the process stopped while it ran
     events = read_session_log(log_path).events
     assert [(e.type, e.data) for e in events if e.type != "tool/call"] == [
-        ("tool/unwound", {"callId": "c1", "cause": "KeyboardInterrupt", "bodyStarted": True}),
-        ("tool/unwound", {"callId": "c2", "cause": "Cancelled", "bodyStarted": True}),
+        ("tool/unwound", {"callId": "c1", "agent": None, "cause": "KeyboardInterrupt", "bodyStarted": True}),
+        ("tool/unwound", {"callId": "c2", "agent": None, "cause": "Cancelled", "bodyStarted": True}),
     ]
     replayed = replay(events, runtime)
     assert [(call.call_id, call.result, call.unwound) for call in replayed] == [
-        ("c1", None, {"callId": "c1", "cause": "KeyboardInterrupt", "bodyStarted": True}),
-        ("c2", None, {"callId": "c2", "cause": "Cancelled", "bodyStarted": True}),
+        ("c1", None, {"callId": "c1", "agent": None, "cause": "KeyboardInterrupt", "bodyStarted": True}),
+        ("c2", None, {"callId": "c2", "agent": None, "cause": "Cancelled", "bodyStarted": True}),
         ("c3", None, None),
     ]
     report = await simulate(events, runtime)
@@ -415,3 +416,39 @@ async def test_a_result_the_log_cannot_take_is_kept_on_the_recorder_for_the_host
         with pytest.raises(SessionLogError, match="an earlier write failed"):
             recorder.record_call(make_input("echo", {"b": 2}, call_id="c2"))
         assert isinstance(recorder.failure, OSError)
+
+
+@pytest.mark.parametrize("recorder_class", [SessionRecorder, _Recorder], ids=["SessionRecorder", "cli"])
+async def test_an_unwound_event_the_log_cannot_take_is_kept_on_the_recorder_for_the_host(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    autojump_clock: trio.testing.MockClock,
+    recorder_class: type[SessionRecorder],
+) -> None:
+    """A call cut short is told to ``dsh_call_unwound``: its failed write must fail ``check()`` like a result's."""
+
+    async def slow(args: Any) -> None:
+        await trio.sleep(10)
+
+    def disk_full(*args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    runtime = make_runtime(json_tool("slow", slow))
+    with SessionLog(tmp_path / "session.jsonl") as log:
+        recorder = recorder_class(log, runtime)
+        runtime.plugins.register(recorder, name="rec")
+        request = make_input("slow", {}, call_id="c1")
+        recorder.record_call(request)
+        monkeypatch.setattr(log, "append_unwound", disk_full)
+        with trio.move_on_after(1) as turn:  # the host's turn deadline cuts the call
+            await runtime.execute(request)
+        assert turn.cancelled_caught
+        assert isinstance(recorder.failure, OSError) and recorder.failure.errno == 28
+        with pytest.raises(SessionLogError, match=r"No space left on device\); the log is incomplete") as raised:
+            recorder.check()
+        assert raised.value.__cause__ is recorder.failure
+    # The CLI reports the failure itself, once the command's output is written: no warning before it.
+    warned = [r.getMessage() for r in caplog.records if "listener rec failed" in r.getMessage()]
+    expected = 'tool "slow" (c1): dsh_call_unwound listener rec failed: [Errno 28] No space left on device'
+    assert warned == ([] if recorder_class is _Recorder else [expected])

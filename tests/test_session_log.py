@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -751,3 +752,30 @@ def test_a_fifo_with_a_reader_is_refused_too(tmp_path: Path, monkeypatch: pytest
     finally:
         os.close(reader)
 
+
+# --- threads ------------------------------------------------------------------------------
+
+
+def test_events_appended_from_many_threads_stay_in_seq_order(log_path: Path) -> None:
+    """Orphaned worker threads announce their finish from their own threads: the log must take them all."""
+    threads, per_thread = 32, 50
+    start = threading.Barrier(threads)
+    seqs: list[int] = []
+
+    def append_events(writer: int) -> None:
+        start.wait()
+        for n in range(per_thread):
+            seqs.append(log.append({"type": "note", "data": {"writer": writer, "n": n}}))
+
+    with SessionLog(log_path, fsync="never") as log:
+        workers = [threading.Thread(target=append_events, args=(w,)) for w in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert log.next_seq == threads * per_thread + 1
+    events = read_session_log(log_path).events
+    assert [e.seq for e in events] == list(range(1, threads * per_thread + 1))
+    assert sorted(seqs) == list(range(1, threads * per_thread + 1))
+    for writer in range(threads):
+        assert [e.data["n"] for e in events if e.data["writer"] == writer] == list(range(per_thread))

@@ -24,12 +24,13 @@ from dsh_core import (
     ToolExecution,
     ToolRestriction,
     ToolRuntime,
+    UserMessage,
     hookimpl,
     read_session_log,
 )
 from dsh_core._cli import cli
 from dsh_core._runtime import agent_scope
-from dsh_core._simulate import SimulationRuntime, recorded_verdict, simulate
+from dsh_core._simulate import SimulationRuntime, Verdict, recorded_verdict, simulate
 from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
 
 # Tools whose bodies leave a mark: a simulation must never run them.
@@ -594,3 +595,57 @@ async def test_a_simulation_that_fails_puts_the_hosts_tools_and_observers_back(t
     assert not any(host.plugins.get_name(p) == "dsh-simulate-replayer" for p in host.plugins.get_plugins())
     await host.execute(make_input("read", call_id="live"))
     assert observed == ["live"]
+
+
+class ForceDryRun:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: Any, next: Any) -> Any:
+        if execution.name == "shell" and execution.arguments.get("dry") is not True:
+            return Rewrite({**execution.arguments, "dry": True}, reason="always dry-run")
+        return await next()
+
+
+async def untraced_rewrite_session(path: Path) -> Path:
+    """A session recorded with ``trace_decisions`` off: only the rewrite note says the arguments changed."""
+    recorded = make_runtime(json_tool("shell"))
+    recorded.plugins.register(ForceDryRun(), name="force-dry")
+    with SessionLog(path) as log:
+        recorder = SessionRecorder(log)
+        recorded.plugins.register(recorder)
+        for call_id, cmd in (("c1", "ls"), ("c2", "make")):
+            request = make_input("shell", {"cmd": cmd, "dry": cmd == "make"}, call_id=call_id)
+            recorder.record_call(request)
+            await recorded.execute(request)
+    return path
+
+
+async def test_a_rewrite_recorded_without_a_trace_is_read_from_its_note(tmp_path: Path) -> None:
+    log = read_session_log(await untraced_rewrite_session(tmp_path / "s.jsonl"))
+    assert all("trace" not in e.data for e in log.events if e.type == "tool/result")
+    rewritten, untouched = (e.data for e in log.events if e.type == "tool/result")
+    assert recorded_verdict(rewritten) == Verdict(decision="rewrite", reason="always dry-run", actor="force-dry")
+    assert recorded_verdict(untouched) == Verdict(decision="allow")
+    same = await simulate(log, make_runtime(plugins=[ForceDryRun()]))
+    assert [(c.call_id, c.recorded and c.recorded.decision, c.summary) for c in same.calls] == [
+        ("c1", "rewrite", "unchanged"),
+        ("c2", "allow", "unchanged"),
+    ]
+    assert not same.changed
+    removed = await simulate(log, make_runtime())
+    assert [(c.call_id, c.summary) for c in removed.calls] == [
+        ("c1", "would now allow (was rewrite: always dry-run)"),
+        ("c2", "unchanged"),
+    ]
+    assert removed.changed
+
+
+async def test_an_untraced_result_whose_rewrite_note_is_unreadable_is_not_compared(tmp_path: Path) -> None:
+    """Such a result says it was rewritten without saying how: calling it allowed would hide a change."""
+    path = tmp_path / "s.jsonl"
+    note = UserMessage([TextBlock("changed")], source="policy", meta={"rewrite": "yes"})
+    with SessionLog(path) as log:
+        log.append_call("c1", "shell", {"cmd": "ls"})
+        log.append_result("c1", content=[TextBlock("ok")], is_error=False, contexts=[note])
+    (call,) = (await simulate(read_session_log(path), make_runtime())).calls
+    assert call.recorded is None and call.simulated is None
+    assert call.summary == "not compared: the recorded result does not show what the policy decided"
