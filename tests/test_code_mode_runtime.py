@@ -1228,11 +1228,38 @@ SEALED = SubprocessPythonRuntime(wall_budget_s=10.0, allow_network=False, allow_
         ("import os\nos.open('/tmp/dsh-sealed.txt', os.O_WRONLY | os.O_CREAT)", "change files, only its tools may"),
         ("import os\nos.remove('/tmp/dsh-no-such-file')", "change files, only its tools may (os.remove)"),
         ("import os\nos.mkdir('/tmp/dsh-sealed-dir')", "change files, only its tools may (os.mkdir)"),
+        (
+            "import os\nos.setxattr('/tmp/dsh-no-such-file', 'user.x', b'1')",
+            "change files, only its tools may (os.setxattr)",
+        ),
+        (
+            "import os\nos.removexattr('/tmp/dsh-no-such-file', 'user.x')",
+            "change files, only its tools may (os.removexattr)",
+        ),
     ],
 )
 async def test_a_sealed_program_reaches_the_world_only_through_its_tools(program: str, fragment: str) -> None:
     result = await SEALED.run(program + "\nreturn 1", {})
     assert_error(result, "exception", "PermissionError", fragment)
+
+
+@pytest.mark.parametrize(
+    ("call", "event"),
+    [("os.mknod(path)", "os.mknod"), ("os.mkfifo(path)", "os.mkfifo"), ("posix.mkfifo(path)", "os.mkfifo")],
+)
+async def test_a_sealed_program_cannot_make_special_files(tmp_path: Any, call: str, event: str) -> None:
+    # Python raises no audit event for these two: the child stands in for them.
+    target = tmp_path / "made"
+    result = await SEALED.run(f"import os, posix\npath = {str(target)!r}\n{call}\nreturn 1", {})
+    assert_error(result, "exception", "PermissionError", f"change files, only its tools may ({event})")
+    assert not target.exists()
+
+
+async def test_a_program_allowed_to_write_makes_special_files(tmp_path: Any) -> None:
+    target = tmp_path / "fifo"
+    result = await LIMITED.run(f"import os\nos.mkfifo({str(target)!r})\nreturn 1", {})
+    assert result.error is None and result.value == 1
+    assert target.exists()
 
 
 async def test_a_sealed_program_still_reads_imports_and_calls_its_tools() -> None:

@@ -718,6 +718,10 @@ _FILE_CHANGE_EVENTS: Final = frozenset(
         "os.link",
         "os.symlink",
         "os.utime",
+        "os.setxattr",
+        "os.removexattr",
+        "os.mknod",  # raised by the child's stand-ins: see _audit_special_files
+        "os.mkfifo",
         "shutil.rmtree",
         "shutil.copyfile",
         "shutil.move",
@@ -754,6 +758,7 @@ def apply_limits(limits: dict[str, Any]) -> None:
     if writes:
         refused.append((_FILE_CHANGE_EVENTS, "change files, only its tools may"))
         sys.dont_write_bytecode = True  # imports must not try to write .pyc files
+        _audit_special_files()
     if not refused:
         return
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -766,6 +771,31 @@ def apply_limits(limits: dict[str, Any]) -> None:
             raise PermissionError(f"this run_code program may not change files, only its tools may (open {args[0]!r})")
 
     sys.addaudithook(refuse)
+
+
+def _audit_special_files() -> None:
+    """Have ``os.mknod`` and ``os.mkfifo`` raise an audit event first, as other file-changing calls do.
+
+    CPython raises none for either, so without these stand-ins a program
+    refused every other way of making a file could still make one. They
+    replace the functions in ``posix`` too, which ``os`` re-exports.
+    """
+    import posix
+
+    def audited(name: str, original: Callable[..., None]) -> Callable[..., None]:
+        def stand_in(path: Any, *args: Any, **kwargs: Any) -> None:
+            sys.audit(f"os.{name}", path, *args, *kwargs.values())
+            original(path, *args, **kwargs)
+
+        stand_in.__name__ = stand_in.__qualname__ = name
+        stand_in.__doc__ = original.__doc__
+        return stand_in
+
+    for name in ("mknod", "mkfifo"):
+        original = getattr(posix, name, None)
+        if original is not None:  # neither exists on Windows
+            setattr(posix, name, audited(name, original))
+            setattr(os, name, getattr(posix, name))
 
 
 def main() -> NoReturn:
