@@ -1221,7 +1221,7 @@ SEALED = SubprocessPythonRuntime(wall_budget_s=10.0, allow_network=False, allow_
     [
         ("import socket\nsocket.getaddrinfo('example.com', 80)", "use the network, only its tools may (socket.getaddrinfo)"),
         (
-            "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 9))",
+            "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/tmp/dsh-no-such-socket')",
             "use the network, only its tools may (socket.connect)",
         ),
         ("open('/tmp/dsh-sealed.txt', 'w')", "change files, only its tools may (open '/tmp/dsh-sealed.txt')"),
@@ -1235,6 +1235,12 @@ SEALED = SubprocessPythonRuntime(wall_budget_s=10.0, allow_network=False, allow_
         (
             "import os\nos.removexattr('/tmp/dsh-no-such-file', 'user.x')",
             "change files, only its tools may (os.removexattr)",
+        ),
+        # Not even listening: an unbound socket's listen() binds an ephemeral port on every interface.
+        ("import socket\nsocket.socket().listen()", "use the network, only its tools may (socket.__new__)"),
+        (
+            "import socket\nsocket.socket(socket.AF_INET6, socket.SOCK_DGRAM)",
+            "use the network, only its tools may (socket.__new__)",
         ),
     ],
 )
@@ -1253,6 +1259,12 @@ async def test_a_sealed_program_cannot_make_special_files(tmp_path: Any, call: s
     result = await SEALED.run(f"import os, posix\npath = {str(target)!r}\n{call}\nreturn 1", {})
     assert_error(result, "exception", "PermissionError", f"change files, only its tools may ({event})")
     assert not target.exists()
+
+
+async def test_a_sealed_program_keeps_local_socket_pairs() -> None:
+    program = "import socket\na, b = socket.socketpair()\na.sendall(b'hi')\nreturn b.recv(2).decode()"
+    result = await SEALED.run(program, {})
+    assert result.error is None and result.value == "hi"
 
 
 async def test_a_program_allowed_to_write_makes_special_files(tmp_path: Any) -> None:

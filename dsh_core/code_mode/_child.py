@@ -706,6 +706,7 @@ _NETWORK_EVENTS: Final = frozenset(
         "socket.gethostbyaddr",
     )
 )
+_AF_UNIX: Final = 1  # socket.AF_UNIX wherever it exists, without importing socket
 _FILE_CHANGE_EVENTS: Final = frozenset(
     (
         "os.remove",
@@ -762,11 +763,16 @@ def apply_limits(limits: dict[str, Any]) -> None:
     if not refused:
         return
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    offline = limits.get("network") is False
 
     def refuse(event: str, args: tuple[Any, ...]) -> None:
         for events, what in refused:
             if event in events:
                 raise PermissionError(f"this run_code program may not {what} ({event})")
+        # Any socket but a local one: listen() on an unbound socket binds a port on every
+        # interface without a bind event. (asyncio's loop needs its AF_UNIX socketpair.)
+        if offline and event == "socket.__new__" and args[1] != _AF_UNIX:
+            raise PermissionError("this run_code program may not use the network, only its tools may (socket.__new__)")
         if writes and event == "open" and len(args) == 3 and isinstance(args[2], int) and args[2] & write_flags:
             raise PermissionError(f"this run_code program may not change files, only its tools may (open {args[0]!r})")
 
