@@ -501,6 +501,10 @@ def _limit_problem(value: int) -> str | None:
     return resource_limit_problem(value)
 
 
+def _count_problem(value: int) -> str | None:
+    return None if type(value) is int and value >= 1 else f"expected a positive integer, got {_show(value)}"
+
+
 def _output_problem(value: int) -> str | None:
     # The runtime's own floor: room for the smallest value and a log line's newline.
     return None if value >= 4 else f"expected at least 4 (bytes), got {_show(value)}"
@@ -531,7 +535,7 @@ class CodeRuntimeSettings:
     The keys are :class:`~dsh_core.code_mode.SubprocessPythonRuntime`'s:
     ``wall_budget_s``, ``max_output_bytes``, ``max_memory_bytes``,
     ``max_cpu_s``, ``max_file_bytes``, ``allow_subprocesses``, ``allow_network``,
-    ``allow_file_writes``. Their values are checked here, whatever the mode, so
+    ``allow_file_writes``, ``max_json_values``. Their values are checked here, whatever the mode, so
     a file's mistakes show before Code Mode is ever turned on:
     ``wall_budget_s`` is a positive number, the byte and second counts are
     positive integers, ``max_output_bytes`` is at least 4,
@@ -558,6 +562,9 @@ class CodeRuntimeSettings:
     allow_subprocesses: bool | None = None
     allow_network: bool | None = None
     allow_file_writes: bool | None = None
+    max_json_values: Annotated[int, _Check(_count_problem)] | None = attrs.field(
+        default=None, validator=_validated(_count_problem)
+    )
 
     def options(self) -> dict[str, Any]:
         """The settings given, as keyword arguments for ``SubprocessPythonRuntime``."""

@@ -680,6 +680,104 @@ async def test_forged_done_value_is_still_checked() -> None:
 
 
 # ---------------------------------------------------------------------------
+# JSON values per frame
+
+FEW_VALUES = SubprocessPythonRuntime(wall_budget_s=5.0, max_json_values=100)
+
+
+async def test_a_returned_value_of_more_json_values_than_the_cap_is_an_output_limit() -> None:
+    result = await FEW_VALUES.run("return [0] * 100", {})  # the list and its 100 items
+    assert_error(result, "output-limit", "the returned value holds more than 100 JSON values (max_json_values)")
+
+
+async def test_a_returned_value_of_exactly_the_cap_comes_back() -> None:
+    result = await FEW_VALUES.run("return {'a': [0] * 49, 'b': [''] * 48}", {})
+    assert result.error is None, result.error
+    assert result.value == {"a": (0,) * 49, "b": ("",) * 48}
+
+
+async def test_commas_and_brackets_inside_strings_are_not_json_values() -> None:
+    result = await FEW_VALUES.run("return ['[{,\"\\\\' * 1000] * 10", {})
+    assert result.error is None, result.error
+    assert result.value == ('[{,"\\' * 1000,) * 10
+
+
+async def test_call_arguments_of_more_json_values_than_the_cap_fail_the_call_only() -> None:
+    calls: list[Any] = []
+
+    async def record(args: Any) -> Any:
+        calls.append(args)
+        return len(args["a"])
+
+    program = (
+        "try:\n"
+        "    await tools.record({'a': [0] * 99})\n"
+        "except ToolCallError as exc:\n"
+        "    message = str(exc)\n"
+        "return [message, await tools.record({'a': [0] * 98})]"
+    )
+    result = await FEW_VALUES.run(program, {"record": record})
+    assert result.error is None, result.error
+    assert result.value == ("tool arguments hold more than 100 JSON values (max_json_values)", 98)
+    assert calls == [{"a": (0,) * 98}]
+
+
+@pytest.mark.parametrize("head", [b'{"type":"done","value":[', b'{"type":"call","id":1,"name":"echo","args":['])
+async def test_a_frame_of_more_json_values_than_the_cap_is_refused_before_it_is_decoded(head: bytes) -> None:
+    payload = f"{head!r} + b','.join([b'[]'] * 200) + b']}}\\n'"
+    result = await FEW_VALUES.run(writable_protocol_fd_program(payload), {"echo": echo})
+    assert_error(result, "protocol", "the child sent a frame holding more than 100 JSON values (max_json_values)")
+
+
+async def test_a_large_frame_does_not_hold_the_host_loop_past_the_wall_budget() -> None:
+    # 900 000 values (within the default cap) take the host seconds to check: not on its loop.
+    runtime = SubprocessPythonRuntime(wall_budget_s=0.5)
+    payload = "b'{\"type\":\"done\",\"value\":[' + b','.join([b'{\"a\":1}'] * 450_000) + b']}\\n'"
+    stalls: list[float] = []
+
+    async def measure_stalls() -> None:
+        last = time.monotonic()
+        while True:
+            await trio.sleep(0.01)
+            now = time.monotonic()
+            stalls.append(now - last)
+            last = now
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(measure_stalls)
+        start = time.monotonic()
+        result = await runtime.run(writable_protocol_fd_program(payload), {})
+        elapsed = time.monotonic() - start
+        nursery.cancel_scope.cancel()
+    assert_error(result, "timeout", "0.5 s wall-clock budget")
+    assert elapsed < 1.5  # inline, the run ended when the check did, seconds late
+    assert max(stalls) < 1.0  # what is left: decoding itself, one C call
+
+
+async def test_a_large_value_decoded_after_the_child_exited_still_comes_back() -> None:
+    # The child ends right after its done frame; checking the value outlasts EXIT_GRACE_S.
+    program = "return [{'a': i} for i in range(300_000)]"
+    result = await SubprocessPythonRuntime(wall_budget_s=30.0).run(program, {})
+    assert result.error is None, result.error
+    assert len(result.value) == 300_000 and result.value[-1] == {"a": 299_999}
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True])
+def test_max_json_values_must_be_a_positive_int(value: Any) -> None:
+    with pytest.raises(ValueError, match="max_json_values must be a positive int"):
+        SubprocessPythonRuntime(max_json_values=value)
+    with pytest.raises(ValueError, match="max_json_values"):
+        CodeRuntimeSettings(max_json_values=value)
+
+
+def test_max_json_values_comes_from_the_code_runtime_settings() -> None:
+    assert SubprocessPythonRuntime().max_json_values == 1_000_000
+    options = CodeRuntimeSettings(max_json_values=5000).options()
+    assert options == {"max_json_values": 5000}
+    assert SubprocessPythonRuntime(**options).max_json_values == 5000
+
+
+# ---------------------------------------------------------------------------
 # Processes
 
 
@@ -1221,18 +1319,57 @@ SEALED = SubprocessPythonRuntime(wall_budget_s=10.0, allow_network=False, allow_
     [
         ("import socket\nsocket.getaddrinfo('example.com', 80)", "use the network, only its tools may (socket.getaddrinfo)"),
         (
-            "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 9))",
+            "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/tmp/dsh-no-such-socket')",
             "use the network, only its tools may (socket.connect)",
         ),
         ("open('/tmp/dsh-sealed.txt', 'w')", "change files, only its tools may (open '/tmp/dsh-sealed.txt')"),
         ("import os\nos.open('/tmp/dsh-sealed.txt', os.O_WRONLY | os.O_CREAT)", "change files, only its tools may"),
         ("import os\nos.remove('/tmp/dsh-no-such-file')", "change files, only its tools may (os.remove)"),
         ("import os\nos.mkdir('/tmp/dsh-sealed-dir')", "change files, only its tools may (os.mkdir)"),
+        (
+            "import os\nos.setxattr('/tmp/dsh-no-such-file', 'user.x', b'1')",
+            "change files, only its tools may (os.setxattr)",
+        ),
+        (
+            "import os\nos.removexattr('/tmp/dsh-no-such-file', 'user.x')",
+            "change files, only its tools may (os.removexattr)",
+        ),
+        # Not even listening: an unbound socket's listen() binds an ephemeral port on every interface.
+        ("import socket\nsocket.socket().listen()", "use the network, only its tools may (socket.__new__)"),
+        (
+            "import socket\nsocket.socket(socket.AF_INET6, socket.SOCK_DGRAM)",
+            "use the network, only its tools may (socket.__new__)",
+        ),
     ],
 )
 async def test_a_sealed_program_reaches_the_world_only_through_its_tools(program: str, fragment: str) -> None:
     result = await SEALED.run(program + "\nreturn 1", {})
     assert_error(result, "exception", "PermissionError", fragment)
+
+
+@pytest.mark.parametrize(
+    ("call", "event"),
+    [("os.mknod(path)", "os.mknod"), ("os.mkfifo(path)", "os.mkfifo"), ("posix.mkfifo(path)", "os.mkfifo")],
+)
+async def test_a_sealed_program_cannot_make_special_files(tmp_path: Any, call: str, event: str) -> None:
+    # Python raises no audit event for these two: the child stands in for them.
+    target = tmp_path / "made"
+    result = await SEALED.run(f"import os, posix\npath = {str(target)!r}\n{call}\nreturn 1", {})
+    assert_error(result, "exception", "PermissionError", f"change files, only its tools may ({event})")
+    assert not target.exists()
+
+
+async def test_a_sealed_program_keeps_local_socket_pairs() -> None:
+    program = "import socket\na, b = socket.socketpair()\na.sendall(b'hi')\nreturn b.recv(2).decode()"
+    result = await SEALED.run(program, {})
+    assert result.error is None and result.value == "hi"
+
+
+async def test_a_program_allowed_to_write_makes_special_files(tmp_path: Any) -> None:
+    target = tmp_path / "fifo"
+    result = await LIMITED.run(f"import os\nos.mkfifo({str(target)!r})\nreturn 1", {})
+    assert result.error is None and result.value == 1
+    assert target.exists()
 
 
 async def test_a_sealed_program_still_reads_imports_and_calls_its_tools() -> None:

@@ -77,8 +77,16 @@ else:
     decode_json, encode_json = _codec.decode_json, _codec.encode_json
 
 
-def json_problem(value: object) -> str | None:
+class TooManyValues(Exception):
+    """A value holds more JSON values (each container and each scalar counts one) than it may."""
+
+
+def json_problem(value: object, max_values: int = sys.maxsize) -> str | None:
     """Why ``value`` is not lossless JSON (with its path), or None when it is.
+
+    Raises :class:`TooManyValues` once it has met more than ``max_values``
+    JSON values (the host refuses a frame of more, so a value is checked
+    here, where the program can be told).
 
     The same rules as the host's ``snapshot_json``: exact ``dict`` with ``str``
     keys, ``list``/``tuple``, ``str``, ``int``, ``bool``, ``None`` and finite
@@ -92,10 +100,14 @@ def json_problem(value: object) -> str | None:
         return None if problem is None else f"$: {problem}"
     keys: list[str | int] = []  # the path from the root to the container being checked
     on_path: set[int] = {id(value)}
+    values = 1
     stack: list[tuple[Iterator[tuple[Any, Any]], int, bool]] = [_open(value)]
     while stack:
         entries, ident, is_dict = stack[-1]
         for key, item in entries:
+            values += 1
+            if values > max_values:
+                raise TooManyValues
             if is_dict and type(key) is not str:
                 return f"{_spell_path(keys)}: object key {_bounded_repr(key)} is not a str"
             if type(item) in _CONTAINERS:
@@ -474,6 +486,7 @@ class _Run:
         self.error_class = _make_error_class(frame["error_class"])
         self.max_output_bytes: int = frame["max_output_bytes"]
         self.max_frame_bytes: int = frame["max_frame_bytes"]
+        self.max_json_values: int = frame["max_json_values"]
         self.reader = reader
         self.channel = channel
         self.pending: dict[int, tuple[str, _Reply | asyncio.Future[object]]] = {}
@@ -483,7 +496,12 @@ class _Run:
         self.writers: list[_LogWriter] = []
 
     async def call(self, name: str, args: object) -> object:
-        problem = json_problem(args)
+        try:
+            problem = json_problem(args, self.max_json_values)
+        except TooManyValues:
+            raise self.error_class(
+                name, f"tool arguments hold more than {self.max_json_values} JSON values (max_json_values)"
+            ) from None
         if problem is not None:
             raise self.error_class(
                 name, f"tool arguments must be lossless JSON (pass an arguments dict, e.g. `{{}}`): {problem}"
@@ -641,7 +659,13 @@ class _Run:
     def _value_frame(self, value: object) -> dict[str, Any] | bytes:
         if value is None:
             return {"type": "done"}
-        problem = json_problem(value)
+        try:
+            problem = json_problem(value, self.max_json_values)
+        except TooManyValues:
+            return _failure(
+                "output-limit",
+                f"the returned value holds more than {self.max_json_values} JSON values (max_json_values)",
+            )
         if problem is not None:
             return _failure("invalid-output", f"the program returned a value that is not lossless JSON: {problem}")
         try:
@@ -706,6 +730,7 @@ _NETWORK_EVENTS: Final = frozenset(
         "socket.gethostbyaddr",
     )
 )
+_AF_UNIX: Final = 1  # socket.AF_UNIX wherever it exists, without importing socket
 _FILE_CHANGE_EVENTS: Final = frozenset(
     (
         "os.remove",
@@ -718,6 +743,10 @@ _FILE_CHANGE_EVENTS: Final = frozenset(
         "os.link",
         "os.symlink",
         "os.utime",
+        "os.setxattr",
+        "os.removexattr",
+        "os.mknod",  # raised by the child's stand-ins: see _audit_special_files
+        "os.mkfifo",
         "shutil.rmtree",
         "shutil.copyfile",
         "shutil.move",
@@ -754,18 +783,49 @@ def apply_limits(limits: dict[str, Any]) -> None:
     if writes:
         refused.append((_FILE_CHANGE_EVENTS, "change files, only its tools may"))
         sys.dont_write_bytecode = True  # imports must not try to write .pyc files
+        _audit_special_files()
     if not refused:
         return
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    offline = limits.get("network") is False
 
     def refuse(event: str, args: tuple[Any, ...]) -> None:
         for events, what in refused:
             if event in events:
                 raise PermissionError(f"this run_code program may not {what} ({event})")
+        # Any socket but a local one: listen() on an unbound socket binds a port on every
+        # interface without a bind event. (asyncio's loop needs its AF_UNIX socketpair.)
+        if offline and event == "socket.__new__" and args[1] != _AF_UNIX:
+            raise PermissionError("this run_code program may not use the network, only its tools may (socket.__new__)")
         if writes and event == "open" and len(args) == 3 and isinstance(args[2], int) and args[2] & write_flags:
             raise PermissionError(f"this run_code program may not change files, only its tools may (open {args[0]!r})")
 
     sys.addaudithook(refuse)
+
+
+def _audit_special_files() -> None:
+    """Have ``os.mknod`` and ``os.mkfifo`` raise an audit event first, as other file-changing calls do.
+
+    CPython raises none for either, so without these stand-ins a program
+    refused every other way of making a file could still make one. They
+    replace the functions in ``posix`` too, which ``os`` re-exports.
+    """
+    import posix
+
+    def audited(name: str, original: Callable[..., None]) -> Callable[..., None]:
+        def stand_in(path: Any, *args: Any, **kwargs: Any) -> None:
+            sys.audit(f"os.{name}", path, *args, *kwargs.values())
+            original(path, *args, **kwargs)
+
+        stand_in.__name__ = stand_in.__qualname__ = name
+        stand_in.__doc__ = original.__doc__
+        return stand_in
+
+    for name in ("mknod", "mkfifo"):
+        original = getattr(posix, name, None)
+        if original is not None:  # neither exists on Windows
+            setattr(posix, name, audited(name, original))
+            setattr(os, name, getattr(posix, name))
 
 
 def main() -> NoReturn:

@@ -29,7 +29,7 @@ neither ``print`` nor a stray write to descriptor 1 can corrupt a frame.
 Host to child:
 
 - ``{"type": "run", "program", "names": [...], "global", "error_class",
-  "max_output_bytes", "max_frame_bytes", "limits"}``: first and only once
+  "max_output_bytes", "max_frame_bytes", "max_json_values", "limits"}``: first and only once
   (``limits``: ``{memory_bytes, cpu_s, file_bytes, subprocesses, network,
   file_writes}``); ``names`` are
   the binding names reachable as ``<global>.name`` / ``<global>["name"]``.
@@ -51,9 +51,13 @@ Child to host:
   ``invalid-output`` or ``output-limit``: the last frame.
 
 The host treats every frame as hostile: a line that is not one well-formed frame
-of the shapes above, or is longer than the frame cap, ends the run with kind
-``protocol``. Time, output size and the child's death are observed on the host
-side and never sent as frames.
+of the shapes above, is longer than the frame cap, or holds more JSON values
+than a call's arguments or a returned value may (``max_json_values``, plus the
+frame's own), ends the run with kind ``protocol``; it counts them before
+decoding the line. A large frame is decoded and checked on a worker thread,
+so that the host's event loop keeps running and the wall-clock budget holds.
+Time, output size and the child's death are observed on the host side and
+never sent as frames.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ import trio
 
 from .._checks import instance_of, memory_limit_problem, one_of, positive_finite, resource_limit_problem
 from .._errors import NonJsonValueError
-from .._json import JsonValue, safe_repr, snapshot_json
+from .._json import FrozenDict, JsonValue, safe_repr, snapshot_json
 from .._jsoncodec import decode_json, encode_json
 
 __all__ = [
@@ -241,6 +245,11 @@ def _optional_memory_limit(instance: object, attribute: attrs.Attribute[int | No
         raise ValueError(f"{attribute.name}: {problem}")
 
 
+def _positive_count(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive int, not {value!r}")
+
+
 def _interpreter(python: str | None) -> str:
     return sys.executable if python is None else str(python)
 
@@ -260,7 +269,11 @@ class SubprocessPythonRuntime:
     ``max_output_bytes`` caps the UTF-8 size of every log line (plus one byte
     each) and the compact JSON of the returned value, together
     (``output-limit``, with the logs that fitted); a value within it always fits
-    its frame (:attr:`max_frame_bytes`). ``python`` is the interpreter
+    its frame (:attr:`max_frame_bytes`). ``max_json_values`` caps the JSON
+    values (each container and each scalar counts one) in one call's arguments
+    (the call fails in the program) and in the returned value
+    (``output-limit``): what a value costs the host to check and copy is per
+    value, not per byte. ``python`` is the interpreter
     (default: the host's own); ``env`` the child's whole environment (default:
     empty).
 
@@ -287,10 +300,11 @@ class SubprocessPythonRuntime:
     with ``OSError``), and ``allow_subprocesses=False`` (an audit hook refuses
     ``subprocess``, ``os.system``, ``os.fork``, ``os.exec*``, ``posix_spawn``
     and loading C libraries through ``ctypes`` with ``PermissionError``).
-    ``allow_network=False`` and ``allow_file_writes=False`` refuse sockets'
-    connect/bind/send and name lookups, and opening files for writing or
-    creating, removing, renaming or changing them, so a well-meaning
-    program's effects go through its tools and the pipeline's policies. They
+    ``allow_network=False`` and ``allow_file_writes=False`` refuse sockets
+    other than ``AF_UNIX`` ones, sockets' connect/bind/send and name lookups,
+    and opening files for writing or creating, removing, renaming or changing
+    them, so a well-meaning program's effects go through its tools and the
+    pipeline's policies. They
     bound runaway and careless programs, not hostile ones: the hook runs in
     the program's own interpreter, which a program can reach (through the
     garbage collector or C-level calls), and it lists only the common ways
@@ -312,6 +326,7 @@ class SubprocessPythonRuntime:
     allow_subprocesses: bool = attrs.field(default=True, validator=instance_of(bool))
     allow_network: bool = attrs.field(default=True, validator=instance_of(bool))
     allow_file_writes: bool = attrs.field(default=True, validator=instance_of(bool))
+    max_json_values: int = attrs.field(default=1_000_000, validator=_positive_count)
 
     @property
     def max_frame_bytes(self) -> int:
@@ -351,6 +366,7 @@ class SubprocessPythonRuntime:
             "error_class": error_class_name,
             "max_output_bytes": self.max_output_bytes,
             "max_frame_bytes": self.max_frame_bytes,
+            "max_json_values": self.max_json_values,
             "limits": {
                 "memory_bytes": self.max_memory_bytes,
                 "cpu_s": self.max_cpu_s,
@@ -426,7 +442,7 @@ def _kill(process: trio.Process) -> None:
 EXIT_GRACE_S: Final = 0.5
 
 
-async def _stop_reading_after_exit(process: trio.Process, reading: trio.CancelScope) -> None:
+async def _stop_reading_after_exit(process: trio.Process, reading: trio.CancelScope, session: _Session) -> None:
     """Cancel ``reading`` once the child has exited, if the end of its stream does not come first.
 
     The stream ends when every copy of the write end is closed, and a fork made without exec
@@ -438,6 +454,8 @@ async def _stop_reading_after_exit(process: trio.Process, reading: trio.CancelSc
     # behind in its group goes now, so that the stream ends once what is in the pipe is read.
     _kill(process)
     await trio.sleep(EXIT_GRACE_S)
+    # A frame read in full is not given up halfway through decoding: the wall-clock budget bounds that.
+    await session.frame_decoded()
     reading.cancel()
 
 
@@ -448,6 +466,10 @@ async def _deliver_cancel(process: trio.Process) -> None:
 
 class _FrameError(Exception):
     """An inbound line is not a valid frame."""
+
+
+class _TooManyValues(_FrameError):
+    """An inbound line holds more JSON values than a frame may."""
 
 
 @attrs.frozen
@@ -508,6 +530,113 @@ def _parse_frame(line: bytes) -> _Frame:
             raise _FrameError("a done error has exactly a known kind and a str message")
         return _Done(None, False, CodeRunError(kind=error["kind"], message=_capped(error["message"])))
     raise _FrameError(f"unknown frame type {safe_repr(kind)}")
+
+
+# Frames up to this size are decoded on the event loop: most frames are far smaller (a sub-call's
+# whole round trip costs tens of microseconds), and one this size takes a few milliseconds.
+_INLINE_FRAME_BYTES: Final = 64 * 1024
+# The JSON values of a frame beside those of its arguments or value: a call frame's object,
+# type, id and name (a done frame's object and type are fewer).
+_ENVELOPE_VALUES: Final = 4
+# A JSON string once its escaped backslashes and quotes are gone (one left open runs to the end).
+_BARE_JSON_STRING: Final = re.compile(rb'"[^"]*(?:"|\Z)')
+# Counting values past strings goes a slice this long at a time, so that a worker thread
+# doing it lets the event loop's thread in between (a line of short strings takes seconds).
+_COUNT_SLICE: Final = 64 * 1024
+
+
+@attrs.frozen
+class _Payload:
+    """A call's arguments or a returned value, checked: its snapshot, or why it is not lossless JSON.
+
+    ``size``: the UTF-8 size of its compact JSON (measured for a returned value only).
+    """
+
+    value: JsonValue = None
+    problem: str | None = None
+    size: int = 0
+
+
+def _decode_frame(line: bytes, max_values: int) -> tuple[_Frame, _Payload | None]:
+    """The frame ``line`` holds and its payload checked; raises :class:`_FrameError`.
+
+    All the work a frame costs in proportion to its size, so that it can run
+    off the event loop: counting its values (before anything is decoded),
+    decoding it, and snapshotting its call arguments or returned value.
+    """
+    if _holds_more_values(line, max_values + _ENVELOPE_VALUES):
+        raise _TooManyValues
+    frame = _parse_frame(line)
+    if isinstance(frame, _Call):
+        return frame, _checked(frame.args, measure=False)
+    if isinstance(frame, _Done) and frame.has_value:
+        return frame, _checked(frame.value, measure=True)
+    return frame, None
+
+
+def _checked(raw: Any, *, measure: bool) -> _Payload:
+    try:
+        value = snapshot_json(raw)
+    except NonJsonValueError as exc:
+        return _Payload(problem=str(exc))
+    return _Payload(value, size=_compact_size(value) if measure else 0)
+
+
+def _compact_size(value: JsonValue, levels: int = 2) -> int:
+    """The UTF-8 size of ``value``'s compact JSON (a snapshot's), encoding the items of its outer containers one by one.
+
+    Encoding is one C call that holds the interpreter's lock all along: on a
+    worker thread, a wide value encoded in one go would stall the event loop's
+    thread as long. The outer ``levels`` are split, where a wide value's width is.
+    """
+    if levels and type(value) is tuple and value:
+        return len(value) + 1 + sum(_compact_size(item, levels - 1) for item in value)
+    if levels and type(value) is FrozenDict and value:
+        members = sum(
+            _utf8_size(encode_json(key, ascii_only=False)) + 1 + _compact_size(item, levels - 1)
+            for key, item in value.items()
+        )
+        return len(value) + 1 + members
+    return _utf8_size(encode_json(value, ascii_only=False))
+
+
+def _holds_more_values(line: bytes, limit: int) -> bool:
+    """Whether the JSON document ``line`` holds more than ``limit`` values (or, when it is not JSON, might).
+
+    A value takes a byte of its own, so a line no longer than ``limit`` cannot.
+    Characters inside strings only add to the quick count, so strings are
+    skipped (slowly) only when it passes ``limit``.
+    """
+    if len(line) <= limit or _json_values(line) <= limit:
+        return False
+    return _json_values_past_strings(line) > limit
+
+
+def _json_values(text: bytes) -> int:
+    """How many JSON values ``text`` holds: exact for compact JSON with no string, never below otherwise.
+
+    A value is the document itself, an array item or an object member's value:
+    one more than the commas and the containers that are not empty.
+    """
+    opened = text.count(b"[") + text.count(b"{") - text.count(b"[]") - text.count(b"{}")
+    return 1 + text.count(b",") + opened
+
+
+def _json_values_past_strings(line: bytes) -> int:
+    """:func:`_json_values` with every string's content left out: exact for compact JSON."""
+    # With escaped backslashes and quotes gone, every quote opens or closes a string.
+    text = line.replace(b"\\\\", b"").replace(b'\\"', b"")
+    values = 1
+    in_string = False
+    for start in range(0, len(text), _COUNT_SLICE):
+        part = text[start : start + _COUNT_SLICE]
+        if in_string:
+            part = b'"' + part
+        # Each string becomes "" (not nothing: ["a"] must not turn into an empty array). A
+        # container cut in two by a slice's end counts as not empty: a value too many, at most.
+        values += _json_values(_BARE_JSON_STRING.sub(b'""', part)) - 1
+        in_string = part.count(b'"') % 2 == 1
+    return values
 
 
 _MAX_ERROR_CHARS: Final = 16 * 1024
@@ -599,6 +728,7 @@ class _Session:
         self._bindings = bindings
         self._max_output = runtime.max_output_bytes
         self._max_frame = runtime.max_frame_bytes
+        self._max_values = runtime.max_json_values
         self._max_cpu_s = runtime.max_cpu_s
         self._logs: list[str] = []
         self._used = 0
@@ -613,6 +743,7 @@ class _Session:
         self._stdin_gone = False
         self._stderr = bytearray()
         self._stderr_closed = trio.Event()
+        self._decoding: trio.Event | None = None  # while a frame is decoded off the loop: set when it is
 
     def fail(self, kind: CodeRunErrorKind, message: str) -> CodeRunResult:
         return CodeRunResult(logs=self._logs, error=CodeRunError(kind=kind, message=message))
@@ -627,7 +758,7 @@ class _Session:
             self._send(run_frame)
             result: CodeRunResult | None = None
             with trio.CancelScope() as reading:
-                tasks.start_soon(_stop_reading_after_exit, process, reading)
+                tasks.start_soon(_stop_reading_after_exit, process, reading, self)
                 result = await self._read(process, process.stdout, tasks)
             if result is None:
                 result = await self._worker_exit(process)
@@ -648,7 +779,13 @@ class _Session:
             if line is None:
                 return await self._worker_exit(process)
             try:
-                frame = _parse_frame(line)
+                frame, payload = await self._decode(line)
+            except _TooManyValues:
+                return self.fail(
+                    "protocol",
+                    f"the child sent a frame holding more than {self._max_values} JSON values"
+                    f" (max_json_values), starting {_show(line[:80])}",
+                )
             except _FrameError as exc:
                 return self.fail("protocol", f"the child sent a malformed frame ({exc}): {_show(line[:80])}")
             match frame:
@@ -665,7 +802,7 @@ class _Session:
                     at_once = completes_at_once is not None and completes_at_once()
                     # Called here, in the order the program made its calls: what the binding
                     # does on a call (number it, queue it) follows that order.
-                    answer = self._call_binding(frame)
+                    answer = self._call_binding(frame, payload)
                     if at_once:
                         await self._serve(frame, size, answer)  # it cannot hold the reader up
                     else:
@@ -677,8 +814,27 @@ class _Session:
                     return CodeRunResult(logs=self._logs, error=error)
                 case _Done(has_value=False):
                     return CodeRunResult(logs=self._logs)
-                case _Done(value=value):
-                    return self._with_value(value)
+                case _Done():
+                    return self._with_value(payload)
+
+    async def _decode(self, line: bytes) -> tuple[_Frame, _Payload | None]:
+        """``line`` as a frame, and its call arguments or returned value checked (see :func:`_decode_frame`)."""
+        if len(line) <= _INLINE_FRAME_BYTES:
+            return _decode_frame(line, self._max_values)
+        # Decoding and snapshotting a large frame takes seconds, per value: on the loop it would
+        # hold every other task of the host, and the run's own deadline, until it was done.
+        # Abandoned when the deadline cancels the run (the value cap bounds what it still costs).
+        decoding = self._decoding = trio.Event()
+        try:
+            return await trio.to_thread.run_sync(_decode_frame, line, self._max_values, abandon_on_cancel=True)
+        finally:
+            decoding.set()
+            self._decoding = None
+
+    async def frame_decoded(self) -> None:
+        """Until the frame being decoded off the loop, if one is, has been."""
+        if self._decoding is not None:
+            await self._decoding.wait()
 
     def _log(self, text: str) -> bool:
         size = _utf8_size(text) + 1
@@ -692,15 +848,15 @@ class _Session:
         self._logs.append(text)
         return True
 
-    def _with_value(self, raw: Any) -> CodeRunResult:
-        try:
-            value = snapshot_json(raw)
-        except NonJsonValueError as exc:
-            return self.fail("invalid-output", f"the program returned a value that is not lossless JSON: {exc}")
-        size = _utf8_size(encode_json(value, ascii_only=False))
-        if self._used + size > self._max_output:
+    def _with_value(self, returned: _Payload | None) -> CodeRunResult:
+        assert returned is not None  # _decode_frame checks every done frame's value
+        if returned.problem is not None:
+            return self.fail(
+                "invalid-output", f"the program returned a value that is not lossless JSON: {returned.problem}"
+            )
+        if self._used + returned.size > self._max_output:
             return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
-        return CodeRunResult(logs=self._logs, value=value, has_value=True)
+        return CodeRunResult(logs=self._logs, value=returned.value, has_value=True)
 
     def _has_room_for(self, size: int) -> bool:
         if not self._in_flight and not self._outbox_bytes:
@@ -740,17 +896,16 @@ class _Session:
             )
         self._send((data + "\n").encode("ascii"))
 
-    def _call_binding(self, call: _Call) -> Awaitable[JsonValue] | _Refusal:
+    def _call_binding(self, call: _Call, arguments: _Payload | None) -> Awaitable[JsonValue] | _Refusal:
         """What calling the binding returned, to await; or why the call failed at once."""
+        assert arguments is not None  # _decode_frame checks every call's arguments
         binding = self._bindings.get(call.name)
         if binding is None:
             return _Refusal(f"unknown tool {call.name!r}")
+        if arguments.problem is not None:
+            return _Refusal(f"tool arguments must be lossless JSON: {arguments.problem}")
         try:
-            args = snapshot_json(call.args)
-        except NonJsonValueError as exc:
-            return _Refusal(f"tool arguments must be lossless JSON: {exc}")
-        try:
-            return binding(args)
+            return binding(arguments.value)
         except Exception as exc:
             return _Refusal(_binding_message(exc))
 
