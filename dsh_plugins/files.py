@@ -42,6 +42,10 @@ inode, so another spelling, a symlink or a hard link does not dodge it.
   support). Both skip hidden and binary files and never follow symlinks.
   Parallel-safe.
 
+Each ``limit`` is at most ten times its default (``MAX_READ_LIMIT``,
+``MAX_GLOB_LIMIT``, ``MAX_GREP_LIMIT``); a larger one is refused with a
+``FILE_ERROR`` before any I/O, so one call cannot hold a whole big file's lines.
+
 All file I/O runs in the runtime's worker threads (``run.run_in_thread``),
 which check for cancellation between files and between chunks of a long line:
 the event loop is never blocked, a cancelled or timed-out call resolves at
@@ -105,7 +109,10 @@ __all__ = [
     "DEFAULT_GLOB_LIMIT",
     "DEFAULT_GREP_LIMIT",
     "DEFAULT_READ_LIMIT",
+    "MAX_GLOB_LIMIT",
+    "MAX_GREP_LIMIT",
     "MAX_LINE_CHARS",
+    "MAX_READ_LIMIT",
     "FileToolError",
     "FilesSettings",
     "GlobMatcher",
@@ -124,6 +131,11 @@ DSH_CAPABILITIES: dict[str, list[str]] = {"tools": ["read_file", "write_file", "
 DEFAULT_READ_LIMIT: Final = 2000
 DEFAULT_GLOB_LIMIT: Final = 200
 DEFAULT_GREP_LIMIT: Final = 100
+# The largest `limit` each tool takes: ten times its default. Past it one call would hold a
+# whole big file's lines (or matches) as values, and freeze the event loop presenting them.
+MAX_READ_LIMIT: Final = 10 * DEFAULT_READ_LIMIT
+MAX_GLOB_LIMIT: Final = 10 * DEFAULT_GLOB_LIMIT
+MAX_GREP_LIMIT: Final = 10 * DEFAULT_GREP_LIMIT
 MAX_LINE_CHARS: Final = 2000
 # Bounds on a model-written glob: its length, and how many patterns its {a,b} braces expand to.
 MAX_GLOB_CHARS: Final = 1000
@@ -269,9 +281,11 @@ def _count_lines(text: str) -> int:
     return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
-def _positive(value: float, name: str) -> int:
+def _positive(value: float, name: str, maximum: int | None = None) -> int:
     if value < 1:
         raise FileToolError(f"{name} must be at least 1, got {value}")
+    if maximum is not None and value > maximum:
+        raise FileToolError(f"{name} must be at most {maximum}, got {value}")
     return int(value)  # the schema's integer admits 2.0
 
 
@@ -603,7 +617,7 @@ def _render_read(args: Any, value: Any) -> list[TextBlock]:
 def _read_file_tool(workspace: Workspace) -> ToolDefinition:
     async def read_file(args: Any, run: ToolRunContext) -> dict[str, Any]:
         offset = _positive(args.get("offset", 1), "offset")
-        limit = _positive(args.get("limit", DEFAULT_READ_LIMIT), "limit")
+        limit = _positive(args.get("limit", DEFAULT_READ_LIMIT), "limit", MAX_READ_LIMIT)
         value: dict[str, Any] = await _in_thread(run, partial(_read_window, workspace, args["path"], offset, limit))
         return value
 
@@ -629,7 +643,8 @@ def _read_file_tool(workspace: Workspace) -> ToolDefinition:
         name="read_file",
         description=(
             "Read a UTF-8 text file in the workspace. Returns numbered lines starting at 1-based line `offset` "
-            f"(default 1), at most `limit` lines (default {DEFAULT_READ_LIMIT}), and the file's total line count. "
+            f"(default 1), at most `limit` lines (default {DEFAULT_READ_LIMIT}, at most {MAX_READ_LIMIT}), and the file's "
+            "total line count. "
             f"Lines longer than {MAX_LINE_CHARS} characters are cut. For a long file, read it in windows by "
             "calling again with a larger offset. Paths are relative to the workspace root; paths outside it are "
             "refused, and binary files cannot be read."
@@ -637,7 +652,10 @@ def _read_file_tool(workspace: Workspace) -> ToolDefinition:
         parameters={
             "path": {"type": "string", "required": True, "description": "File path, relative to the workspace root."},
             "offset": {"type": "integer", "description": "First line to return, 1-based (default 1)."},
-            "limit": {"type": "integer", "description": f"Maximum number of lines (default {DEFAULT_READ_LIMIT})."},
+            "limit": {
+                "type": "integer",
+                "description": f"Maximum number of lines (default {DEFAULT_READ_LIMIT}, at most {MAX_READ_LIMIT}).",
+            },
         },
         output=ToolOutput(
             schema={
@@ -1055,7 +1073,7 @@ def _render_glob(args: Any, value: Any) -> list[TextBlock]:
 
 def _glob_tool(workspace: Workspace) -> ToolDefinition:
     async def glob(args: Any, run: ToolRunContext) -> dict[str, Any]:
-        limit = _positive(args.get("limit", DEFAULT_GLOB_LIMIT), "limit")
+        limit = _positive(args.get("limit", DEFAULT_GLOB_LIMIT), "limit", MAX_GLOB_LIMIT)
         value: dict[str, Any] = await _in_thread(
             run,
             partial(_glob, workspace, args["pattern"], args.get("path", "."), limit)
@@ -1081,12 +1099,16 @@ def _glob_tool(workspace: Workspace) -> ToolDefinition:
             "root). `*` and `?` match within one path segment, `**` matches across directories (use `**/*.py` "
             "for every Python file at any depth; `*.py` only matches directly in `path`), `[abc]` is a character "
             "class and `{a,b}` an alternative. Returns file paths (not directories), most recently modified first, "
-            f"at most `limit` (default {DEFAULT_GLOB_LIMIT}), with the total count. The .git directory is skipped."
+            f"at most `limit` (default {DEFAULT_GLOB_LIMIT}, at most {MAX_GLOB_LIMIT}), with the total count. The .git "
+            "directory is skipped."
         ),
         parameters={
             "pattern": {"type": "string", "required": True, "description": "Glob pattern, e.g. `src/**/*.ts`."},
             "path": {"type": "string", "description": "Directory to search from, relative to the workspace root."},
-            "limit": {"type": "integer", "description": f"Maximum number of paths (default {DEFAULT_GLOB_LIMIT})."},
+            "limit": {
+                "type": "integer",
+                "description": f"Maximum number of paths (default {DEFAULT_GLOB_LIMIT}, at most {MAX_GLOB_LIMIT}).",
+            },
         },
         output=ToolOutput(
             schema={
@@ -1294,7 +1316,7 @@ def _render_grep(args: Any, value: Any) -> list[TextBlock]:
 
 def _grep_tool(workspace: Workspace) -> ToolDefinition:
     async def grep(args: Any, run: ToolRunContext) -> dict[str, Any]:
-        limit = _positive(args.get("limit", DEFAULT_GREP_LIMIT), "limit")
+        limit = _positive(args.get("limit", DEFAULT_GREP_LIMIT), "limit", MAX_GREP_LIMIT)
         pattern: str = args["pattern"]
         path: str = args.get("path", ".")
         file_glob: str | None = args.get("glob")
@@ -1343,7 +1365,8 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
         name="grep",
         description=(
             "Search the contents of workspace files for a regular expression. Returns matching lines grouped by "
-            f"file (with 1-based line numbers), at most `limit` lines (default {DEFAULT_GREP_LIMIT}), plus the "
+            f"file (with 1-based line numbers), at most `limit` lines (default {DEFAULT_GREP_LIMIT}, at most "
+            f"{MAX_GREP_LIMIT}), plus the "
             "total number of matching lines. `path` is a file or directory (default: the workspace root); `glob` "
             "keeps only files whose name matches (e.g. `*.py`; a pattern with `/` such as `src/**/*.ts` matches "
             "the path below `path`). Hidden and binary files are skipped, and so are files ignored by .gitignore "
@@ -1355,7 +1378,10 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
             "path": {"type": "string", "description": "File or directory to search, relative to the workspace root."},
             "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.py`."},
             "ignore_case": {"type": "boolean", "description": "Match case-insensitively (default false)."},
-            "limit": {"type": "integer", "description": f"Maximum matching lines (default {DEFAULT_GREP_LIMIT})."},
+            "limit": {
+                "type": "integer",
+                "description": f"Maximum matching lines (default {DEFAULT_GREP_LIMIT}, at most {MAX_GREP_LIMIT}).",
+            },
         },
         output=ToolOutput(
             schema={

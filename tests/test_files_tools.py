@@ -727,3 +727,35 @@ def test_each_file_tool_declares_its_effects(tmp_path: Path) -> None:
         "grep": ToolEffects(read_only=True),
     }
     assert bash_tool(files.Workspace(str(tmp_path))).effects == ToolEffects(destructive=True, open_world=True)
+
+
+# --- bounded limits --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "maximum"),
+    [
+        ("read_file", {"path": "README.md"}, files.MAX_READ_LIMIT),
+        ("glob", {"pattern": "*"}, files.MAX_GLOB_LIMIT),
+        ("grep", {"pattern": "hello"}, files.MAX_GREP_LIMIT),
+    ],
+)
+async def test_a_limit_past_the_maximum_is_refused_before_any_io(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, name: str, arguments: dict[str, Any], maximum: int
+) -> None:
+    # One call with limit=10**9 once held every line of a big file as a dict (a gigabyte, and
+    # seconds of event loop): the limit is refused before a thread is started.
+    def no_io(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the call did I/O")
+
+    monkeypatch.setattr(files.Workspace, "resolve", no_io)
+    message = failed(await run(workspace, name, {**arguments, "limit": 10**9}), "FILE_ERROR")
+    assert message == f"limit must be at most {maximum}, got 1000000000"
+    assert f"at most {maximum}" in tool(workspace, name).parameters["properties"]["limit"]["description"]
+
+
+async def test_the_maximum_limit_itself_is_taken(workspace: Path) -> None:
+    value = ok(await run(workspace, "read_file", {"path": "README.md", "limit": files.MAX_READ_LIMIT}))
+    assert value["total_lines"] == 2 and len(value["lines"]) == 2
+    assert ok(await run(workspace, "glob", {"pattern": "*.md", "limit": files.MAX_GLOB_LIMIT}))["paths"] == ("README.md",)
+    assert ok(await run(workspace, "grep", {"pattern": "hello", "limit": files.MAX_GREP_LIMIT}))["total"] == 1
