@@ -105,6 +105,8 @@ from dsh_core.presentation import (
     SearchResultView,
 )
 
+from ._regular_file import NotRegularFileError, open_regular
+
 __all__ = [
     "DEFAULT_GLOB_LIMIT",
     "DEFAULT_GREP_LIMIT",
@@ -290,6 +292,8 @@ def _positive(value: float, name: str, maximum: int | None = None) -> int:
 
 
 def _os_error(exc: OSError, path: str) -> FileToolError:
+    if isinstance(exc, NotRegularFileError):
+        return FileToolError(f"{path!r} is a directory" if exc.is_directory else f"{path!r} is not a regular file")
     if isinstance(exc, FileNotFoundError):
         return FileToolError(f"{path!r} does not exist (use glob to find files)")
     if isinstance(exc, IsADirectoryError):
@@ -573,9 +577,7 @@ def _read_window(workspace: Workspace, path: str, offset: int, limit: int) -> di
     total = 0
     last = offset + limit - 1
     try:
-        if not _check_regular(real, path):
-            raise FileNotFoundError(real)
-        with open(real, "rb") as stream:
+        with open_regular(real) as stream:
             if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
                 raise FileToolError(
                     f"{path!r} looks like a binary file (it contains NUL bytes); it cannot be read as text"
@@ -695,15 +697,19 @@ def _read_file_tool(workspace: Workspace) -> ToolDefinition:
 
 def _before_image(real: str, path: str) -> tuple[bool, str | None]:
     """Whether ``real`` exists, and its text when it is small UTF-8 text (for the diff card)."""
-    if not _check_regular(real, path):
-        return False, None
-    if os.stat(real).st_size > MAX_BEFORE_IMAGE_BYTES:
-        return True, None
     try:
-        with open(real, "rb") as stream:
+        stream = open_regular(real)
+    except FileNotFoundError:
+        return False, None
+    except PermissionError:
+        return _check_regular(real, path), None  # a write-only file can still be overwritten
+    with stream:
+        if os.fstat(stream.fileno()).st_size > MAX_BEFORE_IMAGE_BYTES:
+            return True, None
+        try:
             return True, stream.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return True, None
+        except (OSError, UnicodeDecodeError):
+            return True, None
 
 
 def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
@@ -718,7 +724,7 @@ def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
     try:
         existed, old_text = _before_image(real, path)
         os.makedirs(os.path.dirname(real), exist_ok=True)
-        with open(real, "wb") as stream:
+        with open_regular(real, write=True) as stream:
             stream.write(data)
     except OSError as exc:
         raise _os_error(exc, path) from None
@@ -847,9 +853,7 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
         raise FileToolError("old_string and new_string are identical; there is nothing to change")
     real = workspace.resolve_writable(path)
     try:
-        if not _check_regular(real, path):
-            raise FileNotFoundError(real)
-        with open(real, "rb") as stream:
+        with open_regular(real) as stream:
             raw = stream.read()
     except OSError as exc:
         raise _os_error(exc, path) from None
@@ -891,7 +895,7 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
     except UnicodeEncodeError:
         raise FileToolError("new_string is not valid Unicode text (it contains a lone surrogate)") from None
     try:
-        with open(real, "wb") as stream:
+        with open_regular(real, write=True) as stream:
             stream.write(data)
     except OSError as exc:
         raise _os_error(exc, path) from None
@@ -1208,7 +1212,7 @@ def _grep_python(
             continue
         shown = workspace.display(real) if file == base else workspace.display(file)
         try:
-            with open(real, "rb") as stream:
+            with open_regular(real) as stream:
                 if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
                     continue
                 stream.seek(0)

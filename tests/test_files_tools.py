@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -271,6 +273,69 @@ async def test_special_files_are_refused_instead_of_blocking(
     os.mkfifo(workspace / "pipe")
     with trio.fail_after(5):
         assert "not a regular file" in failed(await run(workspace, name, arguments), "FILE_ERROR")
+
+
+@pytest.fixture
+def fifos() -> Iterator[list[Path]]:
+    """FIFOs a test makes; opened for both ends afterwards, so no thread stays blocked opening one."""
+    made: list[Path] = []
+    yield made
+    for fifo in made:
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_RDWR | os.O_NONBLOCK))
+
+
+def swap_for_a_fifo(file: Path, fifos: list[Path]) -> None:
+    file.unlink()
+    os.mkfifo(file)
+    fifos.append(file)
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("read_file", {"path": "README.md"}),
+        ("write_file", {"path": "README.md", "content": "x"}),
+        ("edit_file", {"path": "README.md", "old_string": "hello", "new_string": "bye"}),
+    ],
+)
+async def test_a_fifo_swapped_in_after_the_checks_is_refused_not_opened(
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fifos: list[Path],
+    name: str,
+    arguments: dict[str, Any],
+) -> None:
+    # Another process (a bash job left running) swaps the file for a FIFO between the
+    # tool's checks and its open: a plain open() would block its worker thread forever.
+    resolve = files.Workspace.resolve
+
+    def resolve_then_swap(self: files.Workspace, path: str) -> str:
+        real = resolve(self, path)
+        swap_for_a_fifo(workspace / "README.md", fifos)
+        return real
+
+    monkeypatch.setattr(files.Workspace, "resolve", resolve_then_swap)
+    monkeypatch.setattr(files, "_check_regular", lambda real, path: True)  # what a stat before the swap saw
+    with trio.fail_after(5):
+        message = failed(await run(workspace, name, arguments), "FILE_ERROR")
+    assert message == "'README.md' is not a regular file"
+    assert stat.S_ISFIFO(os.lstat(workspace / "README.md").st_mode)
+
+
+async def test_a_symlink_swapped_in_after_resolving_is_not_followed(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    resolve = files.Workspace.resolve
+
+    def resolve_then_swap(self: files.Workspace, path: str) -> str:
+        real = resolve(self, path)
+        (workspace / "README.md").unlink()
+        (workspace / "README.md").symlink_to(workspace.parent / "outside.txt")
+        return real
+
+    monkeypatch.setattr(files.Workspace, "resolve", resolve_then_swap)
+    message = failed(await run(workspace, "write_file", {"path": "README.md", "content": "x"}), "FILE_ERROR")
+    assert message == "'README.md' is not a regular file"
+    assert (workspace.parent / "outside.txt").read_text() == "secret\n"
 
 
 async def test_edit_file_replaces_a_unique_string(workspace: Path) -> None:
@@ -572,6 +637,24 @@ async def test_grep_refuses_a_fifo_instead_of_blocking_on_it(tree: Path, backend
     with trio.fail_after(5):
         message = failed(await run(tree, "grep", {"pattern": "x", "path": "pipe"}), "FILE_ERROR")
     assert message == "'pipe' is not a regular file or a directory"
+
+
+async def test_grep_fallback_skips_a_file_swapped_for_a_fifo_after_the_walk(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, fifos: list[Path]
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    walk = files._walk_files
+
+    def walk_then_swap(*args: Any, **kwargs: Any) -> Iterator[str]:
+        for file in walk(*args, **kwargs):
+            if file.endswith("b.txt"):
+                swap_for_a_fifo(Path(file), fifos)
+            yield file
+
+    monkeypatch.setattr(files, "_walk_files", walk_then_swap)
+    with trio.fail_after(5):
+        value = ok(await run(tree, "grep", {"pattern": "needle"}))
+    assert [f["path"] for f in value["files"]] == ["a/x.py", "c/y.py"]
 
 
 async def test_grep_never_follows_a_symlinked_file(tree: Path, backend: str) -> None:
