@@ -147,6 +147,8 @@ MAX_MATCH_CHARS: Final = 500
 """Matching lines of ``grep`` longer than this are cut."""
 MAX_BEFORE_IMAGE_BYTES: Final = 256 * 1024
 """``write_file`` keeps the replaced text for the diff card only up to this size."""
+MAX_KEPT_POSITIONS: Final = 1000
+"""``edit_file`` keeps where each replacement went (for its revert) only up to this many replacements."""
 _BINARY_SNIFF_BYTES: Final = 8192
 _SKIPPED_DIRS: Final = frozenset({".git"})
 
@@ -842,6 +844,8 @@ def _occurrences(text: str, old: str) -> int:
     count, start = 0, text.find(old)
     while start != -1:
         count += 1
+        if count % 4096 == 0:
+            _check_cancelled()
         start = text.find(old, start + 1)
     return count
 
@@ -861,7 +865,8 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise FileToolError(f"{path!r} is not UTF-8 text; edit_file only edits text files") from None
-    places = _occurrences(text, old)
+    # Every occurrence replaced: str.replace's left-to-right, non-overlapping ones, counted the same way.
+    places = text.count(old) if replace_all else _occurrences(text, old)
     if places == 0:
         hint = ""
         if "\r\n" in text and "\n" in old and "\r\n" not in old:
@@ -875,21 +880,20 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
             f"old_string occurs {places} times in {path!r}; include more surrounding text to make it unique, "
             "or pass replace_all=true to replace every occurrence"
         )
-    # Where each replacement lands in the new text (str.replace's left-to-right, non-overlapping
-    # matches), so that a revert puts the old text back exactly there and nowhere else.
-    pieces: list[str] = []
-    positions: list[int] = []
-    cursor = 0
-    shift = 0
-    while (found := text.find(old, cursor)) != -1:
-        pieces += [text[cursor:found], new]
-        positions.append(found + shift)
-        shift += len(new) - len(old)
-        cursor = found + len(old)
-        if not replace_all:
-            break
-    pieces.append(text[cursor:])
-    updated = "".join(pieces)
+    replacements = places if replace_all else 1
+    updated = text.replace(old, new, replacements)
+    # Where each replacement lands in the new text, so that a revert puts the old text back exactly
+    # there and nowhere else. Past MAX_KEPT_POSITIONS the list (which goes to the session and audit
+    # logs) is not kept: the revert then rebuilds the text by replacing new with old, and takes it
+    # only if it hashes to what the file held before.
+    positions: list[int] | None = None
+    if replacements <= MAX_KEPT_POSITIONS:
+        positions = []
+        cursor = 0
+        for _ in range(replacements):
+            found = text.find(old, cursor)
+            positions.append(found + len(positions) * (len(new) - len(old)))
+            cursor = found + len(old)
     try:
         data = updated.encode("utf-8")
     except UnicodeEncodeError:
@@ -901,9 +905,10 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
         raise _os_error(exc, path) from None
     return {
         "path": workspace.display(real),
-        "replacements": len(positions),
+        "replacements": replacements,
         "positions": positions,
         "sha256": hashlib.sha256(data).hexdigest(),
+        "before_sha256": hashlib.sha256(raw).hexdigest(),
     }
 
 
@@ -914,16 +919,31 @@ def _unedit(workspace: Workspace, path: str, old: str, new: str, value: Mapping[
     if hashlib.sha256(current).hexdigest() != value["sha256"]:
         raise FileToolError(f"{path!r} changed since edit_file edited it; not reverted, so that change is kept")
     text = current.decode("utf-8")
-    pieces: list[str] = []
-    cursor = 0
-    for position in value["positions"]:
-        assert text[position : position + len(new)] == new  # the file is byte for byte what the edit wrote
-        pieces += [text[cursor:position], old]
-        cursor = position + len(new)
-    pieces.append(text[cursor:])
+    positions: list[int] | None = value["positions"]
+    count: int = value["replacements"]
+    if positions is not None:
+        pieces: list[str] = []
+        cursor = 0
+        for position in positions:
+            assert text[position : position + len(new)] == new  # the file is byte for byte what the edit wrote
+            pieces += [text[cursor:position], old]
+            cursor = position + len(new)
+        pieces.append(text[cursor:])
+        restored = "".join(pieces)
+    elif new and text.count(new) == count:
+        restored = text.replace(new, old)
+    else:
+        restored = None  # new_string is empty, or also occurs where no replacement put it
+    before = value.get("before_sha256")  # absent from a value recorded before it was kept
+    data = None if restored is None else restored.encode("utf-8")
+    if data is None or (before is not None and hashlib.sha256(data).hexdigest() != before):
+        raise FileToolError(
+            f"edit_file replaced {_plural(count, 'occurrence')} in {path!r}, more than the {MAX_KEPT_POSITIONS} "
+            "whose places it keeps, and the text before it cannot be rebuilt without them; not reverted"
+        )
     try:
-        with open(real, "wb") as stream:
-            stream.write("".join(pieces).encode("utf-8"))
+        with open_regular(real, write=True) as stream:
+            stream.write(data)
     except OSError as exc:
         raise _os_error(exc, path) from None
 
@@ -989,10 +1009,15 @@ def _edit_file_tool(workspace: Workspace) -> ToolDefinition:
                 "properties": {
                     "path": {"type": "string", "required": True},
                     "replacements": {"type": "integer", "required": True},
-                    # Where the new text starts in the edited file, and the file's digest after
-                    # the edit: what a revert needs to undo exactly this edit, or refuse.
-                    "positions": {"type": "array", "items": {"type": "integer"}, "required": True},
+                    # Where the new text starts in the edited file (null past MAX_KEPT_POSITIONS
+                    # replacements), and the file's digests after and before the edit: what a
+                    # revert needs to undo exactly this edit, or refuse.
+                    "positions": {
+                        "oneOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "null"}],
+                        "required": True,
+                    },
                     "sha256": {"type": "string", "required": True},
+                    "before_sha256": {"type": "string", "required": True},
                 },
             },
             render=_render_edit,

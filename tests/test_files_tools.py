@@ -345,6 +345,7 @@ async def test_edit_file_replaces_a_unique_string(workspace: Path) -> None:
         "replacements": 1,
         "positions": (8,),
         "sha256": hashlib.sha256(b"# title\nbye world\n").hexdigest(),
+        "before_sha256": hashlib.sha256(b"# title\nhello world\n").hexdigest(),
     }
     assert (workspace / "README.md").read_text() == "# title\nbye world\n"
 
