@@ -1352,8 +1352,14 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
         ignore_case: bool = args.get("ignore_case", False)
         if not pattern:
             raise FileToolError("pattern must not be empty")
+        # Refused for both backends alike, before one reaches ripgrep's argv (where it cannot go):
+        # a NUL only occurs in binary files, which are skipped, and in no path.
+        if "\x00" in pattern:
+            raise FileToolError("pattern must not contain a NUL character (binary files are not searched)")
         if file_glob is not None:
             _check_pattern(file_glob)
+            if "\x00" in file_glob:
+                raise FileToolError("glob pattern must not contain a NUL character (no path holds one)")
         rg = shutil.which("rg")
         if rg is not None:
             return await _grep_rg(run, rg, workspace, pattern, path, file_glob, ignore_case, limit)

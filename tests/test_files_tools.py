@@ -658,6 +658,23 @@ async def test_grep_fallback_skips_a_file_swapped_for_a_fifo_after_the_walk(
     assert [f["path"] for f in value["files"]] == ["a/x.py", "c/y.py"]
 
 
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"pattern": "nee\x00dle"}, "pattern must not contain a NUL character (binary files are not searched)"),
+        (
+            {"pattern": "needle", "glob": "*.t\x00xt"},
+            "glob pattern must not contain a NUL character (no path holds one)",
+        ),
+    ],
+)
+async def test_grep_refuses_a_nul_character_in_its_pattern_or_glob(
+    tree: Path, backend: str, arguments: dict[str, Any], message: str
+) -> None:
+    # On the ripgrep path a NUL reached argv, and the call failed as an unexplained TOOL_ERROR.
+    assert failed(await run(tree, "grep", arguments), "FILE_ERROR") == message
+
+
 async def test_grep_never_follows_a_symlinked_file(tree: Path, backend: str) -> None:
     (tree / "link.txt").symlink_to(tree / "b.txt")
     value = ok(await run(tree, "grep", {"pattern": "needle three"}))
