@@ -12,7 +12,6 @@ window is sized so that its value, returned as the program's result (which
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from collections.abc import Callable
@@ -32,6 +31,8 @@ from dsh_core import (
     json_text,
 )
 from dsh_core.code_mode import render_run_code_value
+
+from ._regular_file import NotRegularFileError, open_regular
 
 __all__ = ["READ_TOOL_NAME", "SpillReadError", "read_spilled", "read_tool", "untrusted_directory"]
 
@@ -102,29 +103,18 @@ def _resolve(directory: str | None, path: str) -> str:
     return candidate
 
 
-# O_NOFOLLOW: a symlink swapped in after _resolve's check is refused, not followed. O_NONBLOCK: a
-# FIFO swapped in does not hang the open (it is refused below); it changes nothing for a file.
-_READ_FLAGS: Final = (
-    os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-)
-
-
 def _open(file_path: str) -> BinaryIO:
-    """``file_path`` (a checked spill file) opened for reading, if it is still a regular file."""
+    """``file_path`` (a checked spill file) opened for reading, if it is still a regular file.
+
+    A symlink or FIFO swapped in after _resolve's check is refused, neither followed nor waited on.
+    """
     name, directory = os.path.basename(file_path), os.path.dirname(file_path)
     try:
-        fd = os.open(file_path, _READ_FLAGS)
+        return open_regular(file_path)
     except FileNotFoundError:
         raise SpillReadError(f"there is no spilled output {name!r} in {directory}") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # what O_NOFOLLOW answers for a symlink
-            raise SpillReadError(f"{name!r} in {directory} is not a regular file") from None
-        raise
-    file = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        file.close()
-        raise SpillReadError(f"{name!r} in {directory} is not a regular file")
-    return file
+    except NotRegularFileError:
+        raise SpillReadError(f"{name!r} in {directory} is not a regular file") from None
 
 
 def _encoded_size(text: str) -> int:

@@ -42,6 +42,10 @@ inode, so another spelling, a symlink or a hard link does not dodge it.
   support). Both skip hidden and binary files and never follow symlinks.
   Parallel-safe.
 
+Each ``limit`` is at most ten times its default (``MAX_READ_LIMIT``,
+``MAX_GLOB_LIMIT``, ``MAX_GREP_LIMIT``); a larger one is refused with a
+``FILE_ERROR`` before any I/O, so one call cannot hold a whole big file's lines.
+
 All file I/O runs in the runtime's worker threads (``run.run_in_thread``),
 which check for cancellation between files and between chunks of a long line:
 the event loop is never blocked, a cancelled or timed-out call resolves at
@@ -101,11 +105,16 @@ from dsh_core.presentation import (
     SearchResultView,
 )
 
+from ._regular_file import NotRegularFileError, open_regular
+
 __all__ = [
     "DEFAULT_GLOB_LIMIT",
     "DEFAULT_GREP_LIMIT",
     "DEFAULT_READ_LIMIT",
+    "MAX_GLOB_LIMIT",
+    "MAX_GREP_LIMIT",
     "MAX_LINE_CHARS",
+    "MAX_READ_LIMIT",
     "FileToolError",
     "FilesSettings",
     "GlobMatcher",
@@ -124,6 +133,11 @@ DSH_CAPABILITIES: dict[str, list[str]] = {"tools": ["read_file", "write_file", "
 DEFAULT_READ_LIMIT: Final = 2000
 DEFAULT_GLOB_LIMIT: Final = 200
 DEFAULT_GREP_LIMIT: Final = 100
+# The largest `limit` each tool takes: ten times its default. Past it one call would hold a
+# whole big file's lines (or matches) as values, and freeze the event loop presenting them.
+MAX_READ_LIMIT: Final = 10 * DEFAULT_READ_LIMIT
+MAX_GLOB_LIMIT: Final = 10 * DEFAULT_GLOB_LIMIT
+MAX_GREP_LIMIT: Final = 10 * DEFAULT_GREP_LIMIT
 MAX_LINE_CHARS: Final = 2000
 # Bounds on a model-written glob: its length, and how many patterns its {a,b} braces expand to.
 MAX_GLOB_CHARS: Final = 1000
@@ -133,6 +147,8 @@ MAX_MATCH_CHARS: Final = 500
 """Matching lines of ``grep`` longer than this are cut."""
 MAX_BEFORE_IMAGE_BYTES: Final = 256 * 1024
 """``write_file`` keeps the replaced text for the diff card only up to this size."""
+MAX_KEPT_POSITIONS: Final = 1000
+"""``edit_file`` keeps where each replacement went (for its revert) only up to this many replacements."""
 _BINARY_SNIFF_BYTES: Final = 8192
 _SKIPPED_DIRS: Final = frozenset({".git"})
 
@@ -269,13 +285,17 @@ def _count_lines(text: str) -> int:
     return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
-def _positive(value: float, name: str) -> int:
+def _positive(value: float, name: str, maximum: int | None = None) -> int:
     if value < 1:
         raise FileToolError(f"{name} must be at least 1, got {value}")
+    if maximum is not None and value > maximum:
+        raise FileToolError(f"{name} must be at most {maximum}, got {value}")
     return int(value)  # the schema's integer admits 2.0
 
 
 def _os_error(exc: OSError, path: str) -> FileToolError:
+    if isinstance(exc, NotRegularFileError):
+        return FileToolError(f"{path!r} is a directory" if exc.is_directory else f"{path!r} is not a regular file")
     if isinstance(exc, FileNotFoundError):
         return FileToolError(f"{path!r} does not exist (use glob to find files)")
     if isinstance(exc, IsADirectoryError):
@@ -559,9 +579,7 @@ def _read_window(workspace: Workspace, path: str, offset: int, limit: int) -> di
     total = 0
     last = offset + limit - 1
     try:
-        if not _check_regular(real, path):
-            raise FileNotFoundError(real)
-        with open(real, "rb") as stream:
+        with open_regular(real) as stream:
             if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
                 raise FileToolError(
                     f"{path!r} looks like a binary file (it contains NUL bytes); it cannot be read as text"
@@ -603,7 +621,7 @@ def _render_read(args: Any, value: Any) -> list[TextBlock]:
 def _read_file_tool(workspace: Workspace) -> ToolDefinition:
     async def read_file(args: Any, run: ToolRunContext) -> dict[str, Any]:
         offset = _positive(args.get("offset", 1), "offset")
-        limit = _positive(args.get("limit", DEFAULT_READ_LIMIT), "limit")
+        limit = _positive(args.get("limit", DEFAULT_READ_LIMIT), "limit", MAX_READ_LIMIT)
         value: dict[str, Any] = await _in_thread(run, partial(_read_window, workspace, args["path"], offset, limit))
         return value
 
@@ -629,7 +647,8 @@ def _read_file_tool(workspace: Workspace) -> ToolDefinition:
         name="read_file",
         description=(
             "Read a UTF-8 text file in the workspace. Returns numbered lines starting at 1-based line `offset` "
-            f"(default 1), at most `limit` lines (default {DEFAULT_READ_LIMIT}), and the file's total line count. "
+            f"(default 1), at most `limit` lines (default {DEFAULT_READ_LIMIT}, at most {MAX_READ_LIMIT}), and the file's "
+            "total line count. "
             f"Lines longer than {MAX_LINE_CHARS} characters are cut. For a long file, read it in windows by "
             "calling again with a larger offset. Paths are relative to the workspace root; paths outside it are "
             "refused, and binary files cannot be read."
@@ -637,7 +656,10 @@ def _read_file_tool(workspace: Workspace) -> ToolDefinition:
         parameters={
             "path": {"type": "string", "required": True, "description": "File path, relative to the workspace root."},
             "offset": {"type": "integer", "description": "First line to return, 1-based (default 1)."},
-            "limit": {"type": "integer", "description": f"Maximum number of lines (default {DEFAULT_READ_LIMIT})."},
+            "limit": {
+                "type": "integer",
+                "description": f"Maximum number of lines (default {DEFAULT_READ_LIMIT}, at most {MAX_READ_LIMIT}).",
+            },
         },
         output=ToolOutput(
             schema={
@@ -677,15 +699,19 @@ def _read_file_tool(workspace: Workspace) -> ToolDefinition:
 
 def _before_image(real: str, path: str) -> tuple[bool, str | None]:
     """Whether ``real`` exists, and its text when it is small UTF-8 text (for the diff card)."""
-    if not _check_regular(real, path):
-        return False, None
-    if os.stat(real).st_size > MAX_BEFORE_IMAGE_BYTES:
-        return True, None
     try:
-        with open(real, "rb") as stream:
+        stream = open_regular(real)
+    except FileNotFoundError:
+        return False, None
+    except PermissionError:
+        return _check_regular(real, path), None  # a write-only file can still be overwritten
+    with stream:
+        if os.fstat(stream.fileno()).st_size > MAX_BEFORE_IMAGE_BYTES:
+            return True, None
+        try:
             return True, stream.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return True, None
+        except (OSError, UnicodeDecodeError):
+            return True, None
 
 
 def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
@@ -700,7 +726,7 @@ def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
     try:
         existed, old_text = _before_image(real, path)
         os.makedirs(os.path.dirname(real), exist_ok=True)
-        with open(real, "wb") as stream:
+        with open_regular(real, write=True) as stream:
             stream.write(data)
     except OSError as exc:
         raise _os_error(exc, path) from None
@@ -818,6 +844,8 @@ def _occurrences(text: str, old: str) -> int:
     count, start = 0, text.find(old)
     while start != -1:
         count += 1
+        if count % 4096 == 0:
+            _check_cancelled()
         start = text.find(old, start + 1)
     return count
 
@@ -829,9 +857,7 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
         raise FileToolError("old_string and new_string are identical; there is nothing to change")
     real = workspace.resolve_writable(path)
     try:
-        if not _check_regular(real, path):
-            raise FileNotFoundError(real)
-        with open(real, "rb") as stream:
+        with open_regular(real) as stream:
             raw = stream.read()
     except OSError as exc:
         raise _os_error(exc, path) from None
@@ -839,7 +865,8 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise FileToolError(f"{path!r} is not UTF-8 text; edit_file only edits text files") from None
-    places = _occurrences(text, old)
+    # Every occurrence replaced: str.replace's left-to-right, non-overlapping ones, counted the same way.
+    places = text.count(old) if replace_all else _occurrences(text, old)
     if places == 0:
         hint = ""
         if "\r\n" in text and "\n" in old and "\r\n" not in old:
@@ -853,35 +880,35 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
             f"old_string occurs {places} times in {path!r}; include more surrounding text to make it unique, "
             "or pass replace_all=true to replace every occurrence"
         )
-    # Where each replacement lands in the new text (str.replace's left-to-right, non-overlapping
-    # matches), so that a revert puts the old text back exactly there and nowhere else.
-    pieces: list[str] = []
-    positions: list[int] = []
-    cursor = 0
-    shift = 0
-    while (found := text.find(old, cursor)) != -1:
-        pieces += [text[cursor:found], new]
-        positions.append(found + shift)
-        shift += len(new) - len(old)
-        cursor = found + len(old)
-        if not replace_all:
-            break
-    pieces.append(text[cursor:])
-    updated = "".join(pieces)
+    replacements = places if replace_all else 1
+    updated = text.replace(old, new, replacements)
+    # Where each replacement lands in the new text, so that a revert puts the old text back exactly
+    # there and nowhere else. Past MAX_KEPT_POSITIONS the list (which goes to the session and audit
+    # logs) is not kept: the revert then rebuilds the text by replacing new with old, and takes it
+    # only if it hashes to what the file held before.
+    positions: list[int] | None = None
+    if replacements <= MAX_KEPT_POSITIONS:
+        positions = []
+        cursor = 0
+        for _ in range(replacements):
+            found = text.find(old, cursor)
+            positions.append(found + len(positions) * (len(new) - len(old)))
+            cursor = found + len(old)
     try:
         data = updated.encode("utf-8")
     except UnicodeEncodeError:
         raise FileToolError("new_string is not valid Unicode text (it contains a lone surrogate)") from None
     try:
-        with open(real, "wb") as stream:
+        with open_regular(real, write=True) as stream:
             stream.write(data)
     except OSError as exc:
         raise _os_error(exc, path) from None
     return {
         "path": workspace.display(real),
-        "replacements": len(positions),
+        "replacements": replacements,
         "positions": positions,
         "sha256": hashlib.sha256(data).hexdigest(),
+        "before_sha256": hashlib.sha256(raw).hexdigest(),
     }
 
 
@@ -892,16 +919,31 @@ def _unedit(workspace: Workspace, path: str, old: str, new: str, value: Mapping[
     if hashlib.sha256(current).hexdigest() != value["sha256"]:
         raise FileToolError(f"{path!r} changed since edit_file edited it; not reverted, so that change is kept")
     text = current.decode("utf-8")
-    pieces: list[str] = []
-    cursor = 0
-    for position in value["positions"]:
-        assert text[position : position + len(new)] == new  # the file is byte for byte what the edit wrote
-        pieces += [text[cursor:position], old]
-        cursor = position + len(new)
-    pieces.append(text[cursor:])
+    positions: list[int] | None = value["positions"]
+    count: int = value["replacements"]
+    if positions is not None:
+        pieces: list[str] = []
+        cursor = 0
+        for position in positions:
+            assert text[position : position + len(new)] == new  # the file is byte for byte what the edit wrote
+            pieces += [text[cursor:position], old]
+            cursor = position + len(new)
+        pieces.append(text[cursor:])
+        restored = "".join(pieces)
+    elif new and text.count(new) == count:
+        restored = text.replace(new, old)
+    else:
+        restored = None  # new_string is empty, or also occurs where no replacement put it
+    before = value.get("before_sha256")  # absent from a value recorded before it was kept
+    data = None if restored is None else restored.encode("utf-8")
+    if data is None or (before is not None and hashlib.sha256(data).hexdigest() != before):
+        raise FileToolError(
+            f"edit_file replaced {_plural(count, 'occurrence')} in {path!r}, more than the {MAX_KEPT_POSITIONS} "
+            "whose places it keeps, and the text before it cannot be rebuilt without them; not reverted"
+        )
     try:
-        with open(real, "wb") as stream:
-            stream.write("".join(pieces).encode("utf-8"))
+        with open_regular(real, write=True) as stream:
+            stream.write(data)
     except OSError as exc:
         raise _os_error(exc, path) from None
 
@@ -967,10 +1009,15 @@ def _edit_file_tool(workspace: Workspace) -> ToolDefinition:
                 "properties": {
                     "path": {"type": "string", "required": True},
                     "replacements": {"type": "integer", "required": True},
-                    # Where the new text starts in the edited file, and the file's digest after
-                    # the edit: what a revert needs to undo exactly this edit, or refuse.
-                    "positions": {"type": "array", "items": {"type": "integer"}, "required": True},
+                    # Where the new text starts in the edited file (null past MAX_KEPT_POSITIONS
+                    # replacements), and the file's digests after and before the edit: what a
+                    # revert needs to undo exactly this edit, or refuse.
+                    "positions": {
+                        "oneOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "null"}],
+                        "required": True,
+                    },
                     "sha256": {"type": "string", "required": True},
+                    "before_sha256": {"type": "string", "required": True},
                 },
             },
             render=_render_edit,
@@ -1055,7 +1102,7 @@ def _render_glob(args: Any, value: Any) -> list[TextBlock]:
 
 def _glob_tool(workspace: Workspace) -> ToolDefinition:
     async def glob(args: Any, run: ToolRunContext) -> dict[str, Any]:
-        limit = _positive(args.get("limit", DEFAULT_GLOB_LIMIT), "limit")
+        limit = _positive(args.get("limit", DEFAULT_GLOB_LIMIT), "limit", MAX_GLOB_LIMIT)
         value: dict[str, Any] = await _in_thread(
             run,
             partial(_glob, workspace, args["pattern"], args.get("path", "."), limit)
@@ -1081,12 +1128,16 @@ def _glob_tool(workspace: Workspace) -> ToolDefinition:
             "root). `*` and `?` match within one path segment, `**` matches across directories (use `**/*.py` "
             "for every Python file at any depth; `*.py` only matches directly in `path`), `[abc]` is a character "
             "class and `{a,b}` an alternative. Returns file paths (not directories), most recently modified first, "
-            f"at most `limit` (default {DEFAULT_GLOB_LIMIT}), with the total count. The .git directory is skipped."
+            f"at most `limit` (default {DEFAULT_GLOB_LIMIT}, at most {MAX_GLOB_LIMIT}), with the total count. The .git "
+            "directory is skipped."
         ),
         parameters={
             "pattern": {"type": "string", "required": True, "description": "Glob pattern, e.g. `src/**/*.ts`."},
             "path": {"type": "string", "description": "Directory to search from, relative to the workspace root."},
-            "limit": {"type": "integer", "description": f"Maximum number of paths (default {DEFAULT_GLOB_LIMIT})."},
+            "limit": {
+                "type": "integer",
+                "description": f"Maximum number of paths (default {DEFAULT_GLOB_LIMIT}, at most {MAX_GLOB_LIMIT}).",
+            },
         },
         output=ToolOutput(
             schema={
@@ -1186,7 +1237,7 @@ def _grep_python(
             continue
         shown = workspace.display(real) if file == base else workspace.display(file)
         try:
-            with open(real, "rb") as stream:
+            with open_regular(real) as stream:
                 if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
                     continue
                 stream.seek(0)
@@ -1294,15 +1345,21 @@ def _render_grep(args: Any, value: Any) -> list[TextBlock]:
 
 def _grep_tool(workspace: Workspace) -> ToolDefinition:
     async def grep(args: Any, run: ToolRunContext) -> dict[str, Any]:
-        limit = _positive(args.get("limit", DEFAULT_GREP_LIMIT), "limit")
+        limit = _positive(args.get("limit", DEFAULT_GREP_LIMIT), "limit", MAX_GREP_LIMIT)
         pattern: str = args["pattern"]
         path: str = args.get("path", ".")
         file_glob: str | None = args.get("glob")
         ignore_case: bool = args.get("ignore_case", False)
         if not pattern:
             raise FileToolError("pattern must not be empty")
+        # Refused for both backends alike, before one reaches ripgrep's argv (where it cannot go):
+        # a NUL only occurs in binary files, which are skipped, and in no path.
+        if "\x00" in pattern:
+            raise FileToolError("pattern must not contain a NUL character (binary files are not searched)")
         if file_glob is not None:
             _check_pattern(file_glob)
+            if "\x00" in file_glob:
+                raise FileToolError("glob pattern must not contain a NUL character (no path holds one)")
         rg = shutil.which("rg")
         if rg is not None:
             return await _grep_rg(run, rg, workspace, pattern, path, file_glob, ignore_case, limit)
@@ -1343,7 +1400,8 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
         name="grep",
         description=(
             "Search the contents of workspace files for a regular expression. Returns matching lines grouped by "
-            f"file (with 1-based line numbers), at most `limit` lines (default {DEFAULT_GREP_LIMIT}), plus the "
+            f"file (with 1-based line numbers), at most `limit` lines (default {DEFAULT_GREP_LIMIT}, at most "
+            f"{MAX_GREP_LIMIT}), plus the "
             "total number of matching lines. `path` is a file or directory (default: the workspace root); `glob` "
             "keeps only files whose name matches (e.g. `*.py`; a pattern with `/` such as `src/**/*.ts` matches "
             "the path below `path`). Hidden and binary files are skipped, and so are files ignored by .gitignore "
@@ -1355,7 +1413,10 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
             "path": {"type": "string", "description": "File or directory to search, relative to the workspace root."},
             "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.py`."},
             "ignore_case": {"type": "boolean", "description": "Match case-insensitively (default false)."},
-            "limit": {"type": "integer", "description": f"Maximum matching lines (default {DEFAULT_GREP_LIMIT})."},
+            "limit": {
+                "type": "integer",
+                "description": f"Maximum matching lines (default {DEFAULT_GREP_LIMIT}, at most {MAX_GREP_LIMIT}).",
+            },
         },
         output=ToolOutput(
             schema={

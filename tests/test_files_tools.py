@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -273,6 +275,69 @@ async def test_special_files_are_refused_instead_of_blocking(
         assert "not a regular file" in failed(await run(workspace, name, arguments), "FILE_ERROR")
 
 
+@pytest.fixture
+def fifos() -> Iterator[list[Path]]:
+    """FIFOs a test makes; opened for both ends afterwards, so no thread stays blocked opening one."""
+    made: list[Path] = []
+    yield made
+    for fifo in made:
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_RDWR | os.O_NONBLOCK))
+
+
+def swap_for_a_fifo(file: Path, fifos: list[Path]) -> None:
+    file.unlink()
+    os.mkfifo(file)
+    fifos.append(file)
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("read_file", {"path": "README.md"}),
+        ("write_file", {"path": "README.md", "content": "x"}),
+        ("edit_file", {"path": "README.md", "old_string": "hello", "new_string": "bye"}),
+    ],
+)
+async def test_a_fifo_swapped_in_after_the_checks_is_refused_not_opened(
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fifos: list[Path],
+    name: str,
+    arguments: dict[str, Any],
+) -> None:
+    # Another process (a bash job left running) swaps the file for a FIFO between the
+    # tool's checks and its open: a plain open() would block its worker thread forever.
+    resolve = files.Workspace.resolve
+
+    def resolve_then_swap(self: files.Workspace, path: str) -> str:
+        real = resolve(self, path)
+        swap_for_a_fifo(workspace / "README.md", fifos)
+        return real
+
+    monkeypatch.setattr(files.Workspace, "resolve", resolve_then_swap)
+    monkeypatch.setattr(files, "_check_regular", lambda real, path: True)  # what a stat before the swap saw
+    with trio.fail_after(5):
+        message = failed(await run(workspace, name, arguments), "FILE_ERROR")
+    assert message == "'README.md' is not a regular file"
+    assert stat.S_ISFIFO(os.lstat(workspace / "README.md").st_mode)
+
+
+async def test_a_symlink_swapped_in_after_resolving_is_not_followed(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    resolve = files.Workspace.resolve
+
+    def resolve_then_swap(self: files.Workspace, path: str) -> str:
+        real = resolve(self, path)
+        (workspace / "README.md").unlink()
+        (workspace / "README.md").symlink_to(workspace.parent / "outside.txt")
+        return real
+
+    monkeypatch.setattr(files.Workspace, "resolve", resolve_then_swap)
+    message = failed(await run(workspace, "write_file", {"path": "README.md", "content": "x"}), "FILE_ERROR")
+    assert message == "'README.md' is not a regular file"
+    assert (workspace.parent / "outside.txt").read_text() == "secret\n"
+
+
 async def test_edit_file_replaces_a_unique_string(workspace: Path) -> None:
     value = ok(await run(workspace, "edit_file", {"path": "README.md", "old_string": "hello", "new_string": "bye"}))
     assert value == {
@@ -280,6 +345,7 @@ async def test_edit_file_replaces_a_unique_string(workspace: Path) -> None:
         "replacements": 1,
         "positions": (8,),
         "sha256": hashlib.sha256(b"# title\nbye world\n").hexdigest(),
+        "before_sha256": hashlib.sha256(b"# title\nhello world\n").hexdigest(),
     }
     assert (workspace / "README.md").read_text() == "# title\nbye world\n"
 
@@ -574,6 +640,41 @@ async def test_grep_refuses_a_fifo_instead_of_blocking_on_it(tree: Path, backend
     assert message == "'pipe' is not a regular file or a directory"
 
 
+async def test_grep_fallback_skips_a_file_swapped_for_a_fifo_after_the_walk(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, fifos: list[Path]
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    walk = files._walk_files
+
+    def walk_then_swap(*args: Any, **kwargs: Any) -> Iterator[str]:
+        for file in walk(*args, **kwargs):
+            if file.endswith("b.txt"):
+                swap_for_a_fifo(Path(file), fifos)
+            yield file
+
+    monkeypatch.setattr(files, "_walk_files", walk_then_swap)
+    with trio.fail_after(5):
+        value = ok(await run(tree, "grep", {"pattern": "needle"}))
+    assert [f["path"] for f in value["files"]] == ["a/x.py", "c/y.py"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"pattern": "nee\x00dle"}, "pattern must not contain a NUL character (binary files are not searched)"),
+        (
+            {"pattern": "needle", "glob": "*.t\x00xt"},
+            "glob pattern must not contain a NUL character (no path holds one)",
+        ),
+    ],
+)
+async def test_grep_refuses_a_nul_character_in_its_pattern_or_glob(
+    tree: Path, backend: str, arguments: dict[str, Any], message: str
+) -> None:
+    # On the ripgrep path a NUL reached argv, and the call failed as an unexplained TOOL_ERROR.
+    assert failed(await run(tree, "grep", arguments), "FILE_ERROR") == message
+
+
 async def test_grep_never_follows_a_symlinked_file(tree: Path, backend: str) -> None:
     (tree / "link.txt").symlink_to(tree / "b.txt")
     value = ok(await run(tree, "grep", {"pattern": "needle three"}))
@@ -727,3 +828,35 @@ def test_each_file_tool_declares_its_effects(tmp_path: Path) -> None:
         "grep": ToolEffects(read_only=True),
     }
     assert bash_tool(files.Workspace(str(tmp_path))).effects == ToolEffects(destructive=True, open_world=True)
+
+
+# --- bounded limits --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "maximum"),
+    [
+        ("read_file", {"path": "README.md"}, files.MAX_READ_LIMIT),
+        ("glob", {"pattern": "*"}, files.MAX_GLOB_LIMIT),
+        ("grep", {"pattern": "hello"}, files.MAX_GREP_LIMIT),
+    ],
+)
+async def test_a_limit_past_the_maximum_is_refused_before_any_io(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, name: str, arguments: dict[str, Any], maximum: int
+) -> None:
+    # One call with limit=10**9 once held every line of a big file as a dict (a gigabyte, and
+    # seconds of event loop): the limit is refused before a thread is started.
+    def no_io(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the call did I/O")
+
+    monkeypatch.setattr(files.Workspace, "resolve", no_io)
+    message = failed(await run(workspace, name, {**arguments, "limit": 10**9}), "FILE_ERROR")
+    assert message == f"limit must be at most {maximum}, got 1000000000"
+    assert f"at most {maximum}" in tool(workspace, name).parameters["properties"]["limit"]["description"]
+
+
+async def test_the_maximum_limit_itself_is_taken(workspace: Path) -> None:
+    value = ok(await run(workspace, "read_file", {"path": "README.md", "limit": files.MAX_READ_LIMIT}))
+    assert value["total_lines"] == 2 and len(value["lines"]) == 2
+    assert ok(await run(workspace, "glob", {"pattern": "*.md", "limit": files.MAX_GLOB_LIMIT}))["paths"] == ("README.md",)
+    assert ok(await run(workspace, "grep", {"pattern": "hello", "limit": files.MAX_GREP_LIMIT}))["total"] == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -510,6 +511,49 @@ async def test_an_edit_whose_new_text_overlaps_its_surroundings_is_reverted_exac
     assert (root / "a.txt").read_text() == "aaa"
     assert [outcome.reverted for outcome in await log.undo()] == [True]
     assert (root / "a.txt").read_text() == "aX"
+
+
+async def test_an_edit_of_many_occurrences_is_reverted_exactly_with_a_bounded_value(root: Path) -> None:
+    text = "a\tb\n" * 100_000
+    (root / "data.tsv").write_text(text)
+    runtime, log = file_undo(root)
+    arguments = {"path": "data.tsv", "old_string": "\t", "new_string": ",", "replace_all": True}
+    value = expect_success(await runtime.execute(make_input("edit_file", arguments))).value
+    # Where each replacement went is not kept past MAX_KEPT_POSITIONS: the value goes to the logs.
+    assert value["replacements"] == 100_000 and value["positions"] is None
+    assert len(json.dumps(dict(value))) < 300
+    assert (root / "data.tsv").read_text() == text.replace("\t", ",")
+    assert [outcome.reverted for outcome in await log.undo()] == [True]
+    assert (root / "data.tsv").read_text() == text
+
+
+@pytest.mark.parametrize(
+    ("before", "old", "new"),
+    [
+        ("a,b\tc\n" * 5_000, "\t", ","),  # the new text was there before
+        ("ab\n" * 5_000, "b", ""),  # a deletion: nothing marks where it was
+    ],
+)
+async def test_an_edit_of_many_occurrences_that_cannot_be_rebuilt_is_not_reverted(
+    root: Path, before: str, old: str, new: str
+) -> None:
+    (root / "data.txt").write_text(before)
+    runtime, log = file_undo(root)
+    arguments = {"path": "data.txt", "old_string": old, "new_string": new, "replace_all": True}
+    expect_success(await runtime.execute(make_input("edit_file", arguments)))
+    (outcome,) = await log.undo()
+    assert not outcome.reverted
+    assert "replaced 5000 occurrences" in (outcome.error or "") and "not reverted" in (outcome.error or "")
+    assert (root / "data.txt").read_text() == before.replace(old, new)
+
+
+async def test_an_edit_of_a_few_occurrences_whose_new_text_was_there_is_reverted_exactly(root: Path) -> None:
+    (root / "data.txt").write_text("a,b\tc\n" * 50)
+    runtime, log = file_undo(root)
+    arguments = {"path": "data.txt", "old_string": "\t", "new_string": ",", "replace_all": True}
+    expect_success(await runtime.execute(make_input("edit_file", arguments)))
+    assert [outcome.reverted for outcome in await log.undo()] == [True]
+    assert (root / "data.txt").read_text() == "a,b\tc\n" * 50
 
 
 async def test_an_edited_file_changed_since_is_left_alone(root: Path) -> None:
