@@ -738,7 +738,7 @@ def _read_current(real: str, path: str, tool: str) -> bytes:
     try:
         if not _check_regular(real, path):
             raise FileToolError(f"{path!r} no longer exists; the {tool} call was not reverted")
-        with open(real, "rb") as stream:
+        with open_regular(real) as stream:
             return stream.read()
     except OSError as exc:
         raise _os_error(exc, path) from None
@@ -759,7 +759,7 @@ def _unwrite(workspace: Workspace, path: str, content: str, created: bool, old_t
             os.remove(real)
         else:
             assert old_text is not None
-            with open(real, "wb") as stream:
+            with open_regular(real, write=True) as stream:
                 stream.write(old_text.encode("utf-8"))
     except OSError as exc:
         raise _os_error(exc, path) from None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import trio.testing
 
 from dsh_core import Block, ConfigError, ToolRuntime, define_tool, hookimpl
 from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, json_tool, make_input, make_runtime
-from dsh_plugins import undo
+from dsh_plugins import files, undo
 from dsh_plugins.files import file_tools
 from dsh_plugins.undo import PLUGIN_NAME, UndoLog, UndoOutcome
 
@@ -459,6 +461,36 @@ async def test_a_file_changed_since_the_write_is_not_reverted(root: Path) -> Non
     assert not outcome.reverted and "changed since write_file wrote it" in (outcome.error or "")
     assert (root / "notes.txt").read_text() == "someone else's work"
     assert len(log.entries()) == 1
+
+
+@pytest.mark.parametrize("tool", ["write_file", "edit_file"])
+async def test_a_revert_refuses_a_file_swapped_for_a_fifo_after_its_check(
+    root: Path, monkeypatch: pytest.MonkeyPatch, tool: str
+) -> None:
+    # A job left running swaps the file for a FIFO between the revert's check and its open:
+    # a plain open() would block the undo's worker thread forever.
+    runtime, log = file_undo(root)
+    arguments = (
+        {"path": "notes.txt", "content": "replaced"}
+        if tool == "write_file"
+        else {"path": "notes.txt", "old_string": "two", "new_string": "2"}
+    )
+    expect_success(await runtime.execute(make_input(tool, arguments)))
+    fifo = root / "notes.txt"
+
+    def checked_then_swapped(real: str, path: str) -> bool:
+        fifo.unlink()
+        os.mkfifo(fifo)
+        return True
+
+    monkeypatch.setattr(files, "_check_regular", checked_then_swapped)
+    try:
+        with trio.fail_after(5):
+            (outcome,) = await log.undo()
+    finally:
+        with contextlib.suppress(OSError):  # never leave a thread blocked on the FIFO
+            os.close(os.open(fifo, os.O_RDWR | os.O_NONBLOCK))
+    assert not outcome.reverted and "is not a regular file" in (outcome.error or "")
 
 
 async def test_a_write_over_binary_content_cannot_be_reverted(root: Path) -> None:
