@@ -417,6 +417,12 @@ def _expand_braces(pattern: str) -> list[str]:
     return done
 
 
+# A bound on the states of a glob's automata in all (its alternatives' positions): matching costs
+# up to that much work per character of a path.
+MAX_GLOB_STATES: Final = 5000
+# How many automaton states a match steps through between two checks for cancellation.
+_GLOB_WORK_PER_CHECK: Final = 1 << 14
+
 # One step of a glob automaton: (what the character must be, the state it leads to). The
 # predicate is "any", "segment" (anything but "/"), a literal character, or a compiled class.
 _Step = tuple[Any, int]
@@ -482,9 +488,15 @@ class _GlobAutomaton:
                     pending.append(target)
         return states
 
-    def match(self, path: str) -> bool:
+    def match(self, path: str, check: Callable[[], None] | None = None) -> bool:
+        """Whether ``path`` matches, calling ``check`` every so many steps (a long name can take a while)."""
         current = self._closure({0})
+        work = 0
         for char in path:
+            work += len(current)
+            if check is not None and work >= _GLOB_WORK_PER_CHECK:
+                check()
+                work = 0
             following: set[int] = set()
             for state in current:
                 for want, target in self.steps[state]:
@@ -521,8 +533,9 @@ class GlobMatcher:
     pattern: str
     _alternatives: tuple[_GlobAutomaton, ...] = attrs.field(repr=False)
 
-    def match(self, path: str) -> bool:
-        return any(alternative.match(path) for alternative in self._alternatives)
+    def match(self, path: str, check: Callable[[], None] | None = None) -> bool:
+        """Whether ``path`` matches; ``check`` (e.g. a cancellation check) is called as a long match goes."""
+        return any(alternative.match(path, check) for alternative in self._alternatives)
 
 
 def compile_glob(pattern: str) -> GlobMatcher:
@@ -532,13 +545,26 @@ def compile_glob(pattern: str) -> GlobMatcher:
     (``**/`` also matches no directory at all), ``[abc]``/``[!abc]`` (or ``[^abc]``) are
     character classes and ``{a,b}`` alternatives (nesting allowed, at most
     ``MAX_GLOB_ALTERNATIVES`` in all). Raises :class:`FileToolError` for a
-    pattern longer than ``MAX_GLOB_CHARS`` or an invalid character class.
+    pattern longer than ``MAX_GLOB_CHARS``, one whose alternatives add up to
+    more than ``MAX_GLOB_STATES`` positions (states of their automata: matching
+    costs up to that much per character of a path), or an invalid character class.
     """
     if len(pattern) > MAX_GLOB_CHARS:
         raise FileToolError(f"glob pattern is {len(pattern)} characters long; at most {MAX_GLOB_CHARS} are taken")
     if _BOUNDARY in pattern:
         raise FileToolError("glob pattern must not contain a NUL character (no path holds one)")
-    return GlobMatcher(pattern, tuple(_GlobAutomaton(alternative) for alternative in _expand_braces(pattern)))
+    automata: list[_GlobAutomaton] = []
+    states = 0
+    for alternative in _expand_braces(pattern):
+        automata.append(_GlobAutomaton(alternative))
+        states += len(automata[-1].steps)
+        if states > MAX_GLOB_STATES:
+            # Refused as soon as the sum passes the bound: building the rest would cost as much.
+            raise FileToolError(
+                f"glob pattern is too complex: its {{...}} alternatives expand to more than {MAX_GLOB_STATES} "
+                "pattern positions in all; use fewer alternatives or shorter ones"
+            )
+    return GlobMatcher(pattern, tuple(automata))
 
 
 def _check_pattern(pattern: str) -> None:
@@ -1028,8 +1054,10 @@ def _glob(workspace: Workspace, pattern: str, path: str, limit: int) -> dict[str
     matcher = compile_glob(pattern)
     found: list[tuple[float, str]] = []
     for file in _walk_files(base, hidden_dirs=True):
+        # Per file and along a long match: one directory's matches can take seconds.
+        _check_cancelled()
         relative = os.path.relpath(file, base).replace(os.sep, "/")
-        if not matcher.match(relative):
+        if not matcher.match(relative, check=_check_cancelled):
             continue
         real = os.path.realpath(file)
         if not workspace.contains(real):

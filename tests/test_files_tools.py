@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -452,6 +453,82 @@ def test_a_pattern_made_to_backtrack_is_matched_in_linear_time() -> None:
     matcher = compile_glob("*a*a*a*a*a*a*a*b")
     assert matcher.match(name) is False
     assert matcher.match(name + "b") is True
+
+
+# Braces that multiply a long pattern: 256 alternatives of about 960 positions each.
+COSTLY_GLOB = "{*,?}" * 8 + "*a" * 476 + "b"
+
+
+def test_a_glob_whose_alternatives_add_up_to_too_many_positions_is_refused() -> None:
+    with pytest.raises(FileToolError, match=re.escape(f"more than {files.MAX_GLOB_STATES} pattern positions")):
+        compile_glob(COSTLY_GLOB)
+    many_short = compile_glob("{a,b}" * 8)  # 256 alternatives, but short ones
+    assert many_short.match("ab" * 4) and not many_short.match("ab" * 3)
+
+
+async def test_glob_refuses_a_pattern_too_costly_to_match(tmp_path: Path) -> None:
+    (tmp_path / ("a" * 240)).write_text("x")
+    message = failed(await run(tmp_path, "glob", {"pattern": COSTLY_GLOB}), "FILE_ERROR")
+    assert message.startswith("glob pattern is too complex") and "5000" in message
+
+
+def test_a_long_glob_match_checks_for_cancellation_as_it_goes() -> None:
+    checks: list[int] = []
+    matcher = compile_glob("*a*a*a*a*a*a*a*b")
+    assert matcher.match("a" * 5000, check=lambda: checks.append(1)) is False
+    assert len(checks) >= 2  # several times along one name, not once per call
+
+    class Stop(Exception):
+        pass
+
+    def cancelled() -> None:
+        raise Stop
+
+    with pytest.raises(Stop):
+        matcher.match("a" * 5000, check=cancelled)
+    assert compile_glob("*.py").match("a.py", check=cancelled)  # a short match finishes first
+
+
+async def test_a_cancelled_glob_stops_between_files_of_one_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(5):
+        (tmp_path / f"f{n}.txt").write_text("x")
+    matched: list[str] = []
+    real_compile = files.compile_glob
+
+    class Recording:
+        def __init__(self, pattern: str) -> None:
+            self.matcher = real_compile(pattern)
+
+        def match(self, path: str, **options: Any) -> bool:
+            matched.append(path)
+            return self.matcher.match(path, **options)
+
+    started, resume = threading.Event(), threading.Event()
+
+    def check_cancelled() -> None:
+        started.set()
+        resume.wait(10)
+        trio.from_thread.check_cancelled()
+
+    monkeypatch.setattr(files, "compile_glob", Recording)
+    monkeypatch.setattr(files, "_check_cancelled", check_cancelled)
+    runtime, signal = runtime_for(tmp_path), CancelSignal()
+
+    async def cancel_once_checking() -> None:
+        with trio.fail_after(10):
+            await trio.to_thread.run_sync(started.wait)
+        signal.cancel("user")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_once_checking)
+        result = await runtime.execute(make_input("glob", {"pattern": "*"}, signal=signal))
+    assert failed(result, "ABORTED")
+    resume.set()
+    with trio.fail_after(10):
+        await runtime.wait_for_orphans()
+    assert matched == []  # checked before the first file, not once the whole directory was matched
 
 
 @pytest.mark.parametrize(
