@@ -1148,10 +1148,12 @@ class _Matches:
     files: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict)
     total: int = 0
 
-    def add(self, path: str, line_number: int, line: str) -> None:
+    def add(self, path: str, line_number: int, line: str, length: int | None = None) -> None:
+        """Count a match, keeping it while under the limit; ``length``: the line's, when ``line`` is only its head."""
         self.total += 1
         if self.total <= self.limit:
-            self.files.setdefault(path, []).append({"line_number": line_number, "line": _cut(line, MAX_MATCH_CHARS)})
+            shown = _cut(line, MAX_MATCH_CHARS, length)
+            self.files.setdefault(path, []).append({"line_number": line_number, "line": shown})
 
     def value(self) -> dict[str, Any]:
         return {
@@ -1227,6 +1229,218 @@ def _grep_python(
     return found.value()
 
 
+# rg --json writes each match as one line of JSON holding the whole matching line; past this
+# size a message is not kept whole (a path, even escaped, fits well within it).
+_RG_MESSAGE_CAP: Final = 64 * 1024
+# How much of an oversized match's JSON string is kept: MAX_MATCH_CHARS characters, even escaped.
+_RG_LINE_HEAD_BYTES: Final = 6 * MAX_MATCH_CHARS + 6
+_RG_LINES_FIELD: Final = re.compile(rb',"lines":\{"(text|bytes)":"')
+_RG_LINE_NUMBER: Final = re.compile(rb'\s*\}\s*,\s*"line_number"\s*:\s*(\d+)')
+# The quote closing a JSON string: one after an even run of backslashes (each pair is one "\\").
+_JSON_CLOSING_QUOTE: Final = re.compile(rb'(?:^|[^\\])(?:\\\\)*"')
+_BACKSLASH: Final = ord("\\")
+
+
+def _backslash_run(raw: bytes, end: int) -> int:
+    """How many backslashes end ``raw[:end]``."""
+    start = end
+    while start > 0 and raw[start - 1] == _BACKSLASH:
+        start -= 1
+    return end - start
+
+
+def _closing_quote(piece: bytes) -> int:
+    """Where the quote closing a JSON string is in ``piece`` (starting between escapes), or -1."""
+    position = 0
+    for _ in range(16):  # quotes are rare in most lines: find them at memchr's speed
+        quote = piece.find(b'"', position)
+        if quote == -1 or _backslash_run(piece, quote) % 2 == 0:
+            return quote
+        position = quote + 1
+    # Many escaped quotes: one regular expression pass (the escaped quote before starts it).
+    found = _JSON_CLOSING_QUOTE.search(piece, position - 1)
+    return -1 if found is None else found.end() - 1
+
+
+def _whole_escapes_end(raw: bytes) -> int:
+    """Where an escape that ``raw`` cuts short begins (``len(raw)`` if none); ``raw`` starts between escapes."""
+    last = raw.rfind(b"\\", max(len(raw) - 6, 0))
+    if last == -1 or _backslash_run(raw, last + 1) % 2 == 0:
+        return len(raw)  # no backslash near the end, or the last one closes a "\\"
+    if last == len(raw) - 1 or (raw[last + 1 : last + 2] == b"u" and len(raw) - last < 6):
+        return last
+    return len(raw)
+
+
+def _ends_with_escape(raw: bytes, letter: bytes) -> bool:
+    """Whether ``raw`` (starting between escapes) ends with the escape ``\\`` + ``letter``."""
+    return raw.endswith(b"\\" + letter) and _backslash_run(raw, len(raw) - 1) % 2 == 1
+
+
+def _json_characters(raw: bytes) -> int:
+    """How many characters the JSON string body ``raw`` (whole escapes only) stands for."""
+    characters = len(raw) - len(raw.translate(None, _NOT_CONTINUATION))
+    # Left to right, as a JSON reader pairs them: what is left are the other escapes' backslashes.
+    pairs = raw.count(b"\\\\")
+    rest = raw.replace(b"\\\\", b"")
+    return characters - pairs - rest.count(b"\\") - 4 * rest.count(b"\\u")
+
+
+@attrs.define
+class _OversizedMatch:
+    """An rg match message too long to keep: its head, and its line's JSON string scanned in chunks.
+
+    Each chunk is cut between two escapes (an escape cut in two waits for the next), so
+    that counting and finding the closing quote need no state but the previous chunk's ending.
+    """
+
+    head: bytes  # the message up to the opening quote of its line's JSON string
+    encoding: bytes  # b"text" (a JSON string) or b"bytes" (base64)
+    kept: bytearray = attrs.field(factory=bytearray)
+    kept_all: bool = True  # whether ``kept`` is still all of the string so far
+    carry: bytes = b""
+    length: int = 0  # characters of the line (for base64, bytes), its line ending included
+    ending: int = 0  # how much of ``length`` the line ending is
+    last_piece: bytes = b""  # the end of the string so far (base64: its last eight characters)
+    after: bytearray | None = None  # once the string closed: what follows it, up to the line number
+
+    def feed(self, data: bytes) -> int:
+        """Take ``data`` up to the message's newline; returns how much of it was the message's (-1: all)."""
+        start = 0
+        if self.after is None:
+            carried = len(self.carry)
+            closed = self._scan_string(self.carry + data)
+            if closed == -1:
+                return -1
+            start = closed - carried  # the closing quote is in data: the carry holds none
+            self.after = bytearray()
+        newline = data.find(b"\n", start)
+        end = len(data) if newline == -1 else newline
+        self.after += data[start : min(end, start + max(256 - len(self.after), 0))]
+        return -1 if newline == -1 else newline + 1
+
+    def _scan_string(self, piece: bytes) -> int:
+        """Keep and count ``piece`` of the line's string; returns the index past its closing quote, or -1."""
+        quote = _closing_quote(piece)
+        if quote == -1:
+            end = _whole_escapes_end(piece)
+            body, self.carry = piece[:end], piece[end:]
+        else:
+            body, self.carry = piece[:quote], b""
+        if self.kept_all:
+            room = _RG_LINE_HEAD_BYTES - len(self.kept)
+            taken = body[:room]
+            if len(body) > room:
+                taken = taken[: _whole_escapes_end(taken)]
+                self.kept_all = False
+            self.kept += taken
+        if body:
+            self._count(body)
+        return -1 if quote == -1 else quote + 1
+
+    def _count(self, body: bytes) -> None:
+        if self.encoding == b"bytes":
+            self.length += len(body)  # base64 characters until message() turns them into bytes
+            self.last_piece = (self.last_piece + body)[-8:]  # two whole quads: room for "\r\n"
+            return
+        self.length += _json_characters(body)
+        newline = _ends_with_escape(body, b"n")
+        if newline and len(body) == 2:
+            carriage_return = _ends_with_escape(self.last_piece, b"r")
+        else:
+            carriage_return = newline and _ends_with_escape(body[:-2], b"r")
+        self.ending = int(newline) + int(carriage_return)
+        self.last_piece = body
+
+    def message(self) -> tuple[dict[str, Any], int] | None:
+        """The message with only the kept head of its line, and the line's length; None if cut short."""
+        number = _RG_LINE_NUMBER.match(self.after or b"")
+        lines = _RG_LINES_FIELD.search(self.head)
+        if number is None or lines is None:
+            return None
+        message: dict[str, Any] = json.loads(self.head[: lines.start()] + b"}}")
+        length, ending = self.length, self.ending
+        if self.encoding == b"text":
+            line = {"text": json.loads('"' + self.kept.decode("utf-8", errors="ignore") + '"')}
+        else:
+            line = {"bytes": self.kept[: len(self.kept) // 4 * 4].decode("ascii")}
+            # Counted in bytes: the line is not UTF-8, and decoding all of it to count is what is avoided.
+            length = length // 4 * 3 - self.last_piece.count(b"=")
+            tail = base64.b64decode(self.last_piece[len(self.last_piece) % 4 :])
+            ending = tail.endswith(b"\n") + tail.endswith(b"\r\n")
+        message["data"].update(lines=line, line_number=int(number.group(1)))
+        return message, length - ending
+
+
+class _RgMessages:
+    """``rg --json`` output split into messages, in time linear in its length and bounded memory.
+
+    Only new bytes are searched for the newline ending a message. A message longer than
+    ``_RG_MESSAGE_CAP`` (a match on a line megabytes long) is not kept whole: see
+    :class:`_OversizedMatch`; it reaches ``on_message`` with the head of its line and
+    the line's length in characters.
+    """
+
+    def __init__(self, on_message: Callable[[dict[str, Any], int | None], None]) -> None:
+        self._on_message = on_message
+        self._pending = bytearray()
+        self._oversized: _OversizedMatch | None = None
+        self._skipping = False  # an oversized message that is not a match: dropped to its newline
+
+    def feed(self, data: bytes) -> None:
+        start = 0
+        while start < len(data):
+            if self._oversized is not None:
+                used = self._oversized.feed(data[start:] if start else data)
+                if used == -1:
+                    return
+                self._finish_oversized()
+                start += used
+                continue
+            newline = data.find(b"\n", start)
+            if newline == -1:
+                if not self._skipping:
+                    self._pending += data[start:] if start else data
+                    if len(self._pending) > _RG_MESSAGE_CAP:
+                        self._start_oversized()
+                return
+            if self._skipping:
+                self._skipping = False
+            else:
+                self._pending += data[start:newline]
+                self._parse(bytes(self._pending))
+            self._pending.clear()
+            start = newline + 1
+
+    def close(self) -> None:
+        if self._oversized is not None:
+            self._finish_oversized()
+        elif not self._skipping:
+            self._parse(bytes(self._pending))
+
+    def _parse(self, line: bytes) -> None:
+        if line.strip():
+            self._on_message(json.loads(line), None)
+
+    def _start_oversized(self) -> None:
+        head = bytes(self._pending)
+        lines = _RG_LINES_FIELD.search(head)
+        if lines is None and len(head) <= 4 * _RG_MESSAGE_CAP and head.startswith(b'{"type":"match"'):
+            return  # a path longer than usual: wait for the line's field
+        self._pending.clear()
+        if lines is None or not head.startswith(b'{"type":"match"'):
+            self._skipping = True
+            return
+        self._oversized = _OversizedMatch(head[: lines.end()], lines.group(1))
+        self._oversized.feed(head[lines.end() :])
+
+    def _finish_oversized(self) -> None:
+        assert self._oversized is not None
+        oversized, self._oversized = self._oversized, None
+        if (clipped := oversized.message()) is not None:
+            self._on_message(*clipped)
+
+
 def _rg_text(field: Mapping[str, Any]) -> str:
     if "text" in field:
         text: str = field["text"]
@@ -1257,25 +1471,19 @@ async def _grep_rg(
     errors = bytearray()
 
     async def read_matches(stream: trio.abc.ReceiveStream) -> None:
-        pending = b""
+        messages = _RgMessages(parse)
         async with stream:
             async for chunk in stream:
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    parse(line)
-            parse(pending)
+                messages.feed(bytes(chunk))
+            messages.close()
 
-    def parse(line: bytes) -> None:
-        if not line.strip():
-            return
-        message = json.loads(line)
+    def parse(message: dict[str, Any], length: int | None) -> None:
         if message.get("type") != "match":
             return
         data = message["data"]
         # rg prints paths as given: below the absolute ``base``, so absolute too.
         shown = workspace.display(os.path.join(base, _rg_text(data["path"])))
-        found.add(shown, data["line_number"], _rg_text(data["lines"]).rstrip("\n").rstrip("\r"))
+        found.add(shown, data["line_number"], _rg_text(data["lines"]).rstrip("\n").rstrip("\r"), length)
 
     async def read_errors(stream: trio.abc.ReceiveStream) -> None:
         async with stream:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -655,6 +657,69 @@ async def test_grep_never_follows_a_symlinked_file(tree: Path, backend: str) -> 
     (tree / "link.txt").symlink_to(tree / "b.txt")
     value = ok(await run(tree, "grep", {"pattern": "needle three"}))
     assert [f["path"] for f in value["files"]] == ["b.txt"]
+
+
+@pytest.mark.skipif(REAL_RG is None, reason="ripgrep (rg) is not installed")
+async def test_grep_keeps_the_head_of_a_line_megabytes_long_in_bounded_memory(tmp_path: Path) -> None:
+    import tracemalloc
+
+    backend = "rg"
+
+    size = 16 * 1024 * 1024
+    escaped = 'é"\t\\' * (1 << 20)  # characters JSON escapes, and one of two bytes
+    with open(tmp_path / "min.js", "wb") as stream:
+        stream.write(b"needle" + b"x" * size + b"\n")
+        stream.write(b"short needle\n")
+        stream.write(escaped.encode() + b"needle\n")
+    tracemalloc.start()
+    try:
+        value = ok(await run(tmp_path, "grep", {"pattern": "needle"}))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024  # the lines are 16 and 5 MiB; neither is held whole
+    (file,) = value["files"]
+    assert file["path"] == "min.js"
+    long, short, special = file["matches"]
+    assert long == {"line_number": 1, "line": "needle" + "x" * 494 + f"… [line cut: {size + 6} characters]"}
+    assert short == {"line_number": 2, "line": "short needle"}
+    if backend == "rg":  # the built-in search matches only a long line's head
+        assert special == {"line_number": 3, "line": escaped[:500] + f"… [line cut: {len(escaped) + 6} characters]"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    line=st.text(alphabet='a"\\\r\t\x01é€😀', max_size=60),
+    ending=st.sampled_from(["\n", "\r\n", ""]),
+    chunk=st.integers(min_value=1, max_value=17),
+    as_bytes=st.booleans(),
+)
+def test_rg_messages_clip_an_oversized_match_wherever_the_chunks_fall(
+    line: str, ending: str, chunk: int, as_bytes: bool
+) -> None:
+    text = line + ending
+    # rg writes a line that is not UTF-8 as base64; the length is then counted in bytes.
+    field = {"bytes": base64.b64encode(text.encode()).decode()} if as_bytes else {"text": text}
+    match = {"type": "match", "data": {"path": {"text": "d/a.txt"}, "lines": field,
+             "line_number": 7, "absolute_offset": 0, "submatches": [{"match": {"text": "a"}, "start": 0, "end": 1}]}}  # fmt: skip
+    output = "\n".join(json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in ({"type": "begin"}, match, {"type": "end"}))
+    data = (output + "\n").encode()
+    seen: list[tuple[Any, int | None]] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "_RG_MESSAGE_CAP", 40)  # every match message is oversized
+        patch.setattr(files, "_RG_LINE_HEAD_BYTES", 24)
+        messages = files._RgMessages(lambda message, length: seen.append((message, length)))
+        for start in range(0, len(data), chunk):
+            messages.feed(data[start : start + chunk])
+        messages.close()
+    assert [message["type"] for message, _ in seen] == ["begin", "match", "end"]
+    clipped, length = seen[1]
+    whole: str | bytes = text.encode() if as_bytes else text
+    assert length == len(whole) - text.endswith("\n") - text.endswith("\r\n")  # without the line ending
+    assert clipped["data"]["line_number"] == 7 and clipped["data"]["path"] == {"text": "d/a.txt"}
+    lines = clipped["data"]["lines"]
+    head = base64.b64decode(lines["bytes"]) if as_bytes else lines["text"]
+    assert whole.startswith(head) and len(head) >= min(len(whole), 4)  # type: ignore[arg-type]
 
 
 async def test_grep_asks_for_rg_and_falls_back_without_it(monkeypatch: pytest.MonkeyPatch, tree: Path) -> None:
