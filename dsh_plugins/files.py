@@ -1181,6 +1181,28 @@ def _search_root_is_dir(base: str, path: str) -> bool:
     return False
 
 
+# The built-in grep matches this much of a line; the rest of a longer one is counted, not held.
+_GREP_LINE_HEAD_BYTES: Final = 64 * 1024
+# It checks for cancellation after so many lines, or sooner after a megabyte of them.
+_GREP_LINES_PER_CHECK: Final = 1024
+
+
+def _grep_lines(stream: Any) -> Iterator[tuple[int, str, int | None]]:
+    """Each line's number, text (of a long one, its head) and, when cut, its length in characters."""
+    number = since_check = 0
+    while raw := stream.readline(_GREP_LINE_HEAD_BYTES):
+        number += 1
+        since_check += len(raw)
+        if number % _GREP_LINES_PER_CHECK == 0 or since_check >= _CHUNK_BYTES:
+            _check_cancelled()
+            since_check = 0
+        rest = 0
+        if len(raw) == _GREP_LINE_HEAD_BYTES and not raw.endswith(b"\n"):
+            rest = _skip_line(stream)  # one line may be gigabytes
+        text = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", errors="replace")
+        yield number, text, (len(text) + rest if rest else None)
+
+
 def _grep_python(
     workspace: Workspace, pattern: str, path: str, file_glob: str | None, ignore_case: bool, limit: int
 ) -> dict[str, Any]:
@@ -1208,7 +1230,7 @@ def _grep_python(
         if file != base:
             relative = os.path.relpath(file, base).replace(os.sep, "/")
             name = relative.rsplit("/", 1)[-1]
-            selected = matcher is not None and bool(matcher.match(name if by_name else relative))
+            selected = matcher is not None and matcher.match(name if by_name else relative, check=_check_cancelled)
             if not selected and (matcher is not None or name.startswith(".")):
                 continue
         real = os.path.realpath(file)
@@ -1220,10 +1242,9 @@ def _grep_python(
                 if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
                     continue
                 stream.seek(0)
-                for number, raw in enumerate(stream, start=1):
-                    line = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", errors="replace")
+                for number, line, length in _grep_lines(stream):
                     if regex.search(line):
-                        found.add(shown, number, line)
+                        found.add(shown, number, line, length)
         except OSError:
             continue
     return found.value()

@@ -659,11 +659,9 @@ async def test_grep_never_follows_a_symlinked_file(tree: Path, backend: str) -> 
     assert [f["path"] for f in value["files"]] == ["b.txt"]
 
 
-@pytest.mark.skipif(REAL_RG is None, reason="ripgrep (rg) is not installed")
-async def test_grep_keeps_the_head_of_a_line_megabytes_long_in_bounded_memory(tmp_path: Path) -> None:
+async def test_grep_keeps_the_head_of_a_line_megabytes_long_in_bounded_memory(tmp_path: Path, backend: str) -> None:
     import tracemalloc
 
-    backend = "rg"
 
     size = 16 * 1024 * 1024
     escaped = 'é"\t\\' * (1 << 20)  # characters JSON escapes, and one of two bytes
@@ -680,11 +678,67 @@ async def test_grep_keeps_the_head_of_a_line_megabytes_long_in_bounded_memory(tm
     assert peak < 8 * 1024 * 1024  # the lines are 16 and 5 MiB; neither is held whole
     (file,) = value["files"]
     assert file["path"] == "min.js"
-    long, short, special = file["matches"]
+    long, short, *special = file["matches"]
     assert long == {"line_number": 1, "line": "needle" + "x" * 494 + f"… [line cut: {size + 6} characters]"}
     assert short == {"line_number": 2, "line": "short needle"}
-    if backend == "rg":  # the built-in search matches only a long line's head
-        assert special == {"line_number": 3, "line": escaped[:500] + f"… [line cut: {len(escaped) + 6} characters]"}
+    if backend == "rg":
+        assert special == [{"line_number": 3, "line": escaped[:500] + f"… [line cut: {len(escaped) + 6} characters]"}]
+    else:  # the built-in search matches only a long line's head, and "needle" is at its end
+        assert special == []
+
+
+async def test_grep_without_rg_counts_a_line_of_hundreds_of_megabytes_without_holding_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tracemalloc
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    size = 256 * 1024 * 1024
+    with open(tmp_path / "huge.log", "wb") as stream:
+        stream.write(b"needle" + b"x" * 10_000)
+        stream.truncate(size)  # sparse: one line, NULs past the head (which the binary sniff reads)
+    tracemalloc.start()
+    try:
+        value = ok(await run(tmp_path, "grep", {"pattern": "needle"}))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024
+    assert value["files"] == (
+        {"path": "huge.log", "matches": ({"line_number": 1, "line": "needle" + "x" * 494 + f"… [line cut: {size} characters]"},)},
+    )
+
+
+async def test_a_cancelled_grep_without_rg_stops_inside_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    (tmp_path / "big.log").write_text("hay\n" * (3 * files._GREP_LINES_PER_CHECK))
+    checks: list[int] = []
+    started, resume = threading.Event(), threading.Event()
+
+    def check_cancelled() -> None:
+        checks.append(1)
+        if len(checks) == 2:  # the first check inside the file (the first is before opening it)
+            started.set()
+            resume.wait(10)
+        trio.from_thread.check_cancelled()
+
+    monkeypatch.setattr(files, "_check_cancelled", check_cancelled)
+    runtime, signal = runtime_for(tmp_path), CancelSignal()
+
+    async def cancel_once_checking() -> None:
+        await trio.to_thread.run_sync(started.wait, abandon_on_cancel=True)
+        signal.cancel("user")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_once_checking)
+        with trio.fail_after(10):
+            result = await runtime.execute(make_input("grep", {"pattern": "needle", "path": "big.log"}, signal=signal))
+        nursery.cancel_scope.cancel()
+    assert failed(result, "ABORTED")
+    resume.set()
+    with trio.fail_after(10):
+        await runtime.wait_for_orphans()
+    assert len(checks) == 2  # it stopped there, before the rest of the file
 
 
 @settings(max_examples=300, deadline=None)
