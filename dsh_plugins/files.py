@@ -1469,6 +1469,14 @@ def _rg_text(field: Mapping[str, Any]) -> str:
     return os.fsdecode(base64.b64decode(field.get("bytes", "")))
 
 
+def _sniffs_binary(real: str) -> bool:
+    try:
+        with open(real, "rb") as stream:
+            return _is_binary(stream.read(_BINARY_SNIFF_BYTES))
+    except OSError:
+        return False  # rg reports why it cannot read it
+
+
 async def _grep_rg(
     run: ToolRunContext,
     rg: str,
@@ -1480,7 +1488,10 @@ async def _grep_rg(
     limit: int,
 ) -> dict[str, Any]:
     base = await _in_thread(run, partial(workspace.resolve, path))
-    await _in_thread(run, partial(_search_root_is_dir, base, path))
+    is_dir = await _in_thread(run, partial(_search_root_is_dir, base, path))
+    # rg searches a file named on its command line even when it is binary; skip it as the fallback does.
+    if not is_dir and await _in_thread(run, partial(_sniffs_binary, base)):
+        return _Matches(limit).value()
     # --sort path makes the file order deterministic (and equal to the fallback's).
     argv = [rg, "--json", "--no-config", "--sort", "path", "--no-messages"]
     if ignore_case:

@@ -617,6 +617,15 @@ async def test_grep_glob_filter_and_single_file(tree: Path, backend: str) -> Non
     assert one["files"] == ({"path": "b.txt", "matches": ({"line_number": 2, "line": "needle three"},)},)
 
 
+async def test_grep_skips_a_binary_file_even_when_named_by_path(tree: Path, backend: str) -> None:
+    # ripgrep searches a file it is given by name without its binary detection.
+    assert ok(await run(tree, "grep", {"pattern": "needle", "path": "blob.bin"})) == {
+        "files": (),
+        "total": 0,
+        "truncated": False,
+    }
+
+
 async def test_grep_without_matches(tree: Path, backend: str) -> None:
     result = await run(tree, "grep", {"pattern": "absent"})
     assert ok(result) == {"files": (), "total": 0, "truncated": False}
