@@ -1462,11 +1462,18 @@ class _RgMessages:
             self._on_message(*clipped)
 
 
-def _rg_text(field: Mapping[str, Any]) -> str:
+def _rg_text(field: Mapping[str, Any], *, line: bool = False) -> str:
+    """A text field of rg's JSON, given as ``bytes`` (base64) when it is not UTF-8.
+
+    A path keeps its bytes (``os.fsdecode``: it must name the file); a line shows
+    U+FFFD for them, as the built-in search does: a lone surrogate is text no
+    UTF-8 encoder takes, and it would reach the model and every log.
+    """
     if "text" in field:
         text: str = field["text"]
         return text
-    return os.fsdecode(base64.b64decode(field.get("bytes", "")))
+    raw = base64.b64decode(field.get("bytes", ""))
+    return raw.decode("utf-8", errors="replace") if line else os.fsdecode(raw)
 
 
 def _sniffs_binary(real: str) -> bool:
@@ -1515,7 +1522,7 @@ async def _grep_rg(
         data = message["data"]
         # rg prints paths as given: below the absolute ``base``, so absolute too.
         shown = workspace.display(os.path.join(base, _rg_text(data["path"])))
-        found.add(shown, data["line_number"], _rg_text(data["lines"]).rstrip("\n").rstrip("\r"), length)
+        found.add(shown, data["line_number"], _rg_text(data["lines"], line=True).rstrip("\n").rstrip("\r"), length)
 
     async def read_errors(stream: trio.abc.ReceiveStream) -> None:
         async with stream:

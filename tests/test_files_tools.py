@@ -626,6 +626,13 @@ async def test_grep_skips_a_binary_file_even_when_named_by_path(tree: Path, back
     }
 
 
+async def test_grep_shows_a_line_that_is_not_utf8_with_replacement_characters(tmp_path: Path, backend: str) -> None:
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9 needle\n")
+    value = ok(await run(tmp_path, "grep", {"pattern": "needle"}))
+    # Not a lone surrogate (which no UTF-8 encoder takes): the same text on both backends.
+    assert value["files"] == ({"path": "latin1.txt", "matches": ({"line_number": 1, "line": "caf\ufffd needle"},)},)
+
+
 async def test_grep_without_matches(tree: Path, backend: str) -> None:
     result = await run(tree, "grep", {"pattern": "absent"})
     assert ok(result) == {"files": (), "total": 0, "truncated": False}
