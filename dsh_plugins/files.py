@@ -437,6 +437,12 @@ def _expand_braces(pattern: str) -> list[str]:
     return done
 
 
+# A bound on the states of a glob's automata in all (its alternatives' positions): matching costs
+# up to that much work per character of a path.
+MAX_GLOB_STATES: Final = 5000
+# How many automaton states a match steps through between two checks for cancellation.
+_GLOB_WORK_PER_CHECK: Final = 1 << 14
+
 # One step of a glob automaton: (what the character must be, the state it leads to). The
 # predicate is "any", "segment" (anything but "/"), a literal character, or a compiled class.
 _Step = tuple[Any, int]
@@ -502,9 +508,15 @@ class _GlobAutomaton:
                     pending.append(target)
         return states
 
-    def match(self, path: str) -> bool:
+    def match(self, path: str, check: Callable[[], None] | None = None) -> bool:
+        """Whether ``path`` matches, calling ``check`` every so many steps (a long name can take a while)."""
         current = self._closure({0})
+        work = 0
         for char in path:
+            work += len(current)
+            if check is not None and work >= _GLOB_WORK_PER_CHECK:
+                check()
+                work = 0
             following: set[int] = set()
             for state in current:
                 for want, target in self.steps[state]:
@@ -541,8 +553,9 @@ class GlobMatcher:
     pattern: str
     _alternatives: tuple[_GlobAutomaton, ...] = attrs.field(repr=False)
 
-    def match(self, path: str) -> bool:
-        return any(alternative.match(path) for alternative in self._alternatives)
+    def match(self, path: str, check: Callable[[], None] | None = None) -> bool:
+        """Whether ``path`` matches; ``check`` (e.g. a cancellation check) is called as a long match goes."""
+        return any(alternative.match(path, check) for alternative in self._alternatives)
 
 
 def compile_glob(pattern: str) -> GlobMatcher:
@@ -552,13 +565,26 @@ def compile_glob(pattern: str) -> GlobMatcher:
     (``**/`` also matches no directory at all), ``[abc]``/``[!abc]`` (or ``[^abc]``) are
     character classes and ``{a,b}`` alternatives (nesting allowed, at most
     ``MAX_GLOB_ALTERNATIVES`` in all). Raises :class:`FileToolError` for a
-    pattern longer than ``MAX_GLOB_CHARS`` or an invalid character class.
+    pattern longer than ``MAX_GLOB_CHARS``, one whose alternatives add up to
+    more than ``MAX_GLOB_STATES`` positions (states of their automata: matching
+    costs up to that much per character of a path), or an invalid character class.
     """
     if len(pattern) > MAX_GLOB_CHARS:
         raise FileToolError(f"glob pattern is {len(pattern)} characters long; at most {MAX_GLOB_CHARS} are taken")
     if _BOUNDARY in pattern:
         raise FileToolError("glob pattern must not contain a NUL character (no path holds one)")
-    return GlobMatcher(pattern, tuple(_GlobAutomaton(alternative) for alternative in _expand_braces(pattern)))
+    automata: list[_GlobAutomaton] = []
+    states = 0
+    for alternative in _expand_braces(pattern):
+        automata.append(_GlobAutomaton(alternative))
+        states += len(automata[-1].steps)
+        if states > MAX_GLOB_STATES:
+            # Refused as soon as the sum passes the bound: building the rest would cost as much.
+            raise FileToolError(
+                f"glob pattern is too complex: its {{...}} alternatives expand to more than {MAX_GLOB_STATES} "
+                "pattern positions in all; use fewer alternatives or shorter ones"
+            )
+    return GlobMatcher(pattern, tuple(automata))
 
 
 def _check_pattern(pattern: str) -> None:
@@ -1075,8 +1101,10 @@ def _glob(workspace: Workspace, pattern: str, path: str, limit: int) -> dict[str
     matcher = compile_glob(pattern)
     found: list[tuple[float, str]] = []
     for file in _walk_files(base, hidden_dirs=True):
+        # Per file and along a long match: one directory's matches can take seconds.
+        _check_cancelled()
         relative = os.path.relpath(file, base).replace(os.sep, "/")
-        if not matcher.match(relative):
+        if not matcher.match(relative, check=_check_cancelled):
             continue
         real = os.path.realpath(file)
         if not workspace.contains(real):
@@ -1171,10 +1199,12 @@ class _Matches:
     files: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict)
     total: int = 0
 
-    def add(self, path: str, line_number: int, line: str) -> None:
+    def add(self, path: str, line_number: int, line: str, length: int | None = None) -> None:
+        """Count a match, keeping it while under the limit; ``length``: the line's, when ``line`` is only its head."""
         self.total += 1
         if self.total <= self.limit:
-            self.files.setdefault(path, []).append({"line_number": line_number, "line": _cut(line, MAX_MATCH_CHARS)})
+            shown = _cut(line, MAX_MATCH_CHARS, length)
+            self.files.setdefault(path, []).append({"line_number": line_number, "line": shown})
 
     def value(self) -> dict[str, Any]:
         return {
@@ -1200,6 +1230,28 @@ def _search_root_is_dir(base: str, path: str) -> bool:
     if not stat.S_ISREG(mode):
         raise FileToolError(f"{path!r} is not a regular file or a directory")
     return False
+
+
+# The built-in grep matches this much of a line; the rest of a longer one is counted, not held.
+_GREP_LINE_HEAD_BYTES: Final = 64 * 1024
+# It checks for cancellation after so many lines, or sooner after a megabyte of them.
+_GREP_LINES_PER_CHECK: Final = 1024
+
+
+def _grep_lines(stream: Any) -> Iterator[tuple[int, str, int | None]]:
+    """Each line's number, text (of a long one, its head) and, when cut, its length in characters."""
+    number = since_check = 0
+    while raw := stream.readline(_GREP_LINE_HEAD_BYTES):
+        number += 1
+        since_check += len(raw)
+        if number % _GREP_LINES_PER_CHECK == 0 or since_check >= _CHUNK_BYTES:
+            _check_cancelled()
+            since_check = 0
+        rest = 0
+        if len(raw) == _GREP_LINE_HEAD_BYTES and not raw.endswith(b"\n"):
+            rest = _skip_line(stream)  # one line may be gigabytes
+        text = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", errors="replace")
+        yield number, text, (len(text) + rest if rest else None)
 
 
 def _grep_python(
@@ -1229,7 +1281,7 @@ def _grep_python(
         if file != base:
             relative = os.path.relpath(file, base).replace(os.sep, "/")
             name = relative.rsplit("/", 1)[-1]
-            selected = matcher is not None and bool(matcher.match(name if by_name else relative))
+            selected = matcher is not None and matcher.match(name if by_name else relative, check=_check_cancelled)
             if not selected and (matcher is not None or name.startswith(".")):
                 continue
         real = os.path.realpath(file)
@@ -1241,20 +1293,246 @@ def _grep_python(
                 if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
                     continue
                 stream.seek(0)
-                for number, raw in enumerate(stream, start=1):
-                    line = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", errors="replace")
+                for number, line, length in _grep_lines(stream):
                     if regex.search(line):
-                        found.add(shown, number, line)
+                        found.add(shown, number, line, length)
         except OSError:
             continue
     return found.value()
 
 
-def _rg_text(field: Mapping[str, Any]) -> str:
+# rg --json writes each match as one line of JSON holding the whole matching line; past this
+# size a message is not kept whole (a path, even escaped, fits well within it).
+_RG_MESSAGE_CAP: Final = 64 * 1024
+# How much of an oversized match's JSON string is kept: MAX_MATCH_CHARS characters, even escaped.
+_RG_LINE_HEAD_BYTES: Final = 6 * MAX_MATCH_CHARS + 6
+_RG_LINES_FIELD: Final = re.compile(rb',"lines":\{"(text|bytes)":"')
+_RG_LINE_NUMBER: Final = re.compile(rb'\s*\}\s*,\s*"line_number"\s*:\s*(\d+)')
+# The quote closing a JSON string: one after an even run of backslashes (each pair is one "\\").
+_JSON_CLOSING_QUOTE: Final = re.compile(rb'(?:^|[^\\])(?:\\\\)*"')
+_BACKSLASH: Final = ord("\\")
+
+
+def _backslash_run(raw: bytes, end: int) -> int:
+    """How many backslashes end ``raw[:end]``."""
+    start = end
+    while start > 0 and raw[start - 1] == _BACKSLASH:
+        start -= 1
+    return end - start
+
+
+def _closing_quote(piece: bytes) -> int:
+    """Where the quote closing a JSON string is in ``piece`` (starting between escapes), or -1."""
+    position = 0
+    for _ in range(16):  # quotes are rare in most lines: find them at memchr's speed
+        quote = piece.find(b'"', position)
+        if quote == -1 or _backslash_run(piece, quote) % 2 == 0:
+            return quote
+        position = quote + 1
+    # Many escaped quotes: one regular expression pass (the escaped quote before starts it).
+    found = _JSON_CLOSING_QUOTE.search(piece, position - 1)
+    return -1 if found is None else found.end() - 1
+
+
+def _whole_escapes_end(raw: bytes) -> int:
+    """Where an escape that ``raw`` cuts short begins (``len(raw)`` if none); ``raw`` starts between escapes."""
+    last = raw.rfind(b"\\", max(len(raw) - 6, 0))
+    if last == -1 or _backslash_run(raw, last + 1) % 2 == 0:
+        return len(raw)  # no backslash near the end, or the last one closes a "\\"
+    if last == len(raw) - 1 or (raw[last + 1 : last + 2] == b"u" and len(raw) - last < 6):
+        return last
+    return len(raw)
+
+
+def _ends_with_escape(raw: bytes, letter: bytes) -> bool:
+    """Whether ``raw`` (starting between escapes) ends with the escape ``\\`` + ``letter``."""
+    return raw.endswith(b"\\" + letter) and _backslash_run(raw, len(raw) - 1) % 2 == 1
+
+
+def _json_characters(raw: bytes) -> int:
+    """How many characters the JSON string body ``raw`` (whole escapes only) stands for."""
+    characters = len(raw) - len(raw.translate(None, _NOT_CONTINUATION))
+    # Left to right, as a JSON reader pairs them: what is left are the other escapes' backslashes.
+    pairs = raw.count(b"\\\\")
+    rest = raw.replace(b"\\\\", b"")
+    return characters - pairs - rest.count(b"\\") - 4 * rest.count(b"\\u")
+
+
+@attrs.define
+class _OversizedMatch:
+    """An rg match message too long to keep: its head, and its line's JSON string scanned in chunks.
+
+    Each chunk is cut between two escapes (an escape cut in two waits for the next), so
+    that counting and finding the closing quote need no state but the previous chunk's ending.
+    """
+
+    head: bytes  # the message up to the opening quote of its line's JSON string
+    encoding: bytes  # b"text" (a JSON string) or b"bytes" (base64)
+    kept: bytearray = attrs.field(factory=bytearray)
+    kept_all: bool = True  # whether ``kept`` is still all of the string so far
+    carry: bytes = b""
+    length: int = 0  # characters of the line (for base64, bytes), its line ending included
+    ending: int = 0  # how much of ``length`` the line ending is
+    last_piece: bytes = b""  # the end of the string so far (base64: its last eight characters)
+    after: bytearray | None = None  # once the string closed: what follows it, up to the line number
+
+    def feed(self, data: bytes) -> int:
+        """Take ``data`` up to the message's newline; returns how much of it was the message's (-1: all)."""
+        start = 0
+        if self.after is None:
+            carried = len(self.carry)
+            closed = self._scan_string(self.carry + data)
+            if closed == -1:
+                return -1
+            start = closed - carried  # the closing quote is in data: the carry holds none
+            self.after = bytearray()
+        newline = data.find(b"\n", start)
+        end = len(data) if newline == -1 else newline
+        self.after += data[start : min(end, start + max(256 - len(self.after), 0))]
+        return -1 if newline == -1 else newline + 1
+
+    def _scan_string(self, piece: bytes) -> int:
+        """Keep and count ``piece`` of the line's string; returns the index past its closing quote, or -1."""
+        quote = _closing_quote(piece)
+        if quote == -1:
+            end = _whole_escapes_end(piece)
+            body, self.carry = piece[:end], piece[end:]
+        else:
+            body, self.carry = piece[:quote], b""
+        if self.kept_all:
+            room = _RG_LINE_HEAD_BYTES - len(self.kept)
+            taken = body[:room]
+            if len(body) > room:
+                taken = taken[: _whole_escapes_end(taken)]
+                self.kept_all = False
+            self.kept += taken
+        if body:
+            self._count(body)
+        return -1 if quote == -1 else quote + 1
+
+    def _count(self, body: bytes) -> None:
+        if self.encoding == b"bytes":
+            self.length += len(body)  # base64 characters until message() turns them into bytes
+            self.last_piece = (self.last_piece + body)[-8:]  # two whole quads: room for "\r\n"
+            return
+        self.length += _json_characters(body)
+        newline = _ends_with_escape(body, b"n")
+        if newline and len(body) == 2:
+            carriage_return = _ends_with_escape(self.last_piece, b"r")
+        else:
+            carriage_return = newline and _ends_with_escape(body[:-2], b"r")
+        self.ending = int(newline) + int(carriage_return)
+        self.last_piece = body
+
+    def message(self) -> tuple[dict[str, Any], int] | None:
+        """The message with only the kept head of its line, and the line's length; None if cut short."""
+        number = _RG_LINE_NUMBER.match(self.after or b"")
+        lines = _RG_LINES_FIELD.search(self.head)
+        if number is None or lines is None:
+            return None
+        message: dict[str, Any] = json.loads(self.head[: lines.start()] + b"}}")
+        length, ending = self.length, self.ending
+        if self.encoding == b"text":
+            line = {"text": json.loads('"' + self.kept.decode("utf-8", errors="ignore") + '"')}
+        else:
+            line = {"bytes": self.kept[: len(self.kept) // 4 * 4].decode("ascii")}
+            # Counted in bytes: the line is not UTF-8, and decoding all of it to count is what is avoided.
+            length = length // 4 * 3 - self.last_piece.count(b"=")
+            tail = base64.b64decode(self.last_piece[len(self.last_piece) % 4 :])
+            ending = tail.endswith(b"\n") + tail.endswith(b"\r\n")
+        message["data"].update(lines=line, line_number=int(number.group(1)))
+        return message, length - ending
+
+
+class _RgMessages:
+    """``rg --json`` output split into messages, in time linear in its length and bounded memory.
+
+    Only new bytes are searched for the newline ending a message. A message longer than
+    ``_RG_MESSAGE_CAP`` (a match on a line megabytes long) is not kept whole: see
+    :class:`_OversizedMatch`; it reaches ``on_message`` with the head of its line and
+    the line's length in characters.
+    """
+
+    def __init__(self, on_message: Callable[[dict[str, Any], int | None], None]) -> None:
+        self._on_message = on_message
+        self._pending = bytearray()
+        self._oversized: _OversizedMatch | None = None
+        self._skipping = False  # an oversized message that is not a match: dropped to its newline
+
+    def feed(self, data: bytes) -> None:
+        start = 0
+        while start < len(data):
+            if self._oversized is not None:
+                used = self._oversized.feed(data[start:] if start else data)
+                if used == -1:
+                    return
+                self._finish_oversized()
+                start += used
+                continue
+            newline = data.find(b"\n", start)
+            if newline == -1:
+                if not self._skipping:
+                    self._pending += data[start:] if start else data
+                    if len(self._pending) > _RG_MESSAGE_CAP:
+                        self._start_oversized()
+                return
+            if self._skipping:
+                self._skipping = False
+            else:
+                self._pending += data[start:newline]
+                self._parse(bytes(self._pending))
+            self._pending.clear()
+            start = newline + 1
+
+    def close(self) -> None:
+        if self._oversized is not None:
+            self._finish_oversized()
+        elif not self._skipping:
+            self._parse(bytes(self._pending))
+
+    def _parse(self, line: bytes) -> None:
+        if line.strip():
+            self._on_message(json.loads(line), None)
+
+    def _start_oversized(self) -> None:
+        head = bytes(self._pending)
+        lines = _RG_LINES_FIELD.search(head)
+        if lines is None and len(head) <= 4 * _RG_MESSAGE_CAP and head.startswith(b'{"type":"match"'):
+            return  # a path longer than usual: wait for the line's field
+        self._pending.clear()
+        if lines is None or not head.startswith(b'{"type":"match"'):
+            self._skipping = True
+            return
+        self._oversized = _OversizedMatch(head[: lines.end()], lines.group(1))
+        self._oversized.feed(head[lines.end() :])
+
+    def _finish_oversized(self) -> None:
+        assert self._oversized is not None
+        oversized, self._oversized = self._oversized, None
+        if (clipped := oversized.message()) is not None:
+            self._on_message(*clipped)
+
+
+def _rg_text(field: Mapping[str, Any], *, line: bool = False) -> str:
+    """A text field of rg's JSON, given as ``bytes`` (base64) when it is not UTF-8.
+
+    A path keeps its bytes (``os.fsdecode``: it must name the file); a line shows
+    U+FFFD for them, as the built-in search does: a lone surrogate is text no
+    UTF-8 encoder takes, and it would reach the model and every log.
+    """
     if "text" in field:
         text: str = field["text"]
         return text
-    return os.fsdecode(base64.b64decode(field.get("bytes", "")))
+    raw = base64.b64decode(field.get("bytes", ""))
+    return raw.decode("utf-8", errors="replace") if line else os.fsdecode(raw)
+
+
+def _sniffs_binary(real: str) -> bool:
+    try:
+        with open(real, "rb") as stream:
+            return _is_binary(stream.read(_BINARY_SNIFF_BYTES))
+    except OSError:
+        return False  # rg reports why it cannot read it
 
 
 async def _grep_rg(
@@ -1268,7 +1546,10 @@ async def _grep_rg(
     limit: int,
 ) -> dict[str, Any]:
     base = await _in_thread(run, partial(workspace.resolve, path))
-    await _in_thread(run, partial(_search_root_is_dir, base, path))
+    is_dir = await _in_thread(run, partial(_search_root_is_dir, base, path))
+    # rg searches a file named on its command line even when it is binary; skip it as the fallback does.
+    if not is_dir and await _in_thread(run, partial(_sniffs_binary, base)):
+        return _Matches(limit).value()
     # --sort path makes the file order deterministic (and equal to the fallback's).
     argv = [rg, "--json", "--no-config", "--sort", "path", "--no-messages"]
     if ignore_case:
@@ -1280,25 +1561,19 @@ async def _grep_rg(
     errors = bytearray()
 
     async def read_matches(stream: trio.abc.ReceiveStream) -> None:
-        pending = b""
+        messages = _RgMessages(parse)
         async with stream:
             async for chunk in stream:
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    parse(line)
-            parse(pending)
+                messages.feed(bytes(chunk))
+            messages.close()
 
-    def parse(line: bytes) -> None:
-        if not line.strip():
-            return
-        message = json.loads(line)
+    def parse(message: dict[str, Any], length: int | None) -> None:
         if message.get("type") != "match":
             return
         data = message["data"]
         # rg prints paths as given: below the absolute ``base``, so absolute too.
         shown = workspace.display(os.path.join(base, _rg_text(data["path"])))
-        found.add(shown, data["line_number"], _rg_text(data["lines"]).rstrip("\n").rstrip("\r"))
+        found.add(shown, data["line_number"], _rg_text(data["lines"], line=True).rstrip("\n").rstrip("\r"), length)
 
     async def read_errors(stream: trio.abc.ReceiveStream) -> None:
         async with stream:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -520,6 +523,82 @@ def test_a_pattern_made_to_backtrack_is_matched_in_linear_time() -> None:
     assert matcher.match(name + "b") is True
 
 
+# Braces that multiply a long pattern: 256 alternatives of about 960 positions each.
+COSTLY_GLOB = "{*,?}" * 8 + "*a" * 476 + "b"
+
+
+def test_a_glob_whose_alternatives_add_up_to_too_many_positions_is_refused() -> None:
+    with pytest.raises(FileToolError, match=re.escape(f"more than {files.MAX_GLOB_STATES} pattern positions")):
+        compile_glob(COSTLY_GLOB)
+    many_short = compile_glob("{a,b}" * 8)  # 256 alternatives, but short ones
+    assert many_short.match("ab" * 4) and not many_short.match("ab" * 3)
+
+
+async def test_glob_refuses_a_pattern_too_costly_to_match(tmp_path: Path) -> None:
+    (tmp_path / ("a" * 240)).write_text("x")
+    message = failed(await run(tmp_path, "glob", {"pattern": COSTLY_GLOB}), "FILE_ERROR")
+    assert message.startswith("glob pattern is too complex") and "5000" in message
+
+
+def test_a_long_glob_match_checks_for_cancellation_as_it_goes() -> None:
+    checks: list[int] = []
+    matcher = compile_glob("*a*a*a*a*a*a*a*b")
+    assert matcher.match("a" * 5000, check=lambda: checks.append(1)) is False
+    assert len(checks) >= 2  # several times along one name, not once per call
+
+    class Stop(Exception):
+        pass
+
+    def cancelled() -> None:
+        raise Stop
+
+    with pytest.raises(Stop):
+        matcher.match("a" * 5000, check=cancelled)
+    assert compile_glob("*.py").match("a.py", check=cancelled)  # a short match finishes first
+
+
+async def test_a_cancelled_glob_stops_between_files_of_one_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(5):
+        (tmp_path / f"f{n}.txt").write_text("x")
+    matched: list[str] = []
+    real_compile = files.compile_glob
+
+    class Recording:
+        def __init__(self, pattern: str) -> None:
+            self.matcher = real_compile(pattern)
+
+        def match(self, path: str, **options: Any) -> bool:
+            matched.append(path)
+            return self.matcher.match(path, **options)
+
+    started, resume = threading.Event(), threading.Event()
+
+    def check_cancelled() -> None:
+        started.set()
+        resume.wait(10)
+        trio.from_thread.check_cancelled()
+
+    monkeypatch.setattr(files, "compile_glob", Recording)
+    monkeypatch.setattr(files, "_check_cancelled", check_cancelled)
+    runtime, signal = runtime_for(tmp_path), CancelSignal()
+
+    async def cancel_once_checking() -> None:
+        with trio.fail_after(10):
+            await trio.to_thread.run_sync(started.wait)
+        signal.cancel("user")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_once_checking)
+        result = await runtime.execute(make_input("glob", {"pattern": "*"}, signal=signal))
+    assert failed(result, "ABORTED")
+    resume.set()
+    with trio.fail_after(10):
+        await runtime.wait_for_orphans()
+    assert matched == []  # checked before the first file, not once the whole directory was matched
+
+
 @pytest.mark.parametrize(
     ("pattern", "message"),
     [
@@ -604,6 +683,22 @@ async def test_grep_glob_filter_and_single_file(tree: Path, backend: str) -> Non
     assert one["files"] == ({"path": "b.txt", "matches": ({"line_number": 2, "line": "needle three"},)},)
 
 
+async def test_grep_skips_a_binary_file_even_when_named_by_path(tree: Path, backend: str) -> None:
+    # ripgrep searches a file it is given by name without its binary detection.
+    assert ok(await run(tree, "grep", {"pattern": "needle", "path": "blob.bin"})) == {
+        "files": (),
+        "total": 0,
+        "truncated": False,
+    }
+
+
+async def test_grep_shows_a_line_that_is_not_utf8_with_replacement_characters(tmp_path: Path, backend: str) -> None:
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9 needle\n")
+    value = ok(await run(tmp_path, "grep", {"pattern": "needle"}))
+    # Not a lone surrogate (which no UTF-8 encoder takes): the same text on both backends.
+    assert value["files"] == ({"path": "latin1.txt", "matches": ({"line_number": 1, "line": "caf\ufffd needle"},)},)
+
+
 async def test_grep_without_matches(tree: Path, backend: str) -> None:
     result = await run(tree, "grep", {"pattern": "absent"})
     assert ok(result) == {"files": (), "total": 0, "truncated": False}
@@ -679,6 +774,123 @@ async def test_grep_never_follows_a_symlinked_file(tree: Path, backend: str) -> 
     (tree / "link.txt").symlink_to(tree / "b.txt")
     value = ok(await run(tree, "grep", {"pattern": "needle three"}))
     assert [f["path"] for f in value["files"]] == ["b.txt"]
+
+
+async def test_grep_keeps_the_head_of_a_line_megabytes_long_in_bounded_memory(tmp_path: Path, backend: str) -> None:
+    import tracemalloc
+
+
+    size = 16 * 1024 * 1024
+    escaped = 'é"\t\\' * (1 << 20)  # characters JSON escapes, and one of two bytes
+    with open(tmp_path / "min.js", "wb") as stream:
+        stream.write(b"needle" + b"x" * size + b"\n")
+        stream.write(b"short needle\n")
+        stream.write(escaped.encode() + b"needle\n")
+    tracemalloc.start()
+    try:
+        value = ok(await run(tmp_path, "grep", {"pattern": "needle"}))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024  # the lines are 16 and 5 MiB; neither is held whole
+    (file,) = value["files"]
+    assert file["path"] == "min.js"
+    long, short, *special = file["matches"]
+    assert long == {"line_number": 1, "line": "needle" + "x" * 494 + f"… [line cut: {size + 6} characters]"}
+    assert short == {"line_number": 2, "line": "short needle"}
+    if backend == "rg":
+        assert special == [{"line_number": 3, "line": escaped[:500] + f"… [line cut: {len(escaped) + 6} characters]"}]
+    else:  # the built-in search matches only a long line's head, and "needle" is at its end
+        assert special == []
+
+
+async def test_grep_without_rg_counts_a_line_of_hundreds_of_megabytes_without_holding_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tracemalloc
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    size = 256 * 1024 * 1024
+    with open(tmp_path / "huge.log", "wb") as stream:
+        stream.write(b"needle" + b"x" * 10_000)
+        stream.truncate(size)  # sparse: one line, NULs past the head (which the binary sniff reads)
+    tracemalloc.start()
+    try:
+        value = ok(await run(tmp_path, "grep", {"pattern": "needle"}))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024
+    assert value["files"] == (
+        {"path": "huge.log", "matches": ({"line_number": 1, "line": "needle" + "x" * 494 + f"… [line cut: {size} characters]"},)},
+    )
+
+
+async def test_a_cancelled_grep_without_rg_stops_inside_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    (tmp_path / "big.log").write_text("hay\n" * (3 * files._GREP_LINES_PER_CHECK))
+    checks: list[int] = []
+    started, resume = threading.Event(), threading.Event()
+
+    def check_cancelled() -> None:
+        checks.append(1)
+        if len(checks) == 2:  # the first check inside the file (the first is before opening it)
+            started.set()
+            resume.wait(10)
+        trio.from_thread.check_cancelled()
+
+    monkeypatch.setattr(files, "_check_cancelled", check_cancelled)
+    runtime, signal = runtime_for(tmp_path), CancelSignal()
+
+    async def cancel_once_checking() -> None:
+        await trio.to_thread.run_sync(started.wait, abandon_on_cancel=True)
+        signal.cancel("user")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_once_checking)
+        with trio.fail_after(10):
+            result = await runtime.execute(make_input("grep", {"pattern": "needle", "path": "big.log"}, signal=signal))
+        nursery.cancel_scope.cancel()
+    assert failed(result, "ABORTED")
+    resume.set()
+    with trio.fail_after(10):
+        await runtime.wait_for_orphans()
+    assert len(checks) == 2  # it stopped there, before the rest of the file
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    line=st.text(alphabet='a"\\\r\t\x01é€😀', max_size=60),
+    ending=st.sampled_from(["\n", "\r\n", ""]),
+    chunk=st.integers(min_value=1, max_value=17),
+    as_bytes=st.booleans(),
+)
+def test_rg_messages_clip_an_oversized_match_wherever_the_chunks_fall(
+    line: str, ending: str, chunk: int, as_bytes: bool
+) -> None:
+    text = line + ending
+    # rg writes a line that is not UTF-8 as base64; the length is then counted in bytes.
+    field = {"bytes": base64.b64encode(text.encode()).decode()} if as_bytes else {"text": text}
+    match = {"type": "match", "data": {"path": {"text": "d/a.txt"}, "lines": field,
+             "line_number": 7, "absolute_offset": 0, "submatches": [{"match": {"text": "a"}, "start": 0, "end": 1}]}}  # fmt: skip
+    output = "\n".join(json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in ({"type": "begin"}, match, {"type": "end"}))
+    data = (output + "\n").encode()
+    seen: list[tuple[Any, int | None]] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "_RG_MESSAGE_CAP", 40)  # every match message is oversized
+        patch.setattr(files, "_RG_LINE_HEAD_BYTES", 24)
+        messages = files._RgMessages(lambda message, length: seen.append((message, length)))
+        for start in range(0, len(data), chunk):
+            messages.feed(data[start : start + chunk])
+        messages.close()
+    assert [message["type"] for message, _ in seen] == ["begin", "match", "end"]
+    clipped, length = seen[1]
+    whole: str | bytes = text.encode() if as_bytes else text
+    assert length == len(whole) - text.endswith("\n") - text.endswith("\r\n")  # without the line ending
+    assert clipped["data"]["line_number"] == 7 and clipped["data"]["path"] == {"text": "d/a.txt"}
+    lines = clipped["data"]["lines"]
+    head = base64.b64decode(lines["bytes"]) if as_bytes else lines["text"]
+    assert whole.startswith(head) and len(head) >= min(len(whole), 4)  # type: ignore[arg-type]
 
 
 async def test_grep_asks_for_rg_and_falls_back_without_it(monkeypatch: pytest.MonkeyPatch, tree: Path) -> None:
