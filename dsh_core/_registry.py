@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Literal, Self, TypeAlias, final
+from typing import Any, Final, Literal, Self, TypeAlias, final
 
 import attrs
 
@@ -107,11 +107,18 @@ class ToolRegistration(Disposer):
         return self.definition.name
 
 
+_MAX_CACHED_VIEWS: Final = 4096
+"""Resolved views kept at once: past it the per-scope ones are dropped and rebuilt when next needed."""
+
+
 class _Layer:
-    __slots__ = ("deferring", "guards", "loaded", "mode", "restrictions", "tools")
+    __slots__ = ("deferring", "guards", "loaded", "mode", "restrictions", "stand_ins", "tools")
 
     def __init__(self) -> None:
         self.tools: dict[str, ToolDefinition] = {}
+        # The registered tool a substitute() stands in for, by name, while it stands in: its
+        # registration's disposer removes the stand-in, and no restore brings the tool back.
+        self.stand_ins: dict[str, ToolDefinition] = {}
         self.restrictions: list[ToolRestriction] = []
         self.guards: list[ToolGuard] = []
         self.mode: PresentationMode | None = None
@@ -245,8 +252,12 @@ class Registry:
 
         def unregister() -> None:
             current = self._layer(scope, create=False)
-            if current is not None and current.tools.get(tool.name) is tool:
+            if current is None:
+                return
+            entry = current.tools.get(tool.name)
+            if entry is tool or (entry is not None and current.stand_ins.get(tool.name) is tool):
                 del current.tools[tool.name]
+                current.stand_ins.pop(tool.name, None)
                 self._reclaim(scope)
                 self._changed()
 
@@ -263,7 +274,8 @@ class Registry:
         Every scope keeps the names it sees (restrictions and shadowing apply
         as before), so nothing is announced to ``dsh_tools_change``: a stand-in
         is a passing change, not a new tool set for the model. The disposer
-        puts the original back if the substitute is still in its place.
+        puts the original back if the substitute is still in its place; the
+        original's own disposer, run meanwhile, removes the stand-in with it.
 
         Raises:
             RegistrationError: no tool of that name is registered in ``scope`` itself.
@@ -274,12 +286,15 @@ class Registry:
         if layer is None or original is None:
             raise RegistrationError(f'no tool "{tool.name}" is registered in this scope to substitute')
         layer.tools[tool.name] = tool  # the same key: the tool keeps its place in the listing
+        layer.stand_ins.setdefault(tool.name, original)  # a stand-in for a stand-in: still the registered one
         self._changed(notify=False)
 
         def restore() -> None:
             current = self._layer(scope, create=False)
             if current is not None and current.tools.get(tool.name) is tool:
                 current.tools[tool.name] = original
+                if current.stand_ins.get(tool.name) is original:
+                    del current.stand_ins[tool.name]
                 self._changed(notify=False)
 
         return Disposer(restore)
@@ -456,6 +471,13 @@ class Registry:
         except TypeError:
             raise TypeError(f"a scope must be None, an Agent or a hashable key, got {type(scope).__name__}") from None
         if view is None:
+            if len(self._views) >= _MAX_CACHED_VIEWS:
+                # Agents may churn (one per task, equal only to themselves): keep the cache
+                # bounded, as the hook chains' memo is; the global view is the one most used.
+                shared = self._views.get(None)
+                self._views.clear()
+                if shared is not None:
+                    self._views[None] = shared
             view = self._views[scope] = self._resolve(scope)
         return view
 

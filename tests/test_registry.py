@@ -398,6 +398,52 @@ def test_a_substitute_takes_the_tools_place_in_its_scope_until_disposed() -> Non
         runtime._registry.substitute(json_tool("nope"), None)
 
 
+@pytest.mark.parametrize("scoped", [False, True])
+def test_a_registration_disposed_while_a_substitute_stands_in_stays_disposed(scoped: bool) -> None:
+    """The owner unregisters during a simulation: the stand-in goes, and no restore brings the tool back."""
+    runtime = ToolRuntime()
+    scope = Agent("worker") if scoped else None
+    registration = runtime.register(json_tool("t"), scope)
+    outer = runtime._registry.substitute(json_tool("t"), scope)
+    inner = runtime._registry.substitute(json_tool("t"), scope)  # a stand-in for the stand-in
+    registration()
+    assert runtime.names(scope) == []
+    inner()
+    outer()
+    assert runtime.names(scope) == []
+    replacement = json_tool("t")
+    runtime.register(replacement, scope)  # the name is free again
+    assert runtime.get("t", scope) is replacement
+
+
+def test_nested_substitutes_restore_in_turn_and_the_registration_still_disposes() -> None:
+    runtime = ToolRuntime()
+    real, outer_tool, inner_tool = json_tool("t"), json_tool("t"), json_tool("t")
+    registration = runtime.register(real)
+    outer = runtime._registry.substitute(outer_tool, None)
+    inner = runtime._registry.substitute(inner_tool, None)
+    assert runtime.get("t") is inner_tool
+    inner()
+    assert runtime.get("t") is outer_tool
+    outer()
+    assert runtime.get("t") is real
+    registration()
+    assert runtime.names() == []
+
+
+def test_the_view_cache_stays_bounded_as_agents_churn() -> None:
+    runtime = ToolRuntime()
+    tool = json_tool("t")
+    runtime.register(tool)
+    shared = runtime._registry.view(None)
+    for index in range(5000):
+        agent = Agent(f"task-{index}")
+        assert runtime.get("t", agent) is tool
+    assert len(runtime._registry._views) <= 4096
+    assert runtime._registry.view(None) is shared  # the global view outlives the clearing
+    assert runtime.names(Agent("late")) == ["t"]
+
+
 def test_failing_tools_change_listener_rolls_registration_back() -> None:
     runtime = ToolRuntime()
 
