@@ -21,7 +21,7 @@ from typing import Final, Literal
 import attrs
 import trio
 
-from dsh_core import APPROVAL_ANSWERS, ApprovalService, TextBlock, ToolExecution, ToolRuntime, json_text
+from dsh_core import APPROVAL_ANSWERS, ApprovalService, TextBlock, ToolExecution, ToolRuntime, json_text, safe_repr
 from dsh_core.presentation import (
     UNREAD_OLD_TEXT,
     DiffCallView,
@@ -273,8 +273,11 @@ class ApprovalStep:
     """What happened at one step of an :class:`EscalatingApproval` question.
 
     ``answer`` is the service's answer, ``"timed-out"`` when it gave none
-    within its budget, or ``"failed"`` when its ``request`` raised; then
-    ``error`` says what it raised (its message, else the exception's type name).
+    within its budget, ``"failed"`` when its ``request`` raised; then
+    ``error`` says what it raised (its message, else the exception's type name),
+    or ``"malformed"`` when it returned something that is not an approval
+    answer; then ``error`` is ``not an approval answer: <bounded repr>`` (and the
+    call fails ``POLICY_ERROR``, as with any service).
     ``waited_s`` is the time spent on this step (trio's clock).
     """
 
@@ -375,8 +378,7 @@ class EscalatingApproval:
                         error,
                         exc_info=exc,
                     )
-            if error is None and answer not in APPROVAL_ANSWERS and answer not in ("timed-out", ALLOWED_ALWAYS):
-                return answer  # the runtime reports a malformed answer, naming it
+            malformed = error is None and answer not in APPROVAL_ANSWERS and answer not in ("timed-out", ALLOWED_ALWAYS)
             if self.on_step is not None:
                 waited = trio.current_time() - start
                 self.on_step(
@@ -384,11 +386,14 @@ class EscalatingApproval:
                         call_id=execution.call_id,
                         tool=execution.name,
                         step=index,
-                        answer=answer,
+                        # Whatever the service returned may be any object: the trail holds its bounded repr.
+                        answer="malformed" if malformed else answer,
                         waited_s=waited,
-                        error=error,
+                        error=f"not an approval answer: {safe_repr(answer)}" if malformed else error,
                     )
                 )
+            if malformed:
+                return answer  # the runtime reports a malformed answer, naming it
             if answer in ("allowed-once", "denied", "cancelled", ALLOWED_ALWAYS):
                 return answer
         return self.on_exhausted

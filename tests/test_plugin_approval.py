@@ -484,6 +484,21 @@ async def test_a_malformed_answer_is_reported_not_escalated(autojump_clock: Any,
 
 
 @pytest.mark.parametrize(
+    ("malformed", "described"),
+    [("yes please", "not an approval answer: 'yes please'"), (42, "not an approval answer: 42")],
+)
+async def test_a_malformed_answer_is_recorded_in_the_trail(autojump_clock: Any, malformed: Any, described: str) -> None:
+    runtime, log = escalating_runtime((Approver("timed-out", delay=None), 2), (Approver(malformed, delay=1), 5))
+    result = await runtime.execute(shell_call())
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.code == "POLICY_ERROR"
+    assert [(step.step, step.answer, step.error, step.waited_s) for step in log] == [
+        (0, "timed-out", None, 2),
+        (1, "malformed", described, 1),
+    ]
+
+
+@pytest.mark.parametrize(
     ("steps", "options", "fragment"),
     [
         ((), {}, "at least one"),
