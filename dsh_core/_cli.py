@@ -176,7 +176,7 @@ def _approval(interactive: bool, err: Console, grants: Path | None = None) -> Ap
         return None
     service: ApprovalService
     if interactive:
-        service = TerminalApproval(prompt=_prompt_on_stderr, report_always=grants is not None)
+        service = TerminalApproval(show=_show_on_stderr, readline=_read_stdin_line, report_always=grants is not None)
     else:
         service = NonInteractiveApproval()
     if grants is None:
@@ -198,14 +198,15 @@ def _user() -> str:
         return "dsh-tools"
 
 
-def _prompt_on_stderr(question: str) -> str:
+def _show_on_stderr(question: str) -> None:
     # stdout carries results (``run`` writes JSON lines there): ask on stderr.
     sys.stderr.write(question)
     sys.stderr.flush()
-    line = sys.stdin.readline()
-    if not line:
-        raise EOFError
-    return line
+
+
+def _read_stdin_line() -> str:
+    # Looked up at each read: the stdin of this invocation (a test runner replaces it).
+    return sys.stdin.readline()
 
 
 def _dotted_name(text: str) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import sys
 from collections.abc import Callable
 from typing import Final, Literal
 
@@ -33,6 +34,7 @@ from dsh_core.presentation import (
     printable,
 )
 
+from ._line_reader import LineReader
 from .grants import ALLOWED_ALWAYS
 
 __all__ = [
@@ -175,9 +177,25 @@ class TerminalApproval:
     denies. The ``reason`` of the ``Ask``, when given, is shown on the line
     above the question (its first 2000 characters, and how many more there are).
 
-    ``prompt`` is the blocking line reader (default :func:`input`); it runs in a
-    worker thread (``trio.to_thread.run_sync``) so the event loop keeps
-    serving other calls, and prompts are serialised, one question at a time.
+    ``show`` writes the question (default: to standard output, flushed); it is
+    called in the event loop's thread, so it must not block (a terminal
+    write). ``readline`` returns the next line typed (default: a line of
+    standard input; ``""``, ``EOFError`` or ``OSError`` end the input, and
+    every later question is denied). One thread reads every line of
+    ``readline``, started at the first question and kept for the life of the
+    service: the event loop keeps serving other calls, and a question that
+    expires (an :class:`EscalatingApproval` budget) or is cancelled leaves no
+    thread of its own behind. A line goes to the question on screen when it is
+    read; a line typed before the current question was shown (for a question
+    that has expired, or typed ahead) is discarded, so it never answers a
+    later, different question. Prompts are serialised, one question at a time.
+
+    ``prompt`` is the older form, for scripted answers: a blocking callable
+    that shows the question and returns the answer, run in a worker thread of
+    its own for each question. A question that expires or is cancelled leaves
+    that thread waiting, and the line it eventually reads is lost: do not use
+    it on a terminal shared by questions that can expire.
+
     Pass ``runtime`` to have the question use the tools' ``present_call``
     titles. With ``report_always=True``, ``a`` is answered as
     :data:`dsh_plugins.grants.ALLOWED_ALWAYS` instead of being remembered here,
@@ -189,22 +207,26 @@ class TerminalApproval:
     without a question, and so does one cancelled while the answer was being
     typed (the late answer is discarded). When the call's cancel scope fires
     during the question, ``trio.Cancelled`` propagates as trio requires and the
-    call resolves as ``ABORTED_BEFORE_DISPATCH`` at once; the thread blocked in
-    ``input()`` cannot be interrupted and is left to finish on its own (its
-    answer is ignored) — the one piece of work here that cannot be drained.
+    call resolves as ``ABORTED_BEFORE_DISPATCH`` at once.
     """
 
     def __init__(
         self,
         runtime: ToolRuntime | None = None,
         *,
-        prompt: Callable[[str], str] = input,
+        show: Callable[[str], None] | None = None,
+        readline: Callable[[], str] | None = None,
+        prompt: Callable[[str], str] | None = None,
         report_always: bool = False,
     ) -> None:
         if type(report_always) is not bool:
             raise TypeError(f"report_always must be a bool, got {type(report_always).__name__}")
+        if prompt is not None and (show is not None or readline is not None):
+            raise TypeError("pass either prompt or show/readline, not both")
         self.runtime = runtime
         self.prompt = prompt
+        self.show = show if show is not None else _show_on_stdout
+        self.lines = LineReader(readline if readline is not None else _read_stdin_line)
         self.report_always = report_always
         self.always: set[str] = set()
         self._lock = trio.Lock()
@@ -222,6 +244,12 @@ class TerminalApproval:
         parts.append(f"Allow {_short(execution, view)}? [y/N/a] ")
         return "\n".join(parts)
 
+    async def _answer(self, question: str) -> str | None:
+        """The line typed in answer to ``question`` (``None``: the input has ended)."""
+        if self.prompt is not None:
+            return await trio.to_thread.run_sync(self.prompt, question, abandon_on_cancel=True)
+        return await self.lines.next_line(lambda: self.show(question))
+
     async def request(self, execution: ToolExecution, reason: str | None) -> str:
         """Ask, and answer ``"allowed-once"``, ``"denied"`` or ``"cancelled"``."""
         name = execution.name
@@ -236,10 +264,10 @@ class TerminalApproval:
             if execution.signal.cancelled:
                 return "cancelled"
             try:
-                answer = await trio.to_thread.run_sync(
-                    self.prompt, self.question(execution, reason), abandon_on_cancel=True
-                )
+                answer = await self._answer(self.question(execution, reason))
             except (EOFError, OSError):
+                return "denied"
+            if answer is None:
                 return "denied"
         if execution.signal.cancelled:
             return "cancelled"
@@ -252,6 +280,16 @@ class TerminalApproval:
         if choice in ("y", "yes"):
             return "allowed-once"
         return "denied"
+
+
+def _show_on_stdout(question: str) -> None:
+    sys.stdout.write(question)
+    sys.stdout.flush()
+
+
+def _read_stdin_line() -> str:
+    # Looked up at each read: a host (or a test runner) may replace sys.stdin.
+    return sys.stdin.readline()
 
 
 class NonInteractiveApproval:
@@ -313,9 +351,9 @@ class EscalatingApproval:
 
     A step's deadline is its own: when the call's signal fires (the caller's
     cancel scope), the question is cancelled as a whole, as for any service.
-    A service that was asked in a worker thread (``TerminalApproval``) and
-    timed out leaves that thread waiting for input, as a cancellation does; its
-    late answer is ignored.
+    A :class:`TerminalApproval` step that timed out leaves nothing waiting for
+    its answer: a line typed after its question expired is discarded, and the
+    next question shown gets the next line.
 
     Raises:
         ValueError: no steps, a budget that is not a positive finite number of

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from dsh_core import (
     APPROVAL_ANSWERS,
@@ -235,9 +237,9 @@ async def test_concurrent_requests_are_asked_one_at_a_time() -> None:
     assert most == 1
 
 
-def execution_of(name: str, arguments: Any, signal: CancelSignal) -> ToolExecution:
+def execution_of(name: str, arguments: Any, signal: CancelSignal, call_id: str = "c1") -> ToolExecution:
     return ToolExecution(
-        call_id="c1", root_call_id="c1", name=name, arguments=snapshot_json(arguments),
+        call_id=call_id, root_call_id=call_id, name=name, arguments=snapshot_json(arguments),
         signal=signal, token=ToolExecutionToken(), agent=MAIN,
     )  # fmt: skip
 
@@ -288,6 +290,91 @@ async def test_cancelling_the_call_during_the_question_aborts_it_promptly() -> N
     finally:
         release.set()  # let the abandoned input() thread finish
     assert code(result) == "ABORTED_BEFORE_DISPATCH"
+
+
+class TypedLines:
+    """A terminal's input: ``readline`` blocks until a line is typed; counts the reads waiting for one."""
+
+    def __init__(self) -> None:
+        self.typed: queue.Queue[str | BaseException] = queue.Queue()
+        self.waiting = threading.Semaphore(0)
+        self.readers: set[threading.Thread] = set()
+
+    def type(self, line: str | BaseException) -> None:
+        self.typed.put(line)
+
+    def readline(self) -> str:
+        self.readers.add(threading.current_thread())
+        self.waiting.release()
+        line = self.typed.get()
+        if isinstance(line, BaseException):
+            raise line
+        return line
+
+    async def reader_waits(self) -> None:
+        """Until the reader, done with every line typed so far, waits for the next one."""
+        assert await trio.to_thread.run_sync(self.waiting.acquire, True, 5)
+
+
+async def ask_within(service: TerminalApproval, call_id: str, seconds: float, answers: list[str]) -> None:
+    with trio.move_on_after(seconds):
+        answers.append(await service.request(execution_of("shell", {"command": "ls"}, CancelSignal(), call_id), None))
+
+
+async def test_a_line_typed_after_a_question_expired_does_not_answer_the_next(mock_clock: Any) -> None:
+    typed, shown = TypedLines(), list[str]()
+    service = TerminalApproval(show=shown.append, readline=typed.readline)
+    first: list[str] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask_within, service, "c1", 5, first)
+        await typed.reader_waits()
+        mock_clock.jump(5)  # nobody answered: the question expires
+    assert first == []
+    typed.type("y\n")  # typed for the expired question, before the next one is shown: discarded
+    await typed.reader_waits()
+    second: list[str] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask_within, service, "c2", 5, second)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(shown) == 2 and second == []  # the stale "y" answered nothing
+        typed.type("y\n")  # typed while the second question is on screen: it answers it
+    assert second == ["allowed-once"]
+    assert len(typed.readers) == 1  # one reader for the stream, however many questions expired
+
+
+async def test_a_line_typed_while_nothing_is_asked_is_discarded(mock_clock: Any) -> None:
+    typed, shown = TypedLines(), list[str]()
+    service = TerminalApproval(show=shown.append, readline=typed.readline)
+    answers: list[str] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask_within, service, "c1", 5, answers)
+        await typed.reader_waits()
+        typed.type("n\n")
+    typed.type("a\n")  # typed ahead, before any question asks for it
+    await typed.reader_waits()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask_within, service, "c2", 5, answers)
+        await trio.testing.wait_all_tasks_blocked()
+        typed.type("n\n")
+    assert answers == ["denied", "denied"] and service.always == set()
+
+
+@pytest.mark.parametrize("end", ["", EOFError(), OSError("terminal went away")])
+async def test_when_the_input_ends_every_later_question_is_denied(end: str | BaseException) -> None:
+    typed, shown = TypedLines(), list[str]()
+    service = TerminalApproval(show=shown.append, readline=typed.readline)
+    typed.type(end)
+    answers: list[str] = []
+    with trio.fail_after(5):
+        for call_id in ("c1", "c2"):
+            await ask_within(service, call_id, 5, answers)
+    assert answers == ["denied", "denied"]
+    assert len(shown) == 1  # the ended input is not asked again
+
+
+def test_prompt_and_a_line_reader_are_not_both_given() -> None:
+    with pytest.raises(TypeError, match="either prompt or show/readline"):
+        TerminalApproval(prompt=Answers(), readline=TypedLines().readline)
 
 
 async def test_non_interactive_approval_always_denies() -> None:

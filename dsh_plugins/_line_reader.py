@@ -1,0 +1,99 @@
+"""One long-lived reader of a terminal's lines, handing each line to the question asked now.
+
+A blocking ``readline`` cannot be interrupted. Reading each answer in its own
+worker thread (abandoned when the question expires) leaves that thread waiting
+for input, and the next line typed goes to it, for a question no longer asked,
+and is lost. Here a single thread reads every line of the stream, and a line is
+given to the question waiting when it is read; a line read while no question
+waits (typed for a question that expired, or ahead of one not yet shown) is
+discarded, never kept for a later, different question.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+
+import attrs
+import trio
+
+__all__ = ["LineReader"]
+
+logger = logging.getLogger("dsh_plugins.approval")
+
+
+@attrs.define(eq=False)
+class _Waiter:
+    """A question waiting for its line: the reader thread wakes it through its trio run's token."""
+
+    token: trio.lowlevel.TrioToken
+    arrived: trio.Event = attrs.field(factory=trio.Event)
+    line: str | None = None  # None once arrived: the stream has ended
+
+    def receive(self, line: str | None) -> None:
+        self.line = line
+        self.arrived.set()
+
+
+class LineReader:
+    """Lines of one input stream, read by one daemon thread started at the first :meth:`next_line`.
+
+    ``readline`` blocks until a line is typed and returns it; ``""``,
+    ``EOFError`` or ``OSError`` ends the stream for good (every later
+    :meth:`next_line` returns ``None`` at once).
+    """
+
+    def __init__(self, readline: Callable[[], str]) -> None:
+        self._readline = readline
+        self._guard = threading.Lock()
+        self._waiter: _Waiter | None = None
+        self._ended = False
+        self._thread: threading.Thread | None = None
+
+    async def next_line(self, shown: Callable[[], None]) -> str | None:
+        """Call ``shown`` (which shows the question), then wait for the first line read after it.
+
+        Returns ``None`` when the stream has ended. Cancelling the wait
+        withdraws it: a line read afterwards is discarded.
+        """
+        waiter = _Waiter(trio.lowlevel.current_trio_token())
+        with self._guard:
+            if self._ended:
+                return None
+            # Registered before the question is shown, so a quick answer cannot slip past it.
+            self._waiter = waiter
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._read_lines, name="dsh-approval-reader", daemon=True)
+                self._thread.start()
+        try:
+            shown()
+            await waiter.arrived.wait()
+        finally:
+            with self._guard:
+                if self._waiter is waiter:
+                    self._waiter = None
+        return waiter.line
+
+    def _read_lines(self) -> None:
+        while True:
+            try:
+                line: str | None = self._readline()
+            except (EOFError, OSError) as exc:
+                logger.debug("approval input ended: %r", exc)
+                line = None
+            if not line:
+                line = None
+            with self._guard:
+                waiter, self._waiter = self._waiter, None
+                if line is None:
+                    self._ended = True
+            if waiter is not None:
+                # A run that has finished has nobody left to answer.
+                with contextlib.suppress(trio.RunFinishedError):
+                    waiter.token.run_sync_soon(waiter.receive, line)
+            elif line is not None:
+                logger.info("discarded a line typed while no approval question was waiting")
+            if line is None:
+                return
