@@ -35,7 +35,7 @@ from dsh_core.presentation import (
 )
 
 from ._line_reader import LineReader
-from .grants import ALLOWED_ALWAYS
+from .grants import ALLOWED_ALWAYS, always_offer
 
 __all__ = [
     "ApprovalStep",
@@ -174,7 +174,10 @@ class TerminalApproval:
     service object (for the process, when the host makes one service per
     process, as the CLI does);
     anything else, an empty line, end of input or an unreadable terminal
-    denies. The ``reason`` of the ``Ask``, when given, is shown on the line
+    denies. The line just above the question says what ``a`` covers
+    (:meth:`always_covers`): ``a = always allow <tool> (every agent, any
+    arguments) for this session``, or, with ``report_always``, the grant the
+    :class:`~dsh_plugins.grants.GrantingApproval` around it would record. The ``reason`` of the ``Ask``, when given, is shown on the line
     above the question (its first 2000 characters, and how many more there are).
 
     ``show`` writes the question (default: to standard output, flushed); it is
@@ -241,8 +244,19 @@ class TerminalApproval:
         card = _card(execution, view, CARD_LINES)
         if card:
             parts.append(card)
+        parts.append(_one_line(self.always_covers(execution)))
         parts.append(f"Allow {_short(execution, view)}? [y/N/a] ")
         return "\n".join(parts)
+
+    def always_covers(self, execution: ToolExecution) -> str:
+        """The line saying what answering ``a`` allows, from what this service (or the grant around it) does."""
+        if not self.report_always:
+            # self.always is keyed by the tool name alone: every agent, any arguments, while this object lives.
+            return f"a = always allow {execution.name} (every agent, any arguments) for this session"
+        offer = always_offer()
+        if offer is None:
+            return f"a = always allow {execution.name}: refused here, no grant book records it"
+        return offer
 
     async def _answer(self, question: str) -> str | None:
         """The line typed in answer to ``question`` (``None``: the input has ended)."""

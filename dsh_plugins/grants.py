@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
@@ -71,12 +72,26 @@ __all__ = [
     "GrantError",
     "GrantingApproval",
     "StandingGrant",
+    "always_offer",
     "read_grants",
     "unmatchable_arguments",
 ]
 
 ALLOWED_ALWAYS: Final = "allowed-always"
 """The answer an approval service wrapped by :class:`GrantingApproval` gives to mean "allow, and do not ask again"."""
+
+_ALWAYS_OFFER: ContextVar[str | None] = ContextVar("dsh_grants_always_offer", default=None)
+
+
+def always_offer() -> str | None:
+    """What an "always" answer grants for the call being asked about now (``None``: no grant would record it).
+
+    Set by :meth:`GrantingApproval.request` while its inner services ask (an
+    :class:`~dsh_plugins.approval.EscalatingApproval` between them too), so a
+    prompt can state the scope of the grant instead of guessing it.
+    """
+    return _ALWAYS_OFFER.get()
+
 
 LOCK_SUFFIX: Final = ".lock"
 # How often a call waiting for a grants file another process holds looks again (doubling up to the max).
@@ -139,8 +154,12 @@ class StandingGrant:
             return False
         return self.arguments is None or json_equal(execution.arguments, self.arguments)
 
-    def describe(self) -> str:
-        """One line: what the grant covers, for prompts, logs and the CLI."""
+    def describe(self, *, arguments: str | None = None) -> str:
+        """One line: what the grant covers, for prompts, logs and the CLI.
+
+        ``arguments`` replaces the JSON of the arguments it requires (the
+        approval question says "only these exact arguments": they are on screen).
+        """
         who = (
             "every agent"
             if self.any_agent
@@ -148,7 +167,13 @@ class StandingGrant:
             if self.agent is None
             else f"agent {self.agent}"
         )
-        what = "any arguments" if self.arguments is None else f"arguments {json_text(self.arguments)}"
+        what = (
+            "any arguments"
+            if self.arguments is None
+            else arguments
+            if arguments is not None
+            else f"arguments {json_text(self.arguments)}"
+        )
         until = "" if self.expires_at is None else f" until {_timestamp(self.expires_at)}"
         return f"{self.tool} for {who}, {what}{until}"
 
@@ -823,20 +848,24 @@ class GrantingApproval:
         grant = await _unblocked(functools.partial(self.book._use, execution, wait=False))
         return None if grant is None else "allowed-once"
 
-    async def request(self, execution: ToolExecution, reason: str | None) -> str:
-        standing = await self.standing_answer(execution)
-        if standing is not None:
-            return standing
-        answer = await self.inner.request(execution, reason)
-        if answer != ALLOWED_ALWAYS:
-            return answer
-        if execution.signal.cancelled:
-            return "cancelled"
+    def offer(self, execution: ToolExecution) -> str:
+        """What answering "always" would grant for this call, as the approval question states it.
+
+        Built from the very grant :meth:`request` would record, so the question
+        cannot promise more or less than the grant covers.
+        """
+        try:
+            grant = self._grant_for(execution)
+        except GrantError as exc:
+            return f"a = grant: none can be recorded for this call ({exc})"
+        return f"a = grant: always allow {grant.describe(arguments='only these exact arguments')} (recorded, revocable)"
+
+    def _grant_for(self, execution: ToolExecution) -> StandingGrant:
+        """The grant an "always" answer for ``execution`` records (nothing written yet)."""
         arguments = execution.arguments if self.scope == "arguments" else None
         if arguments is not None and not isinstance(arguments, Mapping):
             raise GrantError(f"cannot grant call {execution.call_id}: its arguments are not an object")
-        book = self.book
-        candidate = book._candidate(
+        return self.book._candidate(
             execution.name,
             self.granted_by,
             None if self.all_agents else scope_id(execution.agent),
@@ -845,7 +874,22 @@ class GrantingApproval:
             self.ttl_s,
             f"answered for call {execution.call_id}",
         )
-        await _unblocked(functools.partial(book._add, candidate, wait=False))
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        standing = await self.standing_answer(execution)
+        if standing is not None:
+            return standing
+        offered = _ALWAYS_OFFER.set(self.offer(execution))
+        try:
+            answer = await self.inner.request(execution, reason)
+        finally:
+            _ALWAYS_OFFER.reset(offered)
+        if answer != ALLOWED_ALWAYS:
+            return answer
+        if execution.signal.cancelled:
+            return "cancelled"
+        book = self.book
+        await _unblocked(functools.partial(book._add, self._grant_for(execution), wait=False))
         # The call the grant was answered for is its first use, so the audit trail
         # lists every call a grant let through. The person allowed this call
         # either way: it proceeds even if another process revoked the grant already.

@@ -422,6 +422,7 @@ def test_interactive_approval_prompts_on_stderr(tools: list[str]) -> None:
     assert allowed.exit_code == 0, allowed.output
     assert json.loads(allowed.stdout) == {"a": 1}
     assert "Allow guarded" in allowed.stderr
+    assert "a = always allow guarded (every agent, any arguments) for this session\n" in allowed.stderr
     denied = invoke([*tools, "--interactive", "call", "guarded", "{}"], input="n\n")
     assert denied.exit_code == 1
     assert "DENIED" in denied.stderr
@@ -978,6 +979,7 @@ def test_answering_always_records_a_grant_the_next_run_uses(tools: list[str], tm
     first = invoke([*tools, "--interactive", "--grants", str(book), "call", "guarded", "{}"], input="a\n")
     assert first.exit_code == 0, first.output
     assert "Allow guarded" in first.stderr
+    assert "a = grant: always allow guarded for agent cli, any arguments (recorded, revocable)\n" in first.stderr
     second = invoke([*tools, "--interactive", "--grants", str(book), "call", "guarded", "{}"], input="")
     assert second.exit_code == 0, second.output
     assert "Allow guarded" not in second.stderr  # not asked again

@@ -111,14 +111,14 @@ async def test_question_uses_the_tools_call_presentation() -> None:
     runtime = runtime_with(TerminalApproval(prompt=answers))
     result = await runtime.execute(make_input("shell", {"command": "ls -la"}, agent=MAIN))
     assert not result.is_error
-    assert answers.questions == ["Allow shell ls -la? [y/N/a] "]
+    assert answers.questions == ["a = always allow shell (every agent, any arguments) for this session\nAllow shell ls -la? [y/N/a] "]
 
 
 async def test_question_falls_back_to_compact_json_arguments() -> None:
     answers = Answers("y")
     runtime = runtime_with(TerminalApproval(prompt=answers))
     await runtime.execute(make_input("add", {"a": 1, "b": "ü"}, agent=MAIN))
-    assert answers.questions == ['Allow add {"a": 1, "b": "ü"}? [y/N/a] ']
+    assert answers.questions == ['a = always allow add (every agent, any arguments) for this session\nAllow add {"a": 1, "b": "ü"}? [y/N/a] ']
 
 
 async def test_generic_card_title_is_used_too() -> None:
@@ -137,14 +137,14 @@ async def test_generic_card_title_is_used_too() -> None:
     runtime = runtime_with(TerminalApproval(prompt=answers), tool)
     await runtime.execute(make_input("fetch", {"url": "https://example.com"}, agent=MAIN))
     # The title stands in for the arguments on the question line, so the card above shows them.
-    assert answers.questions == ['{\n  "url": "https://example.com"\n}\nAllow fetch GET https://example.com? [y/N/a] ']
+    assert answers.questions == ['{\n  "url": "https://example.com"\n}\na = always allow fetch (every agent, any arguments) for this session\nAllow fetch GET https://example.com? [y/N/a] ']
 
 
 async def test_reason_is_shown_above_the_question() -> None:
     answers = Answers("y")
     runtime = runtime_with(TerminalApproval(prompt=answers), reason="shell needs a human")
     await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN))
-    assert answers.questions == ["shell needs a human\nAllow shell ls? [y/N/a] "]
+    assert answers.questions == ["shell needs a human\na = always allow shell (every agent, any arguments) for this session\nAllow shell ls? [y/N/a] "]
 
 
 async def test_a_huge_reason_is_cut_short_on_screen_with_a_marker() -> None:
@@ -152,8 +152,9 @@ async def test_a_huge_reason_is_cut_short_on_screen_with_a_marker() -> None:
     runtime = runtime_with(TerminalApproval(prompt=answers), reason="r" * 3_000_000)
     await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN))
     (question,) = answers.questions
-    reason, ask = question.split("\n")
+    reason, always, ask = question.split("\n")
     assert reason == "r" * 2000 + "… (2998000 more characters not shown)"
+    assert always == "a = always allow shell (every agent, any arguments) for this session"
     assert ask == "Allow shell ls? [y/N/a] "
 
 
@@ -162,7 +163,7 @@ async def test_control_characters_in_arguments_are_escaped() -> None:
     runtime = runtime_with(TerminalApproval(prompt=answers))
     await runtime.execute(make_input("shell", {"command": "ls\r\x1b[2Krm -rf /\u202e"}, agent=MAIN))
     (question,) = answers.questions
-    assert question == "Allow shell ls\\x0d\\x1b[2Krm -rf /\\u202e? [y/N/a] "
+    assert question == "a = always allow shell (every agent, any arguments) for this session\nAllow shell ls\\x0d\\x1b[2Krm -rf /\\u202e? [y/N/a] "
 
 
 async def test_long_arguments_are_shortened() -> None:
@@ -171,7 +172,7 @@ async def test_long_arguments_are_shortened() -> None:
     await runtime.execute(make_input("shell", {"command": "x" * 500}, agent=MAIN))
     (question,) = answers.questions
     # The question line is shortened; the card above it shows the whole command that would run.
-    assert question == "$ " + "x" * 500 + "\nAllow shell " + "x" * 79 + "…? [y/N/a] "
+    assert question == "$ " + "x" * 500 + "\na = always allow shell (every agent, any arguments) for this session\nAllow shell " + "x" * 79 + "…? [y/N/a] "
 
 
 @pytest.mark.parametrize(
@@ -206,6 +207,17 @@ async def test_always_allows_later_calls_of_that_tool_without_asking() -> None:
     # another tool is still asked
     assert code(await runtime.execute(make_input("add", {}, agent=MAIN))) == "DENIED"
     assert len(answers.questions) == 2
+
+
+async def test_the_question_says_what_answering_always_allows() -> None:
+    answers = Answers("n", "n")
+    runtime = runtime_with(TerminalApproval(prompt=answers))
+    await runtime.execute(make_input("shell", {"command": "ls"}, agent=MAIN))
+    await runtime.execute(make_input("add", {}, agent=MAIN))
+    assert [question.splitlines()[0] for question in answers.questions] == [
+        "a = always allow shell (every agent, any arguments) for this session",
+        "a = always allow add (every agent, any arguments) for this session",
+    ]
 
 
 async def test_prompt_runs_in_a_worker_thread() -> None:
@@ -643,7 +655,7 @@ async def test_a_file_change_is_shown_as_a_diff_before_the_question() -> None:
     await runtime.execute(make_input("edit", arguments, agent=MAIN))
     (question,) = answers.questions
     assert question == (
-        "--- a/a.py\n+++ b/a.py\n@@ -1,2 +1,2 @@\n x = 1\n-y = 2\n+y = 3\nAllow edit Edit a.py? [y/N/a] "
+        "--- a/a.py\n+++ b/a.py\n@@ -1,2 +1,2 @@\n x = 1\n-y = 2\n+y = 3\na = always allow edit (every agent, any arguments) for this session\nAllow edit Edit a.py? [y/N/a] "
     )
 
 
@@ -672,8 +684,9 @@ async def test_long_arguments_of_a_tool_without_a_card_are_shown_whole() -> None
     runtime = runtime_with(TerminalApproval(prompt=answers))
     await runtime.execute(make_input("add", {"a": "x" * 100, "b": 2}, agent=MAIN))
     (question,) = answers.questions
-    card, _, line = question.rpartition("\n")
+    card, always, line = question.rsplit("\n", 2)
     assert card == '{\n  "a": "' + "x" * 100 + '",\n  "b": 2\n}'
+    assert always == "a = always allow add (every agent, any arguments) for this session"
     assert line.startswith("Allow add ") and line.endswith("…? [y/N/a] ")
 
 
@@ -682,7 +695,7 @@ async def test_a_shell_call_with_a_working_directory_shows_it() -> None:
     answers = Answers("n")
     runtime = runtime_with(TerminalApproval(prompt=answers), tool)
     await runtime.execute(make_input("sh", {"command": "make"}, agent=MAIN))
-    assert answers.questions == ["$ make\n(in /srv/app)\nAllow sh make? [y/N/a] "]
+    assert answers.questions == ["$ make\n(in /srv/app)\na = always allow sh (every agent, any arguments) for this session\nAllow sh make? [y/N/a] "]
 
 
 @pytest.mark.parametrize("tool", ["shell", "add"], ids=["terminal card", "no card"])
@@ -726,7 +739,7 @@ async def test_declared_effects_are_shown_first() -> None:
     runtime = runtime_with(TerminalApproval(prompt=answers), tool, reason="dangerous")
     await runtime.execute(make_input("drop_table", {"table": "users"}, agent=MAIN))
     assert answers.questions == [
-        'dangerous\neffects: destructive, open world\nAllow drop_table {"table": "users"}? [y/N/a] '
+        'dangerous\neffects: destructive, open world\na = always allow drop_table (every agent, any arguments) for this session\nAllow drop_table {"table": "users"}? [y/N/a] '
     ]
 
 
@@ -742,7 +755,7 @@ async def test_a_tool_that_can_be_undone_says_so(effects: ToolEffects | None, li
     answers = Answers("n")
     runtime = runtime_with(TerminalApproval(prompt=answers), tool)
     await runtime.execute(make_input("drop_table", {"table": "users"}, agent=MAIN))
-    assert answers.questions == [f'{line}\nAllow drop_table {{"table": "users"}}? [y/N/a] ']
+    assert answers.questions == [f'{line}\na = always allow drop_table (every agent, any arguments) for this session\nAllow drop_table {{"table": "users"}}? [y/N/a] ']
 
 
 async def test_a_generic_card_with_content_shows_the_content_not_the_arguments() -> None:
@@ -751,7 +764,7 @@ async def test_a_generic_card_with_content_shows_the_content_not_the_arguments()
     answers = Answers("n")
     runtime = runtime_with(TerminalApproval(prompt=answers), tool)
     await runtime.execute(make_input("fetch", {"url": "https://a.example"}, agent=MAIN))
-    assert answers.questions == ["will fetch https://a.example\nAllow fetch Fetch? [y/N/a] "]
+    assert answers.questions == ["will fetch https://a.example\na = always allow fetch (every agent, any arguments) for this session\nAllow fetch Fetch? [y/N/a] "]
 
 
 async def test_a_run_code_question_shows_the_program_itself() -> None:
@@ -765,7 +778,7 @@ async def test_a_run_code_question_shows_the_program_itself() -> None:
     program = "total = await tools.add({'a': 1})\nprint(total)\nreturn total"
     await runtime.execute(make_input("run_code", {"code": program, "description": "Add one"}, agent=MAIN))
     (question,) = answers.questions
-    assert question == program + "\nAllow run_code Add one? [y/N/a] "
+    assert question == program + "\na = always allow run_code (every agent, any arguments) for this session\nAllow run_code Add one? [y/N/a] "
 
 
 async def test_writing_an_empty_file_still_shows_which_file_whole(tmp_path: Any) -> None:
@@ -783,7 +796,7 @@ async def test_writing_an_empty_file_still_shows_which_file_whole(tmp_path: Any)
     lines = question.split("\n")
     assert lines[-1].endswith("…? [y/N/a] ")  # the question line had to cut the path
     # important.db exists: nothing on the card may say there is nothing to lose.
-    assert lines[-4:-1] == [f"--- {UNREAD}", f"+++ b/{path}", "(empty)"]
+    assert lines[-5:-2] == [f"--- {UNREAD}", f"+++ b/{path}", "(empty)"]
 
 
 @pytest.mark.parametrize(("old", "new", "note"), [(None, "", "(empty)"), ("same\n", "same\n", "(unchanged)")])

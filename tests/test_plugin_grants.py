@@ -588,6 +588,43 @@ async def test_terminal_always_is_reported_for_a_grant_instead_of_remembered() -
         TerminalApproval(report_always="yes")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("options", "offer"),
+    [
+        ({}, "a = grant: always allow shell for agent main, any arguments (recorded, revocable)"),
+        (
+            {"scope": "arguments", "all_agents": True, "ttl_s": 3600},
+            "a = grant: always allow shell for every agent, only these exact arguments until 1970-01-01T01:00:00Z "
+            "(recorded, revocable)",
+        ),
+    ],
+)
+async def test_the_question_says_what_answering_always_grants(options: Any, offer: str) -> None:
+    asked: list[str] = []
+
+    def prompt(question: str) -> str:
+        asked.append(question)
+        return "a"
+
+    book = GrantBook(clock=lambda: 0.0)
+    chain = EscalatingApproval((TerminalApproval(prompt=prompt, report_always=True), 10))
+    await GrantingApproval(chain, book, **options).request(execution(), None)
+    assert asked[0].splitlines()[-2:] == [offer, 'Allow shell {"command": "ls"}? [y/N/a] ']
+    [grant] = book.grants()
+    assert (grant.any_agent, grant.arguments is not None) == (options.get("all_agents", False), "scope" in options)
+
+
+async def test_the_question_says_always_cannot_be_recorded_without_a_grant_book() -> None:
+    asked: list[str] = []
+
+    def prompt(question: str) -> str:
+        asked.append(question)
+        return "n"
+
+    await TerminalApproval(prompt=prompt, report_always=True).request(execution(), None)
+    assert asked[0].splitlines()[-2] == "a = always allow shell: refused here, no grant book records it"
+
+
 async def test_escalation_passes_always_on_and_records_the_step() -> None:
     steps: list[ApprovalStep] = []
     chain = EscalatingApproval(
