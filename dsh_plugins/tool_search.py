@@ -7,7 +7,11 @@ out of ``schemas()``, ``model_tools()`` and the Code Mode SDK; this plugin
 registers one search tool, ``search_tools``, through which the model finds them by what they do.
 The matches are loaded for the calling agent (``ToolRuntime.load_tools``), so
 the host's next request carries their schemas, and the search answers with
-their names, descriptions and parameters::
+their names, descriptions and parameters. A call without an agent loads them
+for the global scope, which every agent inherits. The last 1024 scopes that
+searched keep what they loaded; past that, the least recent one's loads are
+released (it finds them again by searching), and
+``ToolSearch.release_loaded()`` releases them all::
 
     [plugins.tool_search]
     enabled = true
@@ -35,15 +39,18 @@ import bisect
 import fnmatch
 import re
 import weakref
+from collections import OrderedDict
 from typing import Any, Final
 
 import attrs
 
 from dsh_core import (
     ConfigError,
+    Disposer,
     DshError,
     ErrorCode,
     RegistrationError,
+    ScopeKey,
     TextBlock,
     ToolDefinition,
     ToolEffects,
@@ -59,6 +66,8 @@ from dsh_core import (
 
 __all__ = [
     "DEFAULT_NAME",
+    "MAX_LOADED_SCOPES",
+    "LoadedSets",
     "SearchDiagnostic",
     "SearchMatch",
     "ToolSearch",
@@ -71,6 +80,8 @@ DEFAULT_NAME: Final = "search_tools"
 MAX_RESULTS: Final = 50
 MAX_QUERY_CHARS: Final = 1000
 MAX_QUERY_WORDS: Final = 32
+# Scopes whose searches stay loaded; the registry bounds its per-scope view cache the same way.
+MAX_LOADED_SCOPES: Final = 1024
 _WORD = re.compile(r"[a-z0-9]+")
 
 # "affects" covers whatever the host's ``defer`` globs name (strict mode checks every
@@ -192,8 +203,66 @@ def _render(args: Any, value: Any) -> list[TextBlock]:
     return [TextBlock("\n".join(lines))]
 
 
-def search_tool(runtime: ToolRuntime, *, name: str = DEFAULT_NAME, max_results: int = 5) -> ToolDefinition:
-    """The search tool over ``runtime``'s deferred tools, loading what it finds for the calling agent."""
+class LoadedSets:
+    """What searches loaded, per scope, kept with their disposers so it can be released.
+
+    A host that makes a fresh ``Agent`` per task would otherwise keep, for
+    every agent that ever searched, a registry layer holding its loaded names.
+    At most ``max_scopes`` scopes keep what they loaded: past that, the scope
+    that searched least recently has its loads released (its model no longer
+    sees those schemas, and finds them again by searching).
+    """
+
+    def __init__(self, runtime: ToolRuntime, max_scopes: int = MAX_LOADED_SCOPES) -> None:
+        if type(max_scopes) is not int or max_scopes < 1:
+            raise ValueError(f"max_loaded_scopes must be a positive integer, got {max_scopes!r}")
+        self.runtime = runtime
+        self.max_scopes = max_scopes
+        self._by_scope: OrderedDict[ScopeKey | None, list[Disposer]] = OrderedDict()
+
+    def load(self, names: list[str], scope: ScopeKey | None) -> None:
+        """Load ``names`` for ``scope`` (none: only mark it as the latest to search)."""
+        # Loaded first: if loading raises, what the scope already holds stays recorded.
+        disposer = self.runtime.load_tools(names, scope) if names else None
+        disposers = self._by_scope.pop(scope, [])
+        if disposer is not None:
+            disposers.append(disposer)
+        if disposers:
+            self._by_scope[scope] = disposers
+        while len(self._by_scope) > self.max_scopes:
+            _, oldest = self._by_scope.popitem(last=False)
+            _release(oldest)
+
+    def release(self) -> None:
+        """Unload everything searches loaded, for every scope."""
+        while self._by_scope:
+            _, disposers = self._by_scope.popitem(last=False)
+            _release(disposers)
+
+
+def _release(disposers: list[Disposer]) -> None:
+    for disposer in disposers:
+        disposer()
+
+
+def search_tool(
+    runtime: ToolRuntime,
+    *,
+    name: str = DEFAULT_NAME,
+    max_results: int = 5,
+    max_loaded_scopes: int = MAX_LOADED_SCOPES,
+    loaded: LoadedSets | None = None,
+) -> ToolDefinition:
+    """The search tool over ``runtime``'s deferred tools, loading what it finds for the calling agent.
+
+    A call with an agent loads its matches for that agent alone. A call without
+    one loads them for the global scope: the only scope an agent-less host
+    has, and one every agent inherits (in a host that also runs agents, search
+    as the agent to keep them apart). What was loaded is kept in ``loaded``
+    (a fresh :class:`LoadedSets` of ``max_loaded_scopes`` by default), which
+    releases the least recently searching scope's loads past its bound.
+    """
+    sets = loaded if loaded is not None else LoadedSets(runtime, max_loaded_scopes)
 
     async def execute(args: Any, run: ToolRunContext) -> dict[str, Any]:
         agent = run.agent
@@ -215,8 +284,7 @@ def search_tool(runtime: ToolRuntime, *, name: str = DEFAULT_NAME, max_results: 
         limit = min(asked, max_results)
         matches = rank_tools(query, searchable, limit)
         to_load = [match.tool.name for match in matches if match.tool.name in waiting]
-        if to_load:
-            runtime.load_tools(to_load, agent)
+        sets.load(to_load, agent)
         return {
             "tools": [
                 {
@@ -282,10 +350,18 @@ class SearchDiagnostic:
 class ToolSearch:
     """The plugin object ``dsh_setup`` registers (as ``tool-search``): it reports what ``check`` should show."""
 
-    def __init__(self, runtime: ToolRuntime, defer: tuple[str, ...], name: str = DEFAULT_NAME) -> None:
+    def __init__(
+        self, runtime: ToolRuntime, defer: tuple[str, ...], name: str = DEFAULT_NAME, loaded: LoadedSets | None = None
+    ) -> None:
         self.runtime = runtime
         self.defer = defer
         self.name = name  # as registered: a host's [tool_prefixes] may have renamed it
+        self.loaded = loaded
+
+    def release_loaded(self) -> None:
+        """Unload every tool a search loaded, for every agent (a host ending a session, or dropping the plugin)."""
+        if self.loaded is not None:
+            self.loaded.release()
 
     def diagnostics(self) -> list[SearchDiagnostic]:
         """``defer`` globs that match no registered tool or the search tool, and a search with nothing to find."""
@@ -319,7 +395,8 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
             raise ConfigError(["[plugins.tool_search]: defer needs enabled = true (nothing could find those tools)"])
         return
     try:
-        name = runtime.register(search_tool(runtime, max_results=settings.max_results)).name
+        loaded = LoadedSets(runtime)
+        name = runtime.register(search_tool(runtime, max_results=settings.max_results, loaded=loaded)).name
         # Loaded for every scope before anything is deferred, so no glob here (or a
         # host's defer_tools later) ever hides the one tool that finds the others.
         runtime.load_tools([name])
@@ -327,4 +404,4 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
             runtime.defer_tools(settings.defer)
     except RegistrationError as exc:
         raise ConfigError([f"[plugins.tool_search]: {exc}"]) from None
-    runtime.plugins.register(ToolSearch(runtime, settings.defer, name), name="tool-search")
+    runtime.plugins.register(ToolSearch(runtime, settings.defer, name, loaded), name="tool-search")

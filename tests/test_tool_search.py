@@ -403,3 +403,62 @@ def test_the_search_tool_alone_is_not_something_to_find() -> None:
     plugin = runtime.plugins.get_plugin("tool-search")
     assert isinstance(plugin, tool_search.ToolSearch)
     assert f"{DEFAULT_NAME} has nothing to find: no tool is deferred" in map(str, plugin.diagnostics())
+
+
+# -- what searches loaded, and for whom ----------------------------------------------------------
+
+
+async def search_as(runtime: ToolRuntime, agent: Any, query: str = "email") -> None:
+    result = await runtime.execute(make_input(DEFAULT_NAME, {"query": query}, agent=agent))
+    assert not result.is_error, result
+
+
+async def test_an_agents_search_is_shown_to_that_agent_only() -> None:
+    searcher, other = Agent("searcher"), Agent("other")
+    runtime = make_runtime(*tools_for_search())
+    runtime.register(search_tool(runtime))
+    await search_as(runtime, searcher)
+    assert "send_email" in schema_names(runtime, searcher)
+    assert "send_email" not in schema_names(runtime, other)
+    assert "send_email" not in schema_names(runtime)
+
+
+async def test_a_search_without_an_agent_loads_for_the_global_scope() -> None:
+    # Documented: a call without an agent has only the global scope, which every agent inherits.
+    runtime = make_runtime(*tools_for_search())
+    runtime.register(search_tool(runtime))
+    await search_as(runtime, None)
+    assert "send_email" in schema_names(runtime)
+    assert "send_email" in schema_names(runtime, Agent("any"))
+
+
+async def test_past_the_bound_the_least_recently_searching_agent_loses_its_loaded_tools() -> None:
+    first, second, third = Agent("first"), Agent("second"), Agent("third")
+    runtime = make_runtime(*tools_for_search())
+    runtime.register(search_tool(runtime, max_loaded_scopes=2))
+    await search_as(runtime, first)
+    await search_as(runtime, second)
+    await search_as(runtime, first, "jira ticket")  # first searched last: second is the oldest now
+    await search_as(runtime, third)
+    assert {"send_email", "jira__create_ticket"} <= set(schema_names(runtime, first))
+    assert "send_email" in schema_names(runtime, third)
+    assert "send_email" not in schema_names(runtime, second)  # released: it can search again
+    assert "send_email" in [tool.name for tool in runtime.deferred_tools(second)]
+    assert second not in runtime._registry._layers  # its layer held nothing else: reclaimed, not kept forever
+    assert first in runtime._registry._layers
+
+
+async def test_the_plugin_releases_every_loaded_set() -> None:
+    runtime = make_runtime(*tools_for_search())
+    config = DshConfig(plugins={"tool_search": {"enabled": True}})
+    (point,) = [point for point in discover_entry_points() if point.name == "tool_search"]
+    load_plugins(runtime, config=config, entry_points=[point])
+    agents = [Agent(f"a{index}") for index in range(3)]
+    for agent in [*agents, None]:
+        await search_as(runtime, agent)
+    plugin = runtime.plugins.get_plugin("tool-search")
+    assert isinstance(plugin, tool_search.ToolSearch)
+    plugin.release_loaded()
+    assert all("send_email" not in schema_names(runtime, agent) for agent in [*agents, None])
+    assert not any(agent in runtime._registry._layers for agent in agents)
+    assert DEFAULT_NAME in schema_names(runtime)  # the search itself stays loaded
