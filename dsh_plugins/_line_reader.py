@@ -3,10 +3,12 @@
 A blocking ``readline`` cannot be interrupted. Reading each answer in its own
 worker thread (abandoned when the question expires) leaves that thread waiting
 for input, and the next line typed goes to it, for a question no longer asked,
-and is lost. Here a single thread reads every line of the stream, and a line is
-given to the question waiting when it is read; a line read while no question
-waits (typed for a question that expired, or ahead of one not yet shown) is
-discarded, never kept for a later, different question.
+and is lost. Here a single thread reads the stream, one line at a time and only
+while a question waits, and a line is given to the question waiting when it is
+read: the line typed after a question expired answers the one shown since.
+Lines piped in ahead are read one per question. A line read once no question
+waits any more (its question expired while the line was typed, and no other was
+shown yet) is discarded, never kept for a later, different question.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class LineReader:
     def __init__(self, readline: Callable[[], str]) -> None:
         self._readline = readline
         self._guard = threading.Lock()
+        self._asked = threading.Condition(self._guard)  # notified when a question starts waiting
         self._waiter: _Waiter | None = None
         self._ended = False
         self._thread: threading.Thread | None = None
@@ -64,6 +67,7 @@ class LineReader:
                 return None
             # Registered before the question is shown, so a quick answer cannot slip past it.
             self._waiter = waiter
+            self._asked.notify()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._read_lines, name="dsh-approval-reader", daemon=True)
                 self._thread.start()
@@ -78,6 +82,9 @@ class LineReader:
 
     def _read_lines(self) -> None:
         while True:
+            with self._guard:
+                # Read only for a question: what is piped in ahead stays in the stream for the next.
+                self._asked.wait_for(lambda: self._waiter is not None)
             try:
                 line: str | None = self._readline()
             except (EOFError, OSError) as exc:

@@ -184,14 +184,16 @@ class TerminalApproval:
     called in the event loop's thread, so it must not block (a terminal
     write). ``readline`` returns the next line typed (default: a line of
     standard input; ``""``, ``EOFError`` or ``OSError`` end the input, and
-    every later question is denied). One thread reads every line of
-    ``readline``, started at the first question and kept for the life of the
-    service: the event loop keeps serving other calls, and a question that
-    expires (an :class:`EscalatingApproval` budget) or is cancelled leaves no
-    thread of its own behind. A line goes to the question on screen when it is
-    read; a line typed before the current question was shown (for a question
-    that has expired, or typed ahead) is discarded, so it never answers a
-    later, different question. Prompts are serialised, one question at a time.
+    every later question is denied). One thread reads ``readline``, started
+    at the first question and kept for the life of the service, one line at a
+    time and only while a question waits: the event loop keeps serving other
+    calls, and a question that expires (an :class:`EscalatingApproval` budget)
+    or is cancelled leaves no thread of its own behind. A line goes to the
+    question on screen when it is read: one typed after a question expired
+    answers the question shown since, and one read once its question expired
+    with no other shown yet is discarded, never kept for a later question.
+    Lines piped in ahead (scripted answers) are read one per question.
+    Prompts are serialised, one question at a time.
 
     ``prompt`` is the older form, for scripted answers: a blocking callable
     that shows the question and returns the answer, run in a worker thread of
@@ -366,8 +368,8 @@ class EscalatingApproval:
     A step's deadline is its own: when the call's signal fires (the caller's
     cancel scope), the question is cancelled as a whole, as for any service.
     A :class:`TerminalApproval` step that timed out leaves nothing waiting for
-    its answer: a line typed after its question expired is discarded, and the
-    next question shown gets the next line.
+    its answer: a line read after its question expired goes to the question
+    shown since, or is discarded when none is.
 
     Raises:
         ValueError: no steps, a budget that is not a positive finite number of

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -333,7 +335,10 @@ async def ask_within(service: TerminalApproval, call_id: str, seconds: float, an
         answers.append(await service.request(execution_of("shell", {"command": "ls"}, CancelSignal(), call_id), None))
 
 
-async def test_a_line_typed_after_a_question_expired_does_not_answer_the_next(mock_clock: Any) -> None:
+async def test_a_line_typed_after_a_question_expired_does_not_answer_the_next(
+    mock_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="dsh_plugins.approval")
     typed, shown = TypedLines(), list[str]()
     service = TerminalApproval(show=shown.append, readline=typed.readline)
     first: list[str] = []
@@ -343,7 +348,7 @@ async def test_a_line_typed_after_a_question_expired_does_not_answer_the_next(mo
         mock_clock.jump(5)  # nobody answered: the question expires
     assert first == []
     typed.type("y\n")  # typed for the expired question, before the next one is shown: discarded
-    await typed.reader_waits()
+    await discarded_lines(caplog, 1)
     second: list[str] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ask_within, service, "c2", 5, second)
@@ -354,21 +359,38 @@ async def test_a_line_typed_after_a_question_expired_does_not_answer_the_next(mo
     assert len(typed.readers) == 1  # one reader for the stream, however many questions expired
 
 
-async def test_a_line_typed_while_nothing_is_asked_is_discarded(mock_clock: Any) -> None:
+async def discarded_lines(caplog: pytest.LogCaptureFixture, count: int) -> None:
+    """Until the reader thread has discarded ``count`` lines (it logs each)."""
+    with trio.fail_after(5):
+        while sum("discarded a line" in record.getMessage() for record in caplog.records) < count:
+            await trio.to_thread.run_sync(time.sleep, 0.005)
+
+
+async def test_lines_piped_in_ahead_answer_one_question_each(mock_clock: Any) -> None:
     typed, shown = TypedLines(), list[str]()
     service = TerminalApproval(show=shown.append, readline=typed.readline)
+    for line in ("y\n", "n\n", "y\n"):
+        typed.type(line)  # scripted answers, all there before the first question
     answers: list[str] = []
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(ask_within, service, "c1", 5, answers)
-        await typed.reader_waits()
-        typed.type("n\n")
-    typed.type("a\n")  # typed ahead, before any question asks for it
-    await typed.reader_waits()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(ask_within, service, "c2", 5, answers)
-        await trio.testing.wait_all_tasks_blocked()
-        typed.type("n\n")
-    assert answers == ["denied", "denied"] and service.always == set()
+    for call_id in ("c1", "c2", "c3"):
+        await ask_within(service, call_id, 5, answers)
+    assert answers == ["allowed-once", "denied", "allowed-once"]
+    assert len(shown) == 3
+
+
+async def test_the_reader_reads_only_while_a_question_waits(mock_clock: Any) -> None:
+    typed, shown = TypedLines(), list[str]()
+    service = TerminalApproval(show=shown.append, readline=typed.readline)
+    typed.type("y\n")
+    answers: list[str] = []
+    await ask_within(service, "c1", 5, answers)
+    assert answers == ["allowed-once"]
+    assert typed.waiting.acquire(blocking=False)  # the one read, for c1
+    await trio.to_thread.run_sync(time.sleep, 0.05)  # real time for the reader thread to go on, if it would
+    assert not typed.waiting.acquire(blocking=False)  # no readline since the answer: nothing asked yet
+    typed.type("n\n")
+    await ask_within(service, "c2", 5, answers)
+    assert answers == ["allowed-once", "denied"]
 
 
 @pytest.mark.parametrize("end", ["", EOFError(), OSError("terminal went away")])
