@@ -35,6 +35,11 @@ FinalizeContent: TypeAlias = Callable[["ToolExecution", "ToolExecutionResult"], 
 
 _SCALAR_TEXT = {True: "true", False: "false", None: "null"}
 
+# How a define_tool body adapter says the pipeline may structure its arguments in advance
+# (see ToolContract.structure_arguments). Kept on the adapter itself, not the definition:
+# a copy of the definition (a plugin's prefixed one, attrs.evolve) keeps the same adapter.
+_STRUCTURE_ARGUMENTS = "dsh_structure_arguments"
+
 
 def default_render(args: object, value: JsonValue) -> list[ContentBlock]:
     """One text block: a string value as is, anything else as compact JSON."""
@@ -296,20 +301,31 @@ class ToolContract:
     ``args_fast``/``output_fast`` are their compiled fastjsonschema functions
     (``None`` when a schema is beyond fastjsonschema), valid only for values
     that are already lossless snapshots, which is all the pipeline passes them.
-    ``read_arguments`` (``None`` unless the parameter schema is that simple) returns the frozen snapshot of
+    ``read_arguments`` (``None`` unless the parameter schema is that simple and
+    nothing structures the arguments) returns the frozen snapshot of
     raw arguments that a flat parameter schema plainly accepts, in one pass, and
     ``None`` for any other value, which then takes the snapshot-and-check path.
     ``body_suspends`` says whether ``execute`` can give control back to trio.
+    ``structure_arguments`` (``None`` unless ``execute`` is a ``define_tool``
+    adapter of an attrs parameter class or a ``@tool`` signature) turns valid
+    arguments into the instance ``execute`` takes in their place, raising
+    ``ToolArgsError`` for what the schema cannot say (a ``dict[str, int]``'s
+    values, an attrs validator): the pipeline calls it with the schema check.
     """
 
-    __slots__ = ("args", "args_fast", "body_suspends", "output", "output_fast", "read_arguments")
+    __slots__ = ("args", "args_fast", "body_suspends", "output", "output_fast", "read_arguments", "structure_arguments")
 
     def __init__(self, definition: ToolDefinition) -> None:
         self.args: CompiledValidator = compile_validator(definition.parameters)
         self.output: CompiledValidator = compile_validator(definition.output.schema)
         self.args_fast = self.args.fast_function
         self.output_fast = self.output.fast_function
-        self.read_arguments = self.args.flat_reader
+        self.structure_arguments: Callable[[JsonValue], object] | None = getattr(
+            definition.execute, _STRUCTURE_ARGUMENTS, None
+        )
+        # The one-pass reader is for calls with nothing left to check after it: a structuring
+        # tool's calls take the full check, which structuring follows (so others never pay for it).
+        self.read_arguments = self.args.flat_reader if self.structure_arguments is None else None
         # A retried body pauses between attempts even when each attempt runs inline.
         self.body_suspends = definition.retry is not None or (
             not definition.inline and can_suspend(definition.execute)
@@ -427,8 +443,11 @@ def define_tool(
     silently. (An ``async def`` body calls ``run.run_in_thread`` itself.)
 
     The runtime validates arguments against the compiled schema before any
-    policy sees them (``INVALID_ARGS``) and validates the body's value against
-    the output schema (``INVALID_TOOL_OUTPUT``). Presenters and the concurrency
+    policy sees them (``INVALID_ARGS``), and structures them there too when the
+    parameters are an attrs class, so what only the class checks (a
+    ``dict[str, int]``'s values, a validator) is refused as early; the body gets
+    that instance. It validates the body's value against the output schema
+    (``INVALID_TOOL_OUTPUT``). Presenters and the concurrency
     classifier validate softly: invalid arguments give the generic card and an
     exclusive call instead of an error.
 
@@ -479,7 +498,10 @@ def define_tool(
     validate_args = compile_validator(raw_parameters)
 
     def typed(args: Any) -> Any:
-        return structure_args(params_class, args) if params_class is not None else args
+        if params_class is None or type(args) is params_class:
+            # Already structured: the pipeline did it with the schema check, before any policy.
+            return args
+        return structure_args(params_class, args)
 
     body_is_async = is_async_callable(execute)
     if in_thread and body_is_async:
@@ -531,6 +553,9 @@ def define_tool(
             if body_takes_run:
                 return await execute(typed_args, run)
             return await execute(typed_args)
+
+    if params_class is not None:
+        setattr(run_body, _STRUCTURE_ARGUMENTS, typed)
 
     def soft(fn: Callable[..., Any] | None, *, fallback: Any) -> Callable[..., Any] | None:
         if fn is None:

@@ -5,7 +5,8 @@ Stages, in order (each failure path noted where it leaves the pipeline):
 1. snapshot + freeze the arguments (non-JSON: final ``INVALID_ARGS``)
 2. cancellation before anything ran (final ``ABORTED_BEFORE_DISPATCH``)
 3. visibility and the Code Mode collapse (final ``UNKNOWN_TOOL``)
-4. argument validation against the tool's schema (final ``INVALID_ARGS``)
+4. argument validation against the tool's schema, and structuring for a tool
+   whose parameters are a class (final ``INVALID_ARGS``)
 5. ``dsh_pre_execute`` waterfall, approval for ``Ask``, guards
 6. ``dsh_execute`` wrappers around the body, output contract
 7. ``dsh_post_execute`` waterfall
@@ -176,8 +177,8 @@ class PreparedCall:
 
     __slots__ = (
         "body_error", "body_invoked", "contract", "deferred", "execution", "finalizer", "hooks", "latest",
-        "published_to", "registry_version", "result", "rewrites", "run", "scoped", "step", "superseded", "suspends",
-        "tool", "trace",
+        "published_to", "registry_version", "result", "rewrites", "run", "scoped", "step", "structured",
+        "superseded", "suspends", "tool", "trace",
     )  # fmt: skip
 
     def __init__(self, execution: ToolExecution, finalizer: Any, hooks: CallHooks) -> None:
@@ -207,6 +208,9 @@ class PreparedCall:
         # published_to (set only when a cancellation cuts the dsh_result observers): the
         # plugins whose observer had the result, which are not told the call unwound.
         self.published_to: frozenset[str]
+        # structured (set only for a tool that structures its arguments, until its body takes it):
+        # the instance made from the call's current arguments, so the body does not make another.
+        self.structured: object
 
     @property
     def dispatch_suspends(self) -> bool:
@@ -290,11 +294,22 @@ def begin(runtime: ToolRuntime, request: ToolExecutionInput) -> PreparedCall:
 
         if contract is None:
             contract = contract_of(visible)
-        violations = () if checked else contract.argument_violations(arguments)
-        if violations:
-            error = ToolArgsError(violations)
-            failure = failure_result(error.message, ErrorCode.INVALID_ARGS, name="ToolArgsError")
-            return call._settle("final", failure)
+        if not checked:
+            violations = contract.argument_violations(arguments)
+            if violations:
+                error = ToolArgsError(violations)
+                failure = failure_result(error.message, ErrorCode.INVALID_ARGS, name="ToolArgsError")
+                return call._settle("final", failure)
+            # (A contract that structures has no one-pass reader: its calls all come this way.)
+            structure = contract.structure_arguments
+            if structure is not None:
+                # What the schema cannot say (a dict's value type, an attrs validator) is refused
+                # here too, before any policy sees the call.
+                try:
+                    call.structured = structure(arguments)
+                except ToolArgsError as error:
+                    failure = failure_result(error.message, ErrorCode.INVALID_ARGS, name="ToolArgsError")
+                    return call._settle("final", failure)
         call.tool = visible
         call.contract = contract
         call.registry_version = registry.version
@@ -564,8 +579,16 @@ def _rewrite(call: PreparedCall, rewrite: Rewrite, decider: str | None) -> bool:
     arguments = rewrite.arguments
     who = decider or "a pre-execute listener"
     done = len(call.rewrites or ())
-    assert call.contract is not None
-    violations = () if done >= MAX_REWRITES else call.contract.argument_violations(arguments)
+    contract = call.contract
+    assert contract is not None
+    violations = () if done >= MAX_REWRITES else contract.argument_violations(arguments)
+    structure = contract.structure_arguments
+    if structure is not None and done < MAX_REWRITES and not violations:
+        # Validated as the call's own arguments were: structured too, and only what finally runs reaches the body.
+        try:
+            call.structured = structure(arguments)
+        except ToolArgsError as exc:
+            violations = exc.violations
     if done >= MAX_REWRITES or violations:
         if violations:
             message = f"arguments rewritten by {who} are invalid: {ToolArgsError(violations).message}"
@@ -846,9 +869,10 @@ async def _dispatch_body(
     run = ToolRunContext(execution, fused, deferred, runtime._orphans)
     call.run = run
     call.body_invoked = True
+    arguments = execution.arguments if contract.structure_arguments is None else _body_arguments(call, tool)
     try:
         if not contract.body_suspends or (fused is caller and call.scoped):
-            value = await tool.execute(execution.arguments, run)
+            value = await tool.execute(arguments, run)
         else:
             # A wrapper installed its own signal (a deadline, say): interrupt the
             # body when that fires too, not only when the caller's does. (Or the
@@ -857,7 +881,7 @@ async def _dispatch_body(
             with trio.CancelScope() as body_scope:
                 unlink = fused.link(body_scope)
                 try:
-                    value = await tool.execute(execution.arguments, run)
+                    value = await tool.execute(arguments, run)
                 finally:
                     unlink()
             if body_scope.cancelled_caught:
@@ -883,6 +907,19 @@ async def _dispatch_body(
         call.superseded = result
         return aborted_result(body_invoked=True)
     return result
+
+
+def _body_arguments(call: PreparedCall, tool: ToolDefinition) -> object:
+    """The instance structured from the call's arguments, for its body only and only once.
+
+    A retried attempt, or a tool that replaced the one the call was resolved to,
+    gets the arguments and structures them itself: a fresh instance, of its own class.
+    """
+    structured = getattr(call, "structured", None)
+    if structured is None or tool is not call.tool:
+        return call.execution.arguments
+    del call.structured
+    return structured
 
 
 async def _dispatch_retrying(
