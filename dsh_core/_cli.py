@@ -70,7 +70,7 @@ from ._errors import ConfigError, ErrorCode, JsonSchemaError, NonJsonValueError
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import json_text, thaw
 from ._jsoncodec import decode_json, dumps_text
-from ._logged_calls import logged_calls
+from ._logged_calls import LoggedCall, logged_calls
 from ._pipeline import approval_unavailable_reason
 from ._plugins import (
     FailedPlugin,
@@ -1394,23 +1394,28 @@ def _read_log(file: Path) -> SessionLogRead:
 @cli.command("explain")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("call_id")
+@click.option(
+    "--agent",
+    metavar="ID",
+    default=None,
+    help="The agent that made the call ('' for the global scope); needed when several agents used CALL_ID.",
+)
 @json_option
 @click.pass_context
-def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool) -> None:
+def explain_command(ctx: click.Context, file: Path, call_id: str, agent: str | None, as_json: bool) -> None:
     """Show how the policy stack decided one recorded call: its decision trace.
 
     Sessions recorded by ``call`` and ``run`` carry traces; a host records them
     with ``ToolRuntime(trace_decisions=True)`` and a ``SessionRecorder``. Exit
-    status 1 when the call's result has no trace, 2 when the log has no such call.
+    status 1 when the call's result has no trace, 2 when the log has no such call
+    (or several agents made one and ``--agent`` does not say whose).
     """
     read = _read_log(file)
     try:
         matching = [logged for logged in logged_calls(read.events) if logged.call_id == call_id]
     except SessionLogError as exc:
         raise _UsageProblem(f"cannot read session log {file}: {exc}") from exc
-    if not matching:
-        raise _UsageProblem(f'no tool call "{call_id}" in {file}')
-    call = matching[-1]  # the latest call with this id, as replay does
+    call = _explained_call(matching, file, call_id, agent)
     result = call.result
     trace = None
     if result is not None and result.get("trace") is not None:
@@ -1433,7 +1438,7 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
         _echo_json(data, indent=2)
     else:
         out = _stdout()
-        agent = f" (agent {call.agent})" if call.agent else ""
+        made_by = f" (agent {call.agent})" if call.agent else ""
         outcome: tuple[tuple[str, str], ...]
         if result is None:
             outcome = ((call.unsettled_note(), "yellow"),)
@@ -1444,7 +1449,7 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
             outcome = (("succeeded", "green"),)
         # One line, the failure's message too: a newline in a model's tool name or in a message
         # quoting it would draw a line that reads as another call's outcome.
-        out.print(terminal_text(f"call {call_id}: {call.name}{agent}: ", *outcome, one_line=True), soft_wrap=True)
+        out.print(terminal_text(f"call {call_id}: {call.name}{made_by}: ", *outcome, one_line=True), soft_wrap=True)
         if trace is not None:
             table = Table(title="decision trace")
             table.add_column("#", justify="right", no_wrap=True)
@@ -1465,6 +1470,36 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, as_json: bool)
             soft_wrap=True,
         )
         ctx.exit(1)
+
+
+def _explained_call(matching: list[LoggedCall], file: Path, call_id: str, agent: str | None) -> LoggedCall:
+    """The latest of ``matching`` (the calls with ``call_id``, as replay pairs them) made by ``agent``.
+
+    Call ids are per conversation, so agents sharing a log may each have one:
+    without ``--agent`` the id must name one agent's calls (``''`` names the global scope).
+    """
+    if not matching:
+        raise _UsageProblem(f'no tool call "{call_id}" in {file}')
+    agents = list(dict.fromkeys(logged.agent for logged in matching))
+    if agent is not None:
+        wanted = agent or None
+        matching = [logged for logged in matching if logged.agent == wanted]
+        if not matching:
+            whose = "the global scope" if wanted is None else f'agent "{wanted}"'
+            raise _UsageProblem(f'no tool call "{call_id}" of {whose} in {file} (made by {_agent_names(agents)})')
+    elif len(agents) > 1:
+        raise _UsageProblem(
+            f'call id "{call_id}" was used by more than one agent in {file}: {_agent_names(agents)}; '
+            "pass --agent ID (--agent '' for the global scope)"
+        )
+    return matching[-1]  # the latest call with this id, as replay does
+
+
+def _agent_names(agents: list[str | None]) -> str:
+    names = [f'"{agent}"' for agent in agents if agent is not None]
+    if None in agents:
+        names.append("the global scope")
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 @cli.command("simulate")

@@ -4,11 +4,12 @@ Replay, ``explain`` and the policy simulator all read a log the same way: a
 ``tool/result`` (and a ``tool/code-dispatch``) belongs to the latest
 ``tool/call`` with its call id, since one file may hold several sessions
 appended to each other; so does a ``tool/unwound`` (the call was cut short
-and has no result: ``unwound`` instead of ``result``). A result or unwound
-event that names its ``agent`` (``null`` included) belongs to the latest call
-of that agent with its id, since call ids are per conversation and two agents
-sharing a runtime may both have a ``call_1``; one without the key (a log
-written before it was) is paired by call id alone. The identifying fields, and the shape of a result
+and has no result: ``unwound`` instead of ``result``). A result, unwound
+or dispatch event that names its ``agent`` (``null`` included) belongs to the
+latest call of that agent with its id (a dispatch's ``parentCallId``), since
+call ids are per conversation and two agents sharing a runtime may both have a
+``call_1``; one without the key (a log written before it was) is paired by
+call id alone. The identifying fields, and the shape of a result
 (``content``, ``isError``, ``error``), are checked here, once, so a
 hand-edited or foreign log is reported by ``seq`` instead of failing
 somewhere downstream.
@@ -85,7 +86,7 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
             ``callId``, or a call's ``name`` is not a ``str`` or its ``agent``
             neither ``null`` nor a non-empty ``str``, or its ``contract`` neither
             absent, ``null`` nor a non-empty ``str``; or a result's (or unwound
-            event's) ``agent`` neither absent, ``null`` nor a non-empty ``str``; or a result's ``content``
+            event's, or a dispatch's) ``agent`` neither absent, ``null`` nor a non-empty ``str``; or a result's ``content``
             is not a list of content blocks, its ``isError`` not a boolean or its
             ``error`` neither ``null`` (or absent) nor ``{name, code, message}``
             of strs. The message names the ``seq``.
@@ -97,7 +98,7 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
     latest: dict[str, int] = {}  # call id -> index into the lists above
     latest_of_agent: dict[tuple[str | None, str], int] = {}  # (agent, call id) -> index
 
-    def settled_call(event: SessionEvent, call_id: str) -> int | None:
+    def owning_call(event: SessionEvent, call_id: str) -> int | None:
         if "agent" not in event.data:
             return latest.get(call_id)
         return latest_of_agent.get((_optional_str(event, "agent"), call_id))
@@ -112,15 +113,15 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
             dispatches.append([])
         elif event.type == "tool/result":
             call_id, content = _result(event)
-            index = settled_call(event, call_id)
+            index = owning_call(event, call_id)
             if index is not None:
                 results[index] = (data, content)
         elif event.type == "tool/unwound":
-            index = settled_call(event, _call_id(event))
+            index = owning_call(event, _call_id(event))
             if index is not None:
                 unwound[index] = data
         elif event.type == "tool/code-dispatch":
-            index = latest.get(str(data.get("parentCallId")))
+            index = owning_call(event, str(data.get("parentCallId")))
             if index is not None:
                 dispatches[index].append(data)
     return [

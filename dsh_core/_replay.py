@@ -16,6 +16,7 @@ import attrs
 
 from ._arguments_text import ArgumentsText, model_arguments
 from ._content import ContentBlock, UserMessage
+from ._decisions import UNSET
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput, scope_id
 from ._fingerprint import contract_changed, contract_fingerprint
 from ._json import JsonValue, thaw
@@ -290,10 +291,11 @@ class SessionRecorder:
             return
         ids = (data["root_call_id"], data["parent_call_id"], data["sub_call_id"], data["name"])
         arguments = thaw(data["arguments"])
+        agent = data.get("agent", UNSET)  # a host sending dispatch events of its own may leave it out
         if event_type == "tool/code-dispatch-start":
-            self.log.append_dispatch_start(*ids, arguments)
+            self.log.append_dispatch_start(*ids, arguments, agent=agent)
         else:
-            self.log.append_dispatch(*ids, arguments, content=data["content"], is_error=data["is_error"])
+            self.log.append_dispatch(*ids, arguments, content=data["content"], is_error=data["is_error"], agent=agent)
 
 
 def _cause_name(cause: BaseException) -> str:

@@ -31,7 +31,10 @@ presentation vocabulary:
   may have happened). A ``tool/call`` with neither this nor a ``tool/result``
   after it was still running when the process stopped (a crash, or a log
   written before this event existed); ``agent`` as in ``tool/result``
-* ``tool/code-dispatch-start`` — ``{rootCallId, parentCallId, subCallId, name, arguments}``
+* ``tool/code-dispatch-start`` — ``{rootCallId, parentCallId, subCallId, agent, name, arguments}``;
+  ``agent`` is the agent of the ``run_code`` call ``parentCallId``, and the event
+  belongs to the latest call of that agent with that id, as a result does (one
+  without the key, from an older log, is paired by ``parentCallId`` alone)
 * ``tool/code-dispatch`` — the same plus ``isError`` and ``content``
 
 ``content`` is a list of content blocks in the presentation wire form
@@ -729,10 +732,20 @@ class SessionLog:
         return self._write("tool/unwound", snapshot_json(data))
 
     def append_dispatch_start(
-        self, root_call_id: str, parent_call_id: str, sub_call_id: str, name: str, arguments: object
+        self,
+        root_call_id: str,
+        parent_call_id: str,
+        sub_call_id: str,
+        name: str,
+        arguments: object,
+        *,
+        agent: str | _Unset | None = UNSET,
     ) -> int:
-        """Append ``tool/code-dispatch-start``: a Code Mode program started sub-call ``sub_call_id``."""
-        data = self._dispatch_ids(root_call_id, parent_call_id, sub_call_id, name) | {"arguments": arguments}
+        """Append ``tool/code-dispatch-start``: a Code Mode program started sub-call ``sub_call_id``.
+
+        ``agent`` is the agent of the ``run_code`` call ``parent_call_id``, as for :meth:`append_result`.
+        """
+        data = self._dispatch_ids(root_call_id, parent_call_id, sub_call_id, name, agent) | {"arguments": arguments}
         return self._write("tool/code-dispatch-start", snapshot_json(data))
 
     def append_dispatch(
@@ -745,11 +758,15 @@ class SessionLog:
         *,
         content: Sequence[ContentBlock],
         is_error: bool,
+        agent: str | _Unset | None = UNSET,
     ) -> int:
-        """Append ``tool/code-dispatch``: sub-call ``sub_call_id`` settled with ``content``."""
+        """Append ``tool/code-dispatch``: sub-call ``sub_call_id`` settled with ``content``.
+
+        ``agent`` as for :meth:`append_dispatch_start`.
+        """
         if type(is_error) is not bool:
             raise TypeError(f"is_error must be a bool, got {type(is_error).__name__}")
-        data = self._dispatch_ids(root_call_id, parent_call_id, sub_call_id, name) | {
+        data = self._dispatch_ids(root_call_id, parent_call_id, sub_call_id, name, agent) | {
             "arguments": arguments,
             "isError": is_error,
             "content": _content_json(content, "content"),
@@ -757,12 +774,15 @@ class SessionLog:
         return self._write("tool/code-dispatch", snapshot_json(data))
 
     @staticmethod
-    def _dispatch_ids(root_call_id: str, parent_call_id: str, sub_call_id: str, name: str) -> dict[str, Any]:
+    def _dispatch_ids(
+        root_call_id: str, parent_call_id: str, sub_call_id: str, name: str, agent: str | _Unset | None
+    ) -> dict[str, Any]:
         _id(root_call_id, "root_call_id")
         _id(parent_call_id, "parent_call_id")
         _id(sub_call_id, "sub_call_id")
         _str(name, "name")
-        return {"rootCallId": root_call_id, "parentCallId": parent_call_id, "subCallId": sub_call_id, "name": name}
+        ids = {"rootCallId": root_call_id, "parentCallId": parent_call_id, "subCallId": sub_call_id}
+        return ids | _agent_json(agent) | {"name": name}
 
     def _write(self, event_type: str, data: JsonValue) -> int:
         with self._lock:

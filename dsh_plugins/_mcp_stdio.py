@@ -12,26 +12,45 @@ so the client sees the same end as when the server exits: the calls in flight
 fail ``MCP_SERVER_DIED`` and the next call reconnects. The drain still
 follows, so a server blocked writing its output can still exit. Everything
 else (starting the process, the writer, the shutdown that stops the server)
-is the SDK's own: :func:`stdio_transport` is ``stdio_client`` with that one
+is the SDK's own: :func:`stdio_transport` is ``stdio_client`` with that
 change, built from the helpers of the pinned ``mcp`` version.
+
+The other change is the server's stderr. The SDK hands the server the host's
+own, so whatever it prints (escape sequences that clear the screen or retitle
+the window, a fake "all clear" line) reaches the user's terminal untouched,
+and a host whose ``sys.stderr`` is no real file (a captured one) cannot start
+the server at all. Here (on POSIX) the server writes into a pipe, and a task of
+the transport relays it line by line to the host's ``sys.stderr`` as it is at
+that moment: prefixed with the server's name (``[mcp:NAME] ...``), through
+:func:`dsh_core.presentation.printable` (control characters escaped, as
+everything else the CLI prints), a line longer than :data:`STDERR_LINE_BYTES`
+cut with a note and the rest of it skipped unread into memory. The relay reads
+as fast as the host's stderr takes the lines and drops nothing, so a server is
+never held up by a full pipe unless the host's own stderr blocks. Lines the
+server leaves in the pipe when it stops (a crash's traceback) are relayed
+before the pipe is closed. On Windows the SDK's fallback process offers no
+stderr stream to read, and the server keeps the host's stderr as before.
 """
 
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TextIO
+from typing import Final, TextIO
 
 import anyio
 import anyio.lowlevel
+from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.text import TextReceiveStream
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import (
     _WRITER_FLUSH_TIMEOUT,
     StdioServerParameters,
     _aclose_all,
+    _close_pipe,
     _create_platform_compatible_process,
     _drain_stdout,
     _get_executable_command,
@@ -39,26 +58,95 @@ from mcp.client.stdio import (
     _stop_server_process,
     get_default_environment,
 )
+from mcp.os.win32.utilities import ServerProcess
 from mcp.shared.message import SessionMessage
 
-__all__ = ["stdio_transport"]
+from dsh_core.presentation import printable
+
+__all__ = ["STDERR_LINE_BYTES", "stdio_transport"]
 
 logger = logging.getLogger("dsh_plugins.mcp_client")
+
+# Enough for a traceback's longest line; a server printing a gigabyte on one line costs no more.
+STDERR_LINE_BYTES: Final = 4096
+# How long a stopped server's last stderr lines may take to arrive (a descendant may hold the pipe open).
+_STDERR_TAIL_TIMEOUT_S: Final = 2.0
+
+
+class _StderrRelay:
+    """The server's stderr, one escaped and prefixed line at a time, onto the host's stderr."""
+
+    def __init__(self, server_name: str, encoding: str, errlog: TextIO | None) -> None:
+        self._prefix = f"[mcp:{server_name}] "
+        self._encoding = encoding
+        self._errlog = errlog
+        self._line = bytearray()
+        self._skipping = False  # the current line was relayed cut: the rest of it is read and dropped
+        self.done = anyio.Event()
+
+    async def run(self, stderr: ByteReceiveStream) -> None:
+        try:
+            async for chunk in stderr:
+                *ended, rest = chunk.split(b"\n")
+                for piece in ended:
+                    self._take(piece)
+                    if not self._skipping:
+                        self._emit(self._line)
+                    self._line.clear()
+                    self._skipping = False
+                self._take(rest)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass  # closed under the read by the shutdown, or the pipe failed: either way nothing more comes
+        finally:
+            if self._line and not self._skipping:
+                self._emit(self._line)  # a last line the server never ended
+            self._line.clear()
+            self.done.set()
+
+    def _take(self, piece: bytes) -> None:
+        if self._skipping:
+            return
+        self._line += piece
+        if len(self._line) > STDERR_LINE_BYTES:
+            self._emit(self._line[:STDERR_LINE_BYTES], note=f" … (line cut at {STDERR_LINE_BYTES} bytes)")
+            self._line.clear()
+            self._skipping = True
+
+    def _emit(self, line: bytes | bytearray, note: str = "") -> None:
+        text = bytes(line).decode(self._encoding, errors="replace").removesuffix("\r")
+        out = self._errlog if self._errlog is not None else sys.stderr
+        if out is None:
+            return  # no stderr at all (pythonw): nowhere to show it
+        try:
+            out.write(f"{printable(self._prefix + text, one_line=True)}{note}\n")
+            out.flush()
+        except (OSError, ValueError):
+            pass  # a closed or broken host stderr loses the line, never the session
 
 
 @asynccontextmanager
 async def stdio_transport(
-    server: StdioServerParameters, errlog: TextIO = sys.stderr
+    server: StdioServerParameters, *, name: str, errlog: TextIO | None = None
 ) -> AsyncIterator[TransportStreams]:
-    """Spawn the server and connect to it over its stdin and stdout (``mcp.client.stdio.stdio_client``'s contract)."""
+    """Spawn the server and connect to it over its stdin and stdout (``mcp.client.stdio.stdio_client``'s contract).
+
+    ``name`` prefixes the server's stderr lines, relayed to ``errlog`` (by
+    default the ``sys.stderr`` of the moment each line arrives).
+    """
     command = await _get_executable_command(server.command)
-    process = await _create_platform_compatible_process(
-        command=command,
-        args=server.args,
-        env=get_default_environment() | (server.env or {}),
-        errlog=errlog,
-        cwd=server.cwd,
-    )
+    env = get_default_environment() | (server.env or {})
+    process: ServerProcess
+    if sys.platform == "win32":  # pragma: no cover
+        process = await _create_platform_compatible_process(
+            command=command, args=server.args, env=env, errlog=errlog or sys.stderr, cwd=server.cwd
+        )
+    else:
+        # _create_platform_compatible_process's POSIX spawn, with the stderr piped to the relay.
+        process = await anyio.open_process(
+            [command, *server.args], env=env, stderr=subprocess.PIPE, cwd=server.cwd, start_new_session=True
+        )
+    stderr = process.stderr if isinstance(process, Process) else None
+    relay = _StderrRelay(name, server.encoding, errlog)
 
     # The spawn succeeded; no awaits until the task group is entered, or a
     # cancellation delivered in the gap would leak the live process.
@@ -121,10 +209,17 @@ async def stdio_transport(
         if flush_scope.cancelled_caught:
             await anyio.lowlevel.cancel_shielded_checkpoint()
         await _stop_server_process(process)
+        if stderr is not None:
+            # The server is gone: what it left in the pipe (a crash's traceback) is relayed, then the pipe closed.
+            with anyio.move_on_after(_STDERR_TAIL_TIMEOUT_S):
+                await relay.done.wait()
+            await _close_pipe(stderr)
         await _aclose_all(read_stream, write_stream, read_stream_writer, write_stream_reader)
         await anyio.lowlevel.checkpoint()
 
     async with anyio.create_task_group() as tg:
+        if stderr is not None:
+            tg.start_soon(relay.run, stderr)
         tg.start_soon(stdout_reader)
         tg.start_soon(stdin_writer)
         try:

@@ -131,6 +131,10 @@ up to n attempts when the server was unavailable or died
 are not, and ``dsh-tools check`` says so, since a second attempt could repeat
 what the first did before the server died.
 
+**Server output.** A stdio server's stderr is relayed to the host's stderr
+a line at a time, prefixed ``[mcp:NAME]`` and with its control characters
+escaped (see :mod:`dsh_plugins._mcp_stdio`).
+
 **Cancellation.** A cancelled call (the caller's signal, the timeout plugin)
 cancels the MCP request; the SDK then sends ``notifications/cancelled`` so the
 server stops its work.
@@ -1173,7 +1177,7 @@ class _Server:
                 encoding_error_handler="replace",
             )
             # Not the SDK's stdio_client: a reader that dies there leaves the session looking live.
-            inner = stdio_transport(params)
+            inner = stdio_transport(params, name=settings.name)
         return _WatchedTransport(inner, session, one_stream=settings.url is None)
 
 

@@ -17,7 +17,9 @@ reaches the client's transport as text. Each tool is one kind of answer:
 - ``json_log``: a JSON log line on stdout (an object that is no JSON-RPC message), then a normal result;
 - ``bad_note``: a notification whose ``params`` is not an object, then a normal result;
 - ``shapeless``: an answer to the call whose ``result`` is not an object (no JSON-RPC message);
-- ``close_stdout``: no answer: the process closes its stdout and goes on living (a minute, unless stopped).
+- ``close_stdout``: no answer: the process closes its stdout and goes on living (a minute, unless stopped);
+- ``stderr_noise``: terminal escapes (clear screen, a window title, a carriage return over a
+  fake line), a line of ``LONG_LINE`` bytes and a last line without a newline on stderr, then a normal result.
 
 Every tool is annotated read-only, so a client configured to retry would retry it.
 """
@@ -32,9 +34,10 @@ from typing import Any
 
 TOOLS = [
     *("ok", "calls", "deep", "wrong_id", "null_id", "server_error", "closed_error", "bad_result", "stray_text"),
-    *("bad_utf8", "json_log", "bad_note", "shapeless", "close_stdout"),
+    *("bad_utf8", "json_log", "bad_note", "shapeless", "close_stdout", "stderr_noise"),
 ]
 DEPTH = 300
+LONG_LINE = 1_000_000
 
 
 def send(message: dict[str, Any]) -> None:
@@ -82,6 +85,12 @@ def answer_call(request_id: Any, name: str, calls: int) -> None:
         sys.stdout.flush()
         os.close(1)
         time.sleep(60)
+    elif name == "stderr_noise":
+        sys.stderr.write("\x1b[2J\x1b]0;pwned\x07boom\rall clear\n")
+        sys.stderr.write("x" * LONG_LINE + "\n")
+        sys.stderr.write("last words")
+        sys.stderr.flush()
+        result({"content": [{"type": "text", "text": "fine"}]})
     elif name == "bad_utf8":
         head = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": "a"}]}})
         line = head.encode().replace(b'"a"', b'"a\xff\xfeb"') + b"\n"

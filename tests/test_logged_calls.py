@@ -16,7 +16,8 @@ from dsh_core._cli import cli
 from dsh_core._logged_calls import logged_calls
 from dsh_core._session_log import structure_content
 from dsh_core._simulate import simulate
-from dsh_core.testing import json_tool, make_input, make_runtime
+from dsh_core.code_mode import CodeRunResult
+from dsh_core.testing import FakeCodeRuntime, json_tool, make_input, make_runtime
 
 TEXT = [{"type": "text", "text": "ok"}]
 
@@ -295,4 +296,62 @@ def test_a_log_written_before_results_named_their_agent_pairs_by_call_id(tmp_pat
 def test_a_result_naming_a_malformed_agent_is_refused(tmp_path: Path) -> None:
     log = write(tmp_path / "log.jsonl", call("c1"), ("tool/result", {**result("c1")[1], "agent": 5}))
     with pytest.raises(SessionLogError, match="seq 2: malformed tool/result event: agent must be null or a non-empty str, got 5"):
+        logged_calls(read_session_log(log).events)
+
+
+async def test_two_agents_run_code_calls_with_one_id_each_get_their_own_sub_calls(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The sub-calls of a Code Mode run were given to the latest call with its id, whatever its agent."""
+
+    async def read(args: Any) -> str:
+        await trio.sleep(args["t"])
+        return f"secret of {args['who']}"
+
+    who = iter([{"who": "alice", "t": 2}, {"who": "bob", "t": 0}])
+
+    async def program(tools: Any) -> CodeRunResult:
+        return CodeRunResult(value=await tools["read"](next(who)), has_value=True)
+
+    path = tmp_path / "s.jsonl"
+    with SessionLog(path) as log:
+        recorder = SessionRecorder(log)
+        runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program), event_sink=recorder.event_sink)
+        runtime.register(json_tool("read", read))
+        runtime.plugins.register(recorder, name="rec")
+        code = {"code": "...", "description": "read"}
+        alice = make_input("run_code", code, call_id="call_1", agent=Agent(id="alice"))
+        bob = make_input("run_code", code, call_id="call_1", agent=Agent(id="bob"))
+        async with trio.open_nursery() as nursery:  # bob's call is logged before alice's sub-call settles
+            for request in (alice, bob):
+                recorder.record_call(request)
+                nursery.start_soon(runtime.execute, request)
+                await trio.sleep(0.1)
+    read_back = read_session_log(path)
+    dispatches = [e for e in read_back.events if e.type == "tool/code-dispatch"]
+    assert [(e.data["agent"], e.data["parentCallId"]) for e in dispatches] == [("bob", "call_1"), ("alice", "call_1")]
+    calls = logged_calls(read_back.events)
+    assert [(c.agent, [d["content"][0]["text"] for d in c.dispatches]) for c in calls] == [
+        ("alice", ["secret of alice"]),
+        ("bob", ["secret of bob"]),
+    ]
+
+
+def test_a_log_written_before_dispatches_named_their_agent_pairs_them_by_parent_call_id(tmp_path: Path) -> None:
+    dispatch = {"rootCallId": "c1", "parentCallId": "c1", "subCallId": "c1:code:1", "name": "echo", "arguments": {}}
+    log = write(
+        tmp_path / "log.jsonl",
+        call("c1", agent="alice"), call("c1", agent="bob"),
+        ("tool/code-dispatch", {**dispatch, "isError": False, "content": TEXT}),
+        ("tool/code-dispatch", {**dispatch, "agent": "alice", "isError": False, "content": TEXT}),
+    )  # fmt: skip
+    alice, bob = logged_calls(read_session_log(log).events)
+    assert [d.get("agent") for d in alice.dispatches] == ["alice"]
+    assert [d.get("agent", "none") for d in bob.dispatches] == ["none"]
+
+
+def test_a_dispatch_naming_a_malformed_agent_is_refused(tmp_path: Path) -> None:
+    log = write(tmp_path / "log.jsonl", call("c1"), ("tool/code-dispatch", {"parentCallId": "c1", "agent": ""}))
+    problem = "seq 2: malformed tool/code-dispatch event: agent must be null or a non-empty str, got ''"
+    with pytest.raises(SessionLogError, match=problem):
         logged_calls(read_session_log(log).events)

@@ -11,6 +11,7 @@ server (``python tests/test_mcp.py``).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import re
@@ -927,6 +928,57 @@ async def test_a_server_that_closes_its_stdout_but_lives_fails_the_call_in_fligh
     assert died.code == MCP_SERVER_DIED, died.error.message
     assert 'MCP server "raw" died during the call to "close_stdout"' in died.error.message
     assert again.value == text_value("1")  # the next call reconnected: a new process
+
+
+async def test_a_stdio_servers_stderr_reaches_the_host_escaped_prefixed_and_cut(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The server used to inherit the host's stderr: its escapes reached the user's terminal raw.
+    from dsh_plugins._mcp_stdio import STDERR_LINE_BYTES
+
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            noisy = await runtime.execute(make_input("raw__stderr_noise"))
+            calls = await runtime.execute(make_input("raw__calls"))
+    assert noisy.value == text_value("fine")
+    assert calls.value == text_value("2")  # a megabyte on stderr blocked nothing
+    err = capsys.readouterr().err
+    assert not {"\x1b", "\x07", "\r"} & set(err)
+    lines = err.splitlines()
+    relayed = [line for line in lines if line.startswith("[mcp:raw] ")]
+    assert relayed == [
+        "[mcp:raw] \\x1b[2J\\x1b]0;pwned\\x07boom\\x0dall clear",
+        "[mcp:raw] " + "x" * STDERR_LINE_BYTES + f" … (line cut at {STDERR_LINE_BYTES} bytes)",
+        "[mcp:raw] last words",  # the line the server never ended, relayed when the session closed
+    ]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc/self/fd")
+async def test_stdio_sessions_close_every_pipe_they_open(capsys: pytest.CaptureFixture[str]) -> None:
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def one_session() -> None:
+        runtime = ToolRuntime()
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            noisy = await runtime.execute(make_input("raw__stderr_noise"))
+            assert isinstance(noisy, ToolExecutionSuccess), noisy.error
+            assert noisy.value == text_value("fine")
+
+    with trio.fail_after(30):
+        await one_session()  # imports and the like, once
+        gc.collect()
+        before = open_descriptors()
+        # A pipe left open may still be closed by the collector; here it must be closed by the transport.
+        gc.disable()
+        try:
+            for _ in range(3):
+                await one_session()
+            assert open_descriptors() == before
+        finally:
+            gc.enable()
+    assert capsys.readouterr().err.count("[mcp:raw] last words") == 4  # every process, stopped, had its say
 
 
 async def test_a_failed_read_of_the_servers_stdout_fails_the_call_in_flight_as_died(

@@ -592,6 +592,7 @@ async def test_bridge_curates_output_and_logs_each_settled_sub_call(
             "root_call_id": "call-1",
             "parent_call_id": "call-1",
             "sub_call_id": f"call-1:code:{n}",
+            "agent": "a",  # the outer call's: two agents' run_code calls may share a call id
             "name": "echo",
             "arguments": {"value": word},
             "is_error": False,

@@ -391,6 +391,62 @@ def test_explain_an_unknown_call_is_a_usage_error(tmp_path: Path) -> None:
     assert 'no tool call "nope"' in result.stderr
 
 
+def two_agents_log(path: Path, *, global_call: bool = False) -> Path:
+    """Call ``c1`` made by alice (denied) and bob (allowed), and by the global scope (failed) if asked."""
+    deny = {"name": "ToolError", "code": "DENIED", "message": "no"}
+    with SessionLog(path) as session:
+        for agent, error in (("alice", deny), ("bob", None), *(((None, deny),) if global_call else ())):
+            session.append_call("c1", "ls", {}, agent=agent)
+            content = [TextBlock("Error: no" if error else "[]")]
+            session.append_result("c1", content=content, is_error=error is not None, error=error, agent=agent)
+    return path
+
+
+def test_explain_refuses_a_call_id_two_agents_used_without_agent(tmp_path: Path) -> None:
+    # It used to explain the latest call with the id, whichever agent made it.
+    log = two_agents_log(tmp_path / "s.jsonl", global_call=True)
+    result = invoke(["explain", str(log), "c1"])
+    assert result.exit_code == 2
+    assert (
+        f'call id "c1" was used by more than one agent in {log}: "alice", "bob" and the global scope;'
+        " pass --agent ID (--agent '' for the global scope)"
+    ) in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("agent", "outcome"), [("alice", "failed DENIED"), ("bob", "succeeded"), ("", "failed DENIED")]
+)
+def test_explain_agent_picks_that_agents_call(tmp_path: Path, agent: str, outcome: str) -> None:
+    log = two_agents_log(tmp_path / "s.jsonl", global_call=True)
+    result = invoke(["explain", str(log), "c1", "--agent", agent, "--json"])
+    assert result.exit_code == 1  # none of them has a trace
+    data = json.loads(result.stdout)
+    assert (data["agent"], data["isError"]) == (agent or None, outcome != "succeeded")
+    shown = invoke(["explain", str(log), "c1", "--agent", agent])
+    assert f"call c1: ls{f' (agent {agent})' if agent else ''}: {outcome}" in shown.stdout
+
+
+def test_explain_agent_that_made_no_such_call_is_a_usage_error(tmp_path: Path) -> None:
+    log = two_agents_log(tmp_path / "s.jsonl")
+    result = invoke(["explain", str(log), "c1", "--agent", "carol"])
+    assert result.exit_code == 2
+    message = f'no tool call "c1" of agent "carol" in {log} (made by "alice" and "bob")'
+    assert message in " ".join(result.stderr.split())
+
+
+def test_explain_without_agent_takes_the_one_agent_that_used_the_id(tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    with SessionLog(log) as session:
+        session.append_call("c1", "ls", {}, agent="alice")
+        error = {"name": "E", "code": "X", "message": "m"}
+        session.append_result("c1", content=[TextBlock("m")], is_error=True, error=error, agent="alice")
+        # A second session appended to the file: its call with the id is the one shown.
+        session.append_call("c1", "ls", {}, agent="alice")
+        session.append_result("c1", content=[TextBlock("[]")], is_error=False, agent="alice")
+    data = json.loads(invoke(["explain", str(log), "c1", "--json"]).stdout)
+    assert (data["agent"], data["isError"]) == ("alice", False)
+
+
 async def test_a_malformed_guard_verdict_is_one_error_step() -> None:
     def sloppy(execution: ToolExecution) -> Any:
         return 42

@@ -34,7 +34,7 @@ from .._content import ContentBlock, ImageBlock, TextBlock, UserMessage, as_cont
 from .._definition import ToolDefinition, ToolOutput, contract_of, define_tool
 from .._errors import CodeRunFailedError, DshError, NonJsonValueError
 from .._events import send_event
-from .._execution import Exclusive, ToolExecution, ToolExecutionInput, ToolRunContext, input_of
+from .._execution import Exclusive, ToolExecution, ToolExecutionInput, ToolRunContext, input_of, scope_id
 from .._json import JsonValue, json_text, snapshot_json
 from .._jsoncodec import encode_json
 from .._results import ToolExecutionResult, ToolExecutionSuccess, error_message
@@ -438,11 +438,13 @@ class _Bridge:
                 run.defer_context(context)
             ticket.error = result.error.message
 
-    def ids(self, ticket: _Ticket) -> dict[str, str]:
+    def ids(self, ticket: _Ticket) -> dict[str, str | None]:
+        # The agent too: call ids are per conversation, so two agents' run_code calls may share one.
         return {
             "root_call_id": self.run.root_call_id,
             "parent_call_id": self.run.call_id,
             "sub_call_id": ticket.sub_call_id,
+            "agent": scope_id(self.run.agent),
         }
 
     async def log(
