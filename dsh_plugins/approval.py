@@ -8,7 +8,8 @@ between them, and an approval channel is a property of how the host runs, not
 something a configuration table should switch on behind the host's back.
 
 Both implement :class:`dsh_core.ApprovalService`: ``request`` returns
-``"allowed-once"``, ``"denied"`` or ``"cancelled"``.
+``"allowed-once"``, ``"denied"`` or ``"cancelled"`` (``TerminalApproval``), and
+``"unavailable"`` (``NonInteractiveApproval``: nobody can be asked).
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ of which the first and last ``max_output_bytes / 2`` bytes are kept (with a
 marker saying how much was left out between them). The value is::
 
     {"exit_code": 0 | null, "signal": "SIGTERM" | null, "output": "...",
-     "truncated": false, "timed_out": false}
+     "truncated": false, "timed_out": false, "timeout_ms": 30000}
 
 ``exit_code`` is set when the command exited, ``signal`` when it was killed by
-one (never both).
+one (never both); ``timeout_ms`` is the deadline the call ran under.
 
 **Deadlines.** The call's ``timeout_ms`` argument (default and maximum: the
 configured ``timeout_ms``; larger values are capped) is the tool's own

@@ -1359,6 +1359,23 @@ async def test_a_sealed_program_cannot_make_special_files(tmp_path: Any, call: s
     assert not target.exists()
 
 
+READ_ONLY = SubprocessPythonRuntime(wall_budget_s=10.0, allow_file_writes=False)  # the network stays open
+
+
+async def test_a_program_refused_file_writes_cannot_bind_a_socket_to_a_path(tmp_path: Any) -> None:
+    target = tmp_path / "sock"
+    program = f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind({str(target)!r})\nreturn 1"
+    result = await READ_ONLY.run(program, {})
+    assert_error(result, "exception", "PermissionError", "change files, only its tools may (bind ")
+    assert not target.exists()
+
+
+async def test_a_program_refused_file_writes_binds_an_abstract_socket_name() -> None:
+    program = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0dsh-test-abstract')\nreturn 1"
+    result = await READ_ONLY.run(program, {})
+    assert result.error is None and result.value == 1
+
+
 async def test_a_sealed_program_keeps_local_socket_pairs() -> None:
     program = "import socket\na, b = socket.socketpair()\na.sendall(b'hi')\nreturn b.recv(2).decode()"
     result = await SEALED.run(program, {})

@@ -799,8 +799,18 @@ def apply_limits(limits: dict[str, Any]) -> None:
             raise PermissionError("this run_code program may not use the network, only its tools may (socket.__new__)")
         if writes and event == "open" and len(args) == 3 and isinstance(args[2], int) and args[2] & write_flags:
             raise PermissionError(f"this run_code program may not change files, only its tools may (open {args[0]!r})")
+        # Binding a local socket to a path makes a file there (an abstract name, from a NUL, does not).
+        if writes and event == "socket.bind" and _names_a_file(args[1]):
+            raise PermissionError(f"this run_code program may not change files, only its tools may (bind {args[1]!r})")
 
     sys.addaudithook(refuse)
+
+
+def _names_a_file(address: object) -> bool:
+    """Whether a ``socket.bind`` address is a file-system path (an ``AF_UNIX`` one not in the abstract namespace)."""
+    if isinstance(address, str | bytes | bytearray | memoryview) and not isinstance(address, memoryview):
+        return len(address) > 0 and address[:1] not in ("\0", b"\0")
+    return hasattr(address, "__fspath__")
 
 
 def _audit_special_files() -> None:
