@@ -23,7 +23,8 @@ presentation vocabulary:
   ``tool/call``: call ids are per conversation, so two agents' calls may share
   one, and a result is paired with the latest call of the same agent and id. A
   result without the key (a log from before it was written) is paired by
-  ``callId`` alone
+  ``callId`` alone; and ``contexts``, the result's additional contexts (the
+  rewrite notes ``simulate`` reads when there is no trace), when it has any
 * ``tool/unwound`` — ``{callId, agent, cause, bodyStarted}``: the call was cut short
   from outside (the host's cancel scope, ``KeyboardInterrupt``, an interpreter
   exit) and has no result, ever; ``cause`` names what cut it (``"Cancelled"``,

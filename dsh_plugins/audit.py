@@ -7,7 +7,9 @@ Configure it in ``[plugins.audit]``::
 
 Every call that reaches ``ToolRuntime.execute`` produces exactly one line
 (denied, invalid, unknown and aborted calls included, and calls cut short: see
-below), written when its final result is observed (``dsh_result``)::
+below; only a call cut while its arguments are still being copied, before it
+has an execution, reaches no hook and gets none), written when its final
+result is observed (``dsh_result``)::
 
     {"ts": "2026-05-01T12:00:00.123+00:00", "call_id": "c1", "root_call_id": "c1",
      "tool": "read_file", "agent": "main", "arguments": {"path": "README.md"},

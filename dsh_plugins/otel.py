@@ -37,7 +37,8 @@ with the message. With ``ToolRuntime(trace_decisions=True)`` each decision
 step (listener, approval, guard, retry) is a ``dsh.decision`` span event.
 Each policy ``Rewrite`` of the call's arguments is a ``dsh.rewrite`` span event
 (``dsh.rewrite.by``, ``dsh.rewrite.reason``, and with ``record_content`` the
-model's arguments it replaced as ``dsh.rewrite.from``).
+arguments it replaced as ``dsh.rewrite.from``: the model's for the first
+rewrite, the previous rewrite's for a later one).
 Arguments and results are not recorded unless ``record_content = true``: they
 are the model's input and the tool's output, which an exporter ships off the
 host. A finished call's ``gen_ai.tool.call.arguments`` are the ones that ran
