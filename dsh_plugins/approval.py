@@ -332,7 +332,9 @@ class ApprovalStep:
     ``error`` says what it raised (its message, else the exception's type name),
     or ``"malformed"`` when it returned something that is not an approval
     answer; then ``error`` is ``not an approval answer: <bounded repr>`` (and the
-    call fails ``POLICY_ERROR``, as with any service).
+    call fails ``POLICY_ERROR``, as with any service); or ``"interrupted"``
+    when the question was cut while this step asked (the call's signal, the
+    host's cancel scope, ``KeyboardInterrupt``): ``error`` names the cause's type.
     ``waited_s`` is the time spent on this step (trio's clock).
     """
 
@@ -416,39 +418,56 @@ class EscalatingApproval:
             start = trio.current_time()
             answer = "timed-out"
             error: str | None = None
-            with trio.move_on_after(seconds):
+            try:
+                with trio.move_on_after(seconds):  # absorbs this step's own deadline
+                    try:
+                        answer = await service.request(execution, reason)
+                    except Exception as exc:
+                        # Only Exception: a Cancelled (alone or in a group) and KeyboardInterrupt are
+                        # BaseExceptions, the deadline's or the caller's to handle, never a failed step.
+                        answer = "failed"
+                        error = str(exc) or type(exc).__name__
+                        logger.warning(
+                            "approval step %d (%s) failed for %s call %s: %s; asking the next step",
+                            index,
+                            type(service).__name__,
+                            execution.name,
+                            execution.call_id,
+                            error,
+                            exc_info=exc,
+                        )
+            except BaseException as cut:
+                # Cut from outside while this step asked: the trail still shows where the question was,
+                # and a trail that cannot take it must not replace the cause.
                 try:
-                    answer = await service.request(execution, reason)
-                except Exception as exc:
-                    # Only Exception: a Cancelled (alone or in a group) and KeyboardInterrupt are
-                    # BaseExceptions, the deadline's or the caller's to handle, never a failed step.
-                    answer = "failed"
-                    error = str(exc) or type(exc).__name__
-                    logger.warning(
-                        "approval step %d (%s) failed for %s call %s: %s; asking the next step",
-                        index,
-                        type(service).__name__,
-                        execution.name,
-                        execution.call_id,
-                        error,
-                        exc_info=exc,
-                    )
+                    self._record(execution, index, "interrupted", start, type(cut).__name__)
+                except Exception:
+                    logger.warning("on_step failed recording an interrupted approval step", exc_info=True)
+                raise
             malformed = error is None and answer not in APPROVAL_ANSWERS and answer not in ("timed-out", ALLOWED_ALWAYS)
-            if self.on_step is not None:
-                waited = trio.current_time() - start
-                self.on_step(
-                    ApprovalStep(
-                        call_id=execution.call_id,
-                        tool=execution.name,
-                        step=index,
-                        # Whatever the service returned may be any object: the trail holds its bounded repr.
-                        answer="malformed" if malformed else answer,
-                        waited_s=waited,
-                        error=f"not an approval answer: {safe_repr(answer)}" if malformed else error,
-                    )
-                )
+            # Whatever the service returned may be any object: the trail holds its bounded repr.
+            self._record(
+                execution,
+                index,
+                "malformed" if malformed else answer,
+                start,
+                f"not an approval answer: {safe_repr(answer)}" if malformed else error,
+            )
             if malformed:
                 return answer  # the runtime reports a malformed answer, naming it
             if answer in ("allowed-once", "denied", "cancelled", ALLOWED_ALWAYS):
                 return answer
         return self.on_exhausted
+
+    def _record(self, execution: ToolExecution, index: int, answer: str, start: float, error: str | None) -> None:
+        if self.on_step is not None:
+            self.on_step(
+                ApprovalStep(
+                    call_id=execution.call_id,
+                    tool=execution.name,
+                    step=index,
+                    answer=answer,
+                    waited_s=trio.current_time() - start,
+                    error=error,
+                )
+            )

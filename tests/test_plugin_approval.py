@@ -512,7 +512,8 @@ async def test_the_calls_cancellation_ends_the_whole_question(autojump_clock: An
     result = await runtime.execute(shell_call(signal=signal))
     assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
     assert result.error.info.code == "ABORTED_BEFORE_DISPATCH"
-    assert log == []  # neither step answered nor timed out: the call was cancelled
+    # Neither step answered nor timed out: the call was cancelled while the first one asked.
+    assert [(step.step, step.answer, step.error) for step in log] == [(0, "interrupted", "Cancelled")]
 
 
 class BrokenApprover:
@@ -573,7 +574,7 @@ async def test_a_failed_step_does_not_hide_the_calls_cancellation(autojump_clock
     result = await runtime.execute(shell_call(signal=CancelSignal.after(3)))
     assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
     assert result.error.info.code == "ABORTED_BEFORE_DISPATCH"
-    assert log == [] and backup.asked == []
+    assert [(step.step, step.answer) for step in log] == [(0, "interrupted")] and backup.asked == []
 
 
 async def test_a_step_whose_budget_ends_inside_a_child_task_times_out(autojump_clock: Any) -> None:
@@ -591,7 +592,36 @@ async def test_an_interrupt_in_a_step_is_not_taken_for_a_failed_step(autojump_cl
     )
     with pytest.raises(KeyboardInterrupt):
         await chain.request(execution_of("shell", {"command": "ls"}, CancelSignal()), None)
-    assert log == [] and backup.asked == []
+    # The trail shows where the question was cut, not a failed step, and nobody else was asked.
+    assert [(step.step, step.answer, step.error) for step in log] == [(0, "interrupted", "KeyboardInterrupt")]
+    assert backup.asked == []
+
+
+async def test_a_question_the_caller_cancels_records_the_step_it_was_at(autojump_clock: Any) -> None:
+    silent, never = Approver("allowed-once", delay=None), Approver("allowed-once")
+    runtime, log = escalating_runtime((Approver("timed-out-never", delay=None), 5), (silent, 60), (never, 5))
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+
+        async def cancel_later() -> None:
+            await trio.sleep(7)  # the first step timed out at 5 s; the second is asking
+            signal.cancel("the user gave up")
+
+        nursery.start_soon(cancel_later)
+        result = await runtime.execute(shell_call(signal=signal))
+    assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
+    assert result.error.info.code == "ABORTED_BEFORE_DISPATCH"
+    assert [(step.step, step.answer, step.waited_s) for step in log] == [(0, "timed-out", 5), (1, "interrupted", 2)]
+    assert log[1].error == "Cancelled" and never.asked == []
+
+
+async def test_a_trail_that_fails_on_an_interrupted_step_does_not_replace_the_interrupt(autojump_clock: Any) -> None:
+    def broken_trail(step: approval_module.ApprovalStep) -> None:
+        raise RuntimeError("trail is full")
+
+    chain = approval_module.EscalatingApproval((BrokenApprover(KeyboardInterrupt()), 5), on_step=broken_trail)
+    with pytest.raises(KeyboardInterrupt):
+        await chain.request(execution_of("shell", {"command": "ls"}, CancelSignal()), None)
 
 
 @pytest.mark.parametrize("malformed", ["yes please", "failed"])  # "failed" is a step's outcome, not an answer
