@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dsh_core import define_tool
 from dsh_core._errors import ErrorCode, JsonSchemaError, SchemaSpecError, ToolArgsError
 from dsh_core._json import FrozenDict, JsonValue, snapshot_json
 from dsh_core._schema import _attrs_params
@@ -499,7 +500,8 @@ def _classes(children: st.SearchStrategy[Any]) -> st.SearchStrategy[type]:
         lambda spec: attrs.make_class(
             f"Gen{next(_names)}",
             {
-                name: attrs.field(type=tp, **({"default": None} if optional else {}))
+                # An optional field admits its default: a None default of a non-null type is refused.
+                name: attrs.field(type=Optional[tp], default=None) if optional else attrs.field(type=tp)  # noqa: UP045
                 for name, (tp, optional) in spec.items()
             },
             kw_only=True,
@@ -586,7 +588,6 @@ def test_dict_values_are_enforced_by_structuring_not_by_the_schema() -> None:
 
 async def test_soft_callbacks_fall_back_when_valid_arguments_do_not_structure() -> None:
     """b.6: presenters and the classifier never raise on arguments the class refuses; the call itself says why."""
-    from dsh_core import define_tool
     from dsh_core.testing import expect_failure, make_input, make_runtime
 
     cls = _one_field(dict[str, int])
@@ -737,3 +738,42 @@ def test_a_value_type_checks_what_its_schema_cannot_say() -> None:
     assert _attrs_params.value_type(Checked, _owner, "f").violations({"n": -1}) == [
         "invalid value (n must not be negative) @ $"
     ]
+
+
+# ---------------------------------------------------------------------------
+# Defaults the schema shows
+
+
+def test_a_shown_default_that_is_not_a_value_of_its_field_is_refused_with_every_other_problem() -> None:
+    inner = attrs.make_class("BadInner", {"n": attrs.field(type=int, default="one")})
+    cls = attrs.make_class(
+        "BadDefaults",
+        {
+            "limit": attrs.field(type=int, default=None),
+            "tags": attrs.field(type=list[str], default=["a", 2]),
+            "inner": attrs.field(type=inner),
+            "fine": attrs.field(type=int | None, default=None),
+        },
+        kw_only=True,
+    )
+    with pytest.raises(SchemaSpecError) as info:
+        schema_from_attrs_class(cls)
+    assert info.value.violations == (
+        "BadDefaults.limit: the default None is not a value of its annotation (expected an integer, got null @ default)",
+        "BadDefaults.tags: the default ['a', 2] is not a value of its annotation "
+        "(expected a string, got the number 2 @ default[1])",
+        "BadDefaults.inner.n: the default 'one' is not a value of its annotation "
+        "(expected an integer, got a string @ default)",
+    )
+
+
+def test_define_tool_refuses_a_parameters_class_whose_default_its_schema_refuses() -> None:
+    @attrs.frozen
+    class Args:
+        limit: int = None  # type: ignore[assignment]
+
+    async def body(args: Args) -> str:
+        return repr(args.limit)
+
+    with pytest.raises(SchemaSpecError, match=r"Args\.limit: the default None is not a value of its annotation"):
+        define_tool(name="t", description="d", parameters=Args, output={"type": "string"}, execute=body)

@@ -35,7 +35,8 @@ nested attrs class             a closed object (``additionalProperties: false``)
 =============================  ================================================
 
 A field with a default is optional, and a JSON default is shown as a ``default``
-annotation (never applied by the schema: attrs applies it). A field's
+annotation (never applied by the schema: attrs applies it); a shown default must
+be a value of the field's annotation. A field's
 ``metadata={"description": ...}`` becomes the property's description. The root,
 like every nested class, is a closed object: an unknown key would otherwise be
 dropped silently by structuring, so the schema rejects it up front instead.
@@ -45,7 +46,6 @@ the namespace of the class that declares the field, without mutating the class.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import sys
@@ -93,9 +93,11 @@ def schema_from_attrs_class(cls: type) -> dict[str, Any]:
     without a default, in field order, and is omitted when there are none.
 
     Raises:
-        SchemaSpecError: ``cls`` is not an attrs class, or some field annotations
-            cannot be expressed; the violations name every such field path, e.g.
-            ``Args.servers[].port`` (``[]`` steps into an item or a dict value).
+        SchemaSpecError: ``cls`` is not an attrs class, some field annotations
+            cannot be expressed, or a JSON default is not a value of its field's
+            annotation (``limit: int = None``); the violations name every such
+            field path, e.g. ``Args.servers[].port`` (``[]`` steps into an item
+            or a dict value).
     """
     return thaw(_derive(cls).schema)  # type: ignore[no-any-return]
 
@@ -253,8 +255,20 @@ class _Deriver:
                 ok = False
                 continue
             schema, resolved_type = derived
+            shown_default = _json_default(field.default)
+            if shown_default is not _NOT_SHOWN:
+                # The schema advertises it to the model, so it must be a value the field takes.
+                wrong = self._violations(shown_default, resolved_type, "default")
+                if wrong:
+                    shown = repr(field.default)
+                    self.errors.append(
+                        f"{field_path}: the default {shown if len(shown) <= 60 else shown[:59] + '…'} "
+                        f"is not a value of its annotation ({'; '.join(wrong)})"
+                    )
+                    ok = False
+                    continue
             resolved.append(field.evolve(type=resolved_type))
-            properties[field.name] = _annotate(schema, description, field.default)
+            properties[field.name] = _annotate(schema, description, shown_default)
             if field.default is attrs.NOTHING:
                 required.append(field.name)
         if not ok:
@@ -266,6 +280,13 @@ class _Deriver:
         self.classes[cls] = node
         self._register_class_hook(cls, resolved)
         return node
+
+    def _violations(self, value: object, resolved_type: Any, root: str) -> list[str]:
+        try:
+            self.converter.structure(value, resolved_type)
+        except Exception as exc:
+            return cattrs.transform_error(exc, path=root, format_exception=_format_exception)
+        return []
 
     def _register_class_hook(self, cls: type, fields: list[attrs.Attribute[Any]]) -> None:
         # Built from our own resolved attributes: cattrs would otherwise resolve the
@@ -388,7 +409,7 @@ class _Deriver:
             if derived is None:
                 ok = False
                 continue
-            properties[key] = _annotate(derived[0], _first_text(hint), attrs.NOTHING)
+            properties[key] = _annotate(derived[0], _first_text(hint), _NOT_SHOWN)
             resolved[key] = derived[1]
             if needed:
                 required.append(key)
@@ -544,14 +565,26 @@ def _declaring_class(cls: type, name: str) -> type:
     return cls
 
 
+_NOT_SHOWN: Any = object()
+
+
+def _json_default(default: object) -> object:
+    """The JSON form of a field's default the schema shows, or ``_NOT_SHOWN``."""
+    if default is attrs.NOTHING or isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        return _NOT_SHOWN
+    try:
+        return thaw(snapshot_json(default))
+    except NonJsonValueError:
+        # Only an annotation: a default that is not JSON simply is not shown.
+        return _NOT_SHOWN
+
+
 def _annotate(schema: dict[str, Any], description: str | None, default: object) -> dict[str, Any]:
     node = dict(schema)
     if description is not None:
         node["description"] = description
-    if default is not attrs.NOTHING and not isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-        # Only an annotation: a default that is not JSON simply is not shown.
-        with contextlib.suppress(NonJsonValueError):
-            node["default"] = thaw(snapshot_json(default))
+    if default is not _NOT_SHOWN:
+        node["default"] = default
     return node
 
 
