@@ -52,7 +52,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NoReturn, TypeVar, Union, get_args, get_origin
+from typing import Any, Final, Literal, NoReturn, TypeVar, Union, get_args, get_origin
 
 import attrs
 import cattrs
@@ -82,6 +82,13 @@ class _Derived:
 
 
 _CACHE: dict[type, _Derived] = {}
+
+#: How deeply annotations may nest (``list[list[...]]``, a class holding a class, ``X | None``:
+#: each counts one level). Deriving and structuring walk Python types recursively, a few frames
+#: per level; a fixed bound well under the recursion limit gives a declaration the same verdict
+#: wherever it is made, and leaves room to structure its values on any call stack. Schemas
+#: deeper than this are still fine as a RawSchema or in the DSL (walked iteratively).
+MAX_ANNOTATION_DEPTH: Final = 100
 
 
 def schema_from_attrs_class(cls: type) -> dict[str, Any]:
@@ -159,9 +166,17 @@ def value_type(annotation: object, owner: Callable[..., Any], path: str) -> Valu
     return ValueType(schema, deriver.complete, deriver.converter, resolved)
 
 
+def _nested_too_deep(path: str) -> str:
+    return (
+        f"{path}: annotations nested more than {MAX_ANNOTATION_DEPTH} levels deep are not supported "
+        "(their values could not be structured reliably); declare deeper data as JsonValue, "
+        "or use a RawSchema or the schema DSL"
+    )
+
+
 def _too_deep(path: str) -> str:
-    # Python types are walked the way cattrs structures them, recursively; JSON schemas of any
-    # depth are fine (RawSchema or the DSL), annotations this deep are not.
+    # Past MAX_ANNOTATION_DEPTH the walk stops on its own; this is left for a declaration made
+    # with the call stack already nearly at the recursion limit.
     return f"{path}: annotations nested too deeply to derive a schema from (past Python's recursion limit)"
 
 
@@ -227,12 +242,35 @@ class _Deriver:
         self.converter = _strict_converter()
         # Nested classes met so far: their schema (None when they failed).
         self.classes: dict[type, dict[str, Any] | None] = {}
+        # How many levels each of them nests below itself: met again deeper, it may be too deep.
+        self.heights: dict[type, int] = {}
         # Whether the schemas derived so far say all that structuring checks (see ValueType.complete).
         self.complete = True
+        # How many annotations enclose the one being derived (see MAX_ANNOTATION_DEPTH), and the
+        # deepest level reached below the class being derived.
+        self.depth = 0
+        self.deepest = 0
 
     def class_schema(self, cls: type, path: str, ancestors: frozenset[type]) -> dict[str, Any] | None:
         if cls in self.classes:
-            return self.classes[cls]
+            node = self.classes[cls]
+            if node is not None:
+                deepest = self.depth + self.heights[cls]
+                if deepest > MAX_ANNOTATION_DEPTH:
+                    self.errors.append(_nested_too_deep(path))
+                    return None
+                self.deepest = max(self.deepest, deepest)
+            return node
+        outer_deepest, self.deepest = self.deepest, self.depth
+        try:
+            node = self._class_schema(cls, path, ancestors)
+        finally:
+            self.heights[cls] = self.deepest - self.depth
+            self.deepest = max(outer_deepest, self.deepest)
+        self.classes[cls] = node
+        return node
+
+    def _class_schema(self, cls: type, path: str, ancestors: frozenset[type]) -> dict[str, Any] | None:
         if _checks_itself(cls):
             self.complete = False
         properties: dict[str, Any] = {}
@@ -272,12 +310,10 @@ class _Deriver:
             if field.default is attrs.NOTHING:
                 required.append(field.name)
         if not ok:
-            self.classes[cls] = None
             return None
         node: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
         if required:
             node["required"] = required
-        self.classes[cls] = node
         self._register_class_hook(cls, resolved)
         return node
 
@@ -335,6 +371,19 @@ class _Deriver:
         self, annotation: object, owner: type, path: str, ancestors: frozenset[type]
     ) -> tuple[dict[str, Any], Any] | None:
         """The schema of one annotation and the resolved type cattrs structures it as."""
+        if self.depth >= MAX_ANNOTATION_DEPTH:
+            self.errors.append(_nested_too_deep(path))
+            return None
+        self.depth += 1
+        self.deepest = max(self.deepest, self.depth)
+        try:
+            return self._type_schema(annotation, owner, path, ancestors)
+        finally:
+            self.depth -= 1
+
+    def _type_schema(
+        self, annotation: object, owner: type, path: str, ancestors: frozenset[type]
+    ) -> tuple[dict[str, Any], Any] | None:
         if isinstance(annotation, typing.ForwardRef):
             annotation = self._evaluate(annotation.__forward_arg__, owner, path)
             if annotation is _FAILED:
@@ -350,7 +399,8 @@ class _Deriver:
         origin = get_origin(annotation)
         args = get_args(annotation)
         if origin is typing.Annotated:
-            return self.type_schema(args[0], owner, path, ancestors)
+            # Metadata only: not a level of the value.
+            return self._type_schema(args[0], owner, path, ancestors)
         if origin is Literal:
             return self._literal(annotation, args, path)
         if origin is Union or origin is types.UnionType:
