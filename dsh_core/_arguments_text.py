@@ -26,7 +26,7 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
-from ._errors import DshError, ErrorCode, NonJsonValueError
+from ._errors import QUOTED_CHARS, DshError, ErrorCode, NonJsonValueError
 from ._json import FrozenDict, JsonValue, snapshot_json
 from ._jsoncodec import decode_json
 
@@ -102,7 +102,15 @@ class _RepeatedKeyError(ValueError):
     """An object of the document gives a key twice."""
 
     def __init__(self, key: str) -> None:
-        super().__init__(f"arguments give the key {json.dumps(key)} twice in one object; send each key once")
+        # The key is the model's own, any length: quoted in full it could be megabytes. The
+        # ellipsis goes between the quoted ends, not into the quoting (which would escape it).
+        if len(key) <= QUOTED_CHARS:
+            quoted = json.dumps(key)
+        else:
+            head = (QUOTED_CHARS - 1) // 2
+            tail = QUOTED_CHARS - 1 - head
+            quoted = json.dumps(key[:head])[:-1] + "…" + json.dumps(key[-tail:])[1:]
+        super().__init__(f"arguments give the key {quoted} twice in one object; send each key once")
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable
+from typing import Final
+
+#: How many violations an error's message spells out; the rest are counted ("… and 7 more").
+MESSAGE_VIOLATIONS: Final = 20
+#: How many violations an error keeps in ``violations`` (the rest are counted in ``omitted``).
+KEPT_VIOLATIONS: Final = 100
+#: How long one kept violation may be; a longer one keeps its start and end around an ellipsis.
+VIOLATION_CHARS: Final = 2000
+#: How long a quoted key or path may be in a violation (the middle is elided past this).
+QUOTED_CHARS: Final = 200
 
 
 class ErrorCode(enum.StrEnum):
@@ -50,14 +60,63 @@ class DshError(Exception):
         return message if isinstance(message, str) else super().__str__()
 
 
+def elide_middle(text: str, limit: int) -> str:
+    """``text``, or when longer than ``limit`` its start and end joined by ``…`` (``limit`` chars in all)."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head) :]
+
+
+class Violations(tuple[str, ...]):
+    """Violations a check reported, with ``omitted`` counting those found past the ones kept.
+
+    A plain tuple of messages otherwise (it compares equal to one): a checker that
+    stops spelling out violations after :data:`KEPT_VIOLATIONS` returns one, so
+    an error built from it can still say how many there were.
+    """
+
+    omitted: int
+
+    def __new__(cls, violations: Iterable[str] = (), omitted: int = 0) -> Violations:
+        self = super().__new__(cls, violations)
+        self.omitted = omitted
+        return self
+
+
+def bound_violations(violations: Iterable[str]) -> tuple[tuple[str, ...], int]:
+    """The first :data:`KEPT_VIOLATIONS` of ``violations``, each at most :data:`VIOLATION_CHARS` long, and how many more."""
+    kept: list[str] = []
+    omitted = getattr(violations, "omitted", 0)
+    for violation in violations:
+        if len(kept) < KEPT_VIOLATIONS:
+            kept.append(elide_middle(violation, VIOLATION_CHARS))
+        else:
+            omitted += 1
+    return tuple(kept), omitted
+
+
+def join_violations(violations: tuple[str, ...], omitted: int) -> str:
+    """The first :data:`MESSAGE_VIOLATIONS` joined by ``; ``, then ``… and N more`` when there are others."""
+    rest = max(len(violations) - MESSAGE_VIOLATIONS, 0) + omitted
+    joined = "; ".join(violations[:MESSAGE_VIOLATIONS])
+    return f"{joined}; … and {rest} more" if rest else joined
+
+
 class _ViolationsError(DshError):
-    """An error that carries every problem found, not just the first."""
+    """An error that carries every problem found, not just the first.
+
+    ``omitted`` counts those a checker found but did not spell out (see
+    :class:`Violations`); the message ends ``… and N more`` when there are any.
+    """
 
     prefix: str = ""
 
-    def __init__(self, violations: Sequence[str]) -> None:
+    def __init__(self, violations: Iterable[str]) -> None:
         self.violations: tuple[str, ...] = tuple(violations)
-        super().__init__(self.prefix + "; ".join(self.violations))
+        self.omitted: int = getattr(violations, "omitted", 0)
+        joined = "; ".join(self.violations)
+        super().__init__(self.prefix + (f"{joined}; … and {self.omitted} more" if self.omitted else joined))
 
 
 class NonJsonValueError(DshError, ValueError):
@@ -93,21 +152,39 @@ class SchemaSpecError(_ViolationsError, ValueError):
 
 
 class ToolArgsError(_ViolationsError):
-    """The model's arguments do not match the tool's parameter schema."""
+    """The model's arguments do not match the tool's parameter schema.
+
+    Its message goes back to the model and into logs, and arguments can fail in
+    as many ways as they have parts: ``violations`` keeps the first
+    :data:`KEPT_VIOLATIONS` (each at most :data:`VIOLATION_CHARS` long),
+    ``omitted`` counts the others, and the message spells out the first
+    :data:`MESSAGE_VIOLATIONS` and counts the rest (``… and 7 more``).
+    """
 
     code = ErrorCode.INVALID_ARGS.value
     prefix = "invalid arguments: "
 
+    def __init__(self, violations: Iterable[str]) -> None:
+        kept, omitted = bound_violations(violations)
+        DshError.__init__(self, self.prefix + join_violations(kept, omitted))
+        self.violations, self.omitted = kept, omitted
+
 
 class ToolOutputError(DshError):
-    """A tool body (or a post-execute value replacement) produced an invalid value."""
+    """A tool body (or a post-execute value replacement) produced an invalid value.
+
+    ``violations`` and the message are bounded as :class:`ToolArgsError`'s are.
+    """
 
     code = ErrorCode.INVALID_TOOL_OUTPUT.value
 
-    def __init__(self, tool_name: str, violations: Sequence[str]) -> None:
+    def __init__(self, tool_name: str, violations: Iterable[str]) -> None:
         self.tool_name = tool_name
-        self.violations: tuple[str, ...] = tuple(violations)
-        super().__init__(f'tool "{tool_name}" returned invalid output: ' + "; ".join(self.violations))
+        # Bounded as _ViolationsError's are: the message goes back to the model.
+        self.violations, self.omitted = bound_violations(violations)
+        super().__init__(
+            f'tool "{tool_name}" returned invalid output: ' + join_violations(self.violations, self.omitted)
+        )
 
 
 class ToolNotFoundError(DshError):

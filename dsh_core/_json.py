@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn, TypeAlias, Union
 
-from ._errors import NonJsonValueError
+from ._errors import QUOTED_CHARS, NonJsonValueError, elide_middle
 from ._jsoncodec import dumps_text
 
 __all__ = [
@@ -164,7 +164,8 @@ def safe_repr(value: object) -> str:
 
 def _reject(message: str, keys: list[str | int]) -> NonJsonValueError:
     path = json_path(keys)
-    return NonJsonValueError(f"{path}: {message}", path=path)
+    # The keys can be a model's, any length: the message quotes the path's ends only.
+    return NonJsonValueError(f"{elide_middle(path, QUOTED_CHARS)}: {message}", path=path)
 
 
 def _describe(value: object) -> str:

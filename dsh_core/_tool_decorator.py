@@ -179,6 +179,13 @@ def _build(
             problems.append(f"{where}: parameter {parameter.name!r} has no type annotation")
             continue
         if annotation is ToolRunContext:
+            if run_parameter is not None:
+                # Only one parameter can receive the run context; another would be left without a value.
+                problems.append(
+                    f"{where}: parameters {run_parameter!r} and {parameter.name!r} both ask for the "
+                    "ToolRunContext; declare it once"
+                )
+                continue
             run_parameter = parameter.name
             continue
         if parameter.name in _TAKEN_NAMES or parameter.name.startswith("__"):
@@ -299,8 +306,8 @@ def tool(
             generator function, or not a function.
         SchemaSpecError: a parameter without an annotation, ``*args``/``**kwargs``,
             a name the arguments class cannot hold, a default that is not a value
-            of its annotation, or an annotation the schema cannot express (every
-            problem listed).
+            of its annotation, a second ``ToolRunContext`` parameter, or an
+            annotation the schema cannot express (every problem listed).
     """
     if fn is not None:
         return _build(fn, name, description, dict(options))

@@ -7,7 +7,9 @@ Classes built with ``attrs.make_class`` carry real type objects instead.
 
 from __future__ import annotations
 
+import inspect
 import itertools
+import sys
 import typing
 from typing import Annotated, Any, Literal, NotRequired, Optional, Required, TypedDict
 
@@ -16,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dsh_core import define_tool
 from dsh_core._errors import ErrorCode, JsonSchemaError, SchemaSpecError, ToolArgsError
 from dsh_core._json import FrozenDict, JsonValue, snapshot_json
 from dsh_core._schema import _attrs_params
@@ -499,7 +502,8 @@ def _classes(children: st.SearchStrategy[Any]) -> st.SearchStrategy[type]:
         lambda spec: attrs.make_class(
             f"Gen{next(_names)}",
             {
-                name: attrs.field(type=tp, **({"default": None} if optional else {}))
+                # An optional field admits its default: a None default of a non-null type is refused.
+                name: attrs.field(type=Optional[tp], default=None) if optional else attrs.field(type=tp)  # noqa: UP045
                 for name, (tp, optional) in spec.items()
             },
             kw_only=True,
@@ -586,7 +590,6 @@ def test_dict_values_are_enforced_by_structuring_not_by_the_schema() -> None:
 
 async def test_soft_callbacks_fall_back_when_valid_arguments_do_not_structure() -> None:
     """b.6: presenters and the classifier never raise on arguments the class refuses; the call itself says why."""
-    from dsh_core import define_tool
     from dsh_core.testing import expect_failure, make_input, make_runtime
 
     cls = _one_field(dict[str, int])
@@ -623,12 +626,12 @@ def test_annotations_nested_past_the_recursion_limit_are_a_schema_spec_error() -
     for _ in range(3000):
         deep = list[deep]
     cls = _one_field(deep)
-    with pytest.raises(SchemaSpecError, match="annotations nested too deeply"):
+    with pytest.raises(SchemaSpecError, match="annotations nested more than 100 levels deep"):
         schema_from_attrs_class(cls)
 
     def fn() -> None: ...
 
-    with pytest.raises(SchemaSpecError, match="annotations nested too deeply"):
+    with pytest.raises(SchemaSpecError, match="annotations nested more than 100 levels deep"):
         _attrs_params.value_schema_from_annotation(deep, fn, "f -> return")
 
 
@@ -737,3 +740,140 @@ def test_a_value_type_checks_what_its_schema_cannot_say() -> None:
     assert _attrs_params.value_type(Checked, _owner, "f").violations({"n": -1}) == [
         "invalid value (n must not be negative) @ $"
     ]
+
+
+# ---------------------------------------------------------------------------
+# Defaults the schema shows
+
+
+def test_a_shown_default_that_is_not_a_value_of_its_field_is_refused_with_every_other_problem() -> None:
+    inner = attrs.make_class("BadInner", {"n": attrs.field(type=int, default="one")})
+    cls = attrs.make_class(
+        "BadDefaults",
+        {
+            "limit": attrs.field(type=int, default=None),
+            "tags": attrs.field(type=list[str], default=["a", 2]),
+            "inner": attrs.field(type=inner),
+            "fine": attrs.field(type=int | None, default=None),
+        },
+        kw_only=True,
+    )
+    with pytest.raises(SchemaSpecError) as info:
+        schema_from_attrs_class(cls)
+    assert info.value.violations == (
+        "BadDefaults.limit: the default None is not a value of its annotation (expected an integer, got null @ default)",
+        "BadDefaults.tags: the default ['a', 2] is not a value of its annotation "
+        "(expected a string, got the number 2 @ default[1])",
+        "BadDefaults.inner.n: the default 'one' is not a value of its annotation "
+        "(expected an integer, got a string @ default)",
+    )
+
+
+def test_define_tool_refuses_a_parameters_class_whose_default_its_schema_refuses() -> None:
+    @attrs.frozen
+    class Args:
+        limit: int = None  # type: ignore[assignment]
+
+    async def body(args: Args) -> str:
+        return repr(args.limit)
+
+    with pytest.raises(SchemaSpecError, match=r"Args\.limit: the default None is not a value of its annotation"):
+        define_tool(name="t", description="d", parameters=Args, output={"type": "string"}, execute=body)
+
+
+# ---------------------------------------------------------------------------
+# Nesting depth: a fixed bound, whatever the caller's stack
+
+
+def _nested_lists(levels: int, leaf: Any = int) -> Any:
+    """``list[list[...[int]]]``: ``levels`` annotations in all, the leaf included."""
+    annotation: Any = leaf
+    for _ in range(levels - 1):
+        annotation = list[annotation]
+    return annotation
+
+
+def _nested_classes(levels: int) -> type:
+    """A class whose field holds a class ... down to an ``int`` field: ``levels`` annotations below the root."""
+    cls = attrs.make_class("Level0", {"v": attrs.field(type=int)})
+    for level in range(1, levels):
+        cls = attrs.make_class(f"Level{level}", {"c": attrs.field(type=cls)})
+    return cls
+
+
+def _nested_value(levels: int) -> Any:
+    value: Any = {"v": 1}
+    for _ in range(levels - 1):
+        value = {"c": value}
+    return value
+
+
+def _with_free_frames(free: int, call: Any) -> Any:
+    """Run ``call`` with only about ``free`` frames left below the recursion limit."""
+
+    def descend(remaining: int) -> Any:
+        return call() if remaining <= 0 else descend(remaining - 1)
+
+    return descend(sys.getrecursionlimit() - len(inspect.stack(0)) - free)
+
+
+def test_annotations_nested_past_the_limit_are_refused_naming_it() -> None:
+    assert _attrs_params.MAX_ANNOTATION_DEPTH == 100
+    schema_from_attrs_class(_one_field(_nested_lists(100)))
+    schema_from_attrs_class(_nested_classes(100))
+    with pytest.raises(SchemaSpecError) as info:
+        schema_from_attrs_class(_one_field(_nested_lists(101)))
+    ((violation,),) = [info.value.violations]
+    assert violation.startswith("One")
+    assert violation.endswith(
+        ".x" + "[]" * 100 + ": annotations nested more than 100 levels deep are not supported (their values could "
+        "not be structured reliably); declare deeper data as JsonValue, or use a RawSchema or the schema DSL"
+    )
+    with pytest.raises(SchemaSpecError, match=r"^invalid schema spec: Level100(\.c){100}\.v: annotations nested more"):
+        schema_from_attrs_class(_nested_classes(101))
+
+
+def test_a_class_met_again_deeper_counts_its_own_nesting() -> None:
+    inner = _nested_classes(90)
+    cls = attrs.make_class(
+        "Reused", {"shallow": attrs.field(type=inner), "deep": attrs.field(type=_nested_lists(11, inner))}
+    )
+    with pytest.raises(SchemaSpecError) as info:
+        schema_from_attrs_class(cls)
+    assert info.value.violations == (
+        "Reused.deep" + "[]" * 10 + ": annotations nested more than 100 levels deep are not supported "
+        "(their values could not be structured reliably); declare deeper data as JsonValue, or use a RawSchema "
+        "or the schema DSL",
+    )
+    schema_from_attrs_class(
+        attrs.make_class("ReusedFits", {"a": attrs.field(type=inner), "b": attrs.field(type=list[list[inner]])})
+    )
+
+
+@pytest.mark.parametrize("levels", [100, 101])
+def test_the_verdict_does_not_depend_on_the_callers_stack(levels: int) -> None:
+    def verdict() -> tuple[str, ...]:
+        try:
+            schema_from_attrs_class(_nested_classes(levels))
+            _attrs_params.value_type(_nested_lists(levels), verdict, "f.x")
+        except SchemaSpecError as exc:
+            return exc.violations
+        return ()
+
+    shallow = verdict()
+    assert shallow == _with_free_frames(500, verdict)
+    assert (shallow == ()) == (levels == 100)
+
+
+async def test_valid_values_of_the_deepest_accepted_declaration_structure() -> None:
+    from dsh_core.testing import expect_success, make_input, make_runtime
+
+    async def body(args: Any) -> str:
+        return "ok"
+
+    tool = define_tool(
+        name="deep", description="d", parameters=_nested_classes(100), output={"type": "string"}, execute=body
+    )
+    result = await make_runtime(tool).execute(make_input("deep", _nested_value(100)))
+    assert expect_success(result).value == "ok"
+    assert _with_free_frames(500, lambda: structure_args(_nested_classes(100), _nested_value(100))) is not None

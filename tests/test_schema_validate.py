@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dsh_core import _jsoncodec
-from dsh_core._errors import JsonSchemaError, NonJsonValueError
+from dsh_core._errors import QUOTED_CHARS, JsonSchemaError, NonJsonValueError, elide_middle
 from dsh_core._json import FrozenDict, snapshot_json
 from dsh_core._schema import _validate
 from dsh_core._schema._subset import assert_supported_json_schema
@@ -546,7 +546,9 @@ def nest_value(depth: int, kind: str, leaf: object) -> Any:
 
 
 def leaf_path(depth: int, kind: str) -> str:
-    return "value" + {"properties": ".p", "items": "[0]", "oneOf": ""}[kind] * depth
+    """The leaf's path as a violation quotes it: elided in the middle past QUOTED_CHARS."""
+    path = "value" + {"properties": ".p", "items": "[0]", "oneOf": ""}[kind] * depth
+    return elide_middle(path, QUOTED_CHARS)
 
 
 @pytest.mark.parametrize("kind", ["properties", "items"])

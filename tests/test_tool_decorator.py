@@ -123,6 +123,19 @@ async def test_a_run_context_parameter_is_not_a_model_argument() -> None:
     assert result.additional_contexts[0].content == (TextBlock("noted hi"),)
 
 
+def test_a_second_run_context_parameter_is_refused_with_every_other_problem() -> None:
+    def twice(first: ToolRunContext, second: ToolRunContext, n) -> int:  # type: ignore[no-untyped-def]
+        """Twice."""
+        return 0
+
+    with pytest.raises(SchemaSpecError) as info:
+        tool(twice)
+    assert info.value.violations == (
+        "@tool \"twice\": parameters 'first' and 'second' both ask for the ToolRunContext; declare it once",
+        "@tool \"twice\": parameter 'n' has no type annotation",
+    )
+
+
 async def test_options_reach_define_tool() -> None:
     attempts = 0
 

@@ -35,7 +35,8 @@ nested attrs class             a closed object (``additionalProperties: false``)
 =============================  ================================================
 
 A field with a default is optional, and a JSON default is shown as a ``default``
-annotation (never applied by the schema: attrs applies it). A field's
+annotation (never applied by the schema: attrs applies it); a shown default must
+be a value of the field's annotation. A field's
 ``metadata={"description": ...}`` becomes the property's description. The root,
 like every nested class, is a closed object: an unknown key would otherwise be
 dropped silently by structuring, so the schema rejects it up front instead.
@@ -45,14 +46,13 @@ the namespace of the class that declares the field, without mutating the class.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NoReturn, TypeVar, Union, get_args, get_origin
+from typing import Any, Final, Literal, NoReturn, TypeVar, Union, get_args, get_origin
 
 import attrs
 import cattrs
@@ -83,6 +83,13 @@ class _Derived:
 
 _CACHE: dict[type, _Derived] = {}
 
+#: How deeply annotations may nest (``list[list[...]]``, a class holding a class, ``X | None``:
+#: each counts one level). Deriving and structuring walk Python types recursively, a few frames
+#: per level; a fixed bound well under the recursion limit gives a declaration the same verdict
+#: wherever it is made, and leaves room to structure its values on any call stack. Schemas
+#: deeper than this are still fine as a RawSchema or in the DSL (walked iteratively).
+MAX_ANNOTATION_DEPTH: Final = 100
+
 
 def schema_from_attrs_class(cls: type) -> dict[str, Any]:
     """Derive the raw parameter schema (closed, object-rooted) of an attrs class.
@@ -93,9 +100,11 @@ def schema_from_attrs_class(cls: type) -> dict[str, Any]:
     without a default, in field order, and is omitted when there are none.
 
     Raises:
-        SchemaSpecError: ``cls`` is not an attrs class, or some field annotations
-            cannot be expressed; the violations name every such field path, e.g.
-            ``Args.servers[].port`` (``[]`` steps into an item or a dict value).
+        SchemaSpecError: ``cls`` is not an attrs class, some field annotations
+            cannot be expressed, or a JSON default is not a value of its field's
+            annotation (``limit: int = None``); the violations name every such
+            field path, e.g. ``Args.servers[].port`` (``[]`` steps into an item
+            or a dict value).
     """
     return thaw(_derive(cls).schema)  # type: ignore[no-any-return]
 
@@ -157,9 +166,17 @@ def value_type(annotation: object, owner: Callable[..., Any], path: str) -> Valu
     return ValueType(schema, deriver.complete, deriver.converter, resolved)
 
 
+def _nested_too_deep(path: str) -> str:
+    return (
+        f"{path}: annotations nested more than {MAX_ANNOTATION_DEPTH} levels deep are not supported "
+        "(their values could not be structured reliably); declare deeper data as JsonValue, "
+        "or use a RawSchema or the schema DSL"
+    )
+
+
 def _too_deep(path: str) -> str:
-    # Python types are walked the way cattrs structures them, recursively; JSON schemas of any
-    # depth are fine (RawSchema or the DSL), annotations this deep are not.
+    # Past MAX_ANNOTATION_DEPTH the walk stops on its own; this is left for a declaration made
+    # with the call stack already nearly at the recursion limit.
     return f"{path}: annotations nested too deeply to derive a schema from (past Python's recursion limit)"
 
 
@@ -225,12 +242,35 @@ class _Deriver:
         self.converter = _strict_converter()
         # Nested classes met so far: their schema (None when they failed).
         self.classes: dict[type, dict[str, Any] | None] = {}
+        # How many levels each of them nests below itself: met again deeper, it may be too deep.
+        self.heights: dict[type, int] = {}
         # Whether the schemas derived so far say all that structuring checks (see ValueType.complete).
         self.complete = True
+        # How many annotations enclose the one being derived (see MAX_ANNOTATION_DEPTH), and the
+        # deepest level reached below the class being derived.
+        self.depth = 0
+        self.deepest = 0
 
     def class_schema(self, cls: type, path: str, ancestors: frozenset[type]) -> dict[str, Any] | None:
         if cls in self.classes:
-            return self.classes[cls]
+            node = self.classes[cls]
+            if node is not None:
+                deepest = self.depth + self.heights[cls]
+                if deepest > MAX_ANNOTATION_DEPTH:
+                    self.errors.append(_nested_too_deep(path))
+                    return None
+                self.deepest = max(self.deepest, deepest)
+            return node
+        outer_deepest, self.deepest = self.deepest, self.depth
+        try:
+            node = self._class_schema(cls, path, ancestors)
+        finally:
+            self.heights[cls] = self.deepest - self.depth
+            self.deepest = max(outer_deepest, self.deepest)
+        self.classes[cls] = node
+        return node
+
+    def _class_schema(self, cls: type, path: str, ancestors: frozenset[type]) -> dict[str, Any] | None:
         if _checks_itself(cls):
             self.complete = False
         properties: dict[str, Any] = {}
@@ -253,19 +293,36 @@ class _Deriver:
                 ok = False
                 continue
             schema, resolved_type = derived
+            shown_default = _json_default(field.default)
+            if shown_default is not _NOT_SHOWN:
+                # The schema advertises it to the model, so it must be a value the field takes.
+                wrong = self._violations(shown_default, resolved_type, "default")
+                if wrong:
+                    shown = repr(field.default)
+                    self.errors.append(
+                        f"{field_path}: the default {shown if len(shown) <= 60 else shown[:59] + '…'} "
+                        f"is not a value of its annotation ({'; '.join(wrong)})"
+                    )
+                    ok = False
+                    continue
             resolved.append(field.evolve(type=resolved_type))
-            properties[field.name] = _annotate(schema, description, field.default)
+            properties[field.name] = _annotate(schema, description, shown_default)
             if field.default is attrs.NOTHING:
                 required.append(field.name)
         if not ok:
-            self.classes[cls] = None
             return None
         node: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
         if required:
             node["required"] = required
-        self.classes[cls] = node
         self._register_class_hook(cls, resolved)
         return node
+
+    def _violations(self, value: object, resolved_type: Any, root: str) -> list[str]:
+        try:
+            self.converter.structure(value, resolved_type)
+        except Exception as exc:
+            return cattrs.transform_error(exc, path=root, format_exception=_format_exception)
+        return []
 
     def _register_class_hook(self, cls: type, fields: list[attrs.Attribute[Any]]) -> None:
         # Built from our own resolved attributes: cattrs would otherwise resolve the
@@ -314,6 +371,19 @@ class _Deriver:
         self, annotation: object, owner: type, path: str, ancestors: frozenset[type]
     ) -> tuple[dict[str, Any], Any] | None:
         """The schema of one annotation and the resolved type cattrs structures it as."""
+        if self.depth >= MAX_ANNOTATION_DEPTH:
+            self.errors.append(_nested_too_deep(path))
+            return None
+        self.depth += 1
+        self.deepest = max(self.deepest, self.depth)
+        try:
+            return self._type_schema(annotation, owner, path, ancestors)
+        finally:
+            self.depth -= 1
+
+    def _type_schema(
+        self, annotation: object, owner: type, path: str, ancestors: frozenset[type]
+    ) -> tuple[dict[str, Any], Any] | None:
         if isinstance(annotation, typing.ForwardRef):
             annotation = self._evaluate(annotation.__forward_arg__, owner, path)
             if annotation is _FAILED:
@@ -329,7 +399,8 @@ class _Deriver:
         origin = get_origin(annotation)
         args = get_args(annotation)
         if origin is typing.Annotated:
-            return self.type_schema(args[0], owner, path, ancestors)
+            # Metadata only: not a level of the value.
+            return self._type_schema(args[0], owner, path, ancestors)
         if origin is Literal:
             return self._literal(annotation, args, path)
         if origin is Union or origin is types.UnionType:
@@ -388,7 +459,7 @@ class _Deriver:
             if derived is None:
                 ok = False
                 continue
-            properties[key] = _annotate(derived[0], _first_text(hint), attrs.NOTHING)
+            properties[key] = _annotate(derived[0], _first_text(hint), _NOT_SHOWN)
             resolved[key] = derived[1]
             if needed:
                 required.append(key)
@@ -544,14 +615,26 @@ def _declaring_class(cls: type, name: str) -> type:
     return cls
 
 
+_NOT_SHOWN: Any = object()
+
+
+def _json_default(default: object) -> object:
+    """The JSON form of a field's default the schema shows, or ``_NOT_SHOWN``."""
+    if default is attrs.NOTHING or isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        return _NOT_SHOWN
+    try:
+        return thaw(snapshot_json(default))
+    except NonJsonValueError:
+        # Only an annotation: a default that is not JSON simply is not shown.
+        return _NOT_SHOWN
+
+
 def _annotate(schema: dict[str, Any], description: str | None, default: object) -> dict[str, Any]:
     node = dict(schema)
     if description is not None:
         node["description"] = description
-    if default is not attrs.NOTHING and not isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-        # Only an annotation: a default that is not JSON simply is not shown.
-        with contextlib.suppress(NonJsonValueError):
-            node["default"] = thaw(snapshot_json(default))
+    if default is not _NOT_SHOWN:
+        node["default"] = default
     return node
 
 

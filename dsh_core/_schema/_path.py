@@ -40,5 +40,44 @@ class LinkedPath:
             link = link.parent
         return "".join(reversed(segments))
 
+    def shortened(self, limit: int) -> str:
+        """The spelled path, or when longer than ``limit`` its start and end around ``…`` (``limit`` chars).
+
+        Only the ends are spelled out: a path thousands of levels deep, or
+        holding a key of megabytes, costs a walk along its links, not a copy.
+        """
+        segments: list[str] = []
+        length = 0
+        link: LinkedPath | None = self
+        while link is not None:
+            segments.append(link.segment)
+            length += len(link.segment)
+            link = link.parent
+        segments.reverse()
+        if length <= limit:
+            return "".join(segments)
+        head_chars = (limit - 1) // 2
+        return _first_chars(segments, head_chars) + "…" + _last_chars(segments, limit - 1 - head_chars)
+
     def __repr__(self) -> str:
         return f"LinkedPath({str(self)!r})"
+
+
+def _first_chars(segments: list[str], count: int) -> str:
+    taken: list[str] = []
+    for segment in segments:
+        if count <= 0:
+            break
+        taken.append(segment[:count])
+        count -= len(taken[-1])
+    return "".join(taken)
+
+
+def _last_chars(segments: list[str], count: int) -> str:
+    taken: list[str] = []
+    for segment in reversed(segments):
+        if count <= 0:
+            break
+        taken.append(segment[max(len(segment) - count, 0) :])
+        count -= len(taken[-1])
+    return "".join(reversed(taken))

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import fastjsonschema
 
-from .._errors import JsonSchemaError, NonJsonValueError
+from .._errors import KEPT_VIOLATIONS, QUOTED_CHARS, JsonSchemaError, NonJsonValueError, Violations
 from .._json import FrozenDict, int_fits_json, int_json_problem, is_flat_json_object, snapshot_json
 from .._jsoncodec import encode_json
 from ._flat import FlatReader, compile_flat_reader
@@ -111,13 +111,51 @@ def _is_json_float(number: float) -> bool:
     return math.isfinite(number) and not (number == 0.0 and math.copysign(1.0, number) < 0)
 
 
-def _label(path: LinkedPath) -> str:
-    # The parameter validator passes an empty root path; it reads as "arguments".
-    return "arguments" if path.blank else str(path)
-
-
 def _child_path(path: LinkedPath, key: object) -> LinkedPath:
     return path.child(str(key) if path.blank else f".{key}")
+
+
+class _Violation:
+    """One violation found: spelled out only if it is among those reported.
+
+    A failing value can hold a violation for every part of it, each quoting a
+    path that may be thousands of levels deep: the walk keeps these (a path
+    link and the words around it) and spells out only the first few, each
+    path elided in the middle past :data:`QUOTED_CHARS`.
+    """
+
+    __slots__ = ("after", "before", "labelled", "path")
+
+    def __init__(self, path: LinkedPath, after: str, *, before: str = '"', labelled: bool = True) -> None:
+        self.before = before
+        self.path = path
+        self.after = after
+        # The parameter validator passes an empty root path; as a subject it reads as "arguments".
+        self.labelled = labelled
+
+    def __str__(self) -> str:
+        spelled = "arguments" if self.labelled and self.path.blank else self.path.shortened(QUOTED_CHARS)
+        return f"{self.before}{spelled}{self.after}"
+
+
+def _at(path: LinkedPath, problem: str) -> list[_Violation]:
+    """``"<path>" <problem>``: the one violation of a value."""
+    return [_Violation(path, f'" {problem}')]
+
+
+def _kept(violations: list[_Violation], found: list[_Violation]) -> int:
+    """Append ``found`` to ``violations`` up to KEPT_VIOLATIONS; return how many did not fit.
+
+    A frame's violations stay together and in order in its parent's, so one
+    that is not among a frame's first KEPT_VIOLATIONS is never among the
+    reported ones: counting it is enough.
+    """
+    room = max(KEPT_VIOLATIONS - len(violations), 0)
+    if len(found) <= room:
+        violations.extend(found)
+        return 0
+    violations.extend(found[:room])
+    return len(found) - room
 
 
 class _UnassertedSchemaError(ValueError):
@@ -139,7 +177,7 @@ class _Frame:
     quadratic in depth.
     """
 
-    __slots__ = ("kind", "matches", "node", "path", "pending", "tail", "value", "violations")
+    __slots__ = ("kind", "matches", "node", "omitted", "path", "pending", "value", "violations")
 
     def __init__(self, node: JsonSchemaNode, value: object, path: LinkedPath) -> None:
         self.node = node
@@ -147,25 +185,29 @@ class _Frame:
         self.path = path
         self.kind = _UNSTARTED
         self.pending: list[tuple[JsonSchemaNode, object, LinkedPath]] = []
-        self.violations: list[str] = []
-        self.tail: list[str] = []
+        # The first KEPT_VIOLATIONS violations found, and how many others.
+        self.violations: list[_Violation] = []
+        self.omitted = 0
         self.matches = 0
 
 
 def report_violations(schema: JsonSchemaNode, value: object, path: str = "value") -> tuple[str, ...]:
-    """Every violation of ``value`` against an *asserted* ``schema``, in walk order.
+    """Every violation of ``value`` against an *asserted* ``schema``, in walk order (up to a bound).
 
     This is the full-report checker on its own, without the schema assertion,
     the cache or the fastjsonschema fast path; :func:`validate_json_schema_value`
     is the public entry point. It walks with explicit frames, so neither deep
     schemas nor deep values reach the recursion limit. Any exception raised while
     inspecting the value is contained and reported as ``"<path>" must be a
-    lossless JSON value``.
+    lossless JSON value``. The first ``KEPT_VIOLATIONS`` (100) are spelled out,
+    each quoted path elided in the middle past ``QUOTED_CHARS`` (200); when
+    there were more, the tuple is a :class:`~dsh_core._errors.Violations` whose
+    ``omitted`` counts them.
     """
     frames = [_Frame(schema, value, LinkedPath.root(path))]
     while True:
         frame = frames[-1]
-        outcome: list[str] | None
+        outcome: list[_Violation] | None
         try:
             if frame.kind == _UNSTARTED:
                 outcome = _start(frame)
@@ -178,22 +220,24 @@ def report_violations(schema: JsonSchemaNode, value: object, path: str = "value"
             raise
         except Exception:
             # Only the top frame was running, so only it is abandoned.
-            outcome = [f'"{_label(frame.path)}" must be a lossless JSON value']
+            outcome = _at(frame.path, "must be a lossless JSON value")
+            frame.omitted = 0
         if outcome is None:
             continue
         frames.pop()
         if not frames:
-            return tuple(outcome)
+            spelled = (str(violation) for violation in outcome)
+            return Violations(spelled, frame.omitted) if frame.omitted else tuple(spelled)
         parent = frames[-1]
         if parent.kind == _ONE_OF:
             # A branch's own violations never surface: only whether it matched.
             if not outcome:
                 parent.matches += 1
         else:
-            parent.violations.extend(outcome)
+            parent.omitted += _kept(parent.violations, outcome) + frame.omitted
 
 
-def _start(frame: _Frame) -> list[str] | None:
+def _start(frame: _Frame) -> list[_Violation] | None:
     """Check what can be checked at once; return the result, or None after scheduling children."""
     node, value, path = frame.node, frame.value, frame.path
     if "oneOf" in node:
@@ -201,38 +245,34 @@ def _start(frame: _Frame) -> list[str] | None:
         frame.pending = [(branch, value, path) for branch in reversed(node["oneOf"])]
         return None
     if "type" not in node:
-        return [] if _is_lossless(value) else [f'"{_label(path)}" must be a lossless JSON value']
+        return [] if _is_lossless(value) else _at(path, "must be a lossless JSON value")
 
     schema_type = node["type"]
     kind = type(value)
     if schema_type == "object":
         if kind is not dict and kind is not FrozenDict:
-            return [f'"{_label(path)}" must be an object']
+            return _at(path, "must be an object")
         properties: Mapping[str, JsonSchemaNode] = node.get("properties") or {}
         frame.kind = _OBJECT
-        frame.violations = [
-            f'missing required property "{_child_path(path, name)}"'
-            for name in node.get("required") or ()
-            if name not in value  # type: ignore[operator]
-        ]
+        frame.omitted = _kept(
+            frame.violations,
+            [
+                _Violation(_child_path(path, name), '"', before='missing required property "', labelled=False)
+                for name in node.get("required") or ()
+                if name not in value  # type: ignore[operator]
+            ],
+        )
         frame.pending = [
             (child, value[name], _child_path(path, name))  # type: ignore[index]
             for name, child in reversed(list(properties.items()))
             if name in value  # type: ignore[operator]
         ]
-        if node.get("additionalProperties") is False:
-            # A key that is not a str is not a property at all: the object check at the end reports it.
-            frame.tail = [
-                f'"{_child_path(path, key)}" is not a declared property (additionalProperties: false)'
-                for key in value  # type: ignore[attr-defined]
-                if type(key) is str and key not in properties
-            ]
         return None
     if schema_type == "array":
         if kind is not list and kind is not tuple:
-            return [f'"{_label(path)}" must be an array']
+            return _at(path, "must be an array")
         if "items" not in node:
-            return [] if _is_lossless(value) else [f'"{_label(path)}" must be a dense lossless JSON array']
+            return [] if _is_lossless(value) else _at(path, "must be a dense lossless JSON array")
         items = node["items"]
         elements: list[object] = list(value)  # type: ignore[call-overload]
         frame.kind = _ARRAY
@@ -241,15 +281,15 @@ def _start(frame: _Frame) -> list[str] | None:
         ]
         return None
     if kind is int and not int_fits_json(value):  # type: ignore[arg-type]
-        return [f'"{_label(path)}" must be a lossless JSON value: {int_json_problem(value)}']  # type: ignore[arg-type]
+        return _at(path, f"must be a lossless JSON value: {int_json_problem(value)}")  # type: ignore[arg-type]
     if schema_type == "string":
         ok = kind is str
     elif schema_type == "number":
         if kind is bool or (kind is not int and kind is not float):
-            return [f'"{_label(path)}" must be a number']
+            return _at(path, "must be a number")
         ok = scalar_matches("number", value)
         if not ok:
-            return [f'"{_label(path)}" must be a finite JSON number']
+            return _at(path, "must be a finite JSON number")
     elif schema_type in ("integer", "boolean", "null"):
         ok = scalar_matches(schema_type, value)
     else:
@@ -257,30 +297,44 @@ def _start(frame: _Frame) -> list[str] | None:
     if not ok:
         article = "an" if schema_type == "integer" else "a"
         noun = "null" if schema_type == "null" else f"{article} {schema_type}"
-        return [f'"{_label(path)}" must be {noun}']
+        return _at(path, f"must be {noun}")
     return _scalar_constraints(node, value, path)
 
 
-def _scalar_constraints(node: JsonSchemaNode, value: object, path: LinkedPath) -> list[str]:
+def _scalar_constraints(node: JsonSchemaNode, value: object, path: LinkedPath) -> list[_Violation]:
     if "enum" in node:
         allowed = node["enum"]
         if not any(same_scalar(value, entry) for entry in allowed):
-            return [f'"{_label(path)}" must be one of {encode_json(allowed, ascii_only=False)}']
+            return _at(path, f"must be one of {encode_json(allowed, ascii_only=False)}")
     if "const" in node and not same_scalar(value, node["const"]):
-        return [f'"{_label(path)}" must be {encode_json(node["const"], ascii_only=False)}']
+        return _at(path, f"must be {encode_json(node['const'], ascii_only=False)}")
     return []
 
 
-def _finish(frame: _Frame) -> list[str]:
+def _finish(frame: _Frame) -> list[_Violation]:
     """Conclude a frame whose children have all reported."""
     if frame.kind == _ONE_OF:
         if frame.matches == 1:
             return []
-        return [f'"{_label(frame.path)}" must match exactly one oneOf branch (matched {frame.matches})']
+        return _at(frame.path, f"must match exactly one oneOf branch (matched {frame.matches})")
     violations = frame.violations
-    violations.extend(frame.tail)
+    if frame.kind == _OBJECT and frame.node.get("additionalProperties") is False:
+        # After the declared properties' own violations. A key that is not a str is
+        # not a property at all: the check below reports it.
+        properties: Mapping[str, JsonSchemaNode] = frame.node.get("properties") or {}
+        path = frame.path
+        frame.omitted += _kept(
+            violations,
+            [
+                _Violation(
+                    _child_path(path, key), '" is not a declared property (additionalProperties: false)', labelled=False
+                )
+                for key in frame.value  # type: ignore[attr-defined]
+                if type(key) is str and key not in properties
+            ],
+        )
     if frame.kind == _OBJECT and type(frame.value) is dict and any(type(key) is not str for key in frame.value):
-        violations.append(f'"{_label(frame.path)}" must be a lossless JSON object')
+        frame.omitted += _kept(violations, _at(frame.path, "must be a lossless JSON object"))
         return violations
     if violations or frame.kind == _ARRAY:
         # Every element of an items-checked array was validated, and a valid
@@ -291,10 +345,10 @@ def _finish(frame: _Frame) -> list[str]:
         return []
     # Declared properties were validated as children; what remains unchecked
     # is the key types and the values of undeclared keys (open objects).
-    properties = frame.node.get("properties") or {}
+    declared = frame.node.get("properties") or {}
     for key, item in value.items():
-        if type(key) is not str or (key not in properties and not _is_lossless(item)):
-            return [f'"{_label(frame.path)}" must be a lossless JSON object']
+        if type(key) is not str or (key not in declared and not _is_lossless(item)):
+            return _at(frame.path, "must be a lossless JSON object")
     return []
 
 
@@ -463,7 +517,7 @@ def compile_validator(schema: object) -> CompiledValidator:
 
 
 def validate_json_schema_value(schema: object, value: object, path: str = "value") -> tuple[str, ...]:
-    """Every way ``value`` violates ``schema``; an empty tuple means it is valid.
+    """Every way ``value`` violates ``schema`` (the first 100, see :func:`report_violations`); ``()`` means valid.
 
     Messages quote the JSON path of the offending value (``"value.a" must be a
     string``, ``missing required property "value.b"``). ``path`` is the root

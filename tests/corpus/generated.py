@@ -15,7 +15,7 @@ import attrs
 
 from . import CallCase, Case, SchemaCase, const
 from .hostile_values import NON_JSON, NON_STR_KEYS, args_failure
-from .oracle import Keys, dollar_path, expected_violations
+from .oracle import Keys, arguments_message, dollar_path, expected_violations, quoted
 from .tools import DEEP_SCHEMA_LEVELS, NESTED_VALID, nested_schema
 
 __all__ = ["UNICODE_EDGES", "cases"]
@@ -117,7 +117,7 @@ def _nested_call(id: str, document_builder: Callable[[], object], document: obje
         build=document_builder,
         code="INVALID_ARGS",
         name="ToolArgsError",
-        message="invalid arguments: " + "; ".join(violations),
+        message=arguments_message(violations),
     )
 
 
@@ -380,7 +380,7 @@ def _deep_schema_calls() -> Iterator[Case]:
         build=lambda: _chain_args(levels, "5"),
         code="INVALID_ARGS",
         name="ToolArgsError",
-        message=f'invalid arguments: "{n_path}.leaf" must be an integer',
+        message=f'invalid arguments: "{quoted(n_path + ".leaf")}" must be an integer',
     )
     yield CallCase(
         id="deep-schema-chain-missing-leaf",
@@ -388,7 +388,7 @@ def _deep_schema_calls() -> Iterator[Case]:
         build=lambda: _chain_args(levels, 5, drop_leaf=True),
         code="INVALID_ARGS",
         name="ToolArgsError",
-        message=f'invalid arguments: missing required property "{n_path}.leaf"',
+        message=f'invalid arguments: missing required property "{quoted(n_path + ".leaf")}"',
     )
     yield CallCase(
         id="deep-schema-chain-extra-key",
@@ -396,7 +396,7 @@ def _deep_schema_calls() -> Iterator[Case]:
         build=lambda: _chain_args(levels, 5, extra=True),
         code="INVALID_ARGS",
         name="ToolArgsError",
-        message=f'invalid arguments: "{n_path}.zz" is not a declared property (additionalProperties: false)',
+        message=f'invalid arguments: "{quoted(n_path + ".zz")}" is not a declared property (additionalProperties: false)',
     )
     yield CallCase(
         id="deep-schema-chain-deep-junk-leaf",
@@ -404,7 +404,7 @@ def _deep_schema_calls() -> Iterator[Case]:
         build=lambda: _chain_args(levels, _deep_list(DEEP)),
         code="INVALID_ARGS",
         name="ToolArgsError",
-        message=f'invalid arguments: "{n_path}.leaf" must be an integer',
+        message=f'invalid arguments: "{quoted(n_path + ".leaf")}" must be an integer',
         slow=True,
     )
     yield CallCase(
@@ -414,8 +414,9 @@ def _deep_schema_calls() -> Iterator[Case]:
         code="INVALID_ARGS",
         name="ToolArgsError",
         message=(
-            f'invalid arguments: missing required property "{".".join(["n"] * (levels - 2))}.n"; '
-            f'"{".".join(["n"] * (levels - 2))}.leaf" is not a declared property (additionalProperties: false)'
+            f'invalid arguments: missing required property "{quoted(".".join(["n"] * (levels - 2)) + ".n")}"; '
+            f'"{quoted(".".join(["n"] * (levels - 2)) + ".leaf")}" is not a declared property '
+            "(additionalProperties: false)"
         ),
     )
     yield CallCase(
@@ -430,7 +431,7 @@ def _deep_schema_calls() -> Iterator[Case]:
         build=lambda: {"rows": _rows(levels + 1, "s")},
         code="INVALID_ARGS",
         name="ToolArgsError",
-        message='invalid arguments: "rows' + "[0]" * levels + '" must be a string',
+        message='invalid arguments: "' + quoted("rows" + "[0]" * levels) + '" must be a string',
     )
     yield CallCase(
         id="deep-schema-items-wrong-bottom",
@@ -438,7 +439,7 @@ def _deep_schema_calls() -> Iterator[Case]:
         build=lambda: {"rows": _rows(levels, 1)},
         code="INVALID_ARGS",
         name="ToolArgsError",
-        message='invalid arguments: "rows' + "[0]" * levels + '" must be a string',
+        message='invalid arguments: "' + quoted("rows" + "[0]" * levels) + '" must be a string',
     )
 
 
@@ -477,7 +478,8 @@ def _big_values(size: int, wide: int, *, slow: bool) -> Iterator[Case]:
         code="INVALID_ARGS",
         name="ToolArgsError",
         message=lambda: (
-            f'invalid arguments: "config.{"k" * size}" is not a declared property (additionalProperties: false)'
+            f'invalid arguments: "{quoted("config." + "k" * size)}" is not a declared property '
+            "(additionalProperties: false)"
         ),
         slow=slow,
     )
@@ -515,9 +517,8 @@ def _big_values(size: int, wide: int, *, slow: bool) -> Iterator[Case]:
         build=lambda: _with_config_keys(keys()),
         code="INVALID_ARGS",
         name="ToolArgsError",
-        message=lambda: (
-            "invalid arguments: "
-            + "; ".join(f'"config.{key}" is not a declared property (additionalProperties: false)' for key in keys())
+        message=lambda: arguments_message(
+            [f'"config.{key}" is not a declared property (additionalProperties: false)' for key in keys()]
         ),
         slow=slow,
     )
@@ -536,7 +537,7 @@ def _big_values(size: int, wide: int, *, slow: bool) -> Iterator[Case]:
         build=lambda: _replace(NESTED_VALID, ("tags",), list(range(wide))),
         code="INVALID_ARGS",
         name="ToolArgsError",
-        message=lambda: "invalid arguments: " + "; ".join(f'"tags[{i}]" must be a string' for i in range(wide)),
+        message=lambda: arguments_message([f'"tags[{i}]" must be a string' for i in range(wide)]),
         slow=slow,
     )
 

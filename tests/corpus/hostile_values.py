@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from dsh_core import FrozenDict
 
 from . import CallCase, SnapshotCase, const
+from .oracle import quoted
 
 __all__ = ["CASES", "NON_JSON", "NON_STR_KEYS", "args_failure", "qualified"]
 
@@ -146,7 +147,7 @@ NON_STR_KEYS: list[tuple[str, object]] = [
 
 def args_failure(path: str, problem: str) -> str:
     """The failure message of a call whose arguments are not lossless JSON."""
-    return f"{PREFIX}{path}: {problem}"
+    return f"{PREFIX}{quoted(path)}: {problem}"
 
 
 def _self_list() -> list[Any]:

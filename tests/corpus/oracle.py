@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["dollar_path", "expected_violations", "label", "validator_path"]
+__all__ = ["arguments_message", "dollar_path", "expected_violations", "label", "quoted", "validator_path"]
 
 Keys = tuple[str | int, ...]
 
@@ -30,6 +30,18 @@ def validator_path(keys: Keys) -> str:
 
 def label(path: str) -> str:
     return path or "arguments"
+
+
+def quoted(path: str) -> str:
+    """A path (or key) as a message quotes it: past 200 characters, its first 99 and last 100 around "…"."""
+    return path if len(path) <= 200 else path[:99] + "…" + path[-100:]
+
+
+def arguments_message(violations: list[str]) -> str:
+    """The INVALID_ARGS message: the first 20 violations, then how many more there are."""
+    shown = "; ".join(violations[:20])
+    rest = len(violations) - 20
+    return "invalid arguments: " + (f"{shown}; … and {rest} more" if rest > 0 else shown)
 
 
 def dollar_path(keys: Keys) -> str:
@@ -62,7 +74,7 @@ def _is_integer(value: object) -> bool:
 def expected_violations(schema: dict[str, Any], value: Any, keys: Keys = ()) -> list[str]:
     """Every violation of JSON ``value`` against the raw ``schema``, in the order §c.4 fixes."""
     path = validator_path(keys)
-    where = f'"{label(path)}"'
+    where = f'"{quoted(label(path))}"'
     if "oneOf" in schema:
         matched = sum(not expected_violations(branch, value, keys) for branch in schema["oneOf"])
         return [] if matched == 1 else [f"{where} must match exactly one oneOf branch (matched {matched})"]
@@ -74,7 +86,7 @@ def expected_violations(schema: dict[str, Any], value: Any, keys: Keys = ()) -> 
             return [f"{where} must be an object"]
         properties = schema.get("properties", {})
         out = [
-            f'missing required property "{validator_path((*keys, name))}"'
+            f'missing required property "{quoted(validator_path((*keys, name)))}"'
             for name in schema.get("required", [])
             if name not in value
         ]
@@ -83,7 +95,7 @@ def expected_violations(schema: dict[str, Any], value: Any, keys: Keys = ()) -> 
                 out += expected_violations(child, value[name], (*keys, name))
         if schema.get("additionalProperties") is False:
             out += [
-                f'"{validator_path((*keys, name))}" is not a declared property (additionalProperties: false)'
+                f'"{quoted(validator_path((*keys, name)))}" is not a declared property (additionalProperties: false)'
                 for name in value
                 if name not in properties
             ]

@@ -16,7 +16,7 @@ from typing import Any
 import trio
 from conftest_reliability import *  # noqa: F403 - fixtures
 from conftest_reliability import FIGURES
-from corpus.oracle import expected_violations
+from corpus.oracle import arguments_message, expected_violations
 from corpus.tools import NESTED_VALID, build_runtime, nested_schema
 from fuzz_support import anything, fuzz, json_values, with_cycles
 from hypothesis import strategies as st
@@ -88,7 +88,7 @@ def call_target(document: Any) -> None:
     else:
         assert isinstance(result, ToolExecutionFailure) and result.error.info is not None
         assert result.error.info.code == "INVALID_ARGS"
-        assert result.error.message == "invalid arguments: " + "; ".join(violations)
+        assert result.error.message == arguments_message(violations)
 
 
 def test_fuzz_execute_arguments() -> None:
