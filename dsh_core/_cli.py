@@ -199,6 +199,9 @@ def _user() -> str:
 
 
 def _show_on_stderr(question: str) -> None:
+    from dsh_plugins.approval import discard_typed_ahead  # only ever shown by its TerminalApproval
+
+    discard_typed_ahead()
     # stdout carries results (``run`` writes JSON lines there): ask on stderr.
     sys.stderr.write(question)
     sys.stderr.flush()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import Final, Literal
@@ -300,8 +301,29 @@ class TerminalApproval:
 
 
 def _show_on_stdout(question: str) -> None:
+    discard_typed_ahead()
     sys.stdout.write(question)
     sys.stdout.flush()
+
+
+def discard_typed_ahead(stream: object = None) -> None:
+    """Drop what was typed on the terminal ``stream`` (default: ``sys.stdin``) and not read yet.
+
+    Called just before a question is shown, so keys pressed before it
+    appeared (an ``a`` typed ahead) cannot answer it, as ``sudo`` does for its
+    password. A no-op when the stream is not a terminal: answers piped in
+    ahead are meant for the questions to come.
+    """
+    stream = sys.stdin if stream is None else stream
+    try:
+        fd = stream.fileno()  # type: ignore[union-attr]
+        if not os.isatty(fd):
+            return
+        import termios
+
+        termios.tcflush(fd, termios.TCIFLUSH)
+    except (AttributeError, ImportError, OSError, ValueError):
+        return  # no terminal to flush (a replaced stream, Windows): nothing typed ahead can be told apart
 
 
 def _read_stdin_line() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -404,6 +405,28 @@ async def test_when_the_input_ends_every_later_question_is_denied(end: str | Bas
             await ask_within(service, call_id, 5, answers)
     assert answers == ["denied", "denied"]
     assert len(shown) == 1  # the ended input is not asked again
+
+
+def test_keys_typed_ahead_on_a_terminal_are_dropped_before_a_question() -> None:
+    leader, follower = os.openpty()
+    with os.fdopen(follower, "r", closefd=True) as terminal:
+        try:
+            os.write(leader, b"a\n")  # typed before any question was on screen
+            approval_module.discard_typed_ahead(terminal)
+            os.write(leader, b"y\n")  # typed once it was
+            assert terminal.readline() == "y\n"
+        finally:
+            os.close(leader)
+
+
+def test_answers_piped_ahead_are_kept_for_the_questions_to_come() -> None:
+    reading, writing = os.pipe()
+    os.write(writing, b"y\n")
+    os.close(writing)
+    with os.fdopen(reading, "r") as piped:
+        approval_module.discard_typed_ahead(piped)
+        assert piped.readline() == "y\n"
+    approval_module.discard_typed_ahead(object())  # no file behind it: nothing to drop, no error
 
 
 def test_prompt_and_a_line_reader_are_not_both_given() -> None:
