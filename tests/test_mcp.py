@@ -674,6 +674,22 @@ async def test_odd_schemas_are_downgraded_with_a_warning_or_refused() -> None:
     )
 
 
+def test_a_remote_schemas_diagnosis_is_listed_within_bounds() -> None:
+    from dsh_plugins import mcp_client
+
+    hostile = {"type": "object", "properties": {f"p{index}" + "x" * 2000: False for index in range(500)}}
+    with pytest.raises(JsonSchemaError) as caught:
+        downgrade_schema(hostile, root="parameters", object_root=True)
+    listed = mcp_client._listed(caught.value.violations)
+    assert listed.endswith("; … and 480 more") and len(listed) < 20 * 300 + 100
+    assert listed.split("; ")[0].startswith("parameters.properties.p0xxx") and "…" in listed.split("; ")[0]
+    stripped = downgrade_schema({"type": "string", **{f"x-{index}": 1 for index in range(50)}})
+    note = mcp_client._downgrade_note(stripped, "the server")
+    assert note.endswith(", … and 30 more (annotations, not constraints)")
+    few = downgrade_schema({"type": "string", "x-a": 1})
+    assert mcp_client._downgrade_note(few, "the server") == "dropped the keywords schema.x-a (annotations, not constraints)"
+
+
 async def test_a_result_the_sdk_refuses_is_an_mcp_error_in_one_line() -> None:
     runtime = ToolRuntime()
     config = {"servers": [{"name": "odd"}]}
