@@ -475,7 +475,7 @@ class HookChains:
 # returned its own outcome (or swallowed next()'s exception) from one that passed.
 _UNCALLED: Any = object()
 _PENDING: Any = object()
-# Its coroutine started: the inner layers ran (this stays when they raised).
+# Its coroutine ran and raised: the inner layers ran, and failed.
 _STARTED: Any = object()
 # Its listener returned (or raised) without calling it: the chain it would start is over.
 _EXPIRED: Any = object()
@@ -569,57 +569,62 @@ class Chain:
         return self._step(0, None)
 
     async def _step(self, index: int, caller: _Next | None) -> Any:
-        if caller is not None:
-            caller.result = _STARTED
-        if index == self._count:
-            base = self._base
-            outcome = self._outcome if base is None else await base()
-        else:
-            listener = self._listeners[index]
-            if listener.problem is not None:
-                error = PolicyError(listener.problem)
-                self._blame(error, listener)
-                raise error
-            nxt = _Next(self, index + 1)
-            try:
-                if not listener.positional:
-                    outcome = await listener.call((*self._ordered, nxt))
-                elif self._second is _UNCALLED:
-                    outcome = await listener.fn(self._first, nxt)
-                else:
-                    outcome = await listener.fn(self._first, self._second, nxt)
-            except BaseException as exc:
-                if nxt.result is _UNCALLED:
-                    nxt.result = _EXPIRED
-                # Blamed even when fatal: a failure grouped with a cancellation is still this listener's.
-                self._blame(exc, listener)
-                if self.trace is not None and split_fatal(exc)[1] is None:
-                    # The listener returns no outcome to trace, but it was running. (A failure grouped
-                    # with the cancellation is the call's failure instead, traced as its error step.)
-                    self.trace.append((listener.plugin_name, INTERRUPTED))
-                raise
-            if nxt.result is _UNCALLED:
-                nxt.result = _EXPIRED
-            if outcome is not nxt.result:
-                problem = self._check(outcome)
-                if problem is not None:
-                    error = PolicyError(f"{listener.plugin_name}: {problem}")
+        try:
+            if index == self._count:
+                base = self._base
+                outcome = self._outcome if base is None else await base()
+            else:
+                listener = self._listeners[index]
+                if listener.problem is not None:
+                    error = PolicyError(listener.problem)
                     self._blame(error, listener)
                     raise error
-                alone = None if self._unchanged is None else self._unchanged(outcome, self._first)
-                if alone is None:
-                    self.decider = listener.plugin_name
-                elif nxt.result is _EXPIRED or nxt.result is _PENDING:  # the inner layers never started
-                    outcome = await self._step(index + 1, None)
-                elif nxt.result is _STARTED:  # they raised, and the listener swallowed it
-                    outcome = alone
-                    self.decider = listener.plugin_name
-                else:
-                    outcome = nxt.result  # its decider, the inner layer's, is already set
-            if self.trace is not None:
-                self.trace.append((listener.plugin_name, outcome))
-        if caller is not None:
-            caller.result = outcome
+                nxt = _Next(self, index + 1)
+                try:
+                    if not listener.positional:
+                        outcome = await listener.call((*self._ordered, nxt))
+                    elif self._second is _UNCALLED:
+                        outcome = await listener.fn(self._first, nxt)
+                    else:
+                        outcome = await listener.fn(self._first, self._second, nxt)
+                except BaseException as exc:
+                    if nxt.result is _UNCALLED:
+                        nxt.result = _EXPIRED
+                    # Blamed even when fatal: a failure grouped with a cancellation is still this listener's.
+                    self._blame(exc, listener)
+                    if self.trace is not None and split_fatal(exc)[1] is None:
+                        # The listener returns no outcome to trace, but it was running. (A failure grouped
+                        # with the cancellation is the call's failure instead, traced as its error step.)
+                        self.trace.append((listener.plugin_name, INTERRUPTED))
+                    raise
+                if nxt.result is _UNCALLED:
+                    nxt.result = _EXPIRED
+                if outcome is not nxt.result:
+                    problem = self._check(outcome)
+                    if problem is not None:
+                        error = PolicyError(f"{listener.plugin_name}: {problem}")
+                        self._blame(error, listener)
+                        raise error
+                    alone = None if self._unchanged is None else self._unchanged(outcome, self._first)
+                    if alone is None:
+                        self.decider = listener.plugin_name
+                    elif nxt.result is _EXPIRED or nxt.result is _PENDING:  # the inner layers never started
+                        outcome = await self._step(index + 1, None)
+                    elif nxt.result is _STARTED:  # they raised, and the listener swallowed it
+                        outcome = alone
+                        self.decider = listener.plugin_name
+                    else:
+                        outcome = nxt.result  # its decider, the inner layer's, is already set
+                if self.trace is not None:
+                    self.trace.append((listener.plugin_name, outcome))
+            if caller is not None:
+                caller.result = outcome
+        except BaseException:
+            if caller is not None:
+                # Its inner layers ran and raised (entering this try costs nothing until then):
+                # a listener that swallowed it and changes nothing decides on its own.
+                caller.result = _STARTED
+            raise
         return outcome
 
     def _blame(self, exc: BaseException, listener: Listener) -> None:
