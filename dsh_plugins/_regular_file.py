@@ -1,26 +1,54 @@
-"""Opening a file only if it is a regular file when it is opened, not when it was checked.
+"""Opening a file only if it is a regular file when it is opened, not when it was checked; replacing one whole.
 
 A path checked with ``stat`` can be swapped for a FIFO before it is opened, and a
 plain ``open`` of a FIFO blocks until a writer (or reader) turns up: forever, in
 a worker thread no cancellation reaches. Opening with ``O_NONBLOCK`` returns at
 once whatever the path is now, and ``fstat`` of the descriptor says what was
 actually opened.
+
+:func:`write_regular` gives a file new content without ever leaving it half
+written: the bytes go to a temporary file beside it (``.NAME.dsh-<random>.tmp``,
+created exclusively, readable only by its owner until it is done), which takes
+the file's permission bits, is flushed to disk and then renamed over the file.
+A crash, a kill or a full disk part-way leaves the original as it was (and, at
+worst, a temporary file with that recognisable name). A new file's mode follows
+the umask (and a directory's default ACL) as a plain ``open`` would: its
+temporary file is created with ``0o666``, so the kernel applies them, and no
+umask is read (``os.umask`` can only be read by setting it, a race with every
+other thread). The rename would change what the file is, so two files are
+still written in place, truncated and rewritten as before:
+
+- one with more than one hard link: a rename would leave the other names on the
+  old content, splitting the link;
+- one whose owner or group the process cannot give the temporary file (another
+  user's file it may write, for a process that is not root): a rename would
+  silently hand the file to the process's user.
+
+A rename also drops extended attributes and ACLs the file had; its owner, group
+and permission bits (set-id and sticky bits included) are kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import stat
 from typing import BinaryIO, Final
 
-__all__ = ["NotRegularFileError", "open_regular"]
+__all__ = ["NotRegularFileError", "open_regular", "write_regular"]
 
 _NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
-_COMMON_FLAGS: Final = _NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_COMMON_FLAGS: Final = _NONBLOCK | _CLOEXEC
 _NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 # ELOOP: O_NOFOLLOW met a symlink. ENXIO: a FIFO without a reader, opened to write without blocking.
 _NOT_REGULAR_ERRNOS: Final = frozenset({errno.ELOOP, errno.ENXIO})
+_TEMP_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+# How much of the file's name its temporary file's name keeps: with the rest it stays under NAME_MAX (255 bytes).
+_TEMP_NAME_KEPT_BYTES: Final = 128
+_TEMP_ATTEMPTS: Final = 16
 
 
 class NotRegularFileError(OSError):
@@ -32,20 +60,10 @@ class NotRegularFileError(OSError):
         self.is_directory = is_directory
 
 
-def open_regular(path: str, *, write: bool = False, follow_symlinks: bool = False) -> BinaryIO:
-    """``path`` opened ``"rb"`` (or ``"wb"``: created or truncated with ``write``), if it is a regular file.
-
-    Never blocks on what the path turned out to be. Without ``follow_symlinks``
-    (for a path already resolved with ``realpath``) a symlink swapped in since is
-    refused rather than followed out of wherever the path was checked to be.
-
-    Raises :class:`NotRegularFileError` for anything but a regular file, and
-    ``OSError`` (``FileNotFoundError``, ``PermissionError``...) as ``open`` does.
-    """
-    flags = _COMMON_FLAGS | (0 if follow_symlinks else _NOFOLLOW)
-    flags |= os.O_WRONLY | os.O_CREAT | os.O_TRUNC if write else os.O_RDONLY
+def _open_regular_fd(path: str, flags: int) -> int:
+    """A descriptor of ``path`` opened with ``flags`` without blocking, if it is a regular file; blocking after."""
     try:
-        fd = os.open(path, flags, 0o666)
+        fd = os.open(path, flags | _COMMON_FLAGS, 0o666)
     except OSError as exc:
         if exc.errno in _NOT_REGULAR_ERRNOS:
             raise NotRegularFileError(path) from None
@@ -59,4 +77,118 @@ def open_regular(path: str, *, write: bool = False, follow_symlinks: bool = Fals
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "wb" if write else "rb")
+    return fd
+
+
+def open_regular(path: str, *, follow_symlinks: bool = False) -> BinaryIO:
+    """``path`` opened ``"rb"``, if it is a regular file.
+
+    Never blocks on what the path turned out to be. Without ``follow_symlinks``
+    (for a path already resolved with ``realpath``) a symlink swapped in since is
+    refused rather than followed out of wherever the path was checked to be.
+
+    Raises :class:`NotRegularFileError` for anything but a regular file, and
+    ``OSError`` (``FileNotFoundError``, ``PermissionError``...) as ``open`` does.
+    """
+    return os.fdopen(_open_regular_fd(path, os.O_RDONLY | (0 if follow_symlinks else _NOFOLLOW)), "rb")
+
+
+def write_regular(path: str, data: bytes) -> None:
+    """Make ``data`` the content of ``path`` (resolved with ``realpath``), created if missing: atomically, see above.
+
+    An existing ``path`` must be a regular file the process may write (it is
+    opened for writing, never truncated by that, first): otherwise this raises
+    as :func:`open_regular` does, or ``PermissionError``, and writes nothing.
+    Any ``OSError`` (a full disk, a directory the process cannot create a file
+    in) leaves ``path`` as it was and no temporary file behind.
+    """
+    try:
+        target: int | None = _open_regular_fd(path, os.O_WRONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        target = None
+    try:
+        status = None if target is None else os.fstat(target)
+        # A hard-linked file, or one whose owner the rename would not keep: rewritten in place.
+        hard_linked = status is not None and status.st_nlink > 1
+        if hard_linked or not _replace(path, data, status):
+            _write_in_place(target, data)
+    finally:
+        if target is not None:
+            os.close(target)
+
+
+def _write_in_place(fd: int | None, data: bytes) -> None:
+    assert fd is not None  # only an existing file is written in place
+    os.ftruncate(fd, 0)
+    _write_all(fd, data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _replace(path: str, data: bytes, status: os.stat_result | None) -> bool:
+    """``data`` written to a temporary file renamed over ``path``; ``False`` (nothing done) when the owner cannot be kept."""
+    directory, name = os.path.split(os.fsencode(path))
+    # A new file's temporary file is created as the file would be (0o666 less the umask); an
+    # existing one's only for its owner until it has the file's own bits, however open they are.
+    fd, temp = _create_temp(directory, name, 0o666 if status is None else 0o600)
+    replaced = False
+    try:
+        try:
+            if status is not None:
+                if not _take_owner(fd, status):
+                    return False
+                os.fchmod(fd, stat.S_IMODE(status.st_mode))  # after fchown, which clears set-id bits
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+        replaced = True
+    finally:
+        if not replaced:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+    _sync_directory(directory)
+    return True
+
+
+def _create_temp(directory: bytes, name: bytes, mode: int) -> tuple[int, bytes]:
+    # Dot-prefixed, so listings and globs skip it; random, so it names no user's file.
+    for attempt in range(_TEMP_ATTEMPTS):
+        temp = os.path.join(directory, b".%s.dsh-%s.tmp" % (name[:_TEMP_NAME_KEPT_BYTES], secrets.token_hex(8).encode()))
+        try:
+            return os.open(temp, _TEMP_FLAGS, mode), temp
+        except FileExistsError:
+            if attempt == _TEMP_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _take_owner(fd: int, status: os.stat_result) -> bool:
+    """Whether the temporary file ``fd`` has (or could be given) the owner and group of the file it replaces."""
+    made = os.fstat(fd)
+    if (made.st_uid, made.st_gid) == (status.st_uid, status.st_gid):
+        return True
+    try:
+        os.fchown(fd, status.st_uid, status.st_gid)
+    except PermissionError:
+        return False
+    return True
+
+
+def _sync_directory(directory: bytes) -> None:
+    # The rename is on disk only once the directory is; best effort: some file systems refuse it.
+    try:
+        fd = os.open(directory or b".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -25,6 +25,19 @@ and session log). A forged line in the grants file would otherwise be a
 standing grant of every tool. Names are compared after ``realpath`` and by
 inode, so another spelling, a symlink or a hard link does not dodge it.
 
+**Writing.** ``write_file``, ``edit_file`` and their reverts never leave a
+file half written: the new bytes go to a temporary file beside it
+(``.NAME.dsh-<random>.tmp``), which takes the file's permission bits, owner and
+group, is flushed to disk and renamed over it. A crash, a kill or a full disk
+part-way leaves the original as it was; a directory the process cannot create
+a file in refuses the write (``permission denied``) rather than risk it. A new
+file's mode follows the umask. Two files are rewritten in place instead, as
+before: one with more than one hard link (a rename would split the link) and
+one whose owner or group the process cannot give the new file (another user's
+file: a rename would hand it to the process's user). A path is resolved first,
+so writing through a symlink replaces the file it points to and keeps the
+link. See ``dsh_plugins._regular_file``.
+
 **Tools** (all paths in results are workspace-relative, ``/``-separated):
 
 - ``read_file(path, offset=1, limit=2000)``: a window of numbered lines and
@@ -105,7 +118,7 @@ from dsh_core.presentation import (
     SearchResultView,
 )
 
-from ._regular_file import NotRegularFileError, open_regular
+from ._regular_file import NotRegularFileError, open_regular, write_regular
 
 __all__ = [
     "DEFAULT_GLOB_LIMIT",
@@ -752,8 +765,7 @@ def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
     try:
         existed, old_text = _before_image(real, path)
         os.makedirs(os.path.dirname(real), exist_ok=True)
-        with open_regular(real, write=True) as stream:
-            stream.write(data)
+        write_regular(real, data)
     except OSError as exc:
         raise _os_error(exc, path) from None
     return {"path": workspace.display(real), "created": not existed, "bytes_written": len(data), "old_text": old_text}
@@ -785,8 +797,7 @@ def _unwrite(workspace: Workspace, path: str, content: str, created: bool, old_t
             os.remove(real)
         else:
             assert old_text is not None
-            with open_regular(real, write=True) as stream:
-                stream.write(old_text.encode("utf-8"))
+            write_regular(real, old_text.encode("utf-8"))
     except OSError as exc:
         raise _os_error(exc, path) from None
 
@@ -925,8 +936,7 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
     except UnicodeEncodeError:
         raise FileToolError("new_string is not valid Unicode text (it contains a lone surrogate)") from None
     try:
-        with open_regular(real, write=True) as stream:
-            stream.write(data)
+        write_regular(real, data)
     except OSError as exc:
         raise _os_error(exc, path) from None
     return {
@@ -968,8 +978,7 @@ def _unedit(workspace: Workspace, path: str, old: str, new: str, value: Mapping[
             "whose places it keeps, and the text before it cannot be rebuilt without them; not reverted"
         )
     try:
-        with open_regular(real, write=True) as stream:
-            stream.write(data)
+        write_regular(real, data)
     except OSError as exc:
         raise _os_error(exc, path) from None
 
