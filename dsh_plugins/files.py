@@ -4,7 +4,8 @@ Enable them through the ``files`` entry point; configure the root in
 ``[plugins.files]``::
 
     [plugins.files]
-    root = "."        # required: without it no tool is registered (opt-in)
+    root = "."                  # required: without it no tool is registered (opt-in)
+    allow_git_writes = false    # true lets write_file and edit_file write inside .git (see below)
 
 **Confinement.** Every path a tool receives is taken relative to the root (an
 absolute path is taken as is), resolved with ``os.path.realpath`` (so ``..``
@@ -24,6 +25,22 @@ host adds to ``runtime.kept_files`` (``dsh-tools`` adds its configuration file
 and session log). A forged line in the grants file would otherwise be a
 standing grant of every tool. Names are compared after ``realpath`` and by
 inode, so another spelling, a symlink or a hard link does not dodge it.
+
+**Git directories.** ``write_file`` and ``edit_file`` (and their reverts)
+refuse, with a ``FILE_ERROR`` naming the path and why, a path whose resolved
+real path has a component naming ``.git``: the repository's directory (of the
+workspace or any nested repository) or a ``.git`` gitfile. Git runs files from
+there the next time the user runs it: a hook (``.git/hooks/pre-commit``) or a
+program ``.git/config`` names (``core.hooksPath``, ``core.fsmonitor``), outside
+any approval the write itself went through. Names are compared as git guards
+its own trees: casefolded (``.GIT`` on a case-insensitive file system), without
+the code points HFS+ ignores, trailing dots and spaces, and ``GIT~1``. A
+symlink into ``.git`` is resolved first, so it does not dodge the check; a
+workspace root inside a ``.git`` directory refuses every write. ``.gitignore``,
+``.github/`` or ``my.git`` are ordinary names. Reading is allowed. A host that
+means the model to change git's files uses the ``bash`` tool, which permissions
+and approval gate, or sets ``allow_git_writes = true`` (``file_tools(...,
+allow_git_writes=True)`` when registering by hand).
 
 **Writing.** ``write_file``, ``edit_file`` and their reverts never leave a
 file half written: the new bytes go to a temporary file beside it
@@ -197,11 +214,13 @@ class Workspace:
 
     ``kept`` says what a resolved path is when the host keeps it (usually
     :meth:`ToolRuntime.kept_file <dsh_core.ToolRuntime.kept_file>`), else
-    ``None``; :meth:`resolve_writable` refuses such paths.
+    ``None``; :meth:`resolve_writable` refuses such paths, and (unless
+    ``allow_git_writes``) paths inside a git directory.
     """
 
     root: str = attrs.field(converter=_realpath)
     kept: Callable[[str], str | None] | None = attrs.field(default=None, kw_only=True)
+    allow_git_writes: bool = attrs.field(default=False, kw_only=True)
 
     def resolve(self, path: str) -> str:
         """The real path of ``path`` (relative to the root, or absolute), refusing escapes.
@@ -227,10 +246,13 @@ class Workspace:
         return real
 
     def resolve_writable(self, path: str) -> str:
-        """:meth:`resolve`, also refusing a file the host keeps, with :class:`KeptFileError` saying what it is.
+        """:meth:`resolve`, also refusing a file the host keeps and a path inside a git directory.
 
         Every tool that writes goes through here: one allowed write of the
-        grants file would otherwise grant the model every tool.
+        grants file would otherwise grant the model every tool, and one of
+        ``.git/hooks/pre-commit`` would run the model's code the next time the
+        user commits. Raises :class:`KeptFileError` saying what the file is, or
+        :class:`FileToolError` for a git directory (unless ``allow_git_writes``).
         """
         real = self.resolve(path)
         what = self.kept(real) if self.kept is not None else None
@@ -238,6 +260,13 @@ class Workspace:
             raise KeptFileError(
                 f"path {path!r} is {what} ({real}), which the host keeps for itself; "
                 "the file tools do not write it"
+            )
+        if not self.allow_git_writes and any(_names_git(part) for part in real.split(os.sep)):
+            raise FileToolError(
+                f"path {path!r} is inside a git directory ({real!r}): git runs files there (hooks, and "
+                "programs .git/config names) the next time the user runs git, outside any approval; the file "
+                "tools do not write it. Use the shell tool, which permissions and approval gate, or set "
+                "[plugins.files] allow_git_writes = true"
             )
         return real
 
@@ -249,6 +278,23 @@ class Workspace:
         """``real`` relative to the root, ``/``-separated (``"."`` for the root itself)."""
         relative = os.path.relpath(real, self.root)
         return "." if relative == os.curdir else relative.replace(os.sep, "/")
+
+
+# Code points HFS+ ignores in a name, so that ".g\u200cit" opens ".git" there (git's is_hfs_dotgit).
+_HFS_IGNORED: Final = dict.fromkeys(
+    [*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF]
+)
+
+
+def _names_git(name: str) -> bool:
+    """Whether a path component names a ``.git`` directory (or gitfile) on some file system git runs on.
+
+    Compared as git itself guards its trees: casefolded (case-insensitive file
+    systems), without the code points HFS+ ignores, without the trailing dots and
+    spaces NTFS drops, and NTFS's 8.3 short name ``GIT~1``.
+    """
+    folded = name.translate(_HFS_IGNORED).rstrip(". ").casefold()
+    return folded in {".git", "git~1"}
 
 
 # --- shared helpers -----------------------------------------------------------------------
@@ -1739,20 +1785,32 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
 
 @attrs.frozen(kw_only=True)
 class FilesSettings:
-    """The ``[plugins.files]`` table: ``root`` is the workspace; without it the plugin registers nothing."""
+    """The ``[plugins.files]`` table: ``root`` is the workspace; without it the plugin registers nothing.
+
+    ``allow_git_writes`` lets ``write_file`` and ``edit_file`` write inside a ``.git`` directory.
+    """
 
     root: str | None = None
+    allow_git_writes: bool = False
 
 
 def file_tools(
-    root: str | os.PathLike[str] | None = None, *, runtime: ToolRuntime | None = None
+    root: str | os.PathLike[str] | None = None,
+    *,
+    runtime: ToolRuntime | None = None,
+    allow_git_writes: bool = False,
 ) -> list[ToolDefinition]:
     """The five file tools confined to ``root`` (default: the current directory), for hosts that register by hand.
 
     With ``runtime``, ``write_file`` and ``edit_file`` refuse the files its host
-    keeps (:meth:`ToolRuntime.kept_file <dsh_core.ToolRuntime.kept_file>`).
+    keeps (:meth:`ToolRuntime.kept_file <dsh_core.ToolRuntime.kept_file>`); they
+    refuse paths inside a git directory unless ``allow_git_writes``.
     """
-    workspace = Workspace(os.getcwd() if root is None else root, kept=None if runtime is None else runtime.kept_file)
+    workspace = Workspace(
+        os.getcwd() if root is None else root,
+        kept=None if runtime is None else runtime.kept_file,
+        allow_git_writes=allow_git_writes,
+    )
     return _tools(workspace)
 
 
@@ -1779,7 +1837,7 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     root = os.path.abspath(settings.root)
     if not os.path.isdir(root):
         raise ConfigError([f"[plugins.files].root: {root!r} is not a directory"])
-    workspace = Workspace(root, kept=runtime.kept_file)
+    workspace = Workspace(root, kept=runtime.kept_file, allow_git_writes=settings.allow_git_writes)
     _WORKSPACES[runtime] = workspace
     for tool in _tools(workspace):
         runtime.register(tool)
