@@ -8,8 +8,9 @@ actually opened.
 
 :func:`write_regular` gives a file new content without ever leaving it half
 written: the bytes go to a temporary file beside it (``.NAME.dsh-<random>.tmp``,
-created exclusively, readable only by its owner until it is done), which takes
-the file's permission bits, is flushed to disk and then renamed over the file.
+created exclusively and, replacing a file, readable only by its owner until it
+is done), which takes the file's permission bits, owner and group, is flushed to
+disk and then renamed over the file.
 A crash, a kill or a full disk part-way leaves the original as it was (and, at
 worst, a temporary file with that recognisable name). A new file's mode follows
 the umask (and a directory's default ACL) as a plain ``open`` would: its
