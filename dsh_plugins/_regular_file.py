@@ -23,7 +23,9 @@ still written in place, truncated and rewritten as before:
   old content, splitting the link;
 - one whose owner or group the process cannot give the temporary file (another
   user's file it may write, for a process that is not root): a rename would
-  silently hand the file to the process's user.
+  silently hand the file to the process's user;
+- one in a directory the process may not create files in (a writable file in a
+  read-only directory): there is nowhere to put the temporary file.
 
 A rename also drops extended attributes and ACLs the file had; its owner, group
 and permission bits (set-id and sticky bits included) are kept.
@@ -131,11 +133,20 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _replace(path: str, data: bytes, status: os.stat_result | None) -> bool:
-    """``data`` written to a temporary file renamed over ``path``; ``False`` (nothing done) when the owner cannot be kept."""
+    """``data`` written to a temporary file renamed over ``path``.
+
+    ``False`` (nothing done) when the owner cannot be kept, or the directory refuses
+    the temporary file of a file that exists.
+    """
     directory, name = os.path.split(os.fsencode(path))
     # A new file's temporary file is created as the file would be (0o666 less the umask); an
     # existing one's only for its owner until it has the file's own bits, however open they are.
-    fd, temp = _create_temp(directory, name, 0o666 if status is None else 0o600)
+    try:
+        fd, temp = _create_temp(directory, name, 0o666 if status is None else 0o600)
+    except PermissionError:
+        if status is None:
+            raise  # a new file cannot be created there at all
+        return False  # the file may be writable where its directory is not: written in place
     replaced = False
     try:
         try:

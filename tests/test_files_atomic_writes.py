@@ -146,23 +146,20 @@ async def test_a_new_file_mode_follows_the_umask(root: Path, umask: None, mask: 
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes in a read-only directory")
-async def test_a_file_in_a_read_only_directory_is_refused_with_no_litter(root: Path) -> None:
+async def test_a_file_in_a_read_only_directory_is_written_in_place_with_no_litter(root: Path) -> None:
     (root / "ro").mkdir()
     (root / "ro" / "f.txt").write_text(ORIGINAL)
     (root / "ro").chmod(0o555)
     try:
-        message = failed(await run(root, "edit_file", {**CHANGES["edit_file"], "path": "ro/f.txt"}))
-        assert message == "permission denied for 'ro/f.txt'"
-        assert (root / "ro" / "f.txt").read_text() == ORIGINAL
+        ok(await run(root, "edit_file", {**CHANGES["edit_file"], "path": "ro/f.txt"}))
+        assert (root / "ro" / "f.txt").read_text() == NEW
         assert temp_files(root / "ro") == []
     finally:
         (root / "ro").chmod(0o755)
 
 
-async def test_a_directory_refusing_the_temporary_file_refuses_the_write(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # What a read-only directory does for a user who is not root (the test above).
+def refuse_temporary_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a read-only directory does for a user who is not root.
     real_open = os.open
 
     def open_(path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
@@ -171,9 +168,25 @@ async def test_a_directory_refusing_the_temporary_file_refuses_the_write(
         return real_open(path, flags, mode, **kwargs)
 
     monkeypatch.setattr(os, "open", open_)
-    message = failed(await run(root, "edit_file", CHANGES["edit_file"]))
-    assert message == "permission denied for 'notes.txt'"
-    assert (root / "notes.txt").read_text() == ORIGINAL
+
+
+async def test_a_writable_file_in_a_directory_refusing_the_temporary_file_is_written_in_place(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = root / "notes.txt"
+    before = target.stat()
+    refuse_temporary_files(monkeypatch)
+    ok(await run(root, "edit_file", CHANGES["edit_file"]))
+    assert target.read_text() == NEW
+    assert target.stat().st_ino == before.st_ino  # the same file, rewritten
+    assert temp_files(root) == []
+
+
+async def test_a_new_file_in_a_directory_refusing_files_is_refused(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    refuse_temporary_files(monkeypatch)
+    message = failed(await run(root, "write_file", {"path": "fresh.txt", "content": "x"}))
+    assert message == "permission denied for 'fresh.txt'"
+    assert not (root / "fresh.txt").exists()
     assert temp_files(root) == []
 
 
