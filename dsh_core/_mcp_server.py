@@ -81,6 +81,8 @@ from ._definition import ToolDefinition, ToolEffects, ToolSchema
 from ._errors import ErrorCode
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, nests_deeper_than, thaw
+from ._mcp_bearer import App as AsgiApp
+from ._mcp_bearer import BearerTokenGate, bearer_token_problem
 from ._mcp_list_changed import ListChangeNotifier
 from ._mcp_unreadable import SDK_PARSER_MAX_DEPTH, answering_unreadable
 from ._mcp_well_formed import answering_well_formed, sending_well_formed
@@ -525,6 +527,7 @@ async def serve_http(
     scope: ScopeKey | None = None,
     approval: ApprovalMode = "elicit",
     path: str = "/mcp",
+    bearer_token: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``scope``'s tools over streamable HTTP at ``http://host:port/mcp`` until cancelled.
@@ -533,6 +536,15 @@ async def serve_http(
     SDK's DNS-rebinding protection is on. ``port=0`` picks a free port;
     ``await nursery.start(serve_http, runtime, ...)`` returns the bound base
     URLs (``["http://127.0.0.1:49321"]``). Runs on hypercorn's trio worker.
+
+    Loopback keeps other machines out, not the other processes and users of
+    this one. With ``bearer_token``, every HTTP request, to any path, must
+    carry ``Authorization: Bearer <bearer_token>`` (compared in constant time,
+    exactly); any other is answered ``401`` with ``WWW-Authenticate: Bearer``
+    and a short JSON error before the MCP app sees it. A token that is empty
+    or holds anything but visible ASCII (a space, a control character) is
+    refused with ``ValueError``. Without one, anyone who can reach the port
+    can call every tool served.
     """
     try:
         import hypercorn.config
@@ -540,8 +552,14 @@ async def serve_http(
     except ImportError as exc:  # pragma: no cover - the mcp extra installs it
         raise RuntimeError("serve_http needs hypercorn: pip install 'dsh-tools[mcp]'") from exc
 
+    if bearer_token is not None:
+        problem = bearer_token_problem(bearer_token)
+        if problem is not None:
+            raise ValueError(problem)  # before anything is served, or the runtime's approval router installed
     server = serve_registry(runtime, scope=scope, approval=approval)
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    app: AsgiApp = server.streamable_http_app(streamable_http_path=path, host=host)
+    if bearer_token is not None:
+        app = BearerTokenGate(app, bearer_token)
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
