@@ -70,7 +70,7 @@ import functools
 import itertools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -567,11 +567,20 @@ async def serve_http(
     await hypercorn.trio.serve(app, config, task_status=task_status)  # type: ignore[arg-type]
 
 
-def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | None) -> None:
+def run_serve_mcp(
+    runtime: ToolRuntime,
+    *,
+    http: bool,
+    port: int,
+    agent: str | None,
+    bearer_token: str | None = None,
+    on_listening: Callable[[list[str]], None] | None = None,
+) -> None:
     """Serve the runtime over MCP until interrupted: the ``dsh-tools serve-mcp`` command.
 
-    stdio by default, streamable HTTP on ``127.0.0.1:port`` with ``http=True``;
-    calls act as ``agent`` (its scope's tools and policies) and ask for approval
+    stdio by default, streamable HTTP on ``127.0.0.1:port`` with ``http=True``
+    (requiring ``bearer_token`` when one is given, see :func:`serve_http`;
+    ``on_listening`` is called with the base URLs once bound); calls act as ``agent`` (its scope's tools and policies) and ask for approval
     through elicitation. With ``agent=None`` the pipeline denies every ``Ask``
     without asking anyone (``dsh-tools serve-mcp`` passes ``"cli"`` when no
     ``--agent`` is given). Plugins that own
@@ -585,10 +594,19 @@ def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | N
     if type(port) is not int or not 0 <= port <= 65535:
         raise ValueError(f"port must be an integer between 0 and 65535, got {port!r}")
 
+    if bearer_token is not None:
+        problem = bearer_token_problem(bearer_token)
+        if problem is not None:
+            raise ValueError(problem)
+
     async def main() -> None:
         async with plugin_lifespans(runtime):
             if http:
-                await serve_http(runtime, port=port, scope=scope)
+                async with trio.open_nursery() as nursery:
+                    serving = functools.partial(serve_http, runtime, port=port, scope=scope, bearer_token=bearer_token)
+                    urls = await nursery.start(serving)
+                    if on_listening is not None:
+                        on_listening(urls)
             else:
                 await serve_stdio(runtime, scope=scope)
 

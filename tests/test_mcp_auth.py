@@ -7,6 +7,10 @@ runs ``dsh-tools serve-mcp --http`` as a real process.
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,9 +23,11 @@ pytest.importorskip("hypercorn")
 
 import httpx2
 import trio
+from click.testing import CliRunner, Result
 from mcp import Client
 
 from dsh_core import ToolRuntime
+from dsh_core._cli import cli
 from dsh_core._mcp_bearer import BearerTokenGate
 from dsh_core._mcp_server import serve_http
 from dsh_core.testing import json_tool, make_runtime
@@ -153,3 +159,240 @@ def test_the_gate_never_shows_its_token() -> None:
         pass
 
     assert TOKEN not in repr(BearerTokenGate(app, TOKEN))
+
+
+# -- dsh-tools serve-mcp: where the token comes from -----------------------------------------------
+
+
+class FakeServe:
+    """Stands in for ``run_serve_mcp``: records what the CLI passed and says it listens on a made-up URL."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, runtime: ToolRuntime, **options: Any) -> None:
+        self.calls.append(options)
+        on_listening = options["on_listening"]
+        if options["http"]:
+            on_listening(["http://127.0.0.1:8765"])
+
+
+@pytest.fixture
+def fake_serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeServe:
+    import dsh_core._mcp_server
+
+    fake = FakeServe()
+    monkeypatch.setattr(dsh_core._mcp_server, "run_serve_mcp", fake)
+    monkeypatch.delenv("DSH_MCP_TOKEN", raising=False)
+    monkeypatch.chdir(tmp_path)  # no dsh.toml of the repository's
+    return fake
+
+
+def serve_mcp(*args: str) -> Result:
+    return CliRunner().invoke(cli, ["--no-plugins", "serve-mcp", *args], catch_exceptions=False)
+
+
+def token_file(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
+    path = tmp_path / "token"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_serve_mcp_http_makes_a_token_and_prints_it_once(fake_serve: FakeServe) -> None:
+    result = serve_mcp("--http")
+    assert result.exit_code == 0, result.output
+    (call,) = fake_serve.calls
+    token = call["bearer_token"]
+    assert isinstance(token, str) and len(token) >= 43  # secrets.token_urlsafe(32)
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "serve-mcp: listening on http://127.0.0.1:8765/mcp",
+        f"serve-mcp: clients must send the header: Authorization: Bearer {token}",
+        "serve-mcp: the token is new for this run; set DSH_MCP_TOKEN or --token-file to choose one",
+    ]
+    assert serve_mcp("--http").exit_code == 0
+    assert fake_serve.calls[1]["bearer_token"] != token  # a new one each run
+
+
+def test_serve_mcp_http_takes_the_token_from_the_environment(
+    fake_serve: FakeServe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DSH_MCP_TOKEN", TOKEN)
+    result = serve_mcp("--http")
+    assert result.exit_code == 0, result.output
+    assert fake_serve.calls[0]["bearer_token"] == TOKEN
+    assert TOKEN not in result.output  # the user chose it: not printed
+    assert "Authorization: Bearer <the token>" in result.stderr
+
+
+def test_serve_mcp_http_takes_the_first_line_of_the_token_file_before_the_environment(
+    fake_serve: FakeServe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DSH_MCP_TOKEN", "from-the-environment")
+    path = token_file(tmp_path, f"  {TOKEN}  \nsecond line\n")
+    result = serve_mcp("--http", "--token-file", str(path))
+    assert result.exit_code == 0, result.output
+    assert fake_serve.calls[0]["bearer_token"] == TOKEN
+    assert TOKEN not in result.output
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o644])
+def test_serve_mcp_refuses_a_token_file_other_users_can_open(fake_serve: FakeServe, tmp_path: Path, mode: int) -> None:
+    path = token_file(tmp_path, TOKEN, mode)
+    result = serve_mcp("--http", "--token-file", str(path))
+    assert result.exit_code == 2
+    assert fake_serve.calls == []
+    assert result.stderr.strip() == (
+        f"Error: the token file {path} can be read or changed by other users (mode {mode:04o}): run chmod 600 {path}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "is empty (the token is its first line)"),
+        ("\n" + TOKEN, "is empty (the token is its first line)"),
+        ("   \n", "is empty (the token is its first line)"),
+    ],
+)
+def test_serve_mcp_refuses_an_empty_token_file(fake_serve: FakeServe, tmp_path: Path, text: str, problem: str) -> None:
+    path = token_file(tmp_path, text)
+    result = serve_mcp("--http", "--token-file", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"Error: the token file {path} {problem}"
+    assert fake_serve.calls == []
+
+
+def test_serve_mcp_refuses_a_missing_token_file(fake_serve: FakeServe, tmp_path: Path) -> None:
+    path = tmp_path / "nowhere"
+    result = serve_mcp("--http", "--token-file", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"Error: cannot read the token file {path}: No such file or directory"
+    assert fake_serve.calls == []
+
+
+def test_serve_mcp_refuses_a_token_with_spaces_without_showing_it(fake_serve: FakeServe, tmp_path: Path) -> None:
+    path = token_file(tmp_path, "two secret-words\n")
+    result = serve_mcp("--http", "--token-file", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"Error: the token in {path} cannot be used: the bearer token must be visible ASCII characters only "
+        "(no spaces, no control characters)"
+    )
+    assert "secret" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "DSH_MCP_TOKEN is set but empty: set it to the token, or unset it to have one made"),
+        (
+            "secret\tword",
+            "DSH_MCP_TOKEN cannot be used: the bearer token must be visible ASCII characters only "
+            "(no spaces, no control characters)",
+        ),
+    ],
+)
+def test_serve_mcp_refuses_an_unusable_environment_token(
+    fake_serve: FakeServe, monkeypatch: pytest.MonkeyPatch, value: str, message: str
+) -> None:
+    monkeypatch.setenv("DSH_MCP_TOKEN", value)
+    result = serve_mcp("--http")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"Error: {message}"
+    assert fake_serve.calls == []
+
+
+def test_serve_mcp_no_auth_serves_without_a_token_and_warns(fake_serve: FakeServe) -> None:
+    result = serve_mcp("--http", "--no-auth")
+    assert result.exit_code == 0, result.output
+    assert fake_serve.calls[0]["bearer_token"] is None
+    assert result.stderr.splitlines() == [
+        "serve-mcp: listening on http://127.0.0.1:8765/mcp",
+        "warning: no authentication (--no-auth): any local process can call these tools",
+    ]
+
+
+def test_serve_mcp_help_says_what_no_auth_lets_in(fake_serve: FakeServe) -> None:
+    result = serve_mcp("--help")
+    assert result.exit_code == 0
+    assert "Any process of any user on this machine can then call every tool" in " ".join(result.stdout.split())
+
+
+def test_serve_mcp_no_auth_with_a_token_source_is_a_usage_error(
+    fake_serve: FakeServe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = token_file(tmp_path, TOKEN)
+    with_file = serve_mcp("--http", "--no-auth", "--token-file", str(path))
+    monkeypatch.setenv("DSH_MCP_TOKEN", TOKEN)
+    with_env = serve_mcp("--http", "--no-auth")
+    assert (with_file.exit_code, with_env.exit_code) == (2, 2)
+    assert (
+        with_file.stderr.strip() == "Error: --no-auth turns authentication off: it cannot be combined with --token-file"
+    )
+    assert with_env.stderr.strip() == (
+        "Error: --no-auth turns authentication off, but DSH_MCP_TOKEN is set: unset it or drop --no-auth"
+    )
+    assert TOKEN not in with_env.stderr
+    assert fake_serve.calls == []
+
+
+@pytest.mark.parametrize("option", ["--no-auth", "--token-file"])
+def test_serve_mcp_token_options_without_http_are_usage_errors(
+    fake_serve: FakeServe, tmp_path: Path, option: str
+) -> None:
+    args = [option] if option == "--no-auth" else [option, str(token_file(tmp_path, TOKEN))]
+    result = serve_mcp(*args)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"Error: {option} applies to serve-mcp --http only (over stdio only the process that started "
+        "the server can talk to it)"
+    )
+    assert fake_serve.calls == []
+
+
+def test_serve_mcp_over_stdio_ignores_the_environment_token(
+    fake_serve: FakeServe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DSH_MCP_TOKEN", TOKEN)
+    result = serve_mcp()
+    assert result.exit_code == 0, result.output
+    assert fake_serve.calls[0]["http"] is False and fake_serve.calls[0]["bearer_token"] is None
+    assert result.stderr == ""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def test_cli_serve_mcp_http_requires_the_token_it_prints(tmp_path: Path) -> None:
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if key != "DSH_MCP_TOKEN"}
+    env["PYTHONPATH"] = str(REPO)
+    args = [sys.executable, "-m", "dsh_core._cli", "--no-plugins", "serve-mcp", "--http", "--port", str(port)]
+    with trio.fail_after(60):
+        process = await trio.lowlevel.open_process(args, cwd=str(tmp_path), env=env, stderr=subprocess.PIPE)
+        assert process.stderr is not None
+        try:
+            seen = b""
+            while b"Authorization: Bearer " not in seen or not seen.endswith(b"\n"):
+                chunk = await process.stderr.receive_some()
+                assert chunk, seen
+                seen += chunk
+            (line,) = [line for line in seen.decode().splitlines() if "Authorization: Bearer " in line]
+            token = line.rsplit(" ", 1)[1]
+            url = f"http://127.0.0.1:{port}/mcp"
+            refused = await post(url)
+            wrong = await post(url, {"Authorization": f"Bearer {token[:-1]}"})
+            accepted = await post(url, {"Authorization": f"Bearer {token}"})
+        finally:
+            process.terminate()
+            await process.wait()
+            await process.stderr.aclose()
+    assert (refused.status_code, wrong.status_code, accepted.status_code) == (401, 401, 200)
+    assert f"listening on http://127.0.0.1:{port}/mcp" in seen.decode()
