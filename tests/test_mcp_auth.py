@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,13 @@ from dsh_core import ToolRuntime
 from dsh_core._cli import cli
 from dsh_core._mcp_bearer import BearerTokenGate
 from dsh_core._mcp_server import serve_http
-from dsh_core.testing import json_tool, make_runtime
+from dsh_core.testing import json_tool, make_input, make_runtime
+from dsh_plugins.mcp_client import (
+    MCP_SERVER_UNAVAILABLE,
+    McpClientPlugin,
+    McpClientSettings,
+    McpServerSettings,
+)
 
 TOKEN = "s3cret-token_for-tests~0123456789"
 REPO = Path(__file__).resolve().parent.parent
@@ -396,3 +403,162 @@ async def test_cli_serve_mcp_http_requires_the_token_it_prints(tmp_path: Path) -
             await process.stderr.aclose()
     assert (refused.status_code, wrong.status_code, accepted.status_code) == (401, 401, 200)
     assert f"listening on http://127.0.0.1:{port}/mcp" in seen.decode()
+
+
+# -- the MCP client: token_env ---------------------------------------------------------------------
+
+
+def client_config(base: str, token_env: str | None = "TEST_MCP_TOKEN") -> dict[str, Any]:
+    server: dict[str, Any] = {"name": "guarded", "url": base + "/mcp", "prefix": "g"}
+    if token_env is not None:
+        server["token_env"] = token_env
+    return {"servers": [server], "backoff_initial_s": 0.001, "backoff_max_s": 0.001}
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the SDK's SSE reader, as in test_mcp
+async def test_the_client_sends_the_token_env_value_and_calls_a_tool(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("TEST_MCP_TOKEN", TOKEN)
+    caplog.set_level("DEBUG")
+    runtime = ToolRuntime()
+    async with serving() as base, McpClientPlugin.connect(runtime, client_config(base)) as plugin:
+        assert "g__add" in runtime.names()
+        result = await runtime.execute(make_input("g__add", {"a": 40, "b": 2}))
+        settings = repr(plugin.settings)
+    assert result.value == {"result": 42}
+    assert "token_env='TEST_MCP_TOKEN'" in settings
+    assert TOKEN not in settings
+    assert TOKEN not in caplog.text
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("value", [None, ""])
+async def test_a_missing_or_empty_token_env_fails_the_server_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str | None
+) -> None:
+    if value is None:
+        monkeypatch.delenv("TEST_MCP_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("TEST_MCP_TOKEN", value)
+    runtime = ToolRuntime()
+    async with serving() as base, McpClientPlugin.connect(runtime, client_config(base)) as plugin:
+        diagnosed = [str(note) for note in plugin.diagnostics()]
+    assert "g__add" not in runtime.names()
+    assert diagnosed == [
+        'MCP server "guarded": MCP server "guarded" is unavailable: the environment variable TEST_MCP_TOKEN '
+        "(token_env) is not set or empty: it must hold the server's bearer token"
+    ]
+
+
+def test_discovery_at_setup_reports_the_missing_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TEST_MCP_TOKEN", raising=False)
+    settings = McpClientSettings(
+        servers=(McpServerSettings(name="guarded", url="http://127.0.0.1:9/mcp", token_env="TEST_MCP_TOKEN"),)
+    )
+    plugin = McpClientPlugin(ToolRuntime(), settings)
+    plugin.discover()
+    assert [str(note) for note in plugin.diagnostics()] == [
+        'MCP server "guarded": could not be listed: the environment variable TEST_MCP_TOKEN (token_env) '
+        "is not set or empty: it must hold the server's bearer token"
+    ]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_wrong_token_is_reported_as_an_authentication_failure_without_the_token(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = "not-the-token-but-also-secret"
+    monkeypatch.setenv("TEST_MCP_TOKEN", wrong)
+    caplog.set_level("DEBUG")
+    runtime = ToolRuntime()
+    async with serving() as base, McpClientPlugin.connect(runtime, client_config(base)) as plugin:
+        diagnosed = [str(note) for note in plugin.diagnostics()]
+    assert "g__add" not in runtime.names()
+    assert diagnosed == [
+        'MCP server "guarded": MCP server "guarded" is unavailable: the server refused the bearer token '
+        "(HTTP 401): check that TEST_MCP_TOKEN (token_env) holds the token the server requires"
+    ]
+    assert wrong not in caplog.text and TOKEN not in caplog.text
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_server_requiring_a_token_tells_a_client_without_token_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = ToolRuntime()
+    async with serving() as base, McpClientPlugin.connect(runtime, client_config(base, token_env=None)) as plugin:
+        diagnosed = [str(note) for note in plugin.diagnostics()]
+    assert diagnosed == [
+        'MCP server "guarded": MCP server "guarded" is unavailable: the server requires authentication '
+        "(HTTP 401): name the environment variable holding its bearer token with token_env"
+    ]
+
+
+class SwitchedApp:
+    """An ASGI app passing each request to whichever app ``current`` is (a server changing its token)."""
+
+    def __init__(self, current: Any) -> None:
+        self.current = current
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.current(scope, receive, send)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_server_that_stops_taking_the_token_fails_calls_as_authentication(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import hypercorn.config
+    import hypercorn.trio
+
+    from dsh_core._mcp_server import serve_registry
+
+    monkeypatch.setenv("TEST_MCP_TOKEN", TOKEN)
+    caplog.set_level("DEBUG")
+    mcp_app = serve_registry(adding_runtime()).streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    switched = SwitchedApp(BearerTokenGate(mcp_app, TOKEN))
+    config = hypercorn.config.Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.graceful_timeout = 1.0
+    runtime = ToolRuntime()
+    async with trio.open_nursery() as nursery:
+        (base,) = await nursery.start(partial(hypercorn.trio.serve, switched, config))  # type: ignore[arg-type]
+        async with McpClientPlugin.connect(runtime, client_config(base)):
+            before = await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))
+            switched.current = BearerTokenGate(mcp_app, "another-token")
+            refused = await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))
+            again = await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))  # reconnects: refused at once
+        nursery.cancel_scope.cancel()
+    assert before.value == {"result": 2}
+    assert (refused.code, refused.error.info.name) == (MCP_SERVER_UNAVAILABLE, "McpAuthenticationError")
+    assert refused.error.message == (
+        'MCP server "guarded" refused the call to "add": the server refused the bearer token (HTTP 401): '
+        "check that TEST_MCP_TOKEN (token_env) holds the token the server requires"
+    )
+    assert (again.code, again.error.info.name) == (MCP_SERVER_UNAVAILABLE, "McpAuthenticationError")
+    assert again.error.message == (
+        'MCP server "guarded" is unavailable: the server refused the bearer token (HTTP 401): '
+        "check that TEST_MCP_TOKEN (token_env) holds the token the server requires"
+    )
+    assert TOKEN not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        (
+            {"name": "s", "command": "python", "token_env": "X"},
+            'MCP server "s": token_env applies to an HTTP server (url); a stdio server gets its environment from env',
+        ),
+    ],
+)
+def test_token_env_on_a_stdio_server_is_refused(server: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        McpClientPlugin(ToolRuntime(), McpClientSettings(servers=(McpServerSettings(**server),)))
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("name", ["", "1ABC", "A-B", "A B", "A=B"])
+def test_token_env_must_name_a_variable(name: str) -> None:
+    with pytest.raises(ValueError, match="token_env must name an environment variable"):
+        McpServerSettings(name="s", url="http://127.0.0.1:1/mcp", token_env=name)
