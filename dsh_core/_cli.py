@@ -49,6 +49,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import json_text, thaw
 from ._jsoncodec import decode_json, dumps_text
 from ._logged_calls import LoggedCall, logged_calls
+from ._mcp_serve_token import ServeToken, TokenSourceError, serve_token
 from ._pipeline import approval_unavailable_reason
 from ._plugins import (
     FailedPlugin,
@@ -1314,14 +1316,33 @@ def check_command(ctx: click.Context, strict: bool) -> None:
 @cli.command("serve-mcp")
 @click.option("--http", is_flag=True, help="Serve streamable HTTP instead of stdio.")
 @click.option("--port", default=None, type=click.IntRange(1, 65535), help="HTTP port (127.0.0.1 only).")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --http: the bearer token clients must send is this file's first line "
+    "(the file must be readable by its owner only). Default: $DSH_MCP_TOKEN, else a token "
+    "made for this run and printed to stderr.",
+)
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    help="With --http: require no token. Any process of any user on this machine can then call every tool served.",
+)
 @agent_option
 @click.pass_context
-def serve_mcp_command(ctx: click.Context, http: bool, port: int | None, agent: str | None) -> None:
+def serve_mcp_command(
+    ctx: click.Context, http: bool, port: int | None, token_file: Path | None, no_auth: bool, agent: str | None
+) -> None:
     """Serve the visible tools over MCP; every call runs the full pipeline.
 
     stdio by default (nothing else is written to stdout), or streamable HTTP
-    bound to 127.0.0.1 with --http.
+    bound to 127.0.0.1 with --http. Over HTTP every request must carry
+    "Authorization: Bearer <token>" (see --token-file), unless --no-auth.
     """
+    try:
+        token = serve_token(http=http, token_file=token_file, no_auth=no_auth)
+    except TokenSourceError as exc:
+        raise _UsageProblem(str(exc)) from None
     # _mcp_server imports the SDK only when serving starts, so an ImportError around
     # importing it would come too late: ask whether the extra is installed first.
     if importlib.util.find_spec("mcp") is None:
@@ -1334,7 +1355,14 @@ def serve_mcp_command(ctx: click.Context, http: bool, port: int | None, agent: s
     port = port or DEFAULT_HTTP_PORT
     try:
         with _plain_interrupts():
-            run_serve_mcp(host.runtime, http=http, port=port, agent=agent)
+            run_serve_mcp(
+                host.runtime,
+                http=http,
+                port=port,
+                agent=agent,
+                bearer_token=token.value,
+                on_listening=partial(_announce_listening, token),
+            )
     except BaseExceptionGroup as group:
         # hypercorn binds inside a trio nursery, which wraps the error in a group.
         bind_failure = _bind_failure(group) if http else None
@@ -1345,6 +1373,32 @@ def serve_mcp_command(ctx: click.Context, http: bool, port: int | None, agent: s
         if not http or _bind_failure(exc) is None:
             raise
         raise _UsageProblem(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+
+
+def _announce_listening(token: ServeToken, urls: list[str]) -> None:
+    """Tell the user on stderr where the server listens and, for a token made for this run, what to send."""
+    err = _stderr()
+    for url in urls:
+        err.print(terminal_text(f"serve-mcp: listening on {url}/mcp"), soft_wrap=True)
+    if token.value is None:
+        err.print(
+            terminal_text(
+                ("warning:", "yellow"), " no authentication (--no-auth): any local process can call these tools"
+            ),
+            soft_wrap=True,
+        )
+    elif token.generated:
+        # Printed once, here only: soft_wrap keeps the header on one line to copy.
+        header = f"Authorization: Bearer {token.value}"
+        err.print(terminal_text(f"serve-mcp: clients must send the header: {header}"), soft_wrap=True)
+        err.print(
+            terminal_text("serve-mcp: the token is new for this run; set DSH_MCP_TOKEN or --token-file to choose one"),
+            soft_wrap=True,
+        )
+    else:
+        err.print(
+            terminal_text("serve-mcp: clients must send the header: Authorization: Bearer <the token>"), soft_wrap=True
+        )
 
 
 # What binding a listening socket fails with: the port is taken, privileged, or not on this host.

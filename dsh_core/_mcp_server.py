@@ -70,7 +70,7 @@ import functools
 import itertools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -81,6 +81,8 @@ from ._definition import ToolDefinition, ToolEffects, ToolSchema
 from ._errors import ErrorCode
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import FrozenDict, json_text, nests_deeper_than, thaw
+from ._mcp_bearer import App as AsgiApp
+from ._mcp_bearer import BearerTokenGate, bearer_token_problem
 from ._mcp_list_changed import ListChangeNotifier
 from ._mcp_unreadable import SDK_PARSER_MAX_DEPTH, answering_unreadable
 from ._mcp_well_formed import answering_well_formed, sending_well_formed
@@ -525,6 +527,7 @@ async def serve_http(
     scope: ScopeKey | None = None,
     approval: ApprovalMode = "elicit",
     path: str = "/mcp",
+    bearer_token: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``scope``'s tools over streamable HTTP at ``http://host:port/mcp`` until cancelled.
@@ -533,6 +536,15 @@ async def serve_http(
     SDK's DNS-rebinding protection is on. ``port=0`` picks a free port;
     ``await nursery.start(serve_http, runtime, ...)`` returns the bound base
     URLs (``["http://127.0.0.1:49321"]``). Runs on hypercorn's trio worker.
+
+    Loopback keeps other machines out, not the other processes and users of
+    this one. With ``bearer_token``, every HTTP request, to any path, must
+    carry ``Authorization: Bearer <bearer_token>`` (compared in constant time,
+    exactly); any other is answered ``401`` with ``WWW-Authenticate: Bearer``
+    and a short JSON error before the MCP app sees it. A token that is empty
+    or holds anything but visible ASCII (a space, a control character) is
+    refused with ``ValueError``. Without one, anyone who can reach the port
+    can call every tool served.
     """
     try:
         import hypercorn.config
@@ -540,8 +552,14 @@ async def serve_http(
     except ImportError as exc:  # pragma: no cover - the mcp extra installs it
         raise RuntimeError("serve_http needs hypercorn: pip install 'dsh-tools[mcp]'") from exc
 
+    if bearer_token is not None:
+        problem = bearer_token_problem(bearer_token)
+        if problem is not None:
+            raise ValueError(problem)  # before anything is served, or the runtime's approval router installed
     server = serve_registry(runtime, scope=scope, approval=approval)
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    app: AsgiApp = server.streamable_http_app(streamable_http_path=path, host=host)
+    if bearer_token is not None:
+        app = BearerTokenGate(app, bearer_token)
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
@@ -549,11 +567,20 @@ async def serve_http(
     await hypercorn.trio.serve(app, config, task_status=task_status)  # type: ignore[arg-type]
 
 
-def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | None) -> None:
+def run_serve_mcp(
+    runtime: ToolRuntime,
+    *,
+    http: bool,
+    port: int,
+    agent: str | None,
+    bearer_token: str | None = None,
+    on_listening: Callable[[list[str]], None] | None = None,
+) -> None:
     """Serve the runtime over MCP until interrupted: the ``dsh-tools serve-mcp`` command.
 
-    stdio by default, streamable HTTP on ``127.0.0.1:port`` with ``http=True``;
-    calls act as ``agent`` (its scope's tools and policies) and ask for approval
+    stdio by default, streamable HTTP on ``127.0.0.1:port`` with ``http=True``
+    (requiring ``bearer_token`` when one is given, see :func:`serve_http`;
+    ``on_listening`` is called with the base URLs once bound); calls act as ``agent`` (its scope's tools and policies) and ask for approval
     through elicitation. With ``agent=None`` the pipeline denies every ``Ask``
     without asking anyone (``dsh-tools serve-mcp`` passes ``"cli"`` when no
     ``--agent`` is given). Plugins that own
@@ -567,10 +594,19 @@ def run_serve_mcp(runtime: ToolRuntime, *, http: bool, port: int, agent: str | N
     if type(port) is not int or not 0 <= port <= 65535:
         raise ValueError(f"port must be an integer between 0 and 65535, got {port!r}")
 
+    if bearer_token is not None:
+        problem = bearer_token_problem(bearer_token)
+        if problem is not None:
+            raise ValueError(problem)
+
     async def main() -> None:
         async with plugin_lifespans(runtime):
             if http:
-                await serve_http(runtime, port=port, scope=scope)
+                async with trio.open_nursery() as nursery:
+                    serving = functools.partial(serve_http, runtime, port=port, scope=scope, bearer_token=bearer_token)
+                    urls = await nursery.start(serving)
+                    if on_listening is not None:
+                        on_listening(urls)
             else:
                 await serve_stdio(runtime, scope=scope)
 

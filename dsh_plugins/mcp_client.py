@@ -16,6 +16,7 @@ Needs the ``mcp`` extra (``pip install 'dsh-tools[mcp]'``). Configure servers in
     [[plugins.mcp.servers]]
     name = "local-http"
     url = "http://127.0.0.1:8765/mcp"  # streamable HTTP; loopback hosts only
+    token_env = "DSH_MCP_TOKEN"        # send this variable's value as the bearer token
     timeout_ms = 5000                  # this server's tools' budget
     retry_attempts = 3                 # retry read-only/idempotent tools when the server is gone
 
@@ -131,6 +132,14 @@ up to n attempts when the server was unavailable or died
 are not, and ``dsh-tools check`` says so, since a second attempt could repeat
 what the first did before the server died.
 
+**Bearer tokens.** An HTTP server that requires one (``dsh-tools serve-mcp
+--http`` does by default) gets ``Authorization: Bearer <value>``, the value
+read from the environment variable ``token_env`` names at each connection
+(the secret never sits in the configuration). A variable that is not set or
+empty fails the server's setup and its calls (``MCP_SERVER_UNAVAILABLE``,
+:class:`McpAuthenticationError`), and so does a server answering ``401``:
+the messages name the variable, never its value, and nothing logs the value.
+
 **Server output.** A stdio server's stderr is relayed to the host's stderr
 a line at a time, prefixed ``[mcp:NAME]`` and with its control characters
 escaped (see :mod:`dsh_plugins._mcp_stdio`).
@@ -195,6 +204,7 @@ __all__ = [
     "MCP_SERVER_DIED",
     "MCP_SERVER_UNAVAILABLE",
     "PLUGIN_NAME",
+    "McpAuthenticationError",
     "McpClientError",
     "McpClientPlugin",
     "McpClientSettings",
@@ -236,6 +246,16 @@ class McpClientError(DshError):
     """A call could not be completed by its MCP server (code ``MCP_SERVER_DIED``, ``MCP_SERVER_UNAVAILABLE`` or ``MCP_ERROR``)."""
 
 
+class McpAuthenticationError(McpClientError):
+    """An HTTP server could not be authenticated with: its token variable is unset or empty, or it answered 401.
+
+    Code ``MCP_SERVER_UNAVAILABLE``. The message names the variable, never its value.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=MCP_SERVER_UNAVAILABLE)
+
+
 def _server_gone(error: BaseException) -> bool:
     """A call failed because its server could not be reached or died, not because it answered."""
     return isinstance(error, McpClientError) and error.code in (MCP_SERVER_DIED, MCP_SERVER_UNAVAILABLE)
@@ -268,6 +288,17 @@ def _check_positive(instance: object, attribute: attrs.Attribute[Any], value: fl
 def _check_attempts(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if type(value) is not int or not 1 <= value <= MAX_RETRY_ATTEMPTS:
         raise ValueError(f"{attribute.name} must be an integer from 1 to {MAX_RETRY_ATTEMPTS}, got {value!r}")
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_env_name(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and not _ENV_NAME.match(value):
+        raise ValueError(
+            f"{attribute.name} must name an environment variable (letters, digits, '_'; "
+            f"not starting with a digit), got {value!r}"
+        )
 
 
 def _check_url(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
@@ -310,6 +341,8 @@ class McpServerSettings:
     env: dict[str, str] | None = None
     cwd: str | None = None
     url: str | None = attrs.field(default=None, validator=_check_url)
+    # The name of the variable holding the bearer token, never the token: settings get logged and shown.
+    token_env: str | None = attrs.field(default=None, validator=_check_env_name)
     prefix: str | None = attrs.field(default=None, validator=_check_name)
     timeout_ms: float | None = attrs.field(default=None, validator=_check_timeout)
     retry_attempts: int = attrs.field(default=1, validator=_check_attempts)
@@ -1081,6 +1114,7 @@ class _Session:
         self.sent: dict[object, None] = {}
         # Ids the server answered with an error (the most recent ones).
         self.errored: dict[object, None] = {}
+        self.auth_refused = False  # the HTTP server answered 401
         self.pending: set[_Pending] = set()
 
     def end(self) -> None:
@@ -1169,7 +1203,6 @@ class _Server:
     def transport(self, session: _Session) -> Any:
         """What ``mcp.Client`` connects to for ``session``."""
         from mcp.client.stdio import StdioServerParameters
-        from mcp.client.streamable_http import streamable_http_client
 
         from ._mcp_stdio import stdio_transport
 
@@ -1177,7 +1210,7 @@ class _Server:
             return self.in_process  # in memory: cannot die, and passes objects, not text to parse
         settings = self.settings
         if settings.url is not None:
-            inner = streamable_http_client(settings.url)
+            inner = _http_transport(settings, session)
         else:
             assert settings.command is not None
             # "replace": with the default "strict", one byte that is not UTF-8 on the server's stdout
@@ -1194,6 +1227,63 @@ class _Server:
             # Not the SDK's stdio_client: a reader that dies there leaves the session looking live.
             inner = stdio_transport(params, name=settings.name)
         return _WatchedTransport(inner, session, one_stream=settings.url is None)
+
+
+# Visible ASCII: what an HTTP header carries unchanged (a newline would end the header).
+_TOKEN_CHARACTERS: Final = frozenset(range(0x21, 0x7F))
+
+
+def _bearer_token(settings: McpServerSettings) -> str:
+    """The value of ``settings.token_env``; refused (naming the variable only) when unset, empty or unsendable."""
+    import os
+
+    assert settings.token_env is not None
+    token = os.environ.get(settings.token_env, "")
+    if not token:
+        raise McpAuthenticationError(
+            f"the environment variable {settings.token_env} (token_env) is not set or empty: "
+            "it must hold the server's bearer token"
+        )
+    if not all(ord(character) in _TOKEN_CHARACTERS for character in token):
+        raise McpAuthenticationError(
+            f"the environment variable {settings.token_env} (token_env) cannot be sent as a bearer token: "
+            "it holds a space, a control character or a character that is not ASCII"
+        )
+    return token
+
+
+@asynccontextmanager
+async def _http_transport(settings: McpServerSettings, session: _Session) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP transport, sending the bearer token if any and telling ``session`` of a 401."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    assert settings.url is not None
+    headers = {"Authorization": f"Bearer {_bearer_token(settings)}"} if settings.token_env is not None else None
+
+    async def note_status(response: Any) -> None:
+        if response.status_code == 401:
+            session.auth_refused = True
+
+    # The SDK's own default client, plus the header and the hook; the SDK follows no redirect
+    # off the endpoint's origin, so the token goes nowhere else.
+    http = create_mcp_http_client(headers=headers)
+    http.event_hooks = {"response": [note_status]}
+    async with http, streamable_http_client(settings.url, http_client=http) as streams:
+        yield streams
+
+
+def _refused_message(settings: McpServerSettings) -> str:
+    """Why a server answered 401, and what to check (the variable's name, never its value)."""
+    if settings.token_env is None:
+        return (
+            "the server requires authentication (HTTP 401): name the environment variable holding its "
+            "bearer token with token_env"
+        )
+    return (
+        f"the server refused the bearer token (HTTP 401): check that {settings.token_env} (token_env) "
+        "holds the token the server requires"
+    )
 
 
 class _WatchedTransport:
@@ -1215,12 +1305,28 @@ class _WatchedTransport:
 
 def _describe(exc: BaseException) -> str:
     """One line for an exception, looking inside exception groups (anyio task groups wrap)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = _unwrapped(exc)
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(inner) for inner in exc.exceptions)
+    if isinstance(exc, McpAuthenticationError):
+        return exc.message  # says what it is already
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _unwrapped(exc: BaseException) -> BaseException:
+    """``exc`` out of the groups of one that hold it alone."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _unavailable(server_name: str, exc: BaseException) -> McpClientError:
+    """The ``MCP_SERVER_UNAVAILABLE`` error of a connection that failed with ``exc``."""
+    message = f'MCP server "{server_name}" is unavailable: {_describe(exc)}'
+    if isinstance(_unwrapped(exc), McpAuthenticationError):
+        return McpAuthenticationError(message)
+    return McpClientError(message, code=MCP_SERVER_UNAVAILABLE)
 
 
 _HTTP_STAND_IN: Final = "SSE stream"
@@ -1279,6 +1385,11 @@ class McpClientPlugin:
             target = in_process.pop(server.name, None)
             if target is None and (server.command is None) == (server.url is None):
                 raise ValueError(f'MCP server "{server.name}": give exactly one of command (stdio) or url (HTTP)')
+            if server.token_env is not None and server.url is None:
+                raise ValueError(
+                    f'MCP server "{server.name}": token_env applies to an HTTP server (url); '
+                    "a stdio server gets its environment from env"
+                )
             self._servers.append(_Server(server, target, self.settings.timeout_ms))
         if in_process:
             raise ValueError(f"in_process names no configured server: {', '.join(sorted(in_process))}")
@@ -1569,8 +1680,16 @@ class McpClientPlugin:
             message_handler=on_message,
             client_info=Implementation(name="dsh-tools", version=__version__),
         )
-        async with client:
-            yield client
+        entered = False
+        try:
+            async with client:
+                entered = True
+                yield client
+        except Exception as exc:
+            # The SDK turns a 401 into a generic error answer: say what it was.
+            if not entered and session.auth_refused:
+                raise McpAuthenticationError(_refused_message(server.settings)) from exc
+            raise
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[McpClientPlugin]:
@@ -1625,9 +1744,7 @@ class McpClientPlugin:
                     await nursery.start(self._serve, server, session)
             except Exception as exc:
                 self._note_failure(server)
-                raise McpClientError(
-                    f'MCP server "{server.name}" is unavailable: {_describe(exc)}', code=MCP_SERVER_UNAVAILABLE
-                ) from exc
+                raise _unavailable(server.name, exc) from exc
             server.connect_problem = None
             return session
 
@@ -1749,9 +1866,7 @@ class McpClientPlugin:
         except Exception as exc:
             if not entered:
                 self._note_failure(server)
-                raise McpClientError(
-                    f'MCP server "{server.name}" is unavailable: {_describe(exc)}', code=MCP_SERVER_UNAVAILABLE
-                ) from exc
+                raise _unavailable(server.name, exc) from exc
             if error is None and outcome is None:
                 raise
             logger.warning('MCP server "%s": closing the session failed: %s', server.name, _describe(exc))
@@ -1770,6 +1885,13 @@ class McpClientPlugin:
         except McpClientError:
             raise  # the session matched no request to what the server sent
         except Exception as exc:
+            if session.auth_refused:  # the server no longer takes the token (restarted with another)
+                self._note_failure(server)
+                session.end()
+                raise McpAuthenticationError(
+                    f'MCP server "{server.name}" refused the call to "{mcp_name}": '
+                    + _refused_message(server.settings)
+                ) from exc
             if _connection_lost(exc, session, http=server.settings.url is not None):
                 self._note_failure(server)
                 session.end()
