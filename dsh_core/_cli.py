@@ -1315,7 +1315,9 @@ def check_command(ctx: click.Context, strict: bool) -> None:
 
 @cli.command("serve-mcp")
 @click.option("--http", is_flag=True, help="Serve streamable HTTP instead of stdio.")
-@click.option("--port", default=None, type=click.IntRange(1, 65535), help="HTTP port (127.0.0.1 only).")
+@click.option(
+    "--port", default=None, type=click.IntRange(1, 65535), help="With --http: the port on 127.0.0.1 (default 8765)."
+)
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -1339,6 +1341,8 @@ def serve_mcp_command(
     bound to 127.0.0.1 with --http. Over HTTP every request must carry
     "Authorization: Bearer <token>" (see --token-file), unless --no-auth.
     """
+    if port is not None and not http:
+        raise _UsageProblem("--port needs --http (without it, serve-mcp serves stdio and listens on no port)")
     try:
         token = serve_token(http=http, token_file=token_file, no_auth=no_auth)
     except TokenSourceError as exc:

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import ipaddress
 import itertools
 import logging
 import uuid
@@ -532,8 +533,9 @@ async def serve_http(
 ) -> None:
     """Serve ``scope``'s tools over streamable HTTP at ``http://host:port/mcp`` until cancelled.
 
-    Binds the loopback interface unless told otherwise; on a loopback host the
-    SDK's DNS-rebinding protection is on. ``port=0`` picks a free port;
+    Binds the loopback interface unless told otherwise; on any loopback host
+    (``localhost``, ``::1``, all of 127.0.0.0/8) DNS-rebinding protection is on:
+    a request whose ``Host`` or ``Origin`` names another host is refused (421). ``port=0`` picks a free port;
     ``await nursery.start(serve_http, runtime, ...)`` returns the bound base
     URLs (``["http://127.0.0.1:49321"]``). Runs on hypercorn's trio worker.
 
@@ -557,7 +559,9 @@ async def serve_http(
         if problem is not None:
             raise ValueError(problem)  # before anything is served, or the runtime's approval router installed
     server = serve_registry(runtime, scope=scope, approval=approval)
-    app: AsgiApp = server.streamable_http_app(streamable_http_path=path, host=host)
+    app: AsgiApp = server.streamable_http_app(
+        streamable_http_path=path, host=host, transport_security=_loopback_security(host)
+    )
     if bearer_token is not None:
         app = BearerTokenGate(app, bearer_token)
     config = hypercorn.config.Config()
@@ -565,6 +569,32 @@ async def serve_http(
     config.accesslog = None
     config.graceful_timeout = 1.0
     await hypercorn.trio.serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+
+
+def _loopback_security(host: str) -> Any:
+    """DNS-rebinding protection for any loopback ``host``, or ``None`` (the SDK's choice) for another.
+
+    The SDK turns the protection on only for the exact hosts ``127.0.0.1``,
+    ``localhost`` and ``::1``: bound to ``127.0.0.2`` (all of 127.0.0.0/8 is
+    loopback), a page on a rebound domain could drive the server.
+    """
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if host == "localhost":
+        loopback = True
+    else:
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+    if not loopback:
+        return None
+    hosts = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host}
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=sorted(f"{name}:*" for name in hosts),
+        allowed_origins=sorted(f"http://{name}:*" for name in hosts),
+    )
 
 
 def run_serve_mcp(

@@ -562,3 +562,30 @@ def test_token_env_on_a_stdio_server_is_refused(server: dict[str, Any], message:
 def test_token_env_must_name_a_variable(name: str) -> None:
     with pytest.raises(ValueError, match="token_env must name an environment variable"):
         McpServerSettings(name="s", url="http://127.0.0.1:1/mcp", token_env=name)
+
+
+# -- DNS rebinding and the port ----------------------------------------------------------------------
+
+REBOUND = {"Host": "attacker.example:80", "Origin": "http://attacker.example"}
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "127.1.2.3"])
+async def test_every_loopback_host_refuses_a_rebound_host_header(host: str) -> None:
+    # The SDK protects only 127.0.0.1, localhost and ::1 by itself; all of 127.0.0.0/8 is loopback.
+    async with trio.open_nursery() as nursery:
+        (base,) = await nursery.start(
+            lambda task_status: serve_http(adding_runtime(), host, 0, bearer_token=TOKEN, task_status=task_status)
+        )
+        authorized = {"Authorization": f"Bearer {TOKEN}"}
+        rebound = await post(base + "/mcp", {**authorized, **REBOUND})
+        direct = await post(base + "/mcp", authorized)
+        nursery.cancel_scope.cancel()
+    assert rebound.status_code == 421
+    assert direct.status_code == 200
+
+
+def test_serve_mcp_port_without_http_is_a_usage_error(fake_serve: FakeServe) -> None:
+    result = serve_mcp("--port", "8766")
+    assert result.exit_code == 2
+    assert "--port needs --http" in result.output
+    assert fake_serve.calls == []
