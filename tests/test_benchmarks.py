@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 REPO = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("benchmarks") is None:  # a plain `pytest` from an sdist: the repo is not on sys.path
     sys.path.append(str(REPO))
 
 import benchmarks.pipeline  # noqa: E402
-from benchmarks import _profile, peers  # noqa: E402
+from benchmarks import _profile, peers, scheduling  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
 from benchmarks._fixtures import add_tool, make_input, runtime_with, succeeds_with  # noqa: E402
 from benchmarks._harness import (  # noqa: E402
@@ -141,3 +142,22 @@ def test_a_profile_block_that_no_longer_runs_fails_the_profile(
         _profile._breakdown(iterations=2, best_of=1)
     out = capsys.readouterr().out
     assert "execute, 0 listeners (whole call)" in out and "n/a (AttributeError" in out
+
+
+def test_the_scheduling_rows_measure_the_path_their_labels_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[object] = []
+    start_soon = trio.Nursery.start_soon
+
+    def counting(self: trio.Nursery, fn: Any, *args: Any, **kwargs: Any) -> None:
+        started.append(fn)
+        start_soon(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.Nursery, "start_soon", counting)
+    inline = scheduling._parallel_timer()
+    suspending = scheduling._parallel_timer(scheduling.add_body_suspending)
+    assert len(inline.once()) == scheduling.CALLS
+    inline_tasks = len(started)
+    started.clear()
+    assert len(suspending.once()) == scheduling.CALLS
+    assert inline_tasks <= 1  # the commit task alone: every call ran inline
+    assert len(started) >= scheduling.CALLS  # a task per call
