@@ -4,9 +4,11 @@ Measured through ``ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime
 a bridge that cannot run fails the run (it ships with the package). Start-up is
 a ``run_code`` of a program that only returns, compared with spawning
 ``python -I -c pass``; the per-sub-call overhead is a program making 1 000
-sequential ``await tools.add(...)`` calls (``add``'s body cannot suspend), minus
-start-up, per call, compared with one bare host-child round trip. Each program
-is run once before timing and must return its expected result.
+sequential ``await tools.add(...)`` calls, minus start-up, per call, compared
+with one bare host-child round trip. ``add``'s body cannot suspend, so the host
+serves those sub-calls without a task; the same program against a body that
+suspends once measures the other path. Each program is run once before timing
+and must return its expected result.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import trio
 
 from dsh_core import ToolExecutionFailure, ToolRuntime
 
-from ._fixtures import add_tool, make_input
+from ._fixtures import add_body, add_body_suspending, add_tool, make_input
 from ._harness import Bench, Case, Derived, Expect, Target, Timer, loop_timer
 
 GROUP = "code_mode"
@@ -34,11 +36,11 @@ _CALLS_PROGRAM = (
 )
 
 
-def _runtime() -> ToolRuntime:
+def _runtime(body: Any = add_body) -> ToolRuntime:
     from dsh_core.code_mode import SubprocessPythonRuntime
 
     runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime())
-    runtime.register(add_tool())
+    runtime.register(add_tool(execute=body))
     return runtime
 
 
@@ -58,8 +60,8 @@ def _returns(value: int) -> Expect:
     return check
 
 
-def _run_code_timer(code: str) -> Timer:
-    runtime = _runtime()
+def _run_code_timer(code: str, body: Any = add_body) -> Timer:
+    runtime = _runtime(body)
     return loop_timer("await runtime.execute(request)", {"runtime": runtime, "request": _request(code)}, "trio")
 
 
@@ -69,8 +71,8 @@ def _spawn_timer() -> Timer:
     return loop_timer("await run_process(ARGV, stdout=DEVNULL, stderr=DEVNULL)", namespace, "trio")
 
 
-def _per_call(stats: Mapping[str, float]) -> float:
-    return (stats["code_mode.calls"] - stats["code_mode.startup"]) / SUB_CALLS
+def _per_call(stats: Mapping[str, float], calls: str = "code_mode.calls") -> float:
+    return (stats[calls] - stats["code_mode.startup"]) / SUB_CALLS
 
 
 # The architecture's floor: a child that writes a call line and blocks reading the reply,
@@ -133,4 +135,11 @@ def cases(smoke: bool) -> list[Case]:
         Derived(key="code_mode.per_call", label="run_code bridge cost per sub-call",
                 inputs=("code_mode.calls", "code_mode.startup"), compute=_per_call, vs="code_mode.echo_per_trip",
                 target=Target(limit=150, absolute=True)),
+        Bench(key="code_mode.calls.suspending",
+              label=f"run_code, program making {SUB_CALLS} sub-calls to a body that suspends once",
+              setup=lambda: _run_code_timer(_CALLS_PROGRAM, add_body_suspending), vs="code_mode.calls",
+              wall_clock=True, expect=_returns(3 * SUB_CALLS)),
+        Derived(key="code_mode.per_call.suspending", label="run_code bridge cost per sub-call, a body that suspends once",
+                inputs=("code_mode.calls.suspending", "code_mode.startup"),
+                compute=functools.partial(_per_call, calls="code_mode.calls.suspending"), vs="code_mode.per_call"),
     ]  # fmt: skip
