@@ -40,6 +40,7 @@ import trio
 
 __all__ = [
     "CLOCKS",
+    "NO_VERDICT",
     "Bench",
     "BenchmarkFailure",
     "Case",
@@ -66,6 +67,10 @@ Timer: TypeAlias = Callable[[int, Clock], float]
 """``timer(n, clock)`` runs ``n`` iterations and returns the seconds ``clock`` saw pass in the timed part."""
 Expect: TypeAlias = Callable[[Any], "str | None"]
 """``expect(value)``: why ``value`` is not what one iteration of the case must produce, or ``None``."""
+
+NO_VERDICT = "no verdict: baseline <= 0 (noise)"
+"""Shown instead of a ratio's verdict when the baseline came out <= 0: a derived
+floor whose subtracted pieces outweigh it, as happens in a smoke run's noise."""
 
 
 class BenchmarkFailure(Exception):
@@ -304,7 +309,7 @@ class Row:
     ratio_min: float | None  # minimum / the baseline's minimum: what the target verdict uses
     vs: str | None
     target: str | None
-    status: str | None
+    status: str | None  # "pass", "MISS", NO_VERDICT (a ratio whose baseline is <= 0) or None
     note: str | None
     samples: tuple[float, ...] = ()
     iterations: int = 0
@@ -359,6 +364,9 @@ def compute_rows(cases: Sequence[Case]) -> list[Row]:
             return None
         return stats[key] / stats[vs]
 
+    def baseline_not_positive(stats: Mapping[str, float], key: str, vs: str | None) -> bool:
+        return key in stats and vs is not None and vs in stats and stats[vs] <= 0
+
     rows: list[Row] = []
     for case in cases:
         median = medians.get(case.key)
@@ -368,6 +376,13 @@ def compute_rows(cases: Sequence[Case]) -> list[Row]:
         target: Target | None = getattr(case, "target", None)
         # Verdicts use the minimums: on a shared machine they are the steadiest estimate of intrinsic cost.
         verdict = target.met(low, ratio_min) if target is not None and low is not None else None
+        status = None if verdict is None else ("pass" if verdict else "MISS")
+        # A ratio missing for a baseline <= 0 must not read as "nothing to judge": say why there is none.
+        if target is None:
+            if baseline_not_positive(lows, case.key, vs) or baseline_not_positive(medians, case.key, vs):
+                status = NO_VERDICT
+        elif not target.absolute and baseline_not_positive(lows, case.key, vs):
+            status = NO_VERDICT
         rows.append(
             Row(
                 key=case.key,
@@ -381,7 +396,7 @@ def compute_rows(cases: Sequence[Case]) -> list[Row]:
                 ratio_min=ratio_min,
                 vs=vs,
                 target=target.describe(case.unit) if target is not None else None,
-                status=None if verdict is None else ("pass" if verdict else "MISS"),
+                status=status,
                 note=case.note,
                 samples=tuple(case.samples) if isinstance(case, Bench) else (),
                 iterations=case.iterations if isinstance(case, Bench) else 0,
@@ -423,7 +438,7 @@ def render_table(rows: Iterable[Row]) -> str:
         spread = "–" if row.low is None else _number(row.low, row.unit)
         if row.high is not None and row.high != row.low:
             spread += f" – {_number(row.high, row.unit)}"
-        target = "" if row.target is None else f"{row.target} {row.status or ''}".strip()
+        target = f"{row.target or ''} {row.status or ''}".strip()
         lines.append(
             f"| {row.group} | {label} | {_number(row.median, row.unit)} | {spread} | {row.unit} "
             f"| {_ratio(row.ratio)} | {_ratio(row.ratio_min)} | {row.vs or ''} | {target} |"

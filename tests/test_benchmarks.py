@@ -3,7 +3,7 @@
 CI runs ``python -m benchmarks --smoke`` so that the benchmark code cannot rot; these
 tests pin what that run catches: a timed call that returns a failure, a first-party
 module that no longer imports, an installed peer whose recipe broke, a profile block
-that no longer runs.
+that no longer runs. They also pin the table's marker for a baseline <= 0.
 """
 
 from __future__ import annotations
@@ -25,11 +25,16 @@ from benchmarks import _profile, peers, scheduling  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
 from benchmarks._fixtures import add_tool, make_input, runtime_with, succeeds_with  # noqa: E402
 from benchmarks._harness import (  # noqa: E402
+    NO_VERDICT,
     Bench,
     BenchmarkFailure,
+    Derived,
     Settings,
     Skipped,
+    Target,
+    compute_rows,
     loop_timer,
+    render_table,
     run_cases,
 )
 
@@ -161,3 +166,36 @@ def test_the_scheduling_rows_measure_the_path_their_labels_name(monkeypatch: pyt
     assert len(suspending.once()) == scheduling.CALLS
     assert inline_tasks <= 1  # the commit task alone: every call ran inline
     assert len(started) >= scheduling.CALLS  # a task per call
+
+
+def test_a_baseline_at_or_below_zero_says_there_is_no_verdict() -> None:
+    base = Bench(key="g.base", label="base", setup=lambda: loop_timer("pass", {}))
+    base.samples = [1.0]
+    cases = [
+        base,
+        Derived(key="g.floor", label="floor", inputs=("g.base",), compute=lambda stats: stats["g.base"] - 2.0),
+        Derived(
+            key="g.judged",
+            label="judged",
+            inputs=("g.base",),
+            compute=lambda stats: 1.0,
+            vs="g.floor",
+            target=Target(limit=1.5),
+        ),
+        Derived(key="g.shown", label="shown", inputs=("g.base",), compute=lambda stats: 1.0, vs="g.floor"),
+        Derived(
+            key="g.fine",
+            label="fine",
+            inputs=("g.base",),
+            compute=lambda stats: 1.0,
+            vs="g.base",
+            target=Target(limit=1.5),
+        ),
+    ]
+    rows = {row.key: row for row in compute_rows(cases)}
+    assert rows["g.judged"].ratio_min is None and rows["g.judged"].status == NO_VERDICT
+    assert rows["g.shown"].status == NO_VERDICT
+    assert rows["g.fine"].status == "pass"
+    table = render_table(rows.values())
+    assert "| g | judged | 1.00 | 1.00 | µs | – | – | g.floor | ≤ 1.5× no verdict: baseline <= 0 (noise) |" in table
+    assert "| g | shown | 1.00 | 1.00 | µs | – | – | g.floor | no verdict: baseline <= 0 (noise) |" in table
