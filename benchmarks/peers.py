@@ -135,8 +135,8 @@ def cases(smoke: bool) -> list[Case]:
         distribution, pinned = _PINS[key]
         installed = _version(distribution)
         if installed is None:
-            note = f"skipped: {distribution} is not installed (pip install -r benchmarks/requirements-peers.txt)"
-            out.append(Skipped(key=key, label=label, note=note))
+            why = f"skipped: {distribution} is not installed (pip install -r benchmarks/requirements-peers.txt)"
+            out.append(Skipped(key=key, label=label, note=why))
             continue
         notes = [
             _REFERENCE.get(key),
