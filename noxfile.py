@@ -60,7 +60,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Benchmarks, printed as ratios against baselines measured in the same run."""
-    session.install("-e", ".[test]", "-r", "benchmarks/requirements-peers.txt", "pyinstrument")
+    session.install("-e", ".[test]", "-r", "benchmarks/requirements-peers.txt", "pyinstrument==5.1.3")
     session.run("python", "-m", "benchmarks", *session.posargs)
 
 

@@ -12,12 +12,22 @@ from collections.abc import Sequence
 import attrs
 
 from . import GROUPS
-from ._harness import CLOCKS, Case, Settings, compute_rows, machine_description, render_table, run_cases
+from ._harness import (
+    CLOCKS,
+    BenchmarkFailure,
+    Case,
+    Settings,
+    compute_rows,
+    machine_description,
+    render_table,
+    run_cases,
+)
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--smoke", action="store_true", help="tiny iteration counts (CI: keeps the code alive, < 60 s)")
+    parser.add_argument("--smoke", action="store_true", help="tiny iteration counts (CI: keeps the code alive, < 60 s); "
+                        "without --only, the --profile code runs too")  # fmt: skip
     parser.add_argument("--only", metavar="GROUP,...", help=f"groups to run (of {', '.join(GROUPS)}); "
                         "the cases their ratios refer to run too")  # fmt: skip
     parser.add_argument("--json", metavar="FILE", help="also write every row and repeat to FILE")
@@ -64,7 +74,15 @@ def select(groups: Sequence[str], *, smoke: bool) -> list[Case]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse(argv)
+    """Run the benchmarks; 1 when a case could not be measured as declared (the reason on stderr)."""
+    try:
+        return _run(_parse(argv))
+    except BenchmarkFailure as failure:
+        print(f"benchmarks: FAILED, these cases cannot run as declared:\n{failure}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     settings = attrs.evolve(Settings.for_smoke() if args.smoke else Settings(), clock=args.clock)
     if args.passes is not None:
         settings = attrs.evolve(settings, passes=args.passes)
@@ -106,6 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.json, "w", encoding="utf-8") as file:
             json.dump(document, file, indent=1, ensure_ascii=False)
             file.write("\n")
+    if settings.smoke and not args.only:
+        # The profile has its own code (the breakdown reaches into private functions): keep it alive too.
+        from ._profile import profile
+
+        print()
+        profile(smoke=True)
     return 0
 
 

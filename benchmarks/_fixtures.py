@@ -1,15 +1,25 @@
-"""The tool, listeners and runtimes every group measures: ``add(a, b) -> int`` and no-op plugins."""
+"""The tool, listeners and runtimes every group measures: ``add(a, b) -> int`` and no-op plugins.
+
+Also the checks a timed ``add`` call must pass before it is timed (:func:`succeeds_with`).
+"""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Awaitable, Callable, Iterable
 from types import ModuleType
 from typing import Any
 
 import trio
 
-from dsh_core import ToolDefinition, ToolExecution, ToolExecutionResult, ToolRuntime, define_tool, hookimpl
+from dsh_core import (
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolRuntime,
+    define_tool,
+    hookimpl,
+)
 from dsh_core.testing import make_input
 
 __all__ = [
@@ -21,9 +31,10 @@ __all__ = [
     "add_body",
     "add_body_suspending",
     "add_tool",
+    "all_succeed_with",
     "make_input",
-    "optional_module",
     "runtime_with",
+    "succeeds_with",
 ]
 
 ARGS: dict[str, int] = {"a": 1, "b": 2}
@@ -101,9 +112,32 @@ def runtime_with(
     return runtime
 
 
-def optional_module(name: str) -> tuple[ModuleType | None, str | None]:
-    """Import ``name`` if it is installed: ``(module, None)``, else ``(None, why)``."""
-    try:
-        return importlib.import_module(name), None
-    except ImportError as exc:
-        return None, f"{name} is not importable ({type(exc).__name__}: {exc})"
+def _problem(result: Any, value: Any) -> str | None:
+    if isinstance(result, ToolExecutionFailure):
+        info = result.error.info
+        return f"the call failed: {result.error.message}" + (f" ({info.code})" if info is not None else "")
+    if getattr(result, "is_error", True) is not False:
+        return f"expected a ToolExecutionSuccess, got {result!r:.200}"
+    if result.value != value:
+        return f"expected the value {value!r}, got {result.value!r:.200}"
+    return None
+
+
+def succeeds_with(value: Any = 3) -> Callable[[Any], str | None]:
+    """A check that one ``execute`` returned a success carrying ``value`` (``add``'s 3 by default)."""
+    return lambda result: _problem(result, value)
+
+
+def all_succeed_with(value: Any = 3) -> Callable[[Any], str | None]:
+    """A check that every result of one ``run_tool_calls`` turn is a success carrying ``value``."""
+
+    def check(results: Any) -> str | None:
+        if not results:
+            return f"expected a list of results, got {results!r:.200}"
+        for index, result in enumerate(results):
+            problem = _problem(result, value)
+            if problem is not None:
+                return f"result {index} of {len(results)}: {problem}"
+        return None
+
+    return check

@@ -13,10 +13,17 @@ Every figure is shown next to a ratio against another case of the same run
 (``vs``), because only ratios carry over between machines and interpreters.
 Targets are displayed as pass/miss and never asserted: ``--smoke`` runs use a
 handful of iterations so that CI keeps the code alive, not to judge speed.
+
+What is asserted is that every case measures what it claims: a case whose setup
+raises, or whose statement (run once before timing) does not return what the
+case's ``expect`` wants, fails the run with :class:`BenchmarkFailure`. A timed
+failure (an unknown tool, an error string) is often cheaper than the success it
+stands in for, so it would otherwise show up as a fast, passing row.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import gc
 import math
@@ -33,10 +40,14 @@ import trio
 
 __all__ = [
     "CLOCKS",
+    "NO_VERDICT",
     "Bench",
+    "BenchmarkFailure",
     "Case",
     "Clock",
     "Derived",
+    "Expect",
+    "LoopTimer",
     "Once",
     "Row",
     "Settings",
@@ -54,6 +65,17 @@ Runner: TypeAlias = Literal["sync", "trio", "asyncio"]
 Clock: TypeAlias = Callable[[], float]
 Timer: TypeAlias = Callable[[int, Clock], float]
 """``timer(n, clock)`` runs ``n`` iterations and returns the seconds ``clock`` saw pass in the timed part."""
+Expect: TypeAlias = Callable[[Any], "str | None"]
+"""``expect(value)``: why ``value`` is not what one iteration of the case must produce, or ``None``."""
+
+NO_VERDICT = "no verdict: baseline <= 0 (noise)"
+"""Shown instead of a ratio's verdict when the baseline came out <= 0: a derived
+floor whose subtracted pieces outweigh it, as happens in a smoke run's noise."""
+
+
+class BenchmarkFailure(Exception):
+    """A case could not be measured as declared; the message names every such case and why."""
+
 
 CLOCKS: dict[str, Clock] = {"cpu": time.process_time, "wall": time.perf_counter}
 """``cpu`` (default): this process's CPU time, so time spent descheduled on a shared
@@ -101,27 +123,53 @@ class Target:
         return measured >= self.limit if self.at_least else measured <= self.limit
 
 
-def loop_timer(stmt: str, namespace: dict[str, Any], runner: Runner = "sync") -> Timer:
+@attrs.frozen
+class LoopTimer:
+    """A :data:`Timer` that can also run its statement once and hand back what it produced."""
+
+    loop: Timer
+    once: Callable[[], Any]
+
+    def __call__(self, n: int, clock: Clock) -> float:
+        return self.loop(n, clock)
+
+
+def loop_timer(
+    stmt: str, namespace: dict[str, Any], runner: Runner = "sync", *, result: str | None = None
+) -> LoopTimer:
     """Compile ``stmt`` into a timed ``for`` loop over ``namespace`` (its globals).
 
     The loop's own cost (0.02-0.03 µs per iteration) is included; the
     ``limit.loop``/``limit.aloop`` cases measure it for the sums that subtract it.
+    ``once()`` evaluates ``result`` (default: ``stmt`` itself, when it is an
+    expression) outside the timed loop, so a case can check what it times.
     """
     prefix = "" if runner == "sync" else "async "
+    if result is None:
+        try:
+            ast.parse(stmt, mode="eval")
+        except SyntaxError:
+            pass  # a statement: once() runs it and returns None
+        else:
+            result = stmt
+    once_body = f"return {result}" if result is not None else f"{stmt}\n    return None"
     source = (
         f"{prefix}def _bench_loop(_n, _clock):\n"
         "    _start = _clock()\n"
         "    for _ in range(_n):\n"
         f"        {stmt}\n"
         "    return _clock() - _start\n"
+        f"{prefix}def _bench_once():\n"
+        f"    {once_body}\n"
     )
     exec(compile(source, f"<bench: {stmt}>", "exec"), namespace)
     loop = namespace["_bench_loop"]
+    once = namespace["_bench_once"]
     if runner == "sync":
-        return lambda n, clock: float(loop(n, clock))
+        return LoopTimer(lambda n, clock: float(loop(n, clock)), once)
     if runner == "trio":
-        return lambda n, clock: float(trio.run(loop, n, clock))
-    return lambda n, clock: float(asyncio.run(loop(n, clock)))
+        return LoopTimer(lambda n, clock: float(trio.run(loop, n, clock)), lambda: trio.run(once))
+    return LoopTimer(lambda n, clock: float(asyncio.run(loop(n, clock))), lambda: asyncio.run(once()))
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -129,7 +177,9 @@ class Bench:
     """A timed case. ``setup()`` builds its timer once, before any timing starts.
 
     ``per`` is how many units of work one iteration does (1 000 calls per
-    ``run_tool_calls`` iteration, say); figures are µs per unit.
+    ``run_tool_calls`` iteration, say); figures are µs per unit. ``expect``
+    checks what one iteration produces before any timing (the timer must be a
+    :class:`LoopTimer`).
     """
 
     key: str
@@ -141,6 +191,7 @@ class Bench:
     note: str | None = None
     unit: str = "µs"
     wall_clock: bool = False  # the work waits on another process: CPU time would miss it
+    expect: Expect | None = None
     timer: Timer | None = attrs.field(default=None, init=False)
     iterations: int = attrs.field(default=0, init=False)
     samples: list[float] = attrs.field(factory=list, init=False)
@@ -154,6 +205,12 @@ class Bench:
 
     def prepare(self, settings: Settings) -> None:
         self.timer = self.setup()
+        if self.expect is not None:
+            if not isinstance(self.timer, LoopTimer):
+                raise TypeError("the case declares an expected result, but its timer cannot run its statement once")
+            problem = self.expect(self.timer.once())
+            if problem is not None:
+                raise BenchmarkFailure(problem)
         self.timer(1, self.clock(settings))  # warm-up: first-call caches, imports, compiled validators
         self.iterations = settings.smoke_iterations if settings.smoke else self._calibrate(settings)
 
@@ -218,7 +275,11 @@ class Once:
 
 @attrs.define(kw_only=True, eq=False)
 class Skipped:
-    """A case that cannot run here (a peer not installed, a feature not built yet)."""
+    """A case that cannot run here: a peer whose distribution is not installed.
+
+    Never for first-party code: it ships with the package, so a first-party case
+    that cannot run is a failure of the run, not a skipped row.
+    """
 
     key: str
     label: str
@@ -248,18 +309,29 @@ class Row:
     ratio_min: float | None  # minimum / the baseline's minimum: what the target verdict uses
     vs: str | None
     target: str | None
-    status: str | None
+    status: str | None  # "pass", "MISS", NO_VERDICT (a ratio whose baseline is <= 0) or None
     note: str | None
     samples: tuple[float, ...] = ()
     iterations: int = 0
 
 
 def run_cases(cases: Sequence[Case], settings: Settings, *, log: Callable[[str], None]) -> None:
-    """Prepare every case, freeze the heap, then time every pass (all of it in this process)."""
+    """Prepare every case, freeze the heap, then time every pass (all of it in this process).
+
+    Raises :class:`BenchmarkFailure` naming every case whose preparation failed
+    (setup raised, or its result was not the expected one) before timing any.
+    """
+    failures: list[str] = []
     for case in cases:
         if isinstance(case, (Bench, Once)):
             log(f"  setup {case.key}")
-            case.prepare(settings)
+            try:
+                case.prepare(settings)
+            except Exception as exc:
+                reason = str(exc) if isinstance(exc, BenchmarkFailure) else f"{type(exc).__name__}: {exc}"
+                failures.append(f"{case.key} ({case.label}): {reason}")
+    if failures:
+        raise BenchmarkFailure("\n".join(failures))
     # The imports and fixtures above are permanent for the run: keep gen-2
     # collections from rescanning them while timing (see PERF-ANCHORS.md).
     gc.collect()
@@ -292,6 +364,9 @@ def compute_rows(cases: Sequence[Case]) -> list[Row]:
             return None
         return stats[key] / stats[vs]
 
+    def baseline_not_positive(stats: Mapping[str, float], key: str, vs: str | None) -> bool:
+        return key in stats and vs is not None and vs in stats and stats[vs] <= 0
+
     rows: list[Row] = []
     for case in cases:
         median = medians.get(case.key)
@@ -301,6 +376,13 @@ def compute_rows(cases: Sequence[Case]) -> list[Row]:
         target: Target | None = getattr(case, "target", None)
         # Verdicts use the minimums: on a shared machine they are the steadiest estimate of intrinsic cost.
         verdict = target.met(low, ratio_min) if target is not None and low is not None else None
+        status = None if verdict is None else ("pass" if verdict else "MISS")
+        # A ratio missing for a baseline <= 0 must not read as "nothing to judge": say why there is none.
+        if target is None:
+            if baseline_not_positive(lows, case.key, vs) or baseline_not_positive(medians, case.key, vs):
+                status = NO_VERDICT
+        elif not target.absolute and baseline_not_positive(lows, case.key, vs):
+            status = NO_VERDICT
         rows.append(
             Row(
                 key=case.key,
@@ -314,7 +396,7 @@ def compute_rows(cases: Sequence[Case]) -> list[Row]:
                 ratio_min=ratio_min,
                 vs=vs,
                 target=target.describe(case.unit) if target is not None else None,
-                status=None if verdict is None else ("pass" if verdict else "MISS"),
+                status=status,
                 note=case.note,
                 samples=tuple(case.samples) if isinstance(case, Bench) else (),
                 iterations=case.iterations if isinstance(case, Bench) else 0,
@@ -356,7 +438,7 @@ def render_table(rows: Iterable[Row]) -> str:
         spread = "–" if row.low is None else _number(row.low, row.unit)
         if row.high is not None and row.high != row.low:
             spread += f" – {_number(row.high, row.unit)}"
-        target = "" if row.target is None else f"{row.target} {row.status or ''}".strip()
+        target = f"{row.target or ''} {row.status or ''}".strip()
         lines.append(
             f"| {row.group} | {label} | {_number(row.median, row.unit)} | {spread} | {row.unit} "
             f"| {_ratio(row.ratio)} | {_ratio(row.ratio_min)} | {row.vs or ''} | {target} |"

@@ -1,11 +1,12 @@
 """``python -m benchmarks --profile``: where the pipeline's time goes, for 0 and 10 listeners per waterfall.
 
 First a breakdown: the building blocks of one ``add`` call timed alone (CPU
-µs, best of 7), including a few private pipeline functions; a block whose
-name no longer exists prints ``n/a`` instead of failing. Then cProfile's
+µs, best of 7), including a few private pipeline functions; a block that no
+longer runs (a renamed internal) prints ``n/a`` and the profile then fails
+naming every such block, so the breakdown cannot silently rot. Then cProfile's
 per-function totals (sorted by own time) and, with ``pyinstrument`` installed
 (bench venv only), its call tree. Profilers inflate small functions, so read
-their shares, not their µs.
+their shares, not their µs. ``smoke=True`` runs all of it with tiny counts.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import trio
 from dsh_core import CancelSignal, TextBlock, ToolRunContext, snapshot_json
 
 from ._fixtures import ARGS, make_input, runtime_with
-from ._harness import CLOCKS, loop_timer
+from ._harness import CLOCKS, BenchmarkFailure, loop_timer
 
 __all__ = ["profile"]
 
@@ -72,7 +73,7 @@ _BLOCKS: tuple[tuple[str, str, str], ...] = (
 )  # fmt: skip
 
 
-def _breakdown() -> None:
+def _breakdown(*, iterations: int = 20_000, best_of: int = 7) -> None:
     from benchmarks._fixtures import add_body_suspending, add_tool
     from dsh_core import Allow, _pipeline
     from dsh_core._definition import contract_of, default_block
@@ -104,21 +105,27 @@ def _breakdown() -> None:
         "LISTENERS": runtime10._chains.for_call(None).pre, "BASE": base, "CHECK": lambda outcome: None,
     }  # fmt: skip
     clock = CLOCKS["cpu"]
-    print("=== building blocks of one add call (CPU µs, best of 7 x 20 000) ===")
+    print(f"=== building blocks of one add call (CPU µs, best of {best_of} x {iterations:,}) ===")
+    broken: list[str] = []
     for label, stmt, runner in _BLOCKS:
         try:
             timer = loop_timer(stmt, dict(namespace), runner)  # type: ignore[arg-type]
             timer(10, clock)
-            best = min(timer(20_000, clock) for _ in range(7)) * 1e6 / 20_000
+            best = min(timer(iterations, clock) for _ in range(best_of)) * 1e6 / iterations
             print(f"{label:78s} {best:8.2f}")
-        except Exception as exc:  # a renamed internal: report it, keep profiling
+        except Exception as exc:  # a renamed internal: report it, finish the table, then fail
             print(f"{label:78s}      n/a ({type(exc).__name__}: {exc})")
+            broken.append(f"profile block {label.strip()!r}: {type(exc).__name__}: {exc}")
     print()
+    if broken:
+        raise BenchmarkFailure("\n".join(broken))
 
 
 def profile(*, smoke: bool = False, top: int = 25) -> None:
     iterations = 200 if smoke else 20_000
-    if not smoke:
+    if smoke:
+        _breakdown(iterations=10, best_of=1)
+    else:
         _breakdown()
     for listeners in (0, 10):
         loop = _calls(listeners, iterations)

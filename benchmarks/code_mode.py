@@ -1,11 +1,14 @@
 """Code Mode: the ``run_code`` bridge's start-up and its overhead per tool sub-call.
 
-Measured only when ``ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime())``
-exposes a working ``run_code`` tool; otherwise the rows are skipped with the
-reason. Start-up is a ``run_code`` of a program that only returns, compared
-with spawning ``python -I -c pass``; the per-sub-call overhead is a program
-making 1 000 sequential ``await tools.add(...)`` calls, minus start-up, per
-call, compared with one direct ``execute``.
+Measured through ``ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime())``;
+a bridge that cannot run fails the run (it ships with the package). Start-up is
+a ``run_code`` of a program that only returns, compared with spawning
+``python -I -c pass``; the per-sub-call overhead is a program making 1 000
+sequential ``await tools.add(...)`` calls, minus start-up, per call, compared
+with one bare host-child round trip. ``add``'s body cannot suspend, so the host
+serves those sub-calls without a task; the same program against a body that
+suspends once measures the other path. Each program is run once before timing
+and must return its expected result.
 """
 
 from __future__ import annotations
@@ -18,23 +21,26 @@ from typing import Any
 
 import trio
 
-from dsh_core import ToolRuntime
+from dsh_core import ToolExecutionFailure, ToolRuntime
 
-from ._fixtures import add_tool, make_input
-from ._harness import Bench, Case, Derived, Skipped, Target, Timer, loop_timer
+from ._fixtures import add_body, add_body_suspending, add_tool, make_input
+from ._harness import Bench, Case, Derived, Expect, Target, Timer, loop_timer
 
 GROUP = "code_mode"
 
 SUB_CALLS = 1000
 _EMPTY_PROGRAM = "return 1"
-_CALLS_PROGRAM = f'for _ in range({SUB_CALLS}):\n    await tools.add({{"a": 1, "b": 2}})\nreturn 1'
+# The sum proves every sub-call returned add's 3 (one int addition per call, next to a process round trip).
+_CALLS_PROGRAM = (
+    f'total = 0\nfor _ in range({SUB_CALLS}):\n    total += await tools.add({{"a": 1, "b": 2}})\nreturn total'
+)
 
 
-def _runtime() -> ToolRuntime:
+def _runtime(body: Any = add_body) -> ToolRuntime:
     from dsh_core.code_mode import SubprocessPythonRuntime
 
     runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime())
-    runtime.register(add_tool())
+    runtime.register(add_tool(execute=body))
     return runtime
 
 
@@ -42,22 +48,20 @@ def _request(code: str) -> Any:
     return make_input("run_code", {"code": code, "description": "benchmark program"})
 
 
-def _probe() -> str | None:
-    """Why the bridge cannot be measured here, or ``None`` when a program with one sub-call succeeds."""
-    try:
-        runtime = _runtime()
-        if runtime.get("run_code") is None:
-            return "ToolRuntime(mode='code') presents no run_code tool"
-        result = trio.run(runtime.execute, _request('return await tools.add({"a": 1, "b": 2})'))
-    except Exception as exc:
-        return f"the run_code bridge is not available ({type(exc).__name__}: {exc})"
-    if result.is_error:
-        return f"run_code failed: {result.error}"
-    return None
+def _returns(value: int) -> Expect:
+    """A check that one ``run_code`` succeeded and its program returned ``value``."""
+
+    def check(result: Any) -> str | None:
+        if isinstance(result, ToolExecutionFailure):
+            return f"run_code failed: {result.error.message}"
+        returned = result.value.get("result") if isinstance(result.value, Mapping) else None
+        return None if returned == value else f"the program returned {returned!r}, expected {value!r}"
+
+    return check
 
 
-def _run_code_timer(code: str) -> Timer:
-    runtime = _runtime()
+def _run_code_timer(code: str, body: Any = add_body) -> Timer:
+    runtime = _runtime(body)
     return loop_timer("await runtime.execute(request)", {"runtime": runtime, "request": _request(code)}, "trio")
 
 
@@ -67,8 +71,8 @@ def _spawn_timer() -> Timer:
     return loop_timer("await run_process(ARGV, stdout=DEVNULL, stderr=DEVNULL)", namespace, "trio")
 
 
-def _per_call(stats: Mapping[str, float]) -> float:
-    return (stats["code_mode.calls"] - stats["code_mode.startup"]) / SUB_CALLS
+def _per_call(stats: Mapping[str, float], calls: str = "code_mode.calls") -> float:
+    return (stats[calls] - stats["code_mode.startup"]) / SUB_CALLS
 
 
 # The architecture's floor: a child that writes a call line and blocks reading the reply,
@@ -115,21 +119,15 @@ def _echo_per_round_trip(stats: Mapping[str, float]) -> float:
 
 
 def cases(smoke: bool) -> list[Case]:
-    problem = _probe()
-    if problem is not None:
-        note = f"skipped: {problem}"
-        return [
-            Skipped(key="code_mode.startup", label="run_code start-up", note=note),
-            Skipped(key="code_mode.per_call", label="run_code bridge overhead per sub-call", note=note),
-        ]
     return [
         Bench(key="code_mode.spawn", label="floor: spawn python -I -c pass (trio.run_process)", setup=_spawn_timer,
               wall_clock=True),
         Bench(key="code_mode.startup", label="run_code start-up (program: return 1)",
               setup=lambda: _run_code_timer(_EMPTY_PROGRAM), vs="code_mode.spawn", wall_clock=True,
-              target=Target(limit=60_000, absolute=True)),
+              target=Target(limit=60_000, absolute=True), expect=_returns(1)),
         Bench(key="code_mode.calls", label=f"run_code, program making {SUB_CALLS} sub-calls",
-              setup=lambda: _run_code_timer(_CALLS_PROGRAM), vs="code_mode.startup", wall_clock=True),
+              setup=lambda: _run_code_timer(_CALLS_PROGRAM), vs="code_mode.startup", wall_clock=True,
+              expect=_returns(3 * SUB_CALLS)),
         Bench(key="code_mode.echo", label=f"floor: {SUB_CALLS} JSON-line round trips with a bare child (spawn included)",
               setup=_echo_timer, vs="code_mode.spawn", wall_clock=True),
         Derived(key="code_mode.echo_per_trip", label="floor: one host-child round trip (bare echo)",
@@ -137,4 +135,11 @@ def cases(smoke: bool) -> list[Case]:
         Derived(key="code_mode.per_call", label="run_code bridge cost per sub-call",
                 inputs=("code_mode.calls", "code_mode.startup"), compute=_per_call, vs="code_mode.echo_per_trip",
                 target=Target(limit=150, absolute=True)),
+        Bench(key="code_mode.calls.suspending",
+              label=f"run_code, program making {SUB_CALLS} sub-calls to a body that suspends once",
+              setup=lambda: _run_code_timer(_CALLS_PROGRAM, add_body_suspending), vs="code_mode.calls",
+              wall_clock=True, expect=_returns(3 * SUB_CALLS)),
+        Derived(key="code_mode.per_call.suspending", label="run_code bridge cost per sub-call, a body that suspends once",
+                inputs=("code_mode.calls.suspending", "code_mode.startup"),
+                compute=functools.partial(_per_call, calls="code_mode.calls.suspending"), vs="code_mode.per_call"),
     ]  # fmt: skip

@@ -2,7 +2,10 @@
 
 The peers are bench-only dependencies (``benchmarks/requirements-peers.txt``),
 never runtime ones: each is imported lazily and its row is skipped with a note
-when it is missing. The recipes and versions are those of
+when its distribution is not installed. An installed peer whose recipe no
+longer works (a module moved, an API changed) fails the run instead, as does
+one whose call does not return ``3`` (openai-agents returns an error string,
+MCP a ``CallToolResult`` with ``is_error`` set, rather than raising). The recipes and versions are those of
 ``/work/shared/PERF-ANCHORS.md``. Every peer gets ``async def add`` (its fast
 path: MCP, openai-agents and langchain run sync tools in a worker thread).
 openai-agents takes the arguments as JSON text, so it is compared with our
@@ -16,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-from ._fixtures import ARGS, optional_module
-from ._harness import Bench, Case, Skipped, Target, Timer, loop_timer
+from ._fixtures import ARGS
+from ._harness import Bench, Case, Expect, Skipped, Target, Timer, loop_timer
 
 GROUP = "peers"
 
@@ -107,25 +111,33 @@ _REFERENCE = {
 }
 
 
+def _returns_sum(value: Any) -> str | None:
+    return None if value == 3 else f"the peer's call returned {value!r:.200}, not add's 3"
+
+
+def _mcp_returns_sum(result: Any) -> str | None:
+    if getattr(result, "is_error", None) is not False:
+        return f"MCP reported an error: {result!r:.200}"
+    return _returns_sum((getattr(result, "structured_content", None) or {}).get("result"))
+
+
+_EXPECT: dict[str, Expect] = {"peers.mcp": _mcp_returns_sum}
+
+
+def _setup(make: Callable[[dict[str, Any]], Timer], names: tuple[str, ...]) -> Timer:
+    # Imported only here: the distribution is installed, so a failed import is a broken recipe, not a skip.
+    return make({name: importlib.import_module(name) for name in names})
+
+
 def cases(smoke: bool) -> list[Case]:
     out: list[Case] = []
     for key, label, names, make, vs in _PEERS:
-        modules: dict[str, Any] = {}
-        missing = None
-        for name in names:
-            module, missing = optional_module(name)
-            if module is None:
-                break
-            modules[name] = module
-        if missing is not None:
-            out.append(
-                Skipped(
-                    key=key, label=label, note=f"skipped: {missing} (pip install -r benchmarks/requirements-peers.txt)"
-                )
-            )
-            continue
         distribution, pinned = _PINS[key]
         installed = _version(distribution)
+        if installed is None:
+            why = f"skipped: {distribution} is not installed (pip install -r benchmarks/requirements-peers.txt)"
+            out.append(Skipped(key=key, label=label, note=why))
+            continue
         notes = [
             _REFERENCE.get(key),
             None if installed == pinned else f"{distribution} {installed} is installed, the pin is {pinned}",
@@ -133,6 +145,6 @@ def cases(smoke: bool) -> list[Case]:
         note = "; ".join(n for n in notes if n) or None
         # The peer's time over ours: at least 1 means we are faster.
         target = None if key in _REFERENCE else Target(limit=1.0, at_least=True)
-        out.append(Bench(key=key, label=label, setup=functools.partial(make, modules), vs=vs, note=note,
-                         target=target))  # fmt: skip
+        out.append(Bench(key=key, label=label, setup=functools.partial(_setup, make, names), vs=vs, note=note,
+                         target=target, expect=_EXPECT.get(key, _returns_sum)))  # fmt: skip
     return out

@@ -17,7 +17,7 @@ import tracemalloc
 
 import trio
 
-from ._fixtures import make_input, runtime_with
+from ._fixtures import make_input, runtime_with, succeeds_with
 from ._harness import Bench, Case, Once, Target, Timer, loop_timer
 from .schemas import tool_set
 
@@ -75,7 +75,7 @@ def cases(smoke: bool) -> list[Case]:
     out: list[Case] = [
         Bench(key=f"scale.n{count}", label=f"execute with {count:,} registered tools",
               setup=functools.partial(_execute_timer, count), vs=f"scale.n{sizes[0]}",
-              target=None if count == sizes[0] else Target(limit=1.3))
+              target=None if count == sizes[0] else Target(limit=1.3), expect=succeeds_with(3))
         for count in sizes
     ]  # fmt: skip
     labels = {

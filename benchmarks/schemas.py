@@ -10,11 +10,12 @@ could do with prebuilt schema dicts; the SDK text is compared with
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from dsh_core import ToolDefinition, ToolRuntime
 
-from ._fixtures import add_tool, optional_module, runtime_with
-from ._harness import Bench, Case, Clock, Skipped, Target, Timer, loop_timer
+from ._fixtures import add_tool, runtime_with
+from ._harness import Bench, Case, Clock, Expect, Target, Timer, loop_timer
 
 GROUP = "schemas"
 
@@ -71,30 +72,33 @@ def _json_floor_timer(count: int) -> Timer:
     return loop_timer("dumps(SCHEMAS)", {"dumps": json.dumps, "SCHEMAS": schemas})
 
 
+def _sdk_timer(count: int) -> Timer:
+    from dsh_core.code_mode import render_python_sdk
+
+    tools = [tool for _, tool in shared_runtime(count).registrations()]
+    return loop_timer("render(TOOLS)", {"render": render_python_sdk, "TOOLS": tools})
+
+
+def _has_tools(count: int) -> Expect:
+    def check(exported: Any) -> str | None:
+        return None if len(exported) == count else f"expected {count} tools, got {len(exported)}"
+
+    return check
+
+
 def cases(smoke: bool) -> list[Case]:
     count = 1000
-    out: list[Case] = [
+    return [
         Bench(key="schemas.floor", label=f"floor: plain-Python export of {count} prebuilt schema dicts",
-              setup=lambda: _floor_timer(count)),
+              setup=lambda: _floor_timer(count), expect=_has_tools(count)),
         Bench(key="schemas.first", label=f"schemas(), {count} tools, first call after a change",
               setup=lambda: _first_call_timer(count), vs="schemas.floor"),
         Bench(key="schemas.repeat", label=f"schemas(), {count} tools, repeated call",
               setup=lambda: loop_timer("runtime.schemas()", {"runtime": shared_runtime(count)}),
-              vs="schemas.floor", target=Target(limit=50, absolute=True)),
+              vs="schemas.floor", target=Target(limit=50, absolute=True), expect=_has_tools(count)),
         Bench(key="schemas.json", label=f"floor: json.dumps of the {count} schemas (wire encoding)",
               setup=lambda: _json_floor_timer(count), vs="schemas.floor"),
+        Bench(key="schemas.sdk", label=f"render_python_sdk, {count} tools", setup=lambda: _sdk_timer(count),
+              vs="schemas.json",
+              expect=lambda text: None if f"t{count - 1:04d}" in text else "the SDK text does not name every tool"),
     ]  # fmt: skip
-    code_mode, missing = optional_module("dsh_core.code_mode")
-    render = getattr(code_mode, "render_python_sdk", None)
-    if render is None:
-        out.append(
-            Skipped(key="schemas.sdk", label="render_python_sdk", note=f"skipped: {missing or 'no render_python_sdk'}")
-        )
-    else:
-        out.append(
-            Bench(key="schemas.sdk", label=f"render_python_sdk, {count} tools",
-                  setup=lambda: loop_timer("render(TOOLS)", {"render": render,
-                                           "TOOLS": [tool for _, tool in shared_runtime(count).registrations()]}),
-                  vs="schemas.json")
-        )  # fmt: skip
-    return out

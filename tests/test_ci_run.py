@@ -63,3 +63,14 @@ def test_ci_starts_from_a_fresh_venv_and_stops_at_a_failed_install(tmp_path: Pat
     recorded = steps.read_text().splitlines()
     assert len(recorded) == 1 and recorded[0].startswith("pip install -q -e .[test,mcp]"), recorded
     assert not stale.exists()  # the old venv was removed, not reused
+
+
+def test_ci_runs_the_benchmark_smoke_with_the_pinned_peers_installed() -> None:
+    # Without the peers their recipes are skipped and never run: a broken one would pass CI.
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
+    smoke = lines.index(".venv/bin/python -m benchmarks --smoke")
+    installs = [index for index, line in enumerate(lines) if "-r benchmarks/requirements-peers.txt" in line]
+    assert installs and installs[0] < smoke and lines[installs[0]].startswith(".venv/bin/pip install -q ")
+    # The profiler the smoke run's profile part uses, pinned as nox's bench session pins it.
+    (pin,) = re.findall(r"pyinstrument==[\d.]+", lines[installs[0]])
+    assert f'"{pin}"' in (REPO / "noxfile.py").read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import runpy
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +19,10 @@ class RecordingSession:
     def __init__(self, posargs: list[str]) -> None:
         self.posargs = posargs
         self.runs: list[tuple[str, ...]] = []
+        self.installs: list[tuple[str, ...]] = []
 
     def install(self, *args: str) -> None:
-        pass
+        self.installs.append(args)
 
     def run(self, *args: str) -> None:
         self.runs.append(args)
@@ -53,3 +55,17 @@ def test_tests_session_excludes_slow_tests_unless_told_otherwise(
     session = RecordingSession(posargs)
     noxfile["tests"](session)
     assert session.runs == [("pytest", "-q", *pytest_args)]
+
+
+def test_bench_session_pins_every_package_it_installs_by_name(noxfile: dict[str, Any]) -> None:
+    # An unpinned profiler changes the --profile output between runs that BENCHMARKS.md compares.
+    session = RecordingSession([])
+    noxfile["bench"](session)
+    (install,) = session.installs
+    # Requirements named on the command line: neither an option nor the value of -e/-r (a path).
+    named = [arg for flag, arg in itertools.pairwise(("", *install)) if flag not in ("-e", "-r")]
+    named = [arg for arg in named if not arg.startswith("-")]
+    assert named and all("==" in requirement for requirement in named), named
+    assert "pyinstrument==5.1.3" in named
+    assert ("-r", "benchmarks/requirements-peers.txt") in itertools.pairwise(install)
+    assert session.runs == [("python", "-m", "benchmarks")]

@@ -49,6 +49,16 @@ def test_the_sdist_carries_what_a_packager_needs_to_run_the_tests() -> None:
     ]
 
 
+def test_the_sdist_carries_the_benchmarks_its_noxfile_and_ci_script_run() -> None:
+    include = TARGETS["sdist"]["include"]
+    noxfile = (REPO / "noxfile.py").read_text(encoding="utf-8")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert '"-m", "benchmarks"' in noxfile and "-m benchmarks --smoke" in ci  # what ships and uses them
+    assert "benchmarks" in include and (REPO / "benchmarks" / "__main__.py").is_file()
+    assert (REPO / "benchmarks" / "requirements-peers.txt").is_file()
+    assert "BENCHMARKS.md" in include and (REPO / "BENCHMARKS.md").is_file()  # the results the README points to
+
+
 def test_the_click_floor_has_the_cli_runner_the_tests_use() -> None:
     # CliRunner keeps stderr apart from stdout (result.stderr) from click 8.2 on; with 8.1 the CLI tests fail.
     from packaging.requirements import Requirement
