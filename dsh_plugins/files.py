@@ -136,6 +136,7 @@ from dsh_core.presentation import (
 )
 
 from ._regular_file import NotRegularFileError, open_regular, write_regular
+from ._settings_warnings import report_inert_keys
 
 __all__ = [
     "DEFAULT_GLOB_LIMIT",
@@ -1833,6 +1834,7 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """
     settings = structure_table(FilesSettings, config, "[plugins.files]")
     if settings.root is None:
+        report_inert_keys(runtime, "files", config, "root", "no file tool is registered: set root to register them")
         return
     root = os.path.abspath(settings.root)
     if not os.path.isdir(root):

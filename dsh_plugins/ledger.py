@@ -110,6 +110,7 @@ from dsh_core import (
 )
 
 from ._file_settings import kept_path
+from ._settings_warnings import report_inert_keys, unknown_tool_warnings
 
 __all__ = [
     "EFFECT_IN_DOUBT",
@@ -431,6 +432,21 @@ class EffectLedger:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def diagnostics(self) -> list[str]:
+        """Warnings for ``dsh-tools check``: ``rerun_in_doubt`` names that are not registered tools.
+
+        A misspelt name is accepted, and the tool it was meant for is then never
+        run again when its earlier call is in doubt.
+        """
+        if self.runtime is None:
+            return []
+        return unknown_tool_warnings(
+            self.runtime,
+            "rerun_in_doubt",
+            sorted(self.rerun_in_doubt - {RUN_CODE_NAME}),
+            "a call of that tool in doubt is never run again",
+        )
 
     def close(self) -> None:
         """Close the file and release the lock; later calls fail ``LEDGER_ERROR``. Idempotent."""
@@ -756,6 +772,7 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """Register an :class:`EffectLedger` for ``runtime`` when ``[plugins.ledger].path`` is set."""
     settings = structure_table(LedgerSettings, config, "[plugins.ledger]")
     if settings.path is None:
+        report_inert_keys(runtime, "ledger", config, "path", "there is no ledger: set path to keep one")
         return  # opt-in, like the audit log: installing the package must not start writing files
     if runtime.dry_run:
         return  # a rehearsal (dsh-tools simulate) runs nothing: no effect to record, no file to hold

@@ -39,7 +39,6 @@ from typing import Any, Final
 import attrs
 
 from dsh_core import (
-    RUN_CODE_NAME,
     Deny,
     ErrorCode,
     PreToolDecision,
@@ -53,6 +52,8 @@ from dsh_core import (
     scope_id,
     structure_table,
 )
+
+from ._settings_warnings import unknown_tool_warnings
 
 __all__ = ["PLUGIN_NAME", "CallLimits", "LimitsSettings"]
 
@@ -124,13 +125,7 @@ class CallLimits:
         """
         if self.runtime is None:
             return []
-        known = {definition.name for _, definition in self.runtime.registrations()} | {RUN_CODE_NAME}
-        return [
-            f'per_tool names "{name}", which is not a registered tool, so its budget limits nothing '
-            "(check the name; a prefixed plugin's tools carry the prefix)"
-            for name in self.settings.per_tool
-            if name not in known
-        ]
+        return unknown_tool_warnings(self.runtime, "per_tool", self.settings.per_tool, "its budget limits nothing")
 
     def _counted(self, execution: ToolExecution | ToolDispatchExecution) -> bool:
         return self.settings.count_sub_calls or execution.parent is None

@@ -72,6 +72,7 @@ from dsh_core import (
 )
 
 from ._cut_short import cut_short_message
+from ._settings_warnings import report_inert_keys
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
@@ -258,7 +259,10 @@ class OtelTracing:
 def dsh_setup(runtime: Any, config: dict[str, Any]) -> None:
     """Register :class:`OtelTracing` when ``enabled = true``."""
     settings = structure_table(OtelSettings, config, "[plugins.otel]")
-    if not settings.enabled or getattr(runtime, "dry_run", False):
+    if not settings.enabled:
+        report_inert_keys(runtime, "otel", config, "enabled", "tracing is off: set enabled = true to turn it on")
+        return
+    if getattr(runtime, "dry_run", False):
         return  # off, or a rehearsal (dsh-tools simulate): no call happens, so no span to export
     try:
         tracing = OtelTracing(record_content=settings.record_content)

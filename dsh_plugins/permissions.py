@@ -115,6 +115,8 @@ from dsh_core import (
     structure_table,
 )
 
+from ._settings_warnings import unknown_tool_warnings
+
 __all__ = [
     "PLUGIN_NAME",
     "PathSyntaxError",
@@ -131,6 +133,7 @@ DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
 PLUGIN_NAME: Final = "permissions-policy"
 
 Action: TypeAlias = Literal["allow", "deny", "ask"]
+_DECIDES: Final[dict[str, str]] = {"allow": "allows", "deny": "denies", "ask": "asks about"}
 EffectName: TypeAlias = Literal["read_only", "destructive", "idempotent", "open_world", "undeclared"]
 Segment: TypeAlias = str | int
 
@@ -496,7 +499,22 @@ class Permissions:
         if self.runtime is None:
             return raw_paths
         rules = [compiled for compiled in self._rules if compiled.rule.effects]
-        return raw_paths + self._unsatisfied_conjunctions(rules) + self._blind_spots(rules)
+        return raw_paths + self._unknown_tools() + self._unsatisfied_conjunctions(rules) + self._blind_spots(rules)
+
+    def _unknown_tools(self) -> list[str]:
+        """Rules whose ``tool`` glob matches no registered tool: a misspelt deny denies nothing."""
+        assert self.runtime is not None
+        return [
+            warning
+            for compiled in self._rules
+            for warning in unknown_tool_warnings(
+                self.runtime,
+                f"permissions rule #{compiled.number}",
+                [compiled.rule.tool],
+                f"it {_DECIDES[compiled.rule.action]} nothing",
+                globs=True,
+            )
+        ]
 
     def _raw_path_patterns(self) -> list[str]:
         """``args`` globs that look like path patterns on a key that looks like a path: they compare raw text."""

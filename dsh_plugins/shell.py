@@ -86,6 +86,7 @@ from dsh_core import (
 )
 from dsh_core.presentation import TerminalCallView, TerminalResultView
 
+from ._settings_warnings import report_inert_keys
 from .files import Workspace
 
 __all__ = ["ShellError", "ShellSettings", "bash_tool", "group_alive", "stop_group"]
@@ -474,6 +475,7 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """
     settings = structure_table(ShellSettings, config, "[plugins.shell]")
     if settings.root is None:
+        report_inert_keys(runtime, "shell", config, "root", "no bash tool is registered: set root to register it")
         return
     root = os.path.abspath(settings.root)
     if not os.path.isdir(root):

@@ -108,6 +108,7 @@ from dsh_core import (
 from dsh_core.code_mode import CodeDispatchLog
 
 from ._file_settings import kept_path
+from ._settings_warnings import register_settings_warnings, report_inert_keys, unknown_tool_warnings
 from ._spill_read import READ_TOOL_NAME, read_tool, untrusted_directory
 
 __all__ = ["PLUGIN_NAME", "SpillPolicy", "SpillSettings", "SpillStore", "bounded_replacement"]
@@ -416,7 +417,17 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """Register a :class:`SpillPolicy` (named ``spill-policy``) when ``max_inline_bytes`` is configured."""
     settings = structure_table(SpillSettings, config, "[plugins.spill]")
     if settings.max_inline_bytes is None:
+        report_inert_keys(
+            runtime, "spill", config, "max_inline_bytes", "spilling is off: set max_inline_bytes to turn it on"
+        )
         return
+    if "exempt_tools" in config:  # the default names read_file, which a host without the files plugin lacks
+        exempt = settings.exempt_tools
+        register_settings_warnings(
+            runtime,
+            "spill",
+            lambda: unknown_tool_warnings(runtime, "exempt_tools", exempt, "nothing is exempted for it"),
+        )
     store = SpillStore(os.path.abspath(settings.directory) if settings.directory is not None else None)
     reader = None
     if settings.read_tool:

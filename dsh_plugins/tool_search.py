@@ -64,6 +64,8 @@ from dsh_core import (
     thaw,
 )
 
+from ._settings_warnings import report_inert_keys
+
 __all__ = [
     "DEFAULT_NAME",
     "MAX_LOADED_SCOPES",
@@ -393,6 +395,9 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
         if settings.defer:
             # Deferred tools with no way to find them would be lost to the model.
             raise ConfigError(["[plugins.tool_search]: defer needs enabled = true (nothing could find those tools)"])
+        report_inert_keys(
+            runtime, "tool_search", config, "enabled", "tool search is off: set enabled = true to turn it on"
+        )
         return
     try:
         loaded = LoadedSets(runtime)

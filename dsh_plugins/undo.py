@@ -51,6 +51,8 @@ from dsh_core import (
     structure_table,
 )
 
+from ._settings_warnings import report_inert_keys
+
 __all__ = ["PLUGIN_NAME", "UndoEntry", "UndoLog", "UndoOutcome", "UndoSettings"]
 
 PLUGIN_NAME: Final = "undo-log"  # the entry point's module is registered as "undo"
@@ -241,3 +243,5 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     settings = structure_table(UndoSettings, config, "[plugins.undo]")
     if settings.enabled:
         runtime.plugins.register(UndoLog(runtime, max_entries=settings.max_entries), name=PLUGIN_NAME)
+    else:
+        report_inert_keys(runtime, "undo", config, "enabled", "the undo log is off: set enabled = true to turn it on")

@@ -614,7 +614,12 @@ def test_without_max_inline_bytes_nothing_is_registered(tmp_path: Path) -> None:
     runtime = make_runtime()
     before = set(runtime.plugins.get_plugins())
     spill.dsh_setup(runtime, {"directory": str(tmp_path)})
-    assert set(runtime.plugins.get_plugins()) == before
+    # No policy: only what `check` asks for its warning that directory has no effect.
+    [added] = set(runtime.plugins.get_plugins()) - before
+    assert not isinstance(added, SpillPolicy)
+    assert added.diagnostics() == [
+        "[plugins.spill].directory has no effect: spilling is off: set max_inline_bytes to turn it on"
+    ]
 
 
 def test_the_policy_registers_under_its_name(tmp_path: Path) -> None:
