@@ -93,6 +93,7 @@ from ._schema._raw import RawSchema
 from ._session_log import SessionEvent, SessionLog, SessionLogError, SessionLogRead, TornLine, read_session_log
 from ._signal import CancelSignal
 from ._simulate import SimulatedCall, SimulationReport, SimulationRuntime, Verdict, simulate
+from ._table_checks import TableCheck, check_validator, keyed_check
 from ._tool_decorator import tool
 from ._trace import DecisionTrace, TraceStage, TraceStep, trace_of
 from ._waterfall import DshPluginManager
@@ -167,6 +168,7 @@ __all__ = [
     "SimulatedCall",
     "SimulationReport",
     "SimulationRuntime",
+    "TableCheck",
     "TextBlock",
     "ToolArgsError",
     "ToolDefinition",
@@ -200,6 +202,7 @@ __all__ = [
     "Verdict",
     "__version__",
     "canonical_json",
+    "check_validator",
     "contract_fingerprint",
     "default_render",
     "define_tool",
@@ -208,6 +211,7 @@ __all__ = [
     "hookimpl",
     "json_equal",
     "json_text",
+    "keyed_check",
     "load_config",
     "load_plugins",
     "nests_deeper_than",

@@ -86,7 +86,7 @@ from dsh_core import (
 )
 
 from ._cut_short import cut_short_message
-from ._file_settings import kept_path
+from ._file_settings import PathSetting, kept_path
 
 __all__ = ["MAX_DEPTH", "PLUGIN_NAME", "AuditLog", "AuditSettings", "audit_record"]
 
@@ -104,7 +104,7 @@ _OPEN_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLO
 class AuditSettings:
     """The ``[plugins.audit]`` table."""
 
-    path: str | None = attrs.field(default=None, validator=kept_path)
+    path: PathSetting | None = attrs.field(default=None, validator=kept_path)
 
 
 MAX_DEPTH: Final = 200

@@ -135,6 +135,7 @@ from dsh_core.presentation import (
     SearchResultView,
 )
 
+from ._file_settings import PathSetting, kept_path
 from ._regular_file import NotRegularFileError, open_regular, write_regular
 from ._settings_warnings import report_inert_keys
 
@@ -1791,7 +1792,7 @@ class FilesSettings:
     ``allow_git_writes`` lets ``write_file`` and ``edit_file`` write inside a ``.git`` directory.
     """
 
-    root: str | None = None
+    root: PathSetting | None = attrs.field(default=None, validator=kept_path)
     allow_git_writes: bool = False
 
 

@@ -109,7 +109,7 @@ from dsh_core import (
     structure_table,
 )
 
-from ._file_settings import kept_path
+from ._file_settings import PathSetting, kept_path
 from ._settings_warnings import report_inert_keys, unknown_tool_warnings
 
 __all__ = [
@@ -189,7 +189,7 @@ class LedgerEntry:
 class LedgerSettings:
     """The ``[plugins.ledger]`` table."""
 
-    path: str | None = attrs.field(default=None, validator=kept_path)
+    path: PathSetting | None = attrs.field(default=None, validator=kept_path)
     rerun_in_doubt: tuple[str, ...] = ()
     fsync: Literal["always", "close", "never"] = "always"
 

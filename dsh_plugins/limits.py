@@ -34,7 +34,7 @@ would limit nothing.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import attrs
 
@@ -43,10 +43,12 @@ from dsh_core import (
     ErrorCode,
     PreToolDecision,
     ScopeKey,
+    TableCheck,
     ToolDispatchExecution,
     ToolExecution,
     ToolExecutionResult,
     ToolRuntime,
+    check_validator,
     failure_result,
     hookimpl,
     scope_id,
@@ -63,29 +65,33 @@ PLUGIN_NAME: Final = "call-limits"
 DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": ["*"]}
 
 
-def _budget(value: object, what: str) -> None:
+def _budget_problem(value: object) -> str | None:
     if type(value) is not int or value < 0:
-        raise ValueError(f"{what} must be a whole number of calls >= 0, got {value!r}")
+        return f"must be a whole number of calls >= 0, got {value!r}"
+    return None
 
 
-def _max_calls(instance: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
-    if value is not None:
-        _budget(value, "max_calls")
-
-
-def _per_tool(instance: object, attribute: attrs.Attribute[Any], value: Mapping[str, int]) -> None:
+def _per_tool_problem(value: Mapping[str, int]) -> str | None:
+    # The names first: each budget is checked (with its own path) as it structures.
+    if "" in value:
+        return "names a tool with an empty name"
     for name, budget in value.items():
-        if not name:
-            raise ValueError("per_tool names a tool with an empty name")
-        _budget(budget, f"per_tool.{name}")
+        problem = _budget_problem(budget)
+        if problem is not None:
+            return f"{name} {problem}"
+    return None
 
 
 @attrs.frozen(kw_only=True)
 class LimitsSettings:
     """The ``[plugins.limits]`` table (no budget set: the plugin registers nothing)."""
 
-    max_calls: int | None = attrs.field(default=None, validator=_max_calls)
-    per_tool: dict[str, int] = attrs.field(factory=dict, validator=_per_tool)
+    max_calls: Annotated[int, TableCheck(_budget_problem)] | None = attrs.field(
+        default=None, validator=check_validator(_budget_problem)
+    )
+    per_tool: Annotated[dict[str, Annotated[int, TableCheck(_budget_problem)]], TableCheck(_per_tool_problem)] = (
+        attrs.field(factory=dict, validator=check_validator(_per_tool_problem))
+    )
     count_sub_calls: bool = True
 
 

@@ -163,7 +163,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Literal, Self, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self, TypeAlias, TypeVar
 
 import attrs
 import trio
@@ -176,6 +176,7 @@ from dsh_core import (
     JsonSchemaError,
     JsonValue,
     RetryPolicy,
+    TableCheck,
     TextBlock,
     ToolArgsError,
     ToolDefinition,
@@ -183,8 +184,10 @@ from dsh_core import (
     ToolOutput,
     ToolRunContext,
     ToolRuntime,
+    check_validator,
     hookimpl,
     json_text,
+    keyed_check,
     nests_deeper_than,
     structure_table,
     thaw,
@@ -270,42 +273,48 @@ class McpToolError(DshError):
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-def _check_name(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None and not _NAME.match(value):
-        raise ValueError(f"{attribute.name} must be letters, digits, '_' or '-', got {value!r}")
+def _name_problem(value: str) -> str | None:
+    return None if _NAME.match(value) else f"must be letters, digits, '_' or '-', got {value!r}"
 
 
-def _check_timeout(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and (not math.isfinite(value) or value <= 0):
-        raise ValueError(f"{attribute.name} must be a positive number of milliseconds, got {value!r}")
-
-
-def _check_positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+def _milliseconds_problem(value: float) -> str | None:
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+        return f"must be a positive number of milliseconds, got {value!r}"
+    return None
 
 
-def _check_attempts(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+def _seconds_problem(value: float) -> str | None:
+    return None if math.isfinite(value) and value > 0 else f"must be a positive number of seconds, got {value!r}"
+
+
+def _attempts_problem(value: int) -> str | None:
     if type(value) is not int or not 1 <= value <= MAX_RETRY_ATTEMPTS:
-        raise ValueError(f"{attribute.name} must be an integer from 1 to {MAX_RETRY_ATTEMPTS}, got {value!r}")
+        return f"must be an integer from 1 to {MAX_RETRY_ATTEMPTS}, got {value!r}"
+    return None
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _check_env_name(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None and not _ENV_NAME.match(value):
-        raise ValueError(
-            f"{attribute.name} must name an environment variable (letters, digits, '_'; "
-            f"not starting with a digit), got {value!r}"
-        )
+def _env_name_problem(value: str) -> str | None:
+    if _ENV_NAME.match(value):
+        return None
+    return f"must name an environment variable (letters, digits, '_'; not starting with a digit), got {value!r}"
 
 
-def _check_url(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None:
-        problem = loopback_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
+def _url_problem(value: str) -> str | None:
+    problem = loopback_problem(value)
+    return None if problem is None else problem.removeprefix("url ")
+
+
+# Each check twice over: in the type, for structure_table to report every bad key of the table at
+# once with its path; as a validator, for settings a host constructs itself.
+_Name: TypeAlias = Annotated[str, TableCheck(_name_problem)]
+_Milliseconds: TypeAlias = Annotated[float, TableCheck(_milliseconds_problem)]
+_Seconds: TypeAlias = Annotated[float, TableCheck(_seconds_problem)]
+_check_name = check_validator(_name_problem)
+_check_timeout = check_validator(_milliseconds_problem)
+_check_positive = check_validator(_seconds_problem)
 
 
 def loopback_problem(url: str) -> str | None:
@@ -335,40 +344,96 @@ def loopback_problem(url: str) -> str | None:
 class McpServerSettings:
     """One ``[[plugins.mcp.servers]]`` entry: a stdio ``command`` or a loopback ``url``."""
 
-    name: str = attrs.field(validator=_check_name)
+    name: _Name = attrs.field(validator=_check_name)
     command: str | None = None
     args: tuple[str, ...] = ()
     env: dict[str, str] | None = None
     cwd: str | None = None
-    url: str | None = attrs.field(default=None, validator=_check_url)
+    url: Annotated[str, TableCheck(_url_problem)] | None = attrs.field(
+        default=None, validator=check_validator(_url_problem)
+    )
     # The name of the variable holding the bearer token, never the token: settings get logged and shown.
-    token_env: str | None = attrs.field(default=None, validator=_check_env_name)
-    prefix: str | None = attrs.field(default=None, validator=_check_name)
-    timeout_ms: float | None = attrs.field(default=None, validator=_check_timeout)
-    retry_attempts: int = attrs.field(default=1, validator=_check_attempts)
+    token_env: Annotated[str, TableCheck(_env_name_problem)] | None = attrs.field(
+        default=None, validator=check_validator(_env_name_problem)
+    )
+    prefix: _Name | None = attrs.field(default=None, validator=_check_name)
+    timeout_ms: _Milliseconds | None = attrs.field(default=None, validator=_check_timeout)
+    retry_attempts: Annotated[int, TableCheck(_attempts_problem)] = attrs.field(
+        default=1, validator=check_validator(_attempts_problem)
+    )
 
     def tool_name(self, mcp_name: str) -> str:
         """The registered name of the server's tool ``mcp_name``."""
         return f"{self.prefix}__{mcp_name}" if self.prefix else mcp_name
 
 
-def _check_servers(instance: object, attribute: attrs.Attribute[Any], value: tuple[McpServerSettings, ...]) -> None:
+_STDIO_ONLY: Final = ("args", "env", "cwd")
+
+
+def _transport_problems(server: McpServerSettings, *, in_process: bool = False) -> list[tuple[str, str]]:
+    """What the entry's keys say against each other, as ``(key, problem)`` (``""``: the entry itself).
+
+    A server is a stdio ``command`` or an HTTP ``url``, and each takes only
+    its own keys: ``token_env`` only with ``url``; ``args``, ``env`` and ``cwd``
+    only with ``command`` (a ``url`` server would ignore them). With
+    ``in_process`` (a host hands the server over) neither is needed.
+    """
+    out = []
+    if not in_process and (server.command is None) == (server.url is None):
+        out.append(("", "give exactly one of command (stdio) or url (HTTP)"))
+    if server.token_env is not None and server.url is None:
+        out.append(("token_env", "applies to an HTTP server (url); a stdio server gets its environment from env"))
+    if server.url is not None and server.command is None:
+        set_keys = {"args": server.args != (), "env": server.env is not None, "cwd": server.cwd is not None}
+        out.extend(
+            (key, "applies to a stdio server (command); an HTTP server (url) is already running")
+            for key in _STDIO_ONLY
+            if set_keys[key]
+        )
+    return out
+
+
+def _servers_problem(value: tuple[McpServerSettings, ...]) -> str | None:
     seen: set[str] = set()
     for server in value:
         if server.name in seen:
-            raise ValueError(f'two servers are named "{server.name}"')
+            return f'two servers are named "{server.name}"'
         seen.add(server.name)
+    return None
+
+
+def _check_servers(instance: object, attribute: attrs.Attribute[Any], value: tuple[McpServerSettings, ...]) -> None:
+    problem = _servers_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+_ServerEntry: TypeAlias = Annotated[McpServerSettings, keyed_check(partial(_transport_problems, in_process=True))]
 
 
 @attrs.frozen(kw_only=True)
 class McpClientSettings:
     """The ``[plugins.mcp]`` table."""
 
-    servers: tuple[McpServerSettings, ...] = attrs.field(default=(), validator=_check_servers)
-    timeout_ms: float | None = attrs.field(default=None, validator=_check_timeout)
-    connect_timeout_s: float = attrs.field(default=30.0, validator=_check_positive)
-    backoff_initial_s: float = attrs.field(default=0.5, validator=_check_positive)
-    backoff_max_s: float = attrs.field(default=30.0, validator=_check_positive)
+    servers: Annotated[tuple[_ServerEntry, ...], TableCheck(_servers_problem)] = attrs.field(
+        default=(), validator=_check_servers
+    )
+    timeout_ms: _Milliseconds | None = attrs.field(default=None, validator=_check_timeout)
+    connect_timeout_s: _Seconds = attrs.field(default=30.0, validator=_check_positive)
+    backoff_initial_s: _Seconds = attrs.field(default=0.5, validator=_check_positive)
+    backoff_max_s: _Seconds = attrs.field(default=30.0, validator=_check_positive)
+
+
+_FileServerEntry: TypeAlias = Annotated[McpServerSettings, keyed_check(_transport_problems)]
+
+
+@attrs.frozen(kw_only=True)
+class _McpFileSettings(McpClientSettings):
+    """The table as a configuration file gives it: no host hands a server over, so each needs command or url."""
+
+    servers: Annotated[tuple[_FileServerEntry, ...], TableCheck(_servers_problem)] = attrs.field(
+        default=(), validator=_check_servers
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -1383,13 +1448,8 @@ class McpClientPlugin:
         self._servers: list[_Server] = []
         for server in self.settings.servers:
             target = in_process.pop(server.name, None)
-            if target is None and (server.command is None) == (server.url is None):
-                raise ValueError(f'MCP server "{server.name}": give exactly one of command (stdio) or url (HTTP)')
-            if server.token_env is not None and server.url is None:
-                raise ValueError(
-                    f'MCP server "{server.name}": token_env applies to an HTTP server (url); '
-                    "a stdio server gets its environment from env"
-                )
+            for key, problem in _transport_problems(server, in_process=target is not None)[:1]:
+                raise ValueError(f'MCP server "{server.name}": ' + (f"{key} {problem}" if key else problem))
             self._servers.append(_Server(server, target, self.settings.timeout_ms))
         if in_process:
             raise ValueError(f"in_process names no configured server: {', '.join(sorted(in_process))}")
@@ -1936,8 +1996,11 @@ async def _list_tools(session: _Session, client: Client) -> _Listing:
     return _Listing(tools, cut_short=True)
 
 
-def _structure(config: Mapping[str, Any]) -> McpClientSettings:
-    return structure_table(McpClientSettings, dict(config), "[plugins.mcp]")
+def _structure(config: Mapping[str, Any], *, from_file: bool = False) -> McpClientSettings:
+    if not from_file:
+        return structure_table(McpClientSettings, dict(config), "[plugins.mcp]")
+    settings = structure_table(_McpFileSettings, dict(config), "[plugins.mcp]")
+    return McpClientSettings(**{field.name: getattr(settings, field.name) for field in attrs.fields(McpClientSettings)})
 
 
 @hookimpl
@@ -1947,7 +2010,7 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     Does nothing when no server is configured; raises ``ConfigError`` when
     servers are configured but the ``mcp`` extra is missing.
     """
-    settings = _structure(config)
+    settings = _structure(config, from_file=True)
     if not settings.servers:
         return  # nothing configured: works without the mcp extra too
     try:

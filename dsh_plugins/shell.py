@@ -65,9 +65,9 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import attrs
 import trio
@@ -75,17 +75,20 @@ import trio
 from dsh_core import (
     ConfigError,
     DshError,
+    TableCheck,
     TextBlock,
     ToolDefinition,
     ToolEffects,
     ToolOutput,
     ToolRuntime,
+    check_validator,
     define_tool,
     hookimpl,
     structure_table,
 )
 from dsh_core.presentation import TerminalCallView, TerminalResultView
 
+from ._file_settings import PathSetting, kept_path
 from ._settings_warnings import report_inert_keys
 from .files import Workspace
 
@@ -105,22 +108,30 @@ class ShellError(DshError):
     code = "SHELL_ERROR"
 
 
-def _at_least(minimum: int) -> Any:
-    def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-        if value < minimum:
-            raise ValueError(f"{attribute.name} must be at least {minimum}, got {value}")
+def _at_least(minimum: int) -> Callable[[int], str | None]:
+    def problem(value: int) -> str | None:
+        return None if value >= minimum else f"must be at least {minimum}, got {value}"
 
-    return check
+    return problem
+
+
+_positive, _two_or_more, _non_negative = _at_least(1), _at_least(2), _at_least(0)
 
 
 @attrs.frozen(kw_only=True)
 class ShellSettings:
     """The ``[plugins.shell]`` table."""
 
-    root: str | None = None
-    timeout_ms: int = attrs.field(default=120_000, validator=_at_least(1))
-    max_output_bytes: int = attrs.field(default=256 * 1024, validator=_at_least(2))
-    kill_grace_ms: int = attrs.field(default=2_000, validator=_at_least(0))
+    root: PathSetting | None = attrs.field(default=None, validator=kept_path)
+    timeout_ms: Annotated[int, TableCheck(_positive)] = attrs.field(
+        default=120_000, validator=check_validator(_positive)
+    )
+    max_output_bytes: Annotated[int, TableCheck(_two_or_more)] = attrs.field(
+        default=256 * 1024, validator=check_validator(_two_or_more)
+    )
+    kill_grace_ms: Annotated[int, TableCheck(_non_negative)] = attrs.field(
+        default=2_000, validator=check_validator(_non_negative)
+    )
     shell: str = "bash"
 
 

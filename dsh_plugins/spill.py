@@ -87,7 +87,7 @@ import secrets
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import attrs
 import trio
@@ -97,17 +97,19 @@ from dsh_core import (
     Accept,
     ContentBlock,
     PostToolDecision,
+    TableCheck,
     TextBlock,
     ToolExecution,
     ToolExecutionResult,
     ToolRuntime,
+    check_validator,
     hookimpl,
     structure_table,
     well_formed_text,
 )
 from dsh_core.code_mode import CodeDispatchLog
 
-from ._file_settings import kept_path
+from ._file_settings import PathSetting, kept_path
 from ._settings_warnings import register_settings_warnings, report_inert_keys, unknown_tool_warnings
 from ._spill_read import READ_TOOL_NAME, read_tool, untrusted_directory
 
@@ -127,25 +129,27 @@ NAME_ATTEMPTS: Final = 4
 _FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
-def _non_negative(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
-    if value is not None and value < 0:
-        raise ValueError(f"max_inline_bytes must be a non-negative integer (got {value})")
+def _non_negative_problem(value: int) -> str | None:
+    return f"must be a non-negative integer (got {value})" if value < 0 else None
 
 
-def _tool_names(instance: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
-    if "" in value:
-        raise ValueError("exempt_tools lists tool names; an empty one exempts nothing")
+def _tool_names_problem(value: tuple[str, ...]) -> str | None:
+    return "lists tool names; an empty one exempts nothing" if "" in value else None
 
 
 @attrs.frozen(kw_only=True)
 class SpillSettings:
     """The ``[plugins.spill]`` table."""
 
-    max_inline_bytes: int | None = attrs.field(default=None, validator=_non_negative)
-    directory: str | None = attrs.field(default=None, validator=kept_path)
+    max_inline_bytes: Annotated[int, TableCheck(_non_negative_problem)] | None = attrs.field(
+        default=None, validator=check_validator(_non_negative_problem)
+    )
+    directory: PathSetting | None = attrs.field(default=None, validator=kept_path)
     read_tool: bool = True
     # Readers of files: reading a spill file back with one must not spill it again.
-    exempt_tools: tuple[str, ...] = attrs.field(default=("read_file",), validator=_tool_names)
+    exempt_tools: Annotated[tuple[str, ...], TableCheck(_tool_names_problem)] = attrs.field(
+        default=("read_file",), validator=check_validator(_tool_names_problem)
+    )
 
 
 # --- sizes and previews --------------------------------------------------------------------

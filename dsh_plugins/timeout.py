@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import attrs
 import trio
@@ -55,9 +55,11 @@ from dsh_core import (
     CancelSignal,
     ErrorCode,
     PolicyError,
+    TableCheck,
     ToolDispatchExecution,
     ToolExecutionResult,
     ToolRuntime,
+    check_validator,
     failure_result,
     hookimpl,
     structure_table,
@@ -101,18 +103,19 @@ def _check_budget(ms: float, what: str) -> str | None:
     return None
 
 
-def _default_ms(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None:
-        problem = _check_budget(value, "default_ms")
-        if problem is not None:
-            raise ValueError(problem)
+def _default_ms_problem(value: float) -> str | None:
+    # Worded to follow the key: "default_ms must be ...", "[plugins.timeout].default_ms: must be ...".
+    problem = _check_budget(value, "")
+    return None if problem is None else problem.strip()
 
 
 @attrs.frozen(kw_only=True)
 class TimeoutSettings:
     """The ``[plugins.timeout]`` table: ``default_ms`` applies to tools without ``timeout_ms``."""
 
-    default_ms: float | None = attrs.field(default=None, validator=_default_ms)
+    default_ms: Annotated[float, TableCheck(_default_ms_problem)] | None = attrs.field(
+        default=None, validator=check_validator(_default_ms_problem)
+    )
 
 
 @attrs.frozen(slots=True, eq=False)

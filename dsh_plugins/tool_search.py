@@ -40,7 +40,7 @@ import fnmatch
 import re
 import weakref
 from collections import OrderedDict
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import attrs
 
@@ -51,12 +51,14 @@ from dsh_core import (
     ErrorCode,
     RegistrationError,
     ScopeKey,
+    TableCheck,
     TextBlock,
     ToolDefinition,
     ToolEffects,
     ToolOutput,
     ToolRunContext,
     ToolRuntime,
+    check_validator,
     define_tool,
     hookimpl,
     json_text,
@@ -91,15 +93,14 @@ _WORD = re.compile(r"[a-z0-9]+")
 DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [DEFAULT_NAME], "affects": ["*"]}
 
 
-def _results(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+def _results_problem(value: int) -> str | None:
     if type(value) is not int or not 1 <= value <= MAX_RESULTS:
-        raise ValueError(f"max_results must be an integer from 1 to {MAX_RESULTS}, got {value!r}")
+        return f"must be an integer from 1 to {MAX_RESULTS}, got {value!r}"
+    return None
 
 
-def _patterns(instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
-    for pattern in value:
-        if not pattern:
-            raise ValueError("defer lists tool names or globs; an empty one defers nothing")
+def _patterns_problem(value: tuple[str, ...]) -> str | None:
+    return "lists tool names or globs; an empty one defers nothing" if "" in value else None
 
 
 @attrs.frozen(kw_only=True)
@@ -107,8 +108,12 @@ class ToolSearchSettings:
     """The ``[plugins.tool_search]`` table."""
 
     enabled: bool = False
-    defer: tuple[str, ...] = attrs.field(default=(), validator=_patterns)
-    max_results: int = attrs.field(default=5, validator=_results)
+    defer: Annotated[tuple[str, ...], TableCheck(_patterns_problem)] = attrs.field(
+        default=(), validator=check_validator(_patterns_problem)
+    )
+    max_results: Annotated[int, TableCheck(_results_problem)] = attrs.field(
+        default=5, validator=check_validator(_results_problem)
+    )
 
 
 @attrs.frozen(kw_only=True, slots=True)

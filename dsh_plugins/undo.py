@@ -35,17 +35,19 @@ from __future__ import annotations
 import collections
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import attrs
 import trio
 
 from dsh_core import (
     ScopeKey,
+    TableCheck,
     ToolDispatchExecution,
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolRuntime,
+    check_validator,
     hookimpl,
     scope_id,
     structure_table,
@@ -62,9 +64,10 @@ DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": []}
 
 
 
-def _max_entries(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+def _max_entries_problem(value: int) -> str | None:
     if type(value) is not int or not 1 <= value <= MAX_ENTRIES:
-        raise ValueError(f"max_entries must be an integer from 1 to {MAX_ENTRIES}, got {value!r}")
+        return f"must be an integer from 1 to {MAX_ENTRIES}, got {value!r}"
+    return None
 
 
 @attrs.frozen(kw_only=True)
@@ -72,7 +75,9 @@ class UndoSettings:
     """The ``[plugins.undo]`` table."""
 
     enabled: bool = False
-    max_entries: int = attrs.field(default=1000, validator=_max_entries)
+    max_entries: Annotated[int, TableCheck(_max_entries_problem)] = attrs.field(
+        default=1000, validator=check_validator(_max_entries_problem)
+    )
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -108,7 +113,7 @@ class UndoLog:
     """
 
     def __init__(self, runtime: ToolRuntime, *, max_entries: int = 1000) -> None:
-        _max_entries(self, attrs.fields(UndoSettings).max_entries, max_entries)
+        check_validator(_max_entries_problem)(self, attrs.fields(UndoSettings).max_entries, max_entries)
         self.runtime = runtime
         self._entries: collections.deque[UndoEntry] = collections.deque(maxlen=max_entries)
         self.forgotten = 0

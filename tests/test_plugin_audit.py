@@ -331,7 +331,7 @@ async def test_reopen_after_rotation_writes_a_fresh_file(tmp_path: Path) -> None
     [
         ({"path": 3}, "expected a string"),
         ({"path": ""}, "non-empty"),
-        ({"path": "audit\x00.jsonl"}, "path must be a non-empty path without NUL characters"),
+        ({"path": "audit\x00.jsonl"}, "[plugins.audit].path: must be a non-empty path without NUL characters"),
         ({"file": "x"}, 'unknown key "file"'),
     ],
 )

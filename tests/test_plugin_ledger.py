@@ -905,7 +905,7 @@ def test_setup_registers_a_configured_ledger(tmp_path: Path) -> None:
         ({"path": "x", "rerun_in_doubt": "read_file"}, "[plugins.ledger].rerun_in_doubt"),
         ({"path": "x", "colour": "red"}, "colour"),
         ({"path": "/no/such/directory/effects.jsonl"}, "does not exist"),
-        ({"path": "effects\x00.jsonl"}, "path must be a non-empty path without NUL characters"),
+        ({"path": "effects\x00.jsonl"}, "[plugins.ledger].path: must be a non-empty path without NUL characters"),
     ],
 )
 def test_setup_refuses_a_bad_table(table: dict[str, Any], fragment: str) -> None:
@@ -936,7 +936,7 @@ def test_setup_refuses_a_directory_and_creates_nothing(
     else:
         assert (
             violation
-            == "[plugins.ledger]: invalid value (path must be a non-empty path without NUL characters (got ''))"
+            == "[plugins.ledger].path: must be a non-empty path without NUL characters (got '')"
         )
     assert [entry.name for entry in tmp_path.iterdir()] == ["project"] and list(work.iterdir()) == []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -337,13 +338,13 @@ def test_diagnostics_name_per_tool_budgets_for_tools_that_are_not_registered() -
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ({"max_calls": -1}, "max_calls must be a whole number of calls >= 0"),
+        ({"max_calls": -1}, "[plugins.limits].max_calls: must be a whole number of calls >= 0"),
         ({"max_calls": 1.5}, "max_calls"),
-        ({"per_tool": {"bash": -2}}, "per_tool.bash must be a whole number"),
+        ({"per_tool": {"bash": -2}}, "[plugins.limits].per_tool['bash']: must be a whole number"),
         ({"per_tool": {"": 2}}, "empty name"),
         ({"max_call": 3}, "max_call"),
     ],
 )
 def test_bad_settings_are_configuration_errors(table: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         limits.dsh_setup(ToolRuntime(), table)

@@ -319,9 +319,9 @@ def test_the_default_budget_is_two_minutes(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("config", "fragment"),
     [
-        ({"timeout_ms": 0}, "timeout_ms must be at least 1"),
+        ({"timeout_ms": 0}, r"\[plugins\.shell\]\.timeout_ms: must be at least 1, got 0"),
         ({"max_output_bytes": "big"}, "expected an integer"),
-        ({"kill_grace_ms": -1}, "kill_grace_ms must be at least 0"),
+        ({"kill_grace_ms": -1}, r"\[plugins\.shell\]\.kill_grace_ms: must be at least 0, got -1"),
         ({"root": "/definitely/not/here"}, "is not a directory"),
         ({"timeout": 5}, "unknown key"),
     ],

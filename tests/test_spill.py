@@ -525,7 +525,7 @@ async def test_a_dispatch_log_copy_cancelled_while_saved_leaves_no_spill_file(
     [
         ("read_file", 'exempt_tools: expected an array, got "read_file"'),
         ([1], "exempt_tools\\[0\\]: expected a string"),
-        ([""], "exempt_tools lists tool names; an empty one exempts nothing"),
+        ([""], "exempt_tools: lists tool names; an empty one exempts nothing"),
     ],
 )
 def test_an_invalid_exempt_tools_fails_the_load(value: object, fragment: str) -> None:
@@ -639,7 +639,7 @@ def test_an_invalid_max_inline_bytes_fails_the_load(value: object, fragment: str
 
 @pytest.mark.parametrize("directory", ["", "/tmp/a\x00b"], ids=["empty", "nul"])
 def test_an_unusable_directory_fails_the_load(directory: str) -> None:
-    with pytest.raises(ConfigError, match="directory must be a non-empty path without NUL characters"):
+    with pytest.raises(ConfigError, match=r"\[plugins\.spill\]\.directory: must be a non-empty path without NUL characters"):
         spill.dsh_setup(make_runtime(), {"max_inline_bytes": 100, "directory": directory})
 
 
