@@ -95,7 +95,7 @@ import os
 import posixpath
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import Any, Final, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import attrs
 import trio
@@ -107,8 +107,10 @@ from dsh_core import (
     JsonValue,
     PreToolDecision,
     Rewrite,
+    TableCheck,
     ToolExecution,
     ToolRuntime,
+    check_validator,
     hookimpl,
     json_equal,
     json_text,
@@ -321,41 +323,65 @@ def _path_matches(value: JsonValue, pattern: str, action: str, resolved: Mapping
     return any(one(item) for item in items)
 
 
-def _check_args(instance: object, attribute: attrs.Attribute[Any], value: dict[str, str] | None) -> None:
-    for key in value or {}:
+def _keys_problem(value: dict[str, str]) -> str | None:
+    for key in value:
         try:
             parse_path(key)
         except PathSyntaxError as exc:
-            raise ValueError(f"args: {exc}") from None
+            return str(exc)
+    return None
 
 
-def _check_glob(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None and not value:
-        raise ValueError(f"{attribute.name} must be a non-empty glob")
+def _check_args(instance: object, attribute: attrs.Attribute[Any], value: dict[str, str] | None) -> None:
+    problem = None if value is None else _keys_problem(value)
+    if problem is not None:
+        raise ValueError(f"{attribute.alias}: {problem}")
 
 
-def _check_reason(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+def _glob_problem(value: str) -> str | None:
+    return None if value else "must be a non-empty glob"
+
+
+def _reason_problem(value: str) -> str | None:
     # Refused here, not at the first matching call: a denial needs words the model can read.
-    if value is not None and (type(value) is not str or not value.strip()):
-        raise ValueError(f"reason must be a non-empty text, got {value!r}; leave it out to have the rule named")
+    if type(value) is not str or not value.strip():
+        return f"must be a non-empty text, got {value!r}; leave it out to have the rule named"
+    return None
+
+
+def _effects_problem(value: tuple[str, ...]) -> str | None:
+    if "undeclared" in value and len(value) > 1:
+        return '"undeclared" matches tools that declare no effects: it cannot be combined with others'
+    return None
 
 
 def _check_effects(instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...] | None) -> None:
-    if value is not None and "undeclared" in value and len(value) > 1:
-        raise ValueError('"undeclared" matches tools that declare no effects: it cannot be combined with others')
+    problem = None if value is None else _effects_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+# Checked in the types too, so a table's every bad rule key is reported at once with its path.
+_Glob: TypeAlias = Annotated[str, TableCheck(_glob_problem)]
+_PathKeys: TypeAlias = Annotated[dict[str, str], TableCheck(_keys_problem)]
+_check_glob = check_validator(_glob_problem)
 
 
 @attrs.frozen(kw_only=True)
 class Rule:
     """One ``[[plugins.permissions.rules]]`` entry."""
 
-    tool: str = attrs.field(validator=_check_glob)
+    tool: _Glob = attrs.field(validator=_check_glob)
     action: Action
-    args: dict[str, str] | None = attrs.field(default=None, validator=_check_args)
-    paths: dict[str, str] | None = attrs.field(default=None, validator=_check_args)
-    agent: str | None = attrs.field(default=None, validator=_check_glob)
-    effects: tuple[EffectName, ...] | None = attrs.field(default=None, validator=_check_effects)
-    reason: str | None = attrs.field(default=None, validator=_check_reason)
+    args: _PathKeys | None = attrs.field(default=None, validator=_check_args)
+    paths: _PathKeys | None = attrs.field(default=None, validator=_check_args)
+    agent: _Glob | None = attrs.field(default=None, validator=_check_glob)
+    effects: Annotated[tuple[EffectName, ...], TableCheck(_effects_problem)] | None = attrs.field(
+        default=None, validator=_check_effects
+    )
+    reason: Annotated[str, TableCheck(_reason_problem)] | None = attrs.field(
+        default=None, validator=check_validator(_reason_problem)
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -399,7 +399,7 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     if not settings.enabled:
         if settings.defer:
             # Deferred tools with no way to find them would be lost to the model.
-            raise ConfigError(["[plugins.tool_search]: defer needs enabled = true (nothing could find those tools)"])
+            raise ConfigError(["[plugins.tool_search].defer: needs enabled = true (nothing could find those tools)"])
         report_inert_keys(
             runtime, "tool_search", config, "enabled", "tool search is off: set enabled = true to turn it on"
         )

@@ -417,9 +417,9 @@ async def test_deny_short_circuits_inner_policies() -> None:
         ({"rules": [{"action": "deny"}]}, ["rules[0].tool: missing required key"]),
         ({"rules": [{"tool": "x", "action": "deny", "args": {"a[": "*"}}]}, ["rules[0]", "unclosed '['"]),
         ({"rules": [{"tool": "x", "action": "deny", "args": {"a": 1}}]}, ["rules[0].args", "expected a string, got 1"]),
-        ({"rules": [{"tool": "", "action": "deny"}]}, ["tool must be a non-empty glob"]),
-        ({"rules": [{"tool": "x", "action": "deny", "reason": ""}]}, ["rules[0]", "reason must be a non-empty text"]),
-        ({"rules": [{"tool": "x", "action": "ask", "reason": "  "}]}, ["rules[0]", "reason must be a non-empty text"]),
+        ({"rules": [{"tool": "", "action": "deny"}]}, ["rules[0].tool: must be a non-empty glob"]),
+        ({"rules": [{"tool": "x", "action": "deny", "reason": ""}]}, ["rules[0].reason: must be a non-empty text"]),
+        ({"rules": [{"tool": "x", "action": "ask", "reason": "  "}]}, ["rules[0].reason: must be a non-empty text"]),
         ({"rule": []}, ['unknown key "rule"']),
     ],
 )

@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from dsh_core import ConfigError, TableCheck, ToolRuntime, check_validator, keyed_check, structure_table
-from dsh_plugins import files, limits, mcp_client, shell, spill, timeout, tool_search, undo
+from dsh_plugins import files, limits, mcp_client, permissions, shell, spill, timeout, tool_search, undo
 from dsh_plugins.mcp_client import McpClientPlugin, McpClientSettings, McpServerSettings
 
 
@@ -97,6 +97,25 @@ def test_other_plugin_tables_report_every_bad_key_at_once() -> None:
     )
     assert _violations(timeout, {"default_ms": 0}) == (
         "[plugins.timeout].default_ms: must be a positive finite number of milliseconds, got 0.0",
+    )
+
+
+def test_every_bad_key_of_every_permissions_rule_is_reported_at_once() -> None:
+    rules = [
+        {"tool": "", "action": "deny", "reason": " "},
+        {"tool": "x", "action": "ask", "args": {"a..b": "x"}, "paths": {"[": "y"}},
+    ]
+    assert _violations(permissions, {"rules": rules}) == (
+        "[plugins.permissions].rules[0].tool: must be a non-empty glob",
+        "[plugins.permissions].rules[0].reason: must be a non-empty text, got ' '; leave it out to have the rule named",
+        "[plugins.permissions].rules[1].args: unexpected '.' at position 2 in 'a..b'",
+        "[plugins.permissions].rules[1].paths: unclosed '[' at position 0 in '['",
+    )
+
+
+def test_defer_without_enabled_is_reported_at_the_defer_key() -> None:
+    assert _violations(tool_search, {"defer": ["x*"]}) == (
+        "[plugins.tool_search].defer: needs enabled = true (nothing could find those tools)",
     )
 
 

@@ -327,7 +327,7 @@ def test_the_plugin_does_nothing_unless_enabled() -> None:
 
 
 def test_defer_without_enabled_is_a_configuration_error() -> None:
-    with pytest.raises(ConfigError, match="defer needs enabled = true"):
+    with pytest.raises(ConfigError, match=r"\[plugins\.tool_search\]\.defer: needs enabled = true"):
         tool_search.dsh_setup(ToolRuntime(), {"defer": ["x*"]})
 
 
