@@ -96,8 +96,9 @@ def _check_budget(ms: float, what: str) -> str | None:
     if type(ms) not in (int, float) or not (ms > 0 if type(ms) is int else math.isfinite(ms) and ms > 0):
         return f"{what} must be a positive finite number of milliseconds, got {ms!r}"
     if ms > MAX_TIMEOUT_MS:
+        given = f"{what} = {format_ms(ms)} ms" if what else f"{format_ms(ms)} ms"
         return (
-            f"{what} = {format_ms(ms)} ms exceeds the timeout policy's maximum of "
+            f"{given} exceeds the timeout policy's maximum of "
             f"{MAX_TIMEOUT_MS} ms (about 24.8 days); declare no timeout instead of a huge one"
         )
     return None

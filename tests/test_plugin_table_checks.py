@@ -182,3 +182,13 @@ def test_check_validator_refuses_the_same_value_when_a_host_builds_the_class() -
     with pytest.raises(ValueError, match=r"^size must be at least 1, got 0$"):
         Item(size=0)
     assert Item(size=2).size == 2
+
+
+def test_a_timeout_default_over_the_maximum_reads_after_its_key() -> None:
+    (violation,) = _violations(timeout, {"default_ms": 99_999_999_999})
+    assert violation == (
+        "[plugins.timeout].default_ms: 99999999999 ms exceeds the timeout policy's maximum of 2147483647 ms "
+        "(about 24.8 days); declare no timeout instead of a huge one"
+    )
+    with pytest.raises(ValueError, match=r"^default_ms 99999999999 ms exceeds the timeout policy's maximum"):
+        timeout.TimeoutSettings(default_ms=99_999_999_999)
