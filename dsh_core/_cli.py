@@ -292,6 +292,8 @@ def _build_host(
     if config.source is not None:
         # The model must not rewrite its own policy through the file tools (--grants: see GrantingApproval).
         runtime.kept_files.add(config.source, "the configuration file")
+        for preferred in config.preferred_paths:  # created, it would replace the configuration file
+            runtime.kept_files.add(preferred, "where a configuration file would replace the one in use")
     # Lets the terminal prompt show the tools' own cards (also behind a GrantingApproval).
     prompt = getattr(approval, "inner", approval)
     if prompt is not None and hasattr(prompt, "runtime"):

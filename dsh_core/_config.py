@@ -589,7 +589,9 @@ class DshConfig:
     server's list changes: give its servers their own ``prefix`` instead.)
 
     ``source`` is the file :func:`load_config` read (absolute; ``None`` for
-    defaults); it is not compared.
+    defaults); ``preferred_paths`` the files its lookup would have read instead,
+    had they existed (absolute; for ``pyproject.toml`` found by the lookup, the
+    ``dsh.toml`` next to it). Neither is compared.
     """
 
     mode: Literal["native", "code", "both"] = attrs.field(default="native", validator=one_of(_MODES))
@@ -603,6 +605,12 @@ class DshConfig:
     tool_prefixes: Mapping[str, str] = attrs.field(factory=dict, converter=_tool_prefixes, hash=False)
     # Not a setting: where load_config read them, so a host can keep the model's file tools off it.
     source: str | None = attrs.field(default=None, eq=False, validator=instance_of(str, optional=True))
+    # Creating one of them would replace the settings wholesale: a host keeps them too.
+    preferred_paths: tuple[str, ...] = attrs.field(
+        default=(),
+        eq=False,
+        validator=attrs.validators.deep_iterable(attrs.validators.instance_of(str), attrs.validators.instance_of(tuple)),
+    )
 
     def plugin_config(self, name: str) -> dict[str, Any]:
         """A fresh, deep plain-``dict`` copy of ``[plugins.<name>]`` (``{}`` when absent)."""
@@ -676,7 +684,8 @@ def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.Pat
     if pyproject.is_file():
         table = _tool_dsh(_read_toml(pyproject))
         if table is not None:
-            return _parse(pyproject, table, where="[tool.dsh]")
+            config = _parse(pyproject, table, where="[tool.dsh]")
+            return attrs.evolve(config, preferred_paths=(str(candidate.absolute()),))
     return DshConfig()
 
 

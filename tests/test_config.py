@@ -406,6 +406,17 @@ def test_pyproject_tool_dsh_is_used_without_dsh_toml(tmp_path: Path) -> None:
     assert config.plugin_config("audit") == {"path": str(tmp_path / "a.log")}
 
 
+def test_pyproject_found_by_the_lookup_names_the_dsh_toml_that_would_replace_it(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.dsh]\nmode = "both"\n')
+    config = load_config(cwd=tmp_path)
+    assert config.source == str(tmp_path / "pyproject.toml")
+    assert config.preferred_paths == (str(tmp_path / "dsh.toml"),)
+    # Read first, or named explicitly, nothing would replace the file.
+    assert load_config(tmp_path / "pyproject.toml").preferred_paths == ()
+    (tmp_path / "dsh.toml").write_text('mode = "code"\n')
+    assert load_config(cwd=tmp_path).preferred_paths == ()
+
+
 def test_pyproject_without_tool_dsh_gives_defaults(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
     assert load_config(cwd=tmp_path) == DshConfig()
