@@ -662,7 +662,9 @@ def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.Pat
     ``[plugins.spill] directory``.
 
     Raises:
-        ConfigError: the file is missing (explicit ``path`` only), unreadable, not
+        ConfigError: the file is missing (explicit ``path`` only), not a regular
+            file (a ``dsh.toml`` or ``pyproject.toml`` the lookup finds that is a
+            dangling symbolic link or a directory is not skipped), unreadable, not
             valid TOML (the message names the file, line and column) or has
             invalid settings (every problem listed, each with its key path).
     """
@@ -670,7 +672,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.Pat
     if path is not None:
         file = base / os.fspath(path)
         if not file.is_file():
-            raise ConfigError([f"{file}: configuration file not found"])
+            raise ConfigError([_not_a_file(file) if os.path.lexists(file) else f"{file}: configuration file not found"])
         if file.name == "pyproject.toml":
             table = _tool_dsh(_read_toml(file))
             if table is None:
@@ -678,15 +680,28 @@ def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.Pat
             return _parse(file, table, where="[tool.dsh]")
         return _parse(file, _read_toml(file), where="")
     candidate = base / "dsh.toml"
+    pyproject = base / "pyproject.toml"
+    for found in (candidate, pyproject):
+        # Skipped, it would leave the host on another file's settings or none (a policy on an unmounted share).
+        if os.path.lexists(found) and not found.is_file():
+            raise ConfigError([_not_a_file(found)])
     if candidate.is_file():
         return _parse(candidate, _read_toml(candidate), where="")
-    pyproject = base / "pyproject.toml"
     if pyproject.is_file():
         table = _tool_dsh(_read_toml(pyproject))
         if table is not None:
             config = _parse(pyproject, table, where="[tool.dsh]")
             return attrs.evolve(config, preferred_paths=(str(candidate.absolute()),))
     return DshConfig()
+
+
+def _not_a_file(file: Path) -> str:
+    """Why ``file``, which exists as a name, cannot be read as a configuration file."""
+    if file.is_symlink() and not file.exists():
+        return f"{file}: is a symbolic link to {os.readlink(file)}, which does not exist"
+    if file.is_dir():
+        return f"{file}: is a directory, not a configuration file"
+    return f"{file}: is not a regular file, so it cannot be read as a configuration file"
 
 
 def _tool_dsh(document: dict[str, Any]) -> object:

@@ -417,6 +417,25 @@ def test_pyproject_found_by_the_lookup_names_the_dsh_toml_that_would_replace_it(
     assert load_config(cwd=tmp_path).preferred_paths == ()
 
 
+@pytest.mark.parametrize("name", ["dsh.toml", "pyproject.toml"])
+def test_a_dangling_symlink_in_the_lookup_is_an_error_not_skipped(tmp_path: Path, name: str) -> None:
+    # A shared policy on an unmounted path: running with the defaults would drop the policy silently.
+    (tmp_path / name).symlink_to(tmp_path / "unmounted" / "dsh.toml")
+    with pytest.raises(ConfigError) as caught:
+        load_config(cwd=tmp_path)
+    assert caught.value.violations == (
+        f"{tmp_path / name}: is a symbolic link to {tmp_path / 'unmounted' / 'dsh.toml'}, which does not exist",
+    )
+
+
+@pytest.mark.parametrize("name", ["dsh.toml", "pyproject.toml"])
+def test_a_directory_in_the_lookup_is_an_error_not_skipped(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).mkdir()
+    with pytest.raises(ConfigError) as caught:
+        load_config(cwd=tmp_path)
+    assert caught.value.violations == (f"{tmp_path / name}: is a directory, not a configuration file",)
+
+
 def test_pyproject_without_tool_dsh_gives_defaults(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
     assert load_config(cwd=tmp_path) == DshConfig()
