@@ -44,7 +44,14 @@ import cattrs.cols
 import cattrs.gen
 from cattrs.errors import AttributeValidationNote, ClassValidationError, ForbiddenExtraKeysError
 
-from ._checks import instance_of, memory_limit_problem, one_of, positive_finite, resource_limit_problem
+from ._checks import (
+    instance_of,
+    memory_limit_problem,
+    one_of,
+    positive_finite,
+    resource_limit_problem,
+    usable_path,
+)
 from ._errors import ConfigError
 from ._json import safe_repr
 
@@ -487,6 +494,10 @@ def _plugin_name_problem(value: str) -> str | None:
     return None if value else "expected a plugin name, got an empty string"
 
 
+def _path_problem(value: str) -> str | None:
+    return None if usable_path(value) else f"expected a non-empty path without NUL characters, got {_show(value)}"
+
+
 def _prefix_problem(value: str) -> str | None:
     return None if _PREFIX.match(value) else f"a prefix is 1-32 letters, digits, '_' or '-', got {_show(value)}"
 
@@ -526,6 +537,7 @@ def _validated(problem: Callable[[Any], str | None]) -> Callable[[Any, attrs.Att
 
 _PluginName = Annotated[str, _Check(_plugin_name_problem)]
 _Prefix = Annotated[str, _Check(_prefix_problem)]
+_KeptPath = Annotated[str, _Check(_path_problem)]
 
 
 @attrs.frozen(kw_only=True)
@@ -598,7 +610,9 @@ class DshConfig:
     disabled_plugins: tuple[str, ...] = attrs.field(default=(), converter=_plugin_names)
     strict_capabilities: bool = attrs.field(default=False, validator=instance_of(bool))
     plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_plain_tables, hash=False)
-    session_log: str | None = attrs.field(default=None, validator=instance_of(str, optional=True))
+    session_log: str | None = attrs.field(
+        default=None, validator=[instance_of(str, optional=True), _validated(_path_problem)]
+    )
     code_runtime: CodeRuntimeSettings = attrs.field(
         factory=CodeRuntimeSettings, validator=instance_of(CodeRuntimeSettings)
     )
@@ -634,7 +648,7 @@ class _ConfigFile:
     disabled_plugins: tuple[_PluginName, ...] = ()
     strict_capabilities: bool = False
     plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
-    session_log: str | None = None
+    session_log: _KeptPath | None = None
     code_runtime: CodeRuntimeSettings = attrs.field(factory=CodeRuntimeSettings)
     tool_prefixes: dict[_PluginName, _Prefix] = attrs.field(factory=dict)
 
@@ -742,7 +756,7 @@ def _parse(file: Path, table: object, *, where: str) -> DshConfig:
     for plugin, key in _FILE_SETTINGS:
         value = plugins.get(plugin, {}).get(key)
         # Only a usable relative path: anything else is left for the plugin to report.
-        if isinstance(value, str) and value and "\x00" not in value and not os.path.isabs(value):
+        if isinstance(value, str) and usable_path(value) and not os.path.isabs(value):
             plugins[plugin] = {**plugins[plugin], key: str(file.parent / value)}
     try:
         return DshConfig(

@@ -357,6 +357,24 @@ def test_a_host_building_settings_gets_the_same_checks_as_a_file(settings: dict[
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize(("text", "shown"), [('""', '""'), ('"calls\\u0000.jsonl"', '"calls\\u0000.jsonl"')])
+def test_session_log_must_be_a_usable_path(tmp_path: Path, text: str, shown: str) -> None:
+    # Accepted here, either would fail only when a command opens the log (a NUL as a traceback).
+    (tmp_path / "dsh.toml").write_text(f"session_log = {text}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    assert info.value.violations == (
+        f"{tmp_path / 'dsh.toml'}: session_log: expected a non-empty path without NUL characters, got {shown}",
+    )
+
+
+@pytest.mark.parametrize("value", ["", "calls\x00.jsonl"])
+def test_a_host_gets_the_same_session_log_check(value: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        DshConfig(session_log=value)
+    assert str(raised.value).startswith("DshConfig.session_log: expected a non-empty path without NUL characters, got ")
+
+
 def test_disabled_plugins_may_be_given_as_a_list() -> None:
     assert DshConfig(disabled_plugins=["timeout"]).disabled_plugins == ("timeout",)
 
