@@ -334,7 +334,7 @@ def _build_host(
             "\n  ".join(
                 [
                     "a plugin the configuration sets up failed to load, so nothing was run:",
-                    *(line for failed in refused for line in _config_failure_lines(failed, report)),
+                    *(line for failed in refused for line in _config_failure_lines(failed, report, config)),
                 ]
             )
         )
@@ -434,7 +434,7 @@ def _duplicate_tool_lines(failed: FailedPlugin, report: PluginReport) -> list[st
     return [_duplicate_tool_line(refusal) for refusal in _fatal_duplicates(failed, report)]
 
 
-def _config_failure_lines(failed: FailedPlugin, report: PluginReport) -> list[str]:
+def _config_failure_lines(failed: FailedPlugin, report: PluginReport, config: DshConfig) -> list[str]:
     """A configured plugin's failure: each problem in its table, else how it failed; then the fix for its cause.
 
     Only a table ``dsh_setup`` refused is fixed in the table: a name clash is
@@ -443,6 +443,7 @@ def _config_failure_lines(failed: FailedPlugin, report: PluginReport) -> list[st
     """
     name = failed.name
     without = f'or list "{name}" in disabled_plugins to run without it'
+    table = config.plugin_table(name)
     duplicates = _fatal_duplicates(failed, report)
     if duplicates:
         if all(refusal.conflicts_with == name for refusal in duplicates):
@@ -453,22 +454,25 @@ def _config_failure_lines(failed: FailedPlugin, report: PluginReport) -> list[st
     if failed.violations:
         return [
             *(f"plugin {name}: {violation}" for violation in failed.violations),
-            f"hint: fix its table [plugins.{name}], {without}",
+            f"hint: fix its table {table}, {without}",
         ]
     if failed.shadowed_by is not None:
         skipped = f"{failed.distribution or 'an entry point'} ({failed.value})"
         return [
-            f"plugin {name} ([plugins.{name}] is set) is provided by two distributions: "
+            f"plugin {name} ({config.plugin_table(name)} is set) is provided by two distributions: "
             f"{failed.shadowed_by} took the name and {skipped} was skipped; uninstall the one you do not mean "
             "(or, for a --plugin one, give it another NAME=)",
             f"hint: a plugin name clash, not a table problem: uninstall one distribution as above, {without}",
         ]
     if failed.stage == "setup":
         # Its dsh_setup raised something other than ConfigError: the table may or may not be the cause.
-        hint = f"its dsh_setup failed (see its error): fix the plugin or its table [plugins.{name}], {without}"
+        hint = f"its dsh_setup failed (see its error): fix the plugin or its table {table}, {without}"
     else:
         hint = f"the plugin itself failed, not its table: fix or reinstall it, {without}"
-    return [f"plugin {name} ([plugins.{name}] is set) failed at {failed.stage}: {failed.error}", f"hint: {hint}"]
+    return [
+        f"plugin {name} ({config.plugin_table(name)} is set) failed at {failed.stage}: {failed.error}",
+        f"hint: {hint}",
+    ]
 
 
 def _scope_label(scope: object) -> str | None:

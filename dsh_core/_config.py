@@ -626,6 +626,11 @@ class DshConfig:
         validator=attrs.validators.deep_iterable(attrs.validators.instance_of(str), attrs.validators.instance_of(tuple)),
     )
 
+    def plugin_table(self, name: str) -> str:
+        """How the file spells ``[plugins.<name>]``: ``[tool.dsh.plugins.<name>]`` in a ``pyproject.toml``."""
+        within = "tool.dsh." if self.source is not None and Path(self.source).name == "pyproject.toml" else ""
+        return f"[{within}plugins.{name}]"
+
     def plugin_config(self, name: str) -> dict[str, Any]:
         """A fresh, deep plain-``dict`` copy of ``[plugins.<name>]`` (``{}`` when absent)."""
         table: dict[str, Any] = _deep_copy(self.plugins.get(name, {}))

@@ -421,6 +421,11 @@ class _Loader:
         shadowed_by: str | None = None,
     ) -> None:
         dist, version = _dist_of(ep)
+        violations: tuple[str, ...] = ()
+        if isinstance(exc, ConfigError):
+            violations = tuple(self.in_config_file(violation) for violation in exc.violations)
+            if violations:  # ``error`` quotes the exception: quote the problems where the file has them
+                error = error.replace(_one_line(exc), _one_line(ConfigError(list(violations))))
         self.failed.append(
             FailedPlugin(
                 name=ep.name,
@@ -431,10 +436,24 @@ class _Loader:
                 error=error,
                 traceback=_format_traceback(exc) if exc is not None else None,
                 configured=ep.name in self.config.plugins,
-                violations=exc.violations if isinstance(exc, ConfigError) else (),
+                violations=violations,
                 shadowed_by=shadowed_by,
             )
         )
+
+    def in_config_file(self, violation: str) -> str:
+        """A plugin's table problem as the file has it: its path first, and its table as spelt there.
+
+        A plugin names its table ``[plugins.<name>]`` whichever file holds it;
+        in a ``pyproject.toml`` that table is ``[tool.dsh.plugins.<name>]``.
+        """
+        source = self.config.source
+        if source is None:
+            return violation
+        if violation.startswith("[plugins."):
+            spelt = self.config.plugin_table("")[: -len("]")]  # "[plugins." or "[tool.dsh.plugins."
+            violation = spelt + violation[len("[plugins.") :]
+        return f"{source}: {violation}"
 
     # -- one entry point ----------------------------------------------------------
 

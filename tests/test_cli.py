@@ -1227,7 +1227,10 @@ def test_a_configured_plugin_that_failed_stops_every_command_that_runs_calls(
     log = tmp_path / "session.jsonl"
     assert invoke([*tools, "call", "echo", "{}", "--session", str(log)]).exit_code == 0
     batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
-    problem = 'plugin permissions: [plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"'
+    problem = (
+        f"plugin permissions: {misconfigured}: "
+        '[plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"'
+    )
     options = ["--config", str(misconfigured), *tools, *PERMISSIONS]
     for command in (["call", "echo", "{}"], ["run", str(batch)], ["serve-mcp"], ["simulate", str(log), "--json"]):
         result = invoke([*options, *command])
@@ -1252,7 +1255,7 @@ def test_commands_that_run_nothing_still_work_and_check_lists_each_problem(
     checked = invoke([*options, "check"])
     assert checked.exit_code == 1
     assert (
-        "plugin permissions (dsh_plugins.permissions) failed at setup: invalid configuration: "
+        f"plugin permissions (dsh_plugins.permissions) failed at setup: invalid configuration: {misconfigured}: "
         '[plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"'
     ) in checked.stdout
 
@@ -1386,8 +1389,24 @@ def test_a_configured_plugin_whose_table_is_refused_is_told_to_fix_its_table(
     assert table.exit_code == 2 and table.stdout == ""
     assert _refusal(table.stderr) == [
         REFUSED_HEADING,
-        'plugin permissions: [plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"',
+        f"plugin permissions: {misconfigured}: "
+        '[plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"',
         'hint: fix its table [plugins.permissions], or list "permissions" in disabled_plugins to run without it',
+    ]
+
+
+def test_a_refused_table_in_pyproject_is_named_as_it_is_spelt_there(
+    tools: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.dsh.plugins.permissions]\ndefault = "maybe"\n')
+    result = invoke([*tools, *PERMISSIONS, "call", "echo", "{}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert _refusal(result.stderr) == [
+        REFUSED_HEADING,
+        f"plugin permissions: {tmp_path / 'pyproject.toml'}: "
+        '[tool.dsh.plugins.permissions].default: expected one of allow/deny/ask, got "maybe"',
+        'hint: fix its table [tool.dsh.plugins.permissions], or list "permissions" in disabled_plugins to run without it',
     ]
 
 

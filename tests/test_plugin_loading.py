@@ -24,7 +24,7 @@ import pluggy
 import pytest
 
 from dsh_core import Deny, ToolRuntime, define_tool, hookimpl
-from dsh_core._config import DshConfig
+from dsh_core._config import DshConfig, load_config
 from dsh_core._plugins import PluginReport, discover_entry_points, load_plugins
 from dsh_core.testing import json_tool, make_input, make_runtime
 
@@ -967,6 +967,30 @@ def test_configuration_failures_are_reported_with_every_violation(dists: Dists) 
     assert (by_name["unset"].configured, by_name["unset"].violations) == (False, ())
     # What a host must not run without: a rejected table, and a configured plugin that is missing.
     assert [failed.name for failed in report.config_failures] == ["broken", "strict"]
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "table"),
+    [
+        ("dsh.toml", '[plugins.strict]\nlevel = "3"\n', "[plugins.strict]"),
+        ("pyproject.toml", '[tool.dsh.plugins.strict]\nlevel = "3"\n', "[tool.dsh.plugins.strict]"),
+    ],
+)
+def test_a_rejected_table_is_named_with_its_file_and_its_real_table(
+    dists: Dists, tmp_path: Path, file: str, text: str, table: str
+) -> None:
+    # The plugin names its table [plugins.strict]; in pyproject.toml that table is [tool.dsh.plugins.strict].
+    dists.module("strict", CONFIG_CHECKING_MODULE)
+    dists.dist("dsh-cfg", {"strict": "{p}strict"})
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / file).write_text(text)
+    config = load_config(cwd=tmp_path / "conf")
+    assert config.plugin_table("strict") == table
+    _, report = dists.load(config=config)
+    (failed,) = report.config_failures
+    violation = f'{tmp_path / "conf" / file}: {table}.level: expected an integer, got "3"'
+    assert failed.violations == (violation,)
+    assert failed.error == f"dsh_setup failed: ConfigError: invalid configuration: {violation}"
 
 
 def test_a_config_error_without_a_table_is_a_configuration_failure_too(dists: Dists) -> None:
