@@ -36,7 +36,6 @@ with a traceback.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import errno
 import gc
 import getpass
@@ -306,7 +305,8 @@ def _build_host(
     # them: collect when the command ends, as the end of the process would, so that a next
     # command in the same process (a test, a host calling main()) finds those files free.
     ctx.call_on_close(gc.collect)
-    refused = report.config_failures if runs_calls else ()
+    # A table no plugin reads is refused below, in its own words.
+    refused = tuple(f for f in report.config_failures if f.stage != "config") if runs_calls else ()
     missing = _named_plugins_missing(report, config, named, refused) if runs_calls else []
     if not quiet:
         for failed in report.failed:
@@ -391,14 +391,11 @@ def _known_plugin_names(report: PluginReport, options: _Options) -> set[str]:
 
 
 def _unmatched_tables(config: DshConfig, report: PluginReport, options: _Options) -> list[tuple[str, str]]:
-    """The ``[plugins.<name>]`` tables no plugin reads, each with a "did you mean" hint (or "")."""
-    known = _known_plugin_names(report, options)
-    unmatched = []
-    for table in config.plugins:
-        if table not in known and table not in report.disabled:
-            close = difflib.get_close_matches(table, sorted(known), n=1)
-            unmatched.append((table, f' (did you mean "{close[0]}"?)' if close else ""))
-    return unmatched
+    """The ``[plugins.<name>]`` tables no plugin reads (``load_plugins`` finds them), each with a "did you mean" hint (or "")."""
+    return [
+        (table.name, f' (did you mean "{table.suggestion}"?)' if table.suggestion else "")
+        for table in report.unmatched_tables
+    ]
 
 
 def _fatal_duplicates(failed: FailedPlugin, report: PluginReport) -> list[RefusedRegistration]:

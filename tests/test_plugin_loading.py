@@ -993,6 +993,37 @@ def test_a_rejected_table_is_named_with_its_file_and_its_real_table(
     assert failed.error == f"dsh_setup failed: ConfigError: invalid configuration: {violation}"
 
 
+def test_a_table_no_plugin_reads_is_a_configuration_failure(dists: Dists) -> None:
+    # A host that refuses to run while config_failures is non-empty must see a misspelt table too.
+    dists.module("fine", CONFIG_CHECKING_MODULE)
+    dists.dist("dsh-cfg", {"permissions": "{p}fine", "off": "{p}fine"})
+    config = DshConfig(
+        plugins={"permisions": {"default": "deny"}, "zzz": {}, "permissions": {}, "off": {}},
+        disabled_plugins=["off"],
+    )
+    _, report = dists.load(config=config)
+    assert [plugin.name for plugin in report.loaded] == ["permissions"]
+    assert report.failed == ()
+    assert [(t.name, t.stage, t.configured, t.suggestion) for t in report.unmatched_tables] == [
+        ("permisions", "config", True, "permissions"),
+        ("zzz", "config", True, None),
+    ]
+    assert [t.error for t in report.unmatched_tables] == [
+        '[plugins.permisions] configures no installed plugin (did you mean "permissions"?)',
+        "[plugins.zzz] configures no installed plugin",
+    ]
+    assert report.config_failures == report.unmatched_tables
+
+
+def test_a_table_for_an_installed_plugin_left_out_of_entry_points_is_not_unmatched(dists: Dists) -> None:
+    dists.module("fine", CONFIG_CHECKING_MODULE)
+    dists.dist("dsh-cfg", {"fine": "{p}fine", "other": "{p}fine"})
+    runtime = ToolRuntime()
+    chosen = [point for point in discover_entry_points(dists.group) if point.name == "fine"]
+    report = load_plugins(runtime, dists.group, DshConfig(plugins={"other": {}}), entry_points=chosen)
+    assert report.unmatched_tables == () and report.config_failures == ()
+
+
 def test_a_config_error_without_a_table_is_a_configuration_failure_too(dists: Dists) -> None:
     dists.module(
         "needs",
