@@ -350,7 +350,19 @@ def _build_host(
                 ]
             )
         )
+    if not quiet:  # after the refusals: a command that runs nothing needs no lesser warning
+        for line in _ignored_table_lines(report, config):
+            err.print(terminal_text(f"warning: {line}"), soft_wrap=True)
     return _Host(runtime=runtime, report=report, config=config)
+
+
+def _ignored_table_lines(report: PluginReport, config: DshConfig) -> list[str]:
+    """A warning for each table of a loaded plugin that never reads one: settings there change nothing."""
+    return [
+        f"plugin {name} reads no configuration (it has no dsh_setup taking a config argument), "
+        f"so its table {config.plugin_table(name)} has no effect"
+        for name in report.ignored_tables
+    ]
 
 
 def _named_plugins_missing(
@@ -1286,6 +1298,7 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
         f"[plugins.{table}] configures no installed plugin: it is ignored{hint}"
         for table, hint in _unmatched_tables(host.config, report, options)
     )
+    findings.warnings.extend(_ignored_table_lines(report, host.config))
     return findings, len(registrations)
 
 

@@ -198,6 +198,8 @@ class PluginReport:
     refused: tuple[RefusedRegistration, ...] = ()
     # A misspelt table configures nothing: the policy it meant to set up would be silently off.
     unmatched_tables: tuple[FailedPlugin, ...] = ()
+    # Loaded plugins with a [plugins.<name>] table but no dsh_setup taking ``config``: the table has no effect.
+    ignored_tables: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -316,6 +318,7 @@ class _Ownership:
         self.plugins: list[object] = [plugin]
         self.disposers: list[Disposer] = []
         self.tools: list[tuple[ScopeKey | None, str]] = []
+        self.reads_config = False  # one of its own dsh_setup hookimpls takes ``config``
 
 
 class _SetupRecorder:
@@ -563,7 +566,7 @@ class _Loader:
         owned = _Ownership(ep.name, plugin, capabilities)
         try:
             with self.recording(owned):
-                self.setup(plugin, self.config.plugin_config(ep.name))
+                self.setup(plugin, self.config.plugin_config(ep.name), owned)
             if self.config.strict_capabilities:
                 # Wrapped once here, so strict mode costs nothing per call when it is off.
                 granted = owned.capabilities or Capabilities()
@@ -608,7 +611,9 @@ class _Loader:
                 continue
         return False
 
-    def setup(self, plugin: object, table: dict[str, Any]) -> None:
+    def setup(self, plugin: object, table: dict[str, Any], owned: _Ownership) -> None:
+        impls = self.runtime.plugins.hook.dsh_setup.get_hookimpls()
+        owned.reads_config = any(impl.plugin is plugin and "config" in impl.argnames for impl in impls)
         run_own_setup(self.runtime, plugin, table)
 
     @contextmanager
@@ -694,6 +699,9 @@ class _Loader:
             # Kept for rolled-back plugins too: a refusal often explains the failure.
             refused=tuple(self.refused),
             unmatched_tables=tuple(self.unmatched_tables(loaded)),
+            ignored_tables=tuple(
+                ep.name for ep, owned in self.loaded if ep.name in self.config.plugins and not owned.reads_config
+            ),
         )
 
     def unmatched_tables(self, loaded: Iterable[LoadedPlugin]) -> Iterator[FailedPlugin]:

@@ -1275,6 +1275,23 @@ def test_an_installed_plugin_failing_without_a_table_is_only_a_warning_but_a_con
     assert "plugin ghost ([plugins.ghost] is set) failed at import: ModuleNotFoundError" in refused.stderr
 
 
+def test_a_table_for_a_plugin_that_reads_no_configuration_is_warned_about(dists: Dists, tmp_path: Path) -> None:
+    dists.module("clitools", PLUGIN)
+    dists.module("squat", SQUAT)  # no dsh_setup at all
+    dists.dist("dsh-cli-unread", {"cli": "{p}clitools", "unread": "{p}squat"})
+    (tmp_path / "dsh.toml").write_text('[plugins.unread]\nblock = ["echo"]\n')
+    warning = (
+        "plugin unread reads no configuration (it has no dsh_setup taking a config argument), "
+        "so its table [plugins.unread] has no effect"
+    )
+    called = invoke(["--group", dists.group, "call", "echo", '{"a": 1}'])
+    assert called.exit_code == 0 and json.loads(called.stdout) == {"a": 1}
+    assert f"warning: {warning}" in called.stderr
+    checked = invoke(["--group", dists.group, "check"])
+    assert f"warning: {warning}" in checked.stdout
+    assert invoke(["--group", dists.group, "check", "--strict"]).exit_code == 1
+
+
 SQUAT = """
 from dsh_core import hookimpl
 

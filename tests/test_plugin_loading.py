@@ -1024,6 +1024,19 @@ def test_a_table_for_an_installed_plugin_left_out_of_entry_points_is_not_unmatch
     assert report.unmatched_tables == () and report.config_failures == ()
 
 
+def test_a_table_for_a_plugin_that_reads_no_configuration_is_reported_as_ignored(dists: Dists) -> None:
+    # pluggy lets a hookimpl take fewer arguments than the spec: dsh_setup(runtime) never sees its table.
+    dists.module("nosetup", "from dsh_core import hookimpl\n\n@hookimpl\ndef dsh_result(execution, result):\n    pass\n")
+    dists.module("noconfig", "from dsh_core import hookimpl\n\n@hookimpl\ndef dsh_setup(runtime):\n    pass\n")
+    dists.module("reads", CONFIG_CHECKING_MODULE)
+    dists.dist("dsh-cfg", {"nosetup": "{p}nosetup", "noconfig": "{p}noconfig", "reads": "{p}reads"})
+    config = DshConfig(plugins={"nosetup": {"block": ["calc"]}, "noconfig": {"limit": 1}, "reads": {"level": 1}})
+    _, report = dists.load(config=config)
+    assert sorted(plugin.name for plugin in report.loaded) == ["noconfig", "nosetup", "reads"]
+    assert report.ignored_tables == ("noconfig", "nosetup")
+    assert report.config_failures == ()  # a warning: the plugin runs as it would without the table
+
+
 def test_a_config_error_without_a_table_is_a_configuration_failure_too(dists: Dists) -> None:
     dists.module(
         "needs",
