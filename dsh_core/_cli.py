@@ -36,6 +36,7 @@ with a traceback.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
 import gc
 import getpass
@@ -351,9 +352,27 @@ def _build_host(
             )
         )
     if not quiet:  # after the refusals: a command that runs nothing needs no lesser warning
-        for line in _ignored_table_lines(report, config):
+        misspelt = _misspelt_plugin_names(config, report, options) if runs_calls else []
+        for line in [*_ignored_table_lines(report, config), *misspelt]:
             err.print(terminal_text(f"warning: {line}"), soft_wrap=True)
     return _Host(runtime=runtime, report=report, config=config)
+
+
+def _misspelt_plugin_names(config: DshConfig, report: PluginReport, options: _Options) -> list[str]:
+    """``disabled_plugins`` and ``[tool_prefixes]`` names no plugin has, each with a "did you mean" hint.
+
+    Entry-point names mix ``-`` and ``_`` (example-tools, tool_search): a
+    misspelt name disables or prefixes nothing, without a word.
+    """
+    known = _known_plugin_names(report, options)
+    lines = []
+    for setting, names in (("disabled_plugins", config.disabled_plugins), ("tool_prefixes", config.tool_prefixes)):
+        for name in names:
+            if name not in known and name not in report.disabled:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f' (did you mean "{close[0]}"?)' if close else ""
+                lines.append(f'{setting} names "{name}", but no such plugin is installed{hint}')
+    return lines
 
 
 def _ignored_table_lines(report: PluginReport, config: DshConfig) -> list[str]:
@@ -1371,7 +1390,8 @@ def serve_mcp_command(
         raise _UsageProblem("serve-mcp --http needs hypercorn, part of the MCP extra: pip install 'dsh-tools[mcp]'")
     from ._mcp_server import DEFAULT_HTTP_PORT, run_serve_mcp
 
-    host = _build_host(ctx, quiet=True, runs_calls=True)
+    # Warnings go to stderr, apart from the stdio protocol: a long-running server must not hide them.
+    host = _build_host(ctx, runs_calls=True)
     port = port or DEFAULT_HTTP_PORT
     try:
         with _plain_interrupts():
@@ -1601,7 +1621,7 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
 
     read = _read_log(file)
     # A policy under test that failed to load must not pass as "nothing would change".
-    host = _build_host(ctx, quiet=as_json, config_path=config_path, runtime_class=SimulationRuntime, runs_calls=True)
+    host = _build_host(ctx, config_path=config_path, runtime_class=SimulationRuntime, runs_calls=True)
     try:
         with _plain_interrupts():
             report = trio.run(simulate, read, host.runtime)

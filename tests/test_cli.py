@@ -1292,6 +1292,46 @@ def test_a_table_for_a_plugin_that_reads_no_configuration_is_warned_about(dists:
     assert invoke(["--group", dists.group, "check", "--strict"]).exit_code == 1
 
 
+def test_serve_mcp_and_simulate_json_warn_on_stderr_about_a_plugin_that_failed(
+    dists: Dists, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A long-running server must not hide an installed policy that failed: stderr is not the protocol.
+    import dsh_core._mcp_server as mcp_server
+
+    served: list[object] = []
+    monkeypatch.setattr(mcp_server, "run_serve_mcp", lambda runtime, **_: served.append(runtime))
+    dists.module("clitools", PLUGIN)
+    dists.dist("dsh-cli-ghost", {"cli": "{p}clitools", "ghost": "dsh_no_such_module"})
+    served_result = invoke(["--group", dists.group, "serve-mcp"])
+    assert served_result.exit_code == 0 and len(served) == 1
+    assert served_result.stdout == ""
+    assert "warning: plugin ghost failed (import): ModuleNotFoundError" in served_result.stderr
+    log = tmp_path / "session.jsonl"
+    assert invoke(["--group", dists.group, "call", "echo", "{}", "--session", str(log)]).exit_code == 0
+    simulated = invoke(["--group", dists.group, "simulate", str(log), "--json"])
+    assert simulated.exit_code == 0
+    json.loads(simulated.stdout)
+    assert "warning: plugin ghost failed (import): ModuleNotFoundError" in simulated.stderr
+
+
+def test_commands_that_run_calls_warn_about_misspelt_plugin_names(dists: Dists, tmp_path: Path) -> None:
+    dists.module("clitools", PLUGIN)
+    dists.module("squat", SQUAT)
+    dists.dist("dsh-cli-names", {"cli": "{p}clitools", "example-tools": "{p}squat"})
+    (tmp_path / "dsh.toml").write_text('disabled_plugins = ["example_tools"]\n[tool_prefixes]\nexmaple-tools = "ex"\n')
+    result = invoke(["--group", dists.group, "call", "echo", '{"a": 1}'])
+    assert result.exit_code == 0 and json.loads(result.stdout) == {"a": 1}
+    assert (
+        'warning: disabled_plugins names "example_tools", but no such plugin is installed '
+        '(did you mean "example-tools"?)'
+    ) in result.stderr
+    assert (
+        'warning: tool_prefixes names "exmaple-tools", but no such plugin is installed (did you mean "example-tools"?)'
+    ) in result.stderr
+    # Commands that run nothing leave it to check.
+    assert "disabled_plugins names" not in invoke(["--group", dists.group, "list"]).stderr
+
+
 SQUAT = """
 from dsh_core import hookimpl
 
