@@ -24,6 +24,7 @@ __all__ = [
     "one_of",
     "positive_finite",
     "resource_limit_problem",
+    "usable_path",
 ]
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
@@ -102,3 +103,12 @@ def memory_limit_problem(value: int) -> str | None:
     if value < MIN_MEMORY_BYTES:
         return f"expected at least {MIN_MEMORY_BYTES} (16 MiB; the value is in bytes), got {value}"
     return resource_limit_problem(value)
+
+
+def usable_path(value: str) -> bool:
+    """Whether ``value`` can name a file the host keeps: not empty (the working directory), no NUL character.
+
+    The bundled plugins' file settings check the same (``dsh_plugins._file_settings``,
+    which keeps to dsh_core's public names).
+    """
+    return bool(value) and "\x00" not in value

@@ -292,6 +292,8 @@ def _build_host(
     if config.source is not None:
         # The model must not rewrite its own policy through the file tools (--grants: see GrantingApproval).
         runtime.kept_files.add(config.source, "the configuration file")
+        for preferred in config.preferred_paths:  # created, it would replace the configuration file
+            runtime.kept_files.add(preferred, "where a configuration file would replace the one in use")
     # Lets the terminal prompt show the tools' own cards (also behind a GrantingApproval).
     prompt = getattr(approval, "inner", approval)
     if prompt is not None and hasattr(prompt, "runtime"):
@@ -304,7 +306,8 @@ def _build_host(
     # them: collect when the command ends, as the end of the process would, so that a next
     # command in the same process (a test, a host calling main()) finds those files free.
     ctx.call_on_close(gc.collect)
-    refused = report.config_failures if runs_calls else ()
+    # A table no plugin reads is refused below, in its own words.
+    refused = tuple(f for f in report.config_failures if f.stage != "config") if runs_calls else ()
     missing = _named_plugins_missing(report, config, named, refused) if runs_calls else []
     if not quiet:
         for failed in report.failed:
@@ -332,7 +335,7 @@ def _build_host(
             "\n  ".join(
                 [
                     "a plugin the configuration sets up failed to load, so nothing was run:",
-                    *(line for failed in refused for line in _config_failure_lines(failed, report)),
+                    *(line for failed in refused for line in _config_failure_lines(failed, report, config)),
                 ]
             )
         )
@@ -348,7 +351,37 @@ def _build_host(
                 ]
             )
         )
+    if not quiet:  # after the refusals: a command that runs nothing needs no lesser warning
+        misspelt = _misspelt_plugin_names(config, report, options) if runs_calls else []
+        for line in [*_ignored_table_lines(report, config), *misspelt]:
+            err.print(terminal_text(f"warning: {line}"), soft_wrap=True)
     return _Host(runtime=runtime, report=report, config=config)
+
+
+def _misspelt_plugin_names(config: DshConfig, report: PluginReport, options: _Options) -> list[str]:
+    """``disabled_plugins`` and ``[tool_prefixes]`` names no plugin has, each with a "did you mean" hint.
+
+    Entry-point names mix ``-`` and ``_`` (example-tools, tool_search): a
+    misspelt name disables or prefixes nothing, without a word.
+    """
+    known = _known_plugin_names(report, options)
+    lines = []
+    for setting, names in (("disabled_plugins", config.disabled_plugins), ("tool_prefixes", config.tool_prefixes)):
+        for name in names:
+            if name not in known and name not in report.disabled:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f' (did you mean "{close[0]}"?)' if close else ""
+                lines.append(f'{setting} names "{name}", but no such plugin is installed{hint}')
+    return lines
+
+
+def _ignored_table_lines(report: PluginReport, config: DshConfig) -> list[str]:
+    """A warning for each table of a loaded plugin that never reads one: settings there change nothing."""
+    return [
+        f"plugin {name} reads no configuration (it has no dsh_setup taking a config argument), "
+        f"so its table {config.plugin_table(name)} has no effect"
+        for name in report.ignored_tables
+    ]
 
 
 def _named_plugins_missing(
@@ -389,14 +422,11 @@ def _known_plugin_names(report: PluginReport, options: _Options) -> set[str]:
 
 
 def _unmatched_tables(config: DshConfig, report: PluginReport, options: _Options) -> list[tuple[str, str]]:
-    """The ``[plugins.<name>]`` tables no plugin reads, each with a "did you mean" hint (or "")."""
-    known = _known_plugin_names(report, options)
-    unmatched = []
-    for table in config.plugins:
-        if table not in known and table not in report.disabled:
-            close = difflib.get_close_matches(table, sorted(known), n=1)
-            unmatched.append((table, f' (did you mean "{close[0]}"?)' if close else ""))
-    return unmatched
+    """The ``[plugins.<name>]`` tables no plugin reads (``load_plugins`` finds them), each with a "did you mean" hint (or "")."""
+    return [
+        (table.name, f' (did you mean "{table.suggestion}"?)' if table.suggestion else "")
+        for table in report.unmatched_tables
+    ]
 
 
 def _fatal_duplicates(failed: FailedPlugin, report: PluginReport) -> list[RefusedRegistration]:
@@ -432,7 +462,7 @@ def _duplicate_tool_lines(failed: FailedPlugin, report: PluginReport) -> list[st
     return [_duplicate_tool_line(refusal) for refusal in _fatal_duplicates(failed, report)]
 
 
-def _config_failure_lines(failed: FailedPlugin, report: PluginReport) -> list[str]:
+def _config_failure_lines(failed: FailedPlugin, report: PluginReport, config: DshConfig) -> list[str]:
     """A configured plugin's failure: each problem in its table, else how it failed; then the fix for its cause.
 
     Only a table ``dsh_setup`` refused is fixed in the table: a name clash is
@@ -441,6 +471,7 @@ def _config_failure_lines(failed: FailedPlugin, report: PluginReport) -> list[st
     """
     name = failed.name
     without = f'or list "{name}" in disabled_plugins to run without it'
+    table = config.plugin_table(name)
     duplicates = _fatal_duplicates(failed, report)
     if duplicates:
         if all(refusal.conflicts_with == name for refusal in duplicates):
@@ -451,22 +482,25 @@ def _config_failure_lines(failed: FailedPlugin, report: PluginReport) -> list[st
     if failed.violations:
         return [
             *(f"plugin {name}: {violation}" for violation in failed.violations),
-            f"hint: fix its table [plugins.{name}], {without}",
+            f"hint: fix its table {table}, {without}",
         ]
     if failed.shadowed_by is not None:
         skipped = f"{failed.distribution or 'an entry point'} ({failed.value})"
         return [
-            f"plugin {name} ([plugins.{name}] is set) is provided by two distributions: "
+            f"plugin {name} ({config.plugin_table(name)} is set) is provided by two distributions: "
             f"{failed.shadowed_by} took the name and {skipped} was skipped; uninstall the one you do not mean "
             "(or, for a --plugin one, give it another NAME=)",
             f"hint: a plugin name clash, not a table problem: uninstall one distribution as above, {without}",
         ]
     if failed.stage == "setup":
         # Its dsh_setup raised something other than ConfigError: the table may or may not be the cause.
-        hint = f"its dsh_setup failed (see its error): fix the plugin or its table [plugins.{name}], {without}"
+        hint = f"its dsh_setup failed (see its error): fix the plugin or its table {table}, {without}"
     else:
         hint = f"the plugin itself failed, not its table: fix or reinstall it, {without}"
-    return [f"plugin {name} ([plugins.{name}] is set) failed at {failed.stage}: {failed.error}", f"hint: {hint}"]
+    return [
+        f"plugin {name} ({config.plugin_table(name)} is set) failed at {failed.stage}: {failed.error}",
+        f"hint: {hint}",
+    ]
 
 
 def _scope_label(scope: object) -> str | None:
@@ -1283,6 +1317,7 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
         f"[plugins.{table}] configures no installed plugin: it is ignored{hint}"
         for table, hint in _unmatched_tables(host.config, report, options)
     )
+    findings.warnings.extend(_ignored_table_lines(report, host.config))
     return findings, len(registrations)
 
 
@@ -1355,7 +1390,8 @@ def serve_mcp_command(
         raise _UsageProblem("serve-mcp --http needs hypercorn, part of the MCP extra: pip install 'dsh-tools[mcp]'")
     from ._mcp_server import DEFAULT_HTTP_PORT, run_serve_mcp
 
-    host = _build_host(ctx, quiet=True, runs_calls=True)
+    # Warnings go to stderr, apart from the stdio protocol: a long-running server must not hide them.
+    host = _build_host(ctx, runs_calls=True)
     port = port or DEFAULT_HTTP_PORT
     try:
         with _plain_interrupts():
@@ -1585,7 +1621,7 @@ def simulate_command(ctx: click.Context, file: Path, config_path: Path | None, a
 
     read = _read_log(file)
     # A policy under test that failed to load must not pass as "nothing would change".
-    host = _build_host(ctx, quiet=as_json, config_path=config_path, runtime_class=SimulationRuntime, runs_calls=True)
+    host = _build_host(ctx, config_path=config_path, runtime_class=SimulationRuntime, runs_calls=True)
     try:
         with _plain_interrupts():
             report = trio.run(simulate, read, host.runtime)

@@ -44,7 +44,14 @@ import cattrs.cols
 import cattrs.gen
 from cattrs.errors import AttributeValidationNote, ClassValidationError, ForbiddenExtraKeysError
 
-from ._checks import instance_of, memory_limit_problem, one_of, positive_finite, resource_limit_problem
+from ._checks import (
+    instance_of,
+    memory_limit_problem,
+    one_of,
+    positive_finite,
+    resource_limit_problem,
+    usable_path,
+)
 from ._errors import ConfigError
 from ._json import safe_repr
 
@@ -487,6 +494,10 @@ def _plugin_name_problem(value: str) -> str | None:
     return None if value else "expected a plugin name, got an empty string"
 
 
+def _path_problem(value: str) -> str | None:
+    return None if usable_path(value) else f"expected a non-empty path without NUL characters, got {_show(value)}"
+
+
 def _prefix_problem(value: str) -> str | None:
     return None if _PREFIX.match(value) else f"a prefix is 1-32 letters, digits, '_' or '-', got {_show(value)}"
 
@@ -526,6 +537,7 @@ def _validated(problem: Callable[[Any], str | None]) -> Callable[[Any, attrs.Att
 
 _PluginName = Annotated[str, _Check(_plugin_name_problem)]
 _Prefix = Annotated[str, _Check(_prefix_problem)]
+_KeptPath = Annotated[str, _Check(_path_problem)]
 
 
 @attrs.frozen(kw_only=True)
@@ -589,20 +601,35 @@ class DshConfig:
     server's list changes: give its servers their own ``prefix`` instead.)
 
     ``source`` is the file :func:`load_config` read (absolute; ``None`` for
-    defaults); it is not compared.
+    defaults); ``preferred_paths`` the files its lookup would have read instead,
+    had they existed (absolute; for ``pyproject.toml`` found by the lookup, the
+    ``dsh.toml`` next to it). Neither is compared.
     """
 
     mode: Literal["native", "code", "both"] = attrs.field(default="native", validator=one_of(_MODES))
     disabled_plugins: tuple[str, ...] = attrs.field(default=(), converter=_plugin_names)
     strict_capabilities: bool = attrs.field(default=False, validator=instance_of(bool))
     plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_plain_tables, hash=False)
-    session_log: str | None = attrs.field(default=None, validator=instance_of(str, optional=True))
+    session_log: str | None = attrs.field(
+        default=None, validator=[instance_of(str, optional=True), _validated(_path_problem)]
+    )
     code_runtime: CodeRuntimeSettings = attrs.field(
         factory=CodeRuntimeSettings, validator=instance_of(CodeRuntimeSettings)
     )
     tool_prefixes: Mapping[str, str] = attrs.field(factory=dict, converter=_tool_prefixes, hash=False)
     # Not a setting: where load_config read them, so a host can keep the model's file tools off it.
     source: str | None = attrs.field(default=None, eq=False, validator=instance_of(str, optional=True))
+    # Creating one of them would replace the settings wholesale: a host keeps them too.
+    preferred_paths: tuple[str, ...] = attrs.field(
+        default=(),
+        eq=False,
+        validator=attrs.validators.deep_iterable(attrs.validators.instance_of(str), attrs.validators.instance_of(tuple)),
+    )
+
+    def plugin_table(self, name: str) -> str:
+        """How the file spells ``[plugins.<name>]``: ``[tool.dsh.plugins.<name>]`` in a ``pyproject.toml``."""
+        within = "tool.dsh." if self.source is not None and Path(self.source).name == "pyproject.toml" else ""
+        return f"[{within}plugins.{name}]"
 
     def plugin_config(self, name: str) -> dict[str, Any]:
         """A fresh, deep plain-``dict`` copy of ``[plugins.<name>]`` (``{}`` when absent)."""
@@ -626,7 +653,7 @@ class _ConfigFile:
     disabled_plugins: tuple[_PluginName, ...] = ()
     strict_capabilities: bool = False
     plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
-    session_log: str | None = None
+    session_log: _KeptPath | None = None
     code_runtime: CodeRuntimeSettings = attrs.field(factory=CodeRuntimeSettings)
     tool_prefixes: dict[_PluginName, _Prefix] = attrs.field(factory=dict)
 
@@ -654,7 +681,9 @@ def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.Pat
     ``[plugins.spill] directory``.
 
     Raises:
-        ConfigError: the file is missing (explicit ``path`` only), unreadable, not
+        ConfigError: the file is missing (explicit ``path`` only), not a regular
+            file (a ``dsh.toml`` or ``pyproject.toml`` the lookup finds that is a
+            dangling symbolic link or a directory is not skipped), unreadable, not
             valid TOML (the message names the file, line and column) or has
             invalid settings (every problem listed, each with its key path).
     """
@@ -662,7 +691,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.Pat
     if path is not None:
         file = base / os.fspath(path)
         if not file.is_file():
-            raise ConfigError([f"{file}: configuration file not found"])
+            raise ConfigError([_not_a_file(file) if os.path.lexists(file) else f"{file}: configuration file not found"])
         if file.name == "pyproject.toml":
             table = _tool_dsh(_read_toml(file))
             if table is None:
@@ -670,14 +699,28 @@ def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.Pat
             return _parse(file, table, where="[tool.dsh]")
         return _parse(file, _read_toml(file), where="")
     candidate = base / "dsh.toml"
+    pyproject = base / "pyproject.toml"
+    for found in (candidate, pyproject):
+        # Skipped, it would leave the host on another file's settings or none (a policy on an unmounted share).
+        if os.path.lexists(found) and not found.is_file():
+            raise ConfigError([_not_a_file(found)])
     if candidate.is_file():
         return _parse(candidate, _read_toml(candidate), where="")
-    pyproject = base / "pyproject.toml"
     if pyproject.is_file():
         table = _tool_dsh(_read_toml(pyproject))
         if table is not None:
-            return _parse(pyproject, table, where="[tool.dsh]")
+            config = _parse(pyproject, table, where="[tool.dsh]")
+            return attrs.evolve(config, preferred_paths=(str(candidate.absolute()),))
     return DshConfig()
+
+
+def _not_a_file(file: Path) -> str:
+    """Why ``file``, which exists as a name, cannot be read as a configuration file."""
+    if file.is_symlink() and not file.exists():
+        return f"{file}: is a symbolic link to {os.readlink(file)}, which does not exist"
+    if file.is_dir():
+        return f"{file}: is a directory, not a configuration file"
+    return f"{file}: is not a regular file, so it cannot be read as a configuration file"
 
 
 def _tool_dsh(document: dict[str, Any]) -> object:
@@ -718,7 +761,7 @@ def _parse(file: Path, table: object, *, where: str) -> DshConfig:
     for plugin, key in _FILE_SETTINGS:
         value = plugins.get(plugin, {}).get(key)
         # Only a usable relative path: anything else is left for the plugin to report.
-        if isinstance(value, str) and value and "\x00" not in value and not os.path.isabs(value):
+        if isinstance(value, str) and usable_path(value) and not os.path.isabs(value):
             plugins[plugin] = {**plugins[plugin], key: str(file.parent / value)}
     try:
         return DshConfig(

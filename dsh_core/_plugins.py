@@ -83,6 +83,7 @@ metadata, not in ``pyproject.toml``.
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import inspect
 import re
@@ -118,7 +119,7 @@ __all__ = [
     "unknown_hooks",
 ]
 
-Stage = Literal["import", "register", "setup", "validate"]
+Stage = Literal["import", "register", "setup", "validate", "config"]
 
 
 @attrs.frozen(kw_only=True)
@@ -150,6 +151,10 @@ class FailedPlugin:
     raised :class:`~dsh_core.ConfigError`. ``shadowed_by``: skipped because an
     earlier entry point with other code, or dsh-tools' own plugin, has its name,
     that one as ``"distribution (module:attr)"``.
+
+    Stage ``"config"`` is no entry point but a ``[plugins.<name>]`` table that
+    no plugin reads (:attr:`PluginReport.unmatched_tables`): ``name`` is the
+    table's, ``value`` is empty and ``suggestion`` the closest plugin name, if any.
     """
 
     name: str
@@ -162,6 +167,7 @@ class FailedPlugin:
     configured: bool = False
     violations: tuple[str, ...] = ()
     shadowed_by: str | None = None
+    suggestion: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -190,6 +196,10 @@ class PluginReport:
     failed: tuple[FailedPlugin, ...] = ()
     disabled: tuple[str, ...] = ()
     refused: tuple[RefusedRegistration, ...] = ()
+    # A misspelt table configures nothing: the policy it meant to set up would be silently off.
+    unmatched_tables: tuple[FailedPlugin, ...] = ()
+    # Loaded plugins with a [plugins.<name>] table but no dsh_setup taking ``config``: the table has no effect.
+    ignored_tables: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -206,15 +216,18 @@ class PluginReport:
         ``[plugins.permissions]``, would otherwise be silently off. A configured
         name that two entry points with different code provide counts too
         (``shadowed_by``): which one loaded depends on how the distributions
-        sort, so an unrelated package could have replaced the policy.
+        sort, so an unrelated package could have replaced the policy. So does
+        a table no plugin reads (:attr:`unmatched_tables`, stage ``"config"``):
+        a misspelt ``[plugins.permisions]`` sets up no policy at all.
         """
         loaded = {plugin.name for plugin in self.loaded}
-        return tuple(
+        failures = tuple(
             failed
             for failed in self.failed
             if (failed.violations or failed.configured)
             and (failed.name not in loaded or (failed.configured and failed.shadowed_by is not None))
         )
+        return failures + self.unmatched_tables
 
 
 def _normalize(name: str) -> str:
@@ -305,6 +318,7 @@ class _Ownership:
         self.plugins: list[object] = [plugin]
         self.disposers: list[Disposer] = []
         self.tools: list[tuple[ScopeKey | None, str]] = []
+        self.reads_config = False  # one of its own dsh_setup hookimpls takes ``config``
 
 
 class _SetupRecorder:
@@ -392,12 +406,18 @@ class _SetupRecorder:
 
 class _Loader:
     def __init__(
-        self, runtime: ToolRuntime, config: DshConfig, points: Iterable[importlib.metadata.EntryPoint] = ()
+        self,
+        runtime: ToolRuntime,
+        config: DshConfig,
+        points: Iterable[importlib.metadata.EntryPoint] = (),
+        group: str = "dsh",
     ) -> None:
         self.runtime = runtime
+        self.group = group
+        self.points = list(points)
         # dsh-tools' own entry points by name: theirs whatever the others sort before them.
         self.own: dict[str, importlib.metadata.EntryPoint] = {}
-        for point in points:
+        for point in self.points:
             if _is_own(point):
                 self.own.setdefault(point.name, point)
         self.pm: pluggy.PluginManager = runtime.plugins
@@ -421,6 +441,11 @@ class _Loader:
         shadowed_by: str | None = None,
     ) -> None:
         dist, version = _dist_of(ep)
+        violations: tuple[str, ...] = ()
+        if isinstance(exc, ConfigError):
+            violations = tuple(self.in_config_file(violation) for violation in exc.violations)
+            if violations:  # ``error`` quotes the exception: quote the problems where the file has them
+                error = error.replace(_one_line(exc), _one_line(ConfigError(list(violations))))
         self.failed.append(
             FailedPlugin(
                 name=ep.name,
@@ -431,10 +456,24 @@ class _Loader:
                 error=error,
                 traceback=_format_traceback(exc) if exc is not None else None,
                 configured=ep.name in self.config.plugins,
-                violations=exc.violations if isinstance(exc, ConfigError) else (),
+                violations=violations,
                 shadowed_by=shadowed_by,
             )
         )
+
+    def in_config_file(self, violation: str) -> str:
+        """A plugin's table problem as the file has it: its path first, and its table as spelt there.
+
+        A plugin names its table ``[plugins.<name>]`` whichever file holds it;
+        in a ``pyproject.toml`` that table is ``[tool.dsh.plugins.<name>]``.
+        """
+        source = self.config.source
+        if source is None:
+            return violation
+        if violation.startswith("[plugins."):
+            spelt = self.config.plugin_table("")[: -len("]")]  # "[plugins." or "[tool.dsh.plugins."
+            violation = spelt + violation[len("[plugins.") :]
+        return f"{source}: {violation}"
 
     # -- one entry point ----------------------------------------------------------
 
@@ -527,7 +566,7 @@ class _Loader:
         owned = _Ownership(ep.name, plugin, capabilities)
         try:
             with self.recording(owned):
-                self.setup(plugin, self.config.plugin_config(ep.name))
+                self.setup(plugin, self.config.plugin_config(ep.name), owned)
             if self.config.strict_capabilities:
                 # Wrapped once here, so strict mode costs nothing per call when it is off.
                 granted = owned.capabilities or Capabilities()
@@ -572,7 +611,9 @@ class _Loader:
                 continue
         return False
 
-    def setup(self, plugin: object, table: dict[str, Any]) -> None:
+    def setup(self, plugin: object, table: dict[str, Any], owned: _Ownership) -> None:
+        impls = self.runtime.plugins.hook.dsh_setup.get_hookimpls()
+        owned.reads_config = any(impl.plugin is plugin and "config" in impl.argnames for impl in impls)
         run_own_setup(self.runtime, plugin, table)
 
     @contextmanager
@@ -657,7 +698,36 @@ class _Loader:
             disabled=tuple(self.disabled),
             # Kept for rolled-back plugins too: a refusal often explains the failure.
             refused=tuple(self.refused),
+            unmatched_tables=tuple(self.unmatched_tables(loaded)),
+            ignored_tables=tuple(
+                ep.name for ep, owned in self.loaded if ep.name in self.config.plugins and not owned.reads_config
+            ),
         )
+
+    def unmatched_tables(self, loaded: Iterable[LoadedPlugin]) -> Iterator[FailedPlugin]:
+        """The ``[plugins.<name>]`` tables no plugin reads, each with the closest plugin name.
+
+        Every installed entry point of the group counts, even one the host left
+        out of this load: its table is right, only not used this time.
+        """
+        known = {point.name for point in importlib.metadata.entry_points(group=self.group)}
+        known |= {point.name for point in self.points} | {plugin.name for plugin in loaded}
+        known |= set(self.disabled) | {failed.name for failed in self.failed}
+        for table in self.config.plugins:
+            if table in known:
+                continue
+            close = difflib.get_close_matches(table, sorted(known), n=1)
+            hint = f' (did you mean "{close[0]}"?)' if close else ""
+            yield FailedPlugin(
+                name=table,
+                value="",
+                distribution=None,
+                version=None,
+                stage="config",
+                error=f"{self.config.plugin_table(table)} configures no installed plugin{hint}",
+                configured=True,
+                suggestion=close[0] if close else None,
+            )
 
 
 def run_own_setup(runtime: ToolRuntime, plugin: object, table: dict[str, Any]) -> None:
@@ -746,7 +816,7 @@ def load_plugins(
             f"plugins were already loaded into this runtime by an earlier load_plugins() call: {', '.join(again)}; "
             "load a runtime's plugins once (entry_points= loads others)"
         )
-    loader = _Loader(runtime, config if config is not None else DshConfig(), points)
+    loader = _Loader(runtime, config if config is not None else DshConfig(), points, group)
     seen: dict[str, importlib.metadata.EntryPoint] = {}
     for ep in points:
         loader.load(ep, seen)

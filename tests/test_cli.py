@@ -1227,7 +1227,10 @@ def test_a_configured_plugin_that_failed_stops_every_command_that_runs_calls(
     log = tmp_path / "session.jsonl"
     assert invoke([*tools, "call", "echo", "{}", "--session", str(log)]).exit_code == 0
     batch = write_batch(tmp_path / "calls.jsonl", {"id": "c1", "name": "echo", "arguments": {}})
-    problem = 'plugin permissions: [plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"'
+    problem = (
+        f"plugin permissions: {misconfigured}: "
+        '[plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"'
+    )
     options = ["--config", str(misconfigured), *tools, *PERMISSIONS]
     for command in (["call", "echo", "{}"], ["run", str(batch)], ["serve-mcp"], ["simulate", str(log), "--json"]):
         result = invoke([*options, *command])
@@ -1252,7 +1255,7 @@ def test_commands_that_run_nothing_still_work_and_check_lists_each_problem(
     checked = invoke([*options, "check"])
     assert checked.exit_code == 1
     assert (
-        "plugin permissions (dsh_plugins.permissions) failed at setup: invalid configuration: "
+        f"plugin permissions (dsh_plugins.permissions) failed at setup: invalid configuration: {misconfigured}: "
         '[plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"'
     ) in checked.stdout
 
@@ -1270,6 +1273,63 @@ def test_an_installed_plugin_failing_without_a_table_is_only_a_warning_but_a_con
     refused = invoke([*installed, "call", "echo", "{}"])
     assert refused.exit_code == 2 and refused.stdout == ""
     assert "plugin ghost ([plugins.ghost] is set) failed at import: ModuleNotFoundError" in refused.stderr
+
+
+def test_a_table_for_a_plugin_that_reads_no_configuration_is_warned_about(dists: Dists, tmp_path: Path) -> None:
+    dists.module("clitools", PLUGIN)
+    dists.module("squat", SQUAT)  # no dsh_setup at all
+    dists.dist("dsh-cli-unread", {"cli": "{p}clitools", "unread": "{p}squat"})
+    (tmp_path / "dsh.toml").write_text('[plugins.unread]\nblock = ["echo"]\n')
+    warning = (
+        "plugin unread reads no configuration (it has no dsh_setup taking a config argument), "
+        "so its table [plugins.unread] has no effect"
+    )
+    called = invoke(["--group", dists.group, "call", "echo", '{"a": 1}'])
+    assert called.exit_code == 0 and json.loads(called.stdout) == {"a": 1}
+    assert f"warning: {warning}" in called.stderr
+    checked = invoke(["--group", dists.group, "check"])
+    assert f"warning: {warning}" in checked.stdout
+    assert invoke(["--group", dists.group, "check", "--strict"]).exit_code == 1
+
+
+def test_serve_mcp_and_simulate_json_warn_on_stderr_about_a_plugin_that_failed(
+    dists: Dists, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A long-running server must not hide an installed policy that failed: stderr is not the protocol.
+    import dsh_core._mcp_server as mcp_server
+
+    served: list[object] = []
+    monkeypatch.setattr(mcp_server, "run_serve_mcp", lambda runtime, **_: served.append(runtime))
+    dists.module("clitools", PLUGIN)
+    dists.dist("dsh-cli-ghost", {"cli": "{p}clitools", "ghost": "dsh_no_such_module"})
+    served_result = invoke(["--group", dists.group, "serve-mcp"])
+    assert served_result.exit_code == 0 and len(served) == 1
+    assert served_result.stdout == ""
+    assert "warning: plugin ghost failed (import): ModuleNotFoundError" in served_result.stderr
+    log = tmp_path / "session.jsonl"
+    assert invoke(["--group", dists.group, "call", "echo", "{}", "--session", str(log)]).exit_code == 0
+    simulated = invoke(["--group", dists.group, "simulate", str(log), "--json"])
+    assert simulated.exit_code == 0
+    json.loads(simulated.stdout)
+    assert "warning: plugin ghost failed (import): ModuleNotFoundError" in simulated.stderr
+
+
+def test_commands_that_run_calls_warn_about_misspelt_plugin_names(dists: Dists, tmp_path: Path) -> None:
+    dists.module("clitools", PLUGIN)
+    dists.module("squat", SQUAT)
+    dists.dist("dsh-cli-names", {"cli": "{p}clitools", "example-tools": "{p}squat"})
+    (tmp_path / "dsh.toml").write_text('disabled_plugins = ["example_tools"]\n[tool_prefixes]\nexmaple-tools = "ex"\n')
+    result = invoke(["--group", dists.group, "call", "echo", '{"a": 1}'])
+    assert result.exit_code == 0 and json.loads(result.stdout) == {"a": 1}
+    assert (
+        'warning: disabled_plugins names "example_tools", but no such plugin is installed '
+        '(did you mean "example-tools"?)'
+    ) in result.stderr
+    assert (
+        'warning: tool_prefixes names "exmaple-tools", but no such plugin is installed (did you mean "example-tools"?)'
+    ) in result.stderr
+    # Commands that run nothing leave it to check.
+    assert "disabled_plugins names" not in invoke(["--group", dists.group, "list"]).stderr
 
 
 SQUAT = """
@@ -1386,8 +1446,24 @@ def test_a_configured_plugin_whose_table_is_refused_is_told_to_fix_its_table(
     assert table.exit_code == 2 and table.stdout == ""
     assert _refusal(table.stderr) == [
         REFUSED_HEADING,
-        'plugin permissions: [plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"',
+        f"plugin permissions: {misconfigured}: "
+        '[plugins.permissions].rules[0].action: expected one of allow/deny/ask, got "dny"',
         'hint: fix its table [plugins.permissions], or list "permissions" in disabled_plugins to run without it',
+    ]
+
+
+def test_a_refused_table_in_pyproject_is_named_as_it_is_spelt_there(
+    tools: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.dsh.plugins.permissions]\ndefault = "maybe"\n')
+    result = invoke([*tools, *PERMISSIONS, "call", "echo", "{}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert _refusal(result.stderr) == [
+        REFUSED_HEADING,
+        f"plugin permissions: {tmp_path / 'pyproject.toml'}: "
+        '[tool.dsh.plugins.permissions].default: expected one of allow/deny/ask, got "maybe"',
+        'hint: fix its table [tool.dsh.plugins.permissions], or list "permissions" in disabled_plugins to run without it',
     ]
 
 

@@ -357,6 +357,24 @@ def test_a_host_building_settings_gets_the_same_checks_as_a_file(settings: dict[
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize(("text", "shown"), [('""', '""'), ('"calls\\u0000.jsonl"', '"calls\\u0000.jsonl"')])
+def test_session_log_must_be_a_usable_path(tmp_path: Path, text: str, shown: str) -> None:
+    # Accepted here, either would fail only when a command opens the log (a NUL as a traceback).
+    (tmp_path / "dsh.toml").write_text(f"session_log = {text}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    assert info.value.violations == (
+        f"{tmp_path / 'dsh.toml'}: session_log: expected a non-empty path without NUL characters, got {shown}",
+    )
+
+
+@pytest.mark.parametrize("value", ["", "calls\x00.jsonl"])
+def test_a_host_gets_the_same_session_log_check(value: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        DshConfig(session_log=value)
+    assert str(raised.value).startswith("DshConfig.session_log: expected a non-empty path without NUL characters, got ")
+
+
 def test_disabled_plugins_may_be_given_as_a_list() -> None:
     assert DshConfig(disabled_plugins=["timeout"]).disabled_plugins == ("timeout",)
 
@@ -404,6 +422,36 @@ def test_pyproject_tool_dsh_is_used_without_dsh_toml(tmp_path: Path) -> None:
     config = load_config(cwd=tmp_path)
     assert config.mode == "both"
     assert config.plugin_config("audit") == {"path": str(tmp_path / "a.log")}
+
+
+def test_pyproject_found_by_the_lookup_names_the_dsh_toml_that_would_replace_it(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.dsh]\nmode = "both"\n')
+    config = load_config(cwd=tmp_path)
+    assert config.source == str(tmp_path / "pyproject.toml")
+    assert config.preferred_paths == (str(tmp_path / "dsh.toml"),)
+    # Read first, or named explicitly, nothing would replace the file.
+    assert load_config(tmp_path / "pyproject.toml").preferred_paths == ()
+    (tmp_path / "dsh.toml").write_text('mode = "code"\n')
+    assert load_config(cwd=tmp_path).preferred_paths == ()
+
+
+@pytest.mark.parametrize("name", ["dsh.toml", "pyproject.toml"])
+def test_a_dangling_symlink_in_the_lookup_is_an_error_not_skipped(tmp_path: Path, name: str) -> None:
+    # A shared policy on an unmounted path: running with the defaults would drop the policy silently.
+    (tmp_path / name).symlink_to(tmp_path / "unmounted" / "dsh.toml")
+    with pytest.raises(ConfigError) as caught:
+        load_config(cwd=tmp_path)
+    assert caught.value.violations == (
+        f"{tmp_path / name}: is a symbolic link to {tmp_path / 'unmounted' / 'dsh.toml'}, which does not exist",
+    )
+
+
+@pytest.mark.parametrize("name", ["dsh.toml", "pyproject.toml"])
+def test_a_directory_in_the_lookup_is_an_error_not_skipped(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).mkdir()
+    with pytest.raises(ConfigError) as caught:
+        load_config(cwd=tmp_path)
+    assert caught.value.violations == (f"{tmp_path / name}: is a directory, not a configuration file",)
 
 
 def test_pyproject_without_tool_dsh_gives_defaults(tmp_path: Path) -> None:

@@ -184,6 +184,25 @@ def test_the_cli_keeps_its_config_grants_and_session_from_the_file_tools(
     assert events and all(event["type"] != "grant/added" for event in events)
 
 
+def test_the_cli_keeps_dsh_toml_from_the_file_tools_when_its_policy_is_in_pyproject(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ./dsh.toml is read before pyproject.toml: created by the model, it would replace the policy.
+    monkeypatch.chdir(tmp_path)
+    pyproject = '[project]\nname = "proj"\n[tool.dsh.plugins.files]\nroot = "."\n'
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    args = ["--no-plugins", "--plugin", "files=dsh_plugins.files", "call", "write_file"]
+    for target in ("dsh.toml", "./sub/../dsh.toml", "pyproject.toml"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        arguments = json.dumps({"path": target, "content": 'disabled_plugins = ["permissions"]\n'})
+        result = CliRunner().invoke(cli, [*args, arguments], catch_exceptions=False)
+        assert result.exit_code == 1, result.output
+        assert "KEPT_FILE" in result.stderr
+        assert "which the host keeps for itself" in result.stdout
+    assert not (tmp_path / "dsh.toml").exists()
+    assert (tmp_path / "pyproject.toml").read_text() == pyproject
+
+
 async def test_undo_does_not_write_a_file_kept_since_the_call(tmp_path: Path) -> None:
     import dsh_plugins.undo as undo
 

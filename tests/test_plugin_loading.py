@@ -24,7 +24,7 @@ import pluggy
 import pytest
 
 from dsh_core import Deny, ToolRuntime, define_tool, hookimpl
-from dsh_core._config import DshConfig
+from dsh_core._config import DshConfig, load_config
 from dsh_core._plugins import PluginReport, discover_entry_points, load_plugins
 from dsh_core.testing import json_tool, make_input, make_runtime
 
@@ -967,6 +967,74 @@ def test_configuration_failures_are_reported_with_every_violation(dists: Dists) 
     assert (by_name["unset"].configured, by_name["unset"].violations) == (False, ())
     # What a host must not run without: a rejected table, and a configured plugin that is missing.
     assert [failed.name for failed in report.config_failures] == ["broken", "strict"]
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "table"),
+    [
+        ("dsh.toml", '[plugins.strict]\nlevel = "3"\n', "[plugins.strict]"),
+        ("pyproject.toml", '[tool.dsh.plugins.strict]\nlevel = "3"\n', "[tool.dsh.plugins.strict]"),
+    ],
+)
+def test_a_rejected_table_is_named_with_its_file_and_its_real_table(
+    dists: Dists, tmp_path: Path, file: str, text: str, table: str
+) -> None:
+    # The plugin names its table [plugins.strict]; in pyproject.toml that table is [tool.dsh.plugins.strict].
+    dists.module("strict", CONFIG_CHECKING_MODULE)
+    dists.dist("dsh-cfg", {"strict": "{p}strict"})
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / file).write_text(text)
+    config = load_config(cwd=tmp_path / "conf")
+    assert config.plugin_table("strict") == table
+    _, report = dists.load(config=config)
+    (failed,) = report.config_failures
+    violation = f'{tmp_path / "conf" / file}: {table}.level: expected an integer, got "3"'
+    assert failed.violations == (violation,)
+    assert failed.error == f"dsh_setup failed: ConfigError: invalid configuration: {violation}"
+
+
+def test_a_table_no_plugin_reads_is_a_configuration_failure(dists: Dists) -> None:
+    # A host that refuses to run while config_failures is non-empty must see a misspelt table too.
+    dists.module("fine", CONFIG_CHECKING_MODULE)
+    dists.dist("dsh-cfg", {"permissions": "{p}fine", "off": "{p}fine"})
+    config = DshConfig(
+        plugins={"permisions": {"default": "deny"}, "zzz": {}, "permissions": {}, "off": {}},
+        disabled_plugins=["off"],
+    )
+    _, report = dists.load(config=config)
+    assert [plugin.name for plugin in report.loaded] == ["permissions"]
+    assert report.failed == ()
+    assert [(t.name, t.stage, t.configured, t.suggestion) for t in report.unmatched_tables] == [
+        ("permisions", "config", True, "permissions"),
+        ("zzz", "config", True, None),
+    ]
+    assert [t.error for t in report.unmatched_tables] == [
+        '[plugins.permisions] configures no installed plugin (did you mean "permissions"?)',
+        "[plugins.zzz] configures no installed plugin",
+    ]
+    assert report.config_failures == report.unmatched_tables
+
+
+def test_a_table_for_an_installed_plugin_left_out_of_entry_points_is_not_unmatched(dists: Dists) -> None:
+    dists.module("fine", CONFIG_CHECKING_MODULE)
+    dists.dist("dsh-cfg", {"fine": "{p}fine", "other": "{p}fine"})
+    runtime = ToolRuntime()
+    chosen = [point for point in discover_entry_points(dists.group) if point.name == "fine"]
+    report = load_plugins(runtime, dists.group, DshConfig(plugins={"other": {}}), entry_points=chosen)
+    assert report.unmatched_tables == () and report.config_failures == ()
+
+
+def test_a_table_for_a_plugin_that_reads_no_configuration_is_reported_as_ignored(dists: Dists) -> None:
+    # pluggy lets a hookimpl take fewer arguments than the spec: dsh_setup(runtime) never sees its table.
+    dists.module("nosetup", "from dsh_core import hookimpl\n\n@hookimpl\ndef dsh_result(execution, result):\n    pass\n")
+    dists.module("noconfig", "from dsh_core import hookimpl\n\n@hookimpl\ndef dsh_setup(runtime):\n    pass\n")
+    dists.module("reads", CONFIG_CHECKING_MODULE)
+    dists.dist("dsh-cfg", {"nosetup": "{p}nosetup", "noconfig": "{p}noconfig", "reads": "{p}reads"})
+    config = DshConfig(plugins={"nosetup": {"block": ["calc"]}, "noconfig": {"limit": 1}, "reads": {"level": 1}})
+    _, report = dists.load(config=config)
+    assert sorted(plugin.name for plugin in report.loaded) == ["noconfig", "nosetup", "reads"]
+    assert report.ignored_tables == ("noconfig", "nosetup")
+    assert report.config_failures == ()  # a warning: the plugin runs as it would without the table
 
 
 def test_a_config_error_without_a_table_is_a_configuration_failure_too(dists: Dists) -> None:
