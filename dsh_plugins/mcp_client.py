@@ -955,7 +955,8 @@ class _ReadWatch(_StreamWatch):
         if message.id is None:  # JSON-RPC's answer to a request it could not read
             assert isinstance(message, JSONRPCError)
             error = message.error
-            session.unmatched(f"answered with an error that names no request ({error.code}: {error.message})")
+            problem = f"answered with an error that names no request ({error.code}: {_bounded(error.message)})"
+            session.unmatched(problem)
         elif coerce_request_id(message.id) not in session.sent:
             session.unmatched(f"answered request id {message.id!r}, which this client never sent")
         elif isinstance(message, JSONRPCError):
@@ -1214,13 +1215,17 @@ class _WatchedTransport:
 
 
 def _describe(exc: BaseException) -> str:
-    """One line for an exception, looking inside exception groups (anyio task groups wrap)."""
+    """One line for an exception, looking inside exception groups (anyio task groups wrap).
+
+    Cut to :data:`_DETAIL_CAP`: the text is often the server's (an error answer
+    to ``initialize``), and it reaches the model, ``check`` and the log.
+    """
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(inner) for inner in exc.exceptions)
+        return _bounded("; ".join(_describe(inner) for inner in exc.exceptions))
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return _bounded(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
 _HTTP_STAND_IN: Final = "SSE stream"

@@ -1,0 +1,128 @@
+"""The MCP client over streamable HTTP (and its request bookkeeping): what a failure means.
+
+Servers are dsh's own ``serve_http`` in this process (hypercorn on trio), or a
+fake one (:func:`fake_http_server`) answering with what no SDK server would.
+The real clock with short budgets: hypercorn and the HTTP client run on it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import trio
+
+from dsh_core import ToolEffects, ToolRuntime
+from dsh_core.testing import json_tool, make_input
+from dsh_plugins.mcp_client import (
+    MCP_SERVER_UNAVAILABLE,
+    McpClientPlugin,
+    McpClientSettings,
+    McpServerSettings,
+)
+
+HERE = Path(__file__).resolve()
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+READ_ONLY = ToolEffects(read_only=True)
+
+
+def http_entry(base: str, **options: Any) -> dict[str, Any]:
+    return {"name": "loop", "url": base + "/mcp", "prefix": "loop", **options}
+
+
+# -- a fake HTTP server -----------------------------------------------------------------------------
+
+Answer = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
+
+
+async def fake_http_server(answer: Answer, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve JSON-RPC over HTTP, one JSON response per POST (``answer`` gives its ``result`` or ``error``)."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            lengths = [
+                line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+            ]
+            length = int(lengths[0]) if lengths else 0
+            while len(body) < length:
+                body += await stream.receive_some(65536)
+            request = json.loads(body) if body else {}
+            if request.get("id") is None:
+                await stream.send_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                return
+            reply = await answer(request)
+            out = json.dumps({"jsonrpc": "2.0", "id": request["id"], **(reply or {})}).encode()
+            await stream.send_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                b"connection: close\r\n\r\n" % len(out) + out
+            )
+        finally:
+            await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+        task_status.started(f"http://127.0.0.1:{listener.socket.getsockname()[1]}")
+
+
+INITIALIZED = {
+    "result": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "fake", "version": "1"},
+    }
+}
+ECHO_LISTED = {"result": {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}}
+
+
+# -- server-supplied text is bounded ---------------------------------------------------------------
+
+HUGE = "server says: " + "A" * 3_000_000
+
+
+async def test_an_unavailable_servers_own_words_are_cut_short_everywhere(caplog: pytest.LogCaptureFixture) -> None:
+    async def answer(request: dict[str, Any]) -> dict[str, Any] | None:
+        return {"error": {"code": -32603, "message": HUGE}}
+
+    caplog.set_level(logging.WARNING)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            base = await nursery.start(fake_http_server, answer)
+            runtime = ToolRuntime()
+            server = McpServerSettings(name="s", url=base + "/mcp")
+            settings = McpClientSettings(servers=(server,), connect_timeout_s=5, backoff_initial_s=0.01)
+            plugin = McpClientPlugin(runtime, settings)
+            await plugin.sync()  # a listing that fails: a diagnostic and a logged warning
+            diagnostics = [str(d) for d in plugin.diagnostics()]
+            async with plugin.running():
+                body = plugin._body(plugin._servers[0], "echo", False)
+
+                async def echo(args: Any, run: Any) -> object:
+                    return await body(args, run)
+
+                runtime.register(json_tool("s__echo", echo))
+                result = await runtime.execute(make_input("s__echo"))
+            nursery.cancel_scope.cancel()
+    assert result.code == MCP_SERVER_UNAVAILABLE
+    assert result.error.message.startswith('MCP server "s" is unavailable: ')
+    assert "server says: AAA" in result.error.message
+    assert len(result.error.message) < 700
+    assert diagnostics and all(len(d) < 700 for d in diagnostics)
+    assert "server says: AAA" in diagnostics[0]
+    assert caplog.records and all(len(record.getMessage()) < 700 for record in caplog.records)
