@@ -957,10 +957,14 @@ class _ReadWatch(_StreamWatch):
             error = message.error
             problem = f"answered with an error that names no request ({error.code}: {_bounded(error.message)})"
             session.unmatched(problem)
-        elif coerce_request_id(message.id) not in session.sent:
+            return
+        request_id = coerce_request_id(message.id)
+        if not session.knows(request_id):
             session.unmatched(f"answered request id {message.id!r}, which this client never sent")
-        elif isinstance(message, JSONRPCError):
-            session.note_error(coerce_request_id(message.id))
+            return
+        if isinstance(message, JSONRPCError):
+            session.note_error(request_id)
+        session.settle(request_id)
 
     def __aiter__(self) -> _ReadWatch:
         return self
@@ -1050,7 +1054,7 @@ def _may_answer(message: object) -> bool:
 
 
 _SENT_IDS_KEPT: Final = 4096
-"""How many recent request ids a session remembers to match answers against."""
+"""How many ids of settled requests a session remembers (their late answers are no stranger's)."""
 
 _T = TypeVar("_T")
 
@@ -1076,10 +1080,13 @@ class _Session:
         self.ended = False
         self.list_changed = False
         self.wake = trio.Event()
-        # Ids of the requests sent (the most recent ones): an answer to an id the
-        # client never sent matches no request, while a late answer to an abandoned
-        # one is harmless. Insertion-ordered, so the oldest is dropped first.
-        self.sent: dict[object, None] = {}
+        # Ids of the requests sent and not yet settled: an answer to an id the client
+        # never sent matches no request. Never dropped while their request waits, however
+        # many others come and go, or its own answer would pass for a stranger's.
+        self.sent: set[object] = set()
+        # Ids of requests answered or abandoned (the most recent ones): a late answer to one
+        # is harmless. Insertion-ordered, so the oldest is dropped first.
+        self.settled: dict[object, None] = {}
         # Ids the server answered with an error (the most recent ones).
         self.errored: dict[object, None] = {}
         self.pending: set[_Pending] = set()
@@ -1097,9 +1104,21 @@ class _Session:
         return self.client is not None and not self.ended
 
     def note_sent(self, request_id: object) -> None:
-        self.sent[request_id] = None
-        if len(self.sent) > _SENT_IDS_KEPT:
-            del self.sent[next(iter(self.sent))]
+        self.sent.add(request_id)
+        self.settled.pop(request_id, None)
+
+    def knows(self, request_id: object) -> bool:
+        """Whether ``request_id`` is one this client sent (pending, or settled lately)."""
+        return request_id in self.sent or request_id in self.settled
+
+    def settle(self, request_id: object) -> None:
+        """The request is answered or abandoned: remember its id a while longer, among the settled."""
+        if request_id not in self.sent:
+            return
+        self.sent.discard(request_id)
+        self.settled[request_id] = None
+        if len(self.settled) > _SENT_IDS_KEPT:
+            del self.settled[next(iter(self.settled))]
 
     def note_error(self, request_id: object) -> None:
         self.errored[request_id] = None
@@ -1138,6 +1157,8 @@ class _Session:
         finally:
             _CURRENT_REQUEST.reset(token)
             self.pending.discard(pending)
+            for request_id in pending.ids:
+                self.settle(request_id)
         # Only reached when unmatched() cancelled the scope (an outer cancellation propagates).
         raise McpClientError(f'MCP server "{self.server_name}" {pending.problem}; {what} was abandoned', code=MCP_ERROR)
 

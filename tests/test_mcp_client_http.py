@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -21,7 +22,9 @@ pytest.importorskip("mcp")
 import trio
 
 from dsh_core import ToolEffects, ToolRuntime
-from dsh_core.testing import json_tool, make_input
+from dsh_core._mcp_server import serve_http
+from dsh_core.testing import json_tool, make_input, make_runtime
+from dsh_plugins import mcp_client
 from dsh_plugins.mcp_client import (
     MCP_SERVER_UNAVAILABLE,
     McpClientPlugin,
@@ -126,3 +129,62 @@ async def test_an_unavailable_servers_own_words_are_cut_short_everywhere(caplog:
     assert diagnostics and all(len(d) < 700 for d in diagnostics)
     assert "server says: AAA" in diagnostics[0]
     assert caplog.records and all(len(record.getMessage()) < 700 for record in caplog.records)
+
+
+# -- request ids ----------------------------------------------------------------------------------
+
+
+async def test_a_call_outlived_by_many_others_still_gets_its_answer_over_http(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mcp_client, "_SENT_IDS_KEPT", 8)
+    release = trio.Event()
+
+    async def slow(args: Any) -> str:
+        await release.wait()
+        return "slow done"
+
+    async def fast(args: Any) -> str:
+        return "ok"
+
+    served = make_runtime(
+        json_tool("slow", slow, output={"type": "string"}), json_tool("fast", fast, output={"type": "string"})
+    )
+    runtime = ToolRuntime()
+    out: dict[str, Any] = {}
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            (base,) = await nursery.start(serve_http, served, "127.0.0.1", 0)
+            async with McpClientPlugin.connect(runtime, {"servers": [http_entry(base)]}) as plugin:
+                async with trio.open_nursery() as calls:
+
+                    async def long_call() -> None:
+                        out["slow"] = await runtime.execute(make_input("loop__slow"))
+
+                    calls.start_soon(long_call)
+                    await trio.sleep(0.3)
+                    fast = [await runtime.execute(make_input("loop__fast")) for _ in range(20)]
+                    release.set()
+                session = plugin._servers[0].session
+                assert session is not None
+                assert not session.sent  # every request settled
+                assert len(session.settled) <= 8
+            nursery.cancel_scope.cancel()
+    assert [r.value for r in fast] == [{"result": "ok"}] * 20
+    assert out["slow"].value == {"result": "slow done"}
+
+
+async def test_a_call_outlived_by_many_others_still_gets_its_answer_over_stdio(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mcp_client, "_SENT_IDS_KEPT", 8)
+    entry = {"name": "proc", "command": sys.executable, "args": [str(HERE.parent / "test_mcp.py")], "prefix": "proc"}
+    runtime = ToolRuntime()
+    out: dict[str, Any] = {}
+    with trio.fail_after(60):
+        async with McpClientPlugin.connect(runtime, {"servers": [entry]}), trio.open_nursery() as calls:
+
+            async def long_call() -> None:
+                out["slow"] = await runtime.execute(make_input("proc__slow", {"seconds": 1.5}))
+
+            calls.start_soon(long_call)
+            await trio.sleep(0.2)
+            added = [await runtime.execute(make_input("proc__add", {"a": i, "b": 1})) for i in range(20)]
+    assert [r.value for r in added] == [{"total": i + 1} for i in range(20)]
+    assert out["slow"].value == {"result": "done"}
