@@ -18,6 +18,7 @@ Needs the ``mcp`` extra (``pip install 'dsh-tools[mcp]'``). Configure servers in
     url = "http://127.0.0.1:8765/mcp"  # streamable HTTP; loopback hosts only
     timeout_ms = 5000                  # this server's tools' budget
     retry_attempts = 3                 # retry read-only/idempotent tools when the server is gone
+    max_event_bytes = 16777216         # the largest message (so result) taken from it (default 16 MiB)
 
 Each tool a server lists becomes a raw :class:`~dsh_core.ToolDefinition` that
 runs the full pipeline like any other (policies, guards, approval, the timeout
@@ -108,7 +109,9 @@ warning saying the server's tools were not all registered.
 ``MCP_SERVER_DIED`` (the connection ended: the transport closed, a stdio
 server's stdout closed or could not be read though the process lives, or the
 HTTP transport gave up on a response stream); one that cannot be started or reached
-fails it with ``MCP_SERVER_UNAVAILABLE``. An MCP protocol error is
+fails it with ``MCP_SERVER_UNAVAILABLE``. A
+result in a message larger than ``max_event_bytes`` fails that call alone with
+``MCP_ERROR`` (the session and the calls in flight go on; it is not retried). An MCP protocol error is
 ``MCP_ERROR``: a JSON-RPC error answer (whatever its code, ``-32000`` included),
 an invalid result, and a message no pending request can be matched to (a
 response to an id this client never sent, or one the SDK cannot parse that may
@@ -189,6 +192,7 @@ if TYPE_CHECKING:
     from dsh_core import Disposer
 
 __all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
     "ENVELOPE_SCHEMA",
     "MAX_ARGUMENT_DEPTH",
     "MCP_ERROR",
@@ -227,6 +231,14 @@ arguments would never be read, so they are refused before sending
 """
 MAX_RETRY_ATTEMPTS: Final = 10
 """The most attempts ``retry_attempts`` may ask for (a server down for longer is down)."""
+
+DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
+"""The default ``max_event_bytes``: the largest message an HTTP server may send in one event.
+
+The SDK's own default (1 MiB) fails any result over about half a MiB from a
+server that sends a result's value twice (as text and as structured content),
+as dsh-tools' own does.
+"""
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -268,6 +280,11 @@ def _check_positive(instance: object, attribute: attrs.Attribute[Any], value: fl
 def _check_attempts(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if type(value) is not int or not 1 <= value <= MAX_RETRY_ATTEMPTS:
         raise ValueError(f"{attribute.name} must be an integer from 1 to {MAX_RETRY_ATTEMPTS}, got {value!r}")
+
+
+def _check_bytes(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if type(value) is not int or value <= 0:
+        raise ValueError(f"{attribute.name} must be a positive whole number of bytes, got {value!r}")
 
 
 def _check_url(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
@@ -313,6 +330,7 @@ class McpServerSettings:
     prefix: str | None = attrs.field(default=None, validator=_check_name)
     timeout_ms: float | None = attrs.field(default=None, validator=_check_timeout)
     retry_attempts: int = attrs.field(default=1, validator=_check_attempts)
+    max_event_bytes: int = attrs.field(default=DEFAULT_MAX_EVENT_BYTES, validator=_check_bytes)
 
     def tool_name(self, mcp_name: str) -> str:
         """The registered name of the server's tool ``mcp_name``."""
@@ -1071,6 +1089,24 @@ class _Pending:
 _CURRENT_REQUEST: ContextVar[_Pending | None] = ContextVar("dsh_mcp_current_request", default=None)
 
 
+class _StandIn(Exception):
+    """The HTTP transport gave up on the response itself (``reason``: its words), not the server.
+
+    Either the response was larger than its limit on one event (``oversized``),
+    or the response stream ended or broke: the server is gone, or cut the connection.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    @property
+    def oversized(self) -> bool:
+        # The SDK's words for an event over its limit (httpx2's SSEError), read only in what the
+        # transport reported as its own: a server's answer never gets here, whatever its text.
+        return "byte limit" in self.reason
+
+
 class _Session:
     """One connection attempt to a server: its client, once up, and what its streams noticed."""
 
@@ -1089,6 +1125,8 @@ class _Session:
         self.settled: dict[object, None] = {}
         # Ids the server answered with an error (the most recent ones).
         self.errored: dict[object, None] = {}
+        # Requests the HTTP transport failed itself, with its words (see _mcp_http).
+        self.stand_ins: dict[object, str] = {}
         self.pending: set[_Pending] = set()
 
     def end(self) -> None:
@@ -1120,6 +1158,9 @@ class _Session:
         if len(self.settled) > _SENT_IDS_KEPT:
             del self.settled[next(iter(self.settled))]
 
+    def note_stand_in(self, request_id: object, reason: str) -> None:
+        self.stand_ins[request_id] = reason
+
     def note_error(self, request_id: object) -> None:
         self.errored[request_id] = None
         if len(self.errored) > _SENT_IDS_KEPT:
@@ -1148,6 +1189,9 @@ class _Session:
             with pending.scope:
                 return await send()
         except MCPError as exc:
+            stand_in = next((self.stand_ins[i] for i in pending.ids if i in self.stand_ins), None)
+            if stand_in is not None and exc.message == stand_in and exc.code == CONNECTION_CLOSED:
+                raise _StandIn(stand_in) from exc
             # -32000 is the SDK's CONNECTION_CLOSED and JSON-RPC's "server error" alike. One
             # the server never sent for this request is the SDK's own: the connection is gone,
             # whichever of the streams, the transport's tasks or this request learns it first.
@@ -1159,6 +1203,7 @@ class _Session:
             self.pending.discard(pending)
             for request_id in pending.ids:
                 self.settle(request_id)
+                self.stand_ins.pop(request_id, None)
         # Only reached when unmatched() cancelled the scope (an outer cancellation propagates).
         raise McpClientError(f'MCP server "{self.server_name}" {pending.problem}; {what} was abandoned', code=MCP_ERROR)
 
@@ -1191,15 +1236,19 @@ class _Server:
     def transport(self, session: _Session) -> Any:
         """What ``mcp.Client`` connects to for ``session``."""
         from mcp.client.stdio import StdioServerParameters
-        from mcp.client.streamable_http import streamable_http_client
 
+        from ._mcp_http import http_transport
         from ._mcp_stdio import stdio_transport
 
         if self.in_process is not None:
             return self.in_process  # in memory: cannot die, and passes objects, not text to parse
         settings = self.settings
         if settings.url is not None:
-            inner = streamable_http_client(settings.url)
+            inner = http_transport(
+                settings.url,
+                max_event_bytes=settings.max_event_bytes,
+                on_stand_in=session.note_stand_in,
+            )
         else:
             assert settings.command is not None
             # "replace": with the default "strict", one byte that is not UTF-8 on the server's stdout
@@ -1249,27 +1298,22 @@ def _describe(exc: BaseException) -> str:
     return _bounded(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
-_HTTP_STAND_IN: Final = "SSE stream"
-"""How the streamable HTTP transport's own -32000 errors begin: it stands in with one for a
-response that can never arrive (``mcp.client.streamable_http``, ``_resolve_abandoned_request``)."""
-
-
-def _connection_lost(exc: BaseException, session: _Session, *, http: bool) -> bool:
+def _connection_lost(exc: BaseException, session: _Session) -> bool:
     """Whether a failed request means the connection is gone, rather than that the server answered.
 
     The SDK fails a request with -32000 (its ``CONNECTION_CLOSED``) when the
     connection ends, but -32000 is also JSON-RPC's "server error", which a
-    server may answer with; so only the watched streams (``session.ended``)
-    prove the end, plus the HTTP transport's own stand-ins.
+    server may answer with in any words; so only the watched streams
+    (``session.ended``) prove the end, plus the HTTP transport's own
+    stand-ins for a response stream that ended (as the transport reported
+    them, never by their text).
     """
     import anyio
-    from mcp import MCPError
-    from mcp_types import CONNECTION_CLOSED
 
     if session.ended:
         return True
-    if isinstance(exc, MCPError):
-        return http and exc.code == CONNECTION_CLOSED and exc.message.startswith(_HTTP_STAND_IN)
+    if isinstance(exc, _StandIn):
+        return not exc.oversized
     return isinstance(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError))
 
 
@@ -1701,7 +1745,7 @@ class McpClientPlugin:
         try:
             listing = await _list_tools(session, client)
         except Exception as exc:
-            if _connection_lost(exc, session, http=server.settings.url is not None):
+            if _connection_lost(exc, session):
                 raise  # the session is gone: its task ends, the next call reconnects
             # The server answered (an error, a listing the SDK refuses, a message no request
             # matches): the connection is fine, and ending it would fail the calls in flight.
@@ -1796,13 +1840,15 @@ class McpClientPlugin:
         except McpClientError:
             raise  # the session matched no request to what the server sent
         except Exception as exc:
-            if _connection_lost(exc, session, http=server.settings.url is not None):
+            if _connection_lost(exc, session):
                 self._note_failure(server)
                 session.end()
+                raise _died(server, mcp_name) from exc
+            if isinstance(exc, _StandIn):  # oversized: this response alone is dropped, the session goes on
                 raise McpClientError(
-                    f'MCP server "{server.name}" died during the call to "{mcp_name}"; '
-                    "it is restarted on the next call",
-                    code=MCP_SERVER_DIED,
+                    f'MCP server "{server.name}" sent a result for "{mcp_name}" larger than the client\'s limit '
+                    f"of {server.settings.max_event_bytes} bytes (max_event_bytes in its [[plugins.mcp.servers]] entry)",
+                    code=MCP_ERROR,
                 ) from exc
             if isinstance(exc, MCPError):
                 raise McpClientError(
@@ -1817,6 +1863,13 @@ class McpClientPlugin:
             ) from exc
         self._note_success(server)
         return result
+
+
+def _died(server: _Server, mcp_name: str) -> McpClientError:
+    return McpClientError(
+        f'MCP server "{server.name}" died during the call to "{mcp_name}"; it is restarted on the next call',
+        code=MCP_SERVER_DIED,
+    )
 
 
 @attrs.frozen

@@ -26,6 +26,7 @@ from dsh_core._mcp_server import serve_http
 from dsh_core.testing import json_tool, make_input, make_runtime
 from dsh_plugins import mcp_client
 from dsh_plugins.mcp_client import (
+    MCP_ERROR,
     MCP_SERVER_UNAVAILABLE,
     McpClientPlugin,
     McpClientSettings,
@@ -41,6 +42,78 @@ READ_ONLY = ToolEffects(read_only=True)
 
 def http_entry(base: str, **options: Any) -> dict[str, Any]:
     return {"name": "loop", "url": base + "/mcp", "prefix": "loop", **options}
+
+
+# -- a result larger than the client takes -------------------------------------------------------
+
+
+async def test_a_result_over_the_event_limit_fails_that_call_alone_and_is_not_retried() -> None:
+    runs = {"big": 0, "slow": 0}
+    slow_started = trio.Event()
+
+    async def big(args: Any) -> str:
+        runs["big"] += 1
+        return "x" * 100_000
+
+    async def slow(args: Any) -> str:
+        runs["slow"] += 1
+        slow_started.set()
+        await trio.sleep(0.5)
+        return "slow done"
+
+    served = make_runtime(
+        json_tool("big", big, output={"type": "string"}, effects=READ_ONLY),
+        json_tool("slow", slow, output={"type": "string"}),
+    )
+    runtime = ToolRuntime()
+    results: dict[str, Any] = {}
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            (base,) = await nursery.start(serve_http, served, "127.0.0.1", 0)
+            config = {"servers": [http_entry(base, max_event_bytes=64 * 1024, retry_attempts=3)]}
+            async with McpClientPlugin.connect(runtime, config):
+                async with trio.open_nursery() as calls:
+
+                    async def call(name: str) -> None:
+                        results[name] = await runtime.execute(make_input(f"loop__{name}"))
+
+                    calls.start_soon(call, "slow")
+                    await slow_started.wait()
+                    calls.start_soon(call, "big")
+                after = await runtime.execute(make_input("loop__slow"))
+            nursery.cancel_scope.cancel()
+    big_result = results["big"]
+    assert big_result.code == MCP_ERROR
+    assert big_result.error.message == (
+        'MCP server "loop" sent a result for "big" larger than the client\'s limit of 65536 bytes '
+        "(max_event_bytes in its [[plugins.mcp.servers]] entry)"
+    )
+    assert runs["big"] == 1  # not retried
+    assert results["slow"].value == {"result": "slow done"}  # the session lived on for the call in flight
+    assert after.value == {"result": "slow done"}
+    assert runs["slow"] == 2
+
+
+async def test_a_result_of_a_few_mebibytes_fits_the_default_limit() -> None:
+    async def big(args: Any) -> str:
+        return "x" * (2 * 1024 * 1024)
+
+    served = make_runtime(json_tool("big", big, output={"type": "string"}))
+    runtime = ToolRuntime()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            (base,) = await nursery.start(serve_http, served, "127.0.0.1", 0)
+            async with McpClientPlugin.connect(runtime, {"servers": [http_entry(base)]}):
+                result = await runtime.execute(make_input("loop__big"))
+            nursery.cancel_scope.cancel()
+    assert not result.is_error, result.error.message
+    assert result.value == {"result": "x" * (2 * 1024 * 1024)}
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "big"])
+def test_max_event_bytes_must_be_a_positive_integer(value: Any) -> None:
+    with pytest.raises(ValueError, match="max_event_bytes"):
+        McpServerSettings(name="s", url="http://127.0.0.1:1/mcp", max_event_bytes=value)
 
 
 # -- a fake HTTP server -----------------------------------------------------------------------------
@@ -92,6 +165,36 @@ INITIALIZED = {
     }
 }
 ECHO_LISTED = {"result": {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}}
+
+
+async def test_a_server_error_in_the_transports_own_words_is_still_the_servers_answer() -> None:
+    # The HTTP transport stands in for a lost response with a -32000 "SSE stream ..." error of its
+    # own; a server answering those words itself has not lost its connection.
+    calls: list[str] = []
+
+    async def answer(request: dict[str, Any]) -> dict[str, Any] | None:
+        if request["method"] == "initialize":
+            return INITIALIZED
+        if request["method"] == "tools/list":
+            return ECHO_LISTED
+        calls.append(request["method"])
+        return {"error": {"code": -32000, "message": "SSE stream ended without a response"}}
+
+    runtime = ToolRuntime()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            base = await nursery.start(fake_http_server, answer)
+            config = {"servers": [{"name": "fake", "url": base + "/mcp", "retry_attempts": 3}]}
+            async with McpClientPlugin.connect(runtime, config) as plugin:
+                session = plugin._servers[0].session
+                failed = await runtime.execute(make_input("echo"))
+                assert plugin._servers[0].session is session  # not ended
+            nursery.cancel_scope.cancel()
+    assert failed.code == MCP_ERROR
+    assert failed.error.message == (
+        'MCP server "fake" answered the call to "echo" with error -32000: SSE stream ended without a response'
+    )
+    assert calls == ["tools/call"]
 
 
 # -- server-supplied text is bounded ---------------------------------------------------------------
