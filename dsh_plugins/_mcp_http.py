@@ -9,21 +9,28 @@ a server's "SSE stream ..." error would pass for a lost connection. Here the
 transport tells the caller each request it stood in for, and why
 (``on_stand_in``), before the error is read.
 
+It also tells the caller each request the server refused with ``404`` under a
+session id (``on_session_gone``): the server no longer knows the session (it
+restarted, or expired it), and did not process the request. The SDK hands that
+on as an ordinary error answer (``Session not found``, say), with the status
+left behind.
+
 Everything else is the SDK's own: :func:`http_transport` is
-``mcp.client.streamable_http.streamable_http_client`` with that report,
+``mcp.client.streamable_http.streamable_http_client`` with those two reports,
 built from the helpers of the pinned ``mcp`` version.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import anyio
 import httpx2
 from mcp.client._transport import TransportStreams
-from mcp.client.streamable_http import StreamableHTTPTransport, StreamWriter
+from mcp.client.streamable_http import MCP_SESSION_ID, StreamableHTTPTransport, StreamWriter
 from mcp.shared._compat import resync_tracer
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -35,6 +42,9 @@ __all__ = ["http_transport"]
 
 StandInReport = Callable[[object, str], None]
 """Called with a request's id and the transport's words, before its stand-in error is read."""
+
+SessionGoneReport = Callable[[object | None], None]
+"""Called with the id of the request the server refused for an unknown session (``None``: not a request)."""
 
 
 class _ReportingTransport(StreamableHTTPTransport):
@@ -49,12 +59,36 @@ class _ReportingTransport(StreamableHTTPTransport):
         await super()._resolve_abandoned_request(read_stream_writer, request_id, message, code=code)
 
 
+def _session_gone_hook(on_session_gone: SessionGoneReport) -> Callable[[httpx2.Response], object]:
+    async def check(response: httpx2.Response) -> None:
+        request = response.request
+        # Without a session id, 404 is the server not knowing the method (the SDK says so).
+        if (
+            response.status_code != 404
+            or MCP_SESSION_ID not in request.headers
+            or request.method not in ("POST", "GET")
+        ):
+            return
+        request_id: object | None = None
+        if request.method == "POST":
+            try:
+                message = json.loads(request.content)
+            except ValueError:
+                message = None
+            if isinstance(message, dict) and "method" in message and message.get("id") is not None:
+                request_id = coerce_request_id(message["id"])
+        on_session_gone(request_id)
+
+    return check
+
+
 @asynccontextmanager
 async def http_transport(
     url: str,
     *,
     max_event_bytes: int,
     on_stand_in: StandInReport,
+    on_session_gone: SessionGoneReport,
     http_client: httpx2.AsyncClient | None = None,
 ) -> AsyncIterator[TransportStreams]:
     """Connect to the server at ``url`` (``streamable_http_client``'s contract, session ended on exit).
@@ -63,6 +97,7 @@ async def http_transport(
     taken; ``http_client``: a configured client (the SDK's default otherwise).
     """
     client = http_client if http_client is not None else create_mcp_http_client()
+    client.event_hooks["response"].append(_session_gone_hook(on_session_gone))
     transport = _ReportingTransport(url, max_sse_event_size=max_event_bytes, on_stand_in=on_stand_in)
 
     async with contextlib.AsyncExitStack() as stack:

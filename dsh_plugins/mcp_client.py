@@ -109,7 +109,9 @@ warning saying the server's tools were not all registered.
 ``MCP_SERVER_DIED`` (the connection ended: the transport closed, a stdio
 server's stdout closed or could not be read though the process lives, or the
 HTTP transport gave up on a response stream); one that cannot be started or reached
-fails it with ``MCP_SERVER_UNAVAILABLE``. A
+fails it with ``MCP_SERVER_UNAVAILABLE``. An HTTP server that answers ``404`` to the
+session's id no longer knows the session (it restarted): the session ends, and the
+call, which that server never processed, is sent once more over a new one. A
 result in a message larger than ``max_event_bytes`` fails that call alone with
 ``MCP_ERROR`` (the session and the calls in flight go on; it is not retried). An MCP protocol error is
 ``MCP_ERROR``: a JSON-RPC error answer (whatever its code, ``-32000`` included),
@@ -1089,6 +1091,10 @@ class _Pending:
 _CURRENT_REQUEST: ContextVar[_Pending | None] = ContextVar("dsh_mcp_current_request", default=None)
 
 
+class _SessionGone(Exception):
+    """The server no longer knows the session (it restarted): the request was not processed."""
+
+
 class _StandIn(Exception):
     """The HTTP transport gave up on the response itself (``reason``: its words), not the server.
 
@@ -1127,6 +1133,8 @@ class _Session:
         self.errored: dict[object, None] = {}
         # Requests the HTTP transport failed itself, with its words (see _mcp_http).
         self.stand_ins: dict[object, str] = {}
+        # Requests the server refused because it no longer knows the session (not processed).
+        self.gone: set[object] = set()
         self.pending: set[_Pending] = set()
 
     def end(self) -> None:
@@ -1161,6 +1169,12 @@ class _Session:
     def note_stand_in(self, request_id: object, reason: str) -> None:
         self.stand_ins[request_id] = reason
 
+    def note_session_gone(self, request_id: object | None) -> None:
+        """The server answered 404 to this session's id: it no longer knows the session."""
+        if request_id is not None:
+            self.gone.add(request_id)
+        self.end()
+
     def note_error(self, request_id: object) -> None:
         self.errored[request_id] = None
         if len(self.errored) > _SENT_IDS_KEPT:
@@ -1188,7 +1202,11 @@ class _Session:
         try:
             with pending.scope:
                 return await send()
-        except MCPError as exc:
+        except Exception as exc:
+            if any(i in self.gone for i in pending.ids):
+                raise _SessionGone() from exc
+            if not isinstance(exc, MCPError):
+                raise
             stand_in = next((self.stand_ins[i] for i in pending.ids if i in self.stand_ins), None)
             if stand_in is not None and exc.message == stand_in and exc.code == CONNECTION_CLOSED:
                 raise _StandIn(stand_in) from exc
@@ -1204,6 +1222,7 @@ class _Session:
             for request_id in pending.ids:
                 self.settle(request_id)
                 self.stand_ins.pop(request_id, None)
+                self.gone.discard(request_id)
         # Only reached when unmatched() cancelled the scope (an outer cancellation propagates).
         raise McpClientError(f'MCP server "{self.server_name}" {pending.problem}; {what} was abandoned', code=MCP_ERROR)
 
@@ -1248,6 +1267,7 @@ class _Server:
                 settings.url,
                 max_event_bytes=settings.max_event_bytes,
                 on_stand_in=session.note_stand_in,
+                on_session_gone=session.note_session_gone,
             )
         else:
             assert settings.command is not None
@@ -1793,11 +1813,24 @@ class McpClientPlugin:
         return execute
 
     async def _call(self, server: _Server, mcp_name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
-        if self._nursery is not None:
-            session = await self._ensure_session(server)
-            assert session.client is not None
+        if self._nursery is None:
+            return await self._call_once(server, mcp_name, arguments)
+        session = await self._ensure_session(server)
+        assert session.client is not None
+        try:
             return await self._send(server, session, session.client, mcp_name, arguments)
-        return await self._call_once(server, mcp_name, arguments)
+        except _SessionGone:
+            # The server no longer knows the session (it restarted) and so never processed
+            # the request: sending it once more, over a new session, cannot repeat its effect.
+            logger.info(
+                'MCP server "%s" no longer knows its session; the call to "%s" is sent again', server.name, mcp_name
+            )
+        session = await self._ensure_session(server)
+        assert session.client is not None
+        try:
+            return await self._send(server, session, session.client, mcp_name, arguments)
+        except _SessionGone as exc:
+            raise _died(server, mcp_name) from exc
 
     async def _call_once(self, server: _Server, mcp_name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         """A call over a session opened and closed in the caller's task (no ``running()`` block)."""
@@ -1813,6 +1846,9 @@ class McpClientPlugin:
                     connecting.deadline = math.inf  # the budget covers start-up, not the call
                     try:
                         outcome = await self._send(server, session, client, mcp_name, arguments)
+                    except _SessionGone as exc:
+                        error = _died(server, mcp_name)  # a new session is the next call's
+                        error.__cause__ = exc
                     except Exception as exc:
                         # Raised through the client's task groups it would come out wrapped.
                         error = exc
@@ -1837,8 +1873,8 @@ class McpClientPlugin:
 
         try:
             result = await session.request(partial(client.call_tool, mcp_name, arguments), f'the call to "{mcp_name}"')
-        except McpClientError:
-            raise  # the session matched no request to what the server sent
+        except (McpClientError, _SessionGone):
+            raise  # the session matched no request to what the server sent; or the caller sends again
         except Exception as exc:
             if _connection_lost(exc, session):
                 self._note_failure(server)

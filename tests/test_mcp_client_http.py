@@ -27,6 +27,7 @@ from dsh_core.testing import json_tool, make_input, make_runtime
 from dsh_plugins import mcp_client
 from dsh_plugins.mcp_client import (
     MCP_ERROR,
+    MCP_SERVER_DIED,
     MCP_SERVER_UNAVAILABLE,
     McpClientPlugin,
     McpClientSettings,
@@ -122,7 +123,10 @@ Answer = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
 
 
 async def fake_http_server(answer: Answer, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve JSON-RPC over HTTP, one JSON response per POST (``answer`` gives its ``result`` or ``error``)."""
+    """Serve JSON-RPC over HTTP, one JSON response per POST (``answer`` gives its ``result`` or ``error``).
+
+    A reply's ``"status"`` is the HTTP status (200 unless given), its ``"session"`` an ``mcp-session-id``.
+    """
 
     async def handle(stream: trio.SocketStream) -> None:
         try:
@@ -143,11 +147,13 @@ async def fake_http_server(answer: Answer, *, task_status: trio.TaskStatus[str] 
             if request.get("id") is None:
                 await stream.send_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
                 return
-            reply = await answer(request)
-            out = json.dumps({"jsonrpc": "2.0", "id": request["id"], **(reply or {})}).encode()
+            reply = dict(await answer(request) or {})
+            status = reply.pop("status", 200)
+            session = f"mcp-session-id: {reply.pop('session')}\r\n".encode() if "session" in reply else b""
+            out = json.dumps({"jsonrpc": "2.0", "id": request["id"], **reply}).encode()
             await stream.send_all(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-                b"connection: close\r\n\r\n" % len(out) + out
+                b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%b"
+                b"connection: close\r\n\r\n" % (status, len(out), session) + out
             )
         finally:
             await stream.aclose()
@@ -291,3 +297,71 @@ async def test_a_call_outlived_by_many_others_still_gets_its_answer_over_stdio(m
             added = [await runtime.execute(make_input("proc__add", {"a": i, "b": 1})) for i in range(20)]
     assert [r.value for r in added] == [{"total": i + 1} for i in range(20)]
     assert out["slow"].value == {"result": "done"}
+
+
+# -- a server that restarted ----------------------------------------------------------------------
+
+
+async def test_a_call_to_a_restarted_server_starts_a_new_session_and_is_sent_again() -> None:
+    # The restarted server no longer knows the session id and answers 404: the request was
+    # not processed, so it is sent once more over a new session.
+    runs: list[int] = []
+
+    async def add(args: Any) -> int:
+        runs.append(args["b"])
+        return int(args["a"] + args["b"])
+
+    def served() -> ToolRuntime:
+        return make_runtime(json_tool("add", add, output={"type": "integer"}))
+
+    runtime = ToolRuntime()
+    results: list[Any] = []
+    with trio.fail_after(60):
+        async with trio.open_nursery() as outer:
+            first_server = trio.CancelScope()
+
+            async def run_first(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+                with first_server:
+                    await serve_http(served(), "127.0.0.1", 0, task_status=task_status)
+
+            (base,) = await outer.start(run_first)
+            port = int(base.rsplit(":", 1)[1])
+            config = {"servers": [http_entry(base)], "backoff_initial_s": 0.05}
+            async with McpClientPlugin.connect(runtime, config) as plugin:
+                results.append(await runtime.execute(make_input("loop__add", {"a": 1, "b": 0})))
+                old_session = plugin._servers[0].session
+                first_server.cancel()
+                await trio.sleep(0.3)
+                await outer.start(serve_http, served(), "127.0.0.1", port)
+                for b in (1, 2):
+                    results.append(await runtime.execute(make_input("loop__add", {"a": 1, "b": b})))
+                assert plugin._servers[0].session is not old_session
+            outer.cancel_scope.cancel()
+    assert [r.value if not r.is_error else r.error.message for r in results] == [{"result": n} for n in (1, 2, 3)]
+    assert runs == [0, 1, 2]  # each call ran once
+
+
+async def test_a_call_the_server_refuses_for_a_new_session_too_fails_as_died() -> None:
+    # Sent again once only: a server answering 404 to every session is not sent the call forever.
+    seen: list[str] = []
+
+    async def answer(request: dict[str, Any]) -> dict[str, Any] | None:
+        seen.append(request["method"])
+        if request["method"] == "initialize":
+            return {**INITIALIZED, "session": f"s{len(seen)}"}
+        if request["method"] == "tools/list":
+            return ECHO_LISTED
+        return {"status": 404, "error": {"code": -32600, "message": "Session not found"}}
+
+    runtime = ToolRuntime()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            base = await nursery.start(fake_http_server, answer)
+            config = {"servers": [{"name": "fake", "url": base + "/mcp"}], "backoff_initial_s": 0.01}
+            async with McpClientPlugin.connect(runtime, config):
+                failed = await runtime.execute(make_input("echo"))
+            nursery.cancel_scope.cancel()
+    assert failed.code == MCP_SERVER_DIED
+    assert failed.error.message == 'MCP server "fake" died during the call to "echo"; it is restarted on the next call'
+    calls = [method for method in seen if method in ("initialize", "tools/call")]
+    assert calls == ["initialize", "tools/call", "initialize", "tools/call"]
