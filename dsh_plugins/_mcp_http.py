@@ -97,7 +97,13 @@ async def http_transport(
     taken; ``http_client``: a configured client (the SDK's default otherwise).
     """
     client = http_client if http_client is not None else create_mcp_http_client()
-    client.event_hooks["response"].append(_session_gone_hook(on_session_gone))
+    gone: list[object | None] = []
+
+    def session_gone(request_id: object | None) -> None:
+        gone.append(request_id)
+        on_session_gone(request_id)
+
+    client.event_hooks["response"].append(_session_gone_hook(session_gone))
     transport = _ReportingTransport(url, max_sse_event_size=max_event_bytes, on_stand_in=on_stand_in)
 
     async with contextlib.AsyncExitStack() as stack:
@@ -122,7 +128,7 @@ async def http_transport(
             try:
                 yield read_stream, write_stream
             finally:
-                if transport.session_id:
+                if transport.session_id and not gone:  # a session the server forgot has nothing to end
                     await transport.terminate_session(client)
                 tg.cancel_scope.cancel()
         await resync_tracer()

@@ -1171,9 +1171,12 @@ class _Session:
 
     def note_session_gone(self, request_id: object | None) -> None:
         """The server answered 404 to this session's id: it no longer knows the session."""
-        if request_id is not None:
+        if request_id is None:
+            self.end()  # no request waits for this answer (the notification stream, a notification)
+        else:
+            # Ended by the request once its answer is read: ended now, the transport's task
+            # would find the read stream closed as it hands that answer on.
             self.gone.add(request_id)
-        self.end()
 
     def note_error(self, request_id: object) -> None:
         self.errored[request_id] = None
@@ -1204,6 +1207,7 @@ class _Session:
                 return await send()
         except Exception as exc:
             if any(i in self.gone for i in pending.ids):
+                self.end()
                 raise _SessionGone() from exc
             if not isinstance(exc, MCPError):
                 raise

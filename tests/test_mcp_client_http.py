@@ -302,7 +302,9 @@ async def test_a_call_outlived_by_many_others_still_gets_its_answer_over_stdio(m
 # -- a server that restarted ----------------------------------------------------------------------
 
 
-async def test_a_call_to_a_restarted_server_starts_a_new_session_and_is_sent_again() -> None:
+async def test_a_call_to_a_restarted_server_starts_a_new_session_and_is_sent_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # The restarted server no longer knows the session id and answers 404: the request was
     # not processed, so it is sent once more over a new session.
     runs: list[int] = []
@@ -339,6 +341,11 @@ async def test_a_call_to_a_restarted_server_starts_a_new_session_and_is_sent_aga
             outer.cancel_scope.cancel()
     assert [r.value if not r.is_error else r.error.message for r in results] == [{"result": n} for n in (1, 2, 3)]
     assert runs == [0, 1, 2]  # each call ran once
+    # Quietly: the old session is not torn down as if it had failed, nor ended with the server.
+    warnings = [
+        r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith(("dsh", "mcp"))
+    ]
+    assert warnings == []
 
 
 async def test_a_call_the_server_refuses_for_a_new_session_too_fails_as_died() -> None:
