@@ -19,6 +19,7 @@ Needs the ``mcp`` extra (``pip install 'dsh-tools[mcp]'``). Configure servers in
     token_env = "DSH_MCP_TOKEN"        # send this variable's value as the bearer token
     timeout_ms = 5000                  # this server's tools' budget
     retry_attempts = 3                 # retry read-only/idempotent tools when the server is gone
+    max_event_bytes = 16777216         # the largest message (so result) taken from it (default 16 MiB)
 
 Each tool a server lists becomes a raw :class:`~dsh_core.ToolDefinition` that
 runs the full pipeline like any other (policies, guards, approval, the timeout
@@ -109,7 +110,11 @@ warning saying the server's tools were not all registered.
 ``MCP_SERVER_DIED`` (the connection ended: the transport closed, a stdio
 server's stdout closed or could not be read though the process lives, or the
 HTTP transport gave up on a response stream); one that cannot be started or reached
-fails it with ``MCP_SERVER_UNAVAILABLE``. An MCP protocol error is
+fails it with ``MCP_SERVER_UNAVAILABLE``. An HTTP server that answers ``404`` to the
+session's id no longer knows the session (it restarted): the session ends, and the
+call, which that server never processed, is sent once more over a new one. A
+result in a message larger than ``max_event_bytes`` fails that call alone with
+``MCP_ERROR`` (the session and the calls in flight go on; it is not retried). An MCP protocol error is
 ``MCP_ERROR``: a JSON-RPC error answer (whatever its code, ``-32000`` included),
 an invalid result, and a message no pending request can be matched to (a
 response to an id this client never sent, or one the SDK cannot parse that may
@@ -201,6 +206,7 @@ if TYPE_CHECKING:
     from dsh_core import Disposer
 
 __all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
     "ENVELOPE_SCHEMA",
     "MAX_ARGUMENT_DEPTH",
     "MCP_ERROR",
@@ -240,6 +246,14 @@ arguments would never be read, so they are refused before sending
 """
 MAX_RETRY_ATTEMPTS: Final = 10
 """The most attempts ``retry_attempts`` may ask for (a server down for longer is down)."""
+
+DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
+"""The default ``max_event_bytes``: the largest message an HTTP server may send in one event.
+
+The SDK's own default (1 MiB) fails any result over about half a MiB from a
+server that sends a result's value twice (as text and as structured content),
+as dsh-tools' own does.
+"""
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -302,6 +316,10 @@ def _env_name_problem(value: str) -> str | None:
     return f"must name an environment variable (letters, digits, '_'; not starting with a digit), got {value!r}"
 
 
+def _bytes_problem(value: int) -> str | None:
+    return None if type(value) is int and value > 0 else f"must be a positive whole number of bytes, got {value!r}"
+
+
 def _url_problem(value: str) -> str | None:
     problem = loopback_problem(value)
     return None if problem is None else problem.removeprefix("url ")
@@ -360,6 +378,9 @@ class McpServerSettings:
     timeout_ms: _Milliseconds | None = attrs.field(default=None, validator=_check_timeout)
     retry_attempts: Annotated[int, TableCheck(_attempts_problem)] = attrs.field(
         default=1, validator=check_validator(_attempts_problem)
+    )
+    max_event_bytes: Annotated[int, TableCheck(_bytes_problem)] = attrs.field(
+        default=DEFAULT_MAX_EVENT_BYTES, validator=check_validator(_bytes_problem)
     )
 
     def tool_name(self, mcp_name: str) -> str:
@@ -1053,11 +1074,16 @@ class _ReadWatch(_StreamWatch):
         if message.id is None:  # JSON-RPC's answer to a request it could not read
             assert isinstance(message, JSONRPCError)
             error = message.error
-            session.unmatched(f"answered with an error that names no request ({error.code}: {error.message})")
-        elif coerce_request_id(message.id) not in session.sent:
+            problem = f"answered with an error that names no request ({error.code}: {_bounded(error.message)})"
+            session.unmatched(problem)
+            return
+        request_id = coerce_request_id(message.id)
+        if not session.knows(request_id):
             session.unmatched(f"answered request id {message.id!r}, which this client never sent")
-        elif isinstance(message, JSONRPCError):
-            session.note_error(coerce_request_id(message.id))
+            return
+        if isinstance(message, JSONRPCError):
+            session.note_error(request_id)
+        session.settle(request_id)
 
     def __aiter__(self) -> _ReadWatch:
         return self
@@ -1147,7 +1173,7 @@ def _may_answer(message: object) -> bool:
 
 
 _SENT_IDS_KEPT: Final = 4096
-"""How many recent request ids a session remembers to match answers against."""
+"""How many ids of settled requests a session remembers (their late answers are no stranger's)."""
 
 _T = TypeVar("_T")
 
@@ -1164,6 +1190,28 @@ class _Pending:
 _CURRENT_REQUEST: ContextVar[_Pending | None] = ContextVar("dsh_mcp_current_request", default=None)
 
 
+class _SessionGone(Exception):
+    """The server no longer knows the session (it restarted): the request was not processed."""
+
+
+class _StandIn(Exception):
+    """The HTTP transport gave up on the response itself (``reason``: its words), not the server.
+
+    Either the response was larger than its limit on one event (``oversized``),
+    or the response stream ended or broke: the server is gone, or cut the connection.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    @property
+    def oversized(self) -> bool:
+        # The SDK's words for an event over its limit (httpx2's SSEError), read only in what the
+        # transport reported as its own: a server's answer never gets here, whatever its text.
+        return "byte limit" in self.reason
+
+
 class _Session:
     """One connection attempt to a server: its client, once up, and what its streams noticed."""
 
@@ -1173,13 +1221,20 @@ class _Session:
         self.ended = False
         self.list_changed = False
         self.wake = trio.Event()
-        # Ids of the requests sent (the most recent ones): an answer to an id the
-        # client never sent matches no request, while a late answer to an abandoned
-        # one is harmless. Insertion-ordered, so the oldest is dropped first.
-        self.sent: dict[object, None] = {}
+        # Ids of the requests sent and not yet settled: an answer to an id the client
+        # never sent matches no request. Never dropped while their request waits, however
+        # many others come and go, or its own answer would pass for a stranger's.
+        self.sent: set[object] = set()
+        # Ids of requests answered or abandoned (the most recent ones): a late answer to one
+        # is harmless. Insertion-ordered, so the oldest is dropped first.
+        self.settled: dict[object, None] = {}
         # Ids the server answered with an error (the most recent ones).
         self.errored: dict[object, None] = {}
         self.auth_refused = False  # the HTTP server answered 401
+        # Requests the HTTP transport failed itself, with its words (see _mcp_http).
+        self.stand_ins: dict[object, str] = {}
+        # Requests the server refused because it no longer knows the session (not processed).
+        self.gone: set[object] = set()
         self.pending: set[_Pending] = set()
 
     def end(self) -> None:
@@ -1195,9 +1250,33 @@ class _Session:
         return self.client is not None and not self.ended
 
     def note_sent(self, request_id: object) -> None:
-        self.sent[request_id] = None
-        if len(self.sent) > _SENT_IDS_KEPT:
-            del self.sent[next(iter(self.sent))]
+        self.sent.add(request_id)
+        self.settled.pop(request_id, None)
+
+    def knows(self, request_id: object) -> bool:
+        """Whether ``request_id`` is one this client sent (pending, or settled lately)."""
+        return request_id in self.sent or request_id in self.settled
+
+    def settle(self, request_id: object) -> None:
+        """The request is answered or abandoned: remember its id a while longer, among the settled."""
+        if request_id not in self.sent:
+            return
+        self.sent.discard(request_id)
+        self.settled[request_id] = None
+        if len(self.settled) > _SENT_IDS_KEPT:
+            del self.settled[next(iter(self.settled))]
+
+    def note_stand_in(self, request_id: object, reason: str) -> None:
+        self.stand_ins[request_id] = reason
+
+    def note_session_gone(self, request_id: object | None) -> None:
+        """The server answered 404 to this session's id: it no longer knows the session."""
+        if request_id is None:
+            self.end()  # no request waits for this answer (the notification stream, a notification)
+        else:
+            # Ended by the request once its answer is read: ended now, the transport's task
+            # would find the read stream closed as it hands that answer on.
+            self.gone.add(request_id)
 
     def note_error(self, request_id: object) -> None:
         self.errored[request_id] = None
@@ -1226,7 +1305,15 @@ class _Session:
         try:
             with pending.scope:
                 return await send()
-        except MCPError as exc:
+        except Exception as exc:
+            if any(i in self.gone for i in pending.ids):
+                self.end()
+                raise _SessionGone() from exc
+            if not isinstance(exc, MCPError):
+                raise
+            stand_in = next((self.stand_ins[i] for i in pending.ids if i in self.stand_ins), None)
+            if stand_in is not None and exc.message == stand_in and exc.code == CONNECTION_CLOSED:
+                raise _StandIn(stand_in) from exc
             # -32000 is the SDK's CONNECTION_CLOSED and JSON-RPC's "server error" alike. One
             # the server never sent for this request is the SDK's own: the connection is gone,
             # whichever of the streams, the transport's tasks or this request learns it first.
@@ -1236,6 +1323,10 @@ class _Session:
         finally:
             _CURRENT_REQUEST.reset(token)
             self.pending.discard(pending)
+            for request_id in pending.ids:
+                self.settle(request_id)
+                self.stand_ins.pop(request_id, None)
+                self.gone.discard(request_id)
         # Only reached when unmatched() cancelled the scope (an outer cancellation propagates).
         raise McpClientError(f'MCP server "{self.server_name}" {pending.problem}; {what} was abandoned', code=MCP_ERROR)
 
@@ -1320,8 +1411,9 @@ def _bearer_token(settings: McpServerSettings) -> str:
 @asynccontextmanager
 async def _http_transport(settings: McpServerSettings, session: _Session) -> AsyncIterator[Any]:
     """The SDK's streamable HTTP transport, sending the bearer token if any and telling ``session`` of a 401."""
-    from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from ._mcp_http import http_transport
 
     assert settings.url is not None
     headers = {"Authorization": f"Bearer {_bearer_token(settings)}"} if settings.token_env is not None else None
@@ -1334,7 +1426,13 @@ async def _http_transport(settings: McpServerSettings, session: _Session) -> Asy
     # off the endpoint's origin, so the token goes nowhere else.
     http = create_mcp_http_client(headers=headers)
     http.event_hooks = {"response": [note_status]}
-    async with http, streamable_http_client(settings.url, http_client=http) as streams:
+    async with http, http_transport(
+        settings.url,
+        max_event_bytes=settings.max_event_bytes,
+        on_stand_in=session.note_stand_in,
+        on_session_gone=session.note_session_gone,
+        http_client=http,
+    ) as streams:
         yield streams
 
 
@@ -1369,14 +1467,18 @@ class _WatchedTransport:
 
 
 def _describe(exc: BaseException) -> str:
-    """One line for an exception, looking inside exception groups (anyio task groups wrap)."""
+    """One line for an exception, looking inside exception groups (anyio task groups wrap).
+
+    Cut to :data:`_DETAIL_CAP`: the text is often the server's (an error answer
+    to ``initialize``), and it reaches the model, ``check`` and the log.
+    """
     exc = _unwrapped(exc)
     if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(inner) for inner in exc.exceptions)
+        return _bounded("; ".join(_describe(inner) for inner in exc.exceptions))
     if isinstance(exc, McpAuthenticationError):
         return exc.message  # says what it is already
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return _bounded(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
 def _unwrapped(exc: BaseException) -> BaseException:
@@ -1394,27 +1496,22 @@ def _unavailable(server_name: str, exc: BaseException) -> McpClientError:
     return McpClientError(message, code=MCP_SERVER_UNAVAILABLE)
 
 
-_HTTP_STAND_IN: Final = "SSE stream"
-"""How the streamable HTTP transport's own -32000 errors begin: it stands in with one for a
-response that can never arrive (``mcp.client.streamable_http``, ``_resolve_abandoned_request``)."""
-
-
-def _connection_lost(exc: BaseException, session: _Session, *, http: bool) -> bool:
+def _connection_lost(exc: BaseException, session: _Session) -> bool:
     """Whether a failed request means the connection is gone, rather than that the server answered.
 
     The SDK fails a request with -32000 (its ``CONNECTION_CLOSED``) when the
     connection ends, but -32000 is also JSON-RPC's "server error", which a
-    server may answer with; so only the watched streams (``session.ended``)
-    prove the end, plus the HTTP transport's own stand-ins.
+    server may answer with in any words; so only the watched streams
+    (``session.ended``) prove the end, plus the HTTP transport's own
+    stand-ins for a response stream that ended (as the transport reported
+    them, never by their text).
     """
     import anyio
-    from mcp import MCPError
-    from mcp_types import CONNECTION_CLOSED
 
     if session.ended:
         return True
-    if isinstance(exc, MCPError):
-        return http and exc.code == CONNECTION_CLOSED and exc.message.startswith(_HTTP_STAND_IN)
+    if isinstance(exc, _StandIn):
+        return not exc.oversized
     return isinstance(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError))
 
 
@@ -1852,7 +1949,7 @@ class McpClientPlugin:
         try:
             listing = await _list_tools(session, client)
         except Exception as exc:
-            if _connection_lost(exc, session, http=server.settings.url is not None):
+            if _connection_lost(exc, session):
                 raise  # the session is gone: its task ends, the next call reconnects
             # The server answered (an error, a listing the SDK refuses, a message no request
             # matches): the connection is fine, and ending it would fail the calls in flight.
@@ -1900,11 +1997,24 @@ class McpClientPlugin:
         return execute
 
     async def _call(self, server: _Server, mcp_name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
-        if self._nursery is not None:
-            session = await self._ensure_session(server)
-            assert session.client is not None
+        if self._nursery is None:
+            return await self._call_once(server, mcp_name, arguments)
+        session = await self._ensure_session(server)
+        assert session.client is not None
+        try:
             return await self._send(server, session, session.client, mcp_name, arguments)
-        return await self._call_once(server, mcp_name, arguments)
+        except _SessionGone:
+            # The server no longer knows the session (it restarted) and so never processed
+            # the request: sending it once more, over a new session, cannot repeat its effect.
+            logger.info(
+                'MCP server "%s" no longer knows its session; the call to "%s" is sent again', server.name, mcp_name
+            )
+        session = await self._ensure_session(server)
+        assert session.client is not None
+        try:
+            return await self._send(server, session, session.client, mcp_name, arguments)
+        except _SessionGone as exc:
+            raise _died(server, mcp_name) from exc
 
     async def _call_once(self, server: _Server, mcp_name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         """A call over a session opened and closed in the caller's task (no ``running()`` block)."""
@@ -1920,6 +2030,9 @@ class McpClientPlugin:
                     connecting.deadline = math.inf  # the budget covers start-up, not the call
                     try:
                         outcome = await self._send(server, session, client, mcp_name, arguments)
+                    except _SessionGone as exc:
+                        error = _died(server, mcp_name)  # a new session is the next call's
+                        error.__cause__ = exc
                     except Exception as exc:
                         # Raised through the client's task groups it would come out wrapped.
                         error = exc
@@ -1942,8 +2055,8 @@ class McpClientPlugin:
 
         try:
             result = await session.request(partial(client.call_tool, mcp_name, arguments), f'the call to "{mcp_name}"')
-        except McpClientError:
-            raise  # the session matched no request to what the server sent
+        except (McpClientError, _SessionGone):
+            raise  # the session matched no request to what the server sent; or the caller sends again
         except Exception as exc:
             if session.auth_refused:  # the server no longer takes the token (restarted with another)
                 self._note_failure(server)
@@ -1952,13 +2065,15 @@ class McpClientPlugin:
                     f'MCP server "{server.name}" refused the call to "{mcp_name}": '
                     + _refused_message(server.settings)
                 ) from exc
-            if _connection_lost(exc, session, http=server.settings.url is not None):
+            if _connection_lost(exc, session):
                 self._note_failure(server)
                 session.end()
+                raise _died(server, mcp_name) from exc
+            if isinstance(exc, _StandIn):  # oversized: this response alone is dropped, the session goes on
                 raise McpClientError(
-                    f'MCP server "{server.name}" died during the call to "{mcp_name}"; '
-                    "it is restarted on the next call",
-                    code=MCP_SERVER_DIED,
+                    f'MCP server "{server.name}" sent a result for "{mcp_name}" larger than the client\'s limit '
+                    f"of {server.settings.max_event_bytes} bytes (max_event_bytes in its [[plugins.mcp.servers]] entry)",
+                    code=MCP_ERROR,
                 ) from exc
             if isinstance(exc, MCPError):
                 raise McpClientError(
@@ -1973,6 +2088,13 @@ class McpClientPlugin:
             ) from exc
         self._note_success(server)
         return result
+
+
+def _died(server: _Server, mcp_name: str) -> McpClientError:
+    return McpClientError(
+        f'MCP server "{server.name}" died during the call to "{mcp_name}"; it is restarted on the next call',
+        code=MCP_SERVER_DIED,
+    )
 
 
 @attrs.frozen
