@@ -972,6 +972,43 @@ async def test_deferred_contexts_survive_a_failing_body() -> None:
     assert [c.content[0].text for c in result.additional_contexts] == ["kept"]  # type: ignore[union-attr]
 
 
+async def test_deferred_contexts_survive_a_post_execute_listener_that_raises() -> None:
+    # BEHAVIOUR f.6 / f.9: the body ran and deferred; a broken post-execute listener fails the call
+    # POLICY_ERROR, and the context the body deferred still rides the failure.
+    async def body(args: Any, run: ToolRunContext) -> str:
+        run.defer_context(ctx("image attached"))
+        return "done"
+
+    class Broken:
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: ToolExecutionResult, next: Next) -> Any:
+            raise RuntimeError("post hook broke")
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "string"}), plugins=[Broken()])
+    result = await runtime.execute(make_input("t"))
+    assert code(result) == "POLICY_ERROR"
+    assert [c.content[0].text for c in result.additional_contexts] == ["image attached"]  # type: ignore[union-attr]
+
+
+async def test_deferred_contexts_survive_a_wrapper_success_that_fails_the_output_contract() -> None:
+    # A wrapper-authored success goes through the tool's output contract again (f.9); when it fails
+    # there, the contexts the body deferred stay on the INVALID_TOOL_OUTPUT failure.
+    async def body(args: Any, run: ToolRunContext) -> str:
+        run.defer_context(ctx("image attached"))
+        return "done"
+
+    class ReplacesWithWrongType:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            await next()
+            return ToolExecutionSuccess(value=5, content=())
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "string"}), plugins=[ReplacesWithWrongType()])
+    result = await runtime.execute(make_input("t"))
+    assert code(result) == "INVALID_TOOL_OUTPUT"
+    assert [c.content[0].text for c in result.additional_contexts] == ["image attached"]  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("body_fails", [False, True])
 async def test_block_discards_deferred_contexts_and_keeps_its_own(body_fails: bool) -> None:
     async def body(args: Any, run: ToolRunContext) -> None:
