@@ -1185,6 +1185,38 @@ async def test_exactly_one_notification_per_call_on_every_path() -> None:
     assert recorder.hooks.count("dsh_result") == 3
 
 
+class Observer:
+    """A dsh_result observer that records its label (sync or async, with pluggy's ordering marks)."""
+
+    def __init__(self, label: str, log: list[str], *, asynchronous: bool = False, **marks: bool) -> None:
+        def observe(execution: ToolExecution, result: ToolExecutionResult) -> None:
+            log.append(label)
+
+        async def observe_async(execution: ToolExecution, result: ToolExecutionResult) -> None:
+            await trio.sleep(0)
+            log.append(label)
+
+        self.dsh_result = hookimpl(**marks)(observe_async if asynchronous else observe)
+
+
+async def test_observers_run_in_pluggy_order_among_plugins_for_one_call() -> None:
+    # Same order as the waterfalls (hookspecs "Order"): tryfirst, then later-registered first, then trylast.
+    # An async observer that suspends does not let a later one go ahead of it.
+    log: list[str] = []
+    runtime = make_runtime(add_tool())
+    for plugin in (
+        Observer("n1", log),
+        Observer("tf1", log, tryfirst=True),
+        Observer("n2", log, asynchronous=True),
+        Observer("tl1", log, trylast=True),
+        Observer("tf2", log, tryfirst=True, asynchronous=True),
+        Observer("n3", log),
+    ):
+        runtime.plugins.register(plugin)
+    await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert log == ["tf2", "tf1", "n3", "n2", "n1", "tl1"]
+
+
 # -- execution_mode ----------------------------------------------------------------------------
 
 
