@@ -24,6 +24,7 @@ from dsh_core import (
     hookimpl,
 )
 from dsh_core._decisions import Deny
+from dsh_core._trace import trace_of
 from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
 
 Next = Callable[[], Awaitable[Any]]
@@ -730,3 +731,113 @@ async def test_a_cross_thread_cancel_before_a_deadline_reads_as_first_though_not
     await trio.to_thread.run_sync(caller.cancel, "early stop from the UI thread")
     await trio.sleep(2)  # nobody in the run looked until after the deadline
     assert fused.reason == "early stop from the UI thread"
+
+
+class DispatchLog:
+    """A wrapper that logs each call it sees dispatched (an audit or metrics plugin, say)."""
+
+    def __init__(self) -> None:
+        self.dispatched: list[str] = []
+
+    @hookimpl
+    async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+        self.dispatched.append(execution.call_id)
+        return await next()
+
+
+class PostSees:
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: ToolExecutionResult, next: Next) -> Any:
+        self.seen.append((code(result) or "?") if result.is_error else "success")
+        return await next()
+
+
+@pytest.mark.parametrize("gate", ["guard", "pre-execute"])
+async def test_a_cancel_while_an_allowing_gate_runs_starts_no_wrapper(
+    gate: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    # BEHAVIOUR f.5 step 4: cancelled once the gates allowed -> ABORTED_BEFORE_DISPATCH as a post-result;
+    # dispatch does not start, so no dsh_execute wrapper logs the call as dispatched.
+    log: list[str] = []
+    signal = CancelSignal()
+    wrapper, post = DispatchLog(), PostSees()
+
+    class CancelsThenAllows:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            signal.cancel("user pressed stop")
+            return await next()
+
+    plugins: list[object] = [post, wrapper]
+    if gate == "pre-execute":
+        plugins.append(CancelsThenAllows())
+    runtime = make_runtime(sleeper(1, log), plugins=plugins, trace_decisions=True)
+    if gate == "guard":
+
+        def guard(execution: ToolExecution) -> None:
+            signal.cancel("user pressed stop")
+
+        runtime.guard(guard)
+    result = await runtime.execute(make_input("sleep", signal=signal))
+    assert code(result) == "ABORTED_BEFORE_DISPATCH"
+    assert wrapper.dispatched == [] and log == []
+    assert post.seen == ["ABORTED_BEFORE_DISPATCH"]
+    trace = trace_of(result)
+    assert trace is not None
+    assert [step.stage for step in trace] == [gate if gate == "guard" else "pre", "post"]
+
+
+async def test_a_wrapper_success_after_the_cancel_reaches_post_execute_as_aborted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # BEHAVIOUR f.6 / f.13: a wrapper that waited and then short-circuited with a success after the caller
+    # cancelled: post-execute gets ABORTED_BEFORE_DISPATCH (the body never ran), not the wrapper's success.
+    from dsh_core import ToolExecutionSuccess
+
+    signal = CancelSignal()
+    log: list[str] = []
+    post = PostSees()
+
+    class CacheThatWaits:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(5)
+            return ToolExecutionSuccess(value="cached", content=())
+
+    runtime = make_runtime(sleeper(1, log), plugins=[post, CacheThatWaits()])
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 1)
+        result = await runtime.execute(make_input("sleep", signal=signal))
+    assert post.seen == ["ABORTED_BEFORE_DISPATCH"]
+    assert code(result) == "ABORTED_BEFORE_DISPATCH" and log == []
+
+
+async def test_a_cancel_during_post_execute_keeps_each_deferred_context_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # BEHAVIOUR f.13: contexts deferred before a success the cancellation replaces stay on the abort, each once.
+    first = UserMessage([TextBlock("image attached")], source="t")
+    second = UserMessage([TextBlock("diff attached")], source="t")
+
+    async def body(args: Any, run: ToolRunContext) -> str:
+        run.defer_context(first)
+        run.defer_context(second)
+        return "done"
+
+    class SlowPost:
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+            await trio.sleep(10)
+            return await next()
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "string"}), plugins=[SlowPost()])
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_after, signal, 5)
+        result = await runtime.execute(make_input("t", signal=signal))
+    assert code(result) == "ABORTED"
+    assert [c.content[0].text for c in result.additional_contexts] == ["image attached", "diff attached"]  # type: ignore[union-attr]

@@ -377,6 +377,32 @@ async def test_dispatch_log_waterfall_changes_only_the_logged_copy() -> None:
     assert events[-1][1]["content"] == (TextBlock("[echo outer:code:1 logged]"),)
 
 
+async def test_dispatch_log_waterfall_runs_outer_to_inner_like_the_others() -> None:
+    """h.6 / hookspecs "Order": tryfirst outermost, then later-registered, then trylast; each wraps what is inside it."""
+    entered: list[str] = []
+
+    class Layer:
+        def __init__(self, label: str, **marks: bool) -> None:
+            async def dsh_code_dispatch_log(dispatch: Any, next: Next) -> Any:
+                entered.append(label)
+                (inner,) = await next()
+                return [TextBlock(f"{label}({inner.text})")]
+
+            # A fresh function per instance: pluggy reads the marks from the function itself.
+            self.dsh_code_dispatch_log = hookimpl(**marks)(dsh_code_dispatch_log)
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        return CodeRunResult(value=await tools["echo"]({"v": 1}), has_value=True)
+
+    runtime, events = code_runtime(program, json_tool("echo"))
+    for plugin in (Layer("n1"), Layer("tl", trylast=True), Layer("tf", tryfirst=True), Layer("n2")):
+        runtime.plugins.register(plugin)
+    result = await runtime.execute(run_code())
+    assert result.value["result"] == {"v": 1}  # type: ignore[union-attr, index]
+    assert entered == ["tf", "n2", "n1", "tl"]
+    assert events[-1][1]["content"] == (TextBlock('tf(n2(n1(tl({"v": 1}))))'),)
+
+
 async def test_raising_dispatch_log_listener_falls_back_to_original(caplog: pytest.LogCaptureFixture) -> None:
     class Broken:
         @hookimpl

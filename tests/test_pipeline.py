@@ -972,6 +972,43 @@ async def test_deferred_contexts_survive_a_failing_body() -> None:
     assert [c.content[0].text for c in result.additional_contexts] == ["kept"]  # type: ignore[union-attr]
 
 
+async def test_deferred_contexts_survive_a_post_execute_listener_that_raises() -> None:
+    # BEHAVIOUR f.6 / f.9: the body ran and deferred; a broken post-execute listener fails the call
+    # POLICY_ERROR, and the context the body deferred still rides the failure.
+    async def body(args: Any, run: ToolRunContext) -> str:
+        run.defer_context(ctx("image attached"))
+        return "done"
+
+    class Broken:
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: ToolExecutionResult, next: Next) -> Any:
+            raise RuntimeError("post hook broke")
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "string"}), plugins=[Broken()])
+    result = await runtime.execute(make_input("t"))
+    assert code(result) == "POLICY_ERROR"
+    assert [c.content[0].text for c in result.additional_contexts] == ["image attached"]  # type: ignore[union-attr]
+
+
+async def test_deferred_contexts_survive_a_wrapper_success_that_fails_the_output_contract() -> None:
+    # A wrapper-authored success goes through the tool's output contract again (f.9); when it fails
+    # there, the contexts the body deferred stay on the INVALID_TOOL_OUTPUT failure.
+    async def body(args: Any, run: ToolRunContext) -> str:
+        run.defer_context(ctx("image attached"))
+        return "done"
+
+    class ReplacesWithWrongType:
+        @hookimpl
+        async def dsh_execute(self, execution: ToolDispatchExecution, next: Next) -> Any:
+            await next()
+            return ToolExecutionSuccess(value=5, content=())
+
+    runtime = make_runtime(json_tool("t", body, output={"type": "string"}), plugins=[ReplacesWithWrongType()])
+    result = await runtime.execute(make_input("t"))
+    assert code(result) == "INVALID_TOOL_OUTPUT"
+    assert [c.content[0].text for c in result.additional_contexts] == ["image attached"]  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("body_fails", [False, True])
 async def test_block_discards_deferred_contexts_and_keeps_its_own(body_fails: bool) -> None:
     async def body(args: Any, run: ToolRunContext) -> None:
@@ -1146,6 +1183,38 @@ async def test_exactly_one_notification_per_call_on_every_path() -> None:
     await runtime.execute(make_input("add", {"a": "bad"}))
     await runtime.execute(make_input("nope"))
     assert recorder.hooks.count("dsh_result") == 3
+
+
+class Observer:
+    """A dsh_result observer that records its label (sync or async, with pluggy's ordering marks)."""
+
+    def __init__(self, label: str, log: list[str], *, asynchronous: bool = False, **marks: bool) -> None:
+        def observe(execution: ToolExecution, result: ToolExecutionResult) -> None:
+            log.append(label)
+
+        async def observe_async(execution: ToolExecution, result: ToolExecutionResult) -> None:
+            await trio.sleep(0)
+            log.append(label)
+
+        self.dsh_result = hookimpl(**marks)(observe_async if asynchronous else observe)
+
+
+async def test_observers_run_in_pluggy_order_among_plugins_for_one_call() -> None:
+    # Same order as the waterfalls (hookspecs "Order"): tryfirst, then later-registered first, then trylast.
+    # An async observer that suspends does not let a later one go ahead of it.
+    log: list[str] = []
+    runtime = make_runtime(add_tool())
+    for plugin in (
+        Observer("n1", log),
+        Observer("tf1", log, tryfirst=True),
+        Observer("n2", log, asynchronous=True),
+        Observer("tl1", log, trylast=True),
+        Observer("tf2", log, tryfirst=True, asynchronous=True),
+        Observer("n3", log),
+    ):
+        runtime.plugins.register(plugin)
+    await runtime.execute(make_input("add", {"a": 1, "b": 2}))
+    assert log == ["tf2", "tf1", "n3", "n2", "n1", "tl1"]
 
 
 # -- execution_mode ----------------------------------------------------------------------------

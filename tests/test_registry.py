@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -25,7 +26,7 @@ from dsh_core import (
     hookimpl,
 )
 from dsh_core._events import PIPELINE_EVENT_TYPES
-from dsh_core.testing import Recorder, StaticApproval, json_tool, make_input, make_runtime
+from dsh_core.testing import FakeCodeRuntime, Recorder, StaticApproval, json_tool, make_input, make_runtime
 
 
 def raw_tool(name: str, **overrides: object) -> ToolDefinition:
@@ -302,6 +303,113 @@ def test_schemas_expose_only_name_description_parameters() -> None:
         },
     }
     assert {field.name for field in attrs.fields(type(schema))} == {"name", "description", "parameters"}
+
+
+def described(name: str, description: str) -> ToolDefinition:
+    async def body(args: object) -> str:
+        return description
+
+    return define_tool(name=name, description=description, parameters={}, output={"type": "string"}, execute=body)
+
+
+async def test_the_nearest_scope_wins_for_get_schemas_and_execute() -> None:
+    # BEHAVIOUR e.2: global, then each chain layer farthest first, nearer layers overwriting same-name entries
+    # (the name keeps its first position); the scope's own registration shadows them all.
+    runtime = ToolRuntime()
+    grandparent = Agent("grandparent")
+    parent = Agent("parent", parent=grandparent)
+    child = Agent("child", parent=parent)
+    tools = {
+        None: described("echo", "global"),
+        grandparent: described("echo", "grandparent"),
+        parent: described("echo", "parent"),
+    }
+    runtime.register(tools[None])
+    runtime.register(described("later", "global later"))
+    # The nearer layers register first: registration order must not decide which one wins.
+    runtime.register(tools[parent], parent)
+    runtime.register(tools[grandparent], grandparent)
+
+    async def seen_by(scope: Agent | None) -> tuple[object, list[tuple[str, str]], object]:
+        result = await runtime.execute(make_input("echo", agent=scope))
+        assert not result.is_error, result
+        return runtime.get("echo", scope), [(s.name, s.description) for s in runtime.schemas(scope)], result.value
+
+    for scope, winner in [(None, None), (grandparent, grandparent), (parent, parent), (child, parent)]:
+        description = tools[winner].description
+        assert await seen_by(scope) == (
+            tools[winner],
+            [("echo", description), ("later", "global later")],
+            description,
+        ), scope
+
+    own = described("echo", "child's own")
+    runtime.register(own, child)
+    assert await seen_by(child) == (own, [("echo", "child's own"), ("later", "global later")], "child's own")
+
+
+def test_schemas_carry_only_json_plain_values_never_callbacks() -> None:
+    # SPEC: schemas() is an explicit allowlist of name/description/parameters, deep copies, never leaks callbacks.
+    async def program(tools: object) -> None:
+        return None
+
+    runtime = ToolRuntime(mode="both", code_runtime=FakeCodeRuntime(program))
+    agent = Agent("a")
+
+    async def add(args: object) -> int:
+        return 1
+
+    runtime.register(
+        define_tool(
+            name="add",
+            description="adds",
+            parameters={"a": {"type": "integer", "required": True}},
+            output=ToolOutput(
+                schema={"type": "integer"},
+                render=lambda args, value: [],
+                presentation_meta=lambda args, value: value,
+            ),
+            execute=add,
+            timeout_ms=5,
+            is_concurrency_safe=lambda args: True,
+            finalize_content=lambda e, r: None,
+        )
+    )
+    runtime.register(raw_tool("raw", parameters={"type": "object", "properties": {"n": {"default": [1, 2.5, None]}}}))
+    runtime.register(raw_tool("mine"), agent)
+
+    def plain(value: object, where: str) -> None:
+        if isinstance(value, dict):
+            assert type(value) is dict, where
+            for key, item in value.items():
+                assert type(key) is str, where
+                plain(item, f"{where}.{key}")
+        elif isinstance(value, list):
+            assert type(value) is list, where
+            for index, item in enumerate(value):
+                plain(item, f"{where}[{index}]")
+        else:
+            assert value is None or type(value) in (str, int, float, bool), (where, value)
+
+    for scope in (None, agent):
+        schemas = runtime.schemas(scope)
+        assert [s.name for s in schemas] == ["add", "raw"] + (["mine"] if scope else []) + ["run_code"]
+        for schema in schemas:
+            assert {field.name for field in attrs.fields(type(schema))} == {"name", "description", "parameters"}
+            data = schema.to_dict()
+            assert list(data) == ["name", "description", "parameters"]
+            plain(data, schema.name)
+            assert json.loads(json.dumps(data)) == data
+            assert not any(callable(value) for value in (schema.name, schema.description, schema.parameters))
+
+    def callback(args: object) -> None:
+        return None
+
+    with pytest.raises(
+        dsh_core.NonJsonValueError, match=r'^tool "leaky" parameters must be lossless JSON: \$\.default: '
+    ):
+        runtime.register(raw_tool("leaky", parameters={"type": "object", "default": callback}))
+    assert runtime.get("leaky") is None
 
 
 def test_returned_schemas_cannot_be_mutated_and_lists_are_fresh() -> None:

@@ -384,9 +384,12 @@ async def test_a_same_arguments_rewrite_over_a_swallowed_inner_failure_is_its_li
 
 
 async def test_a_policy_that_never_settles_fails_the_call_after_max_rewrites() -> None:
+    passes: list[str] = []
+
     class Counter:
         @hookimpl
         async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            passes.append(execution.arguments["path"])
             await next()
             return Rewrite({"path": execution.arguments["path"] + "+"}, "one more")
 
@@ -395,12 +398,14 @@ async def test_a_policy_that_never_settles_fails_the_call_after_max_rewrites() -
     runtime.plugins.register(Counter(), name="counter")
     result = expect_failure(await runtime.execute(make_input("read", {"path": "a"})))
     assert result.code == "POLICY_ERROR"
+    # The literal 3 is README's documented MAX_REWRITES, not the constant: changing it is a visible change.
+    assert MAX_REWRITES == 3
     assert result.error.message == (
-        f"pre-execute policies rewrote the arguments of read {MAX_REWRITES} times without settling "
-        "(last by counter: one more)"
+        "pre-execute policies rewrote the arguments of read 3 times without settling (last by counter: one more)"
     )
+    assert passes == ["a", "a+", "a++", "a+++"]  # the first pass and one after each of the 3 rewrites applied
     assert seen == []
-    assert len(result.additional_contexts) == MAX_REWRITES
+    assert len(result.additional_contexts) == 3
 
 
 async def test_an_outer_listener_can_overrule_an_inner_rewrite() -> None:
