@@ -39,6 +39,7 @@ from ._errors import (
     ToolNotFoundError,
     ToolOutputError,
     ToolTimeoutError,
+    bounded_listing,
 )
 from ._execution import (
     Agent,
@@ -201,6 +202,7 @@ __all__ = [
     "UserMessage",
     "Verdict",
     "__version__",
+    "bounded_listing",
     "canonical_json",
     "check_validator",
     "contract_fingerprint",

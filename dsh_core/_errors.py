@@ -99,11 +99,13 @@ def bound_violations(violations: Iterable[str]) -> tuple[tuple[str, ...], int]:
 def bounded_listing(
     items: Sequence[str], *, omitted: int = 0, separator: str = "; ", item_chars: int = VIOLATION_CHARS
 ) -> str:
-    """The first :data:`MESSAGE_VIOLATIONS` of ``items`` joined by ``separator``, then ``… and N more``.
+    """The first 20 of ``items`` joined by ``separator``, then ``… and N more``: a bounded message part.
 
-    Each shown item longer than ``item_chars`` keeps its start and end around
-    an ellipsis; ``N`` counts the items not shown plus ``omitted`` (those a
-    checker found but never listed).
+    The rule dsh-tools' own error messages follow, public for plugins that list
+    what a model or a server named (paths, keys, problems). Each shown item
+    longer than ``item_chars`` (default 2,000) keeps its start and end around an
+    ellipsis; ``N`` counts the items not shown plus ``omitted`` (those a
+    checker found but never listed). ``bounded_listing(["a", "b"])`` is ``"a; b"``.
     """
     shown = separator.join(elide_middle(item, item_chars) for item in items[:MESSAGE_VIOLATIONS])
     rest = max(len(items) - MESSAGE_VIOLATIONS, 0) + omitted

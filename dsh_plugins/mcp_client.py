@@ -189,6 +189,7 @@ from dsh_core import (
     ToolOutput,
     ToolRunContext,
     ToolRuntime,
+    bounded_listing,
     check_validator,
     hookimpl,
     json_text,
@@ -820,25 +821,27 @@ def downgrade_schema(schema: Mapping[str, Any], *, root: str = "schema", object_
 def _downgrade_note(result: SchemaDowngrade, checked_by: str) -> str:
     parts = []
     if result.stripped:
-        parts.append(f"stripped {_listed(result.stripped, ', ')} ({checked_by})")
+        parts.append(f"stripped {_keywords(result.stripped)} ({checked_by})")
     if result.dropped:
-        parts.append(f"dropped the keywords {_listed(result.dropped, ', ')} (annotations, not constraints)")
+        parts.append(f"dropped the keywords {_keywords(result.dropped)} (annotations, not constraints)")
     return "; ".join(parts)
 
 
-_LISTED_ITEMS: Final = 20
+#: How long one listed keyword or problem of a remote schema may be (its middle is elided past this).
 _LISTED_CHARS: Final = 300
 
 
-def _listed(items: Sequence[str], separator: str = "; ") -> str:
-    """The first few ``items`` of a remote schema's diagnosis, each cut short, then how many more.
+def _keywords(paths: Sequence[str]) -> str:
+    return bounded_listing(paths, separator=", ", item_chars=_LISTED_CHARS)
+
+
+def _schema_problems(exc: JsonSchemaError) -> str:
+    """The first problems of a remote schema, each cut short, then how many more.
 
     The schema is the server's: thousands of keywords, or paths thousands of
     levels deep, must not make a diagnostic (shown by ``check``, logged) megabytes long.
     """
-    shown = [item if len(item) <= _LISTED_CHARS else item[: _LISTED_CHARS - 1] + "…" for item in items[:_LISTED_ITEMS]]
-    rest = len(items) - len(shown)
-    return separator.join(shown) + (f"{separator}… and {rest} more" if rest else "")
+    return bounded_listing(exc.violations, omitted=exc.omitted, item_chars=_LISTED_CHARS)
 
 
 def _relabel(violation: str, root: str) -> str:
@@ -1738,7 +1741,7 @@ class McpClientPlugin:
         try:
             parameters = downgrade_schema(tool.input_schema, root="parameters", object_root=True)
         except JsonSchemaError as exc:
-            note("problem", "not registered: its input schema " + _listed(exc.violations))
+            note("problem", "not registered: its input schema " + _schema_problems(exc))
             return None, notes
         if parameters.stripped or parameters.dropped:
             note("warning", "input schema downgraded: " + _downgrade_note(parameters, "the MCP server checks them"))
@@ -1754,7 +1757,7 @@ class McpClientPlugin:
                 output = ToolOutput(schema={"description": "structured content (validated by the MCP SDK)"})
                 note(
                     "warning",
-                    "output schema not enforced by dsh-tools (" + _listed(exc.violations) + "); "
+                    "output schema not enforced by dsh-tools (" + _schema_problems(exc) + "); "
                     "the MCP SDK still validates structured content against it",
                 )
         else:
