@@ -86,6 +86,7 @@ from ._results import (
     ToolExecutionSuccess,
     ToolFailure,
     failure_result,
+    sole_exception,
 )
 from ._retry import AttemptTimedOut, RetryAttempt, RetryPolicy, TransientToolError
 from ._runtime import ApprovalService, ModelTools, ScopedToolRuntime, ToolRuntime
@@ -224,6 +225,7 @@ __all__ = [
     "scope_id",
     "simulate",
     "snapshot_json",
+    "sole_exception",
     "structure_table",
     "thaw",
     "tool",

@@ -195,6 +195,7 @@ from dsh_core import (
     json_text,
     keyed_check,
     nests_deeper_than,
+    sole_exception,
     structure_table,
     thaw,
 )
@@ -1472,10 +1473,12 @@ class _WatchedTransport:
 def _describe(exc: BaseException) -> str:
     """One line for an exception, looking inside exception groups (anyio task groups wrap).
 
+    Unlike ``sole_exception`` alone, a group of several is described leaf by leaf.
+
     Cut to :data:`_DETAIL_CAP`: the text is often the server's (an error answer
     to ``initialize``), and it reaches the model, ``check`` and the log.
     """
-    exc = _unwrapped(exc)
+    exc = sole_exception(exc)
     if isinstance(exc, BaseExceptionGroup):
         return _bounded("; ".join(_describe(inner) for inner in exc.exceptions))
     if isinstance(exc, McpAuthenticationError):
@@ -1484,17 +1487,10 @@ def _describe(exc: BaseException) -> str:
     return _bounded(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
-def _unwrapped(exc: BaseException) -> BaseException:
-    """``exc`` out of the groups of one that hold it alone."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def _unavailable(server_name: str, exc: BaseException) -> McpClientError:
     """The ``MCP_SERVER_UNAVAILABLE`` error of a connection that failed with ``exc``."""
     message = f'MCP server "{server_name}" is unavailable: {_describe(exc)}'
-    if isinstance(_unwrapped(exc), McpAuthenticationError):
+    if isinstance(sole_exception(exc), McpAuthenticationError):
         return McpAuthenticationError(message)
     return McpClientError(message, code=MCP_SERVER_UNAVAILABLE)
 
