@@ -39,6 +39,7 @@ from ._errors import (
     ToolNotFoundError,
     ToolOutputError,
     ToolTimeoutError,
+    bounded_listing,
 )
 from ._execution import (
     Agent,
@@ -85,6 +86,7 @@ from ._results import (
     ToolExecutionSuccess,
     ToolFailure,
     failure_result,
+    sole_exception,
 )
 from ._retry import AttemptTimedOut, RetryAttempt, RetryPolicy, TransientToolError
 from ._runtime import ApprovalService, ModelTools, ScopedToolRuntime, ToolRuntime
@@ -201,6 +203,7 @@ __all__ = [
     "UserMessage",
     "Verdict",
     "__version__",
+    "bounded_listing",
     "canonical_json",
     "check_validator",
     "contract_fingerprint",
@@ -222,6 +225,7 @@ __all__ = [
     "scope_id",
     "simulate",
     "snapshot_json",
+    "sole_exception",
     "structure_table",
     "thaw",
     "tool",

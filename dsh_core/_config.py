@@ -52,7 +52,7 @@ from ._checks import (
     resource_limit_problem,
     usable_path,
 )
-from ._errors import ConfigError
+from ._errors import QUOTED_CHARS, ConfigError, bounded_listing, elide_middle
 from ._json import safe_repr
 
 __all__ = ["DshConfig", "load_config", "structure_table"]
@@ -390,7 +390,9 @@ def _format(exc: BaseException, annotation: Any) -> str:
     if isinstance(exc, _Mismatch):
         message = str(exc)
     elif isinstance(exc, ForbiddenExtraKeysError):
-        keys = ", ".join(json.dumps(key, ensure_ascii=False) for key in sorted(exc.extra_fields))
+        # Bounded: a table of hundreds of stray keys, or of huge ones, must not make a huge message.
+        quoted = [elide_middle(json.dumps(key, ensure_ascii=False), QUOTED_CHARS) for key in sorted(exc.extra_fields)]
+        keys = bounded_listing(quoted, separator=", ")
         allowed = ", ".join(a.alias for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else ""
         message = f"unknown key{'s' if len(exc.extra_fields) > 1 else ''} {keys}"
         message += f" (allowed: {allowed})" if allowed else " (no keys allowed)"

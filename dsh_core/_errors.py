@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 #: How many violations an error's message spells out; the rest are counted ("… and 7 more").
@@ -96,18 +96,30 @@ def bound_violations(violations: Iterable[str]) -> tuple[tuple[str, ...], int]:
     return tuple(kept), omitted
 
 
-def join_violations(violations: tuple[str, ...], omitted: int) -> str:
-    """The first :data:`MESSAGE_VIOLATIONS` joined by ``; ``, then ``… and N more`` when there are others."""
-    rest = max(len(violations) - MESSAGE_VIOLATIONS, 0) + omitted
-    joined = "; ".join(violations[:MESSAGE_VIOLATIONS])
-    return f"{joined}; … and {rest} more" if rest else joined
+def bounded_listing(
+    items: Sequence[str], *, omitted: int = 0, separator: str = "; ", item_chars: int = VIOLATION_CHARS
+) -> str:
+    """The first 20 of ``items`` joined by ``separator``, then ``… and N more``: a bounded message part.
+
+    The rule dsh-tools' own error messages follow, public for plugins that list
+    what a model or a server named (paths, keys, problems). Each shown item
+    longer than ``item_chars`` (default 2,000) keeps its start and end around an
+    ellipsis; ``N`` counts the items not shown plus ``omitted`` (those a
+    checker found but never listed). ``bounded_listing(["a", "b"])`` is ``"a; b"``.
+    """
+    shown = separator.join(elide_middle(item, item_chars) for item in items[:MESSAGE_VIOLATIONS])
+    rest = max(len(items) - MESSAGE_VIOLATIONS, 0) + omitted
+    return f"{shown}{separator}… and {rest} more" if rest else shown
 
 
 class _ViolationsError(DshError):
     """An error that carries every problem found, not just the first.
 
     ``omitted`` counts those a checker found but did not spell out (see
-    :class:`Violations`); the message ends ``… and N more`` when there are any.
+    :class:`Violations`). ``violations`` keeps every problem, but the message,
+    shown on a terminal and logged, is bounded by :func:`bounded_listing`: a
+    schema or configuration with thousands of problems, or huge keys, must not
+    make it megabytes long.
     """
 
     prefix: str = ""
@@ -115,8 +127,7 @@ class _ViolationsError(DshError):
     def __init__(self, violations: Iterable[str]) -> None:
         self.violations: tuple[str, ...] = tuple(violations)
         self.omitted: int = getattr(violations, "omitted", 0)
-        joined = "; ".join(self.violations)
-        super().__init__(self.prefix + (f"{joined}; … and {self.omitted} more" if self.omitted else joined))
+        super().__init__(self.prefix + bounded_listing(self.violations, omitted=self.omitted))
 
 
 class NonJsonValueError(DshError, ValueError):
@@ -166,7 +177,7 @@ class ToolArgsError(_ViolationsError):
 
     def __init__(self, violations: Iterable[str]) -> None:
         kept, omitted = bound_violations(violations)
-        DshError.__init__(self, self.prefix + join_violations(kept, omitted))
+        DshError.__init__(self, self.prefix + bounded_listing(kept, omitted=omitted))
         self.violations, self.omitted = kept, omitted
 
 
@@ -180,10 +191,10 @@ class ToolOutputError(DshError):
 
     def __init__(self, tool_name: str, violations: Iterable[str]) -> None:
         self.tool_name = tool_name
-        # Bounded as _ViolationsError's are: the message goes back to the model.
+        # Bounded as ToolArgsError's are: the message goes back to the model.
         self.violations, self.omitted = bound_violations(violations)
         super().__init__(
-            f'tool "{tool_name}" returned invalid output: ' + join_violations(self.violations, self.omitted)
+            f'tool "{tool_name}" returned invalid output: ' + bounded_listing(self.violations, omitted=self.omitted)
         )
 
 

@@ -202,7 +202,9 @@ def sole_exception(exc: BaseException) -> BaseException:
     """``exc``, or the one exception inside it when it is a group of one (at any depth).
 
     A trio nursery groups even a single child's error: the failure reports that
-    error, and a retry policy must judge the same one.
+    error, and a retry policy must judge the same one. Public for plugins whose
+    own nurseries (or a library's task groups) wrap the one error they mean to
+    handle. A group of several is returned as it is (opened down to it).
     """
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]

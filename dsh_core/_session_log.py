@@ -491,6 +491,7 @@ def _open_regular_file(path: str | os.PathLike[str], flags: int) -> int:
     never opened), then opened without blocking and checked again by the
     descriptor, so a FIFO swapped in between neither hangs the open nor is used.
     """
+    # Unlike dsh_plugins._regular_file's opener: stat by path first, symlinks always followed, mode 0o600, SessionLogError.
     refuse_non_regular_target(path)
     try:
         descriptor = os.open(path, flags | _NONBLOCK | _CLOEXEC, 0o600)

@@ -21,6 +21,7 @@ import trio
 from . import hookspecs
 from ._errors import PolicyError
 from ._execution import ScopeKey, scope_chain
+from ._results import sole_exception
 from ._suspension import can_suspend, suspends_beyond_next
 
 __all__ = [
@@ -56,7 +57,10 @@ _SYNC_HOOKS = ("dsh_tools_change", "dsh_call_unwound")
 
 
 def is_fatal(exc: BaseException) -> bool:
-    """Whether an exception must escape containment (cancellation, interpreter exit)."""
+    """Whether an exception must escape containment (cancellation, interpreter exit).
+
+    dsh_plugins._cut_short.what_cut walks a group the same way but names the cause for a record.
+    """
     pending: list[BaseException] = [exc]
     while pending:
         current = pending.pop()
@@ -69,6 +73,8 @@ def is_fatal(exc: BaseException) -> bool:
 
 def split_fatal(exc: BaseException) -> tuple[BaseException | None, BaseException | None]:
     """``exc`` as (the part that must propagate, the part a failure result holds).
+
+    Unlike :func:`sole_exception`, it keeps every exception of a group, sorted into two.
 
     A task group inside a body or a listener whose cleanup fails while a
     cancellation unwinds it raises both at once, grouped: the ``Cancelled`` must
@@ -88,9 +94,7 @@ def lone_exit(exc: BaseException) -> BaseException:
     ``trio.run`` bare. A host catching ``KeyboardInterrupt`` must see the same
     exception whether or not the call it was cut in ran tasks.
     """
-    inner = exc
-    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
-        inner = inner.exceptions[0]
+    inner = sole_exception(exc)
     return inner if isinstance(inner, _EXITS) else exc
 
 

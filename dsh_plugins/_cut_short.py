@@ -21,6 +21,9 @@ _EXITS: Final = (KeyboardInterrupt, SystemExit, GeneratorExit)
 def what_cut(cause: BaseException) -> str:
     """``"trio.Cancelled"``, ``"KeyboardInterrupt"``, ``"SystemExit"``, ``"GeneratorExit"``, else the type's name.
 
+    (dsh_core's own split of a group into what must propagate and what a result
+    holds answers another question: this names the one cause a record shows.)
+
     ``cause`` may be a task group's exception group (a scheduler's, unwinding):
     an interpreter exit inside it wins over a cancellation, which wins over
     anything else.

@@ -65,6 +65,7 @@ class NotRegularFileError(OSError):
 
 def _open_regular_fd(path: str, flags: int) -> int:
     """A descriptor of ``path`` opened with ``flags`` without blocking, if it is a regular file; blocking after."""
+    # Unlike dsh_core._session_log._open_regular_file: no stat by path first, O_NOFOLLOW when asked, mode 0o666, NotRegularFileError (an OSError).
     try:
         fd = os.open(path, flags | _COMMON_FLAGS, 0o666)
     except OSError as exc:

@@ -189,11 +189,13 @@ from dsh_core import (
     ToolOutput,
     ToolRunContext,
     ToolRuntime,
+    bounded_listing,
     check_validator,
     hookimpl,
     json_text,
     keyed_check,
     nests_deeper_than,
+    sole_exception,
     structure_table,
     thaw,
 )
@@ -820,25 +822,27 @@ def downgrade_schema(schema: Mapping[str, Any], *, root: str = "schema", object_
 def _downgrade_note(result: SchemaDowngrade, checked_by: str) -> str:
     parts = []
     if result.stripped:
-        parts.append(f"stripped {_listed(result.stripped, ', ')} ({checked_by})")
+        parts.append(f"stripped {_keywords(result.stripped)} ({checked_by})")
     if result.dropped:
-        parts.append(f"dropped the keywords {_listed(result.dropped, ', ')} (annotations, not constraints)")
+        parts.append(f"dropped the keywords {_keywords(result.dropped)} (annotations, not constraints)")
     return "; ".join(parts)
 
 
-_LISTED_ITEMS: Final = 20
+#: How long one listed keyword or problem of a remote schema may be (its middle is elided past this).
 _LISTED_CHARS: Final = 300
 
 
-def _listed(items: Sequence[str], separator: str = "; ") -> str:
-    """The first few ``items`` of a remote schema's diagnosis, each cut short, then how many more.
+def _keywords(paths: Sequence[str]) -> str:
+    return bounded_listing(paths, separator=", ", item_chars=_LISTED_CHARS)
+
+
+def _schema_problems(exc: JsonSchemaError) -> str:
+    """The first problems of a remote schema, each cut short, then how many more.
 
     The schema is the server's: thousands of keywords, or paths thousands of
     levels deep, must not make a diagnostic (shown by ``check``, logged) megabytes long.
     """
-    shown = [item if len(item) <= _LISTED_CHARS else item[: _LISTED_CHARS - 1] + "…" for item in items[:_LISTED_ITEMS]]
-    rest = len(items) - len(shown)
-    return separator.join(shown) + (f"{separator}… and {rest} more" if rest else "")
+    return bounded_listing(exc.violations, omitted=exc.omitted, item_chars=_LISTED_CHARS)
 
 
 def _relabel(violation: str, root: str) -> str:
@@ -1469,10 +1473,12 @@ class _WatchedTransport:
 def _describe(exc: BaseException) -> str:
     """One line for an exception, looking inside exception groups (anyio task groups wrap).
 
+    Unlike ``sole_exception`` alone, a group of several is described leaf by leaf.
+
     Cut to :data:`_DETAIL_CAP`: the text is often the server's (an error answer
     to ``initialize``), and it reaches the model, ``check`` and the log.
     """
-    exc = _unwrapped(exc)
+    exc = sole_exception(exc)
     if isinstance(exc, BaseExceptionGroup):
         return _bounded("; ".join(_describe(inner) for inner in exc.exceptions))
     if isinstance(exc, McpAuthenticationError):
@@ -1481,17 +1487,10 @@ def _describe(exc: BaseException) -> str:
     return _bounded(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
-def _unwrapped(exc: BaseException) -> BaseException:
-    """``exc`` out of the groups of one that hold it alone."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def _unavailable(server_name: str, exc: BaseException) -> McpClientError:
     """The ``MCP_SERVER_UNAVAILABLE`` error of a connection that failed with ``exc``."""
     message = f'MCP server "{server_name}" is unavailable: {_describe(exc)}'
-    if isinstance(_unwrapped(exc), McpAuthenticationError):
+    if isinstance(sole_exception(exc), McpAuthenticationError):
         return McpAuthenticationError(message)
     return McpClientError(message, code=MCP_SERVER_UNAVAILABLE)
 
@@ -1738,7 +1737,7 @@ class McpClientPlugin:
         try:
             parameters = downgrade_schema(tool.input_schema, root="parameters", object_root=True)
         except JsonSchemaError as exc:
-            note("problem", "not registered: its input schema " + _listed(exc.violations))
+            note("problem", "not registered: its input schema " + _schema_problems(exc))
             return None, notes
         if parameters.stripped or parameters.dropped:
             note("warning", "input schema downgraded: " + _downgrade_note(parameters, "the MCP server checks them"))
@@ -1754,7 +1753,7 @@ class McpClientPlugin:
                 output = ToolOutput(schema={"description": "structured content (validated by the MCP SDK)"})
                 note(
                     "warning",
-                    "output schema not enforced by dsh-tools (" + _listed(exc.violations) + "); "
+                    "output schema not enforced by dsh-tools (" + _schema_problems(exc) + "); "
                     "the MCP SDK still validates structured content against it",
                 )
         else:

@@ -375,6 +375,7 @@ class _Bash:
 
 def _first_leaf(group: BaseExceptionGroup[OSError]) -> BaseException:
     """The first exception in ``group`` that is not itself a group (nurseries nest them)."""
+    # Unlike dsh_core.sole_exception, a group of several still yields a leaf: the message names one cause.
     found: BaseException = group
     while isinstance(found, BaseExceptionGroup):
         found = found.exceptions[0]

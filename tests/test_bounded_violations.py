@@ -154,3 +154,16 @@ async def test_an_invalid_output_is_reported_within_the_same_bounds() -> None:
     assert failure.error.message == f'tool "numbers" returned invalid output: {shown}; … and 480 more'
     error = ToolOutputError("numbers", [f"v{index}" for index in range(150)])
     assert (len(error.violations), error.omitted) == (KEPT_VIOLATIONS, 50)
+
+
+def test_bounded_listing_is_public_and_lists_the_first_items_then_counts_the_rest() -> None:
+    # Plugin authors listing what a model or a server named use the rule error messages use.
+    from dsh_core import bounded_listing
+
+    assert bounded_listing(["a", "b"]) == "a; b"
+    assert bounded_listing([]) == ""
+    items = [f"item{n}" for n in range(MESSAGE_VIOLATIONS + 5)]
+    assert bounded_listing(items, separator=", ") == ", ".join(items[:MESSAGE_VIOLATIONS]) + ", … and 5 more"
+    assert bounded_listing(["a"], omitted=3) == "a; … and 3 more"
+    assert bounded_listing(["x" * 50 + "END"], item_chars=21) == "x" * 10 + "…" + "x" * 7 + "END"
+    assert bounded_listing(["y" * (VIOLATION_CHARS + 1)]) == elide_middle("y" * (VIOLATION_CHARS + 1), VIOLATION_CHARS)

@@ -658,3 +658,36 @@ def test_relative_paths_of_kept_files_resolve_against_the_config_files_directory
     assert config.plugin_config("spill") == {"directory": str(conf / "spill")}
     # A workspace root is where the work happens: the working directory, as before.
     assert config.plugin_config("files") == {"root": "."}
+
+
+def test_a_table_of_many_unknown_keys_gives_a_bounded_message() -> None:
+    # A config with hundreds of stray keys must not make a message (shown on the
+    # terminal, logged) hundreds of keys long; the first keys say enough.
+    data = {f"stray_{n:03d}": 1 for n in range(500)}
+    with pytest.raises(ConfigError) as info:
+        structure_table(Limits, data, "[x]")
+    (violation,) = info.value.violations
+    assert violation.startswith('[x]: unknown keys "stray_000", "stray_001", ')
+    assert '"stray_019", … and 480 more (allowed: calls)' in violation
+    assert len(str(info.value)) < 2000
+
+
+def test_huge_unknown_keys_are_elided_in_the_middle() -> None:
+    data = {"a" * 100_000 + str(n): 1 for n in range(3)}
+    with pytest.raises(ConfigError) as info:
+        structure_table(Limits, data, "[x]")
+    message = str(info.value)
+    assert message.startswith('invalid configuration: [x]: unknown keys "aaa')
+    assert "a…a" in message and message.endswith("a2\" (allowed: calls)")
+    assert len(message) < 2000
+
+
+def test_a_config_error_message_shows_the_first_problems_and_counts_the_rest() -> None:
+    data = {"rules": [{"tool": n, "action": "allow"} for n in range(500)]}
+    with pytest.raises(ConfigError) as info:
+        structure_table(PermissionsSettings, data, "[p]")
+    assert len(info.value.violations) == 500  # every problem is still on the exception
+    message = str(info.value)
+    assert message.startswith("invalid configuration: [p].rules[0].tool: expected a string, got 0; ")
+    assert message.endswith("[p].rules[19].tool: expected a string, got 19; … and 480 more")
+    assert len(message) < 3000

@@ -680,7 +680,7 @@ def test_a_remote_schemas_diagnosis_is_listed_within_bounds() -> None:
     hostile = {"type": "object", "properties": {f"p{index}" + "x" * 2000: False for index in range(500)}}
     with pytest.raises(JsonSchemaError) as caught:
         downgrade_schema(hostile, root="parameters", object_root=True)
-    listed = mcp_client._listed(caught.value.violations)
+    listed = mcp_client._schema_problems(caught.value)
     assert listed.endswith("; … and 480 more") and len(listed) < 20 * 300 + 100
     assert listed.split("; ")[0].startswith("parameters.properties.p0xxx") and "…" in listed.split("; ")[0]
     stripped = downgrade_schema({"type": "string", **{f"x-{index}": 1 for index in range(50)}})

@@ -775,3 +775,26 @@ def _poison(node: dict[str, Any], path: str, bad: set[str]) -> dict[str, Any]:
     if path in bad:
         out["bogus"] = 1
     return out
+
+
+def test_a_spec_with_many_problems_gives_a_bounded_message() -> None:
+    spec = {f"p{n:03d}": {"type": "strin"} for n in range(500)}
+    with pytest.raises(SchemaSpecError) as info:
+        parameter_schema_to_json_schema(spec)
+    assert len(info.value.violations) == 500  # every problem is still on the exception
+    message = str(info.value)
+    assert message.startswith("invalid schema spec: parameters.p000.type ")
+    assert message.endswith("; … and 480 more")
+    assert message.count("parameters.p") == 20
+    assert len(message) < 5000
+
+
+def test_a_huge_problem_is_elided_in_the_middle_of_the_message() -> None:
+    spec = {"p" + "x" * 100_000: {"type": "strin"}}
+    with pytest.raises(SchemaSpecError) as info:
+        parameter_schema_to_json_schema(spec)
+    (violation,) = info.value.violations
+    message = str(info.value)
+    assert len(message) < 2100
+    assert message.startswith("invalid schema spec: parameters.pxxx") and "x…x" in message
+    assert message.endswith(violation[-20:])
