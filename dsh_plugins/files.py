@@ -36,7 +36,13 @@ any approval the write itself went through. Names are compared as git guards
 its own trees: casefolded (``.GIT`` on a case-insensitive file system), without
 the code points HFS+ ignores, trailing dots and spaces, and ``GIT~1``. A
 symlink into ``.git`` is resolved first, so it does not dodge the check; a
-workspace root inside a ``.git`` directory refuses every write. ``.gitignore``,
+workspace root inside a ``.git`` directory refuses every write. Two more
+places of the nearest repository holding the path are refused too: the git
+directory a gitfile names under another name (``gitdir: meta``, from ``git init
+--separate-git-dir``), and the directory its config's ``core.hooksPath`` names
+(husky's ``.husky``); see ``dsh_plugins._git_places`` for what is read. A file
+hard-linked into a git directory is not detected (the file tools cannot make a
+hard link; a shell can, and it is gated). ``.gitignore``,
 ``.github/`` or ``my.git`` are ordinary names. Reading is allowed. A host that
 means the model to change git's files uses the ``bash`` tool, which permissions
 and approval gate, or sets ``allow_git_writes = true`` (``file_tools(...,
@@ -46,12 +52,12 @@ allow_git_writes=True)`` when registering by hand).
 file half written: the new bytes go to a temporary file beside it
 (``.NAME.dsh-<random>.tmp``), which takes the file's permission bits, owner and
 group, is flushed to disk and renamed over it. A crash, a kill or a full disk
-part-way leaves the original as it was; a directory the process cannot create
-a file in refuses the write (``permission denied``) rather than risk it. A new
-file's mode follows the umask. Two files are rewritten in place instead, as
-before: one with more than one hard link (a rename would split the link) and
-one whose owner or group the process cannot give the new file (another user's
-file: a rename would hand it to the process's user). A path is resolved first,
+part-way leaves the original as it was. A new file's mode follows the umask.
+Three files are rewritten in place instead, as before: one with more than one
+hard link (a rename would split the link), one whose owner or group the process
+cannot give the new file (another user's file: a rename would hand it to the
+process's user), and a writable file in a directory the process cannot create
+a file in (there is nowhere to put the temporary file). A path is resolved first,
 so writing through a symlink replaces the file it points to and keeps the
 link. See ``dsh_plugins._regular_file``.
 
@@ -136,6 +142,7 @@ from dsh_core.presentation import (
 )
 
 from ._file_settings import PathSetting, kept_path
+from ._git_places import git_run_place
 from ._regular_file import NotRegularFileError, open_regular, write_regular
 from ._settings_warnings import report_inert_keys
 
@@ -263,14 +270,20 @@ class Workspace:
                 f"path {path!r} is {what} ({real}), which the host keeps for itself; "
                 "the file tools do not write it"
             )
-        if not self.allow_git_writes and any(_names_git(part) for part in real.split(os.sep)):
-            raise FileToolError(
-                f"path {path!r} is inside a git directory ({real!r}): git runs files there (hooks, and "
-                "programs .git/config names) the next time the user runs git, outside any approval; the file "
-                "tools do not write it. Use the shell tool, which permissions and approval gate, or set "
-                "[plugins.files] allow_git_writes = true"
-            )
-        return real
+        if self.allow_git_writes:
+            return real
+        if any(_names_git(part) for part in real.split(os.sep)):
+            where = f"inside a git directory ({real!r})"
+        else:
+            place = git_run_place(real)
+            if place is None:
+                return real
+            where = f"inside {place!r}, where the repository's git runs files from ({real!r})"
+        raise FileToolError(
+            f"path {path!r} is {where}: git runs files there (hooks, and programs .git/config names) the "
+            "next time the user runs git, outside any approval; the file tools do not write it. Use the "
+            "shell tool, which permissions and approval gate, or set [plugins.files] allow_git_writes = true"
+        )
 
     def contains(self, real: str) -> bool:
         """Whether the already resolved ``real`` is the root or inside it."""

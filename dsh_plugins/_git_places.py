@@ -1,0 +1,126 @@
+"""Where git runs files from, beyond directories named ``.git``: what the files tools must not write.
+
+A path component named ``.git`` is the common case (``files._names_git``). Two
+more places hold files git runs, found from the repository the path is in (the
+nearest ancestor directory holding a ``.git`` entry):
+
+- the directory a *gitfile* names: ``.git`` as a file reading ``gitdir: PATH``
+  (``git init --separate-git-dir``, worktrees, submodules) puts the hooks and
+  the config at PATH, under any name;
+- the directory ``core.hooksPath`` names in that repository's config (husky's
+  ``.husky``, say), relative to the work tree when relative.
+
+The config is read minimally: the ``[core]`` section's ``hooksPath`` key, with
+git's case-insensitive section and key names, quotes and comments; ``[include]``
+and ``[includeIf]`` files, the global and system configs and ``GIT_DIR`` are
+not followed. Reads are bounded and never block (FIFOs are refused as not
+regular files); an unreadable or malformed file names no place.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Final
+
+from ._regular_file import open_regular
+
+__all__ = ["git_run_place"]
+
+# A gitfile holds one short line; a config past this size is read no further.
+_GITFILE_BYTES: Final = 4096
+_CONFIG_BYTES: Final = 1 << 20
+_SECTION: Final = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(\s+"[^"]*")?\s*\]')
+_ENTRY: Final = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
+
+
+def git_run_place(real: str) -> str | None:
+    """The directory git runs files from that holds ``real`` (a resolved path), or ``None``.
+
+    Looks only at the nearest repository holding ``real``: a gitfile's git
+    directory, and the directory its ``core.hooksPath`` names.
+    """
+    directory = os.path.dirname(real)
+    while True:
+        dot_git = os.path.join(directory, ".git")
+        if os.path.lexists(dot_git):
+            return _place_in(real, directory, dot_git)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        directory = parent
+
+
+def _place_in(real: str, work_tree: str, dot_git: str) -> str | None:
+    git_directory = dot_git if os.path.isdir(dot_git) else _gitfile_target(work_tree, dot_git)
+    if git_directory is None:
+        return None
+    if git_directory != dot_git and _inside(real, git_directory):
+        return git_directory
+    hooks = _hooks_path(os.path.join(git_directory, "config"))
+    if hooks is None:
+        return None
+    hooks = os.path.realpath(os.path.join(work_tree, os.path.expanduser(hooks)))
+    return hooks if _inside(real, hooks) else None
+
+
+def _gitfile_target(work_tree: str, gitfile: str) -> str | None:
+    text = _read(gitfile, _GITFILE_BYTES)
+    if text is None:
+        return None
+    first = text.splitlines()[0].strip() if text.strip() else ""
+    if not first.startswith("gitdir:"):
+        return None
+    target = first.removeprefix("gitdir:").strip()
+    return os.path.realpath(os.path.join(work_tree, target)) if target else None
+
+
+def _hooks_path(config: str) -> str | None:
+    text = _read(config, _CONFIG_BYTES)
+    if text is None:
+        return None
+    found = None
+    in_core = False
+    for line in text.splitlines():
+        section = _SECTION.match(line)
+        if section is not None:
+            in_core = section.group(1).lower() == "core" and section.group(2) is None
+            line = line[section.end() :]
+        if not in_core:
+            continue
+        entry = _ENTRY.match(line)
+        if entry is not None and entry.group(1).lower() == "hookspath" and entry.group(2) is not None:
+            found = _value(entry.group(2)) or None  # the last one wins, as in git
+    return found
+
+
+def _value(raw: str) -> str:
+    """A config value: quotes removed, a comment (``#``/``;`` outside quotes) cut off, escapes kept simple."""
+    out: list[str] = []
+    quoted = False
+    index = 0
+    while index < len(raw):
+        character = raw[index]
+        if character == '"':
+            quoted = not quoted
+        elif character in "#;" and not quoted:
+            break
+        elif character == "\\" and index + 1 < len(raw):
+            index += 1
+            out.append({"n": "\n", "t": "\t"}.get(raw[index], raw[index]))
+        else:
+            out.append(character)
+        index += 1
+    return "".join(out).strip()
+
+
+def _read(path: str, limit: int) -> str | None:
+    try:
+        with open_regular(path, follow_symlinks=True) as stream:
+            return stream.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def _inside(real: str, directory: str) -> bool:
+    return os.path.commonpath([real, directory]) == directory

@@ -1,0 +1,100 @@
+"""Writes into the places git runs files from that are not named .git: a gitfile's git directory, core.hooksPath."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_core import ToolExecutionFailure, ToolExecutionSuccess
+from dsh_core.testing import make_input, make_runtime
+from dsh_plugins import files
+
+
+async def write(root: Path, path: str) -> Any:
+    runtime = make_runtime(plugins=[(files, {"root": str(root)})])
+    return await runtime.execute(make_input("write_file", {"path": path, "content": "echo planted\n"}))
+
+
+def refused(result: Any) -> str:
+    assert isinstance(result, ToolExecutionFailure), result
+    assert result.code == "FILE_ERROR"
+    return result.error.message
+
+
+def separate_git_dir(root: Path) -> None:
+    (root / "meta" / "hooks").mkdir(parents=True)
+    (root / "meta" / "config").write_text("[core]\n\tbare = false\n")
+    (root / ".git").write_text("gitdir: meta\n")
+
+
+@pytest.mark.parametrize("path", ["meta/config", "meta/hooks/pre-commit", "sub/../meta/hooks/x"])
+async def test_the_git_directory_a_gitfile_names_is_refused(tmp_path: Path, path: str) -> None:
+    separate_git_dir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    message = refused(await write(tmp_path, path))
+    assert f"inside {str(tmp_path / 'meta')!r}, where the repository's git runs files from" in message
+    assert not (tmp_path / "meta" / "hooks" / "pre-commit").exists()
+
+
+async def test_files_beside_a_gitfiles_directory_are_written(tmp_path: Path) -> None:
+    separate_git_dir(tmp_path)
+    assert isinstance(await write(tmp_path, "metadata.txt"), ToolExecutionSuccess)
+    assert isinstance(await write(tmp_path, "src/meta/config"), ToolExecutionSuccess)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+async def test_a_real_separate_git_dir_is_refused(tmp_path: Path) -> None:
+    work, store = tmp_path / "work", tmp_path / "work" / "store"
+    subprocess.run(["git", "init", "-q", "--separate-git-dir", str(store), str(work)], check=True)
+    refused(await write(work, "store/hooks/pre-commit"))
+    refused(await write(work, "store/config"))
+    assert isinstance(await write(work, "README.md"), ToolExecutionSuccess)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "[core]\n\thooksPath = .husky\n",
+        '[CORE]\n  HooksPath = ".husky" ; set by husky\n',
+        "[user]\n\tname = x\n[core]\n\tbare = false\n\thookspath=.husky # comment\n",
+    ],
+)
+async def test_the_directory_core_hooks_path_names_is_refused(tmp_path: Path, config: str) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text(config)
+    (tmp_path / ".husky").mkdir()
+    message = refused(await write(tmp_path, ".husky/pre-commit"))
+    assert str(tmp_path / ".husky") in message
+    assert not (tmp_path / ".husky" / "pre-commit").exists()
+    assert isinstance(await write(tmp_path, ".husky/../src/x.py"), ToolExecutionSuccess)
+
+
+@pytest.mark.parametrize(
+    "config",
+    ["", "[core]\n\tbare = false\n", '[core "x"]\n\thooksPath = .husky\n', "[user]\n\thooksPath = .husky\n"],
+)
+async def test_without_core_hooks_path_a_husky_directory_is_ordinary(tmp_path: Path, config: str) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text(config)
+    assert isinstance(await write(tmp_path, ".husky/pre-commit"), ToolExecutionSuccess)
+
+
+async def test_the_nearest_repository_decides(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text("[core]\n\thooksPath = hooks\n")
+    nested = tmp_path / "vendor" / "lib"
+    (nested / ".git").mkdir(parents=True)
+    refused(await write(tmp_path, "hooks/pre-commit"))
+    # vendor/lib is its own repository, without a hooksPath: its hooks/ is an ordinary directory.
+    assert isinstance(await write(tmp_path, "vendor/lib/hooks/pre-commit"), ToolExecutionSuccess)
+
+
+async def test_allow_git_writes_lets_both_places_be_written(tmp_path: Path) -> None:
+    separate_git_dir(tmp_path)
+    runtime = make_runtime(plugins=[(files, {"root": str(tmp_path), "allow_git_writes": True})])
+    result = await runtime.execute(make_input("write_file", {"path": "meta/hooks/pre-commit", "content": "x"}))
+    assert isinstance(result, ToolExecutionSuccess)
