@@ -75,7 +75,9 @@ def serve_token(
 def _read_token_file(path: Path) -> str:
     """The first line of ``path``, stripped; refused when other users may read or change the file."""
     try:
-        with path.open("rb") as file:
+        # Without blocking: a FIFO with no writer would hang serve-mcp here, before fstat refuses it.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as file:
             # fstat of the file read, not stat of the path: the path could be swapped in between.
             mode = os.fstat(file.fileno()).st_mode
             if not stat.S_ISREG(mode):
@@ -86,6 +88,7 @@ def _read_token_file(path: Path) -> str:
                     f"the token file {path} can be read or changed by other users "
                     f"(mode {stat.S_IMODE(mode):04o}): run chmod 600 {path}"
                 )
+            os.set_blocking(fd, True)
             line = file.readline(_MAX_LINE_BYTES + 1)
     except OSError as exc:
         raise TokenSourceError(f"cannot read the token file {path}: {exc.strerror or exc}") from None

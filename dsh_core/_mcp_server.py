@@ -584,9 +584,13 @@ def _loopback_security(host: str) -> Any:
         loopback = True
     else:
         try:
-            loopback = ipaddress.ip_address(host).is_loopback
+            address = ipaddress.ip_address(host)
         except ValueError:
             loopback = False
+        else:
+            # Before Python 3.13 an IPv4-mapped address (::ffff:127.0.0.1) is not is_loopback.
+            mapped = getattr(address, "ipv4_mapped", None)
+            loopback = address.is_loopback or (mapped is not None and mapped.is_loopback)
     if not loopback:
         return None
     hosts = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host}

@@ -172,13 +172,31 @@ def _replace(path: str, data: bytes, status: os.stat_result | None) -> bool:
 def _create_temp(directory: bytes, name: bytes, mode: int) -> tuple[int, bytes]:
     # Dot-prefixed, so listings and globs skip it; random, so it names no user's file.
     for attempt in range(_TEMP_ATTEMPTS):
-        temp = os.path.join(directory, b".%s.dsh-%s.tmp" % (name[:_TEMP_NAME_KEPT_BYTES], secrets.token_hex(8).encode()))
+        temp = os.path.join(directory, b".%s.dsh-%s.tmp" % (_name_start(name), secrets.token_hex(8).encode()))
         try:
             return os.open(temp, _TEMP_FLAGS, mode), temp
         except FileExistsError:
             if attempt == _TEMP_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def _name_start(name: bytes) -> bytes:
+    """At most the first ``_TEMP_NAME_KEPT_BYTES`` of ``name``, never ending inside a UTF-8 character.
+
+    A name cut mid-character is invalid UTF-8, which some file systems (APFS) refuse.
+    """
+    kept = name[:_TEMP_NAME_KEPT_BYTES]
+    # Back off continuation bytes (10xxxxxx) and the lead byte they belong to, unless the character is whole.
+    end = len(kept)
+    while end > 0 and kept[end - 1] & 0xC0 == 0x80:
+        end -= 1
+    if end > 0 and kept[end - 1] >= 0xC0:
+        lead = kept[end - 1]
+        length = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+        if len(kept) - (end - 1) < length:
+            return kept[: end - 1]
+    return kept
 
 
 def _take_owner(fd: int, status: os.stat_result) -> bool:

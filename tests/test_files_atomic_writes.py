@@ -304,3 +304,13 @@ def test_a_temporary_file_is_created_only_for_its_owner_until_it_is_done(
     _regular_file.write_regular(str(target), b"new")
     assert modes == [0o600]
     assert stat.S_IMODE(target.stat().st_mode) == 0o666
+
+
+@pytest.mark.parametrize("name", ["é" * 200, "a" + "日" * 100, "x" * 127 + "😀" * 10, "plain" * 40])
+def test_a_temporary_files_name_never_cuts_a_character(name: str) -> None:
+    from dsh_plugins._regular_file import _TEMP_NAME_KEPT_BYTES, _name_start
+
+    start = _name_start(name.encode())
+    assert len(start) <= _TEMP_NAME_KEPT_BYTES
+    assert name.startswith(start.decode("utf-8"))  # whole characters only
+    assert len(start) > _TEMP_NAME_KEPT_BYTES - 4  # and no more cut than one character

@@ -589,3 +589,22 @@ def test_serve_mcp_port_without_http_is_a_usage_error(fake_serve: FakeServe) -> 
     assert result.exit_code == 2
     assert "--port needs --http" in result.output
     assert fake_serve.calls == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+def test_serve_mcp_refuses_a_fifo_token_file_without_waiting_for_a_writer(fake_serve: FakeServe, tmp_path: Path) -> None:
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo, 0o600)
+    result = serve_mcp("--http", "--token-file", str(fifo))  # opened blocking, this would hang
+    assert result.exit_code == 2
+    assert f"the token file {fifo} is not a regular file" in result.output
+    assert fake_serve.calls == []
+
+
+def test_an_ipv4_mapped_loopback_host_is_protected_as_loopback() -> None:
+    from dsh_core._mcp_server import _loopback_security
+
+    settings = _loopback_security("::ffff:127.0.0.1")
+    assert settings is not None and settings.enable_dns_rebinding_protection
+    assert "[::ffff:127.0.0.1]:*" in settings.allowed_hosts
+    assert _loopback_security("192.0.2.1") is None
