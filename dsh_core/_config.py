@@ -342,6 +342,25 @@ class _Check:
     problem: Callable[[Any], str | None]
 
 
+def _ask(problem: Callable[[Any], str | None], value: object) -> str | None:
+    """What ``problem`` says of ``value``, its own failure included.
+
+    Raised inside structuring, a check's exception (an ``int()`` or
+    ``re.compile`` it calls) or a wrong return type would come out as cattrs'
+    "invalid value for type", naming neither: both become the problem's text.
+    """
+    name = getattr(problem, "__qualname__", None) or repr(problem)
+    try:
+        found = problem(value)
+    except (_Mismatch, ClassValidationError):
+        raise  # a keyed check's own report
+    except Exception as exc:
+        return f"the check {name} failed on this value: {type(exc).__name__}: {elide_middle(str(exc), 500)}"
+    if found is not None and not isinstance(found, str):
+        return f"the check {name} returned {safe_repr(found)}; a check returns the problem as a str, or None"
+    return found
+
+
 def _is_checked(annotation: Any) -> bool:
     return get_origin(annotation) is Annotated and any(isinstance(m, _Check) for m in annotation.__metadata__)
 
@@ -353,7 +372,7 @@ def _checked_hook(annotation: Any, converter: cattrs.BaseConverter) -> Callable[
     def structure_checked_value(value: object, _: object) -> object:
         structured = converter.structure(value, base)
         for check in checks:
-            problem = check.problem(structured)
+            problem = _ask(check.problem, structured)
             if problem is not None:
                 raise _Mismatch(problem)
         return structured

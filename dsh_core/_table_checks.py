@@ -43,9 +43,12 @@ class TableCheck(_Check):
 
     ``problem(value)`` gets the structured value and returns what is wrong
     (``"must be at least 1, got 0"``, shown after the value's path:
-    ``[plugins.x].timeout_ms: must be at least 1, got 0``) or ``None``. Used by :func:`~dsh_core.structure_table` only; pair it with
-    :func:`check_validator` so that the class refuses the same values when a
-    host constructs it directly.
+    ``[plugins.x].timeout_ms: must be at least 1, got 0``) or ``None``; only
+    ``None`` passes. A check that raises (an ``int()`` or ``re.compile`` it
+    calls), or returns anything but a ``str`` or ``None``, is reported as the
+    value's problem, naming the check and what it raised or returned. Used by
+    :func:`~dsh_core.structure_table` only; pair it with :func:`check_validator`
+    so that the class refuses the same values when a host constructs it directly.
     """
 
 
@@ -59,6 +62,8 @@ def check_validator(problem: Callable[[Any], str | None]) -> Callable[[Any, attr
     def validate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         message = None if value is None else problem(value)
         if message is not None:
+            if not isinstance(message, str):
+                raise TypeError(f"the check of {attribute.alias} returned {message!r}; a check returns a str or None")
             raise ValueError(f"{attribute.alias} {message}")
 
     return validate

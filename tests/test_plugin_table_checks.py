@@ -192,3 +192,39 @@ def test_a_timeout_default_over_the_maximum_reads_after_its_key() -> None:
     )
     with pytest.raises(ValueError, match=r"^default_ms 99999999999 ms exceeds the timeout policy's maximum"):
         timeout.TimeoutSettings(default_ms=99_999_999_999)
+
+
+def _raises(value: str) -> str | None:
+    int(value)  # a check calling something that raises on a bad value
+    return None
+
+
+def _says_false(value: int) -> str | None:
+    return value > 0 and "must be at most 0"  # type: ignore[return-value]  # False for 0: a wrong return type
+
+
+@attrs.frozen(kw_only=True)
+class _Odd:
+    port: Annotated[str, TableCheck(_raises)] = "1"
+    size: Annotated[int, TableCheck(_says_false)] = 0
+
+
+def test_a_check_that_raises_or_returns_no_str_is_reported_with_its_value_path() -> None:
+    with pytest.raises(ConfigError) as caught:
+        structure_table(_Odd, {"port": "eighty", "size": 0}, "[plugins.odd]")
+    assert caught.value.violations == (
+        "[plugins.odd].port: the check _raises failed on this value: ValueError: invalid literal for int() "
+        "with base 10: 'eighty'",
+        "[plugins.odd].size: the check _says_false returned False; a check returns the problem as a str, or None",
+    )
+
+
+def test_check_validator_refuses_a_check_returning_no_str() -> None:
+    @attrs.frozen
+    class Hand:
+        size: int = attrs.field(validator=check_validator(_says_false))
+
+    with pytest.raises(TypeError, match=r"^the check of size returned False; a check returns a str or None$"):
+        Hand(0)
+    with pytest.raises(ValueError, match=r"^size must be at most 0$"):
+        Hand(1)
