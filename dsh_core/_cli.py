@@ -352,10 +352,25 @@ def _build_host(
             )
         )
     if not quiet:  # after the refusals: a command that runs nothing needs no lesser warning
-        misspelt = _misspelt_plugin_names(config, report, options) if runs_calls else []
-        for line in [*_ignored_table_lines(report, config), *misspelt]:
-            err.print(terminal_text(f"warning: {line}"), soft_wrap=True)
+        lines = _ignored_table_lines(report, config) + _misspelt_plugin_names(config, report, options)
+        if not runs_calls:  # refused above when it runs calls
+            lines += _unmatched_table_lines(config, report, options)
+        _warn(lines)
     return _Host(runtime=runtime, report=report, config=config)
+
+
+def _warn(lines: Sequence[str]) -> None:
+    err = _stderr()
+    for line in lines:
+        err.print(terminal_text(f"warning: {line}"), soft_wrap=True)
+
+
+def _unmatched_table_lines(config: DshConfig, report: PluginReport, options: _Options) -> list[str]:
+    """What ``check`` and the commands that run no calls say of a table no installed plugin reads."""
+    return [
+        f"[plugins.{table}] configures no installed plugin: it is ignored{hint}"
+        for table, hint in _unmatched_tables(config, report, options)
+    ]
 
 
 def _misspelt_plugin_names(config: DshConfig, report: PluginReport, options: _Options) -> list[str]:
@@ -1313,10 +1328,7 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
     for disabled in host.config.disabled_plugins:
         if disabled not in known and disabled not in report.disabled:
             findings.warnings.append(f'disabled_plugins names "{disabled}", but no such plugin is installed')
-    findings.warnings.extend(
-        f"[plugins.{table}] configures no installed plugin: it is ignored{hint}"
-        for table, hint in _unmatched_tables(host.config, report, options)
-    )
+    findings.warnings.extend(_unmatched_table_lines(host.config, report, options))
     findings.warnings.extend(_ignored_table_lines(report, host.config))
     return findings, len(registrations)
 
@@ -1707,6 +1719,13 @@ def plugins_command(ctx: click.Context, capabilities: bool, as_json: bool) -> No
     """Show which plugins loaded, which failed (and why) and which are disabled."""
     host = _build_host(ctx, quiet=True)
     report = host.report
+    # Failures are this command's own output; a misspelt table or name is none, yet the place to look.
+    options: _Options = ctx.find_object(_Options)  # type: ignore[assignment]
+    _warn(
+        _unmatched_table_lines(host.config, report, options)
+        + _misspelt_plugin_names(host.config, report, options)
+        + _ignored_table_lines(report, host.config)
+    )
     if capabilities:
         _print_capabilities(host, as_json)
         return

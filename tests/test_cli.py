@@ -1328,8 +1328,27 @@ def test_commands_that_run_calls_warn_about_misspelt_plugin_names(dists: Dists, 
     assert (
         'warning: tool_prefixes names "exmaple-tools", but no such plugin is installed (did you mean "example-tools"?)'
     ) in result.stderr
-    # Commands that run nothing leave it to check.
-    assert "disabled_plugins names" not in invoke(["--group", dists.group, "list"]).stderr
+    # Commands that run nothing warn too, as check does (README: "Other commands only warn").
+    listed = invoke(["--group", dists.group, "list"])
+    assert listed.exit_code == 0
+    assert 'warning: disabled_plugins names "example_tools"' in listed.stderr
+
+
+@pytest.mark.parametrize("command", [["list"], ["schemas"], ["sdk"], ["plugins"], ["plugins", "--json"]])
+def test_commands_that_run_no_calls_warn_about_a_misspelt_table(
+    dists: Dists, tmp_path: Path, command: list[str]
+) -> None:
+    dists.module("clitools", PLUGIN)
+    dists.dist("dsh-cli-tables", {"cli": "{p}clitools"})
+    (tmp_path / "dsh.toml").write_text("[plugins.clitool]\nx = 1\n")
+    result = invoke(["--group", dists.group, *command])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("[plugins.clitool]") == 1
+    assert (
+        'warning: [plugins.clitool] configures no installed plugin: it is ignored (did you mean "cli"?)'
+    ) in result.stderr
+    if "--json" in command:
+        json.loads(result.stdout)  # stdout stays the document
 
 
 SQUAT = """
