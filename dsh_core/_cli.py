@@ -67,7 +67,7 @@ from ._arguments_text import ArgumentsJsonError, ArgumentsText, _repeated_key
 from ._config import DshConfig, load_config
 from ._content import ContentBlock, ImageBlock, TextBlock
 from ._definition import ToolDefinition
-from ._errors import ConfigError, ErrorCode, JsonSchemaError, NonJsonValueError
+from ._errors import ConfigError, DshError, ErrorCode, JsonSchemaError, NonJsonValueError
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import json_text, thaw
 from ._jsoncodec import decode_json, dumps_text
@@ -707,7 +707,19 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
 def schemas_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
     """Print the schemas the model is given, as JSON."""
     host = _build_host(ctx)
-    schemas = [schema.to_dict() for schema in host.runtime.schemas(agent_scope(host.runtime, agent))]
+    scope = agent_scope(host.runtime, agent)
+    # What a request carries, not every visible schema: under Code Mode only run_code is sent.
+    try:
+        carried = host.runtime.model_tools(scope)
+    except DshError as exc:
+        raise _UsageProblem(f"cannot tell what the model is sent: {exc}") from exc
+    schemas = [schema.to_dict() for schema in carried.schemas]
+    if carried.instructions:
+        _stderr().print(
+            f"note: in {host.runtime.effective_mode(scope)!r} mode the request also carries the Code Mode SDK "
+            "text and its instructions (dsh-tools sdk prints the SDK)",
+            soft_wrap=True,
+        )
     if as_json:
         _echo_json(schemas, indent=2)
         return

@@ -197,6 +197,19 @@ def test_schemas_pretty_is_json_too(tools: list[str]) -> None:
     assert [s["name"] for s in json.loads(result.stdout)][:2] == ["echo", "boom"]
 
 
+@pytest.mark.parametrize(("mode", "carried"), [("native", False), ("code", True), ("both", False)])
+def test_schemas_print_what_a_request_carries_in_each_mode(tools: list[str], mode: str, carried: bool) -> None:
+    result = invoke([*tools, "--mode", mode, "schemas", "--json"])
+    assert result.exit_code == 0, result.output
+    names = [schema["name"] for schema in json.loads(result.stdout)]
+    if carried:  # Code Mode sends only run_code; the other tools are reached through its SDK
+        assert names == ["run_code"]
+    else:
+        assert {"echo", "boom", "slow"} <= set(names)
+        assert ("run_code" in names) == (mode == "both")
+    assert ("also carries the Code Mode SDK text" in result.stderr) == (mode != "native")
+
+
 def test_sdk_renders_the_visible_tools(tools: list[str]) -> None:
     result = invoke([*tools, "sdk"])
     assert result.exit_code == 0, result.output
