@@ -640,6 +640,14 @@ def cli(
     )
 
 
+def _default_timeout_ms(runtime: ToolRuntime) -> float | None:
+    """The loaded timeout plugin's ``default_ms``: the budget of tools that declare none."""
+    from dsh_plugins.timeout import PLUGIN_NAME, TimeoutPolicy
+
+    policy = runtime.plugins.get_plugin(PLUGIN_NAME)
+    return policy.default_ms if isinstance(policy, TimeoutPolicy) else None
+
+
 @cli.command("list")
 @agent_option
 @json_option
@@ -650,14 +658,18 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
     scope = agent_scope(host.runtime, agent)
     rows: list[dict[str, Any]] = []
     deferred = {definition.name for definition in host.runtime.deferred_tools(scope)}
+    default_ms = _default_timeout_ms(host.runtime)
     for definition, defined_in in _visible(host.runtime, scope):
+        declared = definition.timeout_ms
         rows.append(
             {
                 "name": definition.name,
                 "description": (definition.description.strip().splitlines() or [""])[0],
                 "scope": defined_in,
                 "parallel": definition.is_concurrency_safe is not None,
-                "timeout_ms": definition.timeout_ms,
+                # The budget a call gets: its own, else the timeout plugin's default_ms.
+                "timeout_ms": declared if declared is not None else default_ms,
+                "timeout_source": "tool" if declared is not None else "default" if default_ms is not None else None,
                 # None: the tool declares nothing (not the same as declaring no effects, []).
                 "effects": list(definition.effects.names) if definition.effects is not None else None,
                 "retry_attempts": definition.retry.max_attempts if definition.retry is not None else None,
@@ -694,7 +706,11 @@ def list_command(ctx: click.Context, agent: str | None, as_json: bool) -> None:
             _cell(str(row["description"])),
             _cell(str(row["scope"] or "global")),
             "per call" if row["parallel"] else "no",
-            f"{timeout:g} ms" if isinstance(timeout, int | float) else "-",
+            "-"
+            if not isinstance(timeout, int | float)
+            else f"{timeout:g} ms (default)"
+            if row["timeout_source"] == "default"
+            else f"{timeout:g} ms",
             "-" if effects is None else ", ".join(name.replace("_", " ") for name in effects) or "none",
         )
     _stdout().print(table)

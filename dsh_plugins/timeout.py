@@ -144,6 +144,11 @@ class TimeoutPolicy:
         self.runtime = runtime
         self.settings = settings or TimeoutSettings()
 
+    @property
+    def default_ms(self) -> float | None:
+        """The budget of tools that declare no ``timeout_ms`` (``None``: they run unbounded)."""
+        return self.settings.default_ms
+
     def budget_ms(self, execution: ToolDispatchExecution) -> float | None:
         """The budget of this call: the visible definition's ``timeout_ms``, else ``default_ms``."""
         definition = self.runtime.get(execution.name, execution.agent)

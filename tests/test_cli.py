@@ -160,12 +160,28 @@ def test_list_json(tools: list[str]) -> None:
         "scope": None,
         "parallel": True,
         "timeout_ms": 5000,
+        "timeout_source": "tool",
         "effects": None,
         "retry_attempts": None,
         "deferred": False,
         "revertible": False,
     }
     assert rows[1]["parallel"] is False and rows[1]["timeout_ms"] is None
+
+
+def test_list_shows_the_timeout_plugins_default_for_tools_that_declare_none(
+    tools: list[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "t.toml"
+    config.write_text("[plugins.timeout]\ndefault_ms = 300\n")
+    args = [*tools, "--plugin", "timeout=dsh_plugins.timeout", "--config", str(config), "list"]
+    rows = {row["name"]: row for row in json.loads(invoke([*args, "--json"]).stdout)}
+    assert (rows["boom"]["timeout_ms"], rows["boom"]["timeout_source"]) == (300, "default")
+    assert (rows["echo"]["timeout_ms"], rows["echo"]["timeout_source"]) == (5000, "tool")  # its own wins
+    table = invoke(args).stdout
+    assert "300 ms (default)" in table and "5000 ms" in table
+    bare = {row["name"]: row for row in json.loads(invoke([*tools, "list", "--json"]).stdout)}
+    assert (bare["boom"]["timeout_ms"], bare["boom"]["timeout_source"]) == (None, None)
 
 
 def test_list_without_plugins_is_empty() -> None:
