@@ -33,6 +33,7 @@ def unknown_tool_warnings(
     name is an :func:`fnmatch.fnmatchcase` pattern, as the setting reads it.
     """
     known = {definition.name for _, definition in runtime.registrations()} | {RUN_CODE_NAME}
+    unlisted = _unlisted_servers(runtime)
     out = []
     for name in names:
         if globs:
@@ -43,11 +44,25 @@ def unknown_tool_warnings(
             continue
         else:
             what = "which is not a registered tool"
+        server = next((server for server, prefix in unlisted if not prefix or name.startswith(f"{prefix}__")), None)
+        if server is not None:
+            # Spelt right, perhaps: the tool may be the server's, and the server is down. No typo hint.
+            out.append(
+                f'{setting} names "{name}", {what} now; it could not be checked, as MCP server "{server}" '
+                "(whose tools it may name) could not be listed"
+            )
+            continue
         out.append(
             f'{setting} names "{name}", {what}, so {consequence} '
             "(check the name; a prefixed plugin's tools carry the prefix)"
         )
     return out
+
+
+def _unlisted_servers(runtime: ToolRuntime) -> list[tuple[str, str | None]]:
+    """``(name, prefix)`` of the MCP servers that could not be listed (their tools' names are unknown)."""
+    unlisted = getattr(runtime.plugins.get_plugin("mcp-client"), "unlisted_servers", None)
+    return list(unlisted()) if callable(unlisted) else []
 
 
 def no_effect(table: str, key: str, why: str) -> str:

@@ -1801,6 +1801,10 @@ class McpClientPlugin:
                 disposer()
             server.listed.clear()
 
+    def unlisted_servers(self) -> list[tuple[str, str | None]]:
+        """``(name, prefix)`` of each server whose tools could not be listed: what it would register is unknown."""
+        return [(server.name, server.settings.prefix) for server in self._servers if server.connect_problem is not None]
+
     def diagnostics(self) -> list[McpDiagnostic]:
         """Every warning and problem found so far (``dsh-tools check`` lists them)."""
         out: list[McpDiagnostic] = []

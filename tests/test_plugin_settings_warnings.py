@@ -157,3 +157,32 @@ def test_check_warns_about_each_inert_key_and_still_passes(tmp_path: Path) -> No
         "to turn it on" in out
     )
     assert "0 problem(s), 2 warning(s)" in out
+
+
+def test_names_an_unlisted_mcp_server_may_hold_are_not_called_typos(tmp_path: Path) -> None:
+    # A server down while check runs: its tools are unknown, so a rule naming one may be spelt right.
+    (tmp_path / "dsh.toml").write_text(
+        '[plugins.permissions]\nrules = [{tool = "srv__do", action = "deny"}, {tool = "cacl", action = "deny"}]\n'
+        '[plugins.limits]\nper_tool = { "srv__do" = 2 }\n'
+        '[[plugins.mcp.servers]]\nname = "srv"\nprefix = "srv"\ncommand = "/nonexistent/dsh-test-server"\n'
+    )
+    result = CliRunner().invoke(cli, ["--config", str(tmp_path / "dsh.toml"), "check"], catch_exceptions=False)
+    unlisted = 'it could not be checked, as MCP server "srv" (whose tools it may name) could not be listed'
+    assert f'permissions rule #1 names "srv__do", which matches no registered tool now; {unlisted}' in result.stdout
+    assert f'per_tool names "srv__do", which is not a registered tool now; {unlisted}' in result.stdout
+    assert result.stdout.count(_CHECK_THE_NAME) == 1  # only cacl, outside the server's prefix
+    assert 'permissions rule #2 names "cacl"' in result.stdout
+
+
+def test_a_server_without_a_prefix_leaves_every_unknown_name_unchecked() -> None:
+    class Unlisted:
+        def unlisted_servers(self) -> list[tuple[str, str | None]]:
+            return [("bare", None)]
+
+    runtime = make_runtime(json_tool("calc"))
+    runtime.plugins.register(Unlisted(), name="mcp-client")
+    from dsh_plugins._settings_warnings import unknown_tool_warnings
+
+    (warning,) = unknown_tool_warnings(runtime, "per_tool", ["calc", "anything"], "its budget limits nothing")
+    assert warning.startswith('per_tool names "anything", which is not a registered tool now; it could not be checked')
+    assert 'MCP server "bare"' in warning
