@@ -1357,6 +1357,11 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
         if disabled not in known and disabled not in report.disabled:
             findings.warnings.append(f'disabled_plugins names "{disabled}", but no such plugin is installed')
     findings.warnings.extend(_unmatched_table_lines(host.config, report, options))
+    findings.warnings.extend(
+        f"{host.config.plugin_table(name)} is configured, but {name} is in disabled_plugins: the table has no effect"
+        for name in host.config.disabled_plugins
+        if name in host.config.plugins
+    )
     findings.warnings.extend(_ignored_table_lines(report, host.config))
     return findings, len(registrations)
 

@@ -2074,3 +2074,14 @@ def test_a_warning_logged_with_no_logging_configured_reaches_stderr_escaped(dist
     assert lines[2] == "Traceback (most recent call last):"
     assert lines[-1] == "ValueError: bad\\x1b[2J"
     assert not any(line.startswith("error:") for line in lines)
+
+
+def test_check_warns_about_a_table_of_a_disabled_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dsh.toml").write_text('disabled_plugins = ["audit"]\n[plugins.audit]\npath = "a.jsonl"\n')
+    result = invoke(["check"])
+    assert result.exit_code == 0, result.output
+    assert "warning: [plugins.audit] is configured, but audit is in disabled_plugins: the table has no effect" in (
+        result.stdout
+    )
+    assert invoke(["check", "--strict"]).exit_code == 1
