@@ -1994,19 +1994,26 @@ def grants_show_command(file: Path, show_all: bool, as_json: bool) -> None:
     _stdout().print(table)
 
 
-def _refuse_unmatchable_arguments(ctx: click.Context, tool: str, arguments: Mapping[str, object]) -> None:
-    """Refuse ``--arguments`` that the tool's parameter schema refuses: such a grant could never apply.
+def _check_grant_target(ctx: click.Context, tool: str, arguments: object) -> None:
+    """Warn about a tool no loaded plugin registers; refuse ``--arguments`` its parameter schema refuses.
 
-    The tools are those the global options load (as ``list`` shows them); a
-    tool they do not register is not checked, nor is anything when the
-    configuration cannot be loaded (granting does not need it).
+    The tools are those the global options load (as ``list`` shows them). A
+    tool they do not register may come from a plugin not loaded here, so it is
+    a warning; nothing is checked when the configuration cannot be loaded
+    (granting does not need it).
     """
     from dsh_plugins.grants import unmatchable_arguments
 
     try:
         host = _build_host(ctx, quiet=True)
     except _UsageProblem as exc:
-        click.echo(f"warning: --arguments not checked against the tool's schema: {exc}", err=True)
+        click.echo(f"warning: the grant is not checked against the loaded tools: {exc}", err=True)
+        return
+    if tool not in {definition.name for _, definition in host.runtime.registrations()}:
+        line = f'warning: no loaded tool is named "{tool}"; the grant applies only if such a tool is registered later'
+        _stderr().print(terminal_text(line, one_line=True), soft_wrap=True)
+        return
+    if not isinstance(arguments, Mapping):
         return
     violations = unmatchable_arguments(host.runtime, tool, arguments)
     if violations:
@@ -2049,8 +2056,7 @@ def grants_add_command(
             arguments = decode_json(arguments_json)
         except ValueError as exc:
             raise _UsageProblem(f"--arguments is not JSON: {exc}") from exc
-        if isinstance(arguments, Mapping):
-            _refuse_unmatchable_arguments(ctx, tool, arguments)
+    _check_grant_target(ctx, tool, arguments)
     book = _grant_book(file)
     try:
         grant = book.grant(

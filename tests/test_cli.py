@@ -1045,6 +1045,18 @@ def test_check_warns_about_a_grant_for_a_tool_that_is_not_registered(tools: list
     assert 'is for tool "guardd", which is not registered' in result.stdout + result.stderr
 
 
+def test_grants_add_warns_about_a_tool_no_loaded_plugin_registers(tools: list[str], tmp_path: Path) -> None:
+    book = tmp_path / "grants.jsonl"
+    misspelt = invoke([*tools, "grants", "add", str(book), "guardd", "--any-agent"])
+    assert misspelt.exit_code == 0, misspelt.output  # granted all the same: its plugin may not be loaded here
+    assert (
+        'warning: no loaded tool is named "guardd"; the grant applies only if such a tool is registered later'
+    ) in misspelt.stderr
+    assert [grant.tool for grant in read_grants(book)] == ["guardd"]
+    known = invoke([*tools, "grants", "add", str(book), "guarded", "--any-agent"])
+    assert known.exit_code == 0 and "warning" not in known.stderr
+
+
 def test_grants_add_refuses_arguments_no_call_of_the_tool_can_have(tools: list[str], tmp_path: Path) -> None:
     """A call's arguments always satisfy its tool's schema, and a grant covers only exactly equal ones."""
     book = tmp_path / "grants.jsonl"
