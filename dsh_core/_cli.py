@@ -63,7 +63,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import hookspecs
-from ._arguments_text import ArgumentsJsonError, ArgumentsText, _repeated_key
+from ._arguments_text import TRUNCATED_HINT, ArgumentsJsonError, ArgumentsText, _repeated_key
 from ._config import DshConfig, load_config
 from ._content import ContentBlock, ImageBlock, TextBlock
 from ._definition import ToolDefinition
@@ -923,7 +923,9 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
     try:
         arguments.decode()
     except ArgumentsJsonError as exc:
-        raise click.BadParameter(str(exc), param_hint="JSON_ARGS") from exc
+        # The hint for a model (a call cut off at its output limit) does not fit text a person typed.
+        message = str(exc).replace(TRUNCATED_HINT, "the text ends before the JSON does (check its quoting in your shell)")
+        raise click.BadParameter(message, param_hint="JSON_ARGS") from exc
     except NonJsonValueError:
         pass  # JSON, but not losslessly (1e999): the call fails INVALID_ARGS, as a model's would
     host = _build_host(ctx, runs_calls=True)

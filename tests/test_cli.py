@@ -2097,3 +2097,13 @@ def test_check_warns_about_a_table_of_a_disabled_plugin(tmp_path: Path, monkeypa
         result.stdout
     )
     assert invoke(["check", "--strict"]).exit_code == 1
+
+
+def test_call_with_json_args_ending_early_gets_the_hint_for_a_person(tools: list[str]) -> None:
+    result = invoke([*tools, "call", "echo", '{"a":'])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == (
+        "Error: Invalid value for JSON_ARGS: arguments are not valid JSON: Expecting value (character 5 of 5): "
+        "the text ends before the JSON does (check its quoting in your shell)"
+    )
+    assert "output token limit" not in result.stderr  # that advice is for a model's call
