@@ -95,7 +95,7 @@ from ._schema._raw import RawSchema
 from ._session_log import SessionEvent, SessionLog, SessionLogError, SessionLogRead, TornLine, read_session_log
 from ._signal import CancelSignal
 from ._simulate import SimulatedCall, SimulationReport, SimulationRuntime, Verdict, simulate
-from ._table_checks import TableCheck, check_validator, keyed_check
+from ._table_checks import TableCheck, check_validator, keyed_check, keyed_validator
 from ._tool_decorator import tool
 from ._trace import DecisionTrace, TraceStage, TraceStep, trace_of
 from ._waterfall import DshPluginManager
@@ -215,6 +215,7 @@ __all__ = [
     "json_equal",
     "json_text",
     "keyed_check",
+    "keyed_validator",
     "load_config",
     "load_plugins",
     "nests_deeper_than",

@@ -31,8 +31,9 @@ import attrs
 from cattrs.errors import AttributeValidationNote, ClassValidationError
 
 from ._config import _Check, _Mismatch
+from ._errors import bounded_listing
 
-__all__ = ["TableCheck", "check_validator", "keyed_check"]
+__all__ = ["TableCheck", "check_validator", "keyed_check", "keyed_validator"]
 
 T = TypeVar("T")
 
@@ -92,3 +93,28 @@ def keyed_check(problems: Callable[[T], Iterable[tuple[str, str]]]) -> TableChec
         raise ClassValidationError(f"While checking {type(value).__name__}", errors, type(value))
 
     return TableCheck(problem)
+
+
+def keyed_validator(problems: Callable[[T], Iterable[tuple[str, str]]]) -> Callable[[T], None]:
+    """The same check as :func:`keyed_check`, for a class a host builds itself: call it in ``__attrs_post_init__``.
+
+    It raises ``ValueError`` listing every problem, each as ``"<key> <message>"``
+    (the message alone for ``""``), bounded like dsh-tools' own messages::
+
+        server_problems = ...  # yields (key, message)
+
+        @attrs.frozen
+        class Server:
+            command: str | None = None
+            url: str | None = None
+
+            def __attrs_post_init__(self) -> None:
+                keyed_validator(server_problems)(self)
+    """
+
+    def validate(value: T) -> None:
+        found = [f"{key} {message}" if key else message for key, message in problems(value)]
+        if found:
+            raise ValueError(bounded_listing(found))
+
+    return validate

@@ -228,3 +228,27 @@ def test_check_validator_refuses_a_check_returning_no_str() -> None:
         Hand(0)
     with pytest.raises(ValueError, match=r"^size must be at most 0$"):
         Hand(1)
+
+
+def test_keyed_validator_refuses_what_keyed_check_refuses_when_a_host_builds_the_class() -> None:
+    from dsh_core import keyed_validator
+
+    @attrs.frozen(kw_only=True)
+    class HandItem:
+        a: str | None = None
+        b: str | None = None
+        flag: bool = False
+
+        def __attrs_post_init__(self) -> None:
+            keyed_validator(_one_of_a_or_b)(self)  # type: ignore[arg-type]  # same fields as Item
+
+    with pytest.raises(ValueError, match=r"^give exactly one of a or b; flag goes with b$"):
+        HandItem(flag=True)
+    assert HandItem(b="y", flag=True).b == "y"
+
+    def many(value: object) -> list[tuple[str, str]]:
+        return [(f"k{index}", "is wrong") for index in range(50)]
+
+    with pytest.raises(ValueError) as caught:
+        keyed_validator(many)(object())
+    assert str(caught.value).endswith("k19 is wrong; … and 30 more")
