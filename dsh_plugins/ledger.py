@@ -35,9 +35,13 @@ denied does not reveal what was recorded. For each call it looks up the key
   ledger knows its runtime, as the entry point's does), or is ``run_code``
   (a Code Mode program's own sub-calls carry their own keys, ``<call
   id>:code:<n>``, so running the program again replays what it already did and
-  stops at the first sub-call that is in doubt). A person who has checked what
-  happened settles the entry with :meth:`EffectLedger.resolve` or
-  :meth:`EffectLedger.forget`.
+  stops at the first sub-call that is in doubt). Even such a tool is not run
+  again while a worker thread its earlier attempt left behind still runs
+  (:meth:`ToolRuntime.orphaned_work <dsh_core.ToolRuntime.orphaned_work>`, matched
+  by call id, agent and tool): the call fails ``EFFECT_IN_DOUBT`` until the
+  thread returns. The entry stays in doubt when it does (the thread's outcome
+  is not recorded). A person who has checked what happened settles the entry
+  with :meth:`EffectLedger.resolve` or :meth:`EffectLedger.forget`.
 - *the key was recorded for another tool or other arguments*: the call fails
   with ``IDEMPOTENCY_CONFLICT``. For a Code Mode sub-call this means the program
   took another path on the re-run (it diverged); it stops there instead of
@@ -90,6 +94,7 @@ from dsh_core import (
     DshError,
     ErrorCode,
     JsonValue,
+    OrphanedWork,
     SessionLog,
     SessionLogError,
     ToolDefinition,
@@ -530,6 +535,20 @@ class EffectLedger:
         effects = definition.effects if definition is not None else None
         return effects is not None and effects.reruns_safely
 
+    def _earlier_attempt_running(self, execution: ToolDispatchExecution) -> OrphanedWork | None:
+        """A worker thread an earlier attempt of this call left running, when the runtime lists one.
+
+        Matched by call id, agent and tool, as the runtime records orphaned work:
+        a re-run beside it would run the effect twice at once.
+        """
+        if self.runtime is None:
+            return None
+        agent = scope_id(execution.agent)
+        for work in self.runtime.orphaned_work():
+            if (work.call_id, work.agent, work.tool) == (execution.call_id, agent, execution.name):
+                return work
+        return None
+
     def _recorded(self, execution: ToolDispatchExecution, entry: LedgerEntry) -> ToolExecutionResult | None:
         """The recorded answer for a known key, or ``None`` when the call should run (again)."""
         if entry.tool != execution.name or entry.arguments_digest != arguments_digest(execution.arguments):
@@ -552,7 +571,17 @@ class EffectLedger:
                 plugin=entry.error_plugin,
             )
         if execution.name in self.rerun_in_doubt or self._declared_safe(execution):
-            return None
+            orphan = self._earlier_attempt_running(execution)
+            if orphan is None:
+                return None
+            return failure_result(
+                f"call {entry.key!r} of {entry.tool!r} is in doubt, and its earlier attempt still runs in a "
+                f"worker thread it left behind ({orphan.function}); it is not run again while that thread "
+                "runs: try again once it returns (a host can wait with ToolRuntime.wait_for_orphans())",
+                EFFECT_IN_DOUBT,
+                name="EffectInDoubt",
+                plugin=PLUGIN_NAME,
+            )
         how = (
             "has no recorded outcome"
             if entry.state == "started"

@@ -558,3 +558,42 @@ async def test_a_waiter_that_comes_after_the_thread_returned_still_sees_the_fini
     with trio.fail_after(REAL_WAIT):
         await runtime.wait_for_orphans()
     assert events.types() == ["tool/orphaned", "tool/orphan-finished"]
+
+
+async def test_the_ledger_does_not_rerun_an_in_doubt_call_while_its_earlier_thread_runs(
+    mock_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """A tool safe to run again is still not run beside its first attempt: that is the effect twice at once."""
+    from dsh_plugins import ledger as ledger_plugin
+
+    gate = Gate()
+    runtime = make_runtime(threaded_tool(gate, timeout_ms=500))
+    timeout.dsh_setup(runtime, {})
+    ledger = ledger_plugin.EffectLedger(tmp_path / "effects.jsonl", rerun_in_doubt=["blocking"], runtime=runtime)
+    runtime.plugins.register(ledger, name=ledger_plugin.PLUGIN_NAME)
+    try:
+        outcome: list[Any] = []
+
+        async def call() -> None:
+            outcome.append(await runtime.execute(make_input("blocking", call_id="o-1")))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call)
+            await gate.wait_started()
+            mock_clock.jump(0.5)
+        assert expect_failure(outcome[0]).code == "TOOL_TIMEOUT"
+
+        again = expect_failure(await runtime.execute(make_input("blocking", call_id="o-1")))
+        assert again.code == ledger_plugin.EFFECT_IN_DOUBT
+        assert "its earlier attempt still runs in a worker thread it left behind" in again.error.message
+        assert gate.calls == 1  # not started a second time
+        other = runtime.execute(make_input("blocking", call_id="o-2", arguments={"value": "other"}))
+        gate.release.set()  # other call ids are not held back: this one runs (and returns at once)
+        assert isinstance(await other, ToolExecutionSuccess)
+
+        with trio.fail_after(REAL_WAIT):
+            await runtime.wait_for_orphans()
+        rerun = await runtime.execute(make_input("blocking", call_id="o-1"))
+        assert isinstance(rerun, ToolExecutionSuccess) and rerun.value == "done"
+    finally:
+        ledger.close()
