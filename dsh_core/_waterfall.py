@@ -135,6 +135,17 @@ class DshPluginManager(pluggy.PluginManager):
                 raise pluggy.PluginValidationError(plugin, "; ".join(problems))
         return result
 
+    def get_canonical_name(self, plugin: object) -> str:
+        """The name a plugin registered without one gets: its class and a per-object suffix.
+
+        pluggy's default for an instance is ``str(id(plugin))``, a bare number
+        that traces, reports and errors would show in place of the policy.
+        """
+        own_name = getattr(plugin, "__name__", None)
+        if isinstance(own_name, str) and own_name:
+            return own_name
+        return f"{type(plugin).__qualname__}-{id(plugin):x}"
+
     def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
         result = super().unregister(plugin, name)
         self.dsh_version += 1

@@ -659,3 +659,32 @@ def test_explain_and_replay_show_a_call_cut_short(tmp_path: Path) -> None:
     assert as_json["unwound"] == {"callId": "c1", "cause": "KeyboardInterrupt", "bodyStarted": False}
     replayed = invoke(["replay", str(log)])
     assert "(cut short (KeyboardInterrupt) before its body started: no result)" in replayed.stdout
+
+
+async def test_a_plugin_registered_without_a_name_is_traced_by_its_class() -> None:
+    runtime = make_runtime(json_tool("t"), trace_decisions=True)
+    first, second = Pre(lambda execution: Allow()), Pre()
+    first_name = runtime.plugins.register(first)
+    second_name = runtime.plugins.register(second)
+    assert first_name != second_name  # two instances of one class still get a name each
+    result = await runtime.execute(make_input("t"))
+    # pluggy calls the plugin registered last first.
+    assert [(actor, outcome) for stage, actor, outcome in steps(result) if stage == "pre"] == [
+        (second_name, "pass"),
+        (first_name, "allow"),
+    ]
+    assert first_name == f"Pre-{id(first):x}"
+
+
+async def test_a_plugin_with_its_own_name_keeps_it_when_registered_without_one() -> None:
+    import types
+
+    module = types.ModuleType("my_policy_module")
+
+    @hookimpl
+    async def dsh_pre_execute(execution: ToolExecution, next: Next) -> Any:
+        return await next()
+
+    module.dsh_pre_execute = dsh_pre_execute  # type: ignore[attr-defined]
+    runtime = make_runtime(json_tool("t"))
+    assert runtime.plugins.register(module) == "my_policy_module"
