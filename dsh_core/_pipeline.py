@@ -459,7 +459,7 @@ async def dispatch(runtime: ToolRuntime, call: PreparedCall) -> None:
         if call.execution.signal.cancelled:
             # It fired while the call waited its turn (for a resource key, say): the call
             # ends as it does when it fires by the end of stage 5, before any wrapper runs.
-            call._settle("post", _latest(call, aborted_result(body_invoked=False)))
+            _abort_before_dispatch(call)
             return
         try:
             if call.dispatch_suspends:
@@ -564,7 +564,7 @@ async def _policy_stage(runtime: ToolRuntime, call: PreparedCall) -> None:
         if trace is not None:
             trace.add("approval", "approval", decision)
         if approval_cancelled and execution.signal.cancelled:
-            call._settle("post", _latest(call, aborted_result(body_invoked=False)))
+            _abort_before_dispatch(call)
             return
 
     _decide(runtime, call, decision, decider)
@@ -667,7 +667,7 @@ def _decide(runtime: ToolRuntime, call: PreparedCall, decision: object, decider:
         call._settle("post", _latest(call, denial))
         return
     if execution.signal.cancelled:
-        call._settle("post", _latest(call, aborted_result(body_invoked=False)))
+        _abort_before_dispatch(call)
         return
     call.step = "dispatch"
 
@@ -697,6 +697,13 @@ def _live_guards(registry: Registry, agent: ScopeKey | None, guards: tuple[ToolG
 def _latest(call: PreparedCall, result: ToolExecutionResult) -> ToolExecutionResult:
     call.latest = result
     return result
+
+
+def _abort_before_dispatch(call: PreparedCall) -> None:
+    """End a call the gates let through but whose signal fired before dispatch: post-execute sees the abort."""
+    if call.trace is not None:
+        call.trace.not_dispatched(call.execution.signal.reason)
+    call._settle("post", _latest(call, aborted_result(body_invoked=False)))
 
 
 async def _dispatch_stage(runtime: ToolRuntime, call: PreparedCall) -> None:

@@ -23,6 +23,8 @@ execute    wrapper's plugin name    ``pass``, ``replace`` (its own success),
 execute    ``<tool> (attempt <n>)`` ``retry in <s> s: fail: <CODE>: <message>``: a failed
                                     attempt of a tool with a ``RetryPolicy``, before the body step
 execute    ``<tool> (body)``        ``ok`` or ``fail: <CODE>: <message>``
+execute    ``dispatch``             ``cancelled: <reason>``: the call's signal fired after the gates
+                                    let it through; no wrapper or body ran (ABORTED_BEFORE_DISPATCH)
 post       listener's plugin name   ``accept``, ``accept(content)``, ``accept(value)``,
                                     ``block: <feedback>``, ``pass``, ``interrupted``
 finalize   ``finalize_content``     ``pass`` or ``replace(content)``
@@ -157,6 +159,8 @@ def trace_of(result: ToolExecutionResult) -> DecisionTrace | None:
 
 _CHAIN: Final = object()  # marks an entry holding one waterfall's listener outcomes
 _ENTER: Final = object()  # marks the start of a stage that may fail before recording a step
+_REASON_CHARS: Final = 200  # a cancel reason is any object a host passed: its repr may be huge
+_NOT_DISPATCHED: Final = object()  # marks a call cancelled between its gates and its dispatch
 _FAIL: Final = object()  # marks the failure that ended the call early
 _NOT_RUN: Final = object()  # the execute chain's base when the body never ran
 
@@ -182,6 +186,10 @@ class TraceRecorder:
     def enter(self, stage: TraceStage) -> None:
         """Note that ``stage`` started (so a failure in it is attributed to it)."""
         self._entries.append((stage, _ENTER, None))
+
+    def not_dispatched(self, reason: object) -> None:
+        """Note that the call was cancelled (for ``reason``) after the gates allowed it, before dispatch."""
+        self._entries.append(("execute", _NOT_DISPATCHED, reason))
 
     def add(self, stage: TraceStage, actor: object, outcome: object) -> None:
         """One non-waterfall step: approval, a guard, the body, the finaliser."""
@@ -211,6 +219,9 @@ class TraceRecorder:
                 continue
             current = stage
             if actor is _ENTER:
+                continue
+            if actor is _NOT_DISPATCHED:
+                steps.append(TraceStep(stage=stage, actor="dispatch", outcome=_cancelled(outcome)))
                 continue
             if actor is _CHAIN:
                 listeners, base = cast(tuple[list[tuple[str, Any]], object], outcome)
@@ -268,6 +279,13 @@ def _failure(prefix: str, result: ToolExecutionFailure) -> str:
     info = result.error.info
     code = info.code if info is not None else "ERROR"
     return f"{prefix}: {code}: {result.error.message}"
+
+
+def _cancelled(reason: object) -> str:
+    text = reason if isinstance(reason, str) else repr(reason)
+    if len(text) > _REASON_CHARS:
+        text = text[:_REASON_CHARS] + "..."
+    return f"cancelled: {text}"
 
 
 def _body(result: object) -> str:

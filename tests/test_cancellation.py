@@ -787,7 +787,11 @@ async def test_a_cancel_while_an_allowing_gate_runs_starts_no_wrapper(
     assert post.seen == ["ABORTED_BEFORE_DISPATCH"]
     trace = trace_of(result)
     assert trace is not None
-    assert [step.stage for step in trace] == [gate if gate == "guard" else "pre", "post"]
+    assert [(step.stage, step.actor, step.outcome) for step in trace][1:] == [
+        ("execute", "dispatch", "cancelled: user pressed stop"),  # why the call ended though its gate allowed it
+        ("post", "PostSees-" + format(id(post), "x"), "pass"),
+    ]
+    assert trace.steps[0].stage == ("guard" if gate == "guard" else "pre")
 
 
 async def test_a_wrapper_success_after_the_cancel_reaches_post_execute_as_aborted(

@@ -688,3 +688,43 @@ async def test_a_plugin_with_its_own_name_keeps_it_when_registered_without_one()
     module.dsh_pre_execute = dsh_pre_execute  # type: ignore[attr-defined]
     runtime = make_runtime(json_tool("t"))
     assert runtime.plugins.register(module) == "my_policy_module"
+
+
+async def test_a_call_cancelled_while_it_waits_for_a_resource_key_says_so(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    tool = json_tool(
+        "t", slow_body, is_concurrency_safe=lambda a: True, resource_keys=lambda a: {"write": ["same-file"]}
+    )
+    runtime = traced(tool, plugins=[("gate", Pre(lambda execution: Allow()))])
+    first_signal, second_signal = CancelSignal(), CancelSignal()
+    async with trio.open_nursery() as nursery:
+
+        async def cancel_the_waiting_call() -> None:
+            await trio.sleep(1)  # the first call holds the key; the second waits for it
+            second_signal.cancel("the user moved on")
+
+        nursery.start_soon(cancel_the_waiting_call)
+        first, second = await run_tool_calls(
+            runtime,
+            [make_input("t", signal=first_signal, call_id="c1"), make_input("t", signal=second_signal, call_id="c2")],
+        )
+    assert not first.is_error
+    assert second.code == "ABORTED_BEFORE_DISPATCH"
+    assert steps(second) == [("pre", "gate", "allow"), ("execute", "dispatch", "cancelled: the user moved on")]
+
+
+async def test_a_huge_cancel_reason_is_cut_in_the_trace() -> None:
+    signal = CancelSignal()
+
+    def cancel_then_pass(execution: ToolExecution) -> None:
+        signal.cancel(["x" * 10] * 10_000)  # any object: the trace shows a bounded repr of it
+
+    runtime = traced(json_tool("t"))
+    runtime.guard(cancel_then_pass)
+    result = await runtime.execute(make_input("t", signal=signal))
+    assert result.code == "ABORTED_BEFORE_DISPATCH"
+    dispatch = trace_of(result).stage("execute")  # type: ignore[union-attr]
+    assert [step.actor for step in dispatch] == ["dispatch"]
+    assert dispatch[0].outcome.startswith("cancelled: ['xxxxxxxxxx', ")
+    assert dispatch[0].outcome.endswith("...") and len(dispatch[0].outcome) == len("cancelled: ") + 200 + 3
