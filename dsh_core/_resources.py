@@ -4,26 +4,29 @@ A tool opts in with ``resource_keys(args) -> {"read": [...], "write": [...]}``
 (either list may be left out; keys are non-empty strings such as a path, a
 URL or an account id, compared exactly). Two calls *conflict* when one writes
 a key the other reads or writes; a key in both lists of one call counts as a
-write. :func:`run_tool_calls <dsh_core.run_tool_calls>` uses this to overlap
-non-conflicting calls and serialise conflicting ones in model order.
+write. :func:`run_tool_calls <dsh_core.run_tool_calls>` and the Code Mode bridge use
+this to overlap non-conflicting calls and serialise conflicting ones in the
+order they were made.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
+import trio
 
 from ._arguments_text import model_arguments
 from ._execution import EXCLUSIVE, Exclusive, Parallel, ToolExecutionInput
 from ._registry import RUN_CODE_NAME
+from ._signal import CancelSignal
 from ._waterfall import is_fatal
 
 if TYPE_CHECKING:
     from ._runtime import ToolRuntime
 
-__all__ = ["ResourceClaim", "classify_call"]
+__all__ = ["KeyIndex", "ResourceClaim", "classify_call", "settle_after", "wait_for_settled"]
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -40,6 +43,65 @@ class ResourceClaim:
             and self.write.isdisjoint(other.read)
             and self.read.isdisjoint(other.write)
         )
+
+
+class KeyIndex:
+    """Per key, the settle events of the last writer and of the readers since (claims made in order)."""
+
+    __slots__ = ("_readers", "_writer")
+
+    def __init__(self) -> None:
+        self._writer: dict[str, trio.Event] = {}
+        self._readers: dict[str, list[trio.Event]] = {}
+
+    def claim(self, claim: ResourceClaim, settled: trio.Event) -> list[trio.Event]:
+        """Record a call's claim; returns the unset settle events its dispatch must wait for.
+
+        An event already set is left out: what it stood for is over, and waiting on it
+        would still be a checkpoint, which a call that cannot suspend must not meet.
+        """
+        after: dict[trio.Event, None] = {}
+        for key in claim.write:
+            writer = self._writer.get(key)
+            if writer is not None:
+                after[writer] = None
+            after.update(dict.fromkeys(self._readers.pop(key, ())))
+            self._writer[key] = settled
+        for key in claim.read:
+            writer = self._writer.get(key)
+            if writer is not None:
+                after[writer] = None
+            self._readers.setdefault(key, []).append(settled)
+        return [event for event in after if not event.is_set()]
+
+
+async def wait_for_settled(signal: CancelSignal, after: Sequence[trio.Event]) -> None:
+    """Wait until every event in ``after`` is set, or until ``signal`` fires.
+
+    A fired signal ends the wait quietly: the dispatch that follows sees it and
+    ends the call before its wrappers and body run (``ABORTED_BEFORE_DISPATCH``).
+    """
+    with trio.CancelScope() as scope:
+        unlink = signal.link(scope)
+        try:
+            for event in after:
+                await event.wait()
+        finally:
+            unlink()
+
+
+async def settle_after(after: Sequence[trio.Event], settled: trio.Event) -> None:
+    """Set ``settled`` once everything in ``after`` has settled (shielded).
+
+    A call cancelled while it waited settles early; it reports itself settled only
+    once what it waited for has, so "after me" stays transitive for later
+    conflicting calls. Those are earlier calls, always drained: no deadlock.
+    """
+    if after:
+        with trio.CancelScope(shield=True):
+            for event in after:
+                await event.wait()
+    settled.set()
 
 
 def _keys(value: object) -> frozenset[str] | None:

@@ -44,7 +44,7 @@ import trio
 
 from . import _pipeline
 from ._execution import Exclusive, Parallel, ToolExecutionInput, input_of
-from ._resources import ResourceClaim, classify_call
+from ._resources import KeyIndex, ResourceClaim, classify_call, settle_after, wait_for_settled
 from ._results import ToolExecutionResult
 from ._runtime import ToolRuntime
 from ._waterfall import lone_exit
@@ -94,44 +94,6 @@ async def run_tool_calls(
     return [result for result in results if result is not None]
 
 
-class _KeyIndex:
-    """Per key, the settle events of the last writer and of the readers since, within one group."""
-
-    __slots__ = ("_readers", "_writer")
-
-    def __init__(self) -> None:
-        self._writer: dict[str, trio.Event] = {}
-        self._readers: dict[str, list[trio.Event]] = {}
-
-    def claim(self, claim: ResourceClaim, settled: trio.Event) -> list[trio.Event]:
-        """Record a call's claim (in model order); returns what its dispatch must wait for."""
-        after: dict[trio.Event, None] = {}
-        for key in claim.write:
-            writer = self._writer.get(key)
-            if writer is not None:
-                after[writer] = None
-            after.update(dict.fromkeys(self._readers.pop(key, ())))
-            self._writer[key] = settled
-        for key in claim.read:
-            writer = self._writer.get(key)
-            if writer is not None:
-                after[writer] = None
-            self._readers.setdefault(key, []).append(settled)
-        return list(after)
-
-
-async def _wait_for(call: _pipeline.PreparedCall, after: Sequence[trio.Event]) -> None:
-    # Cancellable through the call's own signal: the dispatch that follows then
-    # sees the fired signal and ends the call before its wrappers and body run.
-    with trio.CancelScope() as scope:
-        unlink = call.execution.signal.link(scope)
-        try:
-            for event in after:
-                await event.wait()
-        finally:
-            unlink()
-
-
 async def _run_group(
     runtime: ToolRuntime,
     calls: list[ToolExecutionInput],
@@ -157,7 +119,7 @@ async def _run_group(
     limiter = trio.CapacityLimiter(max_parallel)
     # Unbounded: the limiter bounds the dispatches in flight; what waits here is settled or dispatching.
     send, receive = trio.open_memory_channel[tuple[int, _pipeline.PreparedCall, trio.Event | None]](math.inf)
-    keys = _KeyIndex()
+    keys = KeyIndex()
     uncommitted = 0
     # The settle events of the dispatches running in tasks (for a rewritten call's barrier),
     # in start order; each dispatch removes its own as it settles, so no start rescans the rest.
@@ -168,18 +130,11 @@ async def _run_group(
     ) -> None:
         try:
             if after:
-                await _wait_for(call, after)
+                await wait_for_settled(call.execution.signal, after)
             await _pipeline.dispatch(runtime, call)
         finally:
             limiter.release_on_behalf_of(slot)
-            if after:
-                # A call cancelled while it waited settles early; report it settled only
-                # once what it waited for has, so "after me" stays transitive for later
-                # conflicting calls. Those are earlier calls, always drained: no deadlock.
-                with trio.CancelScope(shield=True):
-                    for event in after:
-                        await event.wait()
-            settled.set()
+            await settle_after(after, settled)
             del running[settled]
 
     async def commit() -> None:
@@ -224,7 +179,7 @@ async def _run_group(
                     # was admitted as something it no longer is. Run it as a barrier, once
                     # everything dispatched before it has settled.
                     try:
-                        await _wait_for(call, list(running))
+                        await wait_for_settled(call.execution.signal, list(running))
                         await _pipeline.dispatch(runtime, call)
                     finally:
                         limiter.release_on_behalf_of(slot)

@@ -1020,3 +1020,110 @@ async def test_a_program_firing_calls_without_awaiting_them_waits_for_room(monke
     assert isinstance(result, ToolExecutionSuccess), result
     assert result.value == {"logs": (), "result": sum(range(200)) + 200}
     assert len(waiting) == 200 and max(waiting) == 8
+
+
+def keyed_writer(spans: dict[str, tuple[float, float]], *, concurrency_safe: bool) -> Any:
+    async def body(args: Any) -> str:
+        start = trio.current_time()
+        await trio.sleep(1)
+        spans[args["id"]] = (start, trio.current_time())
+        return args["id"]
+
+    return json_tool(
+        "write",
+        body,
+        parameters={"id": {"type": "string", "required": True}, "path": {"type": "string", "required": True}},
+        output={"type": "string"},
+        is_concurrency_safe=(lambda a: True) if concurrency_safe else None,
+        resource_keys=lambda args: {"write": [args["path"]]},
+    )
+
+
+@pytest.mark.parametrize("concurrency_safe", [True, False], ids=["safe-and-keyed", "keyed-only"])
+async def test_keyed_sub_calls_serialise_on_a_shared_key_and_overlap_otherwise(
+    concurrency_safe: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    # As in run_tool_calls, keys replace is_concurrency_safe: two writes of one path never overlap (a
+    # concurrency-safe tool used to run them at once), writes of different paths do.
+    spans: dict[str, tuple[float, float]] = {}
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        values = await gather(
+            lambda: tools["write"]({"id": "a1", "path": "a.txt"}),
+            lambda: tools["write"]({"id": "b", "path": "b.txt"}),
+            lambda: tools["write"]({"id": "a2", "path": "a.txt"}),
+        )()
+        return CodeRunResult(value=values, has_value=True)
+
+    runtime, _ = code_runtime(program, keyed_writer(spans, concurrency_safe=concurrency_safe))
+    result = await runtime.execute(run_code())
+    assert isinstance(result, ToolExecutionSuccess)
+    assert result.value["result"] == ("a1", "b", "a2")  # type: ignore[index]
+    assert spans["a1"] == (pytest.approx(0), pytest.approx(1))
+    assert spans["b"] == (pytest.approx(0), pytest.approx(1))
+    assert spans["a2"] == (pytest.approx(1), pytest.approx(2))  # waited for the first write of a.txt
+
+
+async def test_a_keyed_sub_call_waiting_for_its_key_is_abandoned_when_the_run_is_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+    outcomes: list[Any] = []
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        outcomes.extend(
+            await gather(
+                lambda: tools["write"]({"id": "a1", "path": "a.txt"}),
+                lambda: tools["write"]({"id": "a2", "path": "a.txt"}),
+            )()
+        )
+        return CodeRunResult()
+
+    runtime, _ = code_runtime(program, keyed_writer(spans, concurrency_safe=True))
+    recorder = Recorder()
+    runtime.plugins.register(recorder)
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+
+        async def cancel() -> None:
+            await trio.sleep(0.5)
+            signal.cancel("stop")
+
+        nursery.start_soon(cancel)
+        result = await runtime.execute(run_code(signal=signal))
+    assert code(result) == "ABORTED"
+    assert "a2" not in spans  # it never dispatched
+    sub_codes = {e.call_id: r.error.info.code for e, r in recorder.results if e.parent is not None and r.is_error}
+    assert sub_codes == {"outer:code:1": "ABORTED", "outer:code:2": "ABORTED_BEFORE_DISPATCH"}
+
+
+async def test_a_sub_call_rewritten_onto_other_keys_runs_as_a_barrier(autojump_clock: trio.testing.MockClock) -> None:
+    # Admitted for b.txt, rewritten to a.txt while it was decided: it can no longer trust the claim it
+    # was admitted with, so it waits for every call started before it and nothing starts beside it.
+    from dsh_core import Rewrite
+
+    spans: dict[str, tuple[float, float]] = {}
+
+    class MovesToA:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            args = execution.arguments
+            if execution.parent is not None and args["id"] == "moved" and args["path"] == "b.txt":
+                return Rewrite({**args, "path": "a.txt"}, reason="b.txt is read-only")
+            return await next()
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        await gather(
+            lambda: tools["write"]({"id": "a1", "path": "a.txt"}),
+            lambda: tools["write"]({"id": "moved", "path": "b.txt"}),
+            lambda: tools["write"]({"id": "c", "path": "c.txt"}),
+        )()
+        return CodeRunResult()
+
+    runtime, _ = code_runtime(program, keyed_writer(spans, concurrency_safe=True))
+    runtime.plugins.register(MovesToA())
+    result = await runtime.execute(run_code())
+    assert not result.is_error
+    assert spans["a1"] == (pytest.approx(0), pytest.approx(1))
+    assert spans["moved"] == (pytest.approx(1), pytest.approx(2))
+    assert spans["c"] == (pytest.approx(2), pytest.approx(3))

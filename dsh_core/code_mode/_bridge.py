@@ -4,7 +4,9 @@ Every SDK call the program makes becomes a sub-call ``<outer id>:code:<n>``
 (numbered in submission order) carrying the outer execution's token as
 ``parent``. Sub-calls start in submission order; consecutive parallel-safe calls
 overlap up to ``max_parallel_sub_calls``; an exclusive call waits for the pool
-to drain, runs alone and holds later calls back until it has committed.
+to drain, runs alone and holds later calls back until it has committed. A call
+with resource keys is scheduled as in ``run_tool_calls``: its dispatch waits for
+every earlier call it conflicts with, and overlaps the others.
 Post-execute and finalisation (the commit) also run in submission order.
 
 Sub-calls run in a nursery the bridge owns, not in the code runtime's tasks,
@@ -34,9 +36,10 @@ from .._content import ContentBlock, ImageBlock, TextBlock, UserMessage, as_cont
 from .._definition import ToolDefinition, ToolOutput, contract_of, define_tool
 from .._errors import CodeRunFailedError, DshError, NonJsonValueError
 from .._events import send_event
-from .._execution import Exclusive, ToolExecution, ToolExecutionInput, ToolRunContext, input_of, scope_id
+from .._execution import Exclusive, Parallel, ToolExecution, ToolExecutionInput, ToolRunContext, input_of, scope_id
 from .._json import JsonValue, json_text, snapshot_json
 from .._jsoncodec import encode_json
+from .._resources import KeyIndex, ResourceClaim, classify_call, settle_after, wait_for_settled
 from .._results import ToolExecutionResult, ToolExecutionSuccess, error_message
 from .._signal import CancelSignal
 from .._waterfall import Chain, Listener, split_fatal
@@ -74,8 +77,8 @@ class _ProgramFacingError(Exception):
 
 class _Ticket:
     __slots__ = (
-        "call", "dispatched", "done", "error", "exclusive", "name", "number", "request", "started", "sub_call_id",
-        "turn", "value",
+        "call", "claim", "dispatched", "done", "error", "exclusive", "kind", "name", "number", "request", "started",
+        "sub_call_id", "turn", "value",
     )  # fmt: skip
 
     def __init__(self, number: int, sub_call_id: str, name: str, request: ToolExecutionInput) -> None:
@@ -84,6 +87,9 @@ class _Ticket:
         self.name = name
         self.request = request
         self.exclusive = False
+        # How it was classified when it was admitted (parallel, exclusive or by its resource keys).
+        self.kind: ResourceClaim | Parallel | Exclusive | None = None
+        self.claim: trio.Event | None = None  # set once its keyed dispatch has settled
         self.started = False
         self.dispatched = False  # its dispatch stage is over: it waits to commit
         self.call: _pipeline.PreparedCall | None = None
@@ -118,6 +124,7 @@ class _Lane:
         self.log_backlog = 0
         self.in_flight = 0
         self.exclusive_active = False
+        self.keys = KeyIndex()
         self._changed: trio.Event | None = None  # created only while someone waits for a change
         self.log_slots = trio.CapacityLimiter(cap)
 
@@ -177,7 +184,8 @@ class _Lane:
             return False
         if self.log_backlog or (self.commits and self.commits[0].dispatched):
             return False  # logs to make room for, or a commit to run first
-        ticket.exclusive = isinstance(self.runtime.execution_mode(ticket.request), Exclusive)
+        ticket.kind = classify_call(self.runtime, ticket.request)
+        ticket.exclusive = isinstance(ticket.kind, Exclusive)
         if ticket.exclusive:
             return self.in_flight == 0 and not self.commits
         return self.in_flight < self.cap
@@ -351,27 +359,37 @@ class _Bridge:
                     {**self.ids(ticket), "name": ticket.name, "arguments": logged_arguments},
                 )
             classified_at = runtime._registry.version
+            after: list[trio.Event] = []
             try:
                 call = await _pipeline.prepare(runtime, ticket.request)
                 if (
                     (call.rewrites is not None or runtime._registry.version != classified_at)
                     and not ticket.exclusive
                     and call.step == "dispatch"
-                    and isinstance(runtime.execution_mode(input_of(call.execution)), Exclusive)
+                    and classify_call(runtime, input_of(call.execution)) != ticket.kind
                 ):
-                    # A policy rewrote the arguments into an exclusive call, or the tool was
-                    # replaced by an exclusive one while the policies decided: nothing may start
-                    # beside it, and it waits for what started before it to commit.
+                    # A policy rewrote the arguments into a call that schedules otherwise (exclusive,
+                    # or other keys), or the tool was replaced while the policies decided: it was
+                    # admitted as something it no longer is. Nothing may start beside it, and it
+                    # waits for what started before it to commit.
                     ticket.exclusive = True
                     lane.exclusive_active = True
+                elif call.step == "dispatch" and isinstance(ticket.kind, ResourceClaim):
+                    # Claimed before the lane is free again, so claims follow submission order.
+                    ticket.claim = trio.Event()
+                    after = lane.keys.claim(ticket.kind, ticket.claim)
             finally:
                 lane.busy = False
                 lane.notify()
             if ticket.exclusive and not (lane.in_flight == 1 and lane.commits[0] is ticket):
                 await lane.wait_until(lambda: lane.in_flight == 1 and lane.commits[0] is ticket)
             try:
+                if after:
+                    await wait_for_settled(self.run_signal, after)
                 await _pipeline.dispatch(runtime, call)
             finally:
+                if ticket.claim is not None:
+                    await settle_after(after, ticket.claim)
                 lane.in_flight -= 1
                 dispatching = False
                 ticket.dispatched = True
