@@ -29,6 +29,16 @@ still written in place, truncated and rewritten as before:
 
 A rename also drops extended attributes and ACLs the file had; its owner, group
 and permission bits (set-id and sticky bits included) are kept.
+
+A path resolved with ``realpath`` has no symlink left in it, but one can be
+swapped in, for any directory on the way, between the check of where the path
+leads and its use: an ``O_NOFOLLOW`` open guards the last name only. So a
+resolved path is walked: each directory is opened relative to the one before
+it, never following a symlink, and the file, its temporary file and the rename
+use the last directory's descriptor. A symlink met on the way is refused
+(:class:`PathChangedError`) instead of followed out of the checked place. Where
+descriptors cannot stand for directories (Windows), or a directory on the way
+may be searched but not opened (no ``O_PATH``), the path is used as it is.
 """
 
 from __future__ import annotations
@@ -38,9 +48,10 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from typing import BinaryIO, Final
 
-__all__ = ["NotRegularFileError", "open_regular", "write_regular"]
+__all__ = ["NotRegularFileError", "PathChangedError", "open_regular", "write_regular"]
 
 _NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -52,6 +63,11 @@ _TEMP_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
 # How much of the file's name its temporary file's name keeps: with the rest it stays under NAME_MAX (255 bytes).
 _TEMP_NAME_KEPT_BYTES: Final = 128
 _TEMP_ATTEMPTS: Final = 16
+_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+# O_PATH opens a directory the process may search but not list (mode 0o111) and reads nothing.
+_WALK_FLAGS: Final = (getattr(os, "O_PATH", 0) or os.O_RDONLY) | _DIRECTORY | _NOFOLLOW | _CLOEXEC
+# os.replace takes the directory descriptors os.rename does (supports_dir_fd lists rename only).
+_CAN_WALK: Final = bool(_DIRECTORY and _NOFOLLOW) and {os.open, os.rename, os.unlink} <= os.supports_dir_fd
 
 
 class NotRegularFileError(OSError):
@@ -63,11 +79,89 @@ class NotRegularFileError(OSError):
         self.is_directory = is_directory
 
 
-def _open_regular_fd(path: str, flags: int) -> int:
+class PathChangedError(OSError):
+    """A directory on the way to a resolved path is a symlink now: it changed since the path was resolved."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            errno.ELOOP, f"{path!r} changed since it was checked: a directory on the way to it is now a symlink"
+        )
+        self.path = path
+
+
+class _Place:
+    """Where a file's operations are aimed: its name in an open directory, or its whole path."""
+
+    __slots__ = ("directory", "directory_fd", "name", "path")
+
+    def __init__(self, path: str, directory_fd: int | None) -> None:
+        self.path = path
+        self.directory_fd = directory_fd
+        encoded = os.fsencode(path)
+        self.directory, base = os.path.split(encoded)
+        self.name = base if directory_fd is not None else encoded
+
+    def entry(self, name: bytes) -> bytes:
+        """How the operations name ``name``, a file beside this one."""
+        return name if self.directory_fd is not None else os.path.join(self.directory, name)
+
+    def close(self) -> None:
+        if self.directory_fd is not None:
+            os.close(self.directory_fd)
+
+
+@contextlib.contextmanager
+def _placed(path: str, *, walk: bool) -> Iterator[_Place]:
+    directory_fd = _walk_to_directory(path) if walk and _CAN_WALK else None
+    place = _Place(path, directory_fd)
+    try:
+        yield place
+    finally:
+        place.close()
+
+
+def _walk_to_directory(path: str) -> int | None:
+    """The directory holding ``path`` (resolved), opened one name at a time without following a symlink.
+
+    ``None`` when a directory on the way cannot be opened at all (searchable, not
+    readable, without ``O_PATH``): the caller then uses the path as it is.
+    """
+    directory = os.path.dirname(os.fsencode(path))
+    names = [name for name in directory.split(b"/") if name]
+    try:
+        fd = os.open(b"/" if directory.startswith(b"/") else b".", _WALK_FLAGS)
+    except PermissionError:
+        return None
+    walked = b"/" if directory.startswith(b"/") else b""
+    try:
+        for name in names:
+            try:
+                following = os.open(name, _WALK_FLAGS, dir_fd=fd)
+            except PermissionError:
+                os.close(fd)
+                return None
+            except OSError as exc:
+                # O_NOFOLLOW meeting a symlink: ELOOP (Linux), ENOTDIR with O_DIRECTORY elsewhere.
+                if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and os.path.islink(walked + name)):
+                    raise PathChangedError(path) from None
+                raise type(exc)(exc.errno, exc.strerror, path) from None
+            os.close(fd)
+            fd = following
+            walked += name + b"/"
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_regular_fd(path: str, flags: int, place: _Place | None = None) -> int:
     """A descriptor of ``path`` opened with ``flags`` without blocking, if it is a regular file; blocking after."""
     # Unlike dsh_core._session_log._open_regular_file: no stat by path first, O_NOFOLLOW when asked, mode 0o666, NotRegularFileError (an OSError).
     try:
-        fd = os.open(path, flags | _COMMON_FLAGS, 0o666)
+        if place is None:
+            fd = os.open(path, flags | _COMMON_FLAGS, 0o666)
+        else:
+            fd = os.open(place.name, flags | _COMMON_FLAGS, 0o666, dir_fd=place.directory_fd)
     except OSError as exc:
         if exc.errno in _NOT_REGULAR_ERRNOS:
             raise NotRegularFileError(path) from None
@@ -84,17 +178,23 @@ def _open_regular_fd(path: str, flags: int) -> int:
     return fd
 
 
-def open_regular(path: str, *, follow_symlinks: bool = False) -> BinaryIO:
+def open_regular(path: str, *, follow_symlinks: bool = False, resolved: bool = False) -> BinaryIO:
     """``path`` opened ``"rb"``, if it is a regular file.
 
     Never blocks on what the path turned out to be. Without ``follow_symlinks``
-    (for a path already resolved with ``realpath``) a symlink swapped in since is
-    refused rather than followed out of wherever the path was checked to be.
+    a symlink swapped in for the file since it was checked is refused rather than
+    followed out of wherever the path was checked to be; a ``resolved`` path
+    (``realpath``'s) refuses one swapped in for any directory on the way too
+    (:class:`PathChangedError`).
 
     Raises :class:`NotRegularFileError` for anything but a regular file, and
     ``OSError`` (``FileNotFoundError``, ``PermissionError``...) as ``open`` does.
     """
-    return os.fdopen(_open_regular_fd(path, os.O_RDONLY | (0 if follow_symlinks else _NOFOLLOW)), "rb")
+    flags = os.O_RDONLY | (0 if follow_symlinks else _NOFOLLOW)
+    if not resolved:
+        return os.fdopen(_open_regular_fd(path, flags), "rb")
+    with _placed(path, walk=True) as place:
+        return os.fdopen(_open_regular_fd(path, flags, place), "rb")
 
 
 def write_regular(path: str, data: bytes) -> None:
@@ -104,21 +204,23 @@ def write_regular(path: str, data: bytes) -> None:
     opened for writing, never truncated by that, first): otherwise this raises
     as :func:`open_regular` does, or ``PermissionError``, and writes nothing.
     Any ``OSError`` (a full disk, a directory the process cannot create a file
-    in) leaves ``path`` as it was and no temporary file behind.
+    in) leaves ``path`` as it was and no temporary file behind; a directory on
+    the way swapped for a symlink raises :class:`PathChangedError`.
     """
-    try:
-        target: int | None = _open_regular_fd(path, os.O_WRONLY | _NOFOLLOW)
-    except FileNotFoundError:
-        target = None
-    try:
-        status = None if target is None else os.fstat(target)
-        # A hard-linked file, or one whose owner the rename would not keep: rewritten in place.
-        hard_linked = status is not None and status.st_nlink > 1
-        if hard_linked or not _replace(path, data, status):
-            _write_in_place(target, data)
-    finally:
-        if target is not None:
-            os.close(target)
+    with _placed(path, walk=True) as place:
+        try:
+            target: int | None = _open_regular_fd(path, os.O_WRONLY | _NOFOLLOW, place)
+        except FileNotFoundError:
+            target = None
+        try:
+            status = None if target is None else os.fstat(target)
+            # A hard-linked file, or one whose owner the rename would not keep: rewritten in place.
+            hard_linked = status is not None and status.st_nlink > 1
+            if hard_linked or not _replace(place, data, status):
+                _write_in_place(target, data)
+        finally:
+            if target is not None:
+                os.close(target)
 
 
 def _write_in_place(fd: int | None, data: bytes) -> None:
@@ -133,17 +235,17 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _replace(path: str, data: bytes, status: os.stat_result | None) -> bool:
-    """``data`` written to a temporary file renamed over ``path``.
+def _replace(place: _Place, data: bytes, status: os.stat_result | None) -> bool:
+    """``data`` written to a temporary file renamed over the file at ``place``.
 
     ``False`` (nothing done) when the owner cannot be kept, or the directory refuses
     the temporary file of a file that exists.
     """
-    directory, name = os.path.split(os.fsencode(path))
+    directory_fd = place.directory_fd
     # A new file's temporary file is created as the file would be (0o666 less the umask); an
     # existing one's only for its owner until it has the file's own bits, however open they are.
     try:
-        fd, temp = _create_temp(directory, name, 0o666 if status is None else 0o600)
+        fd, temp = _create_temp(place, 0o666 if status is None else 0o600)
     except PermissionError:
         if status is None:
             raise  # a new file cannot be created there at all
@@ -159,22 +261,23 @@ def _replace(path: str, data: bytes, status: os.stat_result | None) -> bool:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temp, path)
+        os.replace(temp, place.name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
         replaced = True
     finally:
         if not replaced:
             with contextlib.suppress(OSError):
-                os.unlink(temp)
-    _sync_directory(directory)
+                os.unlink(temp, dir_fd=directory_fd)
+    _sync_directory(place)
     return True
 
 
-def _create_temp(directory: bytes, name: bytes, mode: int) -> tuple[int, bytes]:
+def _create_temp(place: _Place, mode: int) -> tuple[int, bytes]:
     # Dot-prefixed, so listings and globs skip it; random, so it names no user's file.
+    name = os.path.basename(place.name)
     for attempt in range(_TEMP_ATTEMPTS):
-        temp = os.path.join(directory, b".%s.dsh-%s.tmp" % (_name_start(name), secrets.token_hex(8).encode()))
+        temp = place.entry(b".%s.dsh-%s.tmp" % (_name_start(name), secrets.token_hex(8).encode()))
         try:
-            return os.open(temp, _TEMP_FLAGS, mode), temp
+            return os.open(temp, _TEMP_FLAGS, mode, dir_fd=place.directory_fd), temp
         except FileExistsError:
             if attempt == _TEMP_ATTEMPTS - 1:
                 raise
@@ -211,10 +314,15 @@ def _take_owner(fd: int, status: os.stat_result) -> bool:
     return True
 
 
-def _sync_directory(directory: bytes) -> None:
+def _sync_directory(place: _Place) -> None:
     # The rename is on disk only once the directory is; best effort: some file systems refuse it.
+    # Reopened to read: an O_PATH descriptor cannot be synced.
+    flags = os.O_RDONLY | _DIRECTORY | _CLOEXEC
     try:
-        fd = os.open(directory or b".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+        if place.directory_fd is not None:
+            fd = os.open(b".", flags, dir_fd=place.directory_fd)
+        else:
+            fd = os.open(place.directory or b".", flags)
     except OSError:
         return
     try:

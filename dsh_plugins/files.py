@@ -143,7 +143,7 @@ from dsh_core.presentation import (
 
 from ._file_settings import PathSetting, kept_path
 from ._git_places import git_run_place
-from ._regular_file import NotRegularFileError, open_regular, write_regular
+from ._regular_file import NotRegularFileError, PathChangedError, open_regular, write_regular
 from ._settings_warnings import report_inert_keys
 
 __all__ = [
@@ -368,6 +368,11 @@ def _positive(value: float, name: str, maximum: int | None = None) -> int:
 
 
 def _os_error(exc: OSError, path: str) -> FileToolError:
+    if isinstance(exc, PathChangedError):
+        return FileToolError(
+            f"{path!r} changed while it was being used: a directory on the way to it was replaced by a "
+            "symlink after the path was checked, so it was not followed"
+        )
     if isinstance(exc, NotRegularFileError):
         return FileToolError(f"{path!r} is a directory" if exc.is_directory else f"{path!r} is not a regular file")
     if isinstance(exc, FileNotFoundError):
@@ -679,7 +684,7 @@ def _read_window(workspace: Workspace, path: str, offset: int, limit: int) -> di
     total = 0
     last = offset + limit - 1
     try:
-        with open_regular(real) as stream:
+        with open_regular(real, resolved=True) as stream:
             if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
                 raise FileToolError(
                     f"{path!r} looks like a binary file (it contains NUL bytes); it cannot be read as text"
@@ -800,7 +805,7 @@ def _read_file_tool(workspace: Workspace) -> ToolDefinition:
 def _before_image(real: str, path: str) -> tuple[bool, str | None]:
     """Whether ``real`` exists, and its text when it is small UTF-8 text (for the diff card)."""
     try:
-        stream = open_regular(real)
+        stream = open_regular(real, resolved=True)
     except FileNotFoundError:
         return False, None
     except PermissionError:
@@ -837,7 +842,7 @@ def _read_current(real: str, path: str, tool: str) -> bytes:
     try:
         if not _check_regular(real, path):
             raise FileToolError(f"{path!r} no longer exists; the {tool} call was not reverted")
-        with open_regular(real) as stream:
+        with open_regular(real, resolved=True) as stream:
             return stream.read()
     except OSError as exc:
         raise _os_error(exc, path) from None
@@ -955,7 +960,7 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
         raise FileToolError("old_string and new_string are identical; there is nothing to change")
     real = workspace.resolve_writable(path)
     try:
-        with open_regular(real) as stream:
+        with open_regular(real, resolved=True) as stream:
             raw = stream.read()
     except OSError as exc:
         raise _os_error(exc, path) from None
@@ -1359,7 +1364,7 @@ def _grep_python(
             continue
         shown = workspace.display(real) if file == base else workspace.display(file)
         try:
-            with open_regular(real) as stream:
+            with open_regular(real, resolved=True) as stream:
                 if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
                     continue
                 stream.seek(0)

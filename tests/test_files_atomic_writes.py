@@ -267,9 +267,9 @@ def test_the_temporary_file_name_is_hidden_recognisable_and_fits_a_long_name(
     seen: list[bytes] = []
     real_replace = os.replace
 
-    def replace(source: Any, target: Any) -> None:
+    def replace(source: Any, target: Any, **dir_fds: Any) -> None:
         seen.append(os.path.basename(os.fsencode(source)))
-        real_replace(source, target)
+        real_replace(source, target, **dir_fds)
 
     monkeypatch.setattr(os, "replace", replace)
     long_name = "é" * 127  # 254 bytes: at the limit of a name
