@@ -51,7 +51,7 @@ import stat
 from collections.abc import Iterator
 from typing import BinaryIO, Final
 
-__all__ = ["NotRegularFileError", "PathChangedError", "open_regular", "write_regular"]
+__all__ = ["NotRegularFileError", "PathChangedError", "open_regular", "remove_resolved", "write_regular"]
 
 _NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -221,6 +221,12 @@ def write_regular(path: str, data: bytes) -> None:
         finally:
             if target is not None:
                 os.close(target)
+
+
+def remove_resolved(path: str) -> None:
+    """Remove the file at ``path`` (resolved with ``realpath``), refusing a directory on the way swapped for a symlink."""
+    with _placed(path, walk=True) as place:
+        os.unlink(place.name, dir_fd=place.directory_fd)
 
 
 def _write_in_place(fd: int | None, data: bytes) -> None:

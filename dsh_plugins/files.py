@@ -143,7 +143,7 @@ from dsh_core.presentation import (
 
 from ._file_settings import PathSetting, kept_path
 from ._git_places import git_run_place
-from ._regular_file import NotRegularFileError, PathChangedError, open_regular, write_regular
+from ._regular_file import NotRegularFileError, PathChangedError, open_regular, remove_resolved, write_regular
 from ._settings_warnings import report_inert_keys
 
 __all__ = [
@@ -860,7 +860,7 @@ def _unwrite(workspace: Workspace, path: str, content: str, created: bool, old_t
         )
     try:
         if created:
-            os.remove(real)
+            remove_resolved(real)
         else:
             assert old_text is not None
             write_regular(real, old_text.encode("utf-8"))

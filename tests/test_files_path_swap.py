@@ -124,3 +124,35 @@ def test_a_directory_that_may_be_searched_but_not_listed_is_walked(tmp_path: Pat
             assert stream.read() == b"through a search-only directory"
     finally:
         locked.chmod(0o755)
+
+
+def test_removing_a_resolved_path_after_the_swap_is_refused(places: tuple[Path, Path]) -> None:
+    # What undo does to a file write_file created: the file beyond the swapped directory stays.
+    workspace, outside = places
+    real = os.path.realpath(workspace / "sub" / "notes.txt")
+    swap_for_symlink(workspace / "sub", outside)
+    with pytest.raises(_regular_file.PathChangedError):
+        _regular_file.remove_resolved(real)
+    assert (outside / "notes.txt").read_text() == "secret outside\n"
+    os.unlink(workspace / "sub")
+    (workspace / "sub.old").rename(workspace / "sub")
+    _regular_file.remove_resolved(real)
+    assert not (workspace / "sub" / "notes.txt").exists()
+
+
+async def test_undoing_a_created_file_after_the_swap_leaves_the_file_beyond_it(
+    places: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_plugins.undo import UndoLog
+
+    workspace, outside = places
+    (outside / "made.txt").write_text("not the model's\n")
+    runtime = make_runtime(*file_tools(workspace))
+    log = UndoLog(runtime)
+    runtime.plugins.register(log)
+    made = await runtime.execute(make_input("write_file", {"path": "sub/made.txt", "content": "not the model's\n"}))
+    assert isinstance(made, ToolExecutionSuccess), made
+    swap_for_symlink(workspace / "sub", outside)
+    (outcome,) = await log.undo()
+    assert not outcome.reverted
+    assert (outside / "made.txt").read_text() == "not the model's\n"
