@@ -92,10 +92,9 @@ class PathChangedError(OSError):
 class _Place:
     """Where a file's operations are aimed: its name in an open directory, or its whole path."""
 
-    __slots__ = ("directory", "directory_fd", "name", "path")
+    __slots__ = ("directory", "directory_fd", "name")
 
     def __init__(self, path: str, directory_fd: int | None) -> None:
-        self.path = path
         self.directory_fd = directory_fd
         encoded = os.fsencode(path)
         self.directory, base = os.path.split(encoded)
@@ -111,8 +110,8 @@ class _Place:
 
 
 @contextlib.contextmanager
-def _placed(path: str, *, walk: bool) -> Iterator[_Place]:
-    directory_fd = _walk_to_directory(path) if walk and _CAN_WALK else None
+def _placed(path: str) -> Iterator[_Place]:
+    directory_fd = _walk_to_directory(path) if _CAN_WALK else None
     place = _Place(path, directory_fd)
     try:
         yield place
@@ -193,7 +192,7 @@ def open_regular(path: str, *, follow_symlinks: bool = False, resolved: bool = F
     flags = os.O_RDONLY | (0 if follow_symlinks else _NOFOLLOW)
     if not resolved:
         return os.fdopen(_open_regular_fd(path, flags), "rb")
-    with _placed(path, walk=True) as place:
+    with _placed(path) as place:
         return os.fdopen(_open_regular_fd(path, flags, place), "rb")
 
 
@@ -207,7 +206,7 @@ def write_regular(path: str, data: bytes) -> None:
     in) leaves ``path`` as it was and no temporary file behind; a directory on
     the way swapped for a symlink raises :class:`PathChangedError`.
     """
-    with _placed(path, walk=True) as place:
+    with _placed(path) as place:
         try:
             target: int | None = _open_regular_fd(path, os.O_WRONLY | _NOFOLLOW, place)
         except FileNotFoundError:
@@ -225,7 +224,7 @@ def write_regular(path: str, data: bytes) -> None:
 
 def remove_resolved(path: str) -> None:
     """Remove the file at ``path`` (resolved with ``realpath``), refusing a directory on the way swapped for a symlink."""
-    with _placed(path, walk=True) as place:
+    with _placed(path) as place:
         os.unlink(place.name, dir_fd=place.directory_fd)
 
 
