@@ -32,8 +32,11 @@ Names and attributes follow OpenTelemetry's GenAI conventions: the span is
 ``execute_tool <name>`` with ``gen_ai.operation.name = "execute_tool"``,
 ``gen_ai.tool.name``, ``gen_ai.tool.call.id`` and ``gen_ai.tool.type``; dsh
 adds ``dsh.agent``, ``dsh.root_call_id`` and, for a failure, ``error.type`` (the
-error code), ``dsh.plugin`` (the plugin blamed, if any) and an ``ERROR`` status
-with the message. With ``ToolRuntime(trace_decisions=True)`` each decision
+error code), ``dsh.plugin`` (the plugin blamed, if any) and an ``ERROR`` status.
+A name no registered tool has is the model's text, not a tool: its span is
+named plain ``execute_tool`` (span names must stay few) and its
+``gen_ai.tool.name`` is cut to :data:`MAX_NAME_CHARS`.
+With ``ToolRuntime(trace_decisions=True)`` each decision
 step (listener, approval, guard, retry) is a ``dsh.decision`` span event.
 Each policy ``Rewrite`` of the call's arguments is a ``dsh.rewrite`` span event
 (``dsh.rewrite.by``, ``dsh.rewrite.reason``, and with ``record_content`` the
@@ -41,7 +44,12 @@ arguments it replaced as ``dsh.rewrite.from``: the model's for the first
 rewrite, the previous rewrite's for a later one).
 Arguments and results are not recorded unless ``record_content = true``: they
 are the model's input and the tool's output, which an exporter ships off the
-host. A finished call's ``gen_ai.tool.call.arguments`` are the ones that ran
+host. A failure's message and the free text of a decision step (a body's
+``fail: <CODE>: <message>``, a ``block: <feedback>``, a ``deny: <reason>``)
+often quote one or the other, so without ``record_content`` the status
+description is the error code and a step's ``dsh.outcome`` keeps only its
+verdict (``fail: TOOL_ERROR``, ``block``, ``deny``); with it they are recorded
+cut to :data:`MAX_CONTENT_CHARS`. A finished call's ``gen_ai.tool.call.arguments`` are the ones that ran
 (after any rewrite); a call cut short keeps the model's.
 
 Observing never changes an outcome: a tracer that raises is logged and the
@@ -51,6 +59,7 @@ call goes on.
 from __future__ import annotations
 
 import logging
+import re
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -84,6 +93,8 @@ __all__ = ["PLUGIN_NAME", "OtelSettings", "OtelTracing"]
 PLUGIN_NAME: Final = "otel-tracing"  # the entry point's module is registered as "otel"
 MAX_CONTENT_CHARS: Final = 8192
 """Recorded arguments and results are cut to this many characters (span attributes are not a store)."""
+MAX_NAME_CHARS: Final = 128
+"""A tool name no registered tool has (the model's text) is cut to this many characters."""
 
 DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": []}
 
@@ -102,8 +113,20 @@ def _text(result: ToolExecutionResult) -> str:
     return "\n".join(b.text if isinstance(b, TextBlock) else f"[{b.type} content]" for b in result.content)
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_CONTENT_CHARS else text[: MAX_CONTENT_CHARS - 1] + "…"
+def _cut(text: str, limit: int = MAX_CONTENT_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# ``fail: CODE: message`` / ``error: CODE: message``, possibly after ``retry in <s> s: ``.
+_CODED_OUTCOME: Final = re.compile(r"((?:retry in [^:]{1,32} s: )?(?:fail|error): [A-Za-z0-9_.-]{1,64})(?:: |$)")
+
+
+def _verdict(outcome: str) -> str:
+    """A trace step's outcome without its free text, which may quote the call's arguments or output."""
+    coded = _CODED_OUTCOME.match(outcome)
+    if coded is not None:
+        return coded.group(1)
+    return outcome.split(": ", 1)[0][:64]
 
 
 class OtelTracing:
@@ -139,12 +162,12 @@ class OtelTracing:
     def _tracer_now(self) -> Tracer:
         return self._tracer if self._tracer is not None else self._trace.get_tracer("dsh-tools", __version__)
 
-    def _start(self, execution: ToolExecution) -> Span:
+    def _start(self, execution: ToolExecution, *, registered: bool = True) -> Span:
         parent = self._spans.get(execution.parent) if execution.parent is not None else None
         context = self._trace.set_span_in_context(parent) if parent is not None else None
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": execution.name,
+            "gen_ai.tool.name": execution.name if registered else _cut(execution.name, MAX_NAME_CHARS),
             "gen_ai.tool.call.id": execution.call_id,
             "gen_ai.tool.type": "function",
             "dsh.root_call_id": execution.root_call_id,
@@ -154,7 +177,8 @@ class OtelTracing:
             attributes["dsh.agent"] = agent
         if self.record_content:
             attributes["gen_ai.tool.call.arguments"] = _cut(json_text(execution.arguments))
-        span = self._tracer_now().start_span(f"execute_tool {execution.name}", context=context, attributes=attributes)
+        name = f"execute_tool {execution.name}" if registered else "execute_tool"
+        span = self._tracer_now().start_span(name, context=context, attributes=attributes)
         self._spans[execution.token] = span
         return span
 
@@ -190,8 +214,9 @@ class OtelTracing:
     def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         span = self._spans.pop(execution.token, None)
         try:
-            if span is None:
-                span = self._start(execution)  # failed before any policy saw it
+            if span is None:  # failed before any policy saw it
+                info = result.error.info if result.is_error else None
+                span = self._start(execution, registered=info is None or info.code != "UNKNOWN_TOOL")
                 self._spans.pop(execution.token, None)
             self._finish(span, execution, result)
         except Exception as exc:
@@ -202,8 +227,8 @@ class OtelTracing:
         """End the span of a call cut short with no result: now, or never; never raises."""
         span = self._spans.pop(execution.token, None)
         try:
-            if span is None:
-                span = self._start(execution)  # cut before any policy saw it
+            if span is None:  # cut before any policy saw it: whether the tool exists is not known here
+                span = self._start(execution, registered=False)
                 self._spans.pop(execution.token, None)
             from opentelemetry.trace import Status, StatusCode
 
@@ -223,8 +248,9 @@ class OtelTracing:
             trace = trace_of(result)
             if trace is not None:
                 for step in trace.steps:
+                    outcome = _cut(step.outcome) if self.record_content else _verdict(step.outcome)
                     span.add_event(
-                        "dsh.decision", {"dsh.stage": step.stage, "dsh.actor": step.actor, "dsh.outcome": step.outcome}
+                        "dsh.decision", {"dsh.stage": step.stage, "dsh.actor": step.actor, "dsh.outcome": outcome}
                     )
             self._add_rewrites(span, result)
             if self.record_content:
@@ -233,10 +259,13 @@ class OtelTracing:
                 span.set_attribute("gen_ai.tool.call.result", _cut(_text(result)))
             if result.is_error:
                 info = result.error.info
-                span.set_attribute("error.type", info.code if info is not None else "TOOL_ERROR")
+                span_code = info.code if info is not None else "TOOL_ERROR"
+                span.set_attribute("error.type", span_code)
                 if info is not None and info.plugin:
                     span.set_attribute("dsh.plugin", info.plugin)
-                span.set_status(Status(StatusCode.ERROR, result.error.message))
+                # The message often quotes the tool's output or the model's arguments: content.
+                description = _cut(result.error.message) if self.record_content else span_code
+                span.set_status(Status(StatusCode.ERROR, description))
         finally:
             span.end()
 
@@ -248,7 +277,7 @@ class OtelTracing:
             if not isinstance(note, Mapping):
                 continue
             attributes = {
-                f"dsh.rewrite.{key}": value for key in ("by", "reason") if isinstance(value := note.get(key), str)
+                f"dsh.rewrite.{key}": _cut(value) for key in ("by", "reason") if isinstance(value := note.get(key), str)
             }
             if self.record_content:  # what the model asked for is content, like the arguments
                 attributes["dsh.rewrite.from"] = _cut(json_text(note.get("from")))

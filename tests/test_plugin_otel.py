@@ -88,7 +88,7 @@ async def test_a_failure_sets_error_status_code_and_blamed_plugin(
     assert result.code == "POLICY_ERROR"
     (span,) = spans(exporter)
     assert span.status.status_code == StatusCode.ERROR
-    assert span.status.description == result.error.message
+    assert span.status.description == "POLICY_ERROR"  # the message is content: recorded only when asked
     assert span.attributes is not None
     assert span.attributes["error.type"] == "POLICY_ERROR" and span.attributes["dsh.plugin"] == "refuse"
 
@@ -115,8 +115,66 @@ async def test_a_call_that_fails_before_any_policy_still_gets_a_span(
     runtime = traced(tracer, json_tool("typed", parameters={"n": {"type": "integer", "required": True}}))
     await runtime.execute(make_input(name, arguments))
     (span,) = spans(exporter)
-    assert span.name == f"execute_tool {name}"
+    # A name no tool has is the model's text: span names must stay few.
+    assert span.name == ("execute_tool" if code == "UNKNOWN_TOOL" else f"execute_tool {name}")
     assert span.attributes is not None and span.attributes["error.type"] == code
+    assert span.attributes["gen_ai.tool.name"] == name
+
+
+async def test_an_unknown_tools_long_name_is_cut_and_kept_out_of_the_span_name(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter
+) -> None:
+    runtime = traced(tracer, json_tool("echo"))
+    await runtime.execute(make_input("n" * 300_000))
+    (span,) = spans(exporter)
+    assert span.name == "execute_tool"
+    assert span.attributes is not None
+    name = span.attributes["gen_ai.tool.name"]
+    assert isinstance(name, str) and len(name) == otel.MAX_NAME_CHARS and name.endswith("…")
+
+
+async def test_a_failures_message_is_content_recorded_only_when_asked_and_cut(
+    tracer: trace.Tracer, exporter: InMemorySpanExporter
+) -> None:
+    secret = "token=hunter2 " * 2000
+
+    async def leak(args: Any) -> str:
+        raise RuntimeError(secret)
+
+    for record_content in (False, True):
+        exporter.clear()
+        runtime = traced(tracer, json_tool("leaky", leak), record_content=record_content, trace_decisions=True)
+        result = await runtime.execute(make_input("leaky"))
+        assert result.code == "TOOL_ERROR" and "hunter2" in result.error.message
+        (span,) = spans(exporter)
+        outcomes = [str((event.attributes or {})["dsh.outcome"]) for event in span.events]
+        description = span.status.description or ""
+        if record_content:
+            assert "hunter2" in description and len(description) == MAX_CONTENT_CHARS
+            assert any("hunter2" in outcome for outcome in outcomes)
+            assert all(len(outcome) <= MAX_CONTENT_CHARS for outcome in outcomes)
+        else:
+            assert description == "TOOL_ERROR"
+            assert "fail: TOOL_ERROR" in outcomes
+            assert not any("hunter2" in outcome for outcome in outcomes)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "verdict"),
+    [
+        ("fail: TOOL_ERROR: secret: more", "fail: TOOL_ERROR"),
+        ("error: POLICY_ERROR: x", "error: POLICY_ERROR"),
+        ("retry in 0.5 s: fail: TOOL_ERROR: busy", "retry in 0.5 s: fail: TOOL_ERROR"),
+        ("fail: TOOL_TIMEOUT", "fail: TOOL_TIMEOUT"),
+        ("deny: rm -rf /secret", "deny"),
+        ("block: the output said x", "block"),
+        ("ask", "ask"),
+        ("accept(content) +2 contexts", "accept(content) +2 contexts"),
+        ("pass", "pass"),
+    ],
+)
+def test_a_steps_verdict_keeps_no_free_text(outcome: str, verdict: str) -> None:
+    assert otel._verdict(outcome) == verdict
 
 
 async def test_the_span_is_current_while_the_body_runs(tracer: trace.Tracer, exporter: InMemorySpanExporter) -> None:
@@ -196,7 +254,7 @@ async def test_decision_steps_and_retries_become_span_events(
     assert steps == [
         ("pre", PLUGIN_NAME, "pass"),  # the plugin's own listeners are layers like any other
         ("execute", PLUGIN_NAME, "pass"),
-        ("execute", "fetch (attempt 1)", "retry in 0.5 s: fail: TOOL_ERROR: busy"),
+        ("execute", "fetch (attempt 1)", "retry in 0.5 s: fail: TOOL_ERROR"),  # the message is content
         ("execute", "fetch (body)", "ok"),
     ]
 
@@ -441,7 +499,7 @@ async def test_a_cancellation_an_outer_wrapper_turns_into_a_result_still_gives_o
     (span,) = spans(exporter)
     # The call has a result after all: its span records it, as for any other call.
     assert span.attributes is not None and span.attributes["error.type"] == "TOOL_TIMEOUT"
-    assert span.status.description == "too slow"
+    assert span.status.description == "TOOL_TIMEOUT"
 
 
 async def test_a_span_that_cannot_end_does_not_stop_the_cancellation(
