@@ -89,7 +89,11 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
             event's, or a dispatch's) ``agent`` neither absent, ``null`` nor a non-empty ``str``; or a result's ``content``
             is not a list of content blocks, its ``isError`` not a boolean or its
             ``error`` neither ``null`` (or absent) nor ``{name, code, message}``
-            of strs. The message names the ``seq``.
+            of strs; or an unwound event lacks a non-empty ``callId``, a str
+            ``cause`` or a boolean ``bodyStarted``; or a ``tool/code-dispatch``
+            lacks a non-empty ``rootCallId``, ``parentCallId`` or ``subCallId``,
+            a str ``name``, a boolean ``isError`` or a list of content blocks
+            as ``content``. The message names the ``seq``.
     """
     calls: list[LoggedCall] = []
     results: list[tuple[FrozenDict | None, tuple[ContentBlock, ...]]] = []
@@ -117,11 +121,11 @@ def logged_calls(events: Iterable[SessionEvent]) -> list[LoggedCall]:
             if index is not None:
                 results[index] = (data, content)
         elif event.type == "tool/unwound":
-            index = owning_call(event, _call_id(event))
+            index = owning_call(event, _unwound(event))
             if index is not None:
                 unwound[index] = data
         elif event.type == "tool/code-dispatch":
-            index = owning_call(event, str(data.get("parentCallId")))
+            index = owning_call(event, _dispatch(event))
             if index is not None:
                 dispatches[index].append(data)
     return [
@@ -185,6 +189,47 @@ def _result(event: SessionEvent) -> tuple[str, tuple[ContentBlock, ...]]:
             if type(error[key]) is not str:
                 raise _malformed(event, f"error.{key} must be a str, got {safe_repr(error[key])}")
     return call_id, blocks
+
+
+def _unwound(event: SessionEvent) -> str:
+    """The call id of a ``tool/unwound``, its ``cause`` and ``bodyStarted`` checked as ``append_unwound`` writes them."""
+    call_id = _call_id(event)
+    cause = _required(event, "cause")
+    if type(cause) is not str:
+        raise _malformed(event, f"cause must be a str, got {safe_repr(cause)}")
+    body_started = _required(event, "bodyStarted")
+    if type(body_started) is not bool:
+        # Read with bool(), the string "false" said the body ran.
+        raise _malformed(event, f"bodyStarted must be true or false, got {safe_repr(body_started)}")
+    return call_id
+
+
+def _dispatch(event: SessionEvent) -> str:
+    """The ``parentCallId`` of a ``tool/code-dispatch``, its identifying fields and outcome checked.
+
+    A missing or non-str ``parentCallId`` read as ``str(...)`` attached the
+    dispatch to a call named ``"None"`` or ``"7"``.
+    """
+    ids = {}
+    for key in ("rootCallId", "parentCallId", "subCallId"):
+        value = _required(event, key)
+        if type(value) is not str or not value:
+            raise _malformed(event, f"{key} must be a non-empty str, got {safe_repr(value)}")
+        ids[key] = value
+    name = _required(event, "name")
+    if type(name) is not str:
+        raise _malformed(event, f"name must be a str, got {safe_repr(name)}")
+    is_error = _required(event, "isError")
+    if type(is_error) is not bool:
+        raise _malformed(event, f"isError must be true or false, got {safe_repr(is_error)}")
+    content = _required(event, "content")
+    if not isinstance(content, (list, tuple)):
+        raise _malformed(event, f"content must be a list of content blocks, got {safe_repr(content)}")
+    try:
+        structure_content(content)
+    except SessionLogError as exc:
+        raise _malformed(event, str(exc)) from None
+    return ids["parentCallId"]
 
 
 def _required(event: SessionEvent, key: str) -> Any:

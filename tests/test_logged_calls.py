@@ -38,12 +38,23 @@ def result(call_id: object = "c1", text: str = "ok") -> tuple[str, dict[str, Any
     return "tool/result", {"callId": call_id, "content": content, "isError": False, "error": None, "meta": None}
 
 
+def dispatch(parent: object = "c1", **changes: Any) -> dict[str, Any]:
+    data = {"rootCallId": parent, "parentCallId": parent, "subCallId": f"{parent}:code:1", "name": "echo"}
+    data |= {"arguments": {}, "isError": False, "content": TEXT}
+    for key, value in changes.items():
+        if value is ...:
+            del data[key]
+        else:
+            data[key] = value
+    return data
+
+
 def test_a_result_belongs_to_the_latest_call_with_its_id(tmp_path: Path) -> None:
     """Two sessions appended to one file reuse call ids: each result settles the call just before it."""
     log = write(
         tmp_path / "log.jsonl",
         call("c1"), result("c1", "first"), call("c2"), call("c1"), result("c1", "second"), result("zz"),
-        ("tool/code-dispatch", {"parentCallId": "c2", "subCallId": "c2:code:1"}),
+        ("tool/code-dispatch", dispatch("c2")),
     )  # fmt: skip
     calls = logged_calls(read_session_log(log).events)
     assert [(c.seq, c.call_id) for c in calls] == [(1, "c1"), (3, "c2"), (4, "c1")]
@@ -295,7 +306,9 @@ def test_a_log_written_before_results_named_their_agent_pairs_by_call_id(tmp_pat
 
 def test_a_result_naming_a_malformed_agent_is_refused(tmp_path: Path) -> None:
     log = write(tmp_path / "log.jsonl", call("c1"), ("tool/result", {**result("c1")[1], "agent": 5}))
-    with pytest.raises(SessionLogError, match="seq 2: malformed tool/result event: agent must be null or a non-empty str, got 5"):
+    with pytest.raises(
+        SessionLogError, match="seq 2: malformed tool/result event: agent must be null or a non-empty str, got 5"
+    ):
         logged_calls(read_session_log(log).events)
 
 
@@ -351,7 +364,66 @@ def test_a_log_written_before_dispatches_named_their_agent_pairs_them_by_parent_
 
 
 def test_a_dispatch_naming_a_malformed_agent_is_refused(tmp_path: Path) -> None:
-    log = write(tmp_path / "log.jsonl", call("c1"), ("tool/code-dispatch", {"parentCallId": "c1", "agent": ""}))
+    log = write(tmp_path / "log.jsonl", call("c1"), ("tool/code-dispatch", dispatch(agent="")))
     problem = "seq 2: malformed tool/code-dispatch event: agent must be null or a non-empty str, got ''"
     with pytest.raises(SessionLogError, match=problem):
         logged_calls(read_session_log(log).events)
+
+
+@pytest.mark.parametrize(
+    ("event", "problem"),
+    [
+        (("tool/code-dispatch", dispatch(parentCallId=...)), "parentCallId is missing"),
+        (("tool/code-dispatch", dispatch(parentCallId=7)), "parentCallId must be a non-empty str, got 7"),
+        (("tool/code-dispatch", dispatch(parentCallId=None)), "parentCallId must be a non-empty str, got None"),
+        (("tool/code-dispatch", dispatch(subCallId="")), "subCallId must be a non-empty str, got ''"),
+        (("tool/code-dispatch", dispatch(rootCallId=...)), "rootCallId is missing"),
+        (("tool/code-dispatch", dispatch(name=3)), "name must be a str, got 3"),
+        (("tool/code-dispatch", dispatch(isError="false")), "isError must be true or false, got 'false'"),
+        (("tool/code-dispatch", dispatch(isError=...)), "isError is missing"),
+        (("tool/code-dispatch", dispatch(content="ok")), "content must be a list of content blocks, got 'ok'"),
+        (
+            ("tool/code-dispatch", dispatch(content=[{"type": "text"}])),
+            "invalid logged content: required field missing @ $[0].text",
+        ),
+        (("tool/unwound", {"callId": "c1", "bodyStarted": False}), "cause is missing"),
+        (("tool/unwound", {"callId": "c1", "cause": 1, "bodyStarted": False}), "cause must be a str, got 1"),
+        (
+            ("tool/unwound", {"callId": "c1", "cause": "Cancelled", "bodyStarted": "false"}),
+            "bodyStarted must be true or false, got 'false'",
+        ),
+        (("tool/unwound", {"callId": "c1", "cause": "Cancelled"}), "bodyStarted is missing"),
+        (
+            ("tool/unwound", {"callId": 5, "cause": "Cancelled", "bodyStarted": True}),
+            "callId must be a non-empty str, got 5",
+        ),
+    ],
+)
+async def test_malformed_dispatch_and_unwound_events_are_refused_naming_the_seq(
+    tmp_path: Path, event: tuple[str, dict[str, Any]], problem: str
+) -> None:
+    """A dispatch without a str parentCallId was attached to a call named "None" or "7"; "false" read as true."""
+    log = write(tmp_path / "log.jsonl", call("c1"), call("None"), call("7"), event)
+    events = read_session_log(log).events
+    message = f"seq 4: malformed {event[0]} event: {problem}"
+    for reader in (lambda: logged_calls(events), lambda: replay(events, ToolRuntime())):
+        with pytest.raises(SessionLogError) as raised:
+            reader()
+        assert str(raised.value) == message
+    with pytest.raises(SessionLogError) as raised:
+        await simulate(events, make_runtime(json_tool("echo")))
+    assert str(raised.value) == message
+
+
+def test_every_dispatch_and_unwound_event_the_writer_can_write_is_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with SessionLog(path) as session:
+        session.append_call("c1", "run_code", {})
+        session.append_dispatch_start("c1", "c1", "c1:code:1", "echo", {"x": 1})
+        session.append_dispatch(
+            "c1", "c1", "c1:code:1", "echo", {"x": 1}, content=structure_content(TEXT), is_error=True
+        )
+        session.append_unwound("c1", cause="KeyboardInterrupt", body_started=True)
+    (logged,) = logged_calls(read_session_log(path).events)
+    assert [(d["subCallId"], d["isError"]) for d in logged.dispatches] == [("c1:code:1", True)]
+    assert logged.unwound is not None and logged.unwound["bodyStarted"] is True
