@@ -855,6 +855,12 @@ class _Session:
             except (OSError, SessionLogError) as exc:
                 raise _UsageProblem(f"cannot write session log {self.target}: {_one_line(exc)}; nothing was run") from exc
 
+    def unbegun(self, cause: BaseException) -> None:
+        """The run was cut short: each recorded call it never began gets its ``tool/unwound``."""
+        if self.recorder is not None:
+            with contextlib.suppress(OSError, SessionLogError):  # kept in the recorder's failure
+                self.recorder.record_unbegun(cause)
+
     def check(self) -> None:
         """Once the command's output is written: report a result or the close the log could not take."""
         failure = self.failure or (self.recorder.failure if self.recorder is not None else None)
@@ -936,8 +942,12 @@ def call_command(ctx: click.Context, name: str, json_args: str, agent: str | Non
     with _session(session, host.config) as log:
         log.attach(host.runtime)
         log.call(request)
-        with _plain_interrupts():
-            result = trio.run(host.runtime.execute, request)
+        try:
+            with _plain_interrupts():
+                result = trio.run(host.runtime.execute, request)
+        except BaseException as exc:
+            log.unbegun(exc)
+            raise
     _warn_orphans(host.runtime)
     text = "\n".join(
         part
@@ -1151,6 +1161,9 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
         try:
             with _plain_interrupts(), progress:
                 results = trio.run(run_tool_calls, host.runtime, calls, max_parallel)
+        except BaseException as exc:
+            log.unbegun(exc)
+            raise
         finally:
             host.runtime.plugins.unregister(observer)
     _warn_orphans(host.runtime)

@@ -215,6 +215,42 @@ class SessionRecorder:
             )
         self.log = log
         self.runtime = runtime
+        # (agent, call id) -> how many recorded calls with that identity have neither a result nor
+        # an unwound event yet: what record_unbegun() settles when a turn ends early.
+        self._unsettled: dict[tuple[str | None, str], int] = {}
+
+    def _settled(self, agent: str | None, call_id: str) -> None:
+        key = (agent, call_id)
+        left = self._unsettled.get(key, 0)
+        if left > 1:
+            self._unsettled[key] = left - 1
+        else:
+            self._unsettled.pop(key, None)
+
+    def record_unbegun(self, cause: BaseException) -> int:
+        """Write ``tool/unwound`` (``bodyStarted: false``) for each recorded call still without an outcome.
+
+        :func:`~dsh_core.run_tool_calls` cut short tells ``dsh_call_unwound``
+        only the calls it had begun; a call recorded with :meth:`record_call`
+        but never reached has no event at all, and a reader would take it for a
+        call the process died running (its effect unknown). Call this where the
+        turn's cancellation or interrupt ``cause`` is caught, before re-raising
+        it. Returns how many events it wrote; the calls are forgotten either way.
+        """
+        if not isinstance(cause, BaseException):
+            raise TypeError(f"record_unbegun() takes the exception that ended the turn, got {type(cause).__name__}")
+        pending, self._unsettled = self._unsettled, {}
+        name = _cause_name(cause)
+        written = 0
+        for (agent, call_id), count in pending.items():
+            for _ in range(count):
+                try:
+                    self.log.append_unwound(call_id, cause=name, body_started=False, agent=agent)
+                except (OSError, SessionLogError) as exc:
+                    self._failed(exc)
+                    raise
+                written += 1
+        return written
 
     def record_call(self, request: ToolExecutionInput) -> int:
         arguments: Any = model_arguments(request.arguments)
@@ -225,20 +261,24 @@ class SessionRecorder:
         contract = contract_fingerprint(tool) if tool is not None else None
         try:
             try:
-                return self.log.append_call(request.call_id, request.name, arguments, agent=agent, contract=contract)
+                seq = self.log.append_call(request.call_id, request.name, arguments, agent=agent, contract=contract)
             except SessionLogError:
                 raise
             except (TypeError, ValueError):
                 # The arguments are not JSON (the call will fail INVALID_ARGS): log what can be logged.
-                return self.log.append_call(request.call_id, request.name, None, agent=agent, contract=contract)
+                seq = self.log.append_call(request.call_id, request.name, None, agent=agent, contract=contract)
         except (OSError, SessionLogError) as exc:
             self._failed(exc)
             raise
+        key = (agent, request.call_id)
+        self._unsettled[key] = self._unsettled.get(key, 0) + 1
+        return seq
 
     @hookimpl
     def dsh_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         if execution.parent is not None:
             return
+        self._settled(scope_id(execution.agent), execution.call_id)
         error = None
         if result.is_error:
             info = result.error.info
@@ -267,6 +307,7 @@ class SessionRecorder:
     def dsh_call_unwound(self, execution: ToolExecution, cause: BaseException, body_started: bool) -> None:
         if execution.parent is not None:
             return  # a Code Mode sub-call: its outer call is told too, and it is the one in the log
+        self._settled(scope_id(execution.agent), execution.call_id)
         try:
             self.log.append_unwound(
                 execution.call_id, cause=_cause_name(cause), body_started=body_started, agent=scope_id(execution.agent)

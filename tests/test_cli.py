@@ -1882,6 +1882,23 @@ def test_ctrl_c_during_run_aborts_with_status_130_without_a_traceback(dists: Dis
         assert result.stderr.strip() == "Aborted!"
 
 
+def test_ctrl_c_during_a_recorded_run_leaves_no_call_without_an_outcome(dists: Dists, tmp_path: Path) -> None:
+    """Every call was logged before the turn ran; one the interrupt kept from starting had no event at all."""
+    module = dists.module("interrupted_log", INTERRUPTED_PLUGIN)
+    batch = write_batch(
+        tmp_path / "calls.jsonl", {"id": "a", "name": "stop", "arguments": {}}, {"id": "b", "name": "stop_too"}
+    )
+    log = tmp_path / "session.jsonl"
+    result = invoke(["--no-plugins", "--plugin", f"i={module}", "run", str(batch), "--session", str(log)])
+    assert result.exit_code == 130, result.output
+    events = read_session_log(log).events
+    outcomes = [(e.data["callId"], e.data["bodyStarted"]) for e in events if e.type == "tool/unwound"]
+    assert outcomes == [("a", True), ("b", False)]
+    assert {e.data["cause"] for e in events if e.type == "tool/unwound"} == {"KeyboardInterrupt"}
+    replayed = invoke(["replay", str(log)])
+    assert "cut short (KeyboardInterrupt) before its body started" in replayed.stdout
+
+
 def test_ctrl_c_exits_the_console_script_with_status_130(
     dists: Dists, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -24,6 +24,7 @@ from dsh_core import (
     hookimpl,
     read_session_log,
     replay,
+    run_tool_calls,
     simulate,
 )
 from dsh_core._cli import _Recorder
@@ -372,6 +373,54 @@ async def test_a_call_cut_short_is_logged_as_unwound_and_readers_say_so(
         "cut short (Cancelled) after its body started: no result",
         "no result was recorded",
     ]
+
+
+async def test_recorded_calls_a_cut_turn_never_began_are_logged_as_unwound_before_their_body(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async def slow(args: Any) -> str:
+        await trio.sleep(10)
+        return "done"
+
+    log_path = tmp_path / "s.jsonl"
+    # "slow" is exclusive: nothing after it starts before it settles, so the deadline leaves c3 and c4 unbegun.
+    runtime = make_runtime(json_tool("echo"), json_tool("slow", slow))
+    calls = [
+        make_input("echo", call_id="c1"),
+        make_input("slow", call_id="c2"),
+        make_input("echo", call_id="c3", agent=Agent("helper")),
+        make_input("echo", call_id="c3"),
+    ]
+    with SessionLog(log_path) as log:
+        recorder = SessionRecorder(log, runtime)
+        runtime.plugins.register(recorder)
+        for call in calls:
+            recorder.record_call(call)
+        cancelled: BaseException | None = None
+        with trio.move_on_after(1):
+            try:
+                await run_tool_calls(runtime, calls)
+            except trio.Cancelled as exc:
+                cancelled = exc
+                assert recorder.record_unbegun(exc) == 2
+                raise
+        assert cancelled is not None
+        assert recorder.record_unbegun(cancelled) == 0  # each is written once
+    events = read_session_log(log_path).events
+    assert [(e.data["callId"], e.data["agent"], e.data["bodyStarted"]) for e in events if e.type == "tool/unwound"] == [
+        ("c2", None, True),
+        ("c3", "helper", False),
+        ("c3", None, False),
+    ]
+    replayed = replay(events, runtime)
+    assert [(call.call_id, call.result is not None, call.unwound is not None) for call in replayed] == [
+        ("c1", True, False),
+        ("c2", False, True),
+        ("c3", False, True),
+        ("c3", False, True),
+    ]
+    with pytest.raises(TypeError, match="record_unbegun\\(\\) takes the exception that ended the turn, got str"):
+        recorder.record_unbegun("cancelled")  # type: ignore[arg-type]
 
 
 def test_an_unwound_event_for_an_unknown_call_is_passed_over_and_a_bad_one_is_reported(tmp_path: Path) -> None:
