@@ -1127,3 +1127,46 @@ async def test_a_sub_call_rewritten_onto_other_keys_runs_as_a_barrier(autojump_c
     assert spans["a1"] == (pytest.approx(0), pytest.approx(1))
     assert spans["moved"] == (pytest.approx(1), pytest.approx(2))
     assert spans["c"] == (pytest.approx(2), pytest.approx(3))
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+async def test_a_call_awaited_after_a_later_one_does_not_hold_the_run(
+    autojump_clock: trio.testing.MockClock, parallel: bool
+) -> None:
+    """A sub-call started only when awaited: awaiting a later call first waited on it for good."""
+    spans: dict[str, tuple[float, float]] = {}
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        first = tools["read"]({"id": "a"})
+        second = await tools["read"]({"id": "b"})
+        return CodeRunResult(value=[await first, second], has_value=True)
+
+    runtime, events = code_runtime(program, sleepy("read", 1, spans, parallel=parallel))
+    with trio.fail_after(60):
+        result = await runtime.execute(run_code())
+    assert isinstance(result, ToolExecutionSuccess), result
+    assert result.value["result"] == ("a", "b")
+    started = [data["sub_call_id"] for kind, data in events if kind == "tool/code-dispatch-start"]
+    assert started == ["outer:code:1", "outer:code:2"]  # still in the order the program made them
+    if not parallel:
+        assert spans["a"][1] <= spans["b"][0]
+
+
+# Python says so when the dropped awaitable is collected: the program's bug, reported as such.
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_call_never_awaited_does_not_hold_later_calls(autojump_clock: trio.testing.MockClock) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        tools["read"]({"id": "ignored"})  # a program bug: the call is made, its outcome never awaited
+        return CodeRunResult(value=await tools["read"]({"id": "b"}), has_value=True)
+
+    runtime, events = code_runtime(program, sleepy("read", 1, spans, parallel=False))
+    with trio.fail_after(60):
+        result = await runtime.execute(run_code())
+    assert isinstance(result, ToolExecutionSuccess), result
+    assert result.value["result"] == "b"
+    assert set(spans) == {"ignored", "b"}  # made, so it ran: before the later call, as made
+    assert spans["ignored"][1] <= spans["b"][0]
+    assert [d["sub_call_id"] for kind, d in events if kind == "tool/code-dispatch"] == ["outer:code:1", "outer:code:2"]

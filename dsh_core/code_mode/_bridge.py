@@ -235,6 +235,10 @@ class _Bridge:
             self.run_signal.cancel(run.signal.reason)
         self.lane = _Lane(runtime, runtime.max_parallel_sub_calls, self.run_signal)
         self.numbers = itertools.count(1)
+        # The latest submitted call whose awaitable has not been awaited yet, with its arguments:
+        # it may still run inline when it is. A call made after it starts its worker instead,
+        # since a program awaiting the later call first would otherwise wait on it for good.
+        self.unawaited: tuple[_Ticket, JsonValue] | None = None
 
     def binding(self, name: str) -> _ToolBinding:
         return _ToolBinding(self, name)
@@ -245,6 +249,10 @@ class _Bridge:
         Not a coroutine: numbers, starts and commits follow the order in which calls
         are made (the code runtime makes them in the order the program's frames
         arrive), not the order in which the tasks awaiting them happen to run.
+        A call runs whether or not its awaitable is awaited in the meantime, once
+        a later call is made (the latest one waits for its await, where it may run
+        inline): a program that awaits a later call first, or never awaits one,
+        does not wait on a call that was never started.
         """
         if self.run_signal.cancelled:
             return _rejected(f"run_code run is over ({_describe_reason(self.run_signal.reason)}); {name} not dispatched")
@@ -266,19 +274,28 @@ class _Bridge:
         )
         ticket = _Ticket(number, sub_call_id, name, request)
         self.lane.pending.append(ticket)
+        if self.unawaited is not None:
+            self._start_worker(*self.unawaited)
+        self.unawaited = (ticket, arguments)
         return self._outcome(ticket, arguments)
+
+    def _start_worker(self, ticket: _Ticket, arguments: JsonValue) -> None:
+        ticket.done = trio.Event()
+        self.nursery.start_soon(self.work, ticket, arguments)
 
     async def _outcome(self, ticket: _Ticket, arguments: JsonValue) -> JsonValue:
         lane = self.lane
-        if not lane.commits and not lane.in_flight and lane.may_start(ticket) and self.quiet(ticket.name):
-            # Nothing in this sub-call can suspend and it is first in line: running it
-            # right here is what its worker task would do, minus two task switches
-            # (and the shield: code that cannot suspend cannot be cancelled either).
-            await self._work(ticket, arguments, may_start=True)
-        else:
-            done = ticket.done = trio.Event()
-            self.nursery.start_soon(self.work, ticket, arguments)
-            await done.wait()
+        if self.unawaited is not None and self.unawaited[0] is ticket:
+            self.unawaited = None
+            if not lane.commits and not lane.in_flight and lane.may_start(ticket) and self.quiet(ticket.name):
+                # Nothing in this sub-call can suspend and it is first in line: running it
+                # right here is what its worker task would do, minus two task switches
+                # (and the shield: code that cannot suspend cannot be cancelled either).
+                await self._work(ticket, arguments, may_start=True)
+            else:
+                self._start_worker(ticket, arguments)
+        if ticket.done is not None:
+            await ticket.done.wait()
         if ticket.error is not None:
             raise _ProgramFacingError(ticket.error)
         return ticket.value
