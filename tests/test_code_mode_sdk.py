@@ -599,7 +599,7 @@ def test_deep_one_of_chain_renders_without_recursion() -> None:
     for _ in range(5000):
         schema = {"oneOf": [schema, {"type": "null"}]}
     annotation = output_annotation(schema)
-    assert annotation == "str" + " | None" * 5000
+    assert annotation == "str | None"  # each operand once: the chain flattens
 
 
 def test_schema_size_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -613,7 +613,7 @@ def test_schema_size_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     chain: dict[str, Any] = STRING
     for _ in range(499):  # 999 nodes: just fits
         chain = {"oneOf": [chain, {"type": "null"}]}
-    assert output_annotation(chain) == "str" + " | None" * 499
+    assert output_annotation(chain) == "str | None"
 
 
 def test_shared_schemas_render_once_per_reference() -> None:
@@ -621,14 +621,34 @@ def test_shared_schemas_render_once_per_reference() -> None:
     assert output_annotation({"oneOf": [shared, shared]}) == "TOutput1 | TOutput2"
 
 
-def test_deep_one_of_of_objects_under_a_field() -> None:
-    schema: dict[str, Any] = obj(leaf=STRING)
-    for _ in range(5000):
-        schema = {"oneOf": [schema, obj(other=STRING)]}
-    text = render_python_sdk([Tool("t", obj(("root",), root=schema))])
+@pytest.mark.parametrize("nested", [True, False], ids=["chained", "flat"])
+def test_a_union_of_distinct_operands_compiles_up_to_the_cap_and_is_any_past_it(nested: bool) -> None:
+    """CPython cannot compile a chain of ~3 000 ``|`` operands: past the cap the union is ``Any``."""
+
+    def union(size: int) -> dict[str, Any]:
+        if not nested:
+            return {"oneOf": [obj(**{f"f{i}": STRING}) for i in range(size)]}
+        schema: dict[str, Any] = obj(f0=STRING)
+        for i in range(1, size):
+            schema = {"oneOf": [schema, obj(**{f"f{i}": STRING})]}
+        return schema
+
+    cap = _sdk._MAX_UNION_OPERANDS
+    text = render_python_sdk([Tool("t", obj(("root",), root=union(cap)))])
     names = re.findall(r"^class (\w+)\(TypedDict\):", text, re.MULTILINE)
-    assert len(names) == len(set(names)) == 5002
+    assert len(names) == len(set(names)) == cap + 1
     assert max(map(len, names)) <= 140
+    compile(block(text), "<sdk>", "exec")
+    past = render_python_sdk([Tool("t", obj(("root",), root=union(cap + 1)))])
+    assert "    root: Any\n" in past
+    compile(block(past), "<sdk>", "exec")
+    huge = render_python_sdk([Tool("t", obj(("root",), root=union(3000)))])
+    compile(block(huge), "<sdk>", "exec")
+
+
+def test_repeated_leaves_in_a_union_are_written_once_in_their_first_place() -> None:
+    schema = {"oneOf": [STRING, {"type": "null"}, {"oneOf": [{"type": "integer"}, STRING]}, {"type": "null"}]}
+    assert output_annotation(schema) == "str | None | int"
 
 
 def nested_arrays(depth: int, leaf: dict[str, Any]) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 Under ``mode="code"`` the native tool schemas never reach the model, so the text
 :func:`render_python_sdk` produces is the model's only description of each
 tool's arguments and result. It is prompt text, not an importable module, but it
-is always valid Python (``compile()`` accepts it, short of CPython's own nesting
-limit on a ``A | B | ...`` chain thousands of branches long) and it is
+is always valid Python (``compile()`` accepts it: a list nested past
+``_MAX_LIST_NESTING`` and a union of more than ``_MAX_UNION_OPERANDS``
+distinct operands degrade to ``Any``) and it is
 deterministic: an unchanged tool set renders byte-identical text, whatever order
 the tools arrive in.
 
@@ -131,6 +132,10 @@ _TYPING_ORDER: Final = ("Any", "Literal", "NotRequired", "Protocol", "TypedDict"
 # past this many nested ``list[`` the item type degrades to ``Any``.
 _MAX_LIST_NESTING: Final = 180
 _MAX_CLASS_NAME: Final = 120
+# CPython compiles ``A | B | ...`` as a left-nested chain of binary operations, and one
+# of about 3 000 operands exhausts its compiler's recursion limit; past this many the
+# union degrades to ``Any``.
+_MAX_UNION_OPERANDS: Final = 1000
 # A schema with more nodes than this (a shared sub-schema counts once per
 # reference) renders as Any: it bounds the work, and the text, that a hostile
 # DAG of shared nodes could otherwise blow up exponentially.
@@ -529,14 +534,19 @@ class _Sdk:
             self.typing.update(node.typing)
             out.append(node.text)
         elif isinstance(node, _Union):
+            operands = _union_operands(node, base)
+            if operands is None:
+                self.typing.add("Any")
+                out.append("Any")
+                return
             # A union opens no bracket, so branches keep the enclosing depth.
-            for position in range(len(node.children) - 1, -1, -1):
-                branch = node.children[position]
+            for position in range(len(operands) - 1, -1, -1):
+                branch, branch_base = operands[position]
                 if isinstance(branch, _Leaf):
                     tasks.append(("text", branch.text))
                     self.typing.update(branch.typing)
                 else:
-                    tasks.append(("node", branch, _child_base(base, str(position + 1)), depth))
+                    tasks.append(("node", branch, branch_base, depth))
                 if position:
                     tasks.append(("text", " | "))
         elif isinstance(node, _Array):
@@ -585,6 +595,37 @@ class _Sdk:
         if len(lines) == 1:
             lines.append("    pass")
         return "\n".join(lines)
+
+
+def _union_operands(union: _Union, base: str) -> list[tuple[_Node, str]] | None:
+    """The operands of ``union`` as one ``A | B | ...`` chain, each with its class-name base.
+
+    A ``oneOf`` nested directly in a branch joins the chain (``A | (B | C)`` is
+    ``A | B | C``), and a leaf already in it is left out (``str | None | None``
+    says nothing ``str | None`` does not). ``None`` when more than
+    :data:`_MAX_UNION_OPERANDS` remain: the chain would not compile.
+    """
+    operands: list[tuple[_Node, str]] = []
+    leaves: set[str] = set()
+    pending: list[tuple[_Node, str]] = [(union, base)]
+    while pending:
+        node, node_base = pending.pop()
+        if isinstance(node, _Union):
+            for position in range(len(node.children) - 1, -1, -1):
+                child = node.children[position]
+                assert child is not None
+                # A leaf names no class: no base to build for it.
+                child_base = node_base if isinstance(child, _Leaf) else _child_base(node_base, str(position + 1))
+                pending.append((child, child_base))
+        elif isinstance(node, _Leaf) and node.text in leaves:
+            continue
+        else:
+            if isinstance(node, _Leaf):
+                leaves.add(node.text)
+            operands.append((node, node_base))
+            if len(operands) > _MAX_UNION_OPERANDS:
+                return None
+    return operands
 
 
 def _tool_parts(tool: object) -> tuple[str, object, object, object]:
