@@ -1410,3 +1410,39 @@ def test_a_memory_limit_below_the_config_loaders_floor_is_refused(value: int) ->
     assert CodeRuntimeSettings(max_memory_bytes=16 * 1024 * 1024).max_memory_bytes == 16 * 1024 * 1024
     with pytest.raises(ValueError, match="expected at least 16777216"):
         CodeRuntimeSettings(max_memory_bytes=value)
+
+
+# ---------------------------------------------------------------------------
+# Ints past the host's digit limit
+
+
+LIFT_LIMIT = "import sys\nsys.set_int_max_str_digits(0)\nbig = 10 ** (sys.get_int_max_str_digits() or 4300) * 10 ** 4400\n"
+
+
+async def test_a_returned_int_the_host_cannot_parse_is_invalid_output_not_a_protocol_failure() -> None:
+    """A program that lifts its own int-to-str limit wrote the int; the host could not read it back."""
+    result = await RUNTIME.run(LIFT_LIMIT + "return {'n': big}", {})
+    assert_error(result, "invalid-output", '$["n"]: an int of', "bits has more digits than JSON text can carry")
+
+
+async def test_a_sub_call_with_such_an_int_fails_in_the_program_which_may_catch_it() -> None:
+    calls: list[Any] = []
+
+    async def record(args: Any) -> Any:
+        calls.append(args)
+        return "unreachable"
+
+    program = LIFT_LIMIT + (
+        "try:\n    await tools.record({'n': big})\nexcept ToolCallError as exc:\n    return str(exc)\nreturn 'sent'"
+    )
+    result = await RUNTIME.run(program, {"record": record})
+    assert result.error is None, result.error
+    assert isinstance(result.value, str) and "bits has more digits than JSON text can carry" in result.value
+    assert calls == []
+
+
+async def test_an_int_at_the_hosts_digit_limit_still_comes_back() -> None:
+    digits = sys.get_int_max_str_digits()
+    result = await RUNTIME.run(f"import sys\nsys.set_int_max_str_digits(0)\nreturn 10 ** {digits} - 1", {})
+    assert result.error is None, result.error
+    assert result.value == 10**digits - 1

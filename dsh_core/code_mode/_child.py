@@ -138,10 +138,28 @@ def _open(container: Any) -> tuple[Iterator[tuple[Any, Any]], int, bool]:
     return enumerate(container), id(container), False
 
 
+# The largest int magnitude the host can read back (its int-to-str digit limit, sent in
+# the run frame): a program may lift this process's own limit and return a larger one,
+# which json.dumps here would write and the host then could not parse.
+_max_int: int | None = 10 ** sys.get_int_max_str_digits() - 1 if sys.get_int_max_str_digits() else None
+
+
+def set_max_int_digits(digits: int) -> None:
+    """Refuse ints with more than ``digits`` decimal digits (0: no limit), as the host does."""
+    global _max_int
+    _max_int = 10**digits - 1 if digits else None
+
+
 def _leaf_problem(item: object) -> str | None:
     kind = type(item)
-    if item is None or kind is str or kind is int or kind is bool:
+    if item is None or kind is str or kind is bool:
         return None
+    if kind is int:
+        assert isinstance(item, int)
+        limit = _max_int
+        if limit is None or -limit <= item <= limit:
+            return None
+        return f"an int of {item.bit_length()} bits has more digits than JSON text can carry here"
     if kind is float:
         assert isinstance(item, float)
         if not math.isfinite(item):
@@ -487,6 +505,8 @@ class _Run:
         self.max_output_bytes: int = frame["max_output_bytes"]
         self.max_frame_bytes: int = frame["max_frame_bytes"]
         self.max_json_values: int = frame["max_json_values"]
+        if "max_int_digits" in frame:  # absent from a host older than the field: this process's own limit
+            set_max_int_digits(frame["max_int_digits"])
         self.reader = reader
         self.channel = channel
         self.pending: dict[int, tuple[str, _Reply | asyncio.Future[object]]] = {}

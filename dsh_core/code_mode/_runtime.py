@@ -367,6 +367,8 @@ class SubprocessPythonRuntime:
             "max_output_bytes": self.max_output_bytes,
             "max_frame_bytes": self.max_frame_bytes,
             "max_json_values": self.max_json_values,
+            # The child refuses an int the host could not parse back, though a program lifts its own limit.
+            "max_int_digits": sys.get_int_max_str_digits(),
             "limits": {
                 "memory_bytes": self.max_memory_bytes,
                 "cpu_s": self.max_cpu_s,

@@ -111,9 +111,9 @@ returns the tool's canonical result as plain JSON data (the return type below). 
 JSON: dicts with string keys, lists, strings, ints, finite floats, booleans and `None`.
 - A failed call raises `ToolCallError`: its `tool_name` attribute names the tool and `str(error)` says what \
 went wrong. Catch it with `try`/`except ToolCallError` to recover and carry on.
-- Independent read-only calls MAY overlap under `asyncio.gather` (calls that are safe together run \
-concurrently; calls that change things run alone, in the order they were made). Use plain `await` for steps \
-that depend on an earlier result.
+- Independent calls MAY overlap under `asyncio.gather` (calls that are safe together run concurrently; \
+calls that could conflict, such as two writes to one file, run one after the other in the order they were \
+made). Use plain `await` for steps that depend on an earlier result.
 - Report with `print(...)` and/or a top-level `return <value>`; the returned value must be lossless JSON. Only \
 what the program prints and returns comes back. A successful tool result that contains an image is attached \
 after the run so it can be inspected on the next step; every other intermediate result stays inside the \
