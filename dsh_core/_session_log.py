@@ -809,12 +809,19 @@ class SessionLog:
                 view = view[written:]
             self._next_seq = seq + 1
             self._dirty = True
-            if self.fsync == "always":
-                self._sync()
         except BaseException as exc:
             # Part of the line may be in the file: appending more would bury a torn line mid-log.
             self._broken = f"{type(exc).__name__}: {exc}"
             raise
+        if self.fsync == "always":
+            try:
+                self._sync()
+            except OSError as exc:
+                # The line is whole, but the disk said it may not keep it (and may not say so again).
+                self._broken = f"{type(exc).__name__}: {exc}"
+                raise
+            # An interrupt here (Ctrl-C) leaves a whole line behind: the log can go on, and the
+            # next sync, or the close, flushes it.
         return seq
 
     def _sync(self) -> None:

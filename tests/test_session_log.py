@@ -618,6 +618,33 @@ def test_a_new_log_also_syncs_its_directory(
     assert fsyncs == expected
 
 
+@pytest.mark.parametrize(("failure", "broken"), [(KeyboardInterrupt(), False), (OSError(5, "EIO"), True)])
+def test_a_sync_interrupted_after_a_whole_line_leaves_the_log_usable_but_a_failed_one_does_not(
+    log_path: Path, monkeypatch: pytest.MonkeyPatch, failure: BaseException, broken: bool
+) -> None:
+    """Ctrl-C during the fsync of ``always`` found the line whole, yet refused every later write."""
+    real = os.fsync
+    failures = [failure]
+
+    def failing_once(fd: int) -> None:
+        if failures:
+            raise failures.pop()
+        real(fd)
+
+    log_path.touch()
+    monkeypatch.setattr(os, "fsync", failing_once)
+    with SessionLog(log_path, fsync="always") as log:
+        with pytest.raises(type(failure)):
+            log.append({"type": "n", "data": {"n": 1}})
+        if broken:
+            with pytest.raises(SessionLogError, match="an earlier write failed"):
+                log.append({"type": "n", "data": {"n": 2}})
+        else:
+            log.append({"type": "n", "data": {"n": 2}})
+    events = read_session_log(log_path).events
+    assert [(e.seq, e.data["n"]) for e in events] == ([(1, 1)] if broken else [(1, 1), (2, 2)])
+
+
 def test_close_policy_without_writes_does_not_sync(log_path: Path, fsyncs: list[str]) -> None:
     """Opening and closing an intact log changes nothing, so there is nothing to sync."""
     write_three(log_path, fsync="never")
