@@ -152,10 +152,21 @@ class OtelTracing:
 
     def diagnostics(self) -> list[str]:
         """What ``dsh-tools check`` should say: spans that would go nowhere."""
-        if self._tracer is None and type(self._trace.get_tracer_provider()).__name__ == "ProxyTracerProvider":
+        trace = self._trace
+        if self._tracer is not None:
+            if isinstance(self._tracer, trace.NoOpTracer):
+                return ["the tracer given to OtelTracing is a NoOpTracer, so every span is dropped"]
+            return []
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider):
             return [
                 "no OpenTelemetry tracer provider is set, so every span is dropped: set one up in the host "
                 "(the SDK and an exporter), or run under opentelemetry-instrument"
+            ]
+        if isinstance(provider, trace.NoOpTracerProvider):
+            return [
+                "the OpenTelemetry tracer provider is the no-op one (NoOpTracerProvider, perhaps from "
+                "OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none), so every span is dropped"
             ]
         return []
 

@@ -339,6 +339,17 @@ def test_check_says_when_spans_would_go_nowhere(tracer: trace.Tracer) -> None:
     assert OtelTracing(tracer).diagnostics() == []
 
 
+def test_check_says_when_the_provider_or_tracer_is_the_no_op_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert OtelTracing(trace.NoOpTracer()).diagnostics() == [
+        "the tracer given to OtelTracing is a NoOpTracer, so every span is dropped"
+    ]
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.NoOpTracerProvider)
+    (problem,) = OtelTracing().diagnostics()
+    assert problem.startswith("the OpenTelemetry tracer provider is the no-op one (NoOpTracerProvider")
+    monkeypatch.setattr(trace, "get_tracer_provider", TracerProvider)
+    assert OtelTracing().diagnostics() == []
+
+
 def sleeping(seconds: float) -> Any:
     async def body(args: Any) -> str:
         await trio.sleep(seconds)
