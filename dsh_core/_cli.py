@@ -1425,10 +1425,25 @@ def check_command(ctx: click.Context, strict: bool) -> None:
     is_flag=True,
     help="With --http: require no token. Any process of any user on this machine can then call every tool served.",
 )
+@click.option(
+    "--approval-timeout",
+    "approval_timeout",
+    default=600.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True, max=86_400),
+    metavar="SECONDS",
+    help="How long a client has to answer an approval question; no answer in time denies the call.",
+)
 @agent_option
 @click.pass_context
 def serve_mcp_command(
-    ctx: click.Context, http: bool, port: int | None, token_file: Path | None, no_auth: bool, agent: str | None
+    ctx: click.Context,
+    http: bool,
+    port: int | None,
+    token_file: Path | None,
+    no_auth: bool,
+    approval_timeout: float,
+    agent: str | None,
 ) -> None:
     """Serve the visible tools over MCP; every call runs the full pipeline.
 
@@ -1462,6 +1477,7 @@ def serve_mcp_command(
                 agent=agent,
                 bearer_token=token.value,
                 on_listening=partial(_announce_listening, token),
+                approval_timeout_s=approval_timeout,
             )
     except BaseExceptionGroup as group:
         # hypercorn binds inside a trio nursery, which wraps the error in a group.

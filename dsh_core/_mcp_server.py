@@ -39,7 +39,11 @@ approval service (a terminal prompt would read the protocol's stdin). With
 one boolean ``allow`` field) when it declared the capability and the
 connection can carry server-to-client requests (the handshake-era protocol;
 the 2026 per-request protocol cannot); otherwise, and with ``approval="deny"``,
-the call is denied with a message saying why. The pipeline denies any ``Ask``
+the call is denied with a message saying why. A client that does not answer
+within ``approval_timeout_s`` (default :data:`DEFAULT_APPROVAL_TIMEOUT_S`, ten
+minutes) is taken as a no: the call is denied, so a client that went away
+(an HTTP client that dropped its connection) does not hold the call, and
+what it holds, for good. The pipeline denies any ``Ask``
 of a call without an agent before asking anyone, so pass a ``scope`` (an
 ``Agent``) for approvals to be possible. To route approvals, serving installs
 a small router as ``runtime.approval`` that hands non-MCP calls to the service
@@ -70,6 +74,7 @@ import functools
 import ipaddress
 import itertools
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -142,16 +147,34 @@ def _next_call_id() -> str:
     return f"{_CALL_ID_PREFIX}{next(_call_numbers)}"
 
 
+DEFAULT_APPROVAL_TIMEOUT_S: Final = 600.0
+"""How long an MCP client has to answer an approval question before the call is denied."""
+
+
+def _checked_approval_timeout(value: object) -> float:
+    if type(value) not in (int, float) or not 0 < value < math.inf:  # type: ignore[operator]
+        raise ValueError(f"approval_timeout_s must be a positive finite number of seconds, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
 class _McpCall:
     """The MCP request a pipeline run is serving, for the approval router."""
 
-    __slots__ = ("approval", "denial", "request_id", "runtime", "session")
+    __slots__ = ("approval", "approval_timeout_s", "denial", "request_id", "runtime", "session")
 
-    def __init__(self, runtime: ToolRuntime, session: ServerSession, request_id: Any, approval: ApprovalMode) -> None:
+    def __init__(
+        self,
+        runtime: ToolRuntime,
+        session: ServerSession,
+        request_id: Any,
+        approval: ApprovalMode,
+        approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
+    ) -> None:
         self.runtime = runtime
         self.session = session
         self.request_id = request_id
         self.approval = approval
+        self.approval_timeout_s = approval_timeout_s
         self.denial: str | None = None  # why an Ask was denied without asking anyone
 
     async def ask(self, execution: ToolExecution, reason: str | None) -> str:
@@ -174,10 +197,17 @@ class _McpCall:
         if declared:
             message += f"\n{declared[0].upper()}{declared[1:]}"
         message += f"\nArguments: {json_printable(json_text(execution.arguments))}"
+        answer = None
         try:
-            answer = await session.elicit_form(message, _APPROVAL_SCHEMA, related_request_id=self.request_id)
+            with trio.move_on_after(self.approval_timeout_s):
+                answer = await session.elicit_form(message, _APPROVAL_SCHEMA, related_request_id=self.request_id)
         except Exception as exc:
             self.denial = f'tool "{name}" requires approval, but asking the MCP client failed: {exc}'
+            return "denied"
+        if answer is None:  # the deadline passed before any answer
+            self.denial = (
+                f'tool "{name}" requires approval, but the MCP client gave no answer in {self.approval_timeout_s:g} s'
+            )
             return "denied"
         if answer.action == "accept" and isinstance(answer.content, Mapping) and answer.content.get("allow") is True:
             return "allowed-once"
@@ -377,6 +407,7 @@ def serve_registry(
     scope: ScopeKey | None = None,
     approval: ApprovalMode = "deny",
     name: str = "dsh-tools",
+    approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
 ) -> Server[Any]:
     """An MCP server (``mcp.server.Server``) exposing ``scope``'s tools; see the module docstring.
 
@@ -396,6 +427,7 @@ def serve_registry(
 
     if approval not in ("deny", "elicit"):
         raise ValueError(f'approval must be "deny" or "elicit", got {approval!r}')
+    approval_timeout_s = _checked_approval_timeout(approval_timeout_s)
     _install_router(runtime)
     left_out: set[str] = set()  # the tools a warning already named
     verdicts = _ListingVerdicts(runtime)
@@ -433,7 +465,7 @@ def serve_registry(
         problem = verdicts.problem(definition.schema, definition) if definition is not None else None
         if problem is not None:
             return _unserved_result(params.name, problem)
-        call = _McpCall(runtime, ctx.session, ctx.request_id, approval)
+        call = _McpCall(runtime, ctx.session, ctx.request_id, approval, approval_timeout_s)
         request = ToolExecutionInput(
             call_id=_next_call_id(),
             name=params.name,
@@ -494,7 +526,11 @@ def _server_class() -> type[Server[Any]]:
 
 
 async def serve_stdio(
-    runtime: ToolRuntime, *, scope: ScopeKey | None = None, approval: ApprovalMode = "elicit"
+    runtime: ToolRuntime,
+    *,
+    scope: ScopeKey | None = None,
+    approval: ApprovalMode = "elicit",
+    approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
 ) -> None:
     """Serve ``scope``'s tools over this process's stdin/stdout until the client closes stdin.
 
@@ -509,7 +545,7 @@ async def serve_stdio(
     """
     from mcp.server.stdio import stdio_server
 
-    server = serve_registry(runtime, scope=scope, approval=approval)
+    server = serve_registry(runtime, scope=scope, approval=approval, approval_timeout_s=approval_timeout_s)
     async with stdio_server() as (read_stream, sdk_write_stream):
         # The SDK's writer raises on a lone surrogate, and its failure ends the server.
         write_stream = sending_well_formed(sdk_write_stream)
@@ -529,6 +565,7 @@ async def serve_http(
     approval: ApprovalMode = "elicit",
     path: str = "/mcp",
     bearer_token: str | None = None,
+    approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``scope``'s tools over streamable HTTP at ``http://host:port/mcp`` until cancelled.
@@ -558,7 +595,7 @@ async def serve_http(
         problem = bearer_token_problem(bearer_token)
         if problem is not None:
             raise ValueError(problem)  # before anything is served, or the runtime's approval router installed
-    server = serve_registry(runtime, scope=scope, approval=approval)
+    server = serve_registry(runtime, scope=scope, approval=approval, approval_timeout_s=approval_timeout_s)
     app: AsgiApp = server.streamable_http_app(
         streamable_http_path=path, host=host, transport_security=_loopback_security(host)
     )
@@ -609,6 +646,7 @@ def run_serve_mcp(
     agent: str | None,
     bearer_token: str | None = None,
     on_listening: Callable[[list[str]], None] | None = None,
+    approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
 ) -> None:
     """Serve the runtime over MCP until interrupted: the ``dsh-tools serve-mcp`` command.
 
@@ -625,6 +663,7 @@ def run_serve_mcp(
     from ._runtime import agent_scope
 
     scope = agent_scope(runtime, agent)
+    approval_timeout_s = _checked_approval_timeout(approval_timeout_s)
     if type(port) is not int or not 0 <= port <= 65535:
         raise ValueError(f"port must be an integer between 0 and 65535, got {port!r}")
 
@@ -637,12 +676,19 @@ def run_serve_mcp(
         async with plugin_lifespans(runtime):
             if http:
                 async with trio.open_nursery() as nursery:
-                    serving = functools.partial(serve_http, runtime, port=port, scope=scope, bearer_token=bearer_token)
+                    serving = functools.partial(
+                        serve_http,
+                        runtime,
+                        port=port,
+                        scope=scope,
+                        bearer_token=bearer_token,
+                        approval_timeout_s=approval_timeout_s,
+                    )
                     urls = await nursery.start(serving)
                     if on_listening is not None:
                         on_listening(urls)
             else:
-                await serve_stdio(runtime, scope=scope)
+                await serve_stdio(runtime, scope=scope, approval_timeout_s=approval_timeout_s)
 
     trio.run(main)
 

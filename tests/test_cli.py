@@ -1355,6 +1355,22 @@ def test_serve_mcp_and_simulate_json_warn_on_stderr_about_a_plugin_that_failed(
     assert "warning: plugin ghost failed (import): ModuleNotFoundError" in simulated.stderr
 
 
+def test_serve_mcp_passes_its_approval_timeout_and_refuses_a_bad_one(
+    dists: Dists, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dsh_core._mcp_server as mcp_server
+
+    served: list[dict[str, object]] = []
+    monkeypatch.setattr(mcp_server, "run_serve_mcp", lambda runtime, **options: served.append(options))
+    dists.module("clitools", PLUGIN)
+    dists.dist("dsh-cli-timeout", {"cli": "{p}clitools"})
+    assert invoke(["--group", dists.group, "serve-mcp"]).exit_code == 0
+    assert invoke(["--group", dists.group, "serve-mcp", "--approval-timeout", "45"]).exit_code == 0
+    assert [options["approval_timeout_s"] for options in served] == [600.0, 45.0]
+    refused = invoke(["--group", dists.group, "serve-mcp", "--approval-timeout", "0"])
+    assert refused.exit_code == 2 and "--approval-timeout" in refused.stderr and len(served) == 2
+
+
 def test_commands_that_run_calls_warn_about_misspelt_plugin_names(dists: Dists, tmp_path: Path) -> None:
     dists.module("clitools", PLUGIN)
     dists.module("squat", SQUAT)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import math
 import os
 import re
 import runpy
@@ -31,6 +32,7 @@ pytest.importorskip("mcp")
 import anyio
 import mcp_types
 import trio
+import trio.testing
 from mcp import Client
 from mcp.server import Server
 from mcp.server.mcpserver import Context, MCPServer
@@ -1694,6 +1696,37 @@ async def test_serve_registry_asks_through_elicitation_when_the_client_can_answe
         result = await client.call_tool("guarded", {"x": 1})
     assert not result.is_error, result.content
     assert len(asked) == 1 and 'Allow the tool "guarded" to run? guarded needs a yes' in asked[0]
+
+
+async def test_a_client_that_never_answers_the_approval_question_is_denied_after_the_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A client that went away (an HTTP client that dropped) held the call, and what it held, for good."""
+    runtime, _ = serving_runtime(AskFirst())
+    asked: list[float] = []
+
+    async def never(context: Any, params: Any) -> Any:
+        asked.append(trio.current_time())
+        await trio.sleep_forever()
+
+    server = serve_registry(runtime, scope=Agent(id="mcp-test"), approval="elicit", approval_timeout_s=30)
+    async with Client(server, mode="legacy", elicitation_callback=never) as client:
+        started = trio.current_time()
+        result = await client.call_tool("guarded", {"x": 1})
+        waited = trio.current_time() - started
+    assert result.is_error and len(asked) == 1
+    assert 30 <= waited < 31
+    assert [block.text for block in result.content] == [
+        'Error: tool "guarded" requires approval, but the MCP client gave no answer in 30 s'
+    ]
+    assert result.meta is not None and result.meta["dsh/error"]["code"] == "DENIED"
+
+
+@pytest.mark.parametrize("timeout", [0, -1, math.inf, math.nan, "30", True])
+def test_an_approval_timeout_that_is_not_a_positive_number_of_seconds_is_refused(timeout: Any) -> None:
+    runtime, _ = serving_runtime(AskFirst())
+    with pytest.raises(ValueError, match="approval_timeout_s must be a positive finite number of seconds"):
+        serve_registry(runtime, approval="elicit", approval_timeout_s=timeout)
 
 
 async def test_the_elicited_question_shows_the_declared_effects_and_undo() -> None:
