@@ -11,7 +11,7 @@ import attrs
 
 from ._checks import callable_or_none, instance_of, positive_finite
 from ._content import ContentBlock, TextBlock, text_block
-from ._errors import JsonSchemaError, NonJsonValueError, ToolArgsError
+from ._errors import JsonSchemaError, NonJsonValueError, ToolArgsError, Violations
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json
 from ._retry import RetryPolicy
 from ._schema._attrs_params import schema_from_attrs_class, structure_args
@@ -481,7 +481,8 @@ def define_tool(
         try:
             assert_object_json_schema(parameters.node)
         except JsonSchemaError as exc:
-            raise JsonSchemaError([f'define_tool("{name}") parameters: {v}' for v in exc.violations]) from None
+            wrapped = Violations([f'define_tool("{name}") parameters: {v}' for v in exc.violations], exc.omitted)
+            raise JsonSchemaError(wrapped) from None
         raw_parameters = parameters.node
     else:
         raw_parameters = parameter_schema_to_json_schema(parameters)

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal, Self, TypeAlias, final
 import attrs
 
 from ._definition import ToolDefinition, ToolSchema
-from ._errors import JsonSchemaError, RegistrationError
+from ._errors import JsonSchemaError, RegistrationError, Violations
 from ._execution import ScopeKey, ToolExecution, scope_chain
 from ._json import safe_repr
 from ._schema._subset import assert_object_json_schema, assert_supported_json_schema
@@ -160,11 +160,13 @@ def check_definition(definition: object) -> ToolDefinition:
     try:
         assert_object_json_schema(definition.parameters)
     except JsonSchemaError as exc:
-        raise JsonSchemaError([f'tool "{name}" parameters: {v}' for v in exc.violations]) from None
+        wrapped = Violations([f'tool "{name}" parameters: {v}' for v in exc.violations], exc.omitted)
+        raise JsonSchemaError(wrapped) from None
     try:
         assert_supported_json_schema(definition.output.schema)
     except JsonSchemaError as exc:
-        raise JsonSchemaError([f'tool "{name}" output: {v}' for v in exc.violations]) from None
+        wrapped = Violations([f'tool "{name}" output: {v}' for v in exc.violations], exc.omitted)
+        raise JsonSchemaError(wrapped) from None
     if name == RUN_CODE_NAME:
         raise RegistrationError(
             f'tool name "{RUN_CODE_NAME}" is reserved for the Code Mode transport and cannot be registered or shadowed'

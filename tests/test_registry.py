@@ -885,3 +885,25 @@ def test_scope_id_names_scopes_for_files_that_outlive_the_process() -> None:
     assert scope_id(Agent("main", parent=Agent("root"))) == "main"
     assert scope_id(("team", 7)) == "('team', 7)"
     assert scope_id(Unprintable()) == "<unprintable Unprintable scope>"
+
+
+@pytest.mark.parametrize("which", ["parameters", "output"])
+def test_a_schema_errors_count_of_unlisted_violations_survives_naming_the_tool(
+    monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    """The registry re-raises the checker's error with the tool's name: the count of violations not listed stays."""
+    import dsh_core._registry as registry
+    from dsh_core._errors import Violations
+
+    def refusing(schema: object) -> None:
+        raise dsh_core.JsonSchemaError(Violations(["schema.x is bad"], 7))
+
+    monkeypatch.setattr(registry, f"assert_{'object' if which == 'parameters' else 'supported'}_json_schema", refusing)
+    runtime = dsh_core.ToolRuntime()
+    from dsh_core.testing import json_tool
+
+    with pytest.raises(dsh_core.JsonSchemaError) as raised:
+        runtime.register(json_tool("t"))
+    assert raised.value.violations == (f'tool "t" {which}: schema.x is bad',)
+    assert raised.value.omitted == 7
+    assert str(raised.value).endswith("… and 7 more")
