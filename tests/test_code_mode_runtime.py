@@ -1446,3 +1446,49 @@ async def test_an_int_at_the_hosts_digit_limit_still_comes_back() -> None:
     result = await RUNTIME.run(f"import sys\nsys.set_int_max_str_digits(0)\nreturn 10 ** {digits} - 1", {})
     assert result.error is None, result.error
     assert result.value == 10**digits - 1
+
+
+# ---------------------------------------------------------------------------
+# Flushed, unfinished lines
+
+
+async def test_a_flushed_unfinished_line_survives_a_timeout() -> None:
+    """The program's last words were lost with the child when it never ended the line."""
+    runtime = SubprocessPythonRuntime(wall_budget_s=1.0)
+    program = "print('done: 1')\nprint('working on 2...', end='', flush=True)\nwhile True:\n    pass"
+    result = await runtime.run(program, {})
+    assert_error(result, "timeout")
+    assert result.logs == ("done: 1", "working on 2...")
+
+
+async def test_flushed_parts_of_a_line_come_back_as_one_entry() -> None:
+    program = (
+        "import sys\n"
+        "print('a', end='', flush=True)\n"
+        "sys.stdout.flush()\n"  # nothing new: no empty part
+        "print('b', end='')\n"
+        "sys.stdout.flush()\n"
+        "print('c')\n"
+        "print('tail', end='', flush=True)\n"
+        "return 1"
+    )
+    result = await RUNTIME.run(program, {})
+    assert result.error is None, result.error
+    assert result.logs == ("abc", "tail")
+
+
+async def test_flushed_parts_count_against_the_output_limit() -> None:
+    runtime = SubprocessPythonRuntime(wall_budget_s=5.0, max_output_bytes=100)
+    result = await runtime.run("for _ in range(200):\n    print('x', end='', flush=True)", {})
+    assert_error(result, "output-limit")
+    assert result.logs == ("x" * 99,)  # one byte kept for the line's newline
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [b'{"type": "log", "text": "x", "partial": false}', b'{"type": "log", "text": "x", "partial": 1}'],
+)
+def test_a_log_frames_partial_flag_is_true_when_present(frame: bytes) -> None:
+    with pytest.raises(_FrameError, match="partial is true when present"):
+        _parse_frame(frame)
+    assert _parse_frame(b'{"type": "log", "text": "x", "partial": true}') == _Log("x", True)

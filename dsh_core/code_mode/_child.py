@@ -264,8 +264,9 @@ class _Channel:
 class _LogWriter(io.TextIOBase):
     """``sys.stdout``/``sys.stderr`` for the program: each complete line becomes one ``log`` frame.
 
-    A partial line waits for its newline (or the end of the run); a line longer
-    than ``_LOG_CHUNK`` characters is sent in several entries.
+    A partial line waits for its newline (or the end of the run, or a
+    ``flush()``, which sends it as a part of the entry); a line longer than
+    ``_LOG_CHUNK`` characters is sent in several entries.
     """
 
     encoding = "utf-8"
@@ -304,6 +305,18 @@ class _LogWriter(io.TextIOBase):
         self._size = 0
         for start in range(0, max(len(line), 1), _LOG_CHUNK):
             self._channel.send({"type": "log", "text": line[start : start + _LOG_CHUNK]})
+
+    def flush(self) -> None:
+        """Send the line written so far, though unfinished (``print(..., flush=True)``).
+
+        The host joins it with what follows; if the run is cut short first (a
+        timeout), the part sent is kept: a program's last words are often an
+        unfinished ``working...``.
+        """
+        if self._parts:
+            self._channel.send({"type": "log", "text": "".join(self._parts), "partial": True})
+            self._parts.clear()
+            self._size = 0
 
     def flush_tail(self) -> None:
         if self._parts:

@@ -484,6 +484,7 @@ class _Call:
 @attrs.frozen
 class _Log:
     text: str
+    partial: bool = False  # the program flushed a line it has not ended: more of it may follow
 
 
 @attrs.frozen
@@ -514,9 +515,11 @@ def _parse_frame(line: bytes) -> _Frame:
             raise _FrameError("a call frame needs an int id and a str name")
         return _Call(call_id, frame["name"], frame["args"])
     if kind == "log":
-        if keys != {"type", "text"} or not isinstance(frame["text"], str):
-            raise _FrameError("a log frame has exactly type and a str text")
-        return _Log(frame["text"])
+        if not ({"type", "text"} <= keys <= {"type", "text", "partial"}) or not isinstance(frame["text"], str):
+            raise _FrameError("a log frame has type, a str text and, for a flushed unfinished line, partial")
+        if "partial" in keys and frame["partial"] is not True:
+            raise _FrameError("a log frame's partial is true when present")
+        return _Log(frame["text"], "partial" in keys)
     if kind == "done":
         if not keys <= {"type", "value", "error"} or keys >= {"value", "error"}:
             raise _FrameError("a done frame has a value or an error, not both")
@@ -733,6 +736,7 @@ class _Session:
         self._max_values = runtime.max_json_values
         self._max_cpu_s = runtime.max_cpu_s
         self._logs: list[str] = []
+        self._line: list[str] = []  # the flushed parts of a line the program has not ended yet
         self._used = 0
         self._in_flight: set[int] = set()
         self._bytes_in_flight = 0
@@ -748,6 +752,8 @@ class _Session:
         self._decoding: trio.Event | None = None  # while a frame is decoded off the loop: set when it is
 
     def fail(self, kind: CodeRunErrorKind, message: str) -> CodeRunResult:
+        # A line the program flushed but never ended (its last words before a timeout) is kept.
+        self._end_line()
         return CodeRunResult(logs=self._logs, error=CodeRunError(kind=kind, message=message))
 
     async def drive(self, process: trio.Process, run_frame: bytes) -> CodeRunResult:
@@ -809,14 +815,17 @@ class _Session:
                         await self._serve(frame, size, answer)  # it cannot hold the reader up
                     else:
                         tasks.start_soon(self._serve, frame, size, answer)
-                case _Log(text=text):
-                    if not self._log(text):
+                case _Log(text=text, partial=partial):
+                    if not self._log(text, partial):
                         return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
                 case _Done(error=CodeRunError() as error):
+                    self._end_line()
                     return CodeRunResult(logs=self._logs, error=error)
                 case _Done(has_value=False):
+                    self._end_line()
                     return CodeRunResult(logs=self._logs)
                 case _Done():
+                    self._end_line()
                     return self._with_value(payload)
 
     async def _decode(self, line: bytes) -> tuple[_Frame, _Payload | None]:
@@ -838,17 +847,30 @@ class _Session:
         if self._decoding is not None:
             await self._decoding.wait()
 
-    def _log(self, text: str) -> bool:
-        size = _utf8_size(text) + 1
+    def _log(self, text: str, partial: bool = False) -> bool:
+        """Take one log entry, or (``partial``) a flushed part of one; ``False`` once the output limit is hit.
+
+        Each entry counts its newline, a line sent in parts with its first part.
+        """
+        newline = 0 if self._line else 1
+        size = _utf8_size(text) + newline
         if self._used + size > self._max_output:
-            prefix = _cut_utf8(text, self._max_output - self._used - 1)
+            prefix = _cut_utf8(text, self._max_output - self._used - newline)
             if prefix:
-                self._logs.append(prefix)
+                self._line.append(prefix)
+            self._end_line()
             self._used = self._max_output
             return False
         self._used += size
-        self._logs.append(text)
+        self._line.append(text)
+        if not partial:
+            self._end_line()
         return True
+
+    def _end_line(self) -> None:
+        if self._line:
+            self._logs.append("".join(self._line))
+            self._line.clear()
 
     def _with_value(self, returned: _Payload | None) -> CodeRunResult:
         assert returned is not None  # _decode_frame checks every done frame's value
