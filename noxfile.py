@@ -53,7 +53,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on dsh_core and dsh_plugins."""
-    session.install("-e", ".[test,mcp]", "mypy==2.4.1")
+    session.install("-e", ".[test,mcp]", "mypy==2.4.1", "types-regex==2026.11.8.20261109")
     session.run("mypy", "--strict", "dsh_core", "dsh_plugins")
 
 

@@ -112,6 +112,7 @@ from functools import partial
 from typing import Any, Final
 
 import attrs
+import regex
 import trio
 
 from dsh_core import (
@@ -1329,12 +1330,19 @@ def _grep_lines(stream: Any) -> Iterator[tuple[int, str, int | None]]:
         yield number, text, (len(text) + rest if rest else None)
 
 
+# How long the built-in grep lets its regular expression run on one line. The pattern is the
+# model's: one that backtracks catastrophically ("(a+)+$") would otherwise run for ever.
+GREP_LINE_REGEX_SECONDS: Final = 1.0
+
+
 def _grep_python(
     workspace: Workspace, pattern: str, path: str, file_glob: str | None, ignore_case: bool, limit: int
 ) -> dict[str, Any]:
+    # The third-party ``regex`` engine, not ``re``: ``re`` holds the GIL while it matches, so a
+    # catastrophic pattern froze the whole host (every call, every agent), and it has no timeout.
     try:
-        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except re.error as exc:
+        compiled = regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
+    except regex.error as exc:
         raise FileToolError(f"invalid regular expression {safe_repr(pattern)}: {exc}") from None
     except (RecursionError, OverflowError) as exc:
         # re's parser recurses once per nested group, and a repetition count past
@@ -1369,7 +1377,15 @@ def _grep_python(
                     continue
                 stream.seek(0)
                 for number, line, length in _grep_lines(stream):
-                    if regex.search(line):
+                    try:
+                        matched = compiled.search(line, timeout=GREP_LINE_REGEX_SECONDS, concurrent=True)
+                    except TimeoutError:
+                        raise FileToolError(
+                            f"the regular expression {safe_repr(pattern)} ran for more than "
+                            f"{GREP_LINE_REGEX_SECONDS:g} s on line {number} of {shown} (it backtracks "
+                            "catastrophically, as nested repetition like (a+)+ does): simplify it"
+                        ) from None
+                    if matched:
                         found.add(shown, number, line, length)
         except OSError:
             continue

@@ -11,6 +11,7 @@ import re
 import shutil
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -722,6 +723,36 @@ async def test_grep_regex_too_deep_or_too_large_is_invalid(tree: Path, backend: 
     assert message.startswith(expected)
     if backend == "python":
         assert len(message) < 200  # the pattern is quoted shortened, not in full
+
+
+async def test_grep_catastrophic_pattern_is_stopped_without_freezing_the_host(
+    tree: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With re, "(a+)+$" on a long line of a's held the GIL for good: the host's event loop froze with it."""
+    (tree / "c" / "long.txt").write_text("a" * 5000 + "!\n")
+    monkeypatch.setattr(files, "GREP_LINE_REGEX_SECONDS", 0.3)
+    ticks = 0
+
+    async def heartbeat() -> None:
+        nonlocal ticks
+        while True:
+            await trio.sleep(0.01)
+            ticks += 1
+
+    started = time.monotonic()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(heartbeat)
+        with trio.fail_after(10):
+            result = await run(tree, "grep", {"pattern": "(a+)+$", "path": "c"})
+        nursery.cancel_scope.cancel()
+    elapsed = time.monotonic() - started
+    if backend == "python":
+        message = failed(result, "FILE_ERROR")
+        assert message.startswith("the regular expression '(a+)+$' ran for more than 0.3 s on line 1 of c/long.txt")
+        assert 0.25 <= elapsed < 5  # (the engine measures its own time)
+        assert ticks >= 10  # the loop kept running while the pattern did
+    else:
+        assert ok(result)["total"] == 0  # ripgrep's engine does not backtrack
 
 
 async def test_grep_missing_path(tree: Path, backend: str) -> None:
