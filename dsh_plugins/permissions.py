@@ -44,7 +44,9 @@ rule, except ``effects = ["undeclared"]``, which matches exactly those tools
 (an MCP tool without annotations, say), so they cannot slip past rules written
 for declared effects. Globs use
 :func:`fnmatch.fnmatchcase` (``*``, ``?``, ``[seq]``; case-sensitive on every
-platform).
+platform), but for ``paths`` values on a file system that ignores case
+(macOS and Windows by default), where ``SECRETS/key`` *is* ``secrets/key``:
+there the real path and the glob are compared casefolded.
 
 ``args`` keys are JSON paths into the (already validated) arguments: ``path``,
 ``config.host``, ``items[0]``, ``headers["X-Token"]`` (a bracketed JSON string
@@ -90,9 +92,11 @@ policy plugin, its place among other plain listeners follows load order.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 import posixpath
+import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Annotated, Any, Final, Literal, TypeAlias
@@ -274,8 +278,43 @@ _UNRESOLVABLE: Final = _Unresolvable()
 # An ``args`` key whose name holds one of these probably holds a path (``dsh-tools check`` says so).
 _PATH_KEY_WORDS: Final = ("path", "file", "dir")
 
+class _FoldedPath(str):
+    """A real path on a file system that ignores case: compared casefolded (and NFC), as that file system does."""
+
+
 # A resolved ``paths`` value: its real path, or _UNRESOLVABLE.
 Resolved: TypeAlias = str | _Unresolvable
+
+
+def _folded(text: str) -> str:
+    return unicodedata.normalize("NFC", text).casefold()
+
+
+@functools.lru_cache(maxsize=64)
+def folds_case(directory: str) -> bool:
+    """Whether the file system holding ``directory`` ignores case (macOS and Windows by default).
+
+    There ``SECRETS/key`` is ``secrets/key``: a ``paths`` glob compared
+    case-sensitively would let the other spelling through. Found by looking the
+    nearest component with letters up under its other case (``lstat``, so a
+    symlink of that name is no false positive). Blocks on the file system.
+    """
+    if os.name == "nt":
+        return True
+    path = directory
+    while True:
+        name = os.path.basename(path)
+        parent = os.path.dirname(path)
+        if name.swapcase() != name:
+            try:
+                this = os.lstat(path)
+                other = os.lstat(os.path.join(parent, name.swapcase()))
+            except (OSError, ValueError):
+                return False
+            return (this.st_dev, this.st_ino) == (other.st_dev, other.st_ino)
+        if parent == path:
+            return False
+        path = parent
 
 
 def _resolve_value(value: JsonValue, root: str) -> Resolved:
@@ -293,7 +332,7 @@ def _resolve_value(value: JsonValue, root: str) -> Resolved:
         return _UNRESOLVABLE
     if not os.path.isabs(value) and os.path.commonpath([root, real]) != root:
         return _UNRESOLVABLE
-    return real
+    return _FoldedPath(_folded(real)) if folds_case(root) else real
 
 
 def _path_pattern(glob: str, root: str) -> str:
@@ -316,6 +355,8 @@ def _path_matches(value: JsonValue, pattern: str, action: str, resolved: Mapping
         real = resolved.get(item, _UNRESOLVABLE) if isinstance(item, str) else _UNRESOLVABLE
         if isinstance(real, _Unresolvable):
             return action != "allow"
+        if isinstance(real, _FoldedPath):
+            return fnmatch.fnmatchcase(real, _folded(pattern))
         return fnmatch.fnmatchcase(real, pattern)
 
     if action == "allow":

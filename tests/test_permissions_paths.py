@@ -151,3 +151,69 @@ def test_check_warns_about_an_args_rule_that_looks_like_a_path_rule() -> None:
     )
     assert _policy({"tool": "bash", "args": {"command": "rm */x"}, "action": "deny"}).diagnostics() == []
     assert _policy({"tool": "write_file", "args": {"path": "*.env"}, "action": "deny"}).diagnostics() == []
+
+
+# --- file systems that ignore case (macOS, Windows) ----------------------------------------
+
+
+@pytest.fixture
+def folding_file_system(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend the workspace's file system ignores case, as APFS and NTFS do by default."""
+    monkeypatch.setattr(permissions, "folds_case", lambda directory: True)
+
+
+@pytest.mark.parametrize("spelling", ["SECRETS/key", "Secrets/KEY", "./secrets/Key"])
+async def test_on_a_case_folding_file_system_another_case_does_not_dodge_a_deny_rule(
+    tmp_path: Path, folding_file_system: None, spelling: str
+) -> None:
+    """There ``SECRETS/key`` is the file ``secrets/key``: a case-sensitive compare let it through."""
+    _workspace(tmp_path)
+    rule = {"tool": "read_file", "paths": {"path": "secrets/*"}, "action": "deny", "reason": "no secrets"}
+    runtime = _runtime(tmp_path, {"rules": [rule]})
+    result = await runtime.execute(make_input("read_file", {"path": spelling}, agent=Agent("a")))
+    assert isinstance(result, ToolExecutionFailure) and result.code == "DENIED", result
+    assert result.error.message == "no secrets"
+
+
+async def test_on_a_case_folding_file_system_an_allow_rule_takes_the_other_case_too(
+    tmp_path: Path, folding_file_system: None
+) -> None:
+    _workspace(tmp_path)
+    (tmp_path / "docs" / "a.md").write_text("hello")
+    rules = [{"tool": "read_file", "paths": {"path": "docs/*"}, "action": "allow"}]
+    runtime = _runtime(tmp_path, {"rules": rules, "default": "deny"})
+    allowed = await runtime.execute(make_input("read_file", {"path": "DOCS/a.md"}, agent=Agent("a")))
+    denied = await runtime.execute(make_input("read_file", {"path": "secrets/key"}, agent=Agent("a")))
+    assert isinstance(denied, ToolExecutionFailure) and denied.code == "DENIED"
+    # The rule allowed it; on this (really case-sensitive) disk the file then does not exist.
+    assert not (isinstance(allowed, ToolExecutionFailure) and allowed.code == "DENIED"), allowed
+
+
+def test_a_case_sensitive_file_system_is_told_apart_even_with_a_symlink_of_the_other_case(tmp_path: Path) -> None:
+    permissions.folds_case.cache_clear()
+    project = tmp_path / "Project"
+    project.mkdir()
+    assert permissions.folds_case(str(project)) is False
+    (tmp_path / "pROJECT").symlink_to(project)  # the other case names another entry here: no folding
+    permissions.folds_case.cache_clear()
+    assert permissions.folds_case(str(project)) is False
+    digits = tmp_path / "1234"
+    digits.mkdir()
+    permissions.folds_case.cache_clear()
+    assert permissions.folds_case(str(digits)) is False  # no letters: its parents' names decide
+
+
+def test_a_case_folding_file_system_is_recognised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "Project"
+    project.mkdir()
+    real_lstat = os.lstat
+
+    def folding_lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        return real_lstat(str(path).replace("pROJECT", "Project"), *args, **kwargs)
+
+    monkeypatch.setattr(permissions.os, "lstat", folding_lstat)
+    permissions.folds_case.cache_clear()
+    try:
+        assert permissions.folds_case(str(project)) is True
+    finally:
+        permissions.folds_case.cache_clear()
