@@ -23,6 +23,7 @@ import os
 import re
 from typing import Final
 
+from ._case_folding import folded, folds_case
 from ._regular_file import open_regular
 
 __all__ = ["git_run_place"]
@@ -123,4 +124,7 @@ def _read(path: str, limit: int) -> str | None:
 
 
 def _inside(real: str, directory: str) -> bool:
+    if folds_case(directory):
+        # There ``.HUSKY/pre-commit`` is the hook ``.husky/pre-commit`` (realpath keeps the spelling).
+        real, directory = folded(real), folded(directory)
     return os.path.commonpath([real, directory]) == directory

@@ -92,11 +92,9 @@ policy plugin, its place among other plain listeners follows load order.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import json
 import os
 import posixpath
-import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Annotated, Any, Final, Literal, TypeAlias
@@ -121,6 +119,7 @@ from dsh_core import (
     structure_table,
 )
 
+from ._case_folding import folded, folds_case
 from ._settings_warnings import unknown_tool_warnings
 
 __all__ = [
@@ -278,43 +277,13 @@ _UNRESOLVABLE: Final = _Unresolvable()
 # An ``args`` key whose name holds one of these probably holds a path (``dsh-tools check`` says so).
 _PATH_KEY_WORDS: Final = ("path", "file", "dir")
 
+
 class _FoldedPath(str):
     """A real path on a file system that ignores case: compared casefolded (and NFC), as that file system does."""
 
 
 # A resolved ``paths`` value: its real path, or _UNRESOLVABLE.
 Resolved: TypeAlias = str | _Unresolvable
-
-
-def _folded(text: str) -> str:
-    return unicodedata.normalize("NFC", text).casefold()
-
-
-@functools.lru_cache(maxsize=64)
-def folds_case(directory: str) -> bool:
-    """Whether the file system holding ``directory`` ignores case (macOS and Windows by default).
-
-    There ``SECRETS/key`` is ``secrets/key``: a ``paths`` glob compared
-    case-sensitively would let the other spelling through. Found by looking the
-    nearest component with letters up under its other case (``lstat``, so a
-    symlink of that name is no false positive). Blocks on the file system.
-    """
-    if os.name == "nt":
-        return True
-    path = directory
-    while True:
-        name = os.path.basename(path)
-        parent = os.path.dirname(path)
-        if name.swapcase() != name:
-            try:
-                this = os.lstat(path)
-                other = os.lstat(os.path.join(parent, name.swapcase()))
-            except (OSError, ValueError):
-                return False
-            return (this.st_dev, this.st_ino) == (other.st_dev, other.st_ino)
-        if parent == path:
-            return False
-        path = parent
 
 
 def _resolve_value(value: JsonValue, root: str) -> Resolved:
@@ -332,7 +301,7 @@ def _resolve_value(value: JsonValue, root: str) -> Resolved:
         return _UNRESOLVABLE
     if not os.path.isabs(value) and os.path.commonpath([root, real]) != root:
         return _UNRESOLVABLE
-    return _FoldedPath(_folded(real)) if folds_case(root) else real
+    return _FoldedPath(folded(real)) if folds_case(root) else real
 
 
 def _path_pattern(glob: str, root: str) -> str:
@@ -356,7 +325,7 @@ def _path_matches(value: JsonValue, pattern: str, action: str, resolved: Mapping
         if isinstance(real, _Unresolvable):
             return action != "allow"
         if isinstance(real, _FoldedPath):
-            return fnmatch.fnmatchcase(real, _folded(pattern))
+            return fnmatch.fnmatchcase(real, folded(pattern))
         return fnmatch.fnmatchcase(real, pattern)
 
     if action == "allow":

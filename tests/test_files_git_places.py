@@ -98,3 +98,22 @@ async def test_allow_git_writes_lets_both_places_be_written(tmp_path: Path) -> N
     runtime = make_runtime(plugins=[(files, {"root": str(tmp_path), "allow_git_writes": True})])
     result = await runtime.execute(make_input("write_file", {"path": "meta/hooks/pre-commit", "content": "x"}))
     assert isinstance(result, ToolExecutionSuccess)
+
+
+@pytest.mark.parametrize(("spelling", "place"), [(".HUSKY/pre-commit", ".husky"), ("Meta/hooks/pre-commit", "meta")])
+async def test_on_a_case_folding_file_system_another_case_names_the_same_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str, place: str
+) -> None:
+    """On macOS ``.HUSKY/pre-commit`` is the hook ``.husky/pre-commit``: a case-sensitive compare let it be planted."""
+    from dsh_plugins import _git_places
+
+    monkeypatch.setattr(_git_places, "folds_case", lambda directory: True, raising=False)
+    if place == ".husky":
+        (tmp_path / ".git").mkdir()
+        (tmp_path / ".git" / "config").write_text("[core]\n\thooksPath = .husky\n")
+        (tmp_path / ".husky").mkdir()
+    else:
+        separate_git_dir(tmp_path)
+    message = refused(await write(tmp_path, spelling))
+    assert str(tmp_path / place) in message
+    assert isinstance(await write(tmp_path, "src/x.py"), ToolExecutionSuccess)
