@@ -167,17 +167,8 @@ def _result(event: SessionEvent) -> tuple[str, tuple[ContentBlock, ...]]:
     an absent ``error`` reads as ``null``, as an absent ``meta`` does.
     """
     call_id = _call_id(event)
-    content = _required(event, "content")
-    if not isinstance(content, (list, tuple)):
-        raise _malformed(event, f"content must be a list of content blocks, got {safe_repr(content)}")
-    try:
-        blocks = structure_content(content)
-    except SessionLogError as exc:
-        raise _malformed(event, str(exc)) from None
-    is_error = _required(event, "isError")
-    if type(is_error) is not bool:
-        # Read with bool(), the string "false" was a failure.
-        raise _malformed(event, f"isError must be true or false, got {safe_repr(is_error)}")
+    blocks = _content(event)
+    _required_bool(event, "isError")  # read with bool(), the string "false" was a failure
     error = event.data.get("error")
     if error is not None:
         if not isinstance(error, Mapping):
@@ -194,13 +185,8 @@ def _result(event: SessionEvent) -> tuple[str, tuple[ContentBlock, ...]]:
 def _unwound(event: SessionEvent) -> str:
     """The call id of a ``tool/unwound``, its ``cause`` and ``bodyStarted`` checked as ``append_unwound`` writes them."""
     call_id = _call_id(event)
-    cause = _required(event, "cause")
-    if type(cause) is not str:
-        raise _malformed(event, f"cause must be a str, got {safe_repr(cause)}")
-    body_started = _required(event, "bodyStarted")
-    if type(body_started) is not bool:
-        # Read with bool(), the string "false" said the body ran.
-        raise _malformed(event, f"bodyStarted must be true or false, got {safe_repr(body_started)}")
+    _required_str(event, "cause")
+    _required_bool(event, "bodyStarted")  # read with bool(), the string "false" said the body ran
     return call_id
 
 
@@ -210,26 +196,37 @@ def _dispatch(event: SessionEvent) -> str:
     A missing or non-str ``parentCallId`` read as ``str(...)`` attached the
     dispatch to a call named ``"None"`` or ``"7"``.
     """
-    ids = {}
-    for key in ("rootCallId", "parentCallId", "subCallId"):
-        value = _required(event, key)
-        if type(value) is not str or not value:
-            raise _malformed(event, f"{key} must be a non-empty str, got {safe_repr(value)}")
-        ids[key] = value
-    name = _required(event, "name")
-    if type(name) is not str:
-        raise _malformed(event, f"name must be a str, got {safe_repr(name)}")
-    is_error = _required(event, "isError")
-    if type(is_error) is not bool:
-        raise _malformed(event, f"isError must be true or false, got {safe_repr(is_error)}")
+    _required_str(event, "rootCallId", non_empty=True)
+    parent = _required_str(event, "parentCallId", non_empty=True)
+    _required_str(event, "subCallId", non_empty=True)
+    _required_str(event, "name")
+    _required_bool(event, "isError")
+    _content(event)
+    return parent
+
+
+def _required_str(event: SessionEvent, key: str, *, non_empty: bool = False) -> str:
+    value = _required(event, key)
+    if type(value) is not str or (non_empty and not value):
+        raise _malformed(event, f"{key} must be a {'non-empty ' if non_empty else ''}str, got {safe_repr(value)}")
+    return value
+
+
+def _required_bool(event: SessionEvent, key: str) -> bool:
+    value = _required(event, key)
+    if type(value) is not bool:
+        raise _malformed(event, f"{key} must be true or false, got {safe_repr(value)}")
+    return value
+
+
+def _content(event: SessionEvent) -> tuple[ContentBlock, ...]:
     content = _required(event, "content")
     if not isinstance(content, (list, tuple)):
         raise _malformed(event, f"content must be a list of content blocks, got {safe_repr(content)}")
     try:
-        structure_content(content)
+        return structure_content(content)
     except SessionLogError as exc:
         raise _malformed(event, str(exc)) from None
-    return ids["parentCallId"]
 
 
 def _required(event: SessionEvent, key: str) -> Any:

@@ -166,8 +166,11 @@ async def test_malformed_results_are_refused_by_every_reader_naming_the_seq(
 ) -> None:
     """Replay raised KeyError or AttributeError, or took "false" for a failure; explain and simulate crashed too."""
     log = write(tmp_path / "log.jsonl", call(), event)
-    events = read_session_log(log).events
-    message = f"seq 2: malformed tool/result event: {problem}"
+    await refused_by_every_reader(read_session_log(log).events, f"seq 2: malformed tool/result event: {problem}")
+
+
+async def refused_by_every_reader(events: Any, message: str) -> None:
+    """logged_calls, replay (explain) and simulate all raise SessionLogError(message)."""
     for reader in (lambda: logged_calls(events), lambda: replay(events, ToolRuntime())):
         with pytest.raises(SessionLogError) as raised:
             reader()
@@ -404,15 +407,7 @@ async def test_malformed_dispatch_and_unwound_events_are_refused_naming_the_seq(
 ) -> None:
     """A dispatch without a str parentCallId was attached to a call named "None" or "7"; "false" read as true."""
     log = write(tmp_path / "log.jsonl", call("c1"), call("None"), call("7"), event)
-    events = read_session_log(log).events
-    message = f"seq 4: malformed {event[0]} event: {problem}"
-    for reader in (lambda: logged_calls(events), lambda: replay(events, ToolRuntime())):
-        with pytest.raises(SessionLogError) as raised:
-            reader()
-        assert str(raised.value) == message
-    with pytest.raises(SessionLogError) as raised:
-        await simulate(events, make_runtime(json_tool("echo")))
-    assert str(raised.value) == message
+    await refused_by_every_reader(read_session_log(log).events, f"seq 4: malformed {event[0]} event: {problem}")
 
 
 def test_every_dispatch_and_unwound_event_the_writer_can_write_is_read_back(tmp_path: Path) -> None:
