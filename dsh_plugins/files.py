@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -1330,6 +1331,48 @@ def _grep_lines(stream: Any) -> Iterator[tuple[int, str, int | None]]:
         yield number, text, (len(text) + rest if rest else None)
 
 
+# ``re``'s own parser (no public API): it reads a pattern into a tree without compiling it.
+_RE_PARSER: Final[Any] = importlib.import_module("re._parser")
+# The most pattern positions a grep pattern may expand to once its counted repetitions are
+# multiplied out: regex's compiler does that, and (a{65535}){65535} exhausted the host's memory.
+_MAX_REGEX_POSITIONS: Final = 100_000
+_REPEATS: Final = frozenset(("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"))
+
+
+def _expanded_size(parsed: Any, limit: int) -> int:
+    """How many positions a parsed pattern holds with its counted repeats multiplied out (stops past ``limit``).
+
+    A repeat counts its upper bound, or its lower bound when it has none
+    (``a{3,}`` expands three copies; ``a*`` one). A loop, not recursion: the
+    tree is as deep as the pattern nests.
+    """
+    total = 0
+    stack: list[tuple[Any, int]] = [(parsed, 1)]
+    while stack:
+        items, factor = stack.pop()
+        for op, value in items:
+            name = str(op)
+            if name in _REPEATS:
+                low, high, inner = value
+                count = high if high != _RE_PARSER.MAXREPEAT else low
+                stack.append((inner, factor * max(count, 1)))
+            elif name == "SUBPATTERN":
+                stack.append((value[3], factor))
+            elif name == "BRANCH":
+                stack.extend((branch, factor) for branch in value[1])
+            elif name == "ATOMIC_GROUP":
+                stack.append((value, factor))
+            elif name in ("ASSERT", "ASSERT_NOT"):
+                stack.append((value[1], factor))
+            elif name == "GROUPREF_EXISTS":
+                stack.extend((branch, factor) for branch in value[1:] if branch is not None)
+            else:
+                total += factor
+                if total > limit:
+                    return total
+    return total
+
+
 # How long the built-in grep lets its regular expression run on one line. The pattern is the
 # model's: one that backtracks catastrophically ("(a+)+$") would otherwise run for ever.
 GREP_LINE_REGEX_SECONDS: Final = 1.0
@@ -1338,11 +1381,21 @@ GREP_LINE_REGEX_SECONDS: Final = 1.0
 def _grep_python(
     workspace: Workspace, pattern: str, path: str, file_glob: str | None, ignore_case: bool, limit: int
 ) -> dict[str, Any]:
-    # The third-party ``regex`` engine, not ``re``: ``re`` holds the GIL while it matches, so a
-    # catastrophic pattern froze the whole host (every call, every agent), and it has no timeout.
+    # The third-party ``regex`` engine matches, not ``re``: ``re`` holds the GIL while it matches,
+    # so a catastrophic pattern froze the whole host (every call, every agent), and it has no
+    # timeout. The pattern is read with ``re``'s parser first, though: what it accepts is the
+    # syntax this tool has always taken, and ``regex`` multiplies nested counts out when it
+    # compiles, which the parse tree lets us bound first.
     try:
+        size = _expanded_size(_RE_PARSER.parse(pattern, re.IGNORECASE if ignore_case else 0), _MAX_REGEX_POSITIONS)
+        if size > _MAX_REGEX_POSITIONS:
+            raise FileToolError(
+                f"the regular expression {safe_repr(pattern)} is too large: its counted repetitions multiply "
+                f"out to more than {_MAX_REGEX_POSITIONS} positions (nested counts such as (a{{1000}}){{1000}}); "
+                "use + or * instead of large counts"
+            )
         compiled = regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
-    except regex.error as exc:
+    except (re.error, regex.error) as exc:
         raise FileToolError(f"invalid regular expression {safe_repr(pattern)}: {exc}") from None
     except (RecursionError, OverflowError) as exc:
         # re's parser recurses once per nested group, and a repetition count past

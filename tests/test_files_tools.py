@@ -755,6 +755,24 @@ async def test_grep_catastrophic_pattern_is_stopped_without_freezing_the_host(
         assert ok(result)["total"] == 0  # ripgrep's engine does not backtrack
 
 
+@pytest.mark.parametrize("pattern", ["(?:a{65535}){65535}", "(a{1000}){1000}", "((x{50}){50}){50}|y", "(?:ab{400}){300,}"])
+async def test_grep_pattern_whose_counts_multiply_out_too_far_is_refused(tree: Path, backend: str, pattern: str) -> None:
+    """regex multiplies nested counts out when it compiles: the first of these exhausted the host's memory."""
+    with trio.fail_after(20):
+        result = await run(tree, "grep", {"pattern": pattern})
+    if backend == "python":
+        message = failed(result, "FILE_ERROR")
+        assert message.startswith(f"the regular expression {pattern!r} is too large: its counted repetitions")
+    # ripgrep bounds its compiled size itself: it refuses a pattern past that, or searches in linear time.
+
+
+@pytest.mark.parametrize("pattern", ["needle{1,3}", "n(e{2})dle", "x{9999}|needle", "(?:needle|hay){1,2}"])
+async def test_grep_patterns_with_counts_within_the_bound_still_search(
+    tree: Path, backend: str, pattern: str
+) -> None:
+    assert ok(await run(tree, "grep", {"pattern": pattern}))["total"] >= 1
+
+
 async def test_grep_missing_path(tree: Path, backend: str) -> None:
     assert "does not exist" in failed(await run(tree, "grep", {"pattern": "x", "path": "nope"}), "FILE_ERROR")
 
