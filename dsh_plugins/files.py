@@ -1394,7 +1394,9 @@ def _grep_python(
                 f"out to more than {_MAX_REGEX_POSITIONS} positions (nested counts such as (a{{1000}}){{1000}}); "
                 "use + or * instead of large counts"
             )
-        compiled = regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
+        # Not kept in regex's module cache (500 patterns): a model sending many large patterns
+        # would have it hold gigabytes.
+        compiled = regex.compile(pattern, regex.IGNORECASE if ignore_case else 0, cache_pattern=False)
     except (re.error, regex.error) as exc:
         raise FileToolError(f"invalid regular expression {safe_repr(pattern)}: {exc}") from None
     except (RecursionError, OverflowError) as exc:

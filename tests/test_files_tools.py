@@ -766,6 +766,17 @@ async def test_grep_pattern_whose_counts_multiply_out_too_far_is_refused(tree: P
     # ripgrep bounds its compiled size itself: it refuses a pattern past that, or searches in linear time.
 
 
+async def test_grep_patterns_are_not_kept_in_the_regex_modules_cache(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """regex caches 500 compiled patterns: large ones sent by a model would pile up there."""
+    import regex
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    regex.purge()
+    for n in range(3):
+        ok(await run(tree, "grep", {"pattern": f"(?:needle|x{{{9000 + n}}})"}))
+    assert len(regex._main._cache) == 0
+
+
 @pytest.mark.parametrize("pattern", ["needle{1,3}", "n(e{2})dle", "x{9999}|needle", "(?:needle|hay){1,2}"])
 async def test_grep_patterns_with_counts_within_the_bound_still_search(
     tree: Path, backend: str, pattern: str
