@@ -46,6 +46,7 @@ cancellation is not ``interrupted``: its ``error`` step says what it did.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Literal, TypeAlias, cast
 
@@ -86,6 +87,24 @@ class TraceStep:
     def decisive(self) -> bool:
         """Whether this step decided something itself (anything but ``pass``, ``ok``, ``interrupted``)."""
         return self.outcome not in ("pass", "ok", "interrupted")
+
+    @property
+    def verdict(self) -> str:
+        """The outcome without its free text: ``fail: TOOL_ERROR``, ``deny``, ``block``, ``retry in 0.5 s: fail: X``.
+
+        The reason, message or feedback after the verdict often quotes the
+        call's arguments or its output; this is what can go where content must
+        not (a trace exporter that records no content).
+        """
+        coded = _CODED_OUTCOME.match(self.outcome)
+        if coded is not None:
+            return coded.group(1)
+        return self.outcome.split(": ", 1)[0][:_VERDICT_CHARS]
+
+
+# ``fail: CODE: message`` / ``error: CODE: message`` (the formats below), maybe after ``retry in <s> s: ``.
+_CODED_OUTCOME: Final = re.compile(r"((?:retry in [^:]{1,32} s: )?(?:fail|error): [A-Za-z0-9_.-]{1,64})(?:: |$)")
+_VERDICT_CHARS: Final = 64
 
 
 def _steps(value: Iterable[TraceStep]) -> tuple[TraceStep, ...]:

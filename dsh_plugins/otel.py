@@ -59,7 +59,6 @@ call goes on.
 from __future__ import annotations
 
 import logging
-import re
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -117,16 +116,6 @@ def _cut(text: str, limit: int = MAX_CONTENT_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-# ``fail: CODE: message`` / ``error: CODE: message``, possibly after ``retry in <s> s: ``.
-_CODED_OUTCOME: Final = re.compile(r"((?:retry in [^:]{1,32} s: )?(?:fail|error): [A-Za-z0-9_.-]{1,64})(?:: |$)")
-
-
-def _verdict(outcome: str) -> str:
-    """A trace step's outcome without its free text, which may quote the call's arguments or output."""
-    coded = _CODED_OUTCOME.match(outcome)
-    if coded is not None:
-        return coded.group(1)
-    return outcome.split(": ", 1)[0][:64]
 
 
 class OtelTracing:
@@ -259,7 +248,7 @@ class OtelTracing:
             trace = trace_of(result)
             if trace is not None:
                 for step in trace.steps:
-                    outcome = _cut(step.outcome) if self.record_content else _verdict(step.outcome)
+                    outcome = _cut(step.outcome) if self.record_content else step.verdict
                     span.add_event(
                         "dsh.decision", {"dsh.stage": step.stage, "dsh.actor": step.actor, "dsh.outcome": outcome}
                     )

@@ -23,6 +23,7 @@ from dsh_core import (
     Rewrite,
     ToolExecution,
     ToolRuntime,
+    TraceStep,
     TransientToolError,
     failure_result,
     hookimpl,
@@ -174,7 +175,7 @@ async def test_a_failures_message_is_content_recorded_only_when_asked_and_cut(
     ],
 )
 def test_a_steps_verdict_keeps_no_free_text(outcome: str, verdict: str) -> None:
-    assert otel._verdict(outcome) == verdict
+    assert TraceStep(stage="execute", actor="x", outcome=outcome).verdict == verdict
 
 
 async def test_the_span_is_current_while_the_body_runs(tracer: trace.Tracer, exporter: InMemorySpanExporter) -> None:
