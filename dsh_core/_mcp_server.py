@@ -152,9 +152,9 @@ DEFAULT_APPROVAL_TIMEOUT_S: Final = 600.0
 
 
 def _checked_approval_timeout(value: object) -> float:
-    if type(value) not in (int, float) or not 0 < value < math.inf:  # type: ignore[operator]
-        raise ValueError(f"approval_timeout_s must be a positive finite number of seconds, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    if (type(value) is int or type(value) is float) and 0 < value < math.inf:
+        return float(value)
+    raise ValueError(f"approval_timeout_s must be a positive finite number of seconds, got {value!r}")
 
 
 class _McpCall:
