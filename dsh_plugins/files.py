@@ -180,10 +180,13 @@ MAX_READ_LIMIT: Final = 10 * DEFAULT_READ_LIMIT
 MAX_GLOB_LIMIT: Final = 10 * DEFAULT_GLOB_LIMIT
 MAX_GREP_LIMIT: Final = 10 * DEFAULT_GREP_LIMIT
 MAX_LINE_CHARS: Final = 2000
+"""Lines of ``read_file`` longer than this are cut (minified files would flood the context)."""
 # Bounds on a model-written glob: its length, and how many patterns its {a,b} braces expand to.
 MAX_GLOB_CHARS: Final = 1000
 MAX_GLOB_ALTERNATIVES: Final = 256
-"""Lines of ``read_file`` longer than this are cut (minified files would flood the context)."""
+# A grep pattern longer than this is refused, for both backends: ripgrep takes it as one
+# argument, and the kernel refuses an argument past 128 KiB (10 000 characters of UTF-8 fit).
+MAX_GREP_PATTERN_CHARS: Final = 10_000
 MAX_MATCH_CHARS: Final = 500
 """Matching lines of ``grep`` longer than this are cut."""
 MAX_BEFORE_IMAGE_BYTES: Final = 256 * 1024
@@ -1773,6 +1776,10 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
         ignore_case: bool = args.get("ignore_case", False)
         if not pattern:
             raise FileToolError("pattern must not be empty")
+        if len(pattern) > MAX_GREP_PATTERN_CHARS:
+            raise FileToolError(
+                f"pattern is {len(pattern)} characters long; at most {MAX_GREP_PATTERN_CHARS} are taken"
+            )
         # Refused for both backends alike, before one reaches ripgrep's argv (where it cannot go):
         # a NUL only occurs in binary files, which are skipped, and in no path.
         if "\x00" in pattern:

@@ -784,6 +784,15 @@ async def test_grep_patterns_with_counts_within_the_bound_still_search(
     assert ok(await run(tree, "grep", {"pattern": pattern}))["total"] >= 1
 
 
+async def test_grep_pattern_too_long_for_an_argument_is_refused_by_both_backends(tree: Path, backend: str) -> None:
+    """ripgrep got it as one argument: past 128 KiB the kernel refused it (E2BIG) and the call failed TOOL_ERROR."""
+    longest = "(?:" + "x" * (files.MAX_GREP_PATTERN_CHARS - 11) + ")?needle"
+    assert len(longest) == files.MAX_GREP_PATTERN_CHARS
+    assert ok(await run(tree, "grep", {"pattern": longest}))["total"] >= 1
+    message = failed(await run(tree, "grep", {"pattern": "é" * 200_000}), "FILE_ERROR")
+    assert message == f"pattern is 200000 characters long; at most {files.MAX_GREP_PATTERN_CHARS} are taken"
+
+
 async def test_grep_missing_path(tree: Path, backend: str) -> None:
     assert "does not exist" in failed(await run(tree, "grep", {"pattern": "x", "path": "nope"}), "FILE_ERROR")
 
