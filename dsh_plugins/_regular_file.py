@@ -51,7 +51,14 @@ import stat
 from collections.abc import Iterator
 from typing import BinaryIO, Final
 
-__all__ = ["NotRegularFileError", "PathChangedError", "open_regular", "remove_resolved", "write_regular"]
+__all__ = [
+    "NotRegularFileError",
+    "PathChangedError",
+    "make_directories",
+    "open_regular",
+    "remove_resolved",
+    "write_regular",
+]
 
 _NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -68,6 +75,7 @@ _DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
 _WALK_FLAGS: Final = (getattr(os, "O_PATH", 0) or os.O_RDONLY) | _DIRECTORY | _NOFOLLOW | _CLOEXEC
 # os.replace takes the directory descriptors os.rename does (supports_dir_fd lists rename only).
 _CAN_WALK: Final = bool(_DIRECTORY and _NOFOLLOW) and {os.open, os.rename, os.unlink} <= os.supports_dir_fd
+_CAN_MAKE: Final = _CAN_WALK and os.mkdir in os.supports_dir_fd
 
 
 class NotRegularFileError(OSError):
@@ -220,6 +228,78 @@ def write_regular(path: str, data: bytes) -> None:
         finally:
             if target is not None:
                 os.close(target)
+
+
+def make_directories(path: str) -> None:
+    """Create the directory ``path`` (resolved with ``realpath``) and every parent it lacks.
+
+    What ``os.makedirs(path, exist_ok=True)`` does, without its two hazards:
+    it recurses once per missing directory (a path 2 000 directories deep from
+    a model raised ``RecursionError``), and it follows symlinks, so a directory
+    on the way swapped for one would have the new directories made wherever
+    it points. Here each name is opened, or made and then opened, relative to
+    the directory before it, never following a symlink (:class:`PathChangedError`);
+    where directories cannot be walked by descriptor, the names are made one
+    by one by path, in a loop. A name that exists and is not a directory raises
+    ``FileExistsError`` naming ``path``.
+    """
+    if _CAN_MAKE and _make_walking(path):
+        return
+    missing: list[str] = []
+    current = path
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise FileExistsError(errno.EEXIST, "a file is in the way of a directory", path) from None
+
+
+def _make_walking(path: str) -> bool:
+    """:func:`make_directories` by descriptor; ``False`` when a directory on the way cannot be opened."""
+    encoded = os.fsencode(path)
+    names = [name for name in encoded.split(b"/") if name]
+    try:
+        fd = os.open(b"/" if encoded.startswith(b"/") else b".", _WALK_FLAGS)
+    except PermissionError:
+        return False
+    walked = b"/" if encoded.startswith(b"/") else b""
+    try:
+        for name in names:
+            following = _open_or_make(fd, name, walked + name, path)
+            if following is None:
+                return False
+            os.close(fd)
+            fd = following
+            walked += name + b"/"
+    finally:
+        os.close(fd)
+    return True
+
+
+def _open_or_make(fd: int, name: bytes, shown: bytes, path: str) -> int | None:
+    for _ in range(2):  # made by someone else between the open and the mkdir: open it then
+        try:
+            return os.open(name, _WALK_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and os.path.islink(shown)):
+                raise PathChangedError(path) from None
+            if exc.errno == errno.ENOTDIR:
+                raise FileExistsError(errno.EEXIST, "a file is in the way of a directory", path) from None
+            raise type(exc)(exc.errno, exc.strerror, path) from None
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o777, dir_fd=fd)
+    raise PathChangedError(path)
 
 
 def remove_resolved(path: str) -> None:

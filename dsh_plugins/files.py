@@ -145,7 +145,14 @@ from dsh_core.presentation import (
 
 from ._file_settings import PathSetting, kept_path
 from ._git_places import git_run_place
-from ._regular_file import NotRegularFileError, PathChangedError, open_regular, remove_resolved, write_regular
+from ._regular_file import (
+    NotRegularFileError,
+    PathChangedError,
+    make_directories,
+    open_regular,
+    remove_resolved,
+    write_regular,
+)
 from ._settings_warnings import report_inert_keys
 
 __all__ = [
@@ -835,7 +842,7 @@ def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
     real = workspace.resolve_writable(path)
     try:
         existed, old_text = _before_image(real, path)
-        os.makedirs(os.path.dirname(real), exist_ok=True)
+        make_directories(os.path.dirname(real))
         write_regular(real, data)
     except OSError as exc:
         raise _os_error(exc, path) from None

@@ -156,3 +156,43 @@ async def test_undoing_a_created_file_after_the_swap_leaves_the_file_beyond_it(
     (outcome,) = await log.undo()
     assert not outcome.reverted
     assert (outside / "made.txt").read_text() == "not the model's\n"
+
+
+def test_directories_for_a_new_file_are_not_made_through_a_swapped_directory(places: tuple[Path, Path]) -> None:
+    """os.makedirs followed the symlink: the new directories appeared wherever it pointed."""
+    workspace, outside = places
+    real = os.path.realpath(workspace) + "/sub/a/b"
+    swap_for_symlink(workspace / "sub", outside)
+    with pytest.raises(_regular_file.PathChangedError):
+        _regular_file.make_directories(real)
+    assert sorted(os.listdir(outside)) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("walking", [True, False], ids=["by-descriptor", "by-path"])
+def test_make_directories_makes_what_is_missing_and_refuses_a_file_in_the_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, walking: bool
+) -> None:
+    monkeypatch.setattr(_regular_file, "_CAN_MAKE", walking)
+    base = os.path.realpath(tmp_path)
+    deep = base + "/d" * 2000  # by path too: a loop, not os.makedirs' recursion
+    _regular_file.make_directories(deep)
+    assert os.path.isdir(deep)
+    _regular_file.make_directories(base + "/x/y/z")
+    _regular_file.make_directories(base + "/x/y/z")  # already there: nothing to do
+    assert (tmp_path / "x" / "y" / "z").is_dir()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(FileExistsError):
+        _regular_file.make_directories(base + "/file/below")
+
+
+def test_write_file_makes_a_path_thousands_of_directories_deep_without_recursion(tmp_path: Path) -> None:
+    """os.makedirs recursed once per directory: a 2 000-deep path failed TOOL_ERROR with a RecursionError."""
+    import trio
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    runtime = make_runtime(plugins=[(files, {"root": str(workspace)})])
+    deep = "d/" * 2000 + "f.txt"
+    result = trio.run(runtime.execute, make_input("write_file", {"path": deep, "content": "deep\n"}))
+    assert isinstance(result, ToolExecutionSuccess), result
+    assert (workspace / deep).read_text() == "deep\n"
