@@ -52,6 +52,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, Final
 
 __all__ = [
+    "PATH_MAX",
     "NotRegularFileError",
     "PathChangedError",
     "make_directories",
@@ -76,6 +77,17 @@ _WALK_FLAGS: Final = (getattr(os, "O_PATH", 0) or os.O_RDONLY) | _DIRECTORY | _N
 # os.replace takes the directory descriptors os.rename does (supports_dir_fd lists rename only).
 _CAN_WALK: Final = bool(_DIRECTORY and _NOFOLLOW) and {os.open, os.rename, os.unlink} <= os.supports_dir_fd
 _CAN_MAKE: Final = _CAN_WALK and os.mkdir in os.supports_dir_fd
+
+
+def _path_max() -> int:
+    try:
+        return os.pathconf("/", "PC_PATH_MAX")
+    except (AttributeError, OSError, ValueError):  # no pathconf (Windows), or no such limit
+        return 4096
+
+
+PATH_MAX: Final = _path_max()
+"""The size in bytes (its NUL included) a path the path-based calls take must stay under; 4096 on Linux."""
 
 
 class NotRegularFileError(OSError):
@@ -243,6 +255,10 @@ def make_directories(path: str) -> None:
     by one by path, in a loop. A name that exists and is not a directory raises
     ``FileExistsError`` naming ``path``.
     """
+    if len(os.fsencode(path)) >= PATH_MAX:
+        # Made by descriptor, a longer path would exist where no path-based call (realpath,
+        # ripgrep, the other tools) could reach it; os.makedirs refused it the same way.
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), path)
     if _CAN_MAKE and _make_walking(path):
         return
     missing: list[str] = []

@@ -146,6 +146,7 @@ from dsh_core.presentation import (
 from ._file_settings import PathSetting, kept_path
 from ._git_places import git_run_place
 from ._regular_file import (
+    PATH_MAX,
     NotRegularFileError,
     PathChangedError,
     make_directories,
@@ -840,6 +841,12 @@ def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
     except UnicodeEncodeError:
         raise FileToolError("content is not valid Unicode text (it contains a lone surrogate)") from None
     real = workspace.resolve_writable(path)
+    if len(os.fsencode(real)) >= PATH_MAX:
+        # Written by directory descriptor it would exist, but no path-based call (read_file,
+        # ripgrep, the host's own tools) could reach it.
+        raise FileToolError(
+            f"{path!r} resolves to a path of {len(os.fsencode(real))} bytes; paths are limited to {PATH_MAX - 1} here"
+        )
     try:
         existed, old_text = _before_image(real, path)
         make_directories(os.path.dirname(real))
@@ -1754,8 +1761,12 @@ async def _grep_rg(
         nursery.start_soon(read_errors, process.stderr)
     # rg: 0 = matches, 1 = none, 2 = an error (possibly after some matches, e.g. one unreadable file).
     if process.returncode == 2 and found.total == 0:
-        message = errors.decode("utf-8", errors="replace").strip() or "ripgrep failed"
-        raise FileToolError(f"grep failed: {message}")
+        message = errors.decode("utf-8", errors="replace").strip()
+        if message:
+            raise FileToolError(f"grep failed: {message}")
+        # Silent under --no-messages: only a file or directory it could not open or read (a
+        # path too long, permission denied), which the built-in search skips too. The search
+        # itself went through.
     return found.value()
 
 

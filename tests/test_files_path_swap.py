@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from deep_trees import remove_deep_tree
 from dsh_core import ToolExecutionFailure, ToolExecutionSuccess
 from dsh_core.testing import make_input, make_runtime
 from dsh_plugins import _regular_file, files
@@ -175,8 +176,12 @@ def test_make_directories_makes_what_is_missing_and_refuses_a_file_in_the_way(
     monkeypatch.setattr(_regular_file, "_CAN_MAKE", walking)
     base = os.path.realpath(tmp_path)
     deep = base + "/d" * 2000  # by path too: a loop, not os.makedirs' recursion
-    _regular_file.make_directories(deep)
-    assert os.path.isdir(deep)
+    try:
+        _regular_file.make_directories(deep)
+        assert os.path.isdir(deep)
+    finally:
+        if (tmp_path / "d").exists():
+            remove_deep_tree(tmp_path / "d")  # pytest's own clean-up recurses per level
     _regular_file.make_directories(base + "/x/y/z")
     _regular_file.make_directories(base + "/x/y/z")  # already there: nothing to do
     assert (tmp_path / "x" / "y" / "z").is_dir()
@@ -193,6 +198,10 @@ def test_write_file_makes_a_path_thousands_of_directories_deep_without_recursion
     workspace.mkdir()
     runtime = make_runtime(plugins=[(files, {"root": str(workspace)})])
     deep = "d/" * 2000 + "f.txt"
-    result = trio.run(runtime.execute, make_input("write_file", {"path": deep, "content": "deep\n"}))
-    assert isinstance(result, ToolExecutionSuccess), result
-    assert (workspace / deep).read_text() == "deep\n"
+    try:
+        result = trio.run(runtime.execute, make_input("write_file", {"path": deep, "content": "deep\n"}))
+        assert isinstance(result, ToolExecutionSuccess), result
+        assert (workspace / deep).read_text() == "deep\n"
+    finally:
+        if (workspace / "d").exists():
+            remove_deep_tree(workspace / "d")  # pytest's own clean-up recurses per level

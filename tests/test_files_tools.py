@@ -793,6 +793,34 @@ async def test_grep_pattern_too_long_for_an_argument_is_refused_by_both_backends
     assert message == f"pattern is 200000 characters long; at most {files.MAX_GREP_PATTERN_CHARS} are taken"
 
 
+def make_path_too_long_to_name(root: Path) -> None:
+    """Directories nested past PATH_MAX, made by descriptor (no path-based call reaches the last one)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(20):
+            os.mkdir("y" * 250, dir_fd=fd)
+            deeper = os.open("y" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        os.close(os.open("f.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
+async def test_grep_skips_what_it_cannot_open_instead_of_failing_the_search(tree: Path, backend: str) -> None:
+    """ripgrep ran with --no-messages: one unreachable file made it exit 2 with nothing said ("ripgrep failed")."""
+    make_path_too_long_to_name(tree)
+    assert ok(await run(tree, "grep", {"pattern": "absent"}))["total"] == 0
+    assert ok(await run(tree, "grep", {"pattern": "needle"}))["total"] >= 1
+
+
+async def test_write_file_refuses_a_path_no_other_call_could_reach(tree: Path) -> None:
+    deep = "/".join(["z" * 250] * 20) + "/f.txt"
+    message = failed(await run(tree, "write_file", {"path": deep, "content": "x"}), "FILE_ERROR")
+    assert f"paths are limited to {files.PATH_MAX - 1} here" in message
+    assert not (tree / ("z" * 250)).exists()
+
+
 async def test_grep_missing_path(tree: Path, backend: str) -> None:
     assert "does not exist" in failed(await run(tree, "grep", {"pattern": "x", "path": "nope"}), "FILE_ERROR")
 
