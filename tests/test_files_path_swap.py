@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from deep_trees import remove_deep_tree
+
 from dsh_core import ToolExecutionFailure, ToolExecutionSuccess
 from dsh_core.testing import make_input, make_runtime
 from dsh_plugins import _regular_file, files
