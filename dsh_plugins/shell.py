@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import math
 import os
 import shutil
@@ -348,7 +349,14 @@ class _Bash:
                                 await capture.closed.wait()
                     pump_scope.cancel()
         except* OSError as group:
-            raise ShellError(f"cannot start {self.settings.shell}: {_first_leaf(group)}") from None
+            cause = _first_leaf(group)
+            if isinstance(cause, OSError) and cause.errno == errno.E2BIG:
+                # The command is one argument of bash's, and the kernel caps one argument (128 KiB on Linux).
+                raise ShellError(
+                    f"the command is {len(command.encode('utf-8', 'surrogateescape'))} bytes, more than the "
+                    "system passes to a program as one argument; write it to a script file and run that"
+                ) from None
+            raise ShellError(f"cannot start {self.settings.shell}: {cause}") from None
 
         if process is None:
             # The deadline passed before the shell had even started (a budget of a millisecond

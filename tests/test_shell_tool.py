@@ -9,6 +9,7 @@ as a zombie forever.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,16 @@ async def test_a_nul_in_the_command_is_refused_before_anything_runs(tmp_path: Pa
     assert isinstance(result, ToolExecutionFailure) and result.code == "SHELL_ERROR"
     assert "NUL" in result.error.message and "position 10" in result.error.message
     assert not (tmp_path / "made").exists()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux caps one argument at 128 KiB; other systems only the total")
+async def test_a_command_too_long_for_one_argument_says_what_to_do(tmp_path: Path) -> None:
+    result = await bash(tmp_path, {"command": "echo " + "x" * 200_000})
+    assert isinstance(result, ToolExecutionFailure) and result.code == "SHELL_ERROR"
+    assert result.error.message == (
+        "the command is 200005 bytes, more than the system passes to a program as one argument; "
+        "write it to a script file and run that"
+    )
 
 
 async def test_stdin_is_empty(tmp_path: Path) -> None:
