@@ -72,16 +72,36 @@ def _lines(text: str) -> list[str]:
     return lines[:-1] if lines[-1] == "" else lines
 
 
+# Past this many lines in all, the card does not compare the two texts line by line: the
+# model chose both, difflib's matcher takes seconds on the event loop for long texts of
+# repeated lines, and the card shows CARD_LINES anyway.
+DIFF_COMPARE_LINES: Final = 2000
+_SIDE_LINES: Final = 25  # of each text, shown when they are not compared
+
+
 def _diff_lines(diff: FileDiff) -> list[str]:
     """The unified diff of one file change; its header alone, with a note, when no line changed."""
     source = UNREAD_OLD_TEXT if diff.old_text is None else f"a/{diff.path}"
     header = [f"--- {source}", f"+++ b/{diff.path}"]
     old = _lines(diff.old_text or "")
     new = _lines(diff.new_text)
+    if len(old) + len(new) > DIFF_COMPARE_LINES:
+        return [
+            *header,
+            f"@@ -1,{len(old)} +1,{len(new)} @@ too long to compare line by line: the start of each text",
+            *_side("-", old, "removed"),
+            *_side("+", new, "added"),
+        ]
     lines = list(difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{diff.path}", lineterm=""))
     # Writing an empty file, or the same text, has no diff lines: the card must still say which
     # file, since the question line may have cut the path short.
     return lines or [*header, "(empty)" if not diff.new_text else "(unchanged)"]
+
+
+def _side(mark: str, lines: list[str], what: str) -> list[str]:
+    shown = [f"{mark}{line}" for line in lines[:_SIDE_LINES]]
+    hidden = len(lines) - _SIDE_LINES
+    return [*shown, f"... {hidden} more {what} line{'s' if hidden != 1 else ''}"] if hidden > 0 else shown
 
 
 CallView = GenericCallView | TerminalCallView | DiffCallView

@@ -746,6 +746,30 @@ async def test_a_long_card_is_capped_and_says_how_much_is_hidden() -> None:
     assert lines[-1] == "Allow edit Edit big.txt? [y/N/a] "
 
 
+async def test_texts_too_long_to_compare_show_the_start_of_each_without_difflib(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model chose both texts: difflib took seconds on the event loop for long ones of repeated lines."""
+
+    def no_diff(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("difflib compared texts too long to compare")
+
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers), diff_tool())
+    old = "".join(f"l{n % 150}\n" for n in range(1200))
+    new = "".join(f"l{n % 140}\n" for n in range(1000))
+    monkeypatch.setattr(approval_module.difflib, "unified_diff", no_diff)
+    await runtime.execute(make_input("edit", {"path": "big.txt", "old": old, "new": new}, agent=MAIN))
+    lines = answers.questions[0].split("\n")
+    assert lines[:3] == [
+        "--- a/big.txt",
+        "+++ b/big.txt",
+        "@@ -1,1200 +1,1000 @@ too long to compare line by line: the start of each text",
+    ]
+    assert lines[3:5] == ["-l0", "-l1"] and lines[28] == "... 1175 more removed lines"
+    assert lines[29:31] == ["+l0", "+l1"] and lines[54] == "... 975 more added lines"
+
+
 async def test_control_characters_in_a_diff_are_escaped() -> None:
     answers = Answers("n")
     runtime = runtime_with(TerminalApproval(prompt=answers), diff_tool())
