@@ -42,6 +42,7 @@ import gc
 import getpass
 import importlib.metadata
 import importlib.util
+import math
 import re
 import shlex
 import sys
@@ -2081,12 +2082,17 @@ def grants_add_command(
     """
     if (agent is None) == (not any_agent):
         raise _UsageProblem("pass either --agent ID or --any-agent (approval is asked only for an agent's calls)")
+    if ttl is not None and not 0 < ttl < math.inf:  # (nan fails both comparisons)
+        raise _UsageProblem(f"--ttl must be a positive number of seconds, got {ttl:g}")
     arguments = None
     if arguments_json is not None:
         try:
             arguments = decode_json(arguments_json)
         except ValueError as exc:
             raise _UsageProblem(f"--arguments is not JSON: {exc}") from exc
+        if not isinstance(arguments, Mapping):
+            # Checked before the tool is looked up, so no warning about it comes first.
+            raise _UsageProblem(f"--arguments must be a JSON object (a call's whole arguments), got {arguments_json}")
     _check_grant_target(ctx, tool, arguments)
     book = _grant_book(file)
     try:

@@ -1090,15 +1090,20 @@ def test_check_warns_about_a_grant_whose_arguments_no_call_can_have(tools: list[
         (["guarded"], "pass either --agent ID or --any-agent"),
         (["guarded", "--agent", "a", "--any-agent"], "pass either --agent ID or --any-agent"),
         (["guarded", "--agent", "a", "--arguments", "{nope"], "--arguments is not JSON"),
-        (["guarded", "--agent", "a", "--arguments", "[1]"], "arguments must be a mapping"),
-        (["guarded", "--agent", "a", "--ttl", "0"], "ttl_s must be a positive finite number"),
+        (["guarded", "--agent", "a", "--arguments", "[1]"], "--arguments must be a JSON object (a call's whole"),
+        (["guarded", "--agent", "a", "--ttl", "0"], "--ttl must be a positive number of seconds, got 0"),
+        (["guarded", "--agent", "a", "--ttl", "-5"], "--ttl must be a positive number of seconds, got -5"),
+        (["guarded", "--agent", "a", "--ttl", "nan"], "--ttl must be a positive number of seconds, got nan"),
+        (["guarded", "--agent", "a", "--ttl", "inf"], "--ttl must be a positive number of seconds, got inf"),
     ],
 )
 def test_grants_add_refuses_bad_options(tmp_path: Path, args: list[str], message: str) -> None:
+    """Named as the command line names them (not ttl_s), and before any warning about the tool."""
     book = tmp_path / "grants.jsonl"
     result = invoke(["grants", "add", str(book), *args])
     assert result.exit_code == 2
     assert message in result.stderr
+    assert "warning" not in result.stderr
     assert not book.exists() or read_grants(book) == ()
 
 
