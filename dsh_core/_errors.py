@@ -205,7 +205,8 @@ class ToolNotFoundError(DshError):
 
     def __init__(self, name: str, route: str | None = None) -> None:
         self.tool_name = name
-        message = f'unknown tool "{name}"'
+        # The name is the model's text, any length: the message, which goes back to it, quotes its ends.
+        message = f'unknown tool "{elide_middle(name, QUOTED_CHARS)}"'
         if route:
             message += f": {route}"
         super().__init__(message)

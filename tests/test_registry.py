@@ -907,3 +907,14 @@ def test_a_schema_errors_count_of_unlisted_violations_survives_naming_the_tool(
     assert raised.value.violations == (f'tool "t" {which}: schema.x is bad',)
     assert raised.value.omitted == 7
     assert str(raised.value).endswith("… and 7 more")
+
+
+async def test_an_unknown_tool_name_of_any_length_is_quoted_by_its_ends() -> None:
+    """The name is the model's text: a 300 000-character one came back whole in the message the model reads."""
+    from dsh_core.testing import make_input
+
+    name = "a" * 150_000 + "b" * 150_000
+    result = await dsh_core.ToolRuntime().execute(make_input(name))
+    assert result.is_error and result.error.info is not None and result.error.info.code == "UNKNOWN_TOOL"
+    assert result.error.message.startswith('unknown tool "aaaa') and result.error.message.endswith('bbbb"')
+    assert len(result.error.message) < 250
