@@ -821,6 +821,25 @@ async def test_write_file_refuses_a_path_no_other_call_could_reach(tree: Path) -
     assert not (tree / ("z" * 250)).exists()
 
 
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("read_file", {"path": "x" * 1_000_000}),
+        ("write_file", {"path": "y/" * 300_000, "content": ""}),
+        ("edit_file", {"path": "q" * 1_000_000, "old_string": "a", "new_string": "b"}),
+        ("glob", {"pattern": "*", "path": "z" * 1_000_000}),
+        ("read_file", {"path": "../" * 300_000}),
+    ],
+)
+async def test_an_error_quotes_a_models_long_path_by_its_ends(tree: Path, tool: str, arguments: dict[str, Any]) -> None:
+    """The message goes back to the model: a megabyte path came back whole, once or twice."""
+    result = await run(tree, tool, arguments)
+    assert isinstance(result, ToolExecutionFailure), result
+    path = arguments["path"]
+    assert repr(path[:150])[:-1] in result.error.message and "…" in result.error.message
+    assert len(result.error.message) < 1500
+
+
 async def test_grep_missing_path(tree: Path, backend: str) -> None:
     assert "does not exist" in failed(await run(tree, "grep", {"pattern": "x", "path": "nope"}), "FILE_ERROR")
 
