@@ -145,6 +145,7 @@ from dsh_core.presentation import (
 
 from ._file_settings import PathSetting, kept_path
 from ._git_places import git_run_place
+from ._quoted import quoted_path
 from ._regular_file import (
     PATH_MAX,
     NotRegularFileError,
@@ -223,18 +224,6 @@ class FileToolError(DshError):
     code = "FILE_ERROR"
 
 
-# How much of a path an error message quotes: the path is the model's, any length, and the
-# message goes back to it (a megabyte path came back whole).
-_QUOTED_PATH_CHARS: Final = 300
-
-
-def _quoted(path: str) -> str:
-    """``repr(path)``; of a path too long to quote whole, its two ends around an ellipsis."""
-    if len(path) > _QUOTED_PATH_CHARS:
-        half = _QUOTED_PATH_CHARS // 2
-        path = f"{path[:half]}…{path[-half:]}"
-    return repr(path)
-
 
 # --- the workspace ------------------------------------------------------------------------
 
@@ -265,17 +254,17 @@ class Workspace:
         result is not the root or inside it.
         """
         if "\x00" in path:
-            raise WorkspaceError(f"path {_quoted(path)} contains a NUL character")
+            raise WorkspaceError(f"path {quoted_path(path)} contains a NUL character")
         if not path.isascii():
             try:
                 path.encode("utf-8")
             except UnicodeEncodeError:
                 # JSON allows "\ud800"; no file system path can hold it.
-                raise FileToolError(f"path {_quoted(path)} is not valid Unicode text (it holds a lone surrogate)") from None
+                raise FileToolError(f"path {quoted_path(path)} is not valid Unicode text (it holds a lone surrogate)") from None
         real = os.path.realpath(os.path.join(self.root, path))
         if os.path.commonpath([self.root, real]) != self.root:
             raise WorkspaceError(
-                f"path {_quoted(path)} resolves to {_quoted(real)}, outside the workspace root {self.root!r}; "
+                f"path {quoted_path(path)} resolves to {quoted_path(real)}, outside the workspace root {self.root!r}; "
                 "only files inside the workspace can be used"
             )
         return real
@@ -293,20 +282,20 @@ class Workspace:
         what = self.kept(real) if self.kept is not None else None
         if what is not None:
             raise KeptFileError(
-                f"path {_quoted(path)} is {what} ({real}), which the host keeps for itself; "
+                f"path {quoted_path(path)} is {what} ({real}), which the host keeps for itself; "
                 "the file tools do not write it"
             )
         if self.allow_git_writes:
             return real
         if any(_names_git(part) for part in real.split(os.sep)):
-            where = f"inside a git directory ({_quoted(real)})"
+            where = f"inside a git directory ({quoted_path(real)})"
         else:
             place = git_run_place(real)
             if place is None:
                 return real
-            where = f"inside {_quoted(place)}, where the repository's git runs files from ({_quoted(real)})"
+            where = f"inside {quoted_path(place)}, where the repository's git runs files from ({quoted_path(real)})"
         raise FileToolError(
-            f"path {_quoted(path)} is {where}: git runs files there (hooks, and programs .git/config names) the "
+            f"path {quoted_path(path)} is {where}: git runs files there (hooks, and programs .git/config names) the "
             "next time the user runs git, outside any approval; the file tools do not write it. Use the "
             "shell tool, which permissions and approval gate, or set [plugins.files] allow_git_writes = true"
         )
@@ -396,20 +385,20 @@ def _positive(value: float, name: str, maximum: int | None = None) -> int:
 def _os_error(exc: OSError, path: str) -> FileToolError:
     if isinstance(exc, PathChangedError):
         return FileToolError(
-            f"{_quoted(path)} changed while it was being used: a directory on the way to it was replaced by a "
+            f"{quoted_path(path)} changed while it was being used: a directory on the way to it was replaced by a "
             "symlink after the path was checked, so it was not followed"
         )
     if isinstance(exc, NotRegularFileError):
-        return FileToolError(f"{_quoted(path)} is a directory" if exc.is_directory else f"{_quoted(path)} is not a regular file")
+        return FileToolError(f"{quoted_path(path)} is a directory" if exc.is_directory else f"{quoted_path(path)} is not a regular file")
     if isinstance(exc, FileNotFoundError):
-        return FileToolError(f"{_quoted(path)} does not exist (use glob to find files)")
+        return FileToolError(f"{quoted_path(path)} does not exist (use glob to find files)")
     if isinstance(exc, IsADirectoryError):
-        return FileToolError(f"{_quoted(path)} is a directory")
+        return FileToolError(f"{quoted_path(path)} is a directory")
     if isinstance(exc, NotADirectoryError):
-        return FileToolError(f"a parent of {_quoted(path)} is not a directory")
+        return FileToolError(f"a parent of {quoted_path(path)} is not a directory")
     if isinstance(exc, PermissionError):
-        return FileToolError(f"permission denied for {_quoted(path)}")
-    return FileToolError(f"cannot access {_quoted(path)}: {exc.strerror or exc}")
+        return FileToolError(f"permission denied for {quoted_path(path)}")
+    return FileToolError(f"cannot access {quoted_path(path)}: {exc.strerror or exc}")
 
 
 def _check_regular(real: str, path: str) -> bool:
@@ -419,9 +408,9 @@ def _check_regular(real: str, path: str) -> bool:
     except FileNotFoundError:
         return False
     if stat.S_ISDIR(mode):
-        raise FileToolError(f"{_quoted(path)} is a directory")
+        raise FileToolError(f"{quoted_path(path)} is a directory")
     if not stat.S_ISREG(mode):
-        raise FileToolError(f"{_quoted(path)} is not a regular file")
+        raise FileToolError(f"{quoted_path(path)} is not a regular file")
     return True
 
 
@@ -713,7 +702,7 @@ def _read_window(workspace: Workspace, path: str, offset: int, limit: int) -> di
         with open_regular(real, resolved=True) as stream:
             if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
                 raise FileToolError(
-                    f"{_quoted(path)} looks like a binary file (it contains NUL bytes); it cannot be read as text"
+                    f"{quoted_path(path)} looks like a binary file (it contains NUL bytes); it cannot be read as text"
                 )
             stream.seek(0)
             while raw := stream.readline(_LINE_HEAD_BYTES):
@@ -848,7 +837,7 @@ def _before_image(real: str, path: str) -> tuple[bool, str | None]:
 def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
     if path.endswith(("/", os.sep)):
         # realpath would drop the slash and write a file where a directory was meant.
-        raise FileToolError(f"{_quoted(path)} names a directory (it ends with '/'); write_file writes files")
+        raise FileToolError(f"{quoted_path(path)} names a directory (it ends with '/'); write_file writes files")
     try:
         data = content.encode("utf-8")
     except UnicodeEncodeError:
@@ -858,7 +847,7 @@ def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
         # Written by directory descriptor it would exist, but no path-based call (read_file,
         # ripgrep, the host's own tools) could reach it.
         raise FileToolError(
-            f"{_quoted(path)} resolves to a path of {len(os.fsencode(real))} bytes; paths are limited to {PATH_MAX - 1} here"
+            f"{quoted_path(path)} resolves to a path of {len(os.fsencode(real))} bytes; paths are limited to {PATH_MAX - 1} here"
         )
     try:
         existed, old_text = _before_image(real, path)
@@ -873,7 +862,7 @@ def _read_current(real: str, path: str, tool: str) -> bytes:
     """The file's bytes now, for a revert; a file gone or no longer a regular file cannot be reverted."""
     try:
         if not _check_regular(real, path):
-            raise FileToolError(f"{_quoted(path)} no longer exists; the {tool} call was not reverted")
+            raise FileToolError(f"{quoted_path(path)} no longer exists; the {tool} call was not reverted")
         with open_regular(real, resolved=True) as stream:
             return stream.read()
     except OSError as exc:
@@ -884,10 +873,10 @@ def _unwrite(workspace: Workspace, path: str, content: str, created: bool, old_t
     """Undo one write_file: remove the file it created, or put back the text it replaced."""
     real = workspace.resolve_writable(path)
     if _read_current(real, path, "write_file") != content.encode("utf-8"):
-        raise FileToolError(f"{_quoted(path)} changed since write_file wrote it; not reverted, so that change is kept")
+        raise FileToolError(f"{quoted_path(path)} changed since write_file wrote it; not reverted, so that change is kept")
     if not created and old_text is None:
         raise FileToolError(
-            f"the content write_file replaced in {_quoted(path)} was not kept (not UTF-8 text, or over "
+            f"the content write_file replaced in {quoted_path(path)} was not kept (not UTF-8 text, or over "
             f"{MAX_BEFORE_IMAGE_BYTES // 1024} KiB); not reverted"
         )
     try:
@@ -999,7 +988,7 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise FileToolError(f"{_quoted(path)} is not UTF-8 text; edit_file only edits text files") from None
+        raise FileToolError(f"{quoted_path(path)} is not UTF-8 text; edit_file only edits text files") from None
     # Every occurrence replaced: str.replace's left-to-right, non-overlapping ones, counted the same way.
     places = text.count(old) if replace_all else _occurrences(text, old)
     if places == 0:
@@ -1007,12 +996,12 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
         if "\r\n" in text and "\n" in old and "\r\n" not in old:
             hint = " (the file uses CRLF line endings; include the \\r characters)"
         raise FileToolError(
-            f"old_string was not found in {_quoted(path)}{hint}; it must match exactly, including whitespace. "
+            f"old_string was not found in {quoted_path(path)}{hint}; it must match exactly, including whitespace. "
             "Read the file first to copy the exact text."
         )
     if places > 1 and not replace_all:
         raise FileToolError(
-            f"old_string occurs {places} times in {_quoted(path)}; include more surrounding text to make it unique, "
+            f"old_string occurs {places} times in {quoted_path(path)}; include more surrounding text to make it unique, "
             "or pass replace_all=true to replace every occurrence"
         )
     replacements = places if replace_all else 1
@@ -1051,7 +1040,7 @@ def _unedit(workspace: Workspace, path: str, old: str, new: str, value: Mapping[
     real = workspace.resolve_writable(path)
     current = _read_current(real, path, "edit_file")
     if hashlib.sha256(current).hexdigest() != value["sha256"]:
-        raise FileToolError(f"{_quoted(path)} changed since edit_file edited it; not reverted, so that change is kept")
+        raise FileToolError(f"{quoted_path(path)} changed since edit_file edited it; not reverted, so that change is kept")
     text = current.decode("utf-8")
     positions: list[int] | None = value["positions"]
     count: int = value["replacements"]
@@ -1072,7 +1061,7 @@ def _unedit(workspace: Workspace, path: str, old: str, new: str, value: Mapping[
     data = None if restored is None else restored.encode("utf-8")
     if data is None or (before is not None and hashlib.sha256(data).hexdigest() != before):
         raise FileToolError(
-            f"edit_file replaced {_plural(count, 'occurrence')} in {_quoted(path)}, more than the {MAX_KEPT_POSITIONS} "
+            f"edit_file replaced {_plural(count, 'occurrence')} in {quoted_path(path)}, more than the {MAX_KEPT_POSITIONS} "
             "whose places it keeps, and the text before it cannot be rebuilt without them; not reverted"
         )
     try:
@@ -1204,7 +1193,7 @@ def _glob(workspace: Workspace, pattern: str, path: str, limit: int) -> dict[str
     _check_pattern(pattern)
     base = workspace.resolve(path)
     if not os.path.isdir(base):
-        raise FileToolError(f"{_quoted(path)} is not a directory")
+        raise FileToolError(f"{quoted_path(path)} is not a directory")
     matcher = compile_glob(pattern)
     found: list[tuple[float, str]] = []
     for file in _walk_files(base, hidden_dirs=True):
@@ -1329,13 +1318,13 @@ def _search_root_is_dir(base: str, path: str) -> bool:
     try:
         mode = os.stat(base).st_mode
     except FileNotFoundError:
-        raise FileToolError(f"{_quoted(path)} does not exist (use glob to find files)") from None
+        raise FileToolError(f"{quoted_path(path)} does not exist (use glob to find files)") from None
     except OSError as exc:
         raise _os_error(exc, path) from None
     if stat.S_ISDIR(mode):
         return True
     if not stat.S_ISREG(mode):
-        raise FileToolError(f"{_quoted(path)} is not a regular file or a directory")
+        raise FileToolError(f"{quoted_path(path)} is not a regular file or a directory")
     return False
 
 

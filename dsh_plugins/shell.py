@@ -90,6 +90,7 @@ from dsh_core import (
 from dsh_core.presentation import TerminalCallView, TerminalResultView
 
 from ._file_settings import PathSetting, kept_path
+from ._quoted import quoted_path
 from ._settings_warnings import report_inert_keys
 from .files import Workspace
 
@@ -278,7 +279,8 @@ class _Capture:
 def _resolve_cwd(workspace: Workspace, cwd: str | None) -> str:
     real = workspace.resolve(cwd) if cwd is not None else workspace.root
     if not os.path.isdir(real):
-        raise ShellError(f"cwd {cwd!r} is not a directory")
+        shown = quoted_path(cwd) if cwd is not None else f"(the workspace root, {real})"
+        raise ShellError(f"cwd {shown} is not a directory")
     return real
 
 

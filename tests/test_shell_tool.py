@@ -163,6 +163,12 @@ async def test_a_command_too_long_for_one_argument_says_what_to_do(tmp_path: Pat
     )
 
 
+async def test_a_long_cwd_is_quoted_by_its_ends(tmp_path: Path) -> None:
+    result = await bash(tmp_path, {"command": "true", "cwd": "c" * 1_000_000})
+    assert isinstance(result, ToolExecutionFailure) and result.code == "SHELL_ERROR"
+    assert result.error.message == f"cwd {'c' * 150 + '…' + 'c' * 150!r} is not a directory"
+
+
 async def test_stdin_is_empty(tmp_path: Path) -> None:
     assert ok(await bash(tmp_path, {"command": "cat; echo done"}))["output"] == "done\n"
 
