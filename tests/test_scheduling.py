@@ -413,3 +413,52 @@ async def test_starting_a_call_does_not_rescan_the_calls_already_in_flight(
     assert trio.current_time() == pytest.approx(1)
     # A rescan on every start reads ~calls²/2 events (45 000 here); bookkeeping per call reads a constant few.
     assert reads[0] <= 2 * calls
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel-safe", "exclusive"])
+async def test_a_turn_of_inline_calls_stops_beginning_calls_once_its_scope_is_cancelled(parallel: bool) -> None:
+    """Calls that settle inline never suspended: a cancelled turn ran every one, and returned them all."""
+    ran: list[int] = []
+    scope = trio.CancelScope()
+
+    def body(args: Any) -> int:
+        ran.append(args["i"])
+        if args["i"] == 5:
+            scope.cancel()  # the host's deadline passing while call 5 runs
+        return int(args["i"])
+
+    tool = json_tool("t", body, parameters={"i": {"type": "integer"}}, output={"type": "integer"},
+                     is_concurrency_safe=(lambda args: True) if parallel else None)  # fmt: skip
+    recorder = Recorder()
+    runtime = make_runtime(tool, plugins=[recorder])
+    with scope:
+        await run_tool_calls(runtime, [make_input("t", {"i": i}) for i in range(100)])
+    assert scope.cancelled_caught
+    assert ran == list(range(6))  # call 6 was never begun
+
+
+async def test_a_long_turn_of_inline_calls_lets_other_tasks_run() -> None:
+    """2 000 calls that settle inline held the event loop for the whole turn: a heartbeat never ran."""
+    from dsh_core import _scheduling
+
+    beats = 0
+    during: list[int] = []
+
+    async def heartbeat() -> None:
+        nonlocal beats
+        while True:
+            beats += 1
+            await trio.lowlevel.checkpoint()
+
+    def body(args: Any) -> int:
+        during.append(beats)
+        return 0
+
+    tool = json_tool("t", body, output={"type": "integer"}, is_concurrency_safe=lambda args: True)
+    runtime = make_runtime(tool)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(heartbeat)
+        await trio.lowlevel.checkpoint()
+        await run_tool_calls(runtime, [make_input("t", {}, call_id=f"c{n}") for n in range(2000)])
+        nursery.cancel_scope.cancel()
+    assert during[-1] - during[0] >= 2000 // _scheduling._CALLS_PER_YIELD - 2
