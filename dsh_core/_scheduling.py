@@ -110,8 +110,9 @@ async def run_tool_calls(
             try:
                 index = await _run_group(runtime, calls, index, kind, results, max_parallel, begun, pace)
             except BaseException as exc:
-                # A lone interrupt goes on bare, as out of execute(), not grouped by the group's tasks.
-                cause = lone_exit(exc)
+                # A lone interrupt, or nothing but cancellations, goes on bare, as out of execute(),
+                # not grouped by the group's tasks: a host's ``except trio.Cancelled`` sees it.
+                cause = _only_cancelled(exc) or lone_exit(exc)
                 # Its tasks are over: a call not committed by now never will be.
                 for prepared in begun:
                     _pipeline.unwound(prepared, cause)
@@ -119,6 +120,23 @@ async def run_tool_calls(
                     raise
                 raise cause from None
     return [result for result in results if result is not None]
+
+
+def _only_cancelled(exc: BaseException) -> trio.Cancelled | None:
+    """The first ``trio.Cancelled`` of ``exc`` when it holds nothing else (at any depth), else ``None``."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    first: trio.Cancelled | None = None
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(reversed(current.exceptions))
+        elif isinstance(current, trio.Cancelled):
+            first = first or current
+        else:
+            return None
+    return first
 
 
 async def _run_group(

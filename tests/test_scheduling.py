@@ -462,3 +462,25 @@ async def test_a_long_turn_of_inline_calls_lets_other_tasks_run() -> None:
         await run_tool_calls(runtime, [make_input("t", {}, call_id=f"c{n}") for n in range(2000)])
         nursery.cancel_scope.cancel()
     assert during[-1] - during[0] >= 2000 // _scheduling._CALLS_PER_YIELD - 2
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel-safe", "exclusive"])
+async def test_a_cut_turn_raises_a_bare_cancelled_whatever_its_calls_were(
+    autojump_clock: trio.testing.MockClock, parallel: bool
+) -> None:
+    """A turn with tasks raised a group of Cancelled: a host's ``except trio.Cancelled`` missed it."""
+
+    async def slow(args: Any) -> str:
+        await trio.sleep(10)
+        return "done"
+
+    tool = json_tool("slow", slow, is_concurrency_safe=(lambda args: True) if parallel else None)
+    runtime = make_runtime(tool)
+    caught: list[BaseException] = []
+    with trio.move_on_after(1):
+        try:
+            await run_tool_calls(runtime, [make_input("slow", call_id=f"c{n}") for n in range(3)])
+        except trio.Cancelled as exc:
+            caught.append(exc)
+            raise
+    assert len(caught) == 1
