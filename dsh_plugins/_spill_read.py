@@ -177,7 +177,12 @@ def read_spilled(
                 if known is not None:
                     break
                 continue
-            text = raw.decode("utf-8", errors="surrogatepass").rstrip("\n")
+            try:
+                text = raw.decode("utf-8", errors="surrogatepass").rstrip("\n")
+            except UnicodeDecodeError:
+                # Not what the store writes, but the directory may hold a file from elsewhere
+                # (a configured, shared one): shown with U+FFFD, not failing the window.
+                text = raw.decode("utf-8", errors="replace").rstrip("\n")
             if contains is not None and contains not in text:
                 continue
             if as_value:

@@ -253,6 +253,10 @@ class SpillStore:
             directory = self._configured
         else:
             with self._making:
+                if self._private is not None and not os.path.lexists(self._private):
+                    # Removed under us (a temp cleaner ageing /tmp on a long-running host): without a
+                    # new one, every later oversized result would go to the model whole.
+                    self._private = None
                 if self._private is None:
                     self._private = tempfile.mkdtemp(prefix="dsh-spill-")
                 directory = self._private
@@ -330,13 +334,17 @@ class SpillPolicy:
         tool: str,
         label: str,
         unseen: Callable[[], bool] = lambda: False,
+        seen_though_stopped: bool = False,
     ) -> str | None:
         """The replacement text for ``content``, or ``None`` to keep it (within the cap, not all text, or a fallback).
 
         ``unseen()`` tells whether the replacement can no longer reach anyone
         (the call will end ``ABORTED`` instead): asked again once the file is
         saved, which takes a while, and then the file is removed. So is a file
-        whose save was cancelled.
+        whose save was cancelled, unless ``seen_though_stopped``: a failure
+        whose call's signal fired stays the call's result, and post-execute
+        runs under that signal's cancel scope, so its save (local, bounded
+        I/O) is shielded and finished, or the whole of it would reach the model.
         """
         text = _all_text(content)
         if text is None:
@@ -352,10 +360,14 @@ class SpillPolicy:
             return path
 
         try:
-            path = await trio.to_thread.run_sync(save)
-            # run_sync waits for the thread through a cancellation, which surfaces here:
-            # whatever awaited this notice is going away without it.
-            await trio.lowlevel.checkpoint_if_cancelled()
+            if seen_though_stopped:
+                with trio.CancelScope(shield=True):
+                    path = await trio.to_thread.run_sync(save)
+            else:
+                path = await trio.to_thread.run_sync(save)
+                # run_sync waits for the thread through a cancellation, which surfaces here:
+                # whatever awaited this notice is going away without it.
+                await trio.lowlevel.checkpoint_if_cancelled()
         except BaseException as exc:
             with trio.CancelScope(shield=True):
                 for orphan in saved:
@@ -400,7 +412,10 @@ class SpillPolicy:
             # The core turns a success whose signal has fired into ABORTED, content and all.
             return execution.signal.cancelled and not result.is_error
 
-        replacement = await self.bound(content, execution.call_id, execution.name, "result", unseen)
+        stopped_failure = result.is_error and execution.signal.cancelled
+        replacement = await self.bound(
+            content, execution.call_id, execution.name, "result", unseen, seen_though_stopped=stopped_failure
+        )
         if replacement is None:
             return decision
         return Accept(content=[TextBlock(replacement)], additional_contexts=decision.additional_contexts)

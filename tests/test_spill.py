@@ -658,3 +658,39 @@ def test_previews_cut_on_character_boundaries() -> None:
     head, _, rest = replacement.partition("\n\n")
     tail = rest.rpartition("\n\n")[2]
     assert set(head) == {"é"} and set(tail) == {"é"}
+
+
+async def test_a_failure_whose_call_was_stopped_is_still_spilled(tmp_path: Path) -> None:
+    """Post-execute runs under the fired signal: the save was cancelled at once and the whole log went inline."""
+    signal = CancelSignal()
+
+    async def build(args: Any) -> str:
+        signal.cancel("user pressed stop")  # the stop arrives as the body fails
+        raise RuntimeError("compile failed:\n" + "error: something\n" * 2000)
+
+    directory = tmp_path / "spills"
+    runtime = make_runtime(json_tool("build", build), plugins=[(spill, {"max_inline_bytes": 1000, "directory": str(directory)})])
+    result = await runtime.execute(make_input("build", call_id="c1", signal=signal))
+    assert isinstance(result, ToolExecutionFailure) and result.code == "TOOL_ERROR"
+    assert sum(len(block.text.encode()) for block in result.content if isinstance(block, TextBlock)) <= 1000
+    (saved,) = os.listdir(directory)
+    assert "error: something\n" * 2000 in (directory / saved).read_text()
+
+
+def test_a_private_spill_directory_removed_under_the_store_is_made_again() -> None:
+    """A temp cleaner removed it on a long-running host: every later spill failed and went inline whole."""
+    import shutil
+
+    store = SpillStore()
+    first = store.save("c1", "t", "one")
+    gone = store.directory
+    assert gone is not None
+    shutil.rmtree(gone)
+    try:
+        second = store.save("c2", "t", "two")
+        assert store.directory is not None and store.directory != gone
+        assert os.path.dirname(second) == store.directory and Path(second).read_text() == "two"
+        assert not os.path.exists(first)
+    finally:
+        if store.directory is not None:
+            shutil.rmtree(store.directory, ignore_errors=True)

@@ -387,3 +387,14 @@ async def test_a_real_program_that_returns_a_window_is_not_spilled_again(tmp_pat
     window = json.loads(answer)
     assert window["lines"][0]["text"] == AWKWARD.split("\n", 1)[0] and window["next_line"] > 1
     assert len(os.listdir(tmp_path / "spill")) == 1
+
+
+def test_a_line_that_is_not_utf8_is_shown_with_replacement_characters(tmp_path: Path) -> None:
+    """A file from elsewhere in a configured directory failed every window reaching it with a bare UnicodeDecodeError."""
+    directory = tmp_path / "spill"
+    directory.mkdir(mode=0o700)
+    (directory / "foreign.txt").write_bytes(b"one\nlatin1 caf\xe9\nthree\n")
+    window = read_spilled(str(directory), "foreign.txt", budget=1000)
+    assert [line["text"] for line in window["lines"]] == ["one", "latin1 caf\ufffd", "three"]
+    found = read_spilled(str(directory), "foreign.txt", budget=1000, contains="three")
+    assert [line["number"] for line in found["lines"]] == [3]
