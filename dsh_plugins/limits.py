@@ -104,8 +104,10 @@ class CallLimits:
         self.runtime = runtime
         # (agent id, tool) -> dispatched calls; tool None is the agent's total.
         self._counts: dict[tuple[str | None, str | None], int] = {}
-        # Bumped by every reset: a count taken before one is not given back after it.
+        # Bumped by every reset: a count taken before one is not given back after it. Per
+        # agent too, so that resetting one agent does not keep another's never-run calls charged.
         self._generation = 0
+        self._agent_generations: dict[str | None, int] = {}
 
     def used(self, agent: ScopeKey | None = None, tool: str | None = None) -> int:
         """Calls ``agent`` (the scope key itself, an ``Agent`` say, or its ``scope_id``) made, of ``tool`` or of all."""
@@ -121,7 +123,7 @@ class CallLimits:
         name = scope_id(agent)
         for key in [key for key in self._counts if key[0] == name]:
             del self._counts[key]
-        self._generation += 1
+        self._agent_generations[name] = self._agent_generations.get(name, 0) + 1
 
     def diagnostics(self) -> list[str]:
         """Warnings for ``dsh-tools check``: ``per_tool`` budgets for tools that are not registered.
@@ -169,11 +171,11 @@ class CallLimits:
             return failure_result(reason, ErrorCode.DENIED, plugin=PLUGIN_NAME)
         self._counts[(agent, None)] = self.used(agent) + 1
         self._counts[(agent, execution.name)] = self.used(agent, execution.name) + 1
-        generation = self._generation
+        generation = self._generation, self._agent_generations.get(agent, 0)
         try:
             return await next()
         finally:
-            if not execution.body_started and generation == self._generation:
+            if not execution.body_started and generation == (self._generation, self._agent_generations.get(agent, 0)):
                 # The body never ran (stopped while waiting, refused, or answered by an
                 # inner wrapper): the call was not made, so it costs nothing.
                 self._counts[(agent, None)] -= 1

@@ -348,3 +348,34 @@ def test_diagnostics_name_per_tool_budgets_for_tools_that_are_not_registered() -
 def test_bad_settings_are_configuration_errors(table: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         limits.dsh_setup(ToolRuntime(), table)
+
+
+async def test_resetting_one_agent_still_gives_back_another_agents_call_that_never_ran() -> None:
+    """reset_agent(A) bumped one generation for all: B's refused call stayed charged and its next call was DENIED."""
+    import trio.testing
+
+    from dsh_core import failure_result, hookimpl
+    from dsh_plugins.limits import PLUGIN_NAME, CallLimits, LimitsSettings
+
+    gate = trio.Event()
+
+    class Refuser:  # an inner wrapper that holds B's call, then refuses it: its body never runs
+        @hookimpl
+        async def dsh_execute(self, execution: Any, next: Any) -> Any:
+            if execution.arguments.get("hold"):
+                await gate.wait()
+                return failure_result("refused by an inner wrapper", "DENIED")
+            return await next()
+
+    runtime = make_runtime(json_tool("t"))
+    limits = CallLimits(LimitsSettings(max_calls=1), runtime)
+    runtime.plugins.register(Refuser())
+    runtime.plugins.register(limits, name=PLUGIN_NAME)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(runtime.execute, make_input("t", {"hold": True}, call_id="b1", agent="agent-b"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert limits.used("agent-b") == 1
+        limits.reset_agent("agent-a")
+        gate.set()
+    assert limits.used("agent-b") == 0
+    assert not (await runtime.execute(make_input("t", {}, call_id="b2", agent="agent-b"))).is_error
