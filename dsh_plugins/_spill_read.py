@@ -196,6 +196,12 @@ def read_spilled(
                 next_line = number
                 continue
             if size > budget:
+                if contains:
+                    # The line's head may not hold the match (one minified line, say): the window
+                    # starts a little before it, marked with an ellipsis, so the search shows it.
+                    start = max(0, text.find(contains) - max(budget - room, 0) // 4)
+                    if start:
+                        text = "…" + text[start:]
                 text = _cut(text, max(budget - room, 0))  # escapes may still take more: _fit measures
                 cut_lines.append(number)
                 size = budget

@@ -398,3 +398,17 @@ def test_a_line_that_is_not_utf8_is_shown_with_replacement_characters(tmp_path: 
     assert [line["text"] for line in window["lines"]] == ["one", "latin1 caf\ufffd", "three"]
     found = read_spilled(str(directory), "foreign.txt", budget=1000, contains="three")
     assert [line["number"] for line in found["lines"]] == [3]
+
+
+def test_a_search_in_a_line_too_long_to_show_shows_the_part_around_the_match(tmp_path: Path) -> None:
+    """One minified line: every window, the search's too, showed its first kilobytes, never the match in the middle."""
+    directory = tmp_path / "spill"
+    directory.mkdir(mode=0o700)
+    line = "".join(f'{{"id": "item-{n}"}},' for n in range(2000))
+    (directory / "api.txt").write_text(line + "\n")
+    window = read_spilled(str(directory), "api.txt", budget=1000, contains='"item-1500"')
+    (shown,) = window["lines"]
+    assert shown["text"].startswith("…") and '"item-1500"' in shown["text"]
+    assert window["cut_lines"] == [1]
+    head = read_spilled(str(directory), "api.txt", budget=1000)["lines"][0]["text"]
+    assert head.startswith('{"id": "item-0"}')  # without a search the window starts at the line's head, as before
