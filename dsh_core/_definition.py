@@ -394,6 +394,11 @@ def _refuse_awaitable(name: str, value: object) -> NoReturn:
     raise TypeError(f'tool "{name}": a plain def execute returned an awaitable; declare it async def')
 
 
+def _is_async(callback: Callable[..., Any]) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(type(callback).__call__)
+
+
 def define_tool(
     *,
     name: str,
@@ -471,6 +476,14 @@ def define_tool(
     ):
         if callback is not None and not callable(callback):
             raise TypeError(f'define_tool("{name}"): {option} must be callable or None, got {type(callback).__name__}')
+    for option, callback in (("is_concurrency_safe", is_concurrency_safe), ("resource_keys", resource_keys)):
+        if callback is not None and _is_async(callback):
+            # Called synchronously as each call is scheduled: a coroutine back would be "malformed",
+            # and every call of the tool would quietly run alone.
+            raise TypeError(
+                f'define_tool("{name}"): {option} must be a plain function (it is called synchronously as '
+                "each call is scheduled), not an async one"
+            )
 
     params_class: type | None = None
     raw_parameters: Mapping[str, Any]

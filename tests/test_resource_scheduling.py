@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -331,3 +332,20 @@ async def test_a_keyed_call_that_cannot_suspend_still_waits_for_an_earlier_confl
     assert spans["b"][0] == pytest.approx(2)  # after the writer it conflicts with
     assert spans["c"][0] == pytest.approx(0)  # a disjoint key does not wait
     assert order == ["c", "b"]
+
+
+@pytest.mark.parametrize("option", ["is_concurrency_safe", "resource_keys"])
+def test_an_async_classifier_is_refused_when_the_tool_is_defined(option: str) -> None:
+    """Accepted, it returned a coroutine as each call was scheduled: every call then ran alone, silently."""
+
+    async def classify(args: Any) -> Any:
+        return True
+
+    class Classifier:
+        async def __call__(self, args: Any) -> Any:
+            return True
+
+    for classifier in (classify, Classifier(), functools.partial(classify)):
+        with pytest.raises(TypeError, match=f"{option} must be a plain function .* not an async one"):
+            json_tool("t", **{option: classifier})
+    json_tool("t", **{option: lambda args: None})  # a plain one is taken as before
