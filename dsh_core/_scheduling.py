@@ -52,6 +52,7 @@ from ._execution import Exclusive, Parallel, ToolExecutionInput, input_of
 from ._resources import KeyIndex, ResourceClaim, classify_call, settle_after, wait_for_settled
 from ._results import ToolExecutionResult
 from ._runtime import ToolRuntime
+from ._signal import CancelSignal
 from ._waterfall import lone_exit
 
 __all__ = ["run_tool_calls"]
@@ -170,6 +171,15 @@ async def _run_group(
     # The settle events of the dispatches running in tasks (for a rewritten call's barrier),
     # in start order; each dispatch removes its own as it settles, so no start rescans the rest.
     running: dict[trio.Event, None] = {}
+    # Set by the commit task when nothing is left to commit, for a barrier waiting for that.
+    drained: trio.Event | None = None
+
+    async def all_committed(signal: CancelSignal) -> None:
+        """Until every call before the next has been committed (or ``signal`` fires)."""
+        nonlocal drained
+        while uncommitted and not signal.cancelled:
+            drained = trio.Event()
+            await wait_for_settled(signal, [drained])
 
     async def dispatch(
         call: _pipeline.PreparedCall, settled: trio.Event, slot: object, after: Sequence[trio.Event]
@@ -192,6 +202,8 @@ async def _run_group(
                     await settled.wait()
                 results[position] = await _pipeline.finalize(runtime, call)
                 uncommitted -= 1
+                if not uncommitted and drained is not None:
+                    drained.set()
 
     index = start
     async with trio.open_nursery() as nursery:
@@ -220,17 +232,21 @@ async def _run_group(
                 call = await _pipeline.prepare(runtime, request)
                 begun.append(call)
                 settled: trio.Event | None = None
+                barrier = False
                 changed = call.rewrites is not None or runtime._registry.version != classified_at
                 if call.step == "dispatch" and changed and classify_call(runtime, input_of(call.execution)) != kind:
                     # A policy rewrote the arguments, or the tool was replaced while the policies
                     # decided, and the call now schedules otherwise (other keys, or exclusive): it
-                    # was admitted as something it no longer is. Run it as a barrier, once
-                    # everything dispatched before it has settled.
+                    # was admitted as something it no longer is. Run it as a barrier, as an
+                    # exclusive call runs: once everything before it has settled and been
+                    # committed, and committed itself before anything after it starts.
                     try:
                         await wait_for_settled(call.execution.signal, list(running))
+                        await all_committed(call.execution.signal)
                         await _pipeline.dispatch(runtime, call)
                     finally:
                         limiter.release_on_behalf_of(slot)
+                    barrier = True
                 elif call.step == "dispatch":
                     claimed: trio.Event | None = None
                     after: list[trio.Event] = []
@@ -252,7 +268,7 @@ async def _run_group(
                     # Decided before dispatch (denied, aborted...): it touches no resource,
                     # so it claims no key and later calls keep waiting on the real holders.
                     limiter.release_on_behalf_of(slot)
-                if settled is None and uncommitted == 0 and not call.hooks.finish_suspends:
+                if settled is None and uncommitted == 0 and (barrier or not call.hooks.finish_suspends):
                     results[index] = await _pipeline.finalize(runtime, call)
                 else:
                     uncommitted += 1

@@ -484,3 +484,49 @@ async def test_a_cut_turn_raises_a_bare_cancelled_whatever_its_calls_were(
             caught.append(exc)
             raise
     assert len(caught) == 1
+
+
+async def test_a_call_rewritten_into_the_exclusive_class_runs_as_an_exclusive_call_does(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """It was held apart only while its body ran: it overlapped an earlier call's post-execute, and later
+    bodies ran during its own. Now it waits for earlier commits and holds later calls through its own."""
+    from dsh_core import Rewrite
+
+    spans: list[tuple[str, str, float, float]] = []
+
+    async def body(args: Any) -> str:
+        start = trio.current_time()
+        await trio.sleep(1)
+        spans.append((args["id"], "body", start, trio.current_time()))
+        return str(args["id"])
+
+    class RewriteAndSlowPost:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
+            if execution.arguments["id"] == "R" and not execution.arguments.get("excl"):
+                return Rewrite({**execution.arguments, "excl": True}, "must run alone")
+            return await next()
+
+        @hookimpl
+        async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Next) -> Any:
+            start = trio.current_time()
+            await trio.sleep(2)
+            spans.append((execution.arguments["id"], "post", start, trio.current_time()))
+            return await next()
+
+    tool = json_tool("t", body, parameters={"id": {"type": "string"}, "excl": {"type": "boolean"}},
+                     output={"type": "string"}, is_concurrency_safe=lambda args: not args.get("excl", False))  # fmt: skip
+    runtime = make_runtime(tool, plugins=[RewriteAndSlowPost()])
+    outcomes: dict[str, list[tuple[str, float, float]]] = {}
+    for name, middle in (("rewritten", {"id": "R"}), ("exclusive", {"id": "X", "excl": True})):
+        spans.clear()
+        begin = trio.current_time()
+        await run_tool_calls(runtime, [make_input("t", {"id": "A"}), make_input("t", middle), make_input("t", {"id": "B"})])
+        outcomes[name] = sorted((stage, s - begin, e - begin) for _, stage, s, e in spans)
+    assert outcomes["rewritten"] == outcomes["exclusive"]
+    # A's post-execute, then the middle call's body and post-execute, then B's body: one after another.
+    assert outcomes["exclusive"] == [
+        ("body", 0.0, 1.0), ("body", 3.0, 4.0), ("body", 6.0, 7.0),
+        ("post", 1.0, 3.0), ("post", 4.0, 6.0), ("post", 7.0, 9.0),
+    ]  # fmt: skip
