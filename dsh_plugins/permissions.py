@@ -92,6 +92,7 @@ policy plugin, its place among other plain listeners follows load order.
 from __future__ import annotations
 
 import fnmatch
+import glob as glob_module
 import json
 import os
 import posixpath
@@ -232,13 +233,20 @@ def _match_text(value: JsonValue) -> str:
 
 
 def _scalars(value: JsonValue) -> list[JsonValue]:
-    """Every scalar inside an array or object, at any depth (an explicit stack: values may be deep)."""
+    """Every scalar inside an array or object, at any depth, its objects' keys included.
+
+    A key is the model's text as much as a value is: ``{"secrets/key": "x"}``
+    names the file as surely as ``["secrets/key"]`` does (an explicit stack:
+    values may be deep).
+    """
     out: list[JsonValue] = []
     stack: list[JsonValue] = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, Mapping):
-            stack.extend(reversed(list(item.values())))
+            for key, inner in reversed(list(item.items())):
+                stack.append(inner)
+                stack.append(key)
         elif isinstance(item, (list, tuple)):
             stack.extend(reversed(item))
         else:
@@ -305,8 +313,16 @@ def _resolve_value(value: JsonValue, root: str) -> Resolved:
 
 
 def _path_pattern(glob: str, root: str) -> str:
-    """A ``paths`` glob as an absolute pattern: relative ones are taken below ``root`` (``./a/../b/*`` is ``<root>/b/*``)."""
-    return posixpath.normpath(posixpath.join(root, glob))
+    """A ``paths`` glob as an absolute pattern: relative ones are taken below ``root`` (``./a/../b/*`` is ``<root>/b/*``).
+
+    The root is a directory, not a pattern: a ``[``, ``*`` or ``?`` in its name
+    (``proj [v2]``) is escaped, or every relative rule would stop matching.
+    """
+    joined = posixpath.normpath(posixpath.join(root, glob))
+    if posixpath.isabs(glob):
+        return joined
+    literal = posixpath.commonpath([posixpath.normpath(root), joined])  # what came from the root
+    return glob_module.escape(literal) + joined[len(literal) :]
 
 
 def _path_matches(value: JsonValue, pattern: str, action: str, resolved: Mapping[str, Resolved]) -> bool:

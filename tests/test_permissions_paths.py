@@ -219,3 +219,42 @@ def test_a_case_folding_file_system_is_recognised(tmp_path: Path, monkeypatch: p
         assert folds_case(str(project)) is True
     finally:
         folds_case.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["proj [v2]", "a*b", "what?"])
+async def test_a_root_whose_name_holds_glob_characters_still_matches_relative_rules(tmp_path: Path, name: str) -> None:
+    """The root's text went into the pattern: "[v2]" became a character class and every relative deny rule failed open."""
+    root = tmp_path / name
+    root.mkdir()
+    _workspace(root)
+    rule = {"tool": "write_file", "paths": {"path": "secrets/*"}, "action": "deny", "reason": "no secrets"}
+    runtime = _runtime(root, {"rules": [rule]})
+    result = await runtime.execute(make_input("write_file", {"path": "secrets/key", "content": "x"}, agent=Agent("a")))
+    assert isinstance(result, ToolExecutionFailure) and result.error.message == "no secrets"
+    assert not (root / "secrets" / "key").exists()
+
+
+@pytest.mark.parametrize("kind", ["args", "paths"])
+async def test_a_value_written_as_an_objects_key_does_not_dodge_a_rule(tmp_path: Path, kind: str) -> None:
+    """{"files": {"secrets/key": "pwned"}} ran past a deny rule that caught ["secrets/key"]: keys were never looked at."""
+    _workspace(tmp_path)
+    rule = {"tool": "multi_write", kind: {"files": "secrets/*"}, "action": "deny", "reason": "no secrets"}
+    runtime = make_runtime(
+        json_tool("multi_write"), plugins=[(permissions, {"rules": [rule]}), (files, {"root": str(tmp_path)})]
+    )
+    for arguments in ({"files": ["secrets/key"]}, {"files": {"secrets/key": "pwned"}}):
+        result = await runtime.execute(make_input("multi_write", arguments, agent=Agent("a")))
+        assert isinstance(result, ToolExecutionFailure) and result.error.message == "no secrets", arguments
+
+
+async def test_an_allow_rule_on_an_object_needs_its_keys_to_match_too(tmp_path: Path) -> None:
+    """Every value inside matched an allow glob while the key, the real target, was never looked at."""
+    _workspace(tmp_path)
+    rules = [{"tool": "multi_write", "args": {"files": "docs/*"}, "action": "allow"}]
+    runtime = make_runtime(json_tool("multi_write"), plugins=[(permissions, {"rules": rules, "default": "deny"})])
+    refused = await runtime.execute(
+        make_input("multi_write", {"files": {"/etc/cron.d/x": "docs/readme"}}, agent=Agent("a"))
+    )
+    assert isinstance(refused, ToolExecutionFailure) and refused.code == "DENIED"
+    allowed = await runtime.execute(make_input("multi_write", {"files": {"docs/a": "docs/b"}}, agent=Agent("a")))
+    assert isinstance(allowed, ToolExecutionSuccess)
