@@ -53,9 +53,10 @@ there the real path and the glob are compared casefolded.
 for keys that contain ``.`` or ``[``). A string argument is matched as is; any
 other value by its compact JSON text (``true``, ``3``, ``null``,
 ``["rm","-rf"]``). An array or object also matches a ``deny`` or ``ask`` rule
-when any value inside it (at any depth) matches, and an ``allow`` rule when
-every value inside it does, so wrapping a value in a list or an object never
-dodges a rule. A path that leads nowhere does not match.
+when any value inside it (at any depth, an object's keys included) matches,
+and an ``allow`` rule when every one does, so wrapping a value in a list or an
+object, as an item, a value or a key, never dodges a rule. A path that leads
+nowhere does not match.
 
 ``args`` compares the raw text and nothing else: for an argument naming a file,
 any other spelling of it (``./secrets/key``, ``x/../secrets/key``, an absolute
