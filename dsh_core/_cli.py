@@ -42,7 +42,6 @@ import gc
 import getpass
 import importlib.metadata
 import importlib.util
-import math
 import re
 import shlex
 import sys
@@ -1986,7 +1985,12 @@ def _grant_book(file: Path) -> Any:
 
 
 def _when(epoch: float | None) -> str:
-    return "-" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(epoch))
+    if epoch is None:
+        return "-"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(epoch))
+    except (OverflowError, OSError, ValueError):  # a grants file may hold any finite time
+        return f"{epoch:.6g} s after 1970"
 
 
 @grants_group.command("show")
@@ -2082,8 +2086,10 @@ def grants_add_command(
     """
     if (agent is None) == (not any_agent):
         raise _UsageProblem("pass either --agent ID or --any-agent (approval is asked only for an agent's calls)")
-    if ttl is not None and not 0 < ttl < math.inf:  # (nan fails both comparisons)
-        raise _UsageProblem(f"--ttl must be a positive number of seconds, got {ttl:g}")
+    from dsh_plugins.grants import MAX_TTL_S
+
+    if ttl is not None and not 0 < ttl <= MAX_TTL_S:  # (nan fails both comparisons)
+        raise _UsageProblem(f"--ttl must be a positive number of seconds, at most 100 years, got {ttl:g}")
     arguments = None
     if arguments_json is not None:
         try:

@@ -194,8 +194,22 @@ class StandingGrant:
         }
 
 
+MAX_TTL_S: Final = 100 * 365 * 24 * 3600
+"""The longest ``ttl_s`` a grant takes (a hundred years); one that should never expire has none."""
+
+
+def _check_ttl(ttl_s: object) -> None:
+    if ttl_s is None or ((type(ttl_s) is int or type(ttl_s) is float) and 0 < ttl_s <= MAX_TTL_S):
+        return
+    # Past what a calendar shows (1e300 s), the grant was written and then every description of it failed.
+    raise ValueError(f"ttl_s must be a positive finite number of seconds, at most 100 years, or None, got {ttl_s!r}")
+
+
 def _timestamp(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    except (OverflowError, OSError, ValueError):  # a file from elsewhere may hold any finite time
+        return f"{epoch:.6g} s after 1970"
 
 
 class _Malformed(Exception):
@@ -445,8 +459,7 @@ class GrantBook:
             raise ValueError(f"a grant for every agent names no agent, got agent={agent!r}")
         if note is not None and type(note) is not str:
             raise ValueError(f"note must be a str or None, got {safe_repr(note)}")
-        if ttl_s is not None and (type(ttl_s) not in (int, float) or not (0 < ttl_s < float("inf"))):
-            raise ValueError(f"ttl_s must be a positive finite number of seconds or None, got {ttl_s!r}")
+        _check_ttl(ttl_s)
         if arguments is not None and not isinstance(arguments, Mapping):
             raise ValueError(f"arguments must be a mapping or None, got {type(arguments).__name__}")
         now = self._clock()
@@ -821,8 +834,7 @@ class GrantingApproval:
             raise ValueError(f"granted_by must be a non-empty str (who answers), got {granted_by!r}")
         if scope not in ("tool", "arguments"):
             raise ValueError(f"scope must be 'tool' or 'arguments', got {scope!r}")
-        if ttl_s is not None and (type(ttl_s) not in (int, float) or not (0 < ttl_s < float("inf"))):
-            raise ValueError(f"ttl_s must be a positive finite number of seconds or None, got {ttl_s!r}")
+        _check_ttl(ttl_s)
         self.inner = inner
         self.book = book
         self.scope: Scope = scope

@@ -1091,10 +1091,11 @@ def test_check_warns_about_a_grant_whose_arguments_no_call_can_have(tools: list[
         (["guarded", "--agent", "a", "--any-agent"], "pass either --agent ID or --any-agent"),
         (["guarded", "--agent", "a", "--arguments", "{nope"], "--arguments is not JSON"),
         (["guarded", "--agent", "a", "--arguments", "[1]"], "--arguments must be a JSON object (a call's whole"),
-        (["guarded", "--agent", "a", "--ttl", "0"], "--ttl must be a positive number of seconds, got 0"),
-        (["guarded", "--agent", "a", "--ttl", "-5"], "--ttl must be a positive number of seconds, got -5"),
-        (["guarded", "--agent", "a", "--ttl", "nan"], "--ttl must be a positive number of seconds, got nan"),
-        (["guarded", "--agent", "a", "--ttl", "inf"], "--ttl must be a positive number of seconds, got inf"),
+        (["guarded", "--agent", "a", "--ttl", "0"], "--ttl must be a positive number of seconds, at most 100 years, got 0"),
+        (["guarded", "--agent", "a", "--ttl", "-5"], "at most 100 years, got -5"),
+        (["guarded", "--agent", "a", "--ttl", "nan"], "at most 100 years, got nan"),
+        (["guarded", "--agent", "a", "--ttl", "inf"], "--ttl must be a positive number of seconds, at most 100 years"),
+        (["guarded", "--agent", "a", "--ttl", "1e300"], "--ttl must be a positive number of seconds, at most 100 years"),
     ],
 )
 def test_grants_add_refuses_bad_options(tmp_path: Path, args: list[str], message: str) -> None:

@@ -175,6 +175,7 @@ def test_use_records_the_call_and_counts_it() -> None:
         ({"ttl_s": 0}, "ttl_s must be a positive finite number"),
         ({"ttl_s": float("inf")}, "ttl_s must be a positive finite number"),
         ({"ttl_s": True}, "ttl_s must be a positive finite number"),
+        ({"ttl_s": 1e300}, "ttl_s must be a positive finite number of seconds, at most 100 years"),
         ({"arguments": ["ls"]}, "arguments must be a mapping or None"),
         ({"note": 3}, "note must be a str or None"),
     ],
@@ -889,3 +890,14 @@ def test_compact_refuses_an_existing_archive_and_needs_a_file(tmp_path: Path) ->
     with pytest.raises(GrantError, match="exists already"):
         book.compact(tmp_path / "taken.jsonl")
     assert len(read_session_log(path).events) == 1  # untouched
+
+
+def test_a_grant_expiring_past_any_calendar_is_still_described(tmp_path: Path) -> None:
+    """A file from elsewhere may hold any finite expiresAt: describing it raised OverflowError (grants show crashed)."""
+    from dsh_plugins import grants as grants_module
+
+    assert grants_module._timestamp(1e300) == "1e+300 s after 1970"
+    assert grants_module._timestamp(0) == "1970-01-01T00:00:00Z"
+    book = GrantBook(str(tmp_path / "g.jsonl"))
+    grant = book.grant("shell", granted_by="ana", any_agent=True, ttl_s=grants_module.MAX_TTL_S)
+    assert "until" in grant.describe()
