@@ -183,7 +183,9 @@ def _card(execution: ToolExecution, view: CallView | None, max_lines: int) -> st
     if len(lines) > max_lines:
         hidden = len(lines) - max_lines
         lines = [*lines[:max_lines], f"... {hidden} more line{'s' if hidden != 1 else ''} not shown"]
-    return "\n".join(_one_line(line) for line in lines)
+    # Each line bounded too, as the reason is: one model-chosen line megabytes long (a command,
+    # a file's content) would bury the question, written whole from the event loop's thread.
+    return "\n".join(_one_line(clipped(line)) for line in lines)
 
 
 class TerminalApproval:

@@ -927,3 +927,13 @@ def test_the_card_breaks_lines_only_at_newlines_and_shows_other_separators(separ
     # A tool without a card: its arguments as JSON, which keeps U+0085, U+2028 and U+2029 raw.
     arguments = approval_card(execution_of("add", {"a": "x" * 80 + separator + "y"}, CancelSignal()), runtime)
     assert len(arguments.split("\n")) == 3 and separator not in arguments
+
+
+async def test_each_line_of_a_card_is_bounded_as_the_reason_is() -> None:
+    """A one-line argument 5 000 000 characters long was written whole to the terminal from the event loop."""
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers), diff_tool())
+    await runtime.execute(make_input("edit", {"path": "a", "new": "x" * 5_000_000}, agent=MAIN))
+    question = answers.questions[0]
+    assert len(question) < 5_000
+    assert "(4998001 more characters not shown)" in question  # the line is "+" and the text
