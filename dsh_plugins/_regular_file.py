@@ -145,7 +145,16 @@ def _walk_to_directory(path: str) -> int | None:
     ``None`` when a directory on the way cannot be opened at all (searchable, not
     readable, without ``O_PATH``): the caller then uses the path as it is.
     """
-    directory = os.path.dirname(os.fsencode(path))
+    return _walk(os.path.dirname(os.fsencode(path)), path, make=False)
+
+
+def _walk(directory: bytes, path: str, *, make: bool) -> int | None:
+    """``directory`` opened from ``/`` (or ``.``) one name at a time, never following a symlink.
+
+    With ``make``, a missing name is made first. ``None`` when a directory on
+    the way cannot be opened (see :func:`_walk_to_directory`); ``path`` is what
+    errors name.
+    """
     names = [name for name in directory.split(b"/") if name]
     try:
         fd = os.open(b"/" if directory.startswith(b"/") else b".", _WALK_FLAGS)
@@ -154,16 +163,10 @@ def _walk_to_directory(path: str) -> int | None:
     walked = b"/" if directory.startswith(b"/") else b""
     try:
         for name in names:
-            try:
-                following = os.open(name, _WALK_FLAGS, dir_fd=fd)
-            except PermissionError:
+            following = _open_or_make(fd, name, walked + name, path, make=make)
+            if following is None:
                 os.close(fd)
                 return None
-            except OSError as exc:
-                # O_NOFOLLOW meeting a symlink: ELOOP (Linux), ENOTDIR with O_DIRECTORY elsewhere.
-                if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and os.path.islink(walked + name)):
-                    raise PathChangedError(path) from None
-                raise type(exc)(exc.errno, exc.strerror, path) from None
             os.close(fd)
             fd = following
             walked += name + b"/"
@@ -279,38 +282,28 @@ def make_directories(path: str) -> None:
 
 def _make_walking(path: str) -> bool:
     """:func:`make_directories` by descriptor; ``False`` when a directory on the way cannot be opened."""
-    encoded = os.fsencode(path)
-    names = [name for name in encoded.split(b"/") if name]
-    try:
-        fd = os.open(b"/" if encoded.startswith(b"/") else b".", _WALK_FLAGS)
-    except PermissionError:
+    fd = _walk(os.fsencode(path), path, make=True)
+    if fd is None:
         return False
-    walked = b"/" if encoded.startswith(b"/") else b""
-    try:
-        for name in names:
-            following = _open_or_make(fd, name, walked + name, path)
-            if following is None:
-                return False
-            os.close(fd)
-            fd = following
-            walked += name + b"/"
-    finally:
-        os.close(fd)
+    os.close(fd)
     return True
 
 
-def _open_or_make(fd: int, name: bytes, shown: bytes, path: str) -> int | None:
+def _open_or_make(fd: int, name: bytes, shown: bytes, path: str, *, make: bool) -> int | None:
+    """The directory ``name`` in ``fd`` opened (made first when missing, with ``make``); ``None``: not openable."""
     for _ in range(2):  # made by someone else between the open and the mkdir: open it then
         try:
             return os.open(name, _WALK_FLAGS, dir_fd=fd)
         except FileNotFoundError:
-            pass
+            if not make:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from None
         except PermissionError:
             return None
         except OSError as exc:
+            # O_NOFOLLOW meeting a symlink: ELOOP (Linux), ENOTDIR with O_DIRECTORY elsewhere.
             if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and os.path.islink(shown)):
                 raise PathChangedError(path) from None
-            if exc.errno == errno.ENOTDIR:
+            if make and exc.errno == errno.ENOTDIR:
                 raise FileExistsError(errno.EEXIST, "a file is in the way of a directory", path) from None
             raise type(exc)(exc.errno, exc.strerror, path) from None
         with contextlib.suppress(FileExistsError):
