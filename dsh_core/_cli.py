@@ -204,9 +204,13 @@ def _show_on_stderr(question: str) -> None:
     from dsh_plugins.approval import discard_typed_ahead  # only ever shown by its TerminalApproval
 
     discard_typed_ahead()
-    # stdout carries results (``run`` writes JSON lines there): ask on stderr.
-    sys.stderr.write(question)
-    sys.stderr.flush()
+    # stdout carries results (``run`` writes JSON lines there): ask on stderr. On the stream
+    # itself: while rich shows a live display it puts a proxy there, which prints an
+    # unfinished line (the question's last) as markup, so a model's "[black on black]"
+    # would hide text, or "[/]" fail the question.
+    stream = getattr(sys.stderr, "rich_proxied_file", sys.stderr)
+    stream.write(question)
+    stream.flush()
 
 
 def _read_stdin_line() -> str:
@@ -1143,13 +1147,15 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
     if scope is not None:
         calls = [attrs.evolve(call, agent=scope) for call in calls]
     err = _stderr()
+    options: _Options = ctx.find_object(_Options)  # type: ignore[assignment]
     progress = Progress(
         TextColumn("running tool calls"),
         BarColumn(),
         MofNCompleteColumn(),
         console=err,
         transient=True,
-        disable=not err.is_terminal,
+        # A bar redrawn while a question waits would draw over it.
+        disable=not err.is_terminal or options.interactive,
     )
     task = progress.add_task("calls", total=len(calls))
     observer = _ProgressObserver(progress, task, {call.call_id for call in calls})
@@ -1180,7 +1186,6 @@ def run_command(ctx: click.Context, file: Path, max_parallel: int, agent: str | 
         _echo_json(line)
     unanswered = [call.name for call, result in zip(calls, results, strict=True) if _nobody_could_approve(call, result)]
     if unanswered:
-        options: _Options = ctx.find_object(_Options)  # type: ignore[assignment]
         step = _approval_next_step(options, unanswered, agent, len(unanswered))
         why = "" if options.grants is not None else "nobody could be asked: "
         click.echo(f"hint: {len(unanswered)} call(s) needed approval, and {why}{step}", err=True)

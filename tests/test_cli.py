@@ -2146,3 +2146,49 @@ def test_call_with_json_args_ending_early_gets_the_hint_for_a_person(tools: list
         "the text ends before the JSON does (check its quoting in your shell)"
     )
     assert "output token limit" not in result.stderr  # that advice is for a model's call
+
+
+def test_an_approval_question_shown_under_a_live_display_is_written_literally() -> None:
+    """rich's stderr proxy printed the question's unfinished last line as markup: a model's
+    "[black on black]" hid text, ":warning:" became an emoji, and "[/]" failed the question."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from dsh_core._cli import _show_on_stderr
+
+    real = io.StringIO()
+    question = 'Allow echo {"t": "[black on black]rm -rf ~/x[/] :warning: [/]"}? [y/N/a] '
+    saved = sys.stderr
+    sys.stderr = real
+    try:
+        with Progress(console=Console(file=io.StringIO(), force_terminal=True), transient=True):
+            assert sys.stderr is not real  # the live display put its proxy there
+            _show_on_stderr(question)
+    finally:
+        sys.stderr = saved
+    assert real.getvalue() == question
+
+
+def test_run_with_interactive_approval_shows_no_progress_bar(
+    monkeypatch: pytest.MonkeyPatch, tools: list[str], tmp_path: Path
+) -> None:
+    """A bar redrawn while a question waits would draw over it."""
+    from rich.console import Console
+
+    import dsh_core._cli as cli_module
+
+    shown: list[bool] = []
+    real_progress = cli_module.Progress
+
+    def recording(*columns: object, **options: object) -> object:
+        shown.append(not options["disable"])
+        return real_progress(*columns, **options)
+
+    monkeypatch.setattr(cli_module, "Progress", recording)
+    monkeypatch.setattr(cli_module, "_stderr", lambda: Console(stderr=True, force_terminal=True))
+    batch = write_batch(tmp_path / "calls.jsonl", {"id": "a", "name": "echo", "arguments": {}})
+    assert invoke([*tools, "run", str(batch)]).exit_code == 0
+    assert invoke([*tools, "--interactive", "run", str(batch)]).exit_code == 0
+    assert shown == [True, False]
