@@ -844,10 +844,14 @@ class GrantingApproval:
 
     @property
     def kept_files(self) -> dict[str, str]:
-        """The grants file, which the runtime's file tools refuse to write (a forged line would be a grant)."""
+        """The grants file and its lock, which the runtime's file tools refuse to write.
+
+        A forged line in the file would be a grant; a lock file replaced by another
+        would let two writers append at once, and a torn file answers no one.
+        """
         if self.book.path is None:
             return {}
-        return {self.book.path: "the standing grants file"}
+        return {self.book.path: "the standing grants file", self.book.path + LOCK_SUFFIX: "the standing grants file's lock"}
 
     async def standing_answer(self, execution: ToolExecution) -> str | None:
         """``"allowed-once"`` when a grant in force covers the call (its use recorded), else ``None``.

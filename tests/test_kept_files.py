@@ -160,6 +160,8 @@ async def test_a_file_forgotten_by_its_keeper_can_be_written_again(tmp_path: Pat
         ("dsh.toml", "the configuration file"),
         ("./sub/../dsh.toml", "the configuration file"),
         ("grants.jsonl", "the standing grants file"),
+        # Replaced, it would let two writers append at once and tear the grants file.
+        ("grants.jsonl.lock", "the standing grants file's lock"),
         ("session.jsonl", "the session log"),
     ],
 )
