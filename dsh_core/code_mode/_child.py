@@ -141,13 +141,16 @@ def _open(container: Any) -> tuple[Iterator[tuple[Any, Any]], int, bool]:
 # The largest int magnitude the host can read back (its int-to-str digit limit, sent in
 # the run frame): a program may lift this process's own limit and return a larger one,
 # which json.dumps here would write and the host then could not parse.
-_max_int: int | None = 10 ** sys.get_int_max_str_digits() - 1 if sys.get_int_max_str_digits() else None
+_max_int: int | None = None
 
 
 def set_max_int_digits(digits: int) -> None:
     """Refuse ints with more than ``digits`` decimal digits (0: no limit), as the host does."""
     global _max_int
     _max_int = 10**digits - 1 if digits else None
+
+
+set_max_int_digits(sys.get_int_max_str_digits())  # until the run frame says the host's
 
 
 def _leaf_problem(item: object) -> str | None:
