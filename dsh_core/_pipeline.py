@@ -61,6 +61,7 @@ from ._decisions import (
 )
 from ._definition import ToolContract, ToolDefinition, contract_of, default_block, default_render
 from ._errors import (
+    QUOTED_CHARS,
     DshError,
     ErrorCode,
     NonJsonValueError,
@@ -68,21 +69,26 @@ from ._errors import (
     ToolArgsError,
     ToolNotFoundError,
     ToolOutputError,
+    elide_middle,
 )
 from ._events import send_event
 from ._execution import (
+    Exclusive,
+    Parallel,
     ScopeKey,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionToken,
     ToolRunContext,
     dispatch_view,
+    input_of,
     new_execution,
     note_body,
     scope_id,
 )
 from ._json import JsonValue, json_equal, json_text, safe_repr, snapshot_json
 from ._registry import RUN_CODE_NAME, Registry, ToolGuard
+from ._resources import ResourceClaim, admits, classify_call
 from ._results import (
     ToolExecutionFailure,
     ToolExecutionResult,
@@ -120,6 +126,18 @@ def aborted_result(*, body_invoked: bool, contexts: tuple[UserMessage, ...] = ()
 def _unknown_tool(name: str, route: str | None = None) -> ToolExecutionFailure:
     error = ToolNotFoundError(name, route)
     return failure_result(error.message, ErrorCode.UNKNOWN_TOOL, name="ToolNotFoundError")
+
+
+def _replaced_tool(name: str, now: ResourceClaim | Parallel | Exclusive) -> ToolExecutionFailure:
+    # Running it would break the schedule the calls beside it were started under: a replacement
+    # that must run alone, or that touches keys no earlier call was ordered against.
+    needs = "must run alone" if isinstance(now, Exclusive) else "declares other resource keys"
+    return failure_result(
+        f'tool "{elide_middle(name, QUOTED_CHARS)}" was replaced while this call waited to run, and the new tool {needs}; '
+        "the call was not run: make it again",
+        ErrorCode.TOOL_ERROR,
+        name="ToolReplacedError",
+    )
 
 
 def _code_only_route(name: str) -> str:
@@ -176,7 +194,7 @@ class PreparedCall:
     """
 
     __slots__ = (
-        "body_error", "body_invoked", "contract", "deferred", "execution", "finalizer", "hooks", "latest",
+        "admitted", "body_error", "body_invoked", "contract", "deferred", "execution", "finalizer", "hooks", "latest",
         "published_to", "registry_version", "result", "rewrites", "run", "scoped", "step", "structured",
         "superseded", "suspends", "tool", "trace",
     )  # fmt: skip
@@ -188,6 +206,8 @@ class PreparedCall:
         self.tool: ToolDefinition | None = None
         self.contract: ToolContract | None = None
         self.registry_version = -1
+        # What a scheduler let this call overlap as (its keys, or parallel); None: it runs alone.
+        self.admitted: ResourceClaim | Parallel | None = None
         self.step = "final"
         self.result: ToolExecutionResult | None = None
         self.latest: ToolExecutionResult | None = None
@@ -867,6 +887,10 @@ async def _dispatch_body(
         tool = view.tools.get(execution.name)
         if tool is None or (execution.parent is None and view.mode == "code" and execution.name != RUN_CODE_NAME):
             return _unknown_tool(execution.name)
+        if call.admitted is not None and tool is not call.tool:
+            now = classify_call(runtime, input_of(execution))
+            if not admits(call.admitted, now):
+                return _replaced_tool(execution.name, now)
         contract = contract_of(tool)
     assert tool is not None and contract is not None
     if tool.retry is not None and attempt is None:

@@ -26,7 +26,7 @@ from ._waterfall import is_fatal
 if TYPE_CHECKING:
     from ._runtime import ToolRuntime
 
-__all__ = ["KeyIndex", "ResourceClaim", "classify_call", "settle_after", "wait_for_settled"]
+__all__ = ["KeyIndex", "ResourceClaim", "admits", "classify_call", "settle_after", "wait_for_settled"]
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -102,6 +102,22 @@ async def settle_after(after: Sequence[trio.Event], settled: trio.Event) -> None
             for event in after:
                 await event.wait()
     settled.set()
+
+
+def admits(admitted: ResourceClaim | Parallel, now: ResourceClaim | Parallel | Exclusive) -> bool:
+    """Whether a call scheduled as ``admitted`` may run as ``now`` without breaking that schedule.
+
+    A parallel call was ordered against no key, so it stays safe only as a call
+    touching none; a keyed one, only within the keys it claimed (reading a key
+    it claimed to write included).
+    """
+    if isinstance(now, Exclusive):
+        return False
+    if isinstance(now, Parallel):
+        return True
+    if isinstance(admitted, Parallel):
+        return not (now.read or now.write)
+    return now.write <= admitted.write and now.read <= admitted.read | admitted.write
 
 
 def _keys(value: object) -> frozenset[str] | None:

@@ -248,6 +248,9 @@ async def _run_group(
                         limiter.release_on_behalf_of(slot)
                     barrier = True
                 elif call.step == "dispatch":
+                    # The tool may be replaced before its body runs (while it waits for a key, say):
+                    # the body stage then refuses a replacement this schedule does not cover.
+                    call.admitted = kind
                     claimed: trio.Event | None = None
                     after: list[trio.Event] = []
                     if isinstance(kind, ResourceClaim):

@@ -1170,3 +1170,47 @@ async def test_a_call_never_awaited_does_not_hold_later_calls(autojump_clock: tr
     assert set(spans) == {"ignored", "b"}  # made, so it ran: before the later call, as made
     assert spans["ignored"][1] <= spans["b"][0]
     assert [d["sub_call_id"] for kind, d in events if kind == "tool/code-dispatch"] == ["outer:code:1", "outer:code:2"]
+
+
+async def test_a_tool_replaced_while_a_sub_call_waits_for_its_key_is_not_run_outside_its_schedule(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As in run_tool_calls: the waiting sub-call was admitted under the old tool's keys."""
+    spans: dict[str, tuple[float, float]] = {}
+    runtime_box: list[ToolRuntime] = []
+    disposers: list[Any] = []
+    exclusive = sleepy("write", 1, spans, parallel=False)
+
+    async def body(args: Any) -> str:
+        # Half-way through "first", with "second" admitted and waiting for it.
+        start = trio.current_time()
+        await trio.sleep(0.5)
+        if args["id"] == "first":
+            disposers.pop()()
+            runtime_box[0].register(exclusive)
+        await trio.sleep(0.5)
+        spans[args["id"]] = (start, trio.current_time())
+        return args["id"]
+
+    writer = json_tool(
+        "write", body, parameters={"id": {"type": "string", "required": True}, "path": {"type": "string"}},
+        output={"type": "string"}, resource_keys=lambda args: {"write": [args["path"]]},
+    )  # fmt: skip
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        values = await gather(
+            lambda: tools["slow"]({"id": "slow"}),
+            lambda: tools["write"]({"id": "first", "path": "a"}),
+            lambda: tools["write"]({"id": "second", "path": "a"}),
+        )()
+        return CodeRunResult(value=[str(value) for value in values], has_value=True)
+
+    runtime, _ = code_runtime(program, sleepy("slow", 5, spans, parallel=True))
+    runtime_box.append(runtime)
+    disposers.append(runtime.register(writer))
+    result = await runtime.execute(run_code())
+    assert isinstance(result, ToolExecutionSuccess), result
+    slow, first, second = result.value["result"]  # type: ignore[index]
+    assert (slow, first) == ("slow", "first")
+    assert 'tool "write" was replaced while this call waited to run' in second
+    assert "second" not in spans

@@ -349,3 +349,78 @@ def test_an_async_classifier_is_refused_when_the_tool_is_defined(option: str) ->
         with pytest.raises(TypeError, match=f"{option} must be a plain function .* not an async one"):
             json_tool("t", **{option: classifier})
     json_tool("t", **{option: lambda args: None})  # a plain one is taken as before
+
+
+def replacing_tool(spans: Spans, replacement: Any, runtime_box: list[Any]) -> Any:
+    """A keyed writer whose first call replaces the tool (a hot reload, an MCP refresh) as it runs."""
+    disposers: list[Any] = []
+
+    async def body(args: Any) -> str:
+        start = trio.current_time()
+        if args["id"] == "first":
+            disposers.pop()()
+            runtime_box[0].register(replacement)
+        await trio.sleep(1)
+        spans[args["id"]] = (start, trio.current_time())
+        return str(args["id"])
+
+    tool = json_tool(
+        "k", body, parameters={"id": {"type": "string", "required": True}, "keys": {"type": "json"}},
+        output={"type": "string"}, resource_keys=from_args,
+    )  # fmt: skip
+    return tool, disposers
+
+
+@pytest.mark.parametrize(
+    ("replacement_keys", "refused"),
+    [
+        (None, True),  # no keys, not concurrency-safe: it must run alone
+        (lambda args: {"write": ["other"]}, True),  # a key no earlier call was ordered against
+        (lambda args: {"read": ["x"]}, False),  # within the claim it waited for: run as it is now
+        (lambda args: None, False),  # no keys for these arguments, and concurrency-safe: parallel
+    ],
+    ids=["exclusive", "other-keys", "within-claim", "parallel"],
+)
+async def test_a_tool_replaced_while_a_call_waits_for_its_key_runs_only_within_its_schedule(
+    autojump_clock: trio.testing.MockClock, replacement_keys: Any, refused: bool
+) -> None:
+    """The waiting call was admitted under the old tool's keys: a replacement outside them must not run.
+
+    It used to run whatever was registered when the wait ended, so an exclusive replacement ran beside a
+    parallel call still in flight.
+    """
+    spans: Spans = {}
+    runtime_box: list[Any] = []
+    replacement = keyed_tool("k", spans, replacement_keys, parallel=True if replacement_keys is not None else None)
+    tool, disposers = replacing_tool(spans, replacement, runtime_box)
+    runtime = make_runtime(keyed_tool("slow", spans, None, seconds=5, parallel=True))
+    runtime_box.append(runtime)
+    disposers.append(runtime.register(tool))
+    slow = make_input("slow", {"id": "slow"}, call_id="slow")
+    results = await run_tool_calls(runtime, [slow, call("first", write=("x",)), call("second", write=("x",))])
+    assert [r.is_error for r in results[:2]] == [False, False]
+    second = results[2]
+    if refused:
+        assert second.is_error
+        assert second.error.info is not None and second.error.info.code == "TOOL_ERROR"  # type: ignore[union-attr]
+        assert second.error.info.name == "ToolReplacedError"  # type: ignore[union-attr]
+        assert 'tool "k" was replaced while this call waited to run' in second.error.message  # type: ignore[union-attr]
+        assert "second" not in spans  # neither body ran
+    else:
+        assert not second.is_error, second
+        assert spans["second"] == (pytest.approx(1), pytest.approx(2))  # the replacement, after "first"
+
+
+def test_what_a_schedule_admits() -> None:
+    from dsh_core._execution import EXCLUSIVE
+    from dsh_core._resources import admits
+
+    claim = ResourceClaim(read=frozenset({"r"}), write=frozenset({"w"}))
+    assert admits(claim, PARALLEL) and admits(PARALLEL, PARALLEL)
+    assert not admits(claim, EXCLUSIVE) and not admits(PARALLEL, EXCLUSIVE)
+    assert admits(claim, ResourceClaim(read=frozenset({"r", "w"})))  # reading what it may write
+    assert admits(claim, ResourceClaim(write=frozenset({"w"})))
+    assert not admits(claim, ResourceClaim(write=frozenset({"r"})))  # writing what it only reads
+    assert not admits(claim, ResourceClaim(read=frozenset({"elsewhere"})))
+    assert admits(PARALLEL, ResourceClaim())  # keys that conflict with nothing
+    assert not admits(PARALLEL, ResourceClaim(read=frozenset({"r"})))

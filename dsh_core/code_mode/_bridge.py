@@ -391,10 +391,14 @@ class _Bridge:
                     # waits for what started before it to commit.
                     ticket.exclusive = True
                     lane.exclusive_active = True
-                elif call.step == "dispatch" and isinstance(ticket.kind, ResourceClaim):
-                    # Claimed before the lane is free again, so claims follow submission order.
-                    ticket.claim = trio.Event()
-                    after = lane.keys.claim(ticket.kind, ticket.claim)
+                elif call.step == "dispatch" and isinstance(ticket.kind, ResourceClaim | Parallel):
+                    # A tool replaced before the body runs (while it waits for a key, say) is
+                    # refused by the body stage when this schedule does not cover it.
+                    call.admitted = ticket.kind
+                    if isinstance(ticket.kind, ResourceClaim):
+                        # Claimed before the lane is free again, so claims follow submission order.
+                        ticket.claim = trio.Event()
+                        after = lane.keys.claim(ticket.kind, ticket.claim)
             finally:
                 lane.busy = False
                 lane.notify()
