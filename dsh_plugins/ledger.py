@@ -55,7 +55,12 @@ key: nothing happened, so a later call with that id runs. Two concurrent calls w
 one after the other; the second gets the first's outcome.
 
 **Durability and failure.** The file is a :class:`dsh_core.SessionLog` (one
-JSON line per event) locked against a second writer; a torn last line is
+JSON line per event) locked against a second writer. With ``fsync = "always"``
+each event is written and synced from a worker thread, so a slow disk holds the
+call being recorded and nothing else; the call waits for it, cancelled or not,
+and a cancellation that came meanwhile stops it before the body runs. (A test on
+trio's ``MockClock`` with autojump passes ``fsync="close"``: the virtual clock
+jumps to the next deadline while a thread syncs.) A torn last line is
 skipped on open and cut off before the first write, so a command that fails
 (settling a call the ledger does not have) leaves the file as it was. A failure to record ``effect/started`` fails the call with
 ``LEDGER_ERROR`` (blamed on ``effect-ledger``) before its body runs: the ledger never lets an effect happen
@@ -81,6 +86,7 @@ import hashlib
 import logging
 import os
 import shutil
+import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Literal, TypeAlias
@@ -416,20 +422,21 @@ class EffectLedger:
         if _comparable(_load(temporary)) != _comparable(self._entries):
             os.remove(temporary)
             raise LedgerError("the compacted ledger would not read back as the same entries; nothing was changed")
-        # The open log's descriptor would go on writing to the replaced file: the next write opens the new one.
-        self._held.close_log()
-        try:
-            if archive_path is not None:
-                _keep_archive(self.path, archive_path)  # the old file, under its new name, before it is replaced
-            os.replace(temporary, self.path)
-            self._write_failed = False  # what a failed write left went with the old file
-            if self._fsync != "never":
-                _sync_directory(os.path.dirname(self.path))
-        except BaseException:
-            # Nothing replaced: the copy of every value must not stay behind.
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(temporary)
-            raise
+        with self._held.turn:
+            # The open log's descriptor would go on writing to the replaced file: the next write opens the new one.
+            self._held.close_log()
+            try:
+                if archive_path is not None:
+                    _keep_archive(self.path, archive_path)  # the old file, under its new name, before it is replaced
+                os.replace(temporary, self.path)
+                self._write_failed = False  # what a failed write left went with the old file
+                if self._fsync != "never":
+                    _sync_directory(os.path.dirname(self.path))
+            except BaseException:
+                # Nothing replaced: the copy of every value must not stay behind.
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(temporary)
+                raise
         return before, len(events)
 
     def __enter__(self) -> EffectLedger:
@@ -464,17 +471,37 @@ class EffectLedger:
             LedgerError: the ledger is closed, or the write failed (the entries
                 are then unchanged, and the next append reopens the file first).
         """
-        log = self._writable_log()
-        try:
-            log.append({"type": event_type, "data": data})
-        except BaseException as exc:
-            # Part of the line may be in the file, and the log refuses every later
-            # append until it is reopened, which cuts that part off.
-            self._write_failed = True
-            if isinstance(exc, (OSError, SessionLogError)):
-                raise LedgerError(f"cannot write to the effect ledger {self.path}: {exc}") from exc
-            raise
+        self._write(event_type, data)
         _apply(self._entries, event_type, data)
+
+    async def _record(self, event_type: str, data: dict[str, Any]) -> None:
+        """:meth:`_append` for the wrapper: an event synced to disk is written from a worker thread.
+
+        An fsync can take seconds on a loaded disk, and on the event loop it would
+        hold every task (other calls, deadlines, a server's streams) for that long.
+        Shielded, so the event is on disk (or has failed) before the call goes
+        on, cancelled or not: a record is never left half-known.
+        """
+        if self._fsync == "always":
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._write, event_type, data)
+        else:
+            self._write(event_type, data)  # no sync: a write to the page cache does not wait for the disk
+        _apply(self._entries, event_type, data)
+
+    def _write(self, event_type: str, data: dict[str, Any]) -> None:
+        """Append one event to the file (from any thread: writes, reopening and closing take turns)."""
+        with self._held.turn:
+            log = self._writable_log()
+            try:
+                log.append({"type": event_type, "data": data})
+            except BaseException as exc:
+                # Part of the line may be in the file, and the log refuses every later
+                # append until it is reopened, which cuts that part off.
+                self._write_failed = True
+                if isinstance(exc, (OSError, SessionLogError)):
+                    raise LedgerError(f"cannot write to the effect ledger {self.path}: {exc}") from exc
+                raise
 
     def _check_open(self) -> None:
         if self._held.lock_fd is None:
@@ -611,53 +638,59 @@ class EffectLedger:
             "contract": None if definition is None else contract_fingerprint(definition),
             "at": _now(),
         }
-        self._append(_STARTED, started)  # raising here fails the call before the body runs
+        # Running from before its record is written: a second call with the key waits for this one.
         done = self._running[slot] = trio.Event()
         try:
-            result = await next()
-        except BaseException as exc:
+            await self._record(_STARTED, started)  # raising here fails the call before the body runs
+            try:
+                # A cancellation that came while the record was synced stops the call here: an inline
+                # body would not look for it before it ran.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                result = await next()
+            except BaseException as exc:
+                body = execution.body_result
+                if isinstance(body, ToolExecutionSuccess):
+                    # The body returned, then the caller's scope was cancelled (or an inner wrapper
+                    # raised) on the way out: the effect happened, once. Recorded (shielded) before
+                    # re-raising, so the cancellation cannot cut the record short.
+                    await self._settle(slot, _COMMITTED, {"value": body.value})
+                elif not execution.body_started:
+                    # Cancelled or raised on in an inner wrapper (the timeout policy refusing a
+                    # tool's timeout, say) before the body: nothing happened.
+                    await self._settle(slot, _RELEASED, {})
+                else:
+                    # Cancelled, or an inner wrapper raised: the body may have run part-way.
+                    fields = {"code": None, "message": f"{type(exc).__name__}: {exc}"}
+                    await self._settle(slot, _INTERRUPTED, fields)
+                raise
             body = execution.body_result
-            if isinstance(body, ToolExecutionSuccess):
-                # The body returned, then the caller's scope was cancelled (or an inner wrapper
-                # raised) on the way out: the effect happened, once. Written before re-raising
-                # with no await in between, so the cancellation cannot cut the record short.
-                self._settle(slot, _COMMITTED, {"value": body.value})
+            if isinstance(result, ToolExecutionSuccess):
+                await self._settle(slot, _COMMITTED, {"value": result.value})
+            elif isinstance(body, ToolExecutionSuccess):
+                # The body finished its work, then the caller's signal turned the call ABORTED:
+                # the effect happened, once; a later call with this id gets its value.
+                await self._settle(slot, _COMMITTED, {"value": body.value})
             elif not execution.body_started:
-                # Cancelled or raised on in an inner wrapper (the timeout policy refusing a
-                # tool's timeout, say) before the body: nothing happened.
-                self._settle(slot, _RELEASED, {})
+                # Stopped before dispatch, the tool gone, or refused by an inner wrapper (call-limits):
+                # nothing ran, so the key is free. Only the view can tell: a body may itself have done
+                # its work and then failed UNKNOWN_TOOL or ABORTED_BEFORE_DISPATCH.
+                await self._settle(slot, _RELEASED, {})
             else:
-                # Cancelled, or an inner wrapper raised: the body may have run part-way.
-                self._settle(slot, _INTERRUPTED, {"code": None, "message": f"{type(exc).__name__}: {exc}"})
-            raise
+                assert isinstance(result, ToolExecutionFailure)
+                fields = _failure_fields(result)
+                await self._settle(slot, _INTERRUPTED if fields["code"] in _CUT_SHORT else _FAILED, fields)
+            return result
         finally:
             del self._running[slot]
             done.set()
-        body = execution.body_result
-        if isinstance(result, ToolExecutionSuccess):
-            self._settle(slot, _COMMITTED, {"value": result.value})
-        elif isinstance(body, ToolExecutionSuccess):
-            # The body finished its work, then the caller's signal turned the call ABORTED:
-            # the effect happened, once; a later call with this id gets its value.
-            self._settle(slot, _COMMITTED, {"value": body.value})
-        elif not execution.body_started:
-            # Stopped before dispatch, the tool gone, or refused by an inner wrapper (call-limits):
-            # nothing ran, so the key is free. Only the view can tell: a body may itself have done
-            # its work and then failed UNKNOWN_TOOL or ABORTED_BEFORE_DISPATCH.
-            self._settle(slot, _RELEASED, {})
-        else:
-            assert isinstance(result, ToolExecutionFailure)
-            fields = _failure_fields(result)
-            self._settle(slot, _INTERRUPTED if fields["code"] in _CUT_SHORT else _FAILED, fields)
-        return result
 
     def _definition(self, execution: ToolDispatchExecution) -> ToolDefinition | None:
         runtime = self.runtime
         return None if runtime is None else runtime.get(execution.name, execution.agent)
 
-    def _settle(self, slot: tuple[str | None, str], event_type: str, fields: dict[str, Any]) -> None:
+    async def _settle(self, slot: tuple[str | None, str], event_type: str, fields: dict[str, Any]) -> None:
         try:
-            self._append(event_type, {"key": slot[1], "agent": slot[0], **fields})
+            await self._record(event_type, {"key": slot[1], "agent": slot[0], **fields})
         except Exception as exc:
             # The effect happened (or may have); the entry stays "started", i.e. in doubt, which is the truth.
             logger.warning("effect ledger %s: cannot record the outcome of call %r: %s", self.path, slot[1], exc)
@@ -678,24 +711,32 @@ def _keep_archive(path: str, archive: str) -> None:
 
 
 class _Held:
-    """What an open ledger holds: the lock, and the log once a write has opened it."""
+    """What an open ledger holds: the lock, and the log once a write has opened it.
+
+    ``turn`` is held while the log is written, opened or closed: writes that
+    sync to disk run in worker threads, and closing must wait for the one
+    under way.
+    """
 
     def __init__(self, lock_fd: int) -> None:
         self.lock_fd: int | None = lock_fd
         self.log: SessionLog | None = None
+        self.turn = threading.RLock()
 
     def close_log(self) -> None:
-        log, self.log = self.log, None
-        if log is not None:
-            log.close()
+        with self.turn:
+            log, self.log = self.log, None
+            if log is not None:
+                log.close()
 
     def release(self) -> None:
-        lock_fd, self.lock_fd = self.lock_fd, None
-        try:
-            self.close_log()
-        finally:
-            if lock_fd is not None:
-                os.close(lock_fd)
+        with self.turn:
+            lock_fd, self.lock_fd = self.lock_fd, None
+            try:
+                self.close_log()
+            finally:
+                if lock_fd is not None:
+                    os.close(lock_fd)
 
 
 def _lock(path: str, *, sync_directory: bool) -> int:

@@ -448,7 +448,8 @@ async def test_a_body_that_finished_as_the_callers_scope_was_cancelled_is_commit
             runs.append(args)
         return {"sent": args["to"]}
 
-    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", json_tool("send", body))
+    # Not synced: the virtual clock would jump to the deadline while a worker thread synced the start.
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", json_tool("send", body), fsync="close")
     runtime.plugins.register(AwaitsAfterTheBody(), name="awaits-after")
     with trio.move_on_after(1) as scope:
         await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1"))
@@ -1376,3 +1377,92 @@ def _cli_group() -> Any:
     from dsh_core._cli import cli
 
     return cli
+
+
+# --- writing off the event loop -------------------------------------------------------------
+
+
+class StalledDisk:
+    """``os.fsync`` held until released: a loaded disk or a stalled NFS server, under the test's control."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import os
+        import threading
+
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.released_in_time: list[bool] = []
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            self.entered.set()
+            # On the event loop, nothing could release it: it gives up, and the test sees that.
+            self.released_in_time.append(self.release.wait(2))
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+
+async def test_a_synced_record_does_not_hold_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fsync ran on the trio thread: a slow disk froze every other task (calls, deadlines, streams)."""
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    disk = StalledDisk(monkeypatch)
+    results: list[ToolExecutionResult] = []
+
+    async def call() -> None:
+        results.append(await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1")))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await trio.to_thread.run_sync(disk.entered.wait)
+        assert effects.runs == []  # on disk before the body runs, still
+        disk.release.set()  # from another task, while the record is being synced
+    assert disk.released_in_time and all(disk.released_in_time)
+    assert isinstance(results[0], ToolExecutionSuccess)
+    assert [event for event, _ in events(tmp_path / "effects.jsonl")] == ["effect/started", "effect/committed"]
+    assert ledger.get("c1") is not None and ledger.get("c1").state == "committed"  # type: ignore[union-attr]
+
+
+async def test_a_call_cancelled_while_its_start_is_synced_is_recorded_and_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record finishes (shielded) and the body never runs: the file and the entries agree."""
+    effects = Effects()
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    disk = StalledDisk(monkeypatch)
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.execute, make_input("send", {"to": "ann"}, call_id="c1"))
+            await trio.to_thread.run_sync(disk.entered.wait)
+            scope.cancel()
+            disk.release.set()
+    assert effects.runs == []
+    assert [event for event, _ in events(tmp_path / "effects.jsonl")] == ["effect/started", "effect/released"]
+    assert ledger.get("c1") is None or not ledger.get("c1").in_doubt  # type: ignore[union-attr]
+    ledger.close()
+    assert {entry.key: entry.state for entry in read_ledger(tmp_path / "effects.jsonl")} == {
+        entry.key: entry.state for entry in ledger.entries()
+    }
+
+
+async def test_two_calls_with_one_key_while_the_first_start_is_synced_run_the_body_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second waits for the first from before the first's record is on disk (now an await)."""
+    effects = Effects()
+    runtime, _ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
+    disk = StalledDisk(monkeypatch)
+    results: list[ToolExecutionResult] = []
+
+    async def call() -> None:
+        results.append(await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1")))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await trio.to_thread.run_sync(disk.entered.wait)
+        nursery.start_soon(call)
+        await trio.sleep(0.05)
+        disk.release.set()
+    assert len(effects.runs) == 1
+    assert [r.value for r in results] == [{"sent": "ann", "n": 1}] * 2  # type: ignore[union-attr]
