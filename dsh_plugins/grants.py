@@ -37,7 +37,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Final, Literal, TypeVar
@@ -802,7 +802,10 @@ class GrantingApproval:
       revoked), granted by ``granted_by``;
     - every other answer is passed on unchanged.
 
-    A call already cancelled gets ``"cancelled"`` without a lookup. When the
+    Questions about one tool are asked one at a time: a call waiting for its
+    turn is allowed without a question when the answer to the one before it
+    granted what covers it. A call already cancelled gets ``"cancelled"``
+    without a lookup. When the
     book cannot be read or written (a damaged file, a full disk) the error
     propagates: the call fails instead of being allowed without its audit
     line or asked again as if nothing had been granted.
@@ -841,6 +844,9 @@ class GrantingApproval:
         self.all_agents = all_agents
         self.ttl_s = ttl_s
         self.granted_by = granted_by
+        # Per tool name, the questions asked or waiting to be: one at a time, so the answer to
+        # one (a grant) covers the others instead of their being asked (and granted) again.
+        self._asking: dict[str, tuple[trio.Lock, list[int]]] = {}
 
     @property
     def kept_files(self) -> dict[str, str]:
@@ -895,6 +901,29 @@ class GrantingApproval:
         standing = await self.standing_answer(execution)
         if standing is not None:
             return standing
+        async with self._turn(execution.name) as waited:
+            if waited:
+                # A grant recorded while this call waited for its turn covers it too.
+                standing = await self.standing_answer(execution)
+                if standing is not None:
+                    return standing
+            return await self._ask(execution, reason)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, tool: str) -> AsyncIterator[bool]:
+        """Hold ``tool``'s turn to ask (yields whether another call had it first); forgotten when no call waits."""
+        lock, holders = self._asking.setdefault(tool, (trio.Lock(), [0]))
+        waited = holders[0] > 0
+        holders[0] += 1
+        try:
+            async with lock:
+                yield waited
+        finally:
+            holders[0] -= 1
+            if not holders[0]:
+                del self._asking[tool]
+
+    async def _ask(self, execution: ToolExecution, reason: str | None) -> str:
         offered = _ALWAYS_OFFER.set(self.offer(execution))
         try:
             answer = await self.inner.request(execution, reason)

@@ -901,3 +901,73 @@ def test_a_grant_expiring_past_any_calendar_is_still_described(tmp_path: Path) -
     book = GrantBook(str(tmp_path / "g.jsonl"))
     grant = book.grant("shell", granted_by="ana", any_agent=True, ttl_s=grants_module.MAX_TTL_S)
     assert "until" in grant.describe()
+
+
+class SlowScripted(Scripted):
+    """Scripted answers that take a moment each, counting the questions asked at once.
+
+    The book works on worker threads, so these tests run on the real clock (a virtual
+    one jumps while a thread runs); nothing in them waits on time for its outcome.
+    """
+
+    def __init__(self, *answers: str, together: int = 1) -> None:
+        super().__init__(*answers)
+        self.active = self.peak = 0
+        self.together = together  # hold each question until this many are asked at once
+        self.all_in = trio.Event()
+
+    async def request(self, execution: ToolExecution, reason: str | None) -> str:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            if self.active >= self.together:
+                self.all_in.set()
+            await self.all_in.wait()
+            await trio.sleep(0.01)  # room for another question to come in beside this one
+            return await super().request(execution, reason)
+        finally:
+            self.active -= 1
+
+
+async def ask_at_once(service: GrantingApproval, *executions: ToolExecution) -> dict[str, str]:
+    answers: dict[str, str] = {}
+
+    async def ask(one: ToolExecution) -> None:
+        answers[one.call_id] = await service.request(one, None)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for one in executions:
+                nursery.start_soon(ask, one)
+    return answers
+
+
+async def test_an_always_answer_covers_a_question_about_the_tool_that_waited_for_it() -> None:
+    """Asked at once, the second question was shown after the first was answered "always", and granted again."""
+    inner = SlowScripted(ALLOWED_ALWAYS)
+    book = GrantBook()
+    service = GrantingApproval(inner, book)
+    answers = await ask_at_once(service, execution(call_id="c-1"), execution(arguments={"command": "pwd"}, call_id="c-2"))
+    assert answers == {"c-1": "allowed-once", "c-2": "allowed-once"}
+    assert len(inner.asked) == 1  # whichever came first (trio starts tasks in any order)
+    [grant] = book.grants()
+    assert grant.uses == 2
+    assert service._asking == {}  # nothing kept for a tool no call waits on
+
+
+async def test_questions_about_other_tools_are_asked_side_by_side() -> None:
+    # Each question is held until both are asked: one at a time, the first would wait for good.
+    inner = SlowScripted("allowed-once", "allowed-once", together=2)
+    service = GrantingApproval(inner, GrantBook())
+    await ask_at_once(service, execution("shell", call_id="c-1"), execution("deploy", call_id="c-2"))
+    assert inner.peak == 2
+
+
+async def test_questions_about_one_tool_an_answer_does_not_cover_are_each_asked() -> None:
+    inner = SlowScripted(ALLOWED_ALWAYS, ALLOWED_ALWAYS)
+    book = GrantBook()
+    service = GrantingApproval(inner, book, scope="arguments")
+    answers = await ask_at_once(service, execution(call_id="c-1"), execution(arguments={"command": "pwd"}, call_id="c-2"))
+    assert answers == {"c-1": "allowed-once", "c-2": "allowed-once"}
+    assert inner.peak == 1 and len(inner.asked) == 2  # one at a time
+    assert sorted(grant.arguments["command"] for grant in book.grants()) == ["ls", "pwd"]  # type: ignore[index]
