@@ -101,6 +101,6 @@ class LineReader:
                 with contextlib.suppress(trio.RunFinishedError):
                     waiter.token.run_sync_soon(waiter.receive, line)
             elif line is not None:
-                logger.info("discarded a line typed while no approval question was waiting")
+                logger.warning("discarded a line typed while no approval question was waiting")
             if line is None:
                 return

@@ -50,6 +50,8 @@ __all__ = [
 
 SHORT_LIMIT: Final = 80
 CARD_LINES: Final = 60
+# Shown under a question that is withdrawn while on screen.
+WITHDRAWN_NOTICE: Final = "\n(question withdrawn: an answer typed now does not count)\n"
 
 logger = logging.getLogger("dsh_plugins.approval")
 
@@ -236,7 +238,11 @@ class TerminalApproval:
     without a question, and so does one cancelled while the answer was being
     typed (the late answer is discarded). When the call's cancel scope fires
     during the question, ``trio.Cancelled`` propagates as trio requires and the
-    call resolves as ``ABORTED_BEFORE_DISPATCH`` at once.
+    call resolves as ``ABORTED_BEFORE_DISPATCH`` at once. A question withdrawn
+    that way, or by an escalation moving on, is followed on screen by
+    :data:`WITHDRAWN_NOTICE`, so nobody answers it believing the answer counts
+    (a line typed then, with no other question shown, is discarded with a
+    warning in the log).
     """
 
     def __init__(
@@ -288,7 +294,24 @@ class TerminalApproval:
         """The line typed in answer to ``question`` (``None``: the input has ended)."""
         if self.prompt is not None:
             return await trio.to_thread.run_sync(self.prompt, question, abandon_on_cancel=True)
-        return await self.lines.next_line(lambda: self.show(question))
+        shown = False
+
+        def show() -> None:
+            nonlocal shown
+            self.show(question)
+            shown = True
+
+        try:
+            return await self.lines.next_line(show)
+        except trio.Cancelled:
+            # Withdrawn (the call was cancelled, or an escalation asked the next step): the question
+            # stays on screen, and a person who answers it now must not think the answer counts.
+            if shown:
+                try:
+                    self.show(WITHDRAWN_NOTICE)
+                except Exception as exc:  # a closed terminal: the cancellation goes on all the same
+                    logger.debug("could not say that an approval question was withdrawn: %s", exc)
+            raise
 
     async def request(self, execution: ToolExecution, reason: str | None) -> str:
         """Ask, and answer ``"allowed-once"``, ``"denied"`` or ``"cancelled"``."""

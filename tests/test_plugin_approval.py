@@ -33,7 +33,7 @@ from dsh_core import (
 from dsh_core.presentation import DiffCallView, FileDiff, GenericCallView, TerminalCallView, printable
 from dsh_core.testing import StaticApproval, json_tool, make_input, make_runtime
 from dsh_plugins import approval as approval_module
-from dsh_plugins.approval import NonInteractiveApproval, TerminalApproval, approval_card, short_call
+from dsh_plugins.approval import WITHDRAWN_NOTICE, NonInteractiveApproval, TerminalApproval, approval_card, short_call
 
 UNREAD = "(current contents not read: a new file, or replaced whole)"
 
@@ -354,10 +354,49 @@ async def test_a_line_typed_after_a_question_expired_does_not_answer_the_next(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ask_within, service, "c2", 5, second)
         await trio.testing.wait_all_tasks_blocked()
-        assert len(shown) == 2 and second == []  # the stale "y" answered nothing
+        assert len(shown) == 3 and second == []  # the stale "y" answered nothing
+        assert shown[1] == WITHDRAWN_NOTICE  # said under the first question when it expired
         typed.type("y\n")  # typed while the second question is on screen: it answers it
     assert second == ["allowed-once"]
     assert len(typed.readers) == 1  # one reader for the stream, however many questions expired
+
+
+async def test_a_question_withdrawn_on_screen_says_so(mock_clock: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """It stayed on screen as if still waiting, and a "y" typed then vanished into an INFO log record."""
+    caplog.set_level(logging.WARNING, logger="dsh_plugins.approval")
+    typed, shown = TypedLines(), list[str]()
+    service = TerminalApproval(show=shown.append, readline=typed.readline)
+    answers: list[str] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask_within, service, "c1", 5, answers)
+        await typed.reader_waits()
+        mock_clock.jump(5)
+    assert answers == [] and shown[-1] == WITHDRAWN_NOTICE and len(shown) == 2
+    typed.type("y\n")
+    await discarded_lines(caplog, 1)  # where a person running the CLI sees it
+    assert all(record.levelno == logging.WARNING for record in caplog.records if "discarded" in record.getMessage())
+    typed.type("y\n")
+    await ask_within(service, "c2", 5, answers)
+    assert answers == ["allowed-once"] and WITHDRAWN_NOTICE not in shown[2:]  # an answered one is not withdrawn
+
+
+async def test_a_terminal_that_cannot_show_the_notice_does_not_hold_the_cancellation(mock_clock: Any) -> None:
+    typed, shown = TypedLines(), list[str]()
+
+    def show(text: str) -> None:
+        if text == WITHDRAWN_NOTICE:
+            raise OSError("the terminal went away")
+        shown.append(text)
+
+    service = TerminalApproval(show=show, readline=typed.readline)
+    answers: list[str] = []
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask_within, service, "c1", 5, answers)
+            await typed.reader_waits()
+            scope.cancel()
+    assert scope.cancelled_caught and answers == [] and len(shown) == 1
+    typed.type("n\n")  # lets the reader thread end with the test
 
 
 async def discarded_lines(caplog: pytest.LogCaptureFixture, count: int) -> None:
