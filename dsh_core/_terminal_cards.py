@@ -8,7 +8,6 @@ truncation stated, so a partial result never looks complete.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
@@ -18,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._content import ContentBlock, TextBlock
+from ._diff_hunks import diff_hunks
 from ._json import thaw
 from ._jsoncodec import dumps_text
 from ._logged_calls import unsettled_note
@@ -46,17 +46,6 @@ def _text(value: str, style: str = "", *, one_line: bool = False) -> Text:
     return Text(printable(value, one_line=one_line), style=style)
 
 
-def _lines(text: str) -> list[str]:
-    """``text`` as lines with their newlines, broken at newlines only.
-
-    ``str.splitlines`` also breaks at ``\\x0c``, ``\\r``, ``\\u2028`` and more: shown
-    as a line break, such a character would split one line of the file in two.
-    """
-    lines = [line + "\n" for line in text.split("\n")]
-    lines[-1] = lines[-1][:-1]
-    return lines if lines[-1] else lines[:-1]
-
-
 def _content_text(content: Sequence[ContentBlock] | None) -> str:
     if not content:
         return ""
@@ -73,15 +62,16 @@ def _raw_input(value: object) -> str:
 def _diff(diffs: Sequence[FileDiff]) -> RenderableType:
     lines = Text()
     for diff in diffs:
-        old = _lines(diff.old_text or "")
-        new = _lines(diff.new_text)
         # Escaped on one line before it goes in the headers: the diff's lines are escaped with
         # their newlines kept, so a newline in a model's path would draw a header or hunk of its own.
         path = printable(diff.path, one_line=True)
         source = UNREAD_OLD_TEXT if diff.old_text is None else f"a/{path}"
-        for line in difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{path}"):
+        hunks = diff_hunks(diff.old_text or "", diff.new_text)  # bounded: the log may hold anything
+        if not hunks:
+            continue  # as unified diff draws a file whose lines did not change: not at all
+        for line in (f"--- {source}", f"+++ b/{path}", *hunks):
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
-            lines.append(printable(line if line.endswith("\n") else line + "\n"), style=style)
+            lines.append(printable(line + "\n"), style=style)
     return lines
 
 

@@ -40,6 +40,7 @@ from cattrs.errors import AttributeValidationNote, ClassValidationError, Forbidd
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._content import ContentBlock, ImageBlock, TextBlock, as_content
+from ._diff_hunks import DIFF_COMPARE_LINES, diff_hunks
 from ._errors import DshError, NonJsonValueError
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ from ._json import FrozenDict, JsonValue, snapshot_json, thaw
 from ._terminal_text import clipped, printable
 
 __all__ = [
+    "DIFF_COMPARE_LINES",
     "UNREAD_OLD_TEXT",
     "DiffCallView",
     "DiffResultView",
@@ -71,6 +73,7 @@ __all__ = [
     "clipped",
     "converter",
     "declared_effects",
+    "diff_hunks",
     "printable",
     "structure_call_view",
     "structure_result_view",

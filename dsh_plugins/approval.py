@@ -14,7 +14,6 @@ Both implement :class:`dsh_core.ApprovalService`: ``request`` returns
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import sys
@@ -33,6 +32,7 @@ from dsh_core.presentation import (
     TerminalCallView,
     clipped,
     declared_effects,
+    diff_hunks,
     printable,
 )
 
@@ -74,36 +74,17 @@ def _lines(text: str) -> list[str]:
     return lines[:-1] if lines[-1] == "" else lines
 
 
-# Past this many lines in all, the card does not compare the two texts line by line: the
-# model chose both, difflib's matcher takes seconds on the event loop for long texts of
-# repeated lines, and the card shows CARD_LINES anyway.
-DIFF_COMPARE_LINES: Final = 2000
-_SIDE_LINES: Final = 25  # of each text, shown when they are not compared
-
-
 def _diff_lines(diff: FileDiff) -> list[str]:
-    """The unified diff of one file change; its header alone, with a note, when no line changed."""
+    """The unified diff of one file change; its header alone, with a note, when no line changed.
+
+    Bounded (:func:`~dsh_core.presentation.diff_hunks`): the model chose both texts,
+    and this runs on the event loop.
+    """
     source = UNREAD_OLD_TEXT if diff.old_text is None else f"a/{diff.path}"
-    header = [f"--- {source}", f"+++ b/{diff.path}"]
-    old = _lines(diff.old_text or "")
-    new = _lines(diff.new_text)
-    if len(old) + len(new) > DIFF_COMPARE_LINES:
-        return [
-            *header,
-            f"@@ -1,{len(old)} +1,{len(new)} @@ too long to compare line by line: the start of each text",
-            *_side("-", old, "removed"),
-            *_side("+", new, "added"),
-        ]
-    lines = list(difflib.unified_diff(old, new, fromfile=source, tofile=f"b/{diff.path}", lineterm=""))
+    hunks = diff_hunks(diff.old_text or "", diff.new_text)
     # Writing an empty file, or the same text, has no diff lines: the card must still say which
     # file, since the question line may have cut the path short.
-    return lines or [*header, "(empty)" if not diff.new_text else "(unchanged)"]
-
-
-def _side(mark: str, lines: list[str], what: str) -> list[str]:
-    shown = [f"{mark}{line}" for line in lines[:_SIDE_LINES]]
-    hidden = len(lines) - _SIDE_LINES
-    return [*shown, f"... {hidden} more {what} line{'s' if hidden != 1 else ''}"] if hidden > 0 else shown
+    return [f"--- {source}", f"+++ b/{diff.path}", *(hunks or ["(empty)" if not diff.new_text else "(unchanged)"])]
 
 
 CallView = GenericCallView | TerminalCallView | DiffCallView

@@ -789,24 +789,47 @@ async def test_texts_too_long_to_compare_show_the_start_of_each_without_difflib(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The model chose both texts: difflib took seconds on the event loop for long ones of repeated lines."""
+    from dsh_core import _diff_hunks
 
     def no_diff(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("difflib compared texts too long to compare")
 
     answers = Answers("n")
     runtime = runtime_with(TerminalApproval(prompt=answers), diff_tool())
-    old = "".join(f"l{n % 150}\n" for n in range(1200))
-    new = "".join(f"l{n % 140}\n" for n in range(1000))
-    monkeypatch.setattr(approval_module.difflib, "unified_diff", no_diff)
+    old = "".join(f"l{n % 150}\n" for n in range(2400))
+    new = "".join(f"l{n % 140}\n" for n in range(2000))
+    monkeypatch.setattr(_diff_hunks.difflib, "unified_diff", no_diff)
     await runtime.execute(make_input("edit", {"path": "big.txt", "old": old, "new": new}, agent=MAIN))
     lines = answers.questions[0].split("\n")
+    # The first 140 lines are the same in both: the changed stretch starts after them.
     assert lines[:3] == [
         "--- a/big.txt",
         "+++ b/big.txt",
-        "@@ -1,1200 +1,1000 @@ too long to compare line by line: the start of each text",
+        "@@ -141,2260 +141,1860 @@ too long to compare line by line: the start of each side",
     ]
-    assert lines[3:5] == ["-l0", "-l1"] and lines[28] == "... 1175 more removed lines"
-    assert lines[29:31] == ["+l0", "+l1"] and lines[54] == "... 975 more added lines"
+    assert lines[3:5] == ["-l140", "-l141"] and lines[28] == "... 2235 more removed lines"
+    assert lines[29:31] == ["+l0", "+l1"] and lines[54] == "... 1835 more added lines"
+
+
+async def test_a_small_edit_of_a_long_file_is_still_diffed_line_by_line() -> None:
+    """Bounding the comparison by the texts' whole length left every edit of a long file undiffed."""
+    answers = Answers("n")
+    runtime = runtime_with(TerminalApproval(prompt=answers), diff_tool())
+    old = "".join(f"line {n}\n" for n in range(5000))
+    new = old.replace("line 2500\n", "changed\n")
+    await runtime.execute(make_input("edit", {"path": "big.txt", "old": old, "new": new}, agent=MAIN))
+    lines = answers.questions[0].split("\n")
+    assert lines[2:11] == [
+        "@@ -2498,7 +2498,7 @@",
+        " line 2497",
+        " line 2498",
+        " line 2499",
+        "-line 2500",
+        "+changed",
+        " line 2501",
+        " line 2502",
+        " line 2503",
+    ]
 
 
 async def test_control_characters_in_a_diff_are_escaped() -> None:

@@ -581,3 +581,61 @@ def test_a_failed_value_check_is_reported_for_its_object_and_stops_there() -> No
     with pytest.raises(PresentationError) as info:
         structure_result_view(data)
     assert info.value.errors == ("ReadFileLine.number must be >= 1, got 0 @ $.lines[0]",)
+
+
+def _apply_hunks(old: list[str], hunks: list[str]) -> list[str]:
+    """``old`` with ``hunks`` applied as ``patch`` would, checking every context and removed line."""
+    import re
+
+    out: list[str] = []
+    position = 0
+    for line in hunks:
+        header = re.fullmatch(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", line)
+        if header:
+            start, length = int(header[1]), int(header[2] or 1)
+            begin = start - 1 if length else start
+            out.extend(old[position:begin])
+            position = begin
+        elif line[0] in " -":
+            assert old[position] == line[1:], (position, line)
+            position += 1
+            if line[0] == " ":
+                out.append(line[1:])
+        else:
+            assert line[0] == "+", line
+            out.append(line[1:])
+    return out + old[position:]
+
+
+lines_of = st.lists(st.sampled_from(["a", "b", "c", "", "a b"]), max_size=40)
+
+
+@given(old=lines_of, edits=st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["x", "a", None])), max_size=6))
+def test_diff_hunks_turn_the_old_text_into_the_new_one(old: list[str], edits: list[tuple[int, str | None]]) -> None:
+    from dsh_core.presentation import diff_hunks
+
+    new = list(old)
+    for at, text in edits:
+        if text is None:
+            if new:
+                del new[at % len(new)]
+        else:
+            new.insert(at % (len(new) + 1), text)
+    old_text, new_text = "".join(f"{line}\n" for line in old), "".join(f"{line}\n" for line in new)
+    hunks = diff_hunks(old_text, new_text, compare_lines=10**6)
+    assert _apply_hunks(old, hunks) == new
+    assert (hunks == []) == (old == new)
+
+
+def test_diff_hunks_bound_only_the_changed_stretch() -> None:
+    from dsh_core.presentation import DIFF_COMPARE_LINES, diff_hunks
+
+    shared = [f"same {n}" for n in range(3 * DIFF_COMPARE_LINES)]
+    old = "\n".join([*shared, *(f"old {n}" for n in range(10)), *shared])
+    new = "\n".join([*shared, *(f"new {n}" for n in range(12)), *shared])
+    hunks = diff_hunks(old, new)
+    assert hunks[0] == f"@@ -{len(shared) - 2},16 +{len(shared) - 2},18 @@"
+    assert _apply_hunks(old.split("\n"), hunks) == new.split("\n")
+    many = "\n".join(f"x{n}" for n in range(DIFF_COMPARE_LINES + 1))
+    assert diff_hunks("", many)[0] == f"@@ -0,0 +1,{DIFF_COMPARE_LINES + 1} @@ too long to compare line by line: the start of each side"
+    assert diff_hunks("", many, side_lines=2)[1:] == ["+x0", "+x1", f"... {DIFF_COMPARE_LINES - 1} more added lines"]

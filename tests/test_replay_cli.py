@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
@@ -258,3 +259,27 @@ def test_a_pending_write_without_a_before_image_reads_as_the_approval_question_p
     lines = _card_lines(rendered(pending))
     assert lines[:3] == [f"--- {UNREAD_OLD_TEXT}", "+++ b/existing_config.toml", "@@ -0,0 +1 @@"]
     assert approval_card(execution, runtime).splitlines()[:2] == lines[:2]
+
+
+def test_a_small_edit_of_a_long_file_is_diffed_with_its_own_line_numbers() -> None:
+    old = "".join(f"line {n}\n" for n in range(20_000))
+    view = DiffResultView(diffs=(FileDiff(path="f.txt", old_text=old, new_text=old.replace("line 15000\n", "x\n")),))
+    lines = _card_lines(rendered(replayed(view)))
+    assert lines[:3] == ["--- a/f.txt", "+++ b/f.txt", "@@ -14998,7 +14998,7 @@"]
+    assert lines[3:11] == [*(f"line {n}" for n in (14997, 14998, 14999)), "-line 15000", "+x",
+                           *(f"line {n}" for n in (15001, 15002, 15003))]  # fmt: skip
+
+
+def test_a_logged_edit_too_long_to_compare_shows_the_start_of_each_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log may hold any texts: difflib on 10 000 lines of repeated text took seconds per card."""
+    from dsh_core import _diff_hunks
+
+    def no_diff(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("difflib compared texts too long to compare")
+
+    monkeypatch.setattr(_diff_hunks.difflib, "unified_diff", no_diff)
+    old = "".join(f"a{n % 150}\n" for n in range(10_000))
+    new = "".join(f"a{n * 7 % 150}\n" for n in range(10_000))
+    lines = _card_lines(rendered(replayed(DiffResultView(diffs=(FileDiff(path="f.txt", old_text=old, new_text=new),)))))
+    assert lines[2] == "@@ -2,9999 +2,9999 @@ too long to compare line by line: the start of each side"
+    assert lines[3] == "-a1" and "... 9974 more removed lines" in lines and "... 9974 more added lines" in lines
