@@ -88,13 +88,15 @@ def format_ms(ms: float) -> str:
     """``5`` and ``5.0`` as ``5``, ``2.5`` as ``2.5`` (the way a budget reads in messages)."""
     if type(ms) is int and ms.bit_length() > 64:
         # Beyond a float's range (and, past 4300 digits, beyond what str() will print).
-        return f"about 2**{ms.bit_length() - 1}"
+        return f"about {'-' if ms < 0 else ''}2**{ms.bit_length() - 1}"
     return str(int(ms)) if float(ms).is_integer() else repr(float(ms))
 
 
 def _check_budget(ms: float, what: str) -> str | None:
     if type(ms) not in (int, float) or not (ms > 0 if type(ms) is int else math.isfinite(ms) and ms > 0):
-        return f"{what} must be a positive finite number of milliseconds, got {ms!r}"
+        # A number shown as budgets are everywhere (5.0 as 5): the table's -1 arrives here as -1.0.
+        shown = format_ms(ms) if type(ms) is int or (type(ms) is float and math.isfinite(ms)) else repr(ms)
+        return f"{what} must be a positive finite number of milliseconds, got {shown}"
     if ms > MAX_TIMEOUT_MS:
         given = f"{what} = {format_ms(ms)} ms" if what else f"{format_ms(ms)} ms"
         return (

@@ -96,7 +96,7 @@ def test_other_plugin_tables_report_every_bad_key_at_once() -> None:
         "[plugins.undo].max_entries: must be an integer from 1 to 100000, got 0",
     )
     assert _violations(timeout, {"default_ms": 0}) == (
-        "[plugins.timeout].default_ms: must be a positive finite number of milliseconds, got 0.0",
+        "[plugins.timeout].default_ms: must be a positive finite number of milliseconds, got 0",
     )
 
 

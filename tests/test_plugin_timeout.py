@@ -555,3 +555,25 @@ async def test_the_run_codes_own_deadline_aborts_the_sub_call_in_flight(autojump
     assert result.error.message == "tool call timed out after 5000ms"
     assert seen == ["ABORTED"]  # the sub-call was stopped by the run's end, not by a budget of its own
     assert trio.current_time() == pytest.approx(5)
+
+
+@pytest.mark.parametrize(
+    ("written", "shown"),
+    [("-1", "got -1"), ("-2.5", "got -2.5"), ("0", "got 0"), ("-1e400", "got -inf"), ("nan", "got nan")],
+)
+def test_a_bad_default_is_quoted_as_written(written: str, shown: str) -> None:
+    """The table's ``-1`` reached the check as ``-1.0``, and the message quoted a number the file does not hold."""
+    import tomllib
+
+    from dsh_core import ConfigError, structure_table
+    from dsh_plugins.timeout import TimeoutSettings
+
+    with pytest.raises(ConfigError) as caught:
+        structure_table(TimeoutSettings, tomllib.loads(f"default_ms = {written}"), "[plugins.timeout]")
+    assert str(caught.value).endswith(shown), caught.value
+
+
+def test_a_huge_negative_budget_keeps_its_sign() -> None:
+    from dsh_plugins.timeout import format_ms
+
+    assert format_ms(-(10**400)) == "about -2**1328" and format_ms(10**400) == "about 2**1328"
