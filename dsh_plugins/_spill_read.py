@@ -131,6 +131,7 @@ def read_spilled(
     path: str,
     *,
     start_line: int = 1,
+    start_column: int = 1,
     max_lines: int = DEFAULT_MAX_LINES,
     contains: str | None = None,
     budget: int,
@@ -139,11 +140,15 @@ def read_spilled(
 ) -> dict[str, Any]:
     """One window of a spilled output in ``directory`` (``None``: none made yet): numbered lines from ``start_line``.
 
-    With ``contains``, only the lines that contain it.
+    With ``contains``, only the lines that contain it. ``start_column`` (1-based,
+    in characters) is where the text of ``start_line`` starts; such a line has
+    its ``column`` in the window.
 
     At most ``max_lines`` lines and about ``budget`` UTF-8 bytes of line text;
     a single line longer than the budget is cut (``cut_lines`` lists it).
-    ``next_line`` is where the next window starts (``None`` at the end).
+    ``next_line`` is where the next window starts (``None`` at the end), and
+    ``next_column`` the character of that line, when the window ends inside a
+    line it cut (not in a search: there the next window starts at the next line).
     ``line_counts`` caches each file's line count between calls. With
     ``as_value``, lines are sized as the window's JSON shows them (escapes
     included), and its path is taken out of the budget: a program gets the
@@ -151,6 +156,8 @@ def read_spilled(
     """
     if start_line < 1:
         raise SpillReadError(f"start_line must be at least 1, got {start_line}")
+    if start_column < 1:
+        raise SpillReadError(f"start_column must be at least 1, got {start_column}")
     if max_lines < 1:
         raise SpillReadError(f"max_lines must be at least 1, got {max_lines}")
     if contains == "":
@@ -162,6 +169,7 @@ def read_spilled(
     cut_lines: list[int] = []
     used = 0
     next_line: int | None = None
+    next_column: int | None = None
     total = 0
     with _open(file_path) as file:
         status = os.fstat(file.fileno())
@@ -183,6 +191,13 @@ def read_spilled(
                 # Not what the store writes, but the directory may hold a file from elsewhere
                 # (a configured, shared one): shown with U+FFFD, not failing the window.
                 text = raw.decode("utf-8", errors="replace").rstrip("\n")
+            column = 1
+            if number == start_line and start_column > 1:
+                if start_column > len(text) + 1:
+                    raise SpillReadError(
+                        f"start_column {start_column} is past the end of line {number}: it has {len(text)} characters"
+                    )
+                column, text = start_column, text[start_column - 1 :]
             if contains is not None and contains not in text:
                 continue
             if as_value:
@@ -205,7 +220,13 @@ def read_spilled(
                 text = _cut(text, max(budget - room, 0))  # escapes may still take more: _fit measures
                 cut_lines.append(number)
                 size = budget
-            lines.append({"number": number, "text": text})
+                if contains is None:
+                    # The rest of the line comes next: a long line is read in windows too.
+                    next_line, next_column = number, column + len(text)
+            line: dict[str, Any] = {"number": number, "text": text}
+            if column > 1:
+                line["column"] = column
+            lines.append(line)
             used += size
     if known is not None:
         total = known
@@ -218,6 +239,7 @@ def read_spilled(
         "total_lines": total,
         "lines": lines,
         "next_line": next_line,
+        "next_column": next_column,
         "cut_lines": cut_lines,
     }
 
@@ -263,10 +285,14 @@ def _window_text(args: Any, value: Any, shown: str) -> str:
         return f"[no lines{where} from line {args.get('start_line', 1)} of {total}]"
     body = "\n".join(f"{line['number']:>6}\t{line['text']}" for line in lines)
     span = f"lines {lines[0]['number']}-{lines[-1]['number']} of {total}"
+    if "column" in lines[0]:
+        span += f" (line {lines[0]['number']} from column {lines[0]['column']})"
     if searched:
         span = f"{len(lines)} line(s) containing {shown}, {span}"
     notes = []
-    if value["next_line"] is not None:
+    if value["next_column"] is not None:
+        notes.append(f"more from start_line={value['next_line']}, start_column={value['next_column']}")
+    elif value["next_line"] is not None:
         notes.append(f"more from start_line={value['next_line']}")
     if value["cut_lines"]:
         notes.append(f"cut to fit: line(s) {', '.join(map(str, value['cut_lines']))}")
@@ -298,6 +324,7 @@ def _fit(args: Any, value: dict[str, Any], cap: int, *, as_value: bool = False) 
     while len(lines) > 1 and _rendered_size(args, value, as_value) > cap:
         dropped = lines.pop()["number"]
         value["next_line"] = dropped
+        value["next_column"] = None  # only a line the window begins can start past column 1
         if dropped in value["cut_lines"]:
             value["cut_lines"].remove(dropped)
     excess = _rendered_size(args, value, as_value) - cap
@@ -307,10 +334,19 @@ def _fit(args: Any, value: dict[str, Any], cap: int, *, as_value: bool = False) 
         line["text"] = _cut(line["text"], max(_encoded_size(line["text"]) - excess, 0))
         if line["number"] not in value["cut_lines"]:
             value["cut_lines"].append(line["number"])
+        _continue_after(args, value, line)
         excess = _rendered_size(args, value, as_value) - cap
-        if excess > 0:  # the note about the cut line took room too
+        if excess > 0:  # the notes about the cut line took room too
             line["text"] = _cut(line["text"], max(_encoded_size(line["text"]) - excess, 0))
+            _continue_after(args, value, line)
     return value
+
+
+def _continue_after(args: Any, value: dict[str, Any], line: dict[str, Any]) -> None:
+    """Have the next window start where ``line``, cut, now ends (a search goes on at the next line)."""
+    if args.get("contains") is None:
+        value["next_line"] = line["number"]
+        value["next_column"] = line.get("column", 1) + len(line["text"])
 
 
 def read_tool(directory: Callable[[], str | None], max_inline_bytes: int) -> ToolDefinition:
@@ -330,6 +366,7 @@ def read_tool(directory: Callable[[], str | None], max_inline_bytes: int) -> Too
                 directory(),
                 args["path"],
                 start_line=args.get("start_line", 1),
+                start_column=args.get("start_column", 1),
                 max_lines=args.get("max_lines", DEFAULT_MAX_LINES),
                 contains=args.get("contains"),
                 budget=budget,
@@ -345,11 +382,16 @@ def read_tool(directory: Callable[[], str | None], max_inline_bytes: int) -> Too
             "Read an output that was too large to show and was saved to a file (the notice in its place names "
             "the file). Returns numbered lines from `start_line` (1-based, default 1), at most `max_lines` "
             f"(default {DEFAULT_MAX_LINES}); with `contains`, only the lines that contain that text. When more "
-            "follows, the answer says which start_line to continue from."
+            "follows, the answer says which start_line (and, inside a line too long for one answer, which "
+            "start_column) to continue from."
         ),
         parameters={
             "path": {"type": "string", "required": True, "description": "The saved file, as the notice names it."},
             "start_line": {"type": "integer", "description": "First line to read, 1-based (default 1)."},
+            "start_column": {
+                "type": "integer",
+                "description": "Character of start_line to start from, 1-based (default 1): to read on in a long line.",
+            },
             "max_lines": {"type": "integer", "description": f"At most this many lines (default {DEFAULT_MAX_LINES})."},
             "contains": {"type": "string", "description": "Only lines containing this text (plain text, not a regex)."},
         },
@@ -368,11 +410,13 @@ def read_tool(directory: Callable[[], str | None], max_inline_bytes: int) -> Too
                             "additionalProperties": False,
                             "properties": {
                                 "number": {"type": "integer", "required": True},
+                                "column": {"type": "integer"},
                                 "text": {"type": "string", "required": True},
                             },
                         },
                     },
                     "next_line": {"oneOf": [{"type": "integer"}, {"type": "null"}], "required": True},
+                    "next_column": {"oneOf": [{"type": "integer"}, {"type": "null"}], "required": True},
                     "cut_lines": {"type": "array", "required": True, "items": {"type": "integer"}},
                 },
             },

@@ -67,8 +67,11 @@ to its end in its thread, then the file is removed.
 ``read_spilled_output`` and the notice names it: the model reads a spilled
 output in windows of numbered lines (``start_line``, ``max_lines``) or only the
 lines containing a text (``contains``), from files directly inside the spill
-directory only. Its answers fit the same ``max_inline_bytes`` (a line too long
-for it is cut and listed in ``cut_lines``) and are never spilled themselves.
+directory only. Its answers fit the same ``max_inline_bytes`` and are never
+spilled themselves: a line too long for one answer is cut (listed in
+``cut_lines``), and the answer's ``next_line`` and ``next_column`` say where the
+next window reads on inside it (``start_column``); a search goes on at the next
+line instead.
 Called from a ``run_code`` program, it sizes its window so that the value fits
 too when the program returns it (``run_code`` shows it as indented JSON, larger
 than the text rendering): following the notice in Code Mode ends.

@@ -99,7 +99,43 @@ async def test_a_line_longer_than_the_budget_is_cut_and_reported(tmp_path: Path)
     assert result.value["lines"][0]["text"] == "x" * len(result.value["lines"][0]["text"])
     assert len(only_text(result).encode()) <= CAP
     assert "cut to fit: line(s) 1" in only_text(result)
-    assert result.value["next_line"] == 2
+    # The window ends inside the line: the next one reads on from there, not from line 2.
+    shown = len(result.value["lines"][0]["text"])
+    assert (result.value["next_line"], result.value["next_column"]) == (1, shown + 1)
+    assert f"more from start_line=1, start_column={shown + 1}" in only_text(result)
+    pieces, start, column = [], 1, 1
+    while start == 1:
+        answer = expect_success(await read(runtime, path=path, start_line=start, start_column=column))
+        assert len(only_text(answer).encode()) <= CAP
+        window = answer.value
+        assert window["lines"][0].get("column", 1) == column
+        pieces.append(window["lines"][0]["text"])
+        start, column = window["next_line"], window["next_column"]
+    assert "".join(pieces) == "x" * 5000 and len(pieces) > 2
+    assert window["lines"][-1]["text"] == "short" or (start, column) == (2, None)
+
+
+async def test_a_search_goes_on_at_the_next_line_after_a_cut_one(tmp_path: Path) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", "x" * 5000 + "needle\nneedle too\n"))
+    path = await spilled(runtime)
+    value = expect_success(await read(runtime, path=path, contains="needle", max_lines=1)).value
+    assert value["cut_lines"] == (1,) and value["lines"][0]["text"].endswith("needle")
+    assert (value["next_line"], value["next_column"]) == (2, None)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"start_column": 0}, "start_column must be at least 1, got 0"),
+        ({"start_line": 2, "start_column": 7}, "start_column 7 is past the end of line 2: it has 5 characters"),
+    ],
+)
+async def test_a_start_column_outside_its_line_is_refused(tmp_path: Path, arguments: Any, message: str) -> None:
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG.replace("line 00002 of a long result", "short")))
+    path = await spilled(runtime)
+    failure = await read(runtime, path=path, **arguments)
+    assert failure.is_error and message in failure.error.message  # type: ignore[union-attr]
+    assert not (await read(runtime, path=path, start_line=2, start_column=6)).is_error  # just past its end: empty
 
 
 @pytest.mark.parametrize(
@@ -272,13 +308,16 @@ async def test_every_window_fits_a_small_cap_and_together_they_read_everything(t
     runtime = with_spill(tmp_path / "spill", text_tool("dump", long_lines), cap=cap)
     path = await spilled(runtime)
     start: int | None = 1
-    seen: list[int] = []
+    column: int | None = None
+    read_back: dict[int, str] = {}
     while start is not None:
-        result = expect_success(await read(runtime, path=path, start_line=start))
+        result = expect_success(await read(runtime, path=path, start_line=start, start_column=column or 1))
         assert len(only_text(result).encode()) <= cap
-        seen.extend(line["number"] for line in result.value["lines"])
-        start = result.value["next_line"]
-    assert seen == list(range(1, 60))
+        for line in result.value["lines"]:
+            assert line.get("column", 1) == len(read_back.get(line["number"], "")) + 1
+            read_back[line["number"]] = read_back.get(line["number"], "") + line["text"]
+        start, column = result.value["next_line"], result.value["next_column"]
+    assert "".join(f"{read_back[n]}\n" for n in sorted(read_back)) == long_lines  # every line, whole
 
 
 async def test_the_policy_never_spills_its_readers_answers(tmp_path: Path) -> None:
@@ -350,20 +389,20 @@ async def test_a_window_a_program_returns_fits_the_cap_so_following_the_notice_e
     files = sorted(os.listdir(tmp_path / "spill"))
 
     saved = Path(path).read_text().split("\n")[:-1]
-    seen: list[int] = []
+    read_back: dict[int, str] = {}
     start: int | None = 1
+    column: int | None = None
     while start is not None:
-        reads.append({"path": path, "start_line": start})
+        reads.append({"path": path, "start_line": start, "start_column": column or 1})
         answer = await run_code(runtime, f"r{len(reads)}")
         assert len(answer.encode()) <= cap and "saved at" not in answer
         window = json.loads(answer)
         for line in window["lines"]:
-            whole = saved[line["number"] - 1]
-            # A line longer than a window is cut (and listed): a prefix of it then.
-            assert line["text"] == whole or (line["number"] in window["cut_lines"] and whole.startswith(line["text"]))
-            seen.append(line["number"])
-        start = window["next_line"]
-    assert seen == list(range(1, len(saved) + 1))
+            # A line longer than a window is cut (and listed), and read on from where it was cut.
+            assert line.get("column", 1) == len(read_back.get(line["number"], "")) + 1
+            read_back[line["number"]] = read_back.get(line["number"], "") + line["text"]
+        start, column = window["next_line"], window["next_column"]
+    assert [read_back[n] for n in sorted(read_back)] == saved
     assert sorted(os.listdir(tmp_path / "spill")) == files  # no window was spilled again
 
 
