@@ -980,8 +980,9 @@ async def _dispatch_retrying(
         if not result.is_error:
             return result
         error: BaseException | None = call.body_error
-        if budget is not None and budget.cancelled and not fused.cancelled and error is None:
-            # The attempt's own budget stopped it (the body was cancelled, or gave up when told to).
+        if budget is not None and budget.cancelled and not fused.cancelled and error is None and _cut_short(result):
+            # The attempt's own budget stopped the body. (One that returned, however late, has
+            # done its work: its outcome stands, an output-contract failure included.)
             error = AttemptTimedOut(f"the attempt ran past its {policy.attempt_timeout_s:g} s budget")
             result = failure_from_exception(error, default_code=ErrorCode.TOOL_TIMEOUT)
         if error is None or fused.cancelled or not policy.retries(error):
@@ -1002,6 +1003,10 @@ async def _dispatch_retrying(
             )
         pause = policy.pause_before(attempt + 1, error)
         if pause is None:
+            return _failed_after(result, attempt)
+        if trio.current_time() + pause >= fused.deadline:
+            # The call's own deadline (a timeout policy's) would cut the pause: the model gets
+            # this failure now, not a timeout in place of it once the deadline passes.
             return _failed_after(result, attempt)
         info = result.error.info if isinstance(result, ToolExecutionFailure) else None
         record = RetryAttempt(
@@ -1025,6 +1030,15 @@ async def _dispatch_retrying(
         if pause_scope.cancelled_caught or fused.cancelled:
             return aborted_result(body_invoked=True)
         attempt += 1
+
+
+def _cut_short(result: ToolExecutionResult) -> bool:
+    """Whether ``result`` is the abort of a body a cancellation stopped (not a failure the body came to)."""
+    return (
+        isinstance(result, ToolExecutionFailure)
+        and result.error.info is not None
+        and result.error.info.code == ErrorCode.ABORTED.value
+    )
 
 
 def _still_running(runtime: ToolRuntime, execution: ToolExecution) -> bool:

@@ -5,7 +5,8 @@ A retry belongs to the body, not to the execute waterfall: a wrapper's
 is how a per-attempt budget would silently stop applying). So a tool declares
 ``retry=RetryPolicy(...)`` and the runtime re-runs the body alone, inside
 whatever the wrappers installed: an outer timeout bounds every attempt and
-every pause together, and a cancelled caller stops the retrying at once.
+every pause together (a pause it would cut is not begun: the failure stands
+at once), and a cancelled caller stops the retrying at once.
 
 Only failures the policy names are retried (``retry_on``; by default
 :class:`TransientToolError`, ``ConnectionError`` and ``TimeoutError``), and a
@@ -14,7 +15,8 @@ same wrong value. Retrying re-runs side effects, so declare it on tools whose
 effects allow it (read-only, idempotent, or a body that raises
 :class:`TransientToolError` only when nothing happened).
 
-A body that returns a success ends the retrying with it, even when the
+A body that returns ends the retrying (with a success, or with a value its
+output contract refuses), even when the
 attempt's own budget (``attempt_timeout_s``) ran out before it returned (a
 shielded critical section, blocking work with no checkpoint): the budget is
 there to cut short an attempt that hangs, and one that finished has done its

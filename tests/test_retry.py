@@ -429,6 +429,31 @@ async def test_an_attempt_that_succeeds_past_its_budget_stands_and_is_not_run_ag
     assert body.charged == [pytest.approx(2)]  # the side effect happened once
 
 
+async def test_an_attempt_that_returns_a_bad_value_past_its_budget_is_not_run_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """It was taken for a timed-out attempt: the charge ran three times, and the call ended TOOL_TIMEOUT."""
+    body = Charge(2)
+    policy = RetryPolicy(max_attempts=3, initial_delay_s=0.1, jitter=0, attempt_timeout_s=1)
+    runtime = make_runtime(json_tool("pay", body, output={"type": "string"}, retry=policy))
+    result = expect_failure(await runtime.execute(make_input("pay")))
+    assert result.code == ErrorCode.INVALID_TOOL_OUTPUT
+    assert body.charged == [pytest.approx(2)]  # the body returned: its work was done, once
+
+
+async def test_a_pause_the_calls_deadline_would_cut_ends_in_the_bodys_failure_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Slept anyway, the pause ran into the timeout, and the model got TOOL_TIMEOUT in place of the real error."""
+    body = Flaky(TransientToolError("rate limited: retry in 20 s", retry_after_s=20))
+    policy = RetryPolicy(max_attempts=3, max_delay_s=30, jitter=0)
+    runtime = make_runtime(json_tool("api", body, retry=policy, timeout_ms=10_000))
+    timeout.dsh_setup(runtime, {})
+    result = expect_failure(await runtime.execute(make_input("api")))
+    assert result.code == ErrorCode.TOOL_ERROR and result.error.message == "rate limited: retry in 20 s"
+    assert trio.current_time() == pytest.approx(0) and len(body.started) == 1
+
+
 async def test_an_attempt_that_blocks_past_its_budget_and_succeeds_is_not_run_again(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -504,8 +529,21 @@ async def test_the_timeout_plugin_budget_covers_every_attempt_and_pause(
     runtime = make_runtime(json_tool("fetch", body, retry=policy, timeout_ms=3500))
     timeout.dsh_setup(runtime, {})
     result = expect_failure(await runtime.execute(make_input("fetch")))
+    assert len(body.started) == 4  # at 0, 1, 2 and 3 s
+    # The pause after the fourth would run into the deadline (3.5 s): its failure ends the call then.
+    assert result.error.message == "busy (after 4 attempts)"
+    assert trio.current_time() - body.started[0] == pytest.approx(3)
+
+
+async def test_the_timeout_plugin_cuts_an_attempt_that_outlasts_the_calls_budget(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    body = Flaky(TransientToolError("busy"), HANG)
+    policy = RetryPolicy(max_attempts=10, initial_delay_s=1, multiplier=1, jitter=0)
+    runtime = make_runtime(json_tool("fetch", body, retry=policy, timeout_ms=3500))
+    timeout.dsh_setup(runtime, {})
+    result = expect_failure(await runtime.execute(make_input("fetch")))
     assert result.code == ErrorCode.TOOL_TIMEOUT
-    assert len(body.started) == 4  # at 0, 1, 2 and 3 s; the pause after the fourth ran into the deadline
     assert trio.current_time() - body.started[0] == pytest.approx(3.5)
 
 
