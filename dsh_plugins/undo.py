@@ -175,29 +175,29 @@ class UndoLog:
 
         Raises:
             ValueError: ``count`` is not a positive integer.
+            TypeError: ``where`` is an async function (its answer would be a coroutine,
+                true for every entry: everything would be undone).
         """
         if type(count) is not int or count < 1:
             raise ValueError(f"count must be a positive integer, got {count!r}")
         async with self._undoing:
-            chosen = [entry for entry in reversed(self._entries) if where is None or where(entry)][:count]
+            chosen = [entry for entry in reversed(self._entries) if where is None or _accepts(where, entry)][:count]
             return await self._revert(chosen, keep_going)
 
     async def undo_to(self, call_id: str, *, keep_going: bool = False) -> list[UndoOutcome]:
         """Undo the call ``call_id`` and everything recorded after it, newest first.
 
         ``call_id`` may also be a ``run_code`` call's id: its undoable sub-calls,
-        and everything after the first of them, are undone. ``keep_going`` as
-        for :meth:`undo`.
+        and everything after the first of them, are undone. An id used more than
+        once (providers may reuse ids across turns) means its newest use, a plain
+        call or a ``run_code`` run. ``keep_going`` as for :meth:`undo`.
 
         Raises:
             LookupError: no undoable call has that id (never recorded, already undone, or forgotten).
         """
         async with self._undoing:
             entries = list(self._entries)
-            # The newest call with that id (a provider may reuse ids across turns); else the first sub-call of it.
-            start = next((i for i in range(len(entries) - 1, -1, -1) if entries[i].call_id == call_id), None)
-            if start is None:
-                start = next((i for i, entry in enumerate(entries) if entry.root_call_id == call_id), None)
+            start = _newest_call(entries, call_id)
             if start is not None:
                 return await self._revert(list(reversed(entries[start:])), keep_going)
         raise LookupError(f"no undoable call {call_id!r} (it failed, was undone, or was forgotten)")
@@ -240,6 +240,49 @@ class UndoLog:
             data["error"] = error
         # A broken sink is logged and ignored: the revert happened (or failed) either way.
         self.runtime.send_event(event_type, data)
+
+
+def _accepts(where: Callable[[UndoEntry], bool], entry: UndoEntry) -> bool:
+    verdict = where(entry)
+    if inspect.isawaitable(verdict):
+        if inspect.iscoroutine(verdict):
+            verdict.close()  # never awaited, and said so here rather than by a RuntimeWarning
+        raise TypeError("undo(where=...) takes a plain function returning a bool, not an async one")
+    return bool(verdict)
+
+
+def _newest_call(entries: list[UndoEntry], call_id: str) -> int | None:
+    """Where undoing ``call_id`` starts: its newest entry, or the first sub-call of its newest ``run_code`` run.
+
+    A provider may reuse ids across turns, so the newest use is meant, whichever
+    kind it was. A run's sub-calls are numbered from 1 (``<id>:code:<n>``): going
+    back from its newest, the run's own have ever smaller numbers, and an earlier
+    run with the same id starts over.
+    """
+    for newest in range(len(entries) - 1, -1, -1):
+        entry = entries[newest]
+        if entry.call_id == call_id:
+            return newest
+        if entry.root_call_id == call_id:
+            break
+    else:
+        return None
+    start, number = newest, _sub_call_number(entries[newest].call_id, call_id)
+    for earlier in range(newest - 1, -1, -1):
+        entry = entries[earlier]
+        if entry.root_call_id != call_id:
+            continue  # another call, recorded while the run went on: undone too, as it came after
+        before = _sub_call_number(entry.call_id, call_id)
+        if number is None or before is None or before >= number:
+            break  # an earlier run with this id
+        start, number = earlier, before
+    return start
+
+
+def _sub_call_number(call_id: str, root: str) -> int | None:
+    prefix = f"{root}:code:"
+    number = call_id[len(prefix) :] if call_id.startswith(prefix) else ""
+    return int(number) if number.isdecimal() and number.isascii() else None
 
 
 @hookimpl

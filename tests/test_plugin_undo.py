@@ -375,6 +375,88 @@ async def test_code_mode_sub_calls_are_undoable() -> None:
     assert state == []
 
 
+def reused_id_runtime(state: list[str], items: list[str]) -> tuple[ToolRuntime, UndoLog]:
+    """A runtime whose run_code programs each add the next two of ``items``."""
+    supply = iter(items)
+
+    async def program(tools: Any) -> None:
+        await tools["add"]({"item": next(supply)})
+        await tools["add"]({"item": next(supply)})
+
+    runtime = ToolRuntime(mode="both", code_runtime=FakeCodeRuntime(program))
+    runtime.register(counter_tool("add", state))
+    log = UndoLog(runtime)
+    runtime.plugins.register(log)
+    return runtime, log
+
+
+def run_code_call(call_id: str) -> Any:
+    return make_input("run_code", {"code": "...", "description": "d"}, call_id=call_id)
+
+
+async def test_undo_to_a_reused_run_code_id_means_its_newest_run() -> None:
+    """It started at the first run with that id: everything since that first turn was undone."""
+    state: list[str] = []
+    runtime, log = reused_id_runtime(state, ["p", "q", "r", "s"])
+    expect_success(await runtime.execute(run_code_call("call_1")))
+    expect_success(await runtime.execute(make_input("add", {"item": "x"}, call_id="call_2")))
+    expect_success(await runtime.execute(run_code_call("call_1")))  # a provider reusing the id
+    outcomes = await log.undo_to("call_1")
+    assert [outcome.call_id for outcome in outcomes] == ["call_1:code:2", "call_1:code:1"]
+    assert state == ["p", "q", "x"]
+
+
+async def test_undo_to_an_id_reused_by_a_plain_call_and_a_later_run_means_the_run() -> None:
+    state: list[str] = []
+    runtime, log = reused_id_runtime(state, ["r", "s"])
+    expect_success(await runtime.execute(make_input("add", {"item": "p"}, call_id="call_1")))
+    expect_success(await runtime.execute(make_input("add", {"item": "x"}, call_id="call_2")))
+    expect_success(await runtime.execute(run_code_call("call_1")))
+    await log.undo_to("call_1")
+    assert state == ["p", "x"]
+    await log.undo_to("call_1")  # now the plain call is the newest with that id: it and what came after
+    assert state == []
+
+
+async def test_undo_to_a_run_takes_the_calls_recorded_between_its_sub_calls_too() -> None:
+    state: list[str] = []
+
+    async def program(tools: Any) -> None:
+        await tools["add"]({"item": "p"})
+        await tools["elsewhere"]({})
+        await tools["add"]({"item": "q"})
+
+    async def elsewhere(args: Any) -> str:
+        # Another call committed while the program runs (a parallel turn, another agent).
+        expect_success(await runtime.execute(make_input("add", {"item": "between"}, call_id="other")))
+        return "ok"
+
+    runtime = ToolRuntime(mode="both", code_runtime=FakeCodeRuntime(program))
+    runtime.register(counter_tool("add", state))
+    runtime.register(json_tool("elsewhere", elsewhere))
+    log = UndoLog(runtime)
+    runtime.plugins.register(log)
+    expect_success(await runtime.execute(run_code_call("run")))
+    assert state == ["p", "between", "q"]
+    outcomes = await log.undo_to("run")
+    assert [outcome.call_id for outcome in outcomes] == ["run:code:3", "other", "run:code:1"]
+    assert state == []
+
+
+async def test_an_async_where_is_refused_instead_of_selecting_everything() -> None:
+    state: list[str] = []
+    runtime, log, _ = with_undo(counter_tool("add", state))
+    for item in "abc":
+        await runtime.execute(make_input("add", {"item": item}))
+
+    async def only_b(entry: Any) -> bool:
+        return bool(entry.value == "b")
+
+    with pytest.raises(TypeError, match="plain function returning a bool, not an async one"):
+        await log.undo(3, where=only_b)  # type: ignore[arg-type]
+    assert state == ["a", "b", "c"] and len(log.entries()) == 3
+
+
 async def test_a_revert_receives_structured_arguments_for_an_attrs_parameter_class() -> None:
     @attrs.define
     class Params:
