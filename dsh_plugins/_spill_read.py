@@ -365,9 +365,10 @@ def read_tool(directory: Callable[[], str | None], max_inline_bytes: int) -> Too
             lambda: read_spilled(
                 directory(),
                 args["path"],
-                start_line=args.get("start_line", 1),
-                start_column=args.get("start_column", 1),
-                max_lines=args.get("max_lines", DEFAULT_MAX_LINES),
+                # The schema's integer admits 2.0, which no slice takes.
+                start_line=int(args.get("start_line", 1)),
+                start_column=int(args.get("start_column", 1)),
+                max_lines=int(args.get("max_lines", DEFAULT_MAX_LINES)),
                 contains=args.get("contains"),
                 budget=budget,
                 line_counts=line_counts,

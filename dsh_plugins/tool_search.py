@@ -288,7 +288,7 @@ def search_tool(
         asked = args.get("limit", max_results)
         if asked < 1:
             raise DshError(f"limit must be at least 1, got {asked}", code=ErrorCode.INVALID_ARGS)
-        limit = min(asked, max_results)
+        limit = min(int(asked), max_results)  # the schema's integer admits 2.0
         matches = rank_tools(query, searchable, limit)
         to_load = [match.tool.name for match in matches if match.tool.name in waiting]
         sets.load(to_load, agent)

@@ -115,6 +115,15 @@ async def test_a_line_longer_than_the_budget_is_cut_and_reported(tmp_path: Path)
     assert window["lines"][-1]["text"] == "short" or (start, column) == (2, None)
 
 
+async def test_integral_floats_are_taken_as_the_integers_they_are(tmp_path: Path) -> None:
+    """The schema's integer admits 2.0, which no slice takes."""
+    runtime = with_spill(tmp_path / "spill", text_tool("dump", BIG))
+    path = await spilled(runtime)
+    value = expect_success(await read(runtime, path=path, start_line=2.0, start_column=3.0, max_lines=2.0)).value
+    assert value["lines"] == ({"number": 2, "column": 3, "text": "ne 00002 of a long result"},
+                              {"number": 3, "text": "line 00003 of a long result"})  # fmt: skip
+
+
 async def test_a_search_goes_on_at_the_next_line_after_a_cut_one(tmp_path: Path) -> None:
     runtime = with_spill(tmp_path / "spill", text_tool("dump", "x" * 5000 + "needle\nneedle too\n"))
     path = await spilled(runtime)

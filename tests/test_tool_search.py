@@ -267,6 +267,16 @@ async def test_limit_is_capped_by_max_results() -> None:
     assert len(result.value["tools"]) == 1
 
 
+@pytest.mark.parametrize("limit", [1.0, 1e300])
+async def test_an_integral_float_limit_is_the_integer_it_is(limit: float) -> None:
+    """The schema's integer takes 1.0, which then failed as a slice index (an internal TypeError)."""
+    runtime = make_runtime(*tools_for_search())
+    runtime.register(search_tool(runtime))
+    result = await runtime.execute(make_input(DEFAULT_NAME, {"query": "create", "limit": limit}))
+    assert not result.is_error, result
+    assert len(result.value["tools"]) == (1 if limit == 1 else 2)
+
+
 @pytest.mark.parametrize("limit", [0, -3])
 async def test_a_limit_below_one_is_the_models_mistake_and_says_so(limit: int) -> None:
     runtime = make_runtime(*tools_for_search())
