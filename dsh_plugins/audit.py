@@ -26,7 +26,9 @@ time spent waiting for an approval never counts as tool time.
 
 When a policy rewrote the call's arguments (``Rewrite``), ``arguments`` are
 the ones that ran and a ``"rewrites"`` list records each change as
-``{"by", "reason", "from", "to"}``, so the line also shows what the model asked for.
+``{"by", "reason", "from", "to"}``, so the line also shows what the model asked for
+(a ``from`` or ``to`` nested deeper than ``MAX_DEPTH`` is ``null``, with a
+``from_omitted`` or ``to_omitted`` note, as such arguments are).
 
 A call the host's own trio cancel scope cuts short (a turn deadline, Ctrl-C
 handling) has no result: ``trio.Cancelled`` leaves ``execute`` and
@@ -122,7 +124,7 @@ def audit_record(
     info = result.error.info if result.is_error and result.error is not None else None
     # A policy's Rewrite: the audit shows what the model asked for, not only what ran.
     rewrites = [
-        context.meta["rewrite"]
+        _bounded_rewrite(context.meta["rewrite"])
         for context in result.additional_contexts
         if isinstance(context.meta, Mapping) and "rewrite" in context.meta
     ]
@@ -136,6 +138,24 @@ def audit_record(
         duration_ms,
         {"rewrites": rewrites} if rewrites else None,
     )
+
+
+def _bounded_rewrite(note: Any) -> Any:
+    """A rewrite's note with a ``from`` or ``to`` nested past :data:`MAX_DEPTH` omitted, as arguments are.
+
+    Written whole, it failed the line's encoding, which then dropped the (small)
+    arguments that ran and wrote the rewrites as one Python repr string.
+    """
+    if not isinstance(note, Mapping):
+        return note
+    deep = [side for side in ("from", "to") if nests_deeper_than(note.get(side), MAX_DEPTH)]
+    if not deep:
+        return note
+    bounded = dict(note)
+    for side in deep:
+        bounded[side] = None
+        bounded[f"{side}_omitted"] = f"nested deeper than {MAX_DEPTH} levels"
+    return bounded
 
 
 def _cut_short_record(

@@ -380,6 +380,29 @@ async def test_a_rewritten_call_records_what_ran_and_what_was_asked(tmp_path: Pa
     assert list(plain) == FIELDS  # no rewrite, no extra field
 
 
+async def test_a_rewrite_of_deep_arguments_keeps_what_ran_and_omits_only_the_deep_side(tmp_path: Path) -> None:
+    """The deep "from" failed the line's encoding: what ran was dropped, the rewrites written as a repr string."""
+    deep: Any = "leaf"
+    for _ in range(5_000):
+        deep = [deep]
+
+    class Strip:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            decision = await next()
+            return Rewrite({"data": "stripped"}, "dropped the payload") if "deep" in execution.arguments else decision
+
+    runtime, path = audited(tmp_path)
+    runtime.plugins.register(Strip(), name="strip")
+    await runtime.execute(make_input("echo", {"deep": deep}, call_id="c1"))
+    (record,) = lines(path)
+    assert record["arguments"] == {"data": "stripped"} and "arguments_omitted" not in record
+    assert record["rewrites"] == [
+        {"by": "strip", "reason": "dropped the payload", "from": None, "to": {"data": "stripped"},
+         "from_omitted": "nested deeper than 200 levels"}
+    ]  # fmt: skip
+
+
 def sleeping(name: str, seconds: float, effects: list[str] | None = None) -> Any:
     async def body(args: Any) -> str:
         if effects is not None:
