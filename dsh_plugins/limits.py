@@ -55,7 +55,7 @@ from dsh_core import (
     structure_table,
 )
 
-from ._settings_warnings import unknown_tool_warnings
+from ._settings_warnings import report_inert_keys, unknown_tool_warnings
 
 __all__ = ["PLUGIN_NAME", "CallLimits", "LimitsSettings"]
 
@@ -187,5 +187,7 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     """Register :class:`CallLimits` when a budget is configured."""
     settings = structure_table(LimitsSettings, config, "[plugins.limits]")
     if settings.max_calls is None and not settings.per_tool:
+        why = "no budget is set: set max_calls or per_tool to limit calls"
+        report_inert_keys(runtime, "limits", config, "max_calls", why)
         return
     runtime.plugins.register(CallLimits(settings, runtime), name=PLUGIN_NAME)

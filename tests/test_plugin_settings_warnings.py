@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from dsh_core import ToolRuntime
 from dsh_core._cli import cli
 from dsh_core.testing import json_tool, make_runtime
-from dsh_plugins import files, ledger, otel, permissions, shell, spill, tool_search, undo
+from dsh_plugins import files, ledger, limits, otel, permissions, shell, spill, tool_search, undo
 
 _CHECK_THE_NAME = "(check the name; a prefixed plugin's tools carry the prefix)"
 
@@ -133,12 +133,17 @@ def test_keys_of_a_plugin_that_stays_off_are_named_as_having_no_effect() -> None
     assert _off(shell, {"timeout_ms": 5000}) == [
         "[plugins.shell].timeout_ms has no effect: no bash tool is registered: set root to register it"
     ]
+    assert _off(limits, {"count_sub_calls": False, "per_tool": {}}) == [
+        "[plugins.limits].count_sub_calls has no effect: no budget is set: set max_calls or per_tool to limit calls",
+        "[plugins.limits].per_tool has no effect: no budget is set: set max_calls or per_tool to limit calls",
+    ]
 
 
 def test_a_plugin_that_stays_off_with_only_its_switch_or_nothing_says_nothing() -> None:
     assert _off(undo, {"enabled": False}) == []
     assert _off(spill, {}) == []
     assert _off(otel, {"enabled": False}) == []
+    assert _off(limits, {}) == []
 
 
 def test_check_warns_about_each_inert_key_and_still_passes(tmp_path: Path) -> None:
