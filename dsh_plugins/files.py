@@ -161,6 +161,7 @@ __all__ = [
     "DEFAULT_GLOB_LIMIT",
     "DEFAULT_GREP_LIMIT",
     "DEFAULT_READ_LIMIT",
+    "GREP_LINE_BYTES",
     "MAX_GLOB_LIMIT",
     "MAX_GREP_LIMIT",
     "MAX_LINE_CHARS",
@@ -1328,8 +1329,12 @@ def _search_root_is_dir(base: str, path: str) -> bool:
     return False
 
 
-# The built-in grep matches this much of a line; the rest of a longer one is counted, not held.
-_GREP_LINE_HEAD_BYTES: Final = 64 * 1024
+GREP_LINE_BYTES: Final = 1024 * 1024
+"""The built-in grep searches this much of each line (ripgrep, whole lines).
+
+The rest of a longer line (a minified bundle, a data dump) is counted, not
+held in memory or searched.
+"""
 # It checks for cancellation after so many lines, or sooner after a megabyte of them.
 _GREP_LINES_PER_CHECK: Final = 1024
 
@@ -1337,14 +1342,14 @@ _GREP_LINES_PER_CHECK: Final = 1024
 def _grep_lines(stream: Any) -> Iterator[tuple[int, str, int | None]]:
     """Each line's number, text (of a long one, its head) and, when cut, its length in characters."""
     number = since_check = 0
-    while raw := stream.readline(_GREP_LINE_HEAD_BYTES):
+    while raw := stream.readline(GREP_LINE_BYTES):
         number += 1
         since_check += len(raw)
         if number % _GREP_LINES_PER_CHECK == 0 or since_check >= _CHUNK_BYTES:
             _check_cancelled()
             since_check = 0
         rest = 0
-        if len(raw) == _GREP_LINE_HEAD_BYTES and not raw.endswith(b"\n"):
+        if len(raw) == GREP_LINE_BYTES and not raw.endswith(b"\n"):
             rest = _skip_line(stream)  # one line may be gigabytes
         text = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", errors="replace")
         yield number, text, (len(text) + rest if rest else None)

@@ -920,6 +920,15 @@ async def test_grep_keeps_the_head_of_a_line_megabytes_long_in_bounded_memory(tm
         assert special == []
 
 
+async def test_grep_finds_a_match_deep_in_a_long_line_with_either_backend(tmp_path: Path, backend: str) -> None:
+    """The built-in search matched only a line's first 64 KiB: a match past it was missed, silently."""
+    from dsh_plugins.files import GREP_LINE_BYTES
+
+    (tmp_path / "bundle.min.js").write_bytes(b"x" * (GREP_LINE_BYTES - 100) + b"needle\n")
+    (file,) = ok(await run(tmp_path, "grep", {"pattern": "needle"}))["files"]
+    assert [match["line_number"] for match in file["matches"]] == [1]
+
+
 async def test_grep_without_rg_counts_a_line_of_hundreds_of_megabytes_without_holding_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
