@@ -1769,6 +1769,8 @@ async def _grep_rg(
     # rg: 0 = matches, 1 = none, 2 = an error (possibly after some matches, e.g. one unreadable file).
     if process.returncode == 2 and found.total == 0:
         message = errors.decode("utf-8", errors="replace").strip()
+        if message.startswith("error parsing glob"):
+            raise FileToolError(f"invalid glob pattern: {message.removeprefix('error parsing glob ')}")
         if message:
             raise FileToolError(f"grep failed: {message}")
         # Silent under --no-messages: only a file or directory it could not open or read (a
@@ -1813,6 +1815,9 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
             _check_pattern(file_glob)
             if "\x00" in file_glob:
                 raise FileToolError("glob pattern must not contain a NUL character (no path holds one)")
+            # Its bounds (length, alternatives) hold whichever backend searches: ripgrep took a
+            # glob the built-in search refuses, and matched it to nothing, silently.
+            compile_glob(file_glob)
         rg = shutil.which("rg")
         if rg is not None:
             return await _grep_rg(run, rg, workspace, pattern, path, file_glob, ignore_case, limit)

@@ -886,6 +886,25 @@ async def test_grep_refuses_a_nul_character_in_its_pattern_or_glob(
     assert failed(await run(tree, "grep", arguments), "FILE_ERROR") == message
 
 
+@pytest.mark.parametrize(
+    ("glob", "message"),
+    [
+        ("{a,b}" * 9, "glob pattern has more than 256 {...} alternatives; split it up"),
+        ("x" * 1001, "glob pattern is 1001 characters long; at most 1000 are taken"),
+    ],
+)
+async def test_grep_glob_bounds_hold_with_either_backend(tree: Path, backend: str, glob: str, message: str) -> None:
+    """ripgrep took a glob the built-in search refuses, and quietly matched it to nothing."""
+    assert failed(await run(tree, "grep", {"pattern": "needle", "glob": glob}), "FILE_ERROR") == message
+
+
+async def test_grep_says_which_glob_ripgrep_cannot_read(tree: Path) -> None:
+    if shutil.which("rg") is None:
+        pytest.skip("ripgrep is not installed")
+    message = failed(await run(tree, "grep", {"pattern": "needle", "glob": "{a,{b}}"}), "FILE_ERROR")
+    assert message == "invalid glob pattern: '{a,{b}}': nested alternate groups are not allowed"
+
+
 async def test_grep_never_follows_a_symlinked_file(tree: Path, backend: str) -> None:
     (tree / "link.txt").symlink_to(tree / "b.txt")
     value = ok(await run(tree, "grep", {"pattern": "needle three"}))
