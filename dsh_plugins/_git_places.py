@@ -10,6 +10,11 @@ nearest ancestor directory holding a ``.git`` entry):
 - the directory ``core.hooksPath`` names in that repository's config (husky's
   ``.husky``, say), relative to the work tree when relative.
 
+A file can also be one of those under another name: a hard link made outside
+them (``git_file_linked``). Only the files git runs or reads for what to run
+are compared: the git directory's own (the config), its hooks and the
+``core.hooksPath`` directory's, by device and inode.
+
 The config is read minimally: the ``[core]`` section's ``hooksPath`` key, with
 git's case-insensitive section and key names, quotes and comments; ``[include]``
 and ``[includeIf]`` files, the global and system configs and ``GIT_DIR`` are
@@ -21,16 +26,20 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import Final
 
 from ._case_folding import folded, folds_case
 from ._regular_file import open_regular
 
-__all__ = ["git_run_place"]
+__all__ = ["git_file_linked", "git_run_place"]
 
 # A gitfile holds one short line; a config past this size is read no further.
 _GITFILE_BYTES: Final = 4096
 _CONFIG_BYTES: Final = 1 << 20
+# Entries looked at per directory when looking for a hard link's other name (a hooks directory
+# holds a few dozen; past this, the rest is not compared).
+_LINKED_ENTRIES: Final = 4096
 _SECTION: Final = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(\s+"[^"]*")?\s*\]')
 _ENTRY: Final = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
 
@@ -41,15 +50,73 @@ def git_run_place(real: str) -> str | None:
     Looks only at the nearest repository holding ``real``: a gitfile's git
     directory, and the directory its ``core.hooksPath`` names.
     """
+    repository = _repository_of(real)
+    return None if repository is None else _place_in(real, *repository)
+
+
+def git_file_linked(real: str) -> str | None:
+    """The file git runs (or reads for what to run) that ``real`` is another name of, or ``None``.
+
+    ``real`` is a resolved path; only a regular file with more than one link is
+    looked into, against the nearest repository's git directory (its config,
+    its hooks) and its ``core.hooksPath`` directory. A write in place through
+    such a link (the file tools keep hard links) would change the hook itself.
+    """
+    try:
+        info = os.lstat(real)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+        return None
+    repository = _repository_of(real)
+    if repository is None:
+        return None
+    work_tree, dot_git = repository
+    git_directory = dot_git if os.path.isdir(dot_git) else _gitfile_target(work_tree, dot_git)
+    if git_directory is None:
+        return None
+    places = [git_directory, os.path.join(git_directory, "hooks")]
+    hooks = _hooks_path(os.path.join(git_directory, "config"))
+    if hooks is not None:
+        places.append(os.path.realpath(os.path.join(work_tree, os.path.expanduser(hooks))))
+    for place in places:
+        found = _same_file_in(place, info)
+        if found is not None:
+            return found
+    return None
+
+
+def _repository_of(real: str) -> tuple[str, str] | None:
+    """The nearest work tree holding ``real`` and its ``.git`` entry (a directory or a gitfile)."""
     directory = os.path.dirname(real)
     while True:
         dot_git = os.path.join(directory, ".git")
         if os.path.lexists(dot_git):
-            return _place_in(real, directory, dot_git)
+            return directory, dot_git
         parent = os.path.dirname(directory)
         if parent == directory:
             return None
         directory = parent
+
+
+def _same_file_in(directory: str, info: os.stat_result) -> str | None:
+    """The entry of ``directory`` (not below it) that is the file ``info`` describes, or ``None``."""
+    try:
+        with os.scandir(directory) as entries:
+            for count, entry in enumerate(entries):
+                if count >= _LINKED_ENTRIES:
+                    return None
+                if entry.inode() != info.st_ino:
+                    continue
+                try:
+                    other = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if other.st_dev == info.st_dev:
+                    return entry.path
+    except OSError:
+        return None
+    return None
 
 
 def _place_in(real: str, work_tree: str, dot_git: str) -> str | None:

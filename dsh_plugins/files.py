@@ -40,9 +40,10 @@ workspace root inside a ``.git`` directory refuses every write. Two more
 places of the nearest repository holding the path are refused too: the git
 directory a gitfile names under another name (``gitdir: meta``, from ``git init
 --separate-git-dir``), and the directory its config's ``core.hooksPath`` names
-(husky's ``.husky``); see ``dsh_plugins._git_places`` for what is read. A file
-hard-linked into a git directory is not detected (the file tools cannot make a
-hard link; a shell can, and it is gated). ``.gitignore``,
+(husky's ``.husky``); see ``dsh_plugins._git_places`` for what is read. So is
+a hard link, under any name, of a file git runs in that repository (its config,
+its hooks, the ``core.hooksPath`` directory's files): a multiply-linked file is
+written in place, which would change the hook itself. ``.gitignore``,
 ``.github/`` or ``my.git`` are ordinary names. Reading is allowed. A host that
 means the model to change git's files uses the ``bash`` tool, which permissions
 and approval gate, or sets ``allow_git_writes = true`` (``file_tools(...,
@@ -144,7 +145,7 @@ from dsh_core.presentation import (
 )
 
 from ._file_settings import PathSetting, kept_path
-from ._git_places import git_run_place
+from ._git_places import git_file_linked, git_run_place
 from ._quoted import quoted_path
 from ._regular_file import (
     PATH_MAX,
@@ -292,9 +293,13 @@ class Workspace:
             where = f"inside a git directory ({quoted_path(real)})"
         else:
             place = git_run_place(real)
-            if place is None:
+            linked = git_file_linked(real) if place is None else None
+            if place is not None:
+                where = f"inside {quoted_path(place)}, where the repository's git runs files from ({quoted_path(real)})"
+            elif linked is not None:
+                where = f"a hard link of {quoted_path(linked)}, a file of the repository's git"
+            else:
                 return real
-            where = f"inside {quoted_path(place)}, where the repository's git runs files from ({quoted_path(real)})"
         raise FileToolError(
             f"path {quoted_path(path)} is {where}: git runs files there (hooks, and programs .git/config names) the "
             "next time the user runs git, outside any approval; the file tools do not write it. Use the "

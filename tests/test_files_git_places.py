@@ -117,3 +117,37 @@ async def test_on_a_case_folding_file_system_another_case_names_the_same_place(
     message = refused(await write(tmp_path, spelling))
     assert str(tmp_path / place) in message
     assert isinstance(await write(tmp_path, "src/x.py"), ToolExecutionSuccess)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [".git/hooks/pre-commit", ".git/config", ".husky/pre-commit", "meta/hooks/post-checkout"],
+)
+@pytest.mark.parametrize("tool", ["write_file", "edit_file"])
+async def test_a_hard_link_of_a_file_git_runs_is_refused(tmp_path: Path, target: str, tool: str) -> None:
+    """Written in place (hard links are kept), the link changed the hook itself."""
+    if target.startswith("meta/"):
+        separate_git_dir(tmp_path)
+    else:
+        (tmp_path / ".git" / "hooks").mkdir(parents=True)
+        (tmp_path / ".git" / "config").write_text("[core]\n\thooksPath = .husky\n")
+        (tmp_path / ".husky").mkdir()
+    (tmp_path / target).write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "notes.txt").hardlink_to(tmp_path / target)
+    runtime = make_runtime(plugins=[(files, {"root": str(tmp_path)})])
+    arguments = (
+        {"path": "notes.txt", "content": "echo planted\n"}
+        if tool == "write_file"
+        else {"path": "notes.txt", "old_string": "exit 0", "new_string": "echo planted"}
+    )
+    message = refused(await runtime.execute(make_input(tool, arguments)))
+    assert f"is a hard link of '{tmp_path / target}', a file of the repository's git" in message
+    assert (tmp_path / target).read_text() == "#!/bin/sh\nexit 0\n"
+
+
+async def test_a_hard_link_of_an_ordinary_file_is_written_in_place(tmp_path: Path) -> None:
+    (tmp_path / ".git" / "hooks").mkdir(parents=True)
+    (tmp_path / "a.txt").write_text("old\n")
+    (tmp_path / "b.txt").hardlink_to(tmp_path / "a.txt")
+    assert isinstance(await write(tmp_path, "b.txt"), ToolExecutionSuccess)
+    assert (tmp_path / "a.txt").read_text() == "echo planted\n"  # the other name sees it, as before
