@@ -488,7 +488,7 @@ async def test_a_value_within_the_cap_comes_through_however_long_its_ascii_escap
 async def test_child_crash_is_worker_exit_with_stderr() -> None:
     result = await RUNTIME.run("import os\nprint('last words')\nos.write(2, b'crashing now')\nos._exit(3)", {})
     assert_error(result, "worker-exit", "exited with code 3", "crashing now")
-    assert result.logs == ("last words",)
+    assert result.logs == ("last words", "crashing now")  # written to descriptor 2: a log line too
 
 
 @pytest.mark.skipif(os.name != "posix", reason="process groups")
@@ -607,7 +607,29 @@ async def test_stray_writes_to_fd_1_do_not_touch_the_protocol() -> None:
     result = await RUNTIME.run(
         "import os\nos.write(1, b'not a frame\\n')\nos.system('echo from a subprocess')\nreturn 5", {}
     )
-    assert result == CodeRunResult(value=5, has_value=True)
+    # Neither is a frame; both are the program's output, and were lost (a subprocess's output too).
+    assert result == CodeRunResult(value=5, has_value=True, logs=("not a frame", "from a subprocess"))
+
+
+async def test_what_subprocesses_write_is_logged_within_the_output_limit() -> None:
+    runtime = SubprocessPythonRuntime(wall_budget_s=20, max_output_bytes=1000)
+    program = (
+        "import os, subprocess\n"
+        "print('printed')\n"
+        "subprocess.run(['printf', 'one\\r\\ntwo\\n'])\n"
+        "os.write(2, b'x' * 5000 + b'\\n')\n"
+        "os.write(1, b'no newline at the end')\n"
+        "return 1"
+    )
+    result = await runtime.run(program, {})
+    assert result.error is None and result.value == 1
+    assert set(result.logs[:3]) == {"printed", "one", "two"}  # the two streams interleave as they arrive
+    assert result.logs[3:] == ("[5022 more bytes written to descriptors 1 and 2 were past max_output_bytes]",)
+
+
+async def test_an_unfinished_written_line_is_kept() -> None:
+    result = await RUNTIME.run("import os\nos.write(1, b'working...')\nreturn 2", {})
+    assert result == CodeRunResult(value=2, has_value=True, logs=("working...",))
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,9 @@ frame carrying a value: that one is UTF-8 (lone surrogates encoded as
 ``surrogatepass`` does), so that its size is the value's size as
 ``max_output_bytes`` counts it, plus its envelope. The child moves both onto private
 descriptors before the program runs and points descriptor 1 at its stderr, so
-neither ``print`` nor a stray write to descriptor 1 can corrupt a frame.
+neither ``print`` nor a stray write to descriptor 1 can corrupt a frame. The host
+logs each line that reaches the child's stderr (a subprocess's output, a stray
+write), as it logs ``log`` frames.
 
 Host to child:
 
@@ -158,7 +160,7 @@ def _check_result(instance: CodeRunResult, attribute: object, value: object) -> 
 
 @attrs.frozen(kw_only=True)
 class CodeRunResult:
-    """How one run ended: its ``logs`` (one entry per printed line) and its value or error.
+    """How one run ended: its ``logs`` (one entry per line of output) and its value or error.
 
     ``has_value`` says whether the program returned something: a program that
     returns nothing (or ``None``) has no value, and a failed run never has one.
@@ -442,6 +444,8 @@ def _kill(process: trio.Process) -> None:
 # when the stream still has not ended: a descendant that left the group (setsid) holds a copy of
 # the protocol descriptor. What the child wrote is at most a pipe's worth, read in far less.
 EXIT_GRACE_S: Final = 0.5
+# An unfinished line written to descriptor 1 or 2 is logged once this long, as a printed one is.
+_WRITTEN_LINE_BYTES: Final = 32 * 1024
 
 
 async def _stop_reading_after_exit(process: trio.Process, reading: trio.CancelScope, session: _Session) -> None:
@@ -749,12 +753,16 @@ class _Session:
         self._stdin_gone = False
         self._stderr = bytearray()
         self._stderr_closed = trio.Event()
+        # What reached descriptors 1 and 2 (a subprocess's output, os.write): its unfinished line,
+        # and how many bytes of it the output limit left out.
+        self._written = bytearray()
+        self._written_dropped = 0
         self._decoding: trio.Event | None = None  # while a frame is decoded off the loop: set when it is
 
     def fail(self, kind: CodeRunErrorKind, message: str) -> CodeRunResult:
         # A line the program flushed but never ended (its last words before a timeout) is kept.
         self._end_line()
-        return CodeRunResult(logs=self._logs, error=CodeRunError(kind=kind, message=message))
+        return CodeRunResult(logs=self._logs_with_written(), error=CodeRunError(kind=kind, message=message))
 
     async def drive(self, process: trio.Process, run_frame: bytes) -> CodeRunResult:
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
@@ -770,6 +778,12 @@ class _Session:
                 result = await self._read(process, process.stdout, tasks)
             if result is None:
                 result = await self._worker_exit(process)
+            elif result.error is None:
+                # The child leaves right after its done frame: what its subprocesses wrote before
+                # is in the stderr pipe, read to its end (unless something it left running holds it).
+                with trio.move_on_after(EXIT_GRACE_S):
+                    await self._stderr_closed.wait()
+                result = attrs.evolve(result, logs=self._logs_with_written())
             # The run is over: binding calls still in flight are abandoned.
             tasks.cancel_scope.cancel()
         return result
@@ -998,10 +1012,49 @@ class _Session:
             while chunk := await stderr.receive_some(64 * 1024):
                 self._stderr += chunk
                 del self._stderr[: -self._STDERR_TAIL]
+                self._take_written(chunk)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self._stderr_closed.set()
+
+    def _take_written(self, chunk: bytes | bytearray) -> None:
+        """Log each complete line written to descriptor 1 or 2 (``sys.stdout`` and ``sys.stderr`` send frames).
+
+        A subprocess the program runs (``os.system``, ``subprocess.run`` without
+        capturing) writes there. Its lines count against ``max_output_bytes`` as
+        printed ones do; past it they are counted, not kept, and the run goes on.
+        """
+        self._written += chunk
+        start = 0
+        while (newline := self._written.find(b"\n", start)) >= 0:
+            self._log_written(bytes(self._written[start:newline]))
+            start = newline + 1
+        del self._written[:start]
+        if len(self._written) >= _WRITTEN_LINE_BYTES:
+            self._log_written(bytes(self._written), ended=False)
+            self._written.clear()
+
+    def _log_written(self, line: bytes, *, ended: bool = True) -> None:
+        text = line.removesuffix(b"\r").decode("utf-8", "replace")
+        size = _utf8_size(text) + 1  # an entry counts its newline, as a printed line does
+        if self._written_dropped or self._used + size > self._max_output:
+            self._written_dropped += len(line) + ended
+            return
+        self._used += size
+        self._logs.append(text)
+
+    def _logs_with_written(self) -> list[str]:
+        """The logs, with an unfinished written line and a note of what the limit left out."""
+        if self._written:
+            self._log_written(bytes(self._written), ended=False)
+            self._written.clear()
+        if self._written_dropped:
+            self._logs.append(
+                f"[{self._written_dropped} more bytes written to descriptors 1 and 2 were past max_output_bytes]"
+            )
+            self._written_dropped = 0
+        return self._logs
 
     async def _worker_exit(self, process: trio.Process) -> CodeRunResult:
         code = await process.wait()
