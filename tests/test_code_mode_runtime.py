@@ -624,7 +624,23 @@ async def test_what_subprocesses_write_is_logged_within_the_output_limit() -> No
     result = await runtime.run(program, {})
     assert result.error is None and result.value == 1
     assert set(result.logs[:3]) == {"printed", "one", "two"}  # the two streams interleave as they arrive
-    assert result.logs[3:] == ("[5022 more bytes written to descriptors 1 and 2 were past max_output_bytes]",)
+    assert result.logs[3:] == (
+        "[5022 more bytes written to descriptors 1 and 2 were not kept: past max_output_bytes or 100000 lines]",
+    )
+
+
+async def test_a_subprocess_flooding_short_lines_keeps_a_bounded_number_of_them() -> None:
+    """``yes`` writes tens of millions of lines a second: one string each would exhaust the host's memory."""
+    from dsh_core.code_mode._runtime import MAX_WRITTEN_LINES
+
+    runtime = SubprocessPythonRuntime(wall_budget_s=20)
+    result = await runtime.run("import os\nos.system('yes 2>/dev/null | head -c 20000000')\nreturn 1", {})
+    assert result.error is None and result.value == 1
+    assert len(result.logs) == MAX_WRITTEN_LINES + 1 and set(result.logs[:-1]) == {"y"}
+    assert result.logs[-1] == (
+        f"[{20_000_000 - 2 * MAX_WRITTEN_LINES} more bytes written to descriptors 1 and 2 were not kept: "
+        f"past max_output_bytes or {MAX_WRITTEN_LINES} lines]"
+    )
 
 
 async def test_an_unfinished_written_line_is_kept() -> None:

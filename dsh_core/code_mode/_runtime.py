@@ -446,6 +446,8 @@ def _kill(process: trio.Process) -> None:
 EXIT_GRACE_S: Final = 0.5
 # An unfinished line written to descriptor 1 or 2 is logged once this long, as a printed one is.
 _WRITTEN_LINE_BYTES: Final = 32 * 1024
+MAX_WRITTEN_LINES: Final = 100_000
+"""Lines written to descriptors 1 and 2 (a subprocess's output) kept in a run's logs."""
 
 
 async def _stop_reading_after_exit(process: trio.Process, reading: trio.CancelScope, session: _Session) -> None:
@@ -756,6 +758,7 @@ class _Session:
         # What reached descriptors 1 and 2 (a subprocess's output, os.write): its unfinished line,
         # and how many bytes of it the output limit left out.
         self._written = bytearray()
+        self._written_lines = 0
         self._written_dropped = 0
         self._decoding: trio.Event | None = None  # while a frame is decoded off the loop: set when it is
 
@@ -1023,8 +1026,13 @@ class _Session:
 
         A subprocess the program runs (``os.system``, ``subprocess.run`` without
         capturing) writes there. Its lines count against ``max_output_bytes`` as
-        printed ones do; past it they are counted, not kept, and the run goes on.
+        printed ones do, and at most ``MAX_WRITTEN_LINES`` are kept (``yes`` writes
+        tens of millions a second, each a string here); past either they are
+        counted, not kept, and the run goes on.
         """
+        if self._written_dropped:
+            self._written_dropped += len(chunk)  # past the limit: nothing more is split or kept
+            return
         self._written += chunk
         start = 0
         while (newline := self._written.find(b"\n", start)) >= 0:
@@ -1038,10 +1046,11 @@ class _Session:
     def _log_written(self, line: bytes, *, ended: bool = True) -> None:
         text = line.removesuffix(b"\r").decode("utf-8", "replace")
         size = _utf8_size(text) + 1  # an entry counts its newline, as a printed line does
-        if self._written_dropped or self._used + size > self._max_output:
+        if self._written_dropped or self._used + size > self._max_output or self._written_lines == MAX_WRITTEN_LINES:
             self._written_dropped += len(line) + ended
             return
         self._used += size
+        self._written_lines += 1
         self._logs.append(text)
 
     def _logs_with_written(self) -> list[str]:
@@ -1051,7 +1060,8 @@ class _Session:
             self._written.clear()
         if self._written_dropped:
             self._logs.append(
-                f"[{self._written_dropped} more bytes written to descriptors 1 and 2 were past max_output_bytes]"
+                f"[{self._written_dropped} more bytes written to descriptors 1 and 2 were not kept: past "
+                f"max_output_bytes or {MAX_WRITTEN_LINES} lines]"
             )
             self._written_dropped = 0
         return self._logs
