@@ -40,7 +40,7 @@ from cattrs.errors import AttributeValidationNote, ClassValidationError, Forbidd
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._content import ContentBlock, ImageBlock, TextBlock, as_content
-from ._diff_hunks import DIFF_COMPARE_LINES, diff_hunks
+from ._diff_hunks import DIFF_COMPARE_LINES, diff_hunks, text_lines
 from ._errors import DshError, NonJsonValueError
 
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ __all__ = [
     "printable",
     "structure_call_view",
     "structure_result_view",
+    "text_lines",
     "unstructure_view",
 ]
 

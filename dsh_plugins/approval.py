@@ -34,6 +34,7 @@ from dsh_core.presentation import (
     declared_effects,
     diff_hunks,
     printable,
+    text_lines,
 )
 
 from ._line_reader import LineReader
@@ -64,14 +65,6 @@ def _one_line(text: str) -> str:
 
 def _shorten(text: str, limit: int = SHORT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _lines(text: str) -> list[str]:
-    # Only at newlines: str.splitlines also breaks at \r, \x0c, \x85, \u2028 and more, and a
-    # line break drawn for a character the shell reads as part of a word hides it. On one
-    # line, _one_line shows it as the escape it is.
-    lines = text.split("\n")
-    return lines[:-1] if lines[-1] == "" else lines
 
 
 def _diff_lines(diff: FileDiff) -> list[str]:
@@ -148,7 +141,7 @@ def _card(execution: ToolExecution, view: CallView | None, max_lines: int) -> st
         # Measured as the question shows it: escaping (a zero-width space becomes \u200b) lengthens it.
         if len(_one_line(view.title)) <= SHORT_LIMIT and "\n" not in view.title and view.cwd is None:
             return ""
-        lines = [f"$ {line}" for line in _lines(view.title) or [""]]
+        lines = [f"$ {line}" for line in text_lines(view.title) or [""]]
         if view.cwd is not None:
             lines.append(f"(in {view.cwd})")
     elif isinstance(view, GenericCallView):
@@ -157,12 +150,12 @@ def _card(execution: ToolExecution, view: CallView | None, max_lines: int) -> st
             # The question line shows the card's title instead of the arguments: show them here.
             shown = view.raw_input if view.raw_input is not None else execution.arguments
             text = shown if isinstance(shown, str) else json_text(shown, indent=2)
-        lines = _lines(text)
+        lines = text_lines(text)
     else:
         compact = json_text(execution.arguments)
         if len(_one_line(compact)) <= SHORT_LIMIT:
             return ""
-        lines = _lines(json_text(execution.arguments, indent=2))
+        lines = text_lines(json_text(execution.arguments, indent=2))
     if len(lines) > max_lines:
         hidden = len(lines) - max_lines
         lines = [*lines[:max_lines], f"... {hidden} more line{'s' if hidden != 1 else ''} not shown"]
