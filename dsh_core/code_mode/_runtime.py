@@ -782,8 +782,9 @@ class _Session:
             if result is None:
                 result = await self._worker_exit(process)
             elif result.error is None:
-                # The child leaves right after its done frame: what its subprocesses wrote before
-                # is in the stderr pipe, read to its end (unless something it left running holds it).
+                # The child leaves right after its done frame, and what it left running in its group
+                # is killed then (_stop_reading_after_exit): what its subprocesses wrote is in the
+                # stderr pipe, read to its end (unless a process that left the group holds it).
                 with trio.move_on_after(EXIT_GRACE_S):
                     await self._stderr_closed.wait()
                 result = attrs.evolve(result, logs=self._logs_with_written())
