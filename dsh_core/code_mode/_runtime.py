@@ -775,24 +775,29 @@ class _Session:
             tasks.start_soon(self._drain_stderr, process.stderr)
             tasks.start_soon(self._write_out, process.stdin)
             self._send(run_frame)
-            result: CodeRunResult | None = None
+            ended: CodeRunResult | Callable[[], CodeRunResult] | None = None
             with trio.CancelScope() as reading:
                 tasks.start_soon(_stop_reading_after_exit, process, reading, self)
-                result = await self._read(process, process.stdout, tasks)
-            if result is None:
+                ended = await self._read(process, process.stdout, tasks)
+            if ended is None:
                 result = await self._worker_exit(process)
-            elif result.error is None:
-                # The child leaves right after its done frame, and what it left running in its group
-                # is killed then (_stop_reading_after_exit): what its subprocesses wrote is in the
-                # stderr pipe, read to its end (unless a process that left the group holds it).
+            elif isinstance(ended, CodeRunResult):
+                result = ended
+            else:
+                # Done: the child leaves right after its done frame, and what it left running in its
+                # group is killed then (_stop_reading_after_exit), so the stderr pipe, holding what its
+                # subprocesses wrote, ends at once (unless a process that left the group holds it).
                 with trio.move_on_after(EXIT_GRACE_S):
                     await self._stderr_closed.wait()
-                result = attrs.evolve(result, logs=self._logs_with_written())
+                result = ended()
             # The run is over: binding calls still in flight are abandoned.
             tasks.cancel_scope.cancel()
         return result
 
-    async def _read(self, process: trio.Process, stdout: trio.abc.ReceiveStream, tasks: trio.Nursery) -> CodeRunResult:
+    async def _read(
+        self, process: trio.Process, stdout: trio.abc.ReceiveStream, tasks: trio.Nursery
+    ) -> CodeRunResult | Callable[[], CodeRunResult]:
+        """Serve the child's frames: how the run failed, or (done) what makes its result once stderr is read."""
         reader = _LineReader(stdout, self._max_frame)
         while True:
             try:
@@ -838,13 +843,13 @@ class _Session:
                         return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
                 case _Done(error=CodeRunError() as error):
                     self._end_line()
-                    return CodeRunResult(logs=self._logs, error=error)
+                    return lambda: CodeRunResult(logs=self._logs_with_written(), error=error)
                 case _Done(has_value=False):
                     self._end_line()
-                    return CodeRunResult(logs=self._logs)
+                    return lambda: CodeRunResult(logs=self._logs_with_written())
                 case _Done():
                     self._end_line()
-                    return self._with_value(payload)
+                    return lambda: self._with_value(payload)
 
     async def _decode(self, line: bytes) -> tuple[_Frame, _Payload | None]:
         """``line`` as a frame, and its call arguments or returned value checked (see :func:`_decode_frame`)."""
@@ -898,7 +903,7 @@ class _Session:
             )
         if self._used + returned.size > self._max_output:
             return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
-        return CodeRunResult(logs=self._logs, value=returned.value, has_value=True)
+        return CodeRunResult(logs=self._logs_with_written(), value=returned.value, has_value=True)
 
     def _has_room_for(self, size: int) -> bool:
         if not self._in_flight and not self._outbox_bytes:
