@@ -802,9 +802,9 @@ class GrantingApproval:
       revoked), granted by ``granted_by``;
     - every other answer is passed on unchanged.
 
-    Questions about one tool are asked one at a time: a call waiting for its
-    turn is allowed without a question when the answer to the one before it
-    granted what covers it. A call already cancelled gets ``"cancelled"``
+    Questions about one tool for one agent (for any agent, with ``all_agents``)
+    are asked one at a time: a call waiting for its turn is allowed without a
+    question when the answer to the one before it granted what covers it. A call already cancelled gets ``"cancelled"``
     without a lookup. When the
     book cannot be read or written (a damaged file, a full disk) the error
     propagates: the call fails instead of being allowed without its audit
@@ -844,9 +844,9 @@ class GrantingApproval:
         self.all_agents = all_agents
         self.ttl_s = ttl_s
         self.granted_by = granted_by
-        # Per tool name, the questions asked or waiting to be: one at a time, so the answer to
-        # one (a grant) covers the others instead of their being asked (and granted) again.
-        self._asking: dict[str, tuple[trio.Lock, list[int]]] = {}
+        # Per tool (and agent), the questions asked or waiting to be: one at a time, so the answer
+        # to one (a grant) covers the others instead of their being asked (and granted) again.
+        self._asking: dict[tuple[str, str | None], tuple[trio.Lock, list[int]]] = {}
 
     @property
     def kept_files(self) -> dict[str, str]:
@@ -901,7 +901,9 @@ class GrantingApproval:
         standing = await self.standing_answer(execution)
         if standing is not None:
             return standing
-        async with self._turn(execution.name) as waited:
+        # The calls one answer could cover: of this tool, and of this agent unless grants cover every agent.
+        covered_together = (execution.name, None if self.all_agents else scope_id(execution.agent))
+        async with self._turn(covered_together) as waited:
             if waited:
                 # A grant recorded while this call waited for its turn covers it too.
                 standing = await self.standing_answer(execution)
@@ -910,9 +912,9 @@ class GrantingApproval:
             return await self._ask(execution, reason)
 
     @contextlib.asynccontextmanager
-    async def _turn(self, tool: str) -> AsyncIterator[bool]:
-        """Hold ``tool``'s turn to ask (yields whether another call had it first); forgotten when no call waits."""
-        lock, holders = self._asking.setdefault(tool, (trio.Lock(), [0]))
+    async def _turn(self, covered_together: tuple[str, str | None]) -> AsyncIterator[bool]:
+        """Hold the turn to ask about these calls (yields whether another had it first); forgotten when none waits."""
+        lock, holders = self._asking.setdefault(covered_together, (trio.Lock(), [0]))
         waited = holders[0] > 0
         holders[0] += 1
         try:
@@ -921,7 +923,7 @@ class GrantingApproval:
         finally:
             holders[0] -= 1
             if not holders[0]:
-                del self._asking[tool]
+                del self._asking[covered_together]
 
     async def _ask(self, execution: ToolExecution, reason: str | None) -> str:
         offered = _ALWAYS_OFFER.set(self.offer(execution))

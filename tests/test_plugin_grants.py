@@ -963,6 +963,23 @@ async def test_questions_about_other_tools_are_asked_side_by_side() -> None:
     assert inner.peak == 2
 
 
+async def test_questions_about_one_tool_for_other_agents_are_asked_side_by_side() -> None:
+    """An answer for one agent grants nothing to another: its question need not wait (a person per agent)."""
+    inner = SlowScripted("allowed-once", "allowed-once", together=2)
+    service = GrantingApproval(inner, GrantBook())
+    await ask_at_once(service, execution(agent=MAIN, call_id="c-1"), execution(agent=HELPER, call_id="c-2"))
+    assert inner.peak == 2
+
+
+async def test_with_all_agents_one_answer_covers_another_agents_waiting_question() -> None:
+    inner = SlowScripted(ALLOWED_ALWAYS)
+    book = GrantBook()
+    service = GrantingApproval(inner, book, all_agents=True)
+    answers = await ask_at_once(service, execution(agent=MAIN, call_id="c-1"), execution(agent=HELPER, call_id="c-2"))
+    assert answers == {"c-1": "allowed-once", "c-2": "allowed-once"}
+    assert len(inner.asked) == 1 and len(book.grants()) == 1
+
+
 async def test_questions_about_one_tool_an_answer_does_not_cover_are_each_asked() -> None:
     inner = SlowScripted(ALLOWED_ALWAYS, ALLOWED_ALWAYS)
     book = GrantBook()
