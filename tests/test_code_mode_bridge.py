@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dsh_core import (
     Accept,
@@ -602,6 +604,37 @@ def test_pretty_json_caps_indentation_and_survives_deep_values() -> None:
     for _ in range(5000):
         deep = [deep]
     assert len(pretty_json(deep)) < 11000
+
+
+def _reference_pretty(value: Any, depth: int = 0) -> str:
+    """pretty_json's format, written plainly (recursive: shallow values only)."""
+    import json
+
+    if isinstance(value, (dict, list, tuple)) and depth >= 5:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_reference_pretty(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, (list, tuple)) and value:
+        return "[\n" + ",\n".join(inner + _reference_pretty(v, depth + 1) for v in value) + "\n" + pad + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=3), children, max_size=4),
+    max_leaves=30,
+)
+
+
+@given(json_values)
+def test_pretty_json_writes_what_the_plain_format_says(value: Any) -> None:
+    """Lists of scalars take a faster path (a program's million numbers took seconds): same text."""
+    from dsh_core import snapshot_json, thaw
+
+    frozen = snapshot_json(value)  # as a program's result arrives (-0.0 is 0.0 there, say)
+    assert pretty_json(frozen) == _reference_pretty(thaw(frozen))
 
 
 # -- end to end in a real subprocess (real clock, short budgets) --------------------------

@@ -23,6 +23,7 @@ only; the content itself is deferred to the outer call as a ``UserMessage`` with
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -53,6 +54,8 @@ __all__ = ["CodeDispatchLog", "build_run_code_tool", "checked_code_runtime", "re
 logger = logging.getLogger("dsh_core.code_mode")
 
 _INDENT_CAP_DEPTH = 5  # containers deeper than this render compactly (indentation capped at 10)
+# json.dumps's own string encoder (C, non-ASCII kept): what json_text writes for a str.
+_encode_string: Callable[[str], str] = json.encoder.encode_basestring
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -609,14 +612,34 @@ def pretty_json(value: JsonValue) -> str:
                 out.append("[]")
                 continue
             pad = "  " * (depth + 1)
+            if not any(isinstance(child, (dict, list, tuple)) for child in item):
+                # A list of scalars (often long: a program's rows of numbers) in one pass.
+                out.append("[\n" + pad + (",\n" + pad).join(map(_scalar_text, item)) + "\n" + "  " * depth + "]")
+                continue
             work.append((1, "\n" + "  " * depth + "]", depth))
             for index in range(len(item) - 1, -1, -1):
                 work.append((0, item[index], depth + 1))
                 work.append((1, ("," if index else "") + "\n" + pad, depth))
             work.append((1, "[", depth))
         else:
-            out.append(json_text(item))
+            out.append(_scalar_text(item))
     return "".join(out)
+
+
+_LITERALS: dict[object, str] = {True: "true", False: "false", None: "null"}
+
+
+def _scalar_text(value: JsonValue) -> str:
+    """A JSON scalar's text as :func:`json_text` writes it, without its per-call encoder set-up."""
+    if type(value) is str:
+        return _encode_string(value)
+    if type(value) is int:
+        return int.__repr__(value)
+    if type(value) is float:
+        return float.__repr__(value)  # finite: a snapshot holds no NaN or infinity
+    if type(value) is bool or value is None:
+        return _LITERALS[value]
+    return json_text(value)
 
 
 def _present_call(args: Any) -> Any:
