@@ -524,7 +524,11 @@ def _prefix_problem(value: str) -> str | None:
 
 
 def _seconds_problem(value: float) -> str | None:
-    return None if positive_finite(value) else f"expected a positive number of seconds, got {_show(value)}"
+    if positive_finite(value):
+        return None
+    # A float field gets the table's -1 as -1.0: an integral value is shown as the integer it was.
+    shown = str(int(value)) if type(value) is float and value.is_integer() else _show(value)
+    return f"expected a positive number of seconds, got {shown}"
 
 
 def _limit_problem(value: int) -> str | None:

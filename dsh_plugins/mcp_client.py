@@ -295,12 +295,19 @@ def _name_problem(value: str) -> str | None:
 
 def _milliseconds_problem(value: float) -> str | None:
     if not math.isfinite(value) or value <= 0:
-        return f"must be a positive number of milliseconds, got {value!r}"
+        return f"must be a positive number of milliseconds, got {_as_written(value)}"
     return None
 
 
 def _seconds_problem(value: float) -> str | None:
-    return None if math.isfinite(value) and value > 0 else f"must be a positive number of seconds, got {value!r}"
+    if math.isfinite(value) and value > 0:
+        return None
+    return f"must be a positive number of seconds, got {_as_written(value)}"
+
+
+def _as_written(value: float) -> str:
+    # A float field gets the table's -1 as -1.0: an integral value is shown as the integer it was.
+    return str(int(value)) if type(value) is float and value.is_integer() else repr(value)
 
 
 def _attempts_problem(value: int) -> str | None:

@@ -1141,7 +1141,7 @@ def test_every_invalid_code_runtime_setting_is_a_usage_error_in_any_mode(
     assert result.exit_code == 2
     for problem in (
         "code_runtime.max_cpu_s: expected a positive integer, got 0",
-        "code_runtime.wall_budget_s: expected a positive number of seconds, got -1.0",
+        "code_runtime.wall_budget_s: expected a positive number of seconds, got -1",
         "code_runtime.max_memory_bytes: expected at least 16777216",
         "tool_prefixes['cli']: a prefix is 1-32 letters",
     ):

@@ -574,7 +574,7 @@ def test_every_problem_of_a_file_is_reported_in_one_pass(tmp_path: Path) -> None
         prefix + 'mode: expected one of native/code/both, got "fast"',
         prefix + "disabled_plugins[0]: expected a plugin name, got an empty string",
         prefix + "tool_prefixes['weather']: a prefix is 1-32 letters, digits, '_' or '-', got \"w x\"",
-        prefix + "code_runtime.wall_budget_s: expected a positive number of seconds, got -1.0",
+        prefix + "code_runtime.wall_budget_s: expected a positive number of seconds, got -1",
         prefix + "code_runtime.max_memory_bytes: expected at least 16777216 (16 MiB; the value is in bytes), got 1",
         prefix + "code_runtime.max_output_bytes: expected at least 4 (bytes), got 2",
         prefix + "code_runtime.max_cpu_s: expected a positive integer, got 0",

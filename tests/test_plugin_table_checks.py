@@ -38,10 +38,10 @@ def test_every_problem_of_the_mcp_servers_is_reported_at_once_with_its_path() ->
         {"name": "local", "command": "true", "token_env": "TOKEN"},
     ]
     assert _violations(mcp_client, {"servers": servers, "connect_timeout_s": 0}) == (
-        "[plugins.mcp].connect_timeout_s: must be a positive number of seconds, got 0.0",
+        "[plugins.mcp].connect_timeout_s: must be a positive number of seconds, got 0",
         "[plugins.mcp].servers[0].name: must be letters, digits, '_' or '-', got 'a b'",
         "[plugins.mcp].servers[0].prefix: must be letters, digits, '_' or '-', got 'x y'",
-        "[plugins.mcp].servers[0].timeout_ms: must be a positive number of milliseconds, got -1.0",
+        "[plugins.mcp].servers[0].timeout_ms: must be a positive number of milliseconds, got -1",
         "[plugins.mcp].servers[0].retry_attempts: must be an integer from 1 to 10, got 0",
         "[plugins.mcp].servers[1]: give exactly one of command (stdio) or url (HTTP)",
         "[plugins.mcp].servers[2]: give exactly one of command (stdio) or url (HTTP)",
