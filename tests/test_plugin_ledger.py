@@ -1403,25 +1403,32 @@ class StalledDisk:
         monkeypatch.setattr(os, "fsync", fsync)
 
 
+class StalledLedger:
+    """A ledgered ``send`` tool on a :class:`StalledDisk`, and call ``c1`` of it to start in tasks."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.effects = Effects()
+        self.runtime, self.ledger = with_ledger(tmp_path / "effects.jsonl", self.effects.tool())
+        self.disk = StalledDisk(monkeypatch)
+        self.results: list[ToolExecutionResult] = []
+
+    async def call(self) -> None:
+        self.results.append(await self.runtime.execute(make_input("send", {"to": "ann"}, call_id="c1")))
+
+
 async def test_a_synced_record_does_not_hold_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each fsync ran on the trio thread: a slow disk froze every other task (calls, deadlines, streams)."""
-    effects = Effects()
-    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
-    disk = StalledDisk(monkeypatch)
-    results: list[ToolExecutionResult] = []
-
-    async def call() -> None:
-        results.append(await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1")))
-
+    stalled = StalledLedger(tmp_path, monkeypatch)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(call)
-        await trio.to_thread.run_sync(disk.entered.wait)
-        assert effects.runs == []  # on disk before the body runs, still
-        disk.release.set()  # from another task, while the record is being synced
-    assert disk.released_in_time and all(disk.released_in_time)
-    assert isinstance(results[0], ToolExecutionSuccess)
+        nursery.start_soon(stalled.call)
+        await trio.to_thread.run_sync(stalled.disk.entered.wait)
+        assert stalled.effects.runs == []  # on disk before the body runs, still
+        stalled.disk.release.set()  # from another task, while the record is being synced
+    assert stalled.disk.released_in_time and all(stalled.disk.released_in_time)
+    assert isinstance(stalled.results[0], ToolExecutionSuccess)
     assert [event for event, _ in events(tmp_path / "effects.jsonl")] == ["effect/started", "effect/committed"]
-    assert ledger.get("c1") is not None and ledger.get("c1").state == "committed"  # type: ignore[union-attr]
+    entry = stalled.ledger.get("c1")
+    assert entry is not None and entry.state == "committed"
 
 
 async def test_a_call_cancelled_while_its_start_is_synced_is_recorded_and_released(
@@ -1450,19 +1457,12 @@ async def test_two_calls_with_one_key_while_the_first_start_is_synced_run_the_bo
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The second waits for the first from before the first's record is on disk (now an await)."""
-    effects = Effects()
-    runtime, _ledger = with_ledger(tmp_path / "effects.jsonl", effects.tool())
-    disk = StalledDisk(monkeypatch)
-    results: list[ToolExecutionResult] = []
-
-    async def call() -> None:
-        results.append(await runtime.execute(make_input("send", {"to": "ann"}, call_id="c1")))
-
+    stalled = StalledLedger(tmp_path, monkeypatch)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(call)
-        await trio.to_thread.run_sync(disk.entered.wait)
-        nursery.start_soon(call)
+        nursery.start_soon(stalled.call)
+        await trio.to_thread.run_sync(stalled.disk.entered.wait)
+        nursery.start_soon(stalled.call)
         await trio.sleep(0.05)
-        disk.release.set()
-    assert len(effects.runs) == 1
-    assert [r.value for r in results] == [{"sent": "ann", "n": 1}] * 2  # type: ignore[union-attr]
+        stalled.disk.release.set()
+    assert len(stalled.effects.runs) == 1
+    assert [r.value for r in stalled.results] == [{"sent": "ann", "n": 1}] * 2  # type: ignore[union-attr]
