@@ -643,6 +643,60 @@ async def test_a_subprocess_flooding_short_lines_keeps_a_bounded_number_of_them(
     )
 
 
+async def test_a_subprocess_line_ends_a_line_the_program_flushed_unfinished() -> None:
+    """It jumped ahead of the flushed part, which was then glued to the program's next print."""
+    program = (
+        "import subprocess\n"
+        "print('progress: ', end='', flush=True)\n"
+        "subprocess.run(['echo', 'child-output'])\n"
+        "print('end')\n"
+        "return 1"
+    )
+    for _ in range(3):
+        result = await RUNTIME.run(program, {})
+        assert result.logs == ("progress: child-output", "end"), result.logs
+
+
+async def test_what_went_through_the_original_stdout_is_logged() -> None:
+    """Buffered in the child, it died with os._exit: a library holding sys.__stdout__ printed nothing."""
+    program = "import sys\nsys.__stdout__.write('via __stdout__\\n')\nreturn 1"
+    assert (await RUNTIME.run(program, {})).logs == ("via __stdout__",)
+
+
+async def test_lines_printed_from_threads_each_arrive_once() -> None:
+    program = (
+        "import sys, threading\n"
+        "sys.setswitchinterval(1e-6)\n"
+        "def work(t):\n"
+        "    for i in range(3000):\n"
+        "        print(f'<{t}:{i}>')\n"
+        "threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]\n"
+        "for thread in threads: thread.start()\n"
+        "for thread in threads: thread.join()\n"
+        "return 1"
+    )
+    result = await SubprocessPythonRuntime(wall_budget_s=30).run(program, {})
+    assert result.error is None
+    # print() writes its text and its newline separately, so lines may share an entry (as on any
+    # stream); what must hold is that each text arrives exactly once. It came twice, or never.
+    printed = re.findall(r"<\d+:\d+>", "".join(result.logs))
+    assert sorted(printed) == sorted(f"<{t}:{i}>" for t in range(4) for i in range(3000))
+
+
+@pytest.mark.parametrize("raised", ["KeyboardInterrupt", "SystemExit"])
+async def test_an_exception_whose_str_raises_a_base_exception_is_still_described(raised: str) -> None:
+    """The BaseException escaped the description: an opaque worker-exit, with the output lost."""
+    program = (
+        "class E(Exception):\n"
+        f"    def __str__(self): raise {raised}()\n"
+        "print('before')\n"
+        "raise E()"
+    )
+    result = await RUNTIME.run(program, {})
+    assert_error(result, "exception", "E: <exception str() failed> (line 4)")
+    assert result.logs == ("before",)
+
+
 async def test_an_unfinished_written_line_is_kept() -> None:
     result = await RUNTIME.run("import os\nos.write(1, b'working...')\nreturn 2", {})
     assert result == CodeRunResult(value=2, has_value=True, logs=("working...",))

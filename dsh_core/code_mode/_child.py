@@ -279,6 +279,8 @@ class _LogWriter(io.TextIOBase):
         self._channel = channel
         self._parts: list[str] = []
         self._size = 0
+        # Threads of the program print too: each write's text goes out once, as a real stream's does.
+        self._lock = _thread.RLock()
 
     def writable(self) -> bool:
         return True
@@ -289,6 +291,10 @@ class _LogWriter(io.TextIOBase):
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self._lock:
+            return self._write(text)
+
+    def _write(self, text: str) -> int:
         start = 0
         while (newline := text.find("\n", start)) >= 0:
             self._parts.append(text[start:newline])
@@ -303,11 +309,12 @@ class _LogWriter(io.TextIOBase):
 
     def end_line(self) -> None:
         """Send whatever is buffered (a complete line, or the tail at the end of the run)."""
-        line = "".join(self._parts)
-        self._parts.clear()
-        self._size = 0
-        for start in range(0, max(len(line), 1), _LOG_CHUNK):
-            self._channel.send({"type": "log", "text": line[start : start + _LOG_CHUNK]})
+        with self._lock:
+            line = "".join(self._parts)
+            self._parts.clear()
+            self._size = 0
+            for start in range(0, max(len(line), 1), _LOG_CHUNK):
+                self._channel.send({"type": "log", "text": line[start : start + _LOG_CHUNK]})
 
     def flush(self) -> None:
         """Send the line written so far, though unfinished (``print(..., flush=True)``).
@@ -316,14 +323,16 @@ class _LogWriter(io.TextIOBase):
         timeout), the part sent is kept: a program's last words are often an
         unfinished ``working...``.
         """
-        if self._parts:
-            self._channel.send({"type": "log", "text": "".join(self._parts), "partial": True})
-            self._parts.clear()
-            self._size = 0
+        with self._lock:
+            if self._parts:
+                self._channel.send({"type": "log", "text": "".join(self._parts), "partial": True})
+                self._parts.clear()
+                self._size = 0
 
     def flush_tail(self) -> None:
-        if self._parts:
-            self.end_line()
+        with self._lock:
+            if self._parts:
+                self.end_line()
 
 
 # ---------------------------------------------------------------------------
@@ -431,7 +440,7 @@ def _exception_line(exc: BaseException) -> str:
     name = kind.__qualname__ if module in ("__main__", "builtins") else f"{module}.{kind.__qualname__}"
     try:
         message = str(exc)
-    except Exception:
+    except BaseException:  # a KeyboardInterrupt from __str__ too: describing must not raise
         message = "<exception str() failed>"
     return f"{name}: {message}".strip() if message else name
 
@@ -451,7 +460,7 @@ def _describe_exception(exc: BaseException, error_class: type[Exception]) -> str
         if notes:
             text += f" ({', '.join(notes)})"
         return text[:_MAX_MESSAGE]
-    except Exception:
+    except BaseException:
         return f"{type(exc).__name__}: <unprintable exception>"
 
 
@@ -722,6 +731,14 @@ class _Run:
     def finish(self, done: dict[str, Any] | bytes) -> NoReturn:
         for writer in self.writers:
             writer.flush_tail()
+        for stream in (sys.__stdout__, sys.__stderr__):
+            # What went through the original streams (a library that kept them) is buffered
+            # here and would die with os._exit: written out, it reaches the host's log.
+            try:
+                if stream is not None:
+                    stream.flush()
+            except BaseException:
+                pass
         if isinstance(done, bytes):
             self.channel.send_bytes(done)
         else:

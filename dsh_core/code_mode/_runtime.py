@@ -1051,13 +1051,16 @@ class _Session:
 
     def _log_written(self, line: bytes, *, ended: bool = True) -> None:
         text = line.removesuffix(b"\r").decode("utf-8", "replace")
-        size = _utf8_size(text) + 1  # an entry counts its newline, as a printed line does
+        # An entry counts its newline, as a printed line does; one that ends a line the program
+        # printed and flushed unfinished joins it (as a terminal shows it), whose newline counted.
+        size = _utf8_size(text) + (0 if self._line else 1)
         if self._written_dropped or self._used + size > self._max_output or self._written_lines == MAX_WRITTEN_LINES:
             self._written_dropped += len(line) + ended
             return
         self._used += size
         self._written_lines += 1
-        self._logs.append(text)
+        self._line.append(text)
+        self._end_line()
 
     def _logs_with_written(self) -> list[str]:
         """The logs, with an unfinished written line and a note of what the limit left out."""
