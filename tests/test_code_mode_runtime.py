@@ -697,6 +697,31 @@ async def test_an_exception_whose_str_raises_a_base_exception_is_still_described
     assert result.logs == ("before",)
 
 
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="POSIX interval timers")
+async def test_a_signal_handler_that_raises_never_cuts_a_frame() -> None:
+    """A SIGALRM "timeout" handler ran mid-write: frames cut in half (protocol) or the lock left held (a hang)."""
+    program = (
+        "import signal\n"
+        "class Tick(Exception): pass\n"
+        "def on_alarm(*args): raise Tick()\n"
+        "signal.signal(signal.SIGALRM, on_alarm)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)\n"
+        "ticks = 0\n"
+        "for i in range(300):\n"
+        "    try:\n"
+        "        print('x' * 20000)\n"
+        "    except Tick:\n"
+        "        ticks += 1\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0)\n"
+        "return 'done'"
+    )
+    runtime = SubprocessPythonRuntime(wall_budget_s=20)
+    for _ in range(3):
+        result = await runtime.run(program, {})
+        assert result.error is None and result.value == "done", result.error
+        assert all(set(line) <= {"x"} for line in result.logs)
+
+
 async def test_an_unfinished_written_line_is_kept() -> None:
     result = await RUNTIME.run("import os\nos.write(1, b'working...')\nreturn 2", {})
     assert result == CodeRunResult(value=2, has_value=True, logs=("working...",))

@@ -29,6 +29,7 @@ the program waits for it, without an event loop. Any other program runs under
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub; signal (enum) would add 4 ms to start-up
 import _thread
 import ast
 import builtins
@@ -222,6 +223,17 @@ class _Channel:
         self._write(memoryview(frame + b"\n"))
 
     def _write(self, data: memoryview) -> None:
+        # A program's signal handler that raises (a SIGALRM "timeout" idiom) would otherwise run
+        # between any two steps here: a frame cut in half, or the lock left held for good. Held
+        # off until the frame is whole, the handler runs right after, in the program's code.
+        held = _hold_signals()
+        try:
+            self._write_whole(data)
+        finally:
+            if held is not None:
+                _signal.pthread_sigmask(_signal.SIG_SETMASK, held)
+
+    def _write_whole(self, data: memoryview) -> None:
         if self._reader_here() is None:
             with self._lock:
                 while data:
@@ -262,6 +274,22 @@ class _Channel:
         readable, _, _ = select.select([fd], [self._fd] if writable else [], [], None if writable else 0)
         if readable and not take():
             self._reading = None  # the host closed the channel: nothing more to read
+
+
+# What a frame write holds off: every signal but those a fault raises (held, they would kill).
+_HELD_SIGNALS: Final = (
+    frozenset(_signal.valid_signals())
+    - {getattr(_signal, name) for name in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGABRT") if hasattr(_signal, name)}
+    if hasattr(_signal, "pthread_sigmask")
+    else frozenset()
+)
+
+
+def _hold_signals() -> Any:
+    """Block :data:`_HELD_SIGNALS` for this thread; returns the mask to restore (``None``: nothing blocked)."""
+    if not _HELD_SIGNALS:
+        return None  # Windows: no signal masks
+    return _signal.pthread_sigmask(_signal.SIG_BLOCK, _HELD_SIGNALS)
 
 
 class _LogWriter(io.TextIOBase):
