@@ -722,6 +722,34 @@ async def test_a_signal_handler_that_raises_never_cuts_a_frame() -> None:
         assert all(set(line) <= {"x"} for line in result.logs)
 
 
+async def test_a_done_frame_behind_calls_waiting_for_room_is_honoured() -> None:
+    """The reader, parked until a call in flight was answered, was cut when the child exited: done lost."""
+
+    async def slow(args: Any) -> int:
+        await trio.sleep(2)
+        return 1
+
+    program = (
+        "import asyncio\n"
+        "tasks = [asyncio.ensure_future(tools.slow({'i': i})) for i in range(1100)]\n"
+        "await asyncio.sleep(0.2)\n"
+        "return 'the value'"
+    )
+    result = await SubprocessPythonRuntime(wall_budget_s=20).run(program, {"slow": slow})
+    assert result.error is None and result.value == "the value"
+
+
+async def test_a_reply_of_many_megabytes_arrives_whole_under_asyncio() -> None:
+    """A reply spanning hundreds of reads arrives whole (each read now searches only what is new)."""
+
+    async def big(args: Any) -> str:
+        return "y" * (24 * 1024 * 1024)
+
+    program = "import asyncio\nvalue = await tools.big({})\nreturn len(value)"
+    result = await SubprocessPythonRuntime(wall_budget_s=20).run(program, {"big": big})
+    assert result.error is None and result.value == 24 * 1024 * 1024
+
+
 async def test_an_unfinished_written_line_is_kept() -> None:
     result = await RUNTIME.run("import os\nos.write(1, b'working...')\nreturn 2", {})
     assert result == CodeRunResult(value=2, has_value=True, logs=("working...",))

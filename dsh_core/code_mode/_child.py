@@ -566,6 +566,7 @@ class _Run:
         self.next_id = 1
         self.loop: asyncio.AbstractEventLoop | None = None  # set while running under asyncio
         self.unparsed = bytearray()  # under asyncio: what arrived of a reply line not yet complete
+        self.unparsed_scanned = 0  # how much of it is known to hold no newline
         self.writers: list[_LogWriter] = []
 
     async def call(self, name: str, args: object) -> object:
@@ -669,10 +670,14 @@ class _Run:
             return False
         unparsed = self.unparsed
         unparsed.extend(chunk)
-        while (end := unparsed.find(b"\n")) >= 0:
+        # From where the last search stopped: a reply of many megabytes comes in 64 KiB reads,
+        # and searching it all again each time was quadratic.
+        while (end := unparsed.find(b"\n", self.unparsed_scanned)) >= 0:
             line = bytes(unparsed[:end])
             del unparsed[: end + 1]
+            self.unparsed_scanned = 0
             self.receive(line)
+        self.unparsed_scanned = len(unparsed)
         return True
 
     def serve(self, writers: list[_LogWriter]) -> NoReturn:

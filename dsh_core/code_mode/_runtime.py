@@ -461,9 +461,16 @@ async def _stop_reading_after_exit(process: trio.Process, reading: trio.CancelSc
     # The program is over whatever it wrote last (``done`` is its last act): what it left
     # behind in its group goes now, so that the stream ends once what is in the pipe is read.
     _kill(process)
-    await trio.sleep(EXIT_GRACE_S)
-    # A frame read in full is not given up halfway through decoding: the wall-clock budget bounds that.
-    await session.frame_decoded()
+    session.child_exited()
+    # Cut only a reader that has stopped going on: one still taking what the child wrote (a
+    # frame being decoded, calls it no longer serves) may be on its way to the done frame,
+    # which must not be lost. The wall-clock budget bounds this.
+    while True:
+        seen = session.progress()
+        await trio.sleep(EXIT_GRACE_S)
+        await session.frame_decoded()
+        if session.progress() == seen:
+            break
     reading.cancel()
 
 
@@ -686,6 +693,7 @@ class _LineReader:
         self._limit = limit
         self._buffer = bytearray()
         self._scanned = 0
+        self.received = 0  # bytes taken from the stream so far: how the reader is seen to go on
 
     async def receive_line(self) -> bytes | None:
         """The next line without its newline; None at end of stream (a partial last line is dropped)."""
@@ -704,6 +712,7 @@ class _LineReader:
             chunk = await self._stream.receive_some(256 * 1024)
             if not chunk:
                 return None
+            self.received += len(chunk)
             self._buffer += chunk
 
 
@@ -761,6 +770,9 @@ class _Session:
         self._written_lines = 0
         self._written_dropped = 0
         self._decoding: trio.Event | None = None  # while a frame is decoded off the loop: set when it is
+        self._reader: _LineReader | None = None
+        self._frames = 0  # frames the reader has taken
+        self._child_exited = False
 
     def fail(self, kind: CodeRunErrorKind, message: str) -> CodeRunResult:
         # A line the program flushed but never ended (its last words before a timeout) is kept.
@@ -798,7 +810,7 @@ class _Session:
         self, process: trio.Process, stdout: trio.abc.ReceiveStream, tasks: trio.Nursery
     ) -> CodeRunResult | Callable[[], CodeRunResult]:
         """Serve the child's frames: how the run failed, or (done) what makes its result once stderr is read."""
-        reader = _LineReader(stdout, self._max_frame)
+        reader = self._reader = _LineReader(stdout, self._max_frame)
         while True:
             try:
                 line = await reader.receive_line()
@@ -819,14 +831,21 @@ class _Session:
                 )
             except _FrameError as exc:
                 return self.fail("protocol", f"the child sent a malformed frame ({exc}): {_show(line[:80])}")
+            self._frames += 1
             match frame:
                 case _Call(id=call_id):
                     if call_id in self._in_flight:
                         return self.fail("protocol", f"the child reused call id {call_id} while it was in flight")
+                    if self._child_exited:
+                        continue  # nobody is left to answer: read on, to the done frame it may have sent
                     size = len(line)
                     while not self._has_room_for(size):
                         self._room = trio.Event()
                         await self._room.wait()
+                        if self._child_exited:
+                            break
+                    if self._child_exited:
+                        continue
                     self._in_flight.add(call_id)
                     self._bytes_in_flight += size
                     completes_at_once = getattr(self._bindings.get(frame.name), "completes_at_once", None)
@@ -864,6 +883,15 @@ class _Session:
         finally:
             decoding.set()
             self._decoding = None
+
+    def child_exited(self) -> None:
+        """The child is gone: calls still to read are not served, and a reader waiting for room reads on."""
+        self._child_exited = True
+        self._made_room()
+
+    def progress(self) -> int:
+        """Grows while the reader goes on (bytes read, frames taken): see :func:`_stop_reading_after_exit`."""
+        return (self._reader.received if self._reader is not None else 0) + self._frames
 
     async def frame_decoded(self) -> None:
         """Until the frame being decoded off the loop, if one is, has been."""
