@@ -1230,6 +1230,7 @@ class _Session:
         self.server_name = server_name
         self.client: Client | None = None
         self.ended = False
+        self.loss_noted = False  # the loss of this connection was counted as the server's failure
         self.list_changed = False
         self.wake = trio.Event()
         # Ids of the requests sent and not yet settled: an answer to an id the client
@@ -1788,17 +1789,23 @@ class McpClientPlugin:
                         logged=False,
                     )
                 )
-        definition = ToolDefinition(
-            name=name,
-            description=tool.description or tool.title or "",
-            parameters=parameters.schema,
-            output=output,
-            execute=self._body(server, tool.name, structured),
-            timeout_ms=server.timeout_ms,
-            is_concurrency_safe=_always if effects is not None and effects.read_only else None,
-            effects=effects,
-            retry=retry,
-        )
+        try:
+            definition = ToolDefinition(
+                name=name,
+                description=tool.description or tool.title or "",
+                parameters=parameters.schema,
+                output=output,
+                execute=self._body(server, tool.name, structured),
+                timeout_ms=server.timeout_ms,
+                is_concurrency_safe=_always if effects is not None and effects.read_only else None,
+                effects=effects,
+                retry=retry,
+            )
+        except Exception as exc:
+            # The server's listing is not ours to trust (an empty name, say): this one tool is refused,
+            # its server's other tools still register, and a reconnect does not fail on it again.
+            note("problem", f"not registered: {exc}")
+            return None, notes
         return definition, notes
 
     def dispose(self) -> None:
@@ -2076,7 +2083,11 @@ class McpClientPlugin:
                     + _refused_message(server.settings)
                 ) from exc
             if _connection_lost(exc, session):
-                self._note_failure(server)
+                if not session.loss_noted:
+                    # One lost connection is one failure, however many calls it took down with it:
+                    # counted per call, eight calls in flight made the next attempt wait 30 s, not 0.5.
+                    session.loss_noted = True
+                    self._note_failure(server)
                 session.end()
                 raise _died(server, mcp_name) from exc
             if isinstance(exc, _StandIn):  # oversized: this response alone is dropped, the session goes on

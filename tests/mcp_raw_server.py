@@ -102,7 +102,9 @@ def answer_call(request_id: Any, name: str, calls: int) -> None:
 
 
 def main() -> None:
-    tools = [{"name": name, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}} for name in TOOLS]
+    # RAW_EXTRA_NAMES (a JSON list): more names to list first, such as "" (any string is a name to JSON).
+    names = [*json.loads(os.environ.get("RAW_EXTRA_NAMES", "[]")), *TOOLS]
+    tools = [{"name": name, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}} for name in names]
     calls = 0
     for line in sys.stdin:
         message = json.loads(line)

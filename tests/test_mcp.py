@@ -60,7 +60,7 @@ from dsh_core import (
 from dsh_core._config import load_config
 from dsh_core._mcp_server import serve_http, serve_registry
 from dsh_core.testing import Recorder, json_tool, make_input, make_runtime
-from dsh_plugins import permissions
+from dsh_plugins import mcp_client, permissions
 from dsh_plugins.mcp_client import (
     MCP_ERROR,
     MCP_SERVER_DIED,
@@ -915,6 +915,26 @@ async def test_stdio_server_is_listed_at_setup_and_restarted_after_dying_mid_cal
         assert second_pid != first_pid
 
 
+async def test_one_death_with_many_calls_in_flight_is_one_failure() -> None:
+    """Each call the death took down counted one: after 8, the next connection waited 30 s, not the first step."""
+    runtime = ToolRuntime()
+    config = {"servers": [stdio_server_entry()], "backoff_initial_s": 0.5, "backoff_max_s": 30, "connect_timeout_s": 60}
+    async with McpClientPlugin.connect(runtime, config) as plugin:
+        pid = (await runtime.execute(make_input("proc__pid"))).value["result"]
+        results: list[Any] = []
+
+        async def call() -> None:
+            results.append(await runtime.execute(make_input("proc__slow", {"seconds": 30})))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(call)
+            await trio.sleep(0.5)
+            os.kill(pid, signal.SIGKILL)
+        assert [result.code for result in results] == [MCP_SERVER_DIED] * 8
+        assert plugin._servers[0].failures == 1
+
+
 @pytest.mark.parametrize(
     ("tool", "problem"),
     [
@@ -934,6 +954,22 @@ async def test_an_answer_no_request_can_be_matched_to_fails_the_pending_call(too
     assert failed.error.message.startswith(f'MCP server "raw" {problem}')
     assert failed.error.message.endswith(f'; the call to "{tool}" was abandoned')
     assert calls.value == text_value("2")  # the same session goes on
+
+
+async def test_a_tool_the_client_cannot_define_is_refused_alone() -> None:
+    """An empty name raised out of the listing: every tool of the server failed MCP_SERVER_UNAVAILABLE, for good."""
+    entry = raw_server_entry(env={"RAW_EXTRA_NAMES": '[""]'})
+    del entry["prefix"]  # with a prefix the name is not empty
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [entry]}) as plugin:
+            ok = await runtime.execute(make_input("ok"))
+            problems = [str(note) for note in plugin.diagnostics() if note.level == "problem"]
+    assert ok.value == text_value("ok")
+    assert problems == ["MCP server \"raw\": not registered: ToolDefinition.name must be a non-empty str, got ''"]
+    setup = ToolRuntime()
+    mcp_client.dsh_setup(setup, {"servers": [entry]})  # it stopped the plugin's setup too
+    assert setup.get("ok") is not None
 
 
 async def test_a_server_that_closes_its_stdout_but_lives_fails_the_call_in_flight_as_died() -> None:
