@@ -227,6 +227,10 @@ def _could_be_torn(raw: bytes, *, after_event: bool) -> bool:
     start = body.rstrip(b"\x00")  # zero fill past the end of what was written
     if not start.strip():
         return True
+    if terminated and b"\x00" not in body and _decodes(body):
+        # A whole line of JSON (an event from a newer writer, with a key this one does not know):
+        # no cut write leaves that, and cutting it off would delete what was committed.
+        return False
     if start.startswith(_LINE_START) or (not terminated and _LINE_START.startswith(start)):
         return True
     if not after_event:
@@ -238,6 +242,14 @@ def _could_be_torn(raw: bytes, *, after_event: bool) -> bool:
     except UnicodeDecodeError:
         return True
     return False
+
+
+def _decodes(body: bytes) -> bool:
+    try:
+        decode_json(body.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return False
+    return True
 
 
 def _lock_exclusively(file: BinaryIO, path: Path) -> None:

@@ -321,6 +321,17 @@ def test_reopening_cuts_off_a_torn_tail_and_reports_it(log_path: Path, tail: byt
     assert [(e.seq, e.type) for e in read.events][-1] == (4, "after")
 
 
+def test_a_whole_json_last_line_not_in_our_shape_is_refused_not_cut_off(log_path: Path) -> None:
+    """An event with a key this writer does not know (a newer writer's) was taken for torn and deleted."""
+    write_three(log_path)
+    with open(log_path, "ab") as file:
+        file.write(b'{"seq":4,"type":"tool/result","data":{},"ts":123}\n')
+    before = log_path.read_bytes()
+    with pytest.raises(SessionLogError, match="line 4: is not an event object"):
+        SessionLog(log_path)
+    assert log_path.read_bytes() == before
+
+
 def test_reopening_a_log_that_is_only_a_torn_line_starts_over(log_path: Path) -> None:
     """A crash during the very first write leaves nothing committed."""
     log_path.write_bytes(b'{"seq":1,"type"')
