@@ -1230,7 +1230,7 @@ class _Session:
         self.server_name = server_name
         self.client: Client | None = None
         self.ended = False
-        self.loss_noted = False  # the loss of this connection was counted as the server's failure
+        self.failure_noted = False  # this session's end (lost, or its token refused) was counted as a failure
         self.list_changed = False
         self.wake = trio.Event()
         # Ids of the requests sent and not yet settled: an answer to an id the client
@@ -1994,6 +1994,15 @@ class McpClientPlugin:
         delay = min(self.settings.backoff_initial_s * 2 ** (server.failures - 1), self.settings.backoff_max_s)
         server.retry_at = time.monotonic() + delay
 
+    def _note_session_failure(self, server: _Server, session: _Session) -> None:
+        """Count the end of ``session`` as one failure, however many calls in flight it took down with it.
+
+        Counted per call, eight calls in flight made the next attempt wait 30 s, not 0.5.
+        """
+        if not session.failure_noted:
+            session.failure_noted = True
+            self._note_failure(server)
+
     # -- calls ------------------------------------------------------------------------------------
 
     def _body(self, server: _Server, mcp_name: str, structured: bool) -> Body:
@@ -2076,18 +2085,14 @@ class McpClientPlugin:
             raise  # the session matched no request to what the server sent; or the caller sends again
         except Exception as exc:
             if session.auth_refused:  # the server no longer takes the token (restarted with another)
-                self._note_failure(server)
+                self._note_session_failure(server, session)
                 session.end()
                 raise McpAuthenticationError(
                     f'MCP server "{server.name}" refused the call to "{mcp_name}": '
                     + _refused_message(server.settings)
                 ) from exc
             if _connection_lost(exc, session):
-                if not session.loss_noted:
-                    # One lost connection is one failure, however many calls it took down with it:
-                    # counted per call, eight calls in flight made the next attempt wait 30 s, not 0.5.
-                    session.loss_noted = True
-                    self._note_failure(server)
+                self._note_session_failure(server, session)
                 session.end()
                 raise _died(server, mcp_name) from exc
             if isinstance(exc, _StandIn):  # oversized: this response alone is dropped, the session goes on

@@ -543,6 +543,45 @@ async def test_a_server_that_stops_taking_the_token_fails_calls_as_authenticatio
     assert TOKEN not in caplog.text
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_one_refused_token_with_many_calls_in_flight_is_one_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each call the 401 turned away counted one: after 8, the next connection waited 30 s, not the first step."""
+    import hypercorn.config
+    import hypercorn.trio
+
+    from dsh_core._mcp_server import serve_registry
+
+    monkeypatch.setenv("TEST_MCP_TOKEN", TOKEN)
+    mcp_app = serve_registry(adding_runtime()).streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    switched = SwitchedApp(BearerTokenGate(mcp_app, TOKEN))
+    config = hypercorn.config.Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.graceful_timeout = 1.0
+    runtime = ToolRuntime()
+    settings = {**client_config(""), "backoff_initial_s": 0.5, "backoff_max_s": 30}
+    async with trio.open_nursery() as nursery:
+        (base,) = await nursery.start(partial(hypercorn.trio.serve, switched, config))  # type: ignore[arg-type]
+        settings["servers"] = client_config(base)["servers"]
+        async with McpClientPlugin.connect(runtime, settings) as plugin:
+            assert (await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))).value == {"result": 2}
+            switched.current = BearerTokenGate(mcp_app, "another-token")
+            results: list[Any] = []
+
+            async def call() -> None:
+                results.append(await runtime.execute(make_input("g__add", {"a": 1, "b": 1})))
+
+            async with trio.open_nursery() as calls:
+                for _ in range(8):
+                    calls.start_soon(call)
+            failures = plugin._servers[0].failures
+        nursery.cancel_scope.cancel()
+    assert [(result.code, result.error.info.name) for result in results] == [
+        (MCP_SERVER_UNAVAILABLE, "McpAuthenticationError")
+    ] * 8
+    assert failures == 1
+
+
 @pytest.mark.parametrize(
     ("server", "message"),
     [
