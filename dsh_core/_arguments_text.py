@@ -28,7 +28,7 @@ import attrs
 
 from ._errors import QUOTED_CHARS, DshError, ErrorCode, NonJsonValueError
 from ._json import FrozenDict, JsonValue, snapshot_json
-from ._jsoncodec import decode_json
+from ._jsoncodec import decode_json, integer_too_long
 
 __all__ = ["ArgumentsJsonError", "ArgumentsText", "model_arguments"]
 
@@ -142,6 +142,9 @@ def _parse(text: str) -> JsonValue | _Problem:
     except _RepeatedKeyError as exc:
         return _Problem(str(exc))
     except ValueError as exc:
+        too_long = integer_too_long(exc)
+        if too_long is not None:
+            return _Problem(f"arguments hold {too_long}")
         # The iterative parser of documents too deep for the C one says where it stopped
         # in its own words: read the position back to tell a cut-off text from a mistake.
         deep = _DEEP_ERROR.fullmatch(str(exc))

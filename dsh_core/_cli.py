@@ -67,10 +67,10 @@ from ._arguments_text import TRUNCATED_HINT, ArgumentsJsonError, ArgumentsText, 
 from ._config import DshConfig, load_config
 from ._content import ContentBlock, ImageBlock, TextBlock
 from ._definition import ToolDefinition
-from ._errors import ConfigError, DshError, ErrorCode, JsonSchemaError, NonJsonValueError
+from ._errors import ConfigError, DshError, ErrorCode, JsonSchemaError, NonJsonValueError, bounded_listing
 from ._execution import Agent, ScopeKey, ToolExecution, ToolExecutionInput
 from ._json import json_text, thaw
-from ._jsoncodec import decode_json, dumps_text
+from ._jsoncodec import IntegerTooLongError, decode_json, dumps_text
 from ._logged_calls import LoggedCall, logged_calls
 from ._mcp_serve_token import ServeToken, TokenSourceError, serve_token
 from ._pipeline import approval_unavailable_reason
@@ -90,7 +90,7 @@ from ._scheduling import run_tool_calls
 from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log, refuse_non_regular_target
 from ._signal import CancelSignal
 from ._terminal_logging import escaped_last_resort
-from ._terminal_text import json_printable, printable, terminal_text
+from ._terminal_text import clipped, json_printable, printable, terminal_text
 from ._trace import DecisionTrace
 from .hookspecs import hookimpl
 
@@ -1074,6 +1074,9 @@ def _parse_batch(path: Path) -> list[ToolExecutionInput]:
         where = f"{path}:{number}"
         try:
             record = decode_json(line)
+        except IntegerTooLongError as exc:
+            problems.append(f"{where}: cannot be read: it holds {exc}")
+            continue
         except ValueError as exc:
             problems.append(f"{where}: not valid JSON: {exc}")
             continue
@@ -1109,7 +1112,8 @@ def _parse_batch(path: Path) -> list[ToolExecutionInput]:
             arguments = ArgumentsText(arguments)
         calls.append(ToolExecutionInput(call_id=call_id, name=name, arguments=arguments, signal=CancelSignal()))
     if problems:
-        raise _UsageProblem("\n  ".join([f"invalid batch file {path}:", *problems]))
+        # The first 20 (a file of 100 000 bad lines printed 6.6 MB of problems).
+        raise _UsageProblem(f"invalid batch file {path}:\n  " + bounded_listing(problems, separator="\n  "))
     return calls
 
 
@@ -1622,7 +1626,7 @@ def explain_command(ctx: click.Context, file: Path, call_id: str, agent: str | N
             outcome = ((call.unsettled_note(), "yellow"),)
         elif result.get("isError"):
             code, message = (error or {}).get("code"), (error or {}).get("message")
-            outcome = ((f"failed {code}", "red"), (f": {message}", ""))
+            outcome = ((f"failed {code}", "red"), (f": {clipped(str(message))}", ""))
         else:
             outcome = (("succeeded", "green"),)
         # One line, the failure's message too: a newline in a model's tool name or in a message
@@ -2101,6 +2105,10 @@ def grants_add_command(
             arguments = decode_json(arguments_json)
         except ValueError as exc:
             raise _UsageProblem(f"--arguments is not JSON: {exc}") from exc
+        repeated = _repeated_key(arguments_json)
+        if repeated is not None:
+            # The parser keeps the last value, a person reads the first: the grant would cover other arguments.
+            raise _UsageProblem(f"--arguments gives the key {dumps_text(repeated)} twice in one object")
         if not isinstance(arguments, Mapping):
             # Checked before the tool is looked up, so no warning about it comes first.
             raise _UsageProblem(f"--arguments must be a JSON object (a call's whole arguments), got {arguments_json}")

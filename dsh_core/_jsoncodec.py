@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
-__all__ = ["decode_json", "dumps_text", "encode_json"]
+__all__ = ["IntegerTooLongError", "decode_json", "dumps_text", "encode_json"]
 
 # json.dumps and json.loads with options build an encoder or decoder per call; every frame of
 # every sub-call goes through these, so both ends reuse prebuilt ones.
@@ -93,12 +93,46 @@ def _reject_constant(name: str) -> NoReturn:
 _DECODE: Final = json.JSONDecoder(parse_constant=_reject_constant).decode
 
 
+class IntegerTooLongError(ValueError):
+    """Valid JSON holding an integer with more digits than the interpreter converts (``sys.get_int_max_str_digits``).
+
+    Python's own message calls it a conversion limit and tells the reader to
+    call ``sys.set_int_max_str_digits()``: no help to a CLI user or a model.
+    """
+
+
+def integer_too_long(exc: ValueError) -> IntegerTooLongError | None:
+    """``exc`` said in this project's words when it is the interpreter's integer-digits limit, else None."""
+    text = str(exc)
+    if isinstance(exc, IntegerTooLongError):
+        return exc
+    if not text.startswith("Exceeds the limit (") or "for integer string conversion" not in text:
+        return None
+    import sys
+
+    digits = text.partition("value has ")[2].partition(" digits")[0]
+    size = f"an integer of {digits} digits" if digits.isdigit() else "an integer"
+    return IntegerTooLongError(f"{size}, longer than the {sys.get_int_max_str_digits()} digits accepted")
+
+
 def decode_json(text: str) -> Any:
-    """Parse one JSON document; ``NaN``/``Infinity`` and malformed text raise ``ValueError``."""
+    """Parse one JSON document; ``NaN``/``Infinity`` and malformed text raise ``ValueError``.
+
+    Raises:
+        IntegerTooLongError: (a ``ValueError``) the text holds an integer too long to convert.
+        ValueError: the text is not one JSON document.
+    """
     try:
         return _DECODE(text)
     except RecursionError:
-        return _decode_deep(text)
+        try:
+            return _decode_deep(text)
+        except ValueError as exc:
+            raise integer_too_long(exc) or exc from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:
+        raise integer_too_long(exc) or exc from None
 
 
 # The C string scanner the json module itself uses (typeshed does not declare it).

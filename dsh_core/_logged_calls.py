@@ -25,7 +25,7 @@ import attrs
 
 from ._content import ContentBlock
 from ._json import FrozenDict, JsonValue, safe_repr
-from ._session_log import SessionEvent, SessionLogError, SessionLogRead, structure_content
+from ._session_log import SessionEvent, SessionLogError, SessionLogRead, structure_content, structure_contexts
 
 __all__ = ["LoggedCall", "logged_calls", "session_events", "unsettled_note"]
 
@@ -168,8 +168,11 @@ def _result(event: SessionEvent) -> tuple[str, tuple[ContentBlock, ...]]:
     """
     call_id = _call_id(event)
     blocks = _content(event)
-    _required_bool(event, "isError")  # read with bool(), the string "false" was a failure
+    is_error = _required_bool(event, "isError")  # read with bool(), the string "false" was a failure
     error = event.data.get("error")
+    if (error is not None) != is_error:
+        # append_result writes an error exactly for a failure: explain printed "failed None: None".
+        raise _malformed(event, "isError is true but error is null" if is_error else "isError is false but error is set")
     if error is not None:
         if not isinstance(error, Mapping):
             raise _malformed(event, f"error must be null or an object {{name, code, message}}, got {safe_repr(error)}")
@@ -179,6 +182,10 @@ def _result(event: SessionEvent) -> tuple[str, tuple[ContentBlock, ...]]:
         for key in _ERROR_KEYS:
             if type(error[key]) is not str:
                 raise _malformed(event, f"error.{key} must be a str, got {safe_repr(error[key])}")
+    try:
+        structure_contexts(event.data.get("contexts"))  # replay and simulate read them: refused here with the seq
+    except SessionLogError as exc:
+        raise _malformed(event, str(exc)) from None
     return call_id, blocks
 
 

@@ -65,7 +65,7 @@ from ._content import ContentBlock, UserMessage, as_content
 from ._decisions import UNSET, _Unset
 from ._errors import DshError, NonJsonValueError
 from ._json import FrozenDict, JsonValue, safe_repr, snapshot_json
-from ._jsoncodec import decode_json, encode_json
+from ._jsoncodec import IntegerTooLongError, decode_json, encode_json
 from .presentation import _configure_content, _configure_strict
 
 __all__ = [
@@ -87,13 +87,21 @@ _CHUNK: Final = 1 << 16
 
 
 class SessionLogError(DshError, ValueError):
-    """A session log is corrupt (``line`` names the first bad line) or can no longer be appended to."""
+    """A session log is corrupt (``line`` names the first bad line) or can no longer be appended to.
+
+    ``not_regular`` says what ``path`` is when it is not a regular file (``"a FIFO
+    (named pipe)"``): formats built on the log (a ledger, a grants file) name
+    that in their own terms instead of calling the file damaged.
+    """
 
     code = "SESSION_LOG_ERROR"
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, path: str | None = None, line: int | None = None, not_regular: str | None = None
+    ) -> None:
         self.path = path
         self.line = line
+        self.not_regular = not_regular
         where = "" if path is None else f"{path}: " if line is None else f"{path}: line {line}: "
         super().__init__(where + message)
 
@@ -165,6 +173,8 @@ def _parse_line(raw: bytes) -> SessionEvent:
         raise _BadLine("is empty")
     try:
         record = decode_json(text)
+    except IntegerTooLongError as exc:
+        raise _BadLine(f"cannot be read: it holds {exc}") from None
     except ValueError as exc:
         raise _BadLine(f"is not valid JSON: {exc}") from None
     if type(record) is not dict or record.keys() != {"seq", "type", "data"}:
@@ -247,6 +257,8 @@ def _could_be_torn(raw: bytes, *, after_event: bool) -> bool:
 def _decodes(body: bytes) -> bool:
     try:
         decode_json(body.decode("utf-8"))
+    except IntegerTooLongError:
+        return True  # valid JSON this reader cannot convert: refused, never cut off
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return False
     return True
@@ -389,7 +401,7 @@ def structure_contexts(value: object) -> tuple[UserMessage, ...]:
     if value is None:
         return ()
     if not isinstance(value, (list, tuple)):
-        raise SessionLogError(f"invalid logged contexts: expected a list, got {type(value).__name__}")
+        raise SessionLogError(f"invalid logged contexts: expected a list, got {_json_kind(value)}")
     out: list[UserMessage] = []
     for index, item in enumerate(value):
         if not isinstance(item, Mapping) or not set(item) <= {"source", "content", "meta"}:
@@ -399,6 +411,19 @@ def structure_contexts(value: object) -> tuple[UserMessage, ...]:
             raise SessionLogError(f"invalid logged contexts: $[{index}].source must be a non-empty str")
         out.append(UserMessage(structure_content(item.get("content")), source=source, meta=item.get("meta")))
     return tuple(out)
+
+
+def _json_kind(value: object) -> str:
+    """What a decoded JSON value is, in JSON's words (the readers see frozen values, not what the file holds)."""
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return safe_repr(value)
 
 
 def structure_content(value: object) -> tuple[ContentBlock, ...]:
@@ -477,7 +502,10 @@ def _what_it_is(mode: int) -> str:
 
 def _not_regular(path: str | os.PathLike[str], mode: int | None) -> SessionLogError:
     kind = " (a directory, a device or a FIFO)" if mode is None else f" but {_what_it_is(mode)}"
-    return SessionLogError(f"not a regular file{kind}; a session log must be one", path=os.fspath(path))
+    what = "a directory, a device or a FIFO" if mode is None else _what_it_is(mode)
+    return SessionLogError(
+        f"not a regular file{kind}; a session log must be one", path=os.fspath(path), not_regular=what
+    )
 
 
 def refuse_non_regular_target(path: str | os.PathLike[str]) -> None:

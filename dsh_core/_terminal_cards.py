@@ -41,9 +41,14 @@ from .presentation import (
 __all__ = ["render_replayed_call"]
 
 
+# What one piece of a card shows at most. rich splits a text into lines in time quadratic in its
+# length (13 MB of logged output took over a minute); the log keeps the whole text.
+CARD_TEXT_CHARS = 100_000
+
+
 def _text(value: str, style: str = "", *, one_line: bool = False) -> Text:
     # Everything shown here comes from a log: a tool's output, a model's arguments.
-    return Text(printable(value, one_line=one_line), style=style)
+    return Text(printable(clipped(value, CARD_TEXT_CHARS), one_line=one_line), style=style)
 
 
 def _content_text(content: Sequence[ContentBlock] | None) -> str:

@@ -285,6 +285,8 @@ def _load_read(path: str) -> tuple[dict[str, StandingGrant], SessionLogRead]:
     try:
         read = read_session_log(path)
     except SessionLogError as exc:
+        if exc.not_regular is not None:
+            raise GrantError(f"{path} is {exc.not_regular}, not a regular file; a grants file must be one") from None
         raise GrantError(f"the grants file is damaged: {exc}") from None
     grants: dict[str, StandingGrant] = {}
     for event in read.events:

@@ -825,6 +825,8 @@ def _load(path: str) -> dict[tuple[str | None, str], LedgerEntry]:
     try:
         read = read_session_log(path)
     except SessionLogError as exc:
+        if exc.not_regular is not None:
+            raise LedgerError(f"{path} is {exc.not_regular}, not a regular file; an effect ledger must be one") from None
         raise LedgerError(f"the effect ledger is damaged: {exc}") from None
     entries: dict[tuple[str | None, str], LedgerEntry] = {}
     for number, event in enumerate(read.events, 1):

@@ -107,6 +107,17 @@ def test_deep_documents_parse_without_recursion_errors() -> None:
     assert inner == ()
 
 
+@pytest.mark.parametrize("deep", [False, True], ids=["flat", "deeper-than-the-c-parser"])
+@pytest.mark.parametrize("sign", ["", "-"])
+def test_an_integer_too_long_to_convert_is_named_without_pythons_hint(deep: bool, sign: str) -> None:
+    """It read "not valid JSON: ... use sys.set_int_max_str_digits() to increase the limit": no help to a model."""
+    depth = 20_000 if deep else 1
+    text = '{"x": ' + "[" * depth + sign + "9" * 5000 + "]" * depth + "}"
+    with pytest.raises(ArgumentsJsonError) as refused:
+        ArgumentsText(text).decode()
+    assert str(refused.value) == "arguments hold an integer of 5000 digits, longer than the 4300 digits accepted"
+
+
 def test_the_text_is_parsed_once_and_equality_is_by_text() -> None:
     arguments = ArgumentsText('{"a": 1}')
     first = arguments.decode()

@@ -590,6 +590,21 @@ def test_run_reports_every_bad_line_and_runs_nothing(tools: list[str], tmp_path:
     assert not log.exists()
 
 
+def test_run_lists_the_first_twenty_bad_lines_and_counts_the_rest(tools: list[str], tmp_path: Path) -> None:
+    """A file of 100 000 bad records printed 6.6 MB of problems."""
+    batch = write_batch(tmp_path / "bad.jsonl", *(["not", "an", "object"] for _ in range(1000)), '{"n": ' + "1" * 5000 + "}")
+    result = invoke([*tools, "run", str(batch)])
+    assert result.exit_code == 2
+    listed = [line for line in result.stderr.splitlines() if f"{batch}:" in line][1:]  # under the heading
+    assert len(listed) == 20 and listed[-1].endswith(f"{batch}:20: expected an object with id, name and arguments")
+    assert "… and 981 more" in result.stderr
+    single = write_batch(tmp_path / "one.jsonl", '{"n": ' + "1" * 5000 + "}")
+    assert (
+        f"{single}:1: cannot be read: it holds an integer of 5000 digits, longer than the 4300 digits accepted"
+        in " ".join(invoke([*tools, "run", str(single)]).stderr.split())
+    )
+
+
 def test_run_splits_lines_only_at_line_feeds(tools: list[str], tmp_path: Path) -> None:
     """U+2028, U+2029 and U+0085 are legal raw in a JSON string (ensure_ascii=False writes them)."""
     batch = tmp_path / "calls.jsonl"
@@ -1091,6 +1106,11 @@ def test_check_warns_about_a_grant_whose_arguments_no_call_can_have(tools: list[
         (["guarded", "--agent", "a", "--any-agent"], "pass either --agent ID or --any-agent"),
         (["guarded", "--agent", "a", "--arguments", "{nope"], "--arguments is not JSON"),
         (["guarded", "--agent", "a", "--arguments", "[1]"], "--arguments must be a JSON object (a call's whole"),
+        (
+            ["guarded", "--agent", "a", "--arguments", '{"op": "add", "x": {"n": 1}, "op": "rm"}'],
+            '--arguments gives the key "op" twice in one object',
+        ),
+        (["guarded", "--agent", "a", "--arguments", '{"n": ' + "7" * 5000 + "}"], "an integer of 5000 digits"),
         (["guarded", "--agent", "a", "--ttl", "0"], "--ttl must be a positive number of seconds, at most 100 years, got 0"),
         (["guarded", "--agent", "a", "--ttl", "-5"], "at most 100 years, got -5"),
         (["guarded", "--agent", "a", "--ttl", "nan"], "at most 100 years, got nan"),
@@ -1763,6 +1783,26 @@ async def test_reading_a_fifo_as_the_session_log_fails_fast(
         f"cannot read session log {fifo}: {fifo}: not a regular file but a FIFO (named pipe); "
         "a session log must be one"
     ) in result.stderr
+
+
+async def test_a_fifo_or_device_as_ledger_or_grants_file_is_named_so_not_called_damaged(
+    tools: list[str], tmp_path: Path
+) -> None:
+    """Both read "is damaged: ...; a session log must be one": the file is not damaged, nor a session log."""
+    fifo = tmp_path / "ledger.fifo"
+    os.mkfifo(fifo)
+    with trio.fail_after(20):  # real time: a blocking open is out of reach of a mock clock
+        shown = await trio.to_thread.run_sync(invoke, ["ledger", "show", str(fifo)], abandon_on_cancel=True)
+    assert shown.exit_code == 2
+    assert f"{fifo} is a FIFO (named pipe), not a regular file; an effect ledger must be one" in " ".join(
+        shown.stderr.split()
+    )
+    listed = invoke([*tools, "--grants", "/dev/null", "list"])
+    assert listed.exit_code == 2
+    assert "/dev/null is a character device, not a regular file; a grants file must be one" in " ".join(
+        listed.stderr.split()
+    )
+    assert "damaged" not in shown.stderr + listed.stderr
 
 
 def _disk_full(*args: object, **kwargs: object) -> None:

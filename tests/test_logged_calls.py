@@ -143,6 +143,17 @@ MALFORMED_RESULTS = pytest.mark.parametrize(
             bad_result(isError=True, error={"name": "E", "code": 5, "message": "no"}),
             "error.code must be a str, got 5",
         ),
+        (bad_result(isError=True), "isError is true but error is null"),
+        (
+            bad_result(error={"name": "E", "code": "DENIED", "message": "no"}),
+            "isError is false but error is set",
+        ),
+        (bad_result(contexts={"source": "x"}), "invalid logged contexts: expected a list, got an object"),
+        (bad_result(contexts="note"), "invalid logged contexts: expected a list, got a string"),
+        (
+            bad_result(contexts=[{"source": "", "content": TEXT}]),
+            "invalid logged contexts: $[0].source must be a non-empty str",
+        ),
     ],
     ids=[
         "no-content",
@@ -156,6 +167,11 @@ MALFORMED_RESULTS = pytest.mark.parametrize(
         "list-error",
         "error-without-name",
         "int-error-code",
+        "failure-without-error",
+        "success-with-error",
+        "object-contexts",
+        "str-contexts",
+        "contexts-without-source",
     ],
 )
 

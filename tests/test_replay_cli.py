@@ -78,6 +78,24 @@ def test_a_huge_denial_reason_is_cut_short_in_the_card() -> None:
     assert "DENIED" in out
 
 
+@pytest.mark.parametrize(
+    ("result_view", "text"),
+    [
+        (None, ("x" * 79 + "\n") * 5_000),
+        (TerminalResultView(output=("x" * 79 + "\n") * 5_000, exit_code=0), "raw"),
+        (None, "y" * 400_000),
+    ],
+    ids=["generic", "terminal", "one-line"],
+)
+def test_a_huge_logged_output_is_cut_short_in_the_card(result_view: Any, text: str) -> None:
+    """rich splits a card's text in quadratic time: 13 MB of output took over a minute to replay."""
+    call = replayed(result_view, text=text, call_view=TerminalCallView(title="make") if result_view else None)
+    # The card's text without its borders, and without the spaces rich pads and wraps with.
+    inside = "".join(line[2:-2] for line in rendered(call).splitlines() if line.startswith("│")).replace(" ", "")
+    assert inside.endswith(text[99_000:100_000].replace("\n", "") + "…(300000morecharactersnotshown)")
+    assert len(inside) < 101_000
+
+
 def test_terminal_card_shows_exit_status_pill() -> None:
     out = rendered(
         replayed(TerminalResultView(output="hello\n", exit_code=3), call_view=TerminalCallView(title="echo hello"))

@@ -332,6 +332,23 @@ def test_a_whole_json_last_line_not_in_our_shape_is_refused_not_cut_off(log_path
     assert log_path.read_bytes() == before
 
 
+@pytest.mark.parametrize("last", [True, False], ids=["last-line", "middle-line"])
+def test_a_line_holding_an_integer_too_long_to_convert_is_refused_and_kept(log_path: Path, last: bool) -> None:
+    """Valid JSON Python will not convert by default: called "not valid JSON", and as a last line cut off as torn."""
+    write_three(log_path)
+    lines = log_path.read_bytes().splitlines(keepends=True)
+    line = b'{"seq":4,"type":"note","data":{"n":' + b"7" * 5000 + b"}}\n"
+    log_path.write_bytes(b"".join([*lines, line] if last else [*lines[:1], line, *lines[1:]]))
+    before = log_path.read_bytes()
+    problem = "cannot be read: it holds an integer of 5000 digits, longer than the 4300 digits accepted"
+    # The writer reads back to the last event only: a middle line is the readers' to refuse.
+    for reader in (read_session_log, SessionLog) if last else (read_session_log,):
+        with pytest.raises(SessionLogError) as refused:
+            reader(log_path)
+        assert f"line {4 if last else 2}: {problem}" in str(refused.value)
+    assert log_path.read_bytes() == before
+
+
 def test_reopening_a_log_that_is_only_a_torn_line_starts_over(log_path: Path) -> None:
     """A crash during the very first write leaves nothing committed."""
     log_path.write_bytes(b'{"seq":1,"type"')

@@ -382,6 +382,21 @@ def test_explain_without_a_trace_exits_1(tmp_path: Path) -> None:
     assert "no decision trace" in result.stderr
 
 
+def test_explain_cuts_a_huge_failure_message_short_as_replay_does(tmp_path: Path) -> None:
+    """The message of a logged failure is the model's or a tool's: 10 MB of it was printed on one line."""
+    log = tmp_path / "s.jsonl"
+    message = "no " * 1_000_000
+    with SessionLog(log) as session:
+        session.append_call("c1", "ls", {})
+        error = {"name": "ToolError", "code": "DENIED", "message": message}
+        session.append_result("c1", content=[TextBlock("Error: no")], is_error=True, error=error)
+    result = invoke(["explain", str(log), "c1"])
+    assert result.exit_code == 1  # no trace
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("call c1")]
+    assert line == f"call c1: ls: failed DENIED: {message[:2000]}… (2998000 more characters not shown)"
+    assert json.loads(invoke(["explain", str(log), "c1", "--json"]).stdout)["error"]["message"] == message
+
+
 def test_explain_an_unknown_call_is_a_usage_error(tmp_path: Path) -> None:
     log = tmp_path / "s.jsonl"
     with SessionLog(log) as session:
