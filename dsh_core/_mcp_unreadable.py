@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 import attrs
 
 from ._json import nests_deeper_than
-from ._jsoncodec import decode_json
+from ._jsoncodec import IntegerTooLongError, decode_json
 from ._mcp_stream_wrapper import StreamWrapper
 from ._well_formed import holds_lone_surrogate
 
@@ -171,6 +171,13 @@ def _answer(exc: Exception) -> _Verdict | None:
             return None
         try:
             document = decode_json(line)
+        except IntegerTooLongError as exc:
+            # Valid JSON all the same: read once more with such numbers left out, for the id.
+            try:
+                document = _decode_keeping_long_integers_out(line)
+            except (ValueError, RecursionError):
+                return _Verdict(_error(None, mcp_types.PARSE_ERROR, f"Parse error: the message holds {exc}"), False)
+            return _answer_document(document, mcp_types.PARSE_ERROR, "Parse error", f"the message holds {exc}")
         except ValueError:
             return _Verdict(_error(None, mcp_types.PARSE_ERROR, "Parse error: the message is not JSON"), False)
         return _answer_document(document, mcp_types.PARSE_ERROR, "Parse error", _why_unparsed(document, first))
@@ -179,6 +186,24 @@ def _answer(exc: Exception) -> _Verdict | None:
         logger.warning("MCP: dropped a message that is not JSON-RPC and shows no id: %s", exc)
         return None
     return _answer_document(document, mcp_types.INVALID_REQUEST, "Invalid request", "not a JSON-RPC 2.0 message")
+
+
+# Stands in for an integer too long to convert: no id, so an answer carries null for it.
+_LONG_INTEGER: Final = object()
+
+
+def _int_or_stand_in(digits: str) -> object:
+    try:
+        return int(digits)
+    except ValueError:
+        return _LONG_INTEGER
+
+
+def _decode_keeping_long_integers_out(line: str) -> object:
+    """``line`` decoded with every integer too long to convert replaced by a stand-in (a message's id survives)."""
+    import json
+
+    return json.JSONDecoder(parse_int=_int_or_stand_in).decode(line)
 
 
 def _answer_document(document: object, code: int, kind: str, why: str) -> _Verdict | None:

@@ -2169,6 +2169,7 @@ def request_line(request_id: str, method: str, params: str) -> str:
 
 DEEP_PARAMS = '{"a":' + DEEP_ARRAY_TEXT + "}"
 NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
+LONG_INTEGER = "Parse error: the message holds an integer of 5000 digits, longer than the 4300 digits accepted"
 
 
 @pytest.mark.parametrize(
@@ -2187,6 +2188,9 @@ NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
         # JSON-RPC answers no notification, whatever is wrong with it (a response: see below).
         ('{"jsonrpc":"2.0","method":"notifications/cancelled","params":' + DEEP_PARAMS + "}", None),
         ("   ", None),
+        # Valid JSON Python will not convert by default: the request is answered under its id.
+        (request_line("11", "tools/call", '{"a":' + "9" * 5000 + "}"), parse_error(11, LONG_INTEGER)),
+        (request_line("9" * 5000, "ping", "{}"), parse_error(None, LONG_INTEGER)),
     ],
     ids=[
         "too-deep",
@@ -2200,6 +2204,8 @@ NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
         "not-an-object",
         "notification",
         "blank",
+        "long-integer",
+        "long-integer-id",
     ],
 )
 async def test_an_unreadable_line_is_answered_with_its_id_and_the_next_message_still_read(
@@ -2227,8 +2233,12 @@ UNREAD_NOT_JSON_RPC = "its answer could not be read: not a JSON-RPC 2.0 message"
             parse_error(3, "its answer could not be read: " + LONE_SURROGATE.removeprefix("Parse error: ")),
         ),
         ('{"jsonrpc":"2.0","id":3,"result":5}', parse_error(3, UNREAD_NOT_JSON_RPC, code=-32600)),
+        (
+            '{"jsonrpc":"2.0","id":3,"result":{"action":"accept","content":{"n":' + "9" * 5000 + "}}}",
+            parse_error(3, "its answer could not be read: " + LONG_INTEGER.removeprefix("Parse error: ")),
+        ),
     ],
-    ids=["too-deep", "lone-surrogate", "not-json-rpc"],
+    ids=["too-deep", "lone-surrogate", "not-json-rpc", "long-integer"],
 )
 async def test_an_unreadable_response_fails_the_request_it_answers(line: str, failure: dict[str, Any]) -> None:
     """JSON-RPC answers no response; but the server's request it answers must not wait forever."""
