@@ -172,12 +172,13 @@ def _answer(exc: Exception) -> _Verdict | None:
         try:
             document = decode_json(line)
         except IntegerTooLongError as exc:
+            why = f"the message holds {exc}"
             # Valid JSON all the same: read once more with such numbers left out, for the id.
             try:
                 document = _decode_keeping_long_integers_out(line)
             except (ValueError, RecursionError):
-                return _Verdict(_error(None, mcp_types.PARSE_ERROR, f"Parse error: the message holds {exc}"), False)
-            return _answer_document(document, mcp_types.PARSE_ERROR, "Parse error", f"the message holds {exc}")
+                return _Verdict(_error(None, mcp_types.PARSE_ERROR, f"Parse error: {why}"), False)
+            return _answer_document(document, mcp_types.PARSE_ERROR, "Parse error", why)
         except ValueError:
             return _Verdict(_error(None, mcp_types.PARSE_ERROR, "Parse error: the message is not JSON"), False)
         return _answer_document(document, mcp_types.PARSE_ERROR, "Parse error", _why_unparsed(document, first))
