@@ -171,8 +171,8 @@ def _answer(exc: Exception) -> _Verdict | None:
             return None
         try:
             document = decode_json(line)
-        except IntegerTooLongError as exc:
-            why = f"the message holds {exc}"
+        except IntegerTooLongError as too_long:
+            why = f"the message holds {too_long}"
             # Valid JSON all the same: read once more with such numbers left out, for the id.
             try:
                 document = _decode_keeping_long_integers_out(line)
