@@ -629,6 +629,14 @@ async def test_what_subprocesses_write_is_logged_within_the_output_limit() -> No
     )
 
 
+@pytest.mark.parametrize("ending", ["return 1", "raise ValueError('late')"])
+async def test_what_a_program_printed_through_c_stdio_is_logged(ending: str) -> None:
+    """libc's printf buffers in C's stdio, which os._exit dropped: the program's output was lost."""
+    program = f"import ctypes\nlibc = ctypes.CDLL(None)\nlibc.printf(b'from printf\\n')\nlibc.puts(b'from puts')\n{ending}"
+    result = await RUNTIME.run(program, {})
+    assert result.logs[:2] == ("from printf", "from puts")
+
+
 async def test_a_subprocess_flooding_short_lines_keeps_a_bounded_number_of_them() -> None:
     """``yes`` writes tens of millions of lines a second: one string each would exhaust the host's memory."""
     from dsh_core.code_mode._runtime import MAX_WRITTEN_LINES
