@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
 
 import attrs
@@ -653,3 +654,81 @@ def test_text_back_at_the_header_level_ends_the_arguments() -> None:
 
     assert _docstring(f) == ("Sum.", {"a": "the a."})
     assert _docstring(g) == ("", {"a": "the a, on a docstring whose first line is the header."})
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+class Shade(enum.StrEnum):
+    DARK = "dark"
+
+
+@attrs.frozen
+class Paint:
+    color: Color
+    level: Level = Level.LOW
+
+
+@tool
+async def paint(color: Color, level: Level = Level.HIGH, shade: Shade | None = None, coats: tuple[Paint, ...] = ()) -> Color:
+    """Paints: returns the colour used."""
+    assert type(color) is Color and type(level) is Level and (shade is None or type(shade) is Shade)
+    assert all(type(coat.color) is Color and type(coat.level) is Level for coat in coats)
+    return Color.BLUE if coats else color
+
+
+def test_an_enum_is_the_enum_of_its_values_with_its_default_as_a_value() -> None:
+    properties = thaw(paint.parameters)["properties"]
+    assert properties["color"] == {"type": "string", "enum": ["red", "blue"]}
+    assert properties["level"] == {"type": "integer", "enum": [1, 2], "default": 2}
+    assert properties["shade"] == {"oneOf": [{"type": "string", "enum": ["dark"]}, {"type": "null"}], "default": None}
+    coat = properties["coats"]["items"]["properties"]
+    assert coat["level"] == {"type": "integer", "enum": [1, 2], "default": 1}
+    assert thaw(paint.output.schema) == {"type": "string", "enum": ["red", "blue"]}
+
+
+async def test_enum_arguments_arrive_as_members_and_a_returned_member_as_its_value() -> None:
+    """An IntEnum or StrEnum reached the int or str hook and stayed a plain value."""
+    runtime = make_runtime(paint)
+    arguments = {"color": "red", "level": 1.0, "shade": "dark", "coats": [{"color": "red", "level": 2}]}
+    assert expect_success(await runtime.execute(make_input("paint", arguments))).value == "blue"
+    assert expect_success(await runtime.execute(make_input("paint", {"color": "red"}))).value == "red"
+    for wrong, message in (
+        ({"color": "RED"}, '"color" must be one of ["red","blue"]'),
+        ({"color": "red", "level": 3}, '"level" must be one of [1,2]'),
+        ({"color": "red", "level": True}, '"level" must be an integer'),
+    ):
+        failure = expect_failure(await runtime.execute(make_input("paint", wrong)))
+        assert failure.code == "INVALID_ARGS" and message in failure.error.message
+
+
+class Perm(enum.Flag):
+    R = 1
+    W = 2
+
+
+class Empty(enum.Enum):
+    pass
+
+
+class Corner(enum.Enum):
+    ORIGIN = (0, 0)
+
+
+def test_enums_the_schema_cannot_say_are_refused() -> None:
+    async def f(perm: Perm, empty: Empty, corner: Corner) -> None:
+        """Doc."""
+
+    with pytest.raises(SchemaSpecError) as refused:
+        tool(f)
+    message = str(refused.value)
+    assert "f.perm: the flag enum Perm is not supported; use list[Perm] of a plain Enum" in message
+    assert "f.empty: the enum Empty has no members: no value could be given" in message
+    assert "f.corner: the value of Corner (0, 0) is not JSON (use str, int, bool or None values)" in message

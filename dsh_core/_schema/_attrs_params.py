@@ -24,6 +24,9 @@ Supported field annotations and what they become:
                                the values, so ``X`` is enforced by structuring
 ``Literal[...]``               ``enum`` of one scalar type, or a ``oneOf`` of one
                                ``enum`` per type when the values mix types
+``enum.Enum`` subclass         the ``enum`` of its members' values (``str``,
+                               ``int``, ``bool`` or ``None``), as ``Literal``;
+                               structured to the member (not ``Flag``)
 nested attrs class             a closed object (``additionalProperties: false``)
 ``TypedDict``                  a closed object; its required keys required
                                (``total=``, inherited keys, ``Required``,
@@ -46,6 +49,7 @@ the namespace of the class that declares the field, without mutating the class.
 
 from __future__ import annotations
 
+import enum
 import inspect
 import json
 import sys
@@ -71,7 +75,7 @@ T = TypeVar("T")
 _NoneType = type(None)
 _SUPPORTED = (
     "supported: str, int, float, bool, None, list[X], tuple[X, ...], dict[str, X], Literal[...], "
-    "X | None, nested attrs classes, TypedDict, Any, JsonValue"
+    "Enum, X | None, nested attrs classes, TypedDict, Any, JsonValue"
 )
 
 
@@ -416,6 +420,8 @@ class _Deriver:
             return self._mapping(annotation, args, owner, path, ancestors)
         if typing.is_typeddict(annotation):
             return self._typed_dict(annotation, owner, path, ancestors)
+        if origin is None and isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+            return self._enum(annotation, path)
         if origin is None and isinstance(annotation, type) and attrs.has(annotation):
             if annotation in ancestors:
                 self.errors.append(
@@ -492,18 +498,37 @@ class _Deriver:
         converter.register_structure_hook_func(lambda candidate: candidate is annotation, structure_typed_dict)
 
     def _literal(self, annotation: object, values: tuple[Any, ...], path: str) -> tuple[dict[str, Any], Any] | None:
+        schema = self._choices(values, path, "the Literal value")
+        return None if schema is None else (schema, annotation)
+
+    def _enum(self, annotation: type[enum.Enum], path: str) -> tuple[dict[str, Any], Any] | None:
+        if issubclass(annotation, enum.Flag):
+            # Its members combine into values no list holds: the schema could not say them.
+            self.errors.append(f"{path}: the flag enum {_spell(annotation)} is not supported; use list[{_spell(annotation)}] of a plain Enum")
+            return None
+        members = list(annotation)
+        if not members:
+            self.errors.append(f"{path}: the enum {_spell(annotation)} has no members: no value could be given")
+            return None
+        schema = self._choices(tuple(member.value for member in members), path, f"the value of {_spell(annotation)}")
+        if schema is None:
+            return None
+        # Registered for the class itself: an IntEnum or StrEnum would otherwise reach the
+        # int or str hook (cattrs dispatches on the class's bases first) and stay a plain value.
+        self.converter.register_structure_hook(annotation, _enum_structurer(annotation))
+        return schema, annotation
+
+    def _choices(self, values: tuple[Any, ...], path: str, what: str) -> dict[str, Any] | None:
+        """``enum`` of ``values`` (one per JSON type in a ``oneOf`` when they mix types)."""
         groups: dict[str, list[Any]] = {}
         for value in values:
             kind = _LITERAL_KINDS.get(type(value))
             if kind is None:
-                self.errors.append(
-                    f"{path}: the Literal value {value!r} is not JSON (use str, int, bool or None values)"
-                )
+                self.errors.append(f"{path}: {what} {value!r} is not JSON (use str, int, bool or None values)")
                 return None
             groups.setdefault(kind, []).append(value)
         branches = [{"type": kind, "enum": members} for kind, members in groups.items()]
-        schema = branches[0] if len(branches) == 1 else {"oneOf": branches}
-        return schema, annotation
+        return branches[0] if len(branches) == 1 else {"oneOf": branches}
 
     def _optional(
         self, annotation: object, members: tuple[Any, ...], owner: type, path: str, ancestors: frozenset[type]
@@ -622,6 +647,8 @@ def _json_default(default: object) -> object:
     """The JSON form of a field's default the schema shows, or ``_NOT_SHOWN``."""
     if default is attrs.NOTHING or isinstance(default, attrs.Factory):  # type: ignore[arg-type]
         return _NOT_SHOWN
+    if isinstance(default, enum.Enum):
+        default = default.value  # what the model would send for it
     try:
         return thaw(snapshot_json(default))
     except NonJsonValueError:
@@ -733,6 +760,20 @@ def _literal_factory(annotation: Any) -> Callable[[object, object], object]:
         raise _StrictMismatch(f"expected one of {json.dumps(list(members))}, got {_describe(value)}")
 
     return structure_literal
+
+
+def _enum_structurer(annotation: type[enum.Enum]) -> Callable[[object, object], object]:
+    members = list(annotation)
+
+    def structure_enum(value: object, _: object) -> object:
+        for member in members:
+            # As a Literal: the member whose value equals the JSON value (1.0 is 1, true is not 1).
+            if json_equal(member.value, value):
+                return member
+        values = json.dumps([member.value for member in members])
+        raise _StrictMismatch(f"expected one of {values}, got {_describe(value)}")
+
+    return structure_enum
 
 
 def _container_factory(

@@ -776,7 +776,7 @@ class _Run:
         if ctypes is not None:
             # A program that printed through C (libc printf via ctypes) left it in C's own stdio
             # buffer, which os._exit drops. Only then: importing ctypes costs every other run.
-            try:
+            try:  # noqa: SIM105 - contextlib is not loaded in the child
                 ctypes.CDLL(None).fflush(None)
             except BaseException:
                 pass
