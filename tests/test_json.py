@@ -103,6 +103,25 @@ def test_objects_become_frozen_dicts_and_arrays_tuples() -> None:
     assert snap["a"][1]["b"] == (2, 3)
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        [0.0, 1, "x", True, None, 2.5, -(10**4000)],
+        list(range(-50, 50)),
+        [0.0, 0.0, 1e308, -1e-308],
+        ("a", "b"),
+        [],
+        {"rows": [[1, 2.0], [], ["x", None]], "flat": {"a": 1}},
+    ],
+)
+def test_arrays_of_scalars_snapshot_to_equal_tuples(value: Any) -> None:
+    snapshot = snapshot_json(value)
+    assert thaw(snapshot) == thaw(snapshot_json({"wrapped": [value]}))["wrapped"][0]
+    assert json.dumps(thaw(snapshot)) == json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        assert type(snapshot) is tuple and snapshot == tuple(value)
+
+
 def test_tuple_arrays_are_accepted() -> None:
     assert snapshot_json((1, [2, (3,)])) == (1, (2, (3,)))
 
@@ -188,6 +207,16 @@ def test_non_json_values_are_refused(value: object, fragment: str) -> None:
         ({"self": [_cyclic_list()]}, "$.self[0][1]"),
         ({"k": -0.0}, "$.k"),
         (math.inf, "$"),
+        # Arrays of scalars only are checked in one go: what it refuses still names its item.
+        ([1.5, 0.0, 2.5, -0.0], "$[3]"),
+        ((0.0, math.nan), "$[1]"),
+        ([1, "a", -math.inf, None], "$[2]"),
+        ({"rows": [[1, 2], [3, 10**5000]]}, "$.rows[1][1]"),
+        ([True, -(10**5000)], "$[1]"),
+        ([1, 2, Colour.RED], "$[2]"),
+        ([0.5, Ratio(0.5)], "$[1]"),
+        (["a", Name("b")], "$[1]"),
+        ([[], [0.0, -0.0]], "$[1][1]"),
     ],
 )
 def test_refusal_names_the_json_path(value: object, path: str) -> None:

@@ -27,7 +27,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -38,7 +38,7 @@ from .._definition import ToolDefinition, ToolOutput, contract_of, define_tool
 from .._errors import CodeRunFailedError, DshError, NonJsonValueError
 from .._events import send_event
 from .._execution import Exclusive, Parallel, ToolExecution, ToolExecutionInput, ToolRunContext, input_of, scope_id
-from .._json import JsonValue, json_text, snapshot_json
+from .._json import FrozenDict, JsonValue, json_text, snapshot_json
 from .._jsoncodec import encode_json
 from .._resources import KeyIndex, ResourceClaim, classify_call, settle_after, wait_for_settled
 from .._results import ToolExecutionResult, ToolExecutionSuccess, error_message
@@ -612,9 +612,11 @@ def pretty_json(value: JsonValue) -> str:
                 out.append("[]")
                 continue
             pad = "  " * (depth + 1)
-            if not any(isinstance(child, (dict, list, tuple)) for child in item):
-                # A list of scalars (often long: a program's rows of numbers) in one pass.
-                out.append("[\n" + pad + (",\n" + pad).join(map(_scalar_text, item)) + "\n" + "  " * depth + "]")
+            if _CONTAINER_KINDS.isdisjoint(map(type, item)):
+                # A list of scalars (often long: a program's rows of numbers) in one pass of the C
+                # encoder, its item separator carrying the line break and indentation.
+                inner = _scalar_list_encoder(depth)(item)[1:-1]
+                out.append("[\n" + pad + inner + "\n" + "  " * depth + "]")
                 continue
             work.append((1, "\n" + "  " * depth + "]", depth))
             for index in range(len(item) - 1, -1, -1):
@@ -627,6 +629,19 @@ def pretty_json(value: JsonValue) -> str:
 
 
 _LITERALS: dict[object, str] = {True: "true", False: "false", None: "null"}
+_SCALAR_LIST_ENCODERS: dict[int, Callable[[object], str]] = {}
+# What a snapshot's containers are (and what a plain value's would be).
+_CONTAINER_KINDS: Final = frozenset({dict, list, tuple, FrozenDict})
+
+
+def _scalar_list_encoder(depth: int) -> Callable[[object], str]:
+    """Compact JSON of a list whose items are separated by a line break and the pad of ``depth + 1``."""
+    encoder = _SCALAR_LIST_ENCODERS.get(depth)
+    if encoder is None:
+        separator = ",\n" + "  " * (depth + 1)
+        encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(separator, ": ")).encode
+        _SCALAR_LIST_ENCODERS[depth] = encoder
+    return encoder
 
 
 def _scalar_text(value: JsonValue) -> str:
