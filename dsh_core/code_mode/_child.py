@@ -99,6 +99,10 @@ def json_problem(value: object, max_values: int = sys.maxsize) -> str | None:
     if type(value) not in _CONTAINERS:
         problem = _leaf_problem(value)
         return None if problem is None else f"$: {problem}"
+    if type(value) is not dict and _flat_scalars(value):  # type: ignore[arg-type]
+        if len(value) + 1 > max_values:  # type: ignore[arg-type]
+            raise TooManyValues
+        return None
     keys: list[str | int] = []  # the path from the root to the container being checked
     on_path: set[int] = {id(value)}
     values = 1
@@ -112,6 +116,11 @@ def json_problem(value: object, max_values: int = sys.maxsize) -> str | None:
             if is_dict and type(key) is not str:
                 return f"{_spell_path(keys)}: object key {_bounded_repr(key)} is not a str"
             if type(item) in _CONTAINERS:
+                if type(item) is not dict and _flat_scalars(item):
+                    values += len(item)  # a million numbers: counted and checked at C speed
+                    if values > max_values:
+                        raise TooManyValues
+                    continue
                 keys.append(key)
                 if id(item) in on_path:
                     return f"{_spell_path(keys)}: the value contains itself"
@@ -131,6 +140,29 @@ def json_problem(value: object, max_values: int = sys.maxsize) -> str | None:
 
 
 _CONTAINERS: Final = frozenset((dict, list, tuple))
+_SCALARS: Final = frozenset((str, int, float, bool, type(None)))
+
+
+def _flat_scalars(items: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every item is a lossless JSON scalar, tested over the whole array in C (as the host's snapshot does).
+
+    False for an array that holds a problem too: the walk then finds it and names its path.
+    """
+    kinds = set(map(type, items))
+    if not kinds <= _SCALARS:
+        return False
+    limit = _max_int
+    if int in kinds and limit is not None:
+        ints = items if len(kinds) == 1 else [item for item in items if type(item) is int]
+        if min(ints) < -limit or max(ints) > limit:
+            return False
+    if float in kinds:
+        floats = items if len(kinds) == 1 else [item for item in items if type(item) is float]
+        if not all(map(math.isfinite, floats)):
+            return False
+        if 0.0 in floats and any(item == 0.0 and math.copysign(1.0, item) < 0 for item in floats):
+            return False
+    return True
 
 
 def _open(container: Any) -> tuple[Iterator[tuple[Any, Any]], int, bool]:
