@@ -26,8 +26,8 @@ import itertools
 import json
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import attrs
 import trio
@@ -38,7 +38,7 @@ from .._definition import ToolDefinition, ToolOutput, contract_of, define_tool
 from .._errors import CodeRunFailedError, DshError, NonJsonValueError
 from .._events import send_event
 from .._execution import Exclusive, Parallel, ToolExecution, ToolExecutionInput, ToolRunContext, input_of, scope_id
-from .._json import FrozenDict, JsonValue, json_text, snapshot_json
+from .._json import FrozenDict, JsonValue, frozen_copy, json_text, snapshot_json
 from .._jsoncodec import encode_json
 from .._resources import KeyIndex, ResourceClaim, classify_call, settle_after, wait_for_settled
 from .._results import ToolExecutionResult, ToolExecutionSuccess, error_message
@@ -600,6 +600,9 @@ def pretty_json(value: JsonValue) -> str:
                 out.append("{}")
                 continue
             pad = "  " * (depth + 1)
+            if _CONTAINER_KINDS.isdisjoint(map(type, item.values())):
+                out.append(_flat_text(item, depth))  # an object of scalars: one C call
+                continue
             entries = list(item.items())
             work.append((1, "\n" + "  " * depth + "}", depth))
             for index in range(len(entries) - 1, -1, -1):
@@ -613,10 +616,11 @@ def pretty_json(value: JsonValue) -> str:
                 continue
             pad = "  " * (depth + 1)
             if _CONTAINER_KINDS.isdisjoint(map(type, item)):
-                # A list of scalars (often long: a program's rows of numbers) in one pass of the C
-                # encoder, its item separator carrying the line break and indentation.
-                inner = _scalar_list_encoder(depth)(item)[1:-1]
-                out.append("[\n" + pad + inner + "\n" + "  " * depth + "]")
+                out.append(_flat_text(item, depth))  # scalars (a program's numbers): one C call
+                continue
+            rows = _rows_text(item, depth)
+            if rows is not None:
+                out.append(rows)
                 continue
             work.append((1, "\n" + "  " * depth + "]", depth))
             for index in range(len(item) - 1, -1, -1):
@@ -629,19 +633,54 @@ def pretty_json(value: JsonValue) -> str:
 
 
 _LITERALS: dict[object, str] = {True: "true", False: "false", None: "null"}
-_SCALAR_LIST_ENCODERS: dict[int, Callable[[object], str]] = {}
+_FLAT_ENCODERS: dict[int, Callable[[object, int], Iterable[str]]] = {}
 # What a snapshot's containers are (and what a plain value's would be).
 _CONTAINER_KINDS: Final = frozenset({dict, list, tuple, FrozenDict})
 
 
-def _scalar_list_encoder(depth: int) -> Callable[[object], str]:
-    """Compact JSON of a list whose items are separated by a line break and the pad of ``depth + 1``."""
-    encoder = _SCALAR_LIST_ENCODERS.get(depth)
-    if encoder is None:
+def _refuse(value: object) -> NoReturn:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _flat_text(container: Any, depth: int) -> str:
+    """``container`` (non-empty; only scalars in it) at ``depth``, as pretty_json writes it, in one C call.
+
+    The C encoder of the json module, built once per depth, with an item separator
+    that carries the line break and the next level's indentation; its first and
+    last characters (the brackets) are replaced by the bracket and a line break.
+    """
+    encode = _FLAT_ENCODERS.get(depth)
+    if encode is None:
         separator = ",\n" + "  " * (depth + 1)
-        encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(separator, ": ")).encode
-        _SCALAR_LIST_ENCODERS[depth] = encoder
-    return encoder
+        make_encoder: Any = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+        encode = make_encoder(None, _refuse, json.encoder.encode_basestring, None, ": ", separator, False, False, False)
+        _FLAT_ENCODERS[depth] = encode
+    text = "".join(encode(container, 0))
+    return text[0] + "\n" + "  " * (depth + 1) + text[1:-1] + "\n" + "  " * depth + text[-1]
+
+
+def _rows_text(rows: Any, depth: int) -> str | None:
+    """``rows`` (an array) at ``depth`` when each item is a scalar or holds only scalars, else None.
+
+    A program's rows of objects, thousands of them, each written in one C call
+    instead of an entry of the work stack per member.
+    """
+    texts: list[str] = []
+    inner = depth + 1
+    for row in rows:
+        kind = type(row)
+        if kind not in _CONTAINER_KINDS:
+            texts.append(_scalar_text(row))
+        elif inner >= _INDENT_CAP_DEPTH:
+            texts.append(encode_json(row, ascii_only=False))
+        elif not row:
+            texts.append("[]" if kind is tuple or kind is list else "{}")
+        elif _CONTAINER_KINDS.isdisjoint(map(type, row.values() if kind is dict or kind is FrozenDict else row)):
+            texts.append(_flat_text(row, inner))
+        else:
+            return None
+    pad = "  " * inner
+    return "[\n" + pad + (",\n" + pad).join(texts) + "\n" + "  " * depth + "]"
 
 
 def _scalar_text(value: JsonValue) -> str:
@@ -717,10 +756,12 @@ def build_run_code_tool(runtime: ToolRuntime) -> ToolDefinition:
             if outcome.logs:
                 message += "\nCaptured output:\n" + "\n".join(outcome.logs)
             raise CodeRunFailedError(message)
-        value: dict[str, Any] = {"logs": list(outcome.logs)}
+        # Built frozen, so the pipeline takes it as it is: CodeRunResult snapshotted its value
+        # already, and walking a program's 200 000 rows again held the event loop.
+        value: dict[str, JsonValue] = {"logs": snapshot_json(outcome.logs)}
         if outcome.has_value:
             value["result"] = outcome.value
-        return value
+        return frozen_copy(value)
 
     tool = define_tool(
         name=RUN_CODE_NAME,
