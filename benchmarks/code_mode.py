@@ -7,8 +7,10 @@ a ``run_code`` of a program that only returns, compared with spawning
 sequential ``await tools.add(...)`` calls, minus start-up, per call, compared
 with one bare host-child round trip. ``add``'s body cannot suspend, so the host
 serves those sub-calls without a task; the same program against a body that
-suspends once measures the other path. Each program is run once before timing
-and must return its expected result.
+suspends once measures the other path. Two programs return a wide value (many
+numbers, many small rows): what the child's check, the host's sizing, snapshot
+and rendering cost per value. Each program is run once before timing and must
+return its expected result.
 """
 
 from __future__ import annotations
@@ -56,6 +58,24 @@ def _returns(value: int) -> Expect:
             return f"run_code failed: {result.error.message}"
         returned = result.value.get("result") if isinstance(result.value, Mapping) else None
         return None if returned == value else f"the program returned {returned!r}, expected {value!r}"
+
+    return check
+
+
+WIDE_NUMBERS = 200_000
+WIDE_ROWS = 20_000
+_NUMBERS_PROGRAM = f"return list(range({WIDE_NUMBERS}))"
+_ROWS_PROGRAM = f"return [{{'id': i, 'name': 'row', 'ok': True}} for i in range({WIDE_ROWS})]"
+
+
+def _returns_wide(expected: Any) -> Expect:
+    """A check that one ``run_code`` returned ``expected`` (a wide array), compared whole."""
+
+    def check(result: Any) -> str | None:
+        if isinstance(result, ToolExecutionFailure):
+            return f"run_code failed: {result.error.message}"
+        returned = result.value.get("result") if isinstance(result.value, Mapping) else None
+        return None if returned == expected else "the program's wide value did not come back whole"
 
     return check
 
@@ -142,4 +162,10 @@ def cases(smoke: bool) -> list[Case]:
         Derived(key="code_mode.per_call.suspending", label="run_code bridge cost per sub-call, a body that suspends once",
                 inputs=("code_mode.calls.suspending", "code_mode.startup"),
                 compute=functools.partial(_per_call, calls="code_mode.calls.suspending"), vs="code_mode.per_call"),
+        Bench(key="code_mode.wide_numbers", label=f"run_code returning {WIDE_NUMBERS:,} numbers (checked, sized, rendered)",
+              setup=lambda: _run_code_timer(_NUMBERS_PROGRAM), vs="code_mode.startup", wall_clock=True,
+              expect=_returns_wide(tuple(range(WIDE_NUMBERS)))),
+        Bench(key="code_mode.wide_rows", label=f"run_code returning {WIDE_ROWS:,} rows of 3 members",
+              setup=lambda: _run_code_timer(_ROWS_PROGRAM), vs="code_mode.startup", wall_clock=True,
+              expect=_returns_wide(tuple({"id": i, "name": "row", "ok": True} for i in range(WIDE_ROWS)))),
     ]  # fmt: skip
