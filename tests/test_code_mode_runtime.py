@@ -1691,3 +1691,62 @@ async def test_a_million_numbers_come_back_whole() -> None:
     runtime = SubprocessPythonRuntime(wall_budget_s=60)
     result = await runtime.run("return list(range(999_990))", {})
     assert result.error is None and result.value == tuple(range(999_990))
+
+
+def _running_with(marker: str) -> list[int]:
+    """The live processes whose command line holds ``marker``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                command = cmdline.read()
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                zombie = stat.read().rpartition(b")")[2].split()[0] == b"Z"
+        except OSError:
+            continue
+        if marker.encode() in command and not zombie:
+            found.append(int(name))
+    return found
+
+
+_NEW_SESSION_PROGRAMS = {
+    "popen-then-return": (
+        "import subprocess\n"
+        "subprocess.Popen(['sleep', '{marker}'], start_new_session=True, stdout=subprocess.DEVNULL)\n"
+        "return 'ok'"
+    ),
+    "popen-then-timeout": (
+        "import subprocess, time\n"
+        "subprocess.Popen(['sleep', '{marker}'], start_new_session=True, stdout=subprocess.DEVNULL)\n"
+        "time.sleep(100)"
+    ),
+    "fork-setsid-then-timeout": (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    os.execvp('sleep', ['sleep', '{marker}'])\n"
+        "time.sleep(100)"
+    ),
+}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="descendants are found through Linux's /proc")
+@pytest.mark.parametrize("program", sorted(_NEW_SESSION_PROGRAMS))
+async def test_a_process_started_in_a_session_of_its_own_does_not_outlive_the_run(program: str) -> None:
+    """The process group kill missed it: a daemon a program started lived on after the run (s18 Code Mode audit)."""
+    import random
+
+    marker = f"{random.randrange(10**6, 10**7)}.25"  # a unique sleep length to find it by
+    runtime = SubprocessPythonRuntime(wall_budget_s=1.5)
+    try:
+        result = await runtime.run(_NEW_SESSION_PROGRAMS[program].format(marker=marker), {})
+        assert (result.error is None) == (program == "popen-then-return"), result
+        with trio.move_on_after(5):  # real time: a killed process is gone within milliseconds
+            while _running_with(f"sleep\0{marker}"):
+                await trio.sleep(0.05)
+        assert _running_with(f"sleep\0{marker}") == []
+    finally:
+        for pid in _running_with(f"sleep\0{marker}"):
+            os.kill(pid, signal.SIGKILL)

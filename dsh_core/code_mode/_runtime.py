@@ -443,11 +443,20 @@ def _kill(process: trio.Process) -> None:
                 os.killpg(process.pid, signal.SIGKILL)
         return
     if os.name == "posix":
+        from ._child import descendants
+
+        # Looked for while the child lives: a process the program started in a session or
+        # group of its own is not in the child's group, and loses its parent with the child.
+        strays = descendants(process.pid)
         try:
             os.killpg(process.pid, signal.SIGKILL)
-            return
         except (ProcessLookupError, PermissionError):
-            pass
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        return
     with contextlib.suppress(ProcessLookupError):
         process.kill()
 
