@@ -464,6 +464,11 @@ def define_tool(
 
     if not callable(execute):
         raise TypeError(f'define_tool("{name}"): execute must be callable, got {type(execute).__name__}')
+    if any(inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn) for fn in (execute, type(execute).__call__)):
+        # Every call would return a generator, never a value: INVALID_TOOL_OUTPUT or TOOL_ERROR each time.
+        raise TypeError(
+            f'define_tool("{name}"): execute is a generator function; a tool returns its whole value (a list, say)'
+        )
     if type(in_thread) is not bool:
         raise TypeError(f'define_tool("{name}"): in_thread must be a bool, got {type(in_thread).__name__}')
     body_takes_run = _takes_run(name, execute)

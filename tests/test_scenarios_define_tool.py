@@ -9,6 +9,7 @@ The original's type-level checks become attrs parameter classes (SPEC 2.1).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Literal
 
@@ -713,6 +714,22 @@ async def test_define_tool_passes_run_exactly_when_execute_can_take_it(execute: 
     assert seen == [2 if takes_run else 1]
 
 
+def _rows(args: Any) -> Any:
+    yield 1
+
+
+async def _async_rows(args: Any) -> Any:
+    yield 1
+
+
+class _RowsObject:
+    def __call__(self, args: Any) -> Any:
+        yield 1
+
+
+_GENERATOR = 'define_tool("t"): execute is a generator function; a tool returns its whole value (a list, say)'
+
+
 @pytest.mark.parametrize(
     ("execute", "message"),
     [
@@ -723,8 +740,10 @@ async def test_define_tool_passes_run_exactly_when_execute_can_take_it(execute: 
                             "_three_parameters(args: 'Any', run: 'Any', extra: 'Any')"),
         (_keyword_only, 'define_tool("t"): execute must take (args) or (args, run), got '
                         "_keyword_only(*, args: 'Any')"),
+        (_rows, _GENERATOR), (_async_rows, _GENERATOR), (functools.partial(_rows), _GENERATOR), (_RowsObject(), _GENERATOR),
     ],
-    ids=["none", "str", "no-parameters", "three-parameters", "keyword-only"],
+    ids=["none", "str", "no-parameters", "three-parameters", "keyword-only", "generator", "async-generator",
+         "partial-generator", "generator-call"],
 )  # fmt: skip
 def test_define_tool_refuses_an_execute_it_could_not_call(execute: Any, message: str) -> None:
     """Refused where the tool is declared, not as a TOOL_ERROR on every call."""
