@@ -11,6 +11,9 @@ objects nest in one another).
 
 from __future__ import annotations
 
+import datetime
+import pathlib
+import uuid
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -87,3 +90,8 @@ def _is_plain_container(cls: Any) -> bool:
 
 # Also reached from inside attrs instances: an ``Any`` field holding a list is unstructured by its runtime type.
 _converter.register_unstructure_hook_func(_is_plain_container, _copy_plain)
+# What @tool parameters take as text (dsh_core._schema._attrs_params) goes back out as that text.
+_converter.register_unstructure_hook(datetime.date, lambda value: value.isoformat())  # a datetime is a date
+_converter.register_unstructure_hook(datetime.time, lambda value: value.isoformat())
+_converter.register_unstructure_hook(uuid.UUID, str)
+_converter.register_unstructure_hook(pathlib.PurePath, str)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import enum
+import pathlib
+import uuid
 from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
 
 import attrs
@@ -732,3 +735,74 @@ def test_enums_the_schema_cannot_say_are_refused() -> None:
     assert "f.perm: the flag enum Perm is not supported; use list[Perm] of a plain Enum" in message
     assert "f.empty: the enum Empty has no members: no value could be given" in message
     assert "f.corner: the value of Corner (0, 0) is not JSON (use str, int, bool or None values)" in message
+
+
+FIRST_ROOM = uuid.UUID(int=1)
+
+
+@attrs.frozen
+class Meeting:
+    at: datetime.datetime
+    room: uuid.UUID = FIRST_ROOM
+
+
+@tool
+async def schedule(
+    when: Annotated[datetime.datetime, "the start"],
+    day: datetime.date = datetime.date(2026, 1, 2),
+    folder: pathlib.Path = pathlib.Path("notes"),
+    earlier: tuple[Meeting, ...] = (),
+    alarm: datetime.time | None = None,
+) -> Meeting:
+    """Schedules a meeting a day after ``when``."""
+    assert type(when) is datetime.datetime and type(day) is datetime.date and isinstance(folder, pathlib.Path)
+    assert all(type(meeting.at) is datetime.datetime and type(meeting.room) is uuid.UUID for meeting in earlier)
+    assert alarm is None or type(alarm) is datetime.time
+    return Meeting(at=when + datetime.timedelta(days=1), room=uuid.UUID(int=len(earlier)))
+
+
+def test_dates_uuids_and_paths_are_strings_whose_description_names_the_form() -> None:
+    properties = thaw(schedule.parameters)["properties"]
+    assert properties["when"] == {
+        "type": "string",
+        "description": "the start (an ISO 8601 date and time, e.g. 2026-12-05T16:30:00+00:00)",
+    }
+    assert properties["day"] == {
+        "type": "string", "description": "an ISO 8601 date, e.g. 2026-12-05", "default": "2026-01-02"
+    }  # fmt: skip
+    assert properties["folder"] == {"type": "string", "description": "a file system path", "default": "notes"}
+    room = properties["earlier"]["items"]["properties"]["room"]
+    assert room["default"] == "00000000-0000-0000-0000-000000000001"
+    assert properties["alarm"]["oneOf"][0] == {"type": "string", "description": "an ISO 8601 time, e.g. 16:30:00"}
+
+
+async def test_date_uuid_and_path_arguments_arrive_parsed_and_a_returned_one_goes_back_as_text() -> None:
+    runtime = make_runtime(schedule)
+    arguments = {
+        "when": "2026-12-05T16:30:00Z",
+        "folder": "/tmp/x",
+        "earlier": [{"at": "2026-01-01T00:00:00", "room": "123e4567-e89b-12d3-a456-426614174000"}],
+        "alarm": "07:15",
+    }
+    value = thaw(expect_success(await runtime.execute(make_input("schedule", arguments))).value)
+    assert value == {"at": "2026-12-06T16:30:00+00:00", "room": "00000000-0000-0000-0000-000000000001"}
+    for wrong, message in (
+        ({"when": "yesterday"}, 'expected an ISO 8601 date and time, got "yesterday" @ $.when'),
+        ({"when": 5}, '"when" must be a string'),
+        ({"when": "2026-12-05", "day": "2026-13-01"}, 'expected an ISO 8601 date, got "2026-13-01" @ $.day'),
+        ({"when": "2026-12-05", "folder": ""}, 'expected a file system path, got "" @ $.folder'),
+        ({"when": "2026-12-05", "folder": "a\0b"}, 'expected a file system path, got "a\\u0000b" @ $.folder'),
+        ({"when": "2026-12-05", "earlier": [{"at": "2026-01-01", "room": "nope"}]}, 'expected a UUID, got "nope"'),
+    ):
+        failure = expect_failure(await runtime.execute(make_input("schedule", wrong)))
+        assert failure.code == "INVALID_ARGS" and message in failure.error.message, failure.error.message
+
+
+async def test_a_returned_date_that_is_not_one_breaks_the_output_contract() -> None:
+    @tool
+    async def today() -> datetime.date:
+        """The day, wrongly."""
+        return "not a date"  # type: ignore[return-value]
+
+    failure = expect_failure(await make_runtime(today).execute(make_input("today")))
+    assert failure.code == "INVALID_TOOL_OUTPUT" and 'expected an ISO 8601 date, got "not a date"' in failure.error.message

@@ -27,6 +27,9 @@ Supported field annotations and what they become:
 ``enum.Enum`` subclass         the ``enum`` of its members' values (``str``,
                                ``int``, ``bool`` or ``None``), as ``Literal``;
                                structured to the member (not ``Flag``)
+``datetime``, ``date``,        a ``string`` whose description names the form
+``time``, ``UUID``, ``Path``   (ISO 8601, a UUID, a path); parsed strictly by
+                               structuring, written back as that text
 nested attrs class             a closed object (``additionalProperties: false``)
 ``TypedDict``                  a closed object; its required keys required
                                (``total=``, inherited keys, ``Required``,
@@ -49,12 +52,15 @@ the namespace of the class that declares the field, without mutating the class.
 
 from __future__ import annotations
 
+import datetime
 import enum
 import inspect
 import json
+import pathlib
 import sys
 import types
 import typing
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, NoReturn, TypeVar, Union, get_args, get_origin
 
@@ -75,7 +81,7 @@ T = TypeVar("T")
 _NoneType = type(None)
 _SUPPORTED = (
     "supported: str, int, float, bool, None, list[X], tuple[X, ...], dict[str, X], Literal[...], "
-    "Enum, X | None, nested attrs classes, TypedDict, Any, JsonValue"
+    "Enum, datetime, date, time, UUID, Path, X | None, nested attrs classes, TypedDict, Any, JsonValue"
 )
 
 
@@ -400,6 +406,11 @@ class _Deriver:
             scalar = None
         if scalar is not None:
             return {"type": scalar[0]}, scalar[1]
+        form = _STRING_FORMS.get(annotation) if isinstance(annotation, type) else None
+        if form is not None:
+            # The subset has no "format": the description tells the model, structuring checks.
+            self.complete = False
+            return {"type": "string", "description": form[0]}, annotation
         origin = get_origin(annotation)
         args = get_args(annotation)
         if origin is typing.Annotated:
@@ -604,6 +615,23 @@ _SCALARS: dict[object, tuple[str, type]] = {
 }
 _LITERAL_KINDS: dict[type, str] = {str: "string", bool: "boolean", int: "integer", _NoneType: "null"}
 
+# Types a JSON string stands for: what the schema's description says the text is, and its parser.
+_STRING_FORMS: Final[dict[type, tuple[str, Callable[[str], object]]]] = {
+    datetime.datetime: ("an ISO 8601 date and time, e.g. 2026-12-05T16:30:00+00:00", datetime.datetime.fromisoformat),
+    datetime.date: ("an ISO 8601 date, e.g. 2026-12-05", datetime.date.fromisoformat),
+    datetime.time: ("an ISO 8601 time, e.g. 16:30:00", datetime.time.fromisoformat),
+    uuid.UUID: ("a UUID, e.g. 123e4567-e89b-12d3-a456-426614174000", uuid.UUID),
+    pathlib.Path: ("a file system path", pathlib.Path),
+}
+_STRING_FORM_VALUES: Final = (datetime.date, datetime.time, uuid.UUID, pathlib.PurePath)
+
+
+def _form_text(value: datetime.date | datetime.time | uuid.UUID | pathlib.PurePath) -> str:
+    """The JSON text of a string form's value (what a model would send for it)."""
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    return str(value)
+
 
 def _first_text(annotation: object) -> str | None:
     """The first plain string in an ``Annotated[X, ...]``'s metadata (a description)."""
@@ -649,6 +677,8 @@ def _json_default(default: object) -> object:
         return _NOT_SHOWN
     if isinstance(default, enum.Enum):
         default = default.value  # what the model would send for it
+    elif isinstance(default, _STRING_FORM_VALUES):
+        default = _form_text(default)
     try:
         return thaw(snapshot_json(default))
     except NonJsonValueError:
@@ -659,7 +689,8 @@ def _json_default(default: object) -> object:
 def _annotate(schema: dict[str, Any], description: str | None, default: object) -> dict[str, Any]:
     node = dict(schema)
     if description is not None:
-        node["description"] = description
+        # A string form's own description (its format) stays, after the field's.
+        node["description"] = f"{description} ({node['description']})" if "description" in node else description
     if default is not _NOT_SHOWN:
         node["default"] = default
     return node
@@ -776,6 +807,23 @@ def _enum_structurer(annotation: type[enum.Enum]) -> Callable[[object, object], 
     return structure_enum
 
 
+def _string_form_structurer(what: str, parse: Callable[[str], object]) -> Callable[[object, object], object]:
+    short = what.partition(", e.g.")[0]
+
+    def structure_string_form(value: object, _: object) -> object:
+        if type(value) is not str:
+            _mismatch(f"a string ({short})", value)
+        # A path with a NUL byte opens nothing; uuid.UUID would also take "{...}" and "urn:uuid:" forms.
+        if "\0" in value or not value:
+            raise _StrictMismatch(f"expected {short}, got {json.dumps(value[:80])}")
+        try:
+            return parse(value)
+        except ValueError:
+            raise _StrictMismatch(f"expected {short}, got {json.dumps(value[:80])}") from None
+
+    return structure_string_form
+
+
 def _container_factory(
     accepted: tuple[type, ...], expected: str, factory: Callable[[Any, cattrs.BaseConverter], Any]
 ) -> Callable[[Any, cattrs.BaseConverter], Callable[[object, object], object]]:
@@ -804,6 +852,8 @@ def _strict_converter() -> cattrs.Converter:
     converter.register_structure_hook(int, _structure_int)
     converter.register_structure_hook(float, _structure_float)
     converter.register_structure_hook(_NoneType, _structure_none)
+    for form, (what, parse) in _STRING_FORMS.items():
+        converter.register_structure_hook(form, _string_form_structurer(what, parse))
     converter.register_structure_hook_factory(_is_literal, _literal_factory)
     converter.register_structure_hook_factory(
         _origin_is(list), _container_factory((list, tuple), "an array", cattrs.cols.list_structure_factory)
