@@ -111,7 +111,7 @@ import subprocess
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import attrs
 import regex
@@ -204,6 +204,8 @@ MAX_BEFORE_IMAGE_BYTES: Final = 256 * 1024
 """``write_file`` keeps the replaced text for the diff card only up to this size."""
 MAX_KEPT_POSITIONS: Final = 1000
 """``edit_file`` keeps where each replacement went (for its revert) only up to this many replacements."""
+MAX_EDIT_BYTES: Final = 64 * 1024 * 1024
+"""The largest file ``edit_file`` (and a revert of one) edits: it holds the file several times over in memory."""
 _BINARY_SNIFF_BYTES: Final = 8192
 _SKIPPED_DIRS: Final = frozenset({".git"})
 
@@ -870,9 +872,26 @@ def _read_current(real: str, path: str, tool: str) -> bytes:
         if not _check_regular(real, path):
             raise FileToolError(f"{quoted_path(path)} no longer exists; the {tool} call was not reverted")
         with open_regular(real, resolved=True) as stream:
-            return stream.read()
+            return _read_editable(stream, path, f"the {tool} call was not reverted")
     except OSError as exc:
         raise _os_error(exc, path) from None
+
+
+def _bytes_text(count: int) -> str:
+    return f"{count // (1024 * 1024)} MiB" if count % (1024 * 1024) == 0 else f"{count} bytes"
+
+
+def _read_editable(stream: BinaryIO, path: str, outcome: str) -> bytes:
+    """The whole file, if it is no larger than MAX_EDIT_BYTES (a model-named multi-GB log would exhaust memory)."""
+    size = os.fstat(stream.fileno()).st_size
+    # One byte past the cap at most, not trusting the size: the file may grow meanwhile.
+    raw = b"" if size > MAX_EDIT_BYTES else stream.read(MAX_EDIT_BYTES + 1)
+    if size > MAX_EDIT_BYTES or len(raw) > MAX_EDIT_BYTES:
+        raise FileToolError(
+            f"{quoted_path(path)} is {max(size, len(raw))} bytes, more than the {_bytes_text(MAX_EDIT_BYTES)} "
+            f"edit_file edits; {outcome}"
+        )
+    return raw
 
 
 def _unwrite(workspace: Workspace, path: str, content: str, created: bool, old_text: str | None) -> None:
@@ -988,7 +1007,7 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
     real = workspace.resolve_writable(path)
     try:
         with open_regular(real, resolved=True) as stream:
-            raw = stream.read()
+            raw = _read_editable(stream, path, "use write_file, or a shell tool, for a file that large")
     except OSError as exc:
         raise _os_error(exc, path) from None
     try:

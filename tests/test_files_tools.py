@@ -403,6 +403,40 @@ async def test_edit_file_refuses_non_utf8_files(workspace: Path) -> None:
     assert "not UTF-8" in failed(await run(workspace, "edit_file", arguments), "FILE_ERROR")
 
 
+async def test_edit_file_refuses_a_file_larger_than_it_edits(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It read any file whole, several times over in memory: a model-named 300 MB log took 1.2 GB."""
+    monkeypatch.setattr(files, "MAX_EDIT_BYTES", 1000)
+    (workspace / "fits.txt").write_bytes(b"needle" + b"x" * 994)
+    (workspace / "big.txt").write_bytes(b"needle" + b"x" * 995)
+    with open(workspace / "sparse.log", "wb") as sparse:
+        sparse.truncate(1 << 40)  # a terabyte that takes no disk: refused before anything is read
+    arguments = {"old_string": "needle", "new_string": "pin"}
+    assert ok(await run(workspace, "edit_file", {"path": "fits.txt", **arguments}))["replacements"] == 1
+    for name, size in (("big.txt", 1001), ("sparse.log", 1 << 40)):
+        message = failed(await run(workspace, "edit_file", {"path": name, **arguments}), "FILE_ERROR")
+        assert message == (
+            f"'{name}' is {size} bytes, more than the 1000 bytes edit_file edits; "
+            "use write_file, or a shell tool, for a file that large"
+        )
+    assert (workspace / "big.txt").read_bytes() == b"needle" + b"x" * 995
+
+
+async def test_a_revert_of_an_edit_refuses_a_file_grown_past_the_edit_limit(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_plugins.undo import PLUGIN_NAME, UndoLog
+
+    runtime = runtime_for(workspace)
+    log = UndoLog(runtime)
+    runtime.plugins.register(log, name=PLUGIN_NAME)
+    arguments = {"path": "README.md", "old_string": "hello", "new_string": "bye"}
+    ok(await runtime.execute(make_input("edit_file", arguments)))
+    monkeypatch.setattr(files, "MAX_EDIT_BYTES", 10)
+    (outcome,) = await log.undo()
+    assert not outcome.reverted
+    assert outcome.error == "'README.md' is 18 bytes, more than the 10 bytes edit_file edits; the edit_file call was not reverted"
+
+
 # --- glob ----------------------------------------------------------------------------------
 
 
