@@ -1,8 +1,8 @@
 """Where git runs files from, beyond directories named ``.git``: what the files tools must not write.
 
 A path component named ``.git`` is the common case (``files._names_git``). Two
-more places hold files git runs, found from the repository the path is in (the
-nearest ancestor directory holding a ``.git`` entry):
+more places hold files git runs, found from each repository the path is in (every
+ancestor directory holding a ``.git`` entry, the nearest first):
 
 - the directory a *gitfile* names: ``.git`` as a file reading ``gitdir: PATH``
   (``git init --separate-git-dir``, worktrees, submodules) puts the hooks and
@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterator
 from typing import Final
 
 from ._case_folding import folded, folds_case
@@ -47,20 +48,25 @@ _ENTRY: Final = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
 def git_run_place(real: str) -> str | None:
     """The directory git runs files from that holds ``real`` (a resolved path), or ``None``.
 
-    Looks only at the nearest repository holding ``real``: a gitfile's git
-    directory, and the directory its ``core.hooksPath`` names.
+    Looks at every repository holding ``real``, the nearest first: a gitfile's
+    git directory, and the directory its ``core.hooksPath`` names. Not only the
+    nearest: hooks shared as a nested checkout (``tools/``, a submodule) are
+    the outer repository's ``core.hooksPath`` while ``tools/`` has its own ``.git``.
     """
-    repository = _repository_of(real)
-    return None if repository is None else _place_in(real, *repository)
+    for work_tree, dot_git in _repositories_of(real):
+        place = _place_in(real, work_tree, dot_git)
+        if place is not None:
+            return place
+    return None
 
 
 def git_file_linked(real: str) -> str | None:
     """The file git runs (or reads for what to run) that ``real`` is another name of, or ``None``.
 
     ``real`` is a resolved path; only a regular file with more than one link is
-    looked into, against the nearest repository's git directory (its config,
-    its hooks) and its ``core.hooksPath`` directory. A write in place through
-    such a link (the file tools keep hard links) would change the hook itself.
+    looked into, against the git directory of each repository holding it (its
+    config, its hooks) and its ``core.hooksPath`` directory. A write in place
+    through such a link (the file tools keep hard links) would change the hook itself.
     """
     try:
         info = os.lstat(real)
@@ -68,34 +74,31 @@ def git_file_linked(real: str) -> str | None:
         return None
     if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
         return None
-    repository = _repository_of(real)
-    if repository is None:
-        return None
-    work_tree, dot_git = repository
-    git_directory = dot_git if os.path.isdir(dot_git) else _gitfile_target(work_tree, dot_git)
-    if git_directory is None:
-        return None
-    places = [git_directory, os.path.join(git_directory, "hooks")]
-    hooks = _hooks_path(os.path.join(git_directory, "config"))
-    if hooks is not None:
-        places.append(os.path.realpath(os.path.join(work_tree, os.path.expanduser(hooks))))
-    for place in places:
-        found = _same_file_in(place, info)
-        if found is not None:
-            return found
+    for work_tree, dot_git in _repositories_of(real):
+        git_directory = dot_git if os.path.isdir(dot_git) else _gitfile_target(work_tree, dot_git)
+        if git_directory is None:
+            continue
+        places = [git_directory, os.path.join(git_directory, "hooks")]
+        hooks = _hooks_path(os.path.join(git_directory, "config"))
+        if hooks is not None:
+            places.append(os.path.realpath(os.path.join(work_tree, os.path.expanduser(hooks))))
+        for place in places:
+            found = _same_file_in(place, info)
+            if found is not None:
+                return found
     return None
 
 
-def _repository_of(real: str) -> tuple[str, str] | None:
-    """The nearest work tree holding ``real`` and its ``.git`` entry (a directory or a gitfile)."""
+def _repositories_of(real: str) -> Iterator[tuple[str, str]]:
+    """Each work tree holding ``real``, the nearest first, with its ``.git`` entry (a directory or a gitfile)."""
     directory = os.path.dirname(real)
     while True:
         dot_git = os.path.join(directory, ".git")
         if os.path.lexists(dot_git):
-            return directory, dot_git
+            yield directory, dot_git
         parent = os.path.dirname(directory)
         if parent == directory:
-            return None
+            return
         directory = parent
 
 

@@ -93,6 +93,21 @@ async def test_the_nearest_repository_decides(tmp_path: Path) -> None:
     assert isinstance(await write(tmp_path, "vendor/lib/hooks/pre-commit"), ToolExecutionSuccess)
 
 
+async def test_an_outer_repositorys_hooks_path_inside_a_nested_checkout_is_refused(tmp_path: Path) -> None:
+    """Hooks shared as a submodule: only the nearest repository (tools/, no hooksPath) was looked at."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text("[core]\n\thooksPath = tools/hooks\n")
+    (tmp_path / "tools" / "hooks").mkdir(parents=True)
+    (tmp_path / "tools" / ".git").write_text("gitdir: ../.git/modules/tools\n")
+    (tmp_path / "tools" / "hooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    message = refused(await write(tmp_path, "tools/hooks/pre-commit"))
+    assert f"inside {str(tmp_path / 'tools' / 'hooks')!r}, where the repository's git runs files from" in message
+    assert (tmp_path / "tools" / "hooks" / "pre-commit").read_text() == "#!/bin/sh\nexit 0\n"
+    (tmp_path / "tools" / "notes.txt").hardlink_to(tmp_path / "tools" / "hooks" / "pre-commit")
+    assert "is a hard link of" in refused(await write(tmp_path, "tools/notes.txt"))
+    assert isinstance(await write(tmp_path, "tools/README.md"), ToolExecutionSuccess)
+
+
 async def test_allow_git_writes_lets_both_places_be_written(tmp_path: Path) -> None:
     separate_git_dir(tmp_path)
     runtime = make_runtime(plugins=[(files, {"root": str(tmp_path), "allow_git_writes": True})])
