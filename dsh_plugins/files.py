@@ -1025,9 +1025,16 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
             "Read the file first to copy the exact text."
         )
     if places > 1 and not replace_all:
+        separate = text.count(old)  # what replace_all would replace: left to right, none overlapping
+        if separate == places:
+            raise FileToolError(
+                f"old_string occurs {places} times in {quoted_path(path)}; include more surrounding text to make it "
+                "unique, or pass replace_all=true to replace every occurrence"
+            )
+        # "aa" in "aaaa": quoting 3 and then replacing 2 would tell the model two different things.
         raise FileToolError(
-            f"old_string occurs {places} times in {quoted_path(path)}; include more surrounding text to make it unique, "
-            "or pass replace_all=true to replace every occurrence"
+            f"old_string occurs at {places} overlapping places in {quoted_path(path)}; include more surrounding text "
+            f"to make it unique (replace_all=true would replace {separate}, left to right, none overlapping)"
         )
     replacements = places if replace_all else 1
     updated = text.replace(old, new, replacements)

@@ -354,13 +354,22 @@ async def test_edit_file_replaces_a_unique_string(workspace: Path) -> None:
     assert (workspace / "README.md").read_text() == "# title\nbye world\n"
 
 
-async def test_overlapping_occurrences_make_an_edit_ambiguous(workspace: Path) -> None:
-    (workspace / "a.txt").write_text("aaa")
+@pytest.mark.parametrize(("text", "old", "places", "separate"), [("aaa", "aa", 2, 1), ("aaaa", "aa", 3, 2), ("ababa", "aba", 2, 1)])
+async def test_overlapping_occurrences_make_an_edit_ambiguous(
+    workspace: Path, text: str, old: str, places: int, separate: int
+) -> None:
+    """The count quoted was the overlapping one, and replace_all, as advised, then replaced another number."""
+    (workspace / "a.txt").write_text(text)
     message = failed(
-        await run(workspace, "edit_file", {"path": "a.txt", "old_string": "aa", "new_string": "b"}), "FILE_ERROR"
+        await run(workspace, "edit_file", {"path": "a.txt", "old_string": old, "new_string": "b"}), "FILE_ERROR"
     )
-    assert "occurs 2 times" in message
-    assert (workspace / "a.txt").read_text() == "aaa"
+    assert message == (
+        f"old_string occurs at {places} overlapping places in 'a.txt'; include more surrounding text to make it "
+        f"unique (replace_all=true would replace {separate}, left to right, none overlapping)"
+    )
+    assert (workspace / "a.txt").read_text() == text
+    arguments = {"path": "a.txt", "old_string": old, "new_string": "b", "replace_all": True}
+    assert ok(await run(workspace, "edit_file", arguments))["replacements"] == separate
 
 
 async def test_edit_file_refuses_an_ambiguous_string_and_says_how_many(workspace: Path) -> None:
