@@ -1752,7 +1752,8 @@ async def _grep_rg(
     if not is_dir and await _in_thread(run, partial(_sniffs_binary, base)):
         return _Matches(limit).value()
     # --sort path makes the file order deterministic (and equal to the fallback's).
-    argv = [rg, "--json", "--no-config", "--sort", "path", "--no-messages"]
+    # --crlf: "$" matches before "\r\n" too, as in the built-in search (which strips the "\r").
+    argv = [rg, "--json", "--no-config", "--sort", "path", "--no-messages", "--crlf"]
     if ignore_case:
         argv.append("--ignore-case")
     if file_glob:
@@ -1846,6 +1847,9 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
             _check_pattern(file_glob)
             if "\x00" in file_glob:
                 raise FileToolError("glob pattern must not contain a NUL character (no path holds one)")
+            if file_glob.startswith("!"):
+                # ripgrep read it as "every file but" these, the built-in search as a name starting with "!".
+                raise FileToolError("glob must name the files to search; a leading '!' (every file but) is not supported")
             # Its bounds (length, alternatives) hold whichever backend searches: ripgrep took a
             # glob the built-in search refuses, and matched it to nothing, silently.
             compile_glob(file_glob)
@@ -1894,7 +1898,7 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
             "total number of matching lines. `path` is a file or directory (default: the workspace root); `glob` "
             "keeps only files whose name matches (e.g. `*.py`; a pattern with `/` such as `src/**/*.ts` matches "
             "the path below `path`). Hidden and binary files are skipped, and so are files ignored by .gitignore "
-            "when ripgrep is installed. Use plain regex syntax (classes, `\\b`, `|`, groups; no look-around or "
+            "when ripgrep is installed (unless `glob` names them). Use plain regex syntax (classes, `\\b`, `|`, groups; no look-around or "
             "backreferences), and escape literal characters such as `(` or `.`."
         ),
         parameters={

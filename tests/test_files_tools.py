@@ -838,6 +838,19 @@ async def test_grep_pattern_too_long_for_an_argument_is_refused_by_both_backends
     assert message == f"pattern is 200000 characters long; at most {files.MAX_GREP_PATTERN_CHARS} are taken"
 
 
+async def test_grep_anchors_at_the_end_of_a_crlf_line_with_both_backends(tree: Path, backend: str) -> None:
+    """ripgrep's "$" stopped before "\n" only: on CRLF files every "...$" search found nothing."""
+    (tree / "dos.txt").write_bytes(b"first needle\r\nsecond\r\n")
+    value = ok(await run(tree, "grep", {"pattern": "needle$", "glob": "dos.txt"}))
+    assert value["files"] == ({"path": "dos.txt", "matches": ({"line_number": 1, "line": "first needle"},)},)
+
+
+async def test_grep_refuses_a_negated_glob_with_both_backends(tree: Path, backend: str) -> None:
+    """ripgrep searched every file but *.py, the built-in search files named "!...": two answers."""
+    message = failed(await run(tree, "grep", {"pattern": "needle", "glob": "!*.py"}), "FILE_ERROR")
+    assert message == "glob must name the files to search; a leading '!' (every file but) is not supported"
+
+
 def make_path_too_long_to_name(root: Path) -> None:
     """Directories nested past PATH_MAX, made by descriptor (no path-based call reaches the last one)."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
