@@ -265,10 +265,15 @@ class Workspace:
             except UnicodeEncodeError:
                 # JSON allows "\ud800"; no file system path can hold it.
                 raise FileToolError(f"path {quoted_path(path)} is not valid Unicode text (it holds a lone surrogate)") from None
-        real = os.path.realpath(os.path.join(self.root, path))
+        try:
+            real = os.path.realpath(os.path.join(self.root, path))
+        except OSError as exc:  # a link it cannot read on the way (/proc/1/cwd)
+            raise _os_error(exc, path) from None
         if os.path.commonpath([self.root, real]) != self.root:
+            # Not where it leads: /proc/self/fd/N would name every file the host has open
+            # (its audit log, its grants file), /proc/self/cwd its directory, to the model.
             raise WorkspaceError(
-                f"path {quoted_path(path)} resolves to {quoted_path(real)}, outside the workspace root {self.root!r}; "
+                f"path {quoted_path(path)} resolves outside the workspace root {self.root!r}; "
                 "only files inside the workspace can be used"
             )
         return real
@@ -704,6 +709,7 @@ def _check_pattern(pattern: str) -> None:
 def _read_window(workspace: Workspace, path: str, offset: int, limit: int) -> dict[str, Any]:
     real = workspace.resolve(path)
     lines: list[dict[str, Any]] = []
+    not_utf8: list[int] = []  # shown lines whose bytes are not UTF-8
     total = 0
     last = offset + limit - 1
     try:
@@ -722,11 +728,29 @@ def _read_window(workspace: Workspace, path: str, offset: int, limit: int) -> di
                     # An overlong line: its rest is counted, never held (one line may be gigabytes).
                     rest = _skip_line(stream)
                 if offset <= total <= last:
-                    text = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", errors="replace")
+                    text, whole = _line_text(raw.rstrip(b"\n").rstrip(b"\r"), cut=rest > 0)
                     lines.append({"number": total, "text": _cut(text, MAX_LINE_CHARS, len(text) + rest)})
+                    if not whole:
+                        not_utf8.append(total)
     except OSError as exc:
         raise _os_error(exc, path) from None
-    return {"path": workspace.display(real), "offset": offset, "lines": lines, "total_lines": total}
+    value = {"path": workspace.display(real), "offset": offset, "lines": lines, "total_lines": total}
+    if not_utf8:
+        value["not_utf8_lines"] = not_utf8
+    return value
+
+
+def _line_text(raw: bytes, *, cut: bool) -> tuple[str, bool]:
+    """A line's text, and whether its bytes were UTF-8 (else each bad byte shows as U+FFFD).
+
+    A line cut at its first bytes may end in the middle of a character: that is
+    not the file's fault.
+    """
+    try:
+        return raw.decode("utf-8"), True
+    except UnicodeDecodeError as exc:
+        partial_end = cut and exc.reason == "unexpected end of data" and exc.start >= len(raw) - 3
+        return raw.decode("utf-8", errors="replace"), partial_end
 
 
 def _render_read(args: Any, value: Any) -> list[TextBlock]:
@@ -743,6 +767,14 @@ def _render_read(args: Any, value: Any) -> list[TextBlock]:
     more = ""
     if last < value["total_lines"]:
         more = f"\n[{value['total_lines'] - last} more lines; continue with offset={last + 1}]"
+    bad = value.get("not_utf8_lines")
+    if bad:
+        # Else the model rewrites the file from what it read, and every such byte becomes U+FFFD on disk.
+        shown = ", ".join(str(number) for number in bad[:20]) + (", ..." if len(bad) > 20 else "")
+        more += (
+            f"\n[not UTF-8: the bytes of line(s) {shown} that are not UTF-8 show as U+FFFD; writing this text "
+            "back would replace them for good, and edit_file refuses the file]"
+        )
     return [TextBlock(f"{header}\n{body}{more}")]
 
 
@@ -779,7 +811,8 @@ def _read_file_tool(workspace: Workspace) -> ToolDefinition:
             "total line count. "
             f"Lines longer than {MAX_LINE_CHARS} characters are cut. For a long file, read it in windows by "
             "calling again with a larger offset. Paths are relative to the workspace root; paths outside it are "
-            "refused, and binary files cannot be read."
+            "refused, and binary files cannot be read. Bytes that are not UTF-8 show as U+FFFD, and "
+            "`not_utf8_lines` lists the lines holding them."
         ),
         parameters={
             "path": {"type": "string", "required": True, "description": "File path, relative to the workspace root."},
@@ -809,6 +842,7 @@ def _read_file_tool(workspace: Workspace) -> ToolDefinition:
                         },
                     },
                     "total_lines": {"type": "integer", "required": True},
+                    "not_utf8_lines": {"type": "array", "items": {"type": "integer"}},
                 },
             },
             render=_render_read,
@@ -846,6 +880,9 @@ def _write(workspace: Workspace, path: str, content: str) -> dict[str, Any]:
     if path.endswith(("/", os.sep)):
         # realpath would drop the slash and write a file where a directory was meant.
         raise FileToolError(f"{quoted_path(path)} names a directory (it ends with '/'); write_file writes files")
+    if os.path.basename(path.rstrip("/" + os.sep)) in (os.curdir, os.pardir) or not path.strip():
+        # "newdir/." is "newdir/" to realpath too: a file named newdir was written.
+        raise FileToolError(f"{quoted_path(path)} names a directory (it ends with '.' or '..'); write_file writes files")
     try:
         data = content.encode("utf-8")
     except UnicodeEncodeError:

@@ -114,7 +114,25 @@ async def test_paths_outside_the_workspace_are_refused(workspace: Path, escape: 
     arguments = ESCAPES[name](escape)
     message = failed(await run(workspace, name, arguments), "OUTSIDE_WORKSPACE")
     assert repr(escape) in message and "outside the workspace root" in message
+    # Not where it leads: /proc/self/fd/N would name every file the host has open.
+    assert "outside.txt" not in message.replace(repr(escape), "")
     assert (workspace.parent / "outside.txt").read_text() == "secret\n"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux's /proc")
+async def test_a_refused_path_does_not_say_where_a_host_link_leads(workspace: Path, tmp_path: Path) -> None:
+    with open(tmp_path / "host-private-audit.jsonl", "w") as host_file:
+        message = failed(
+            await run(workspace, "read_file", {"path": f"/proc/self/fd/{host_file.fileno()}"}), "OUTSIDE_WORKSPACE"
+        )
+    assert "host-private" not in message
+
+
+@pytest.mark.skipif(os.geteuid() == 0 or not os.path.isdir("/proc/1"), reason="needs /proc/1/cwd to be unreadable")
+async def test_a_link_the_path_cannot_follow_is_a_file_error(workspace: Path) -> None:
+    """realpath's PermissionError escaped as a TOOL_ERROR."""
+    (workspace / "inlink").symlink_to("/proc/1/cwd/etc")
+    assert "permission denied" in failed(await run(workspace, "read_file", {"path": "inlink/passwd"}), "FILE_ERROR")
 
 
 async def test_a_symlink_out_through_a_directory_is_refused_for_new_files(workspace: Path, tmp_path: Path) -> None:
@@ -161,6 +179,28 @@ async def test_integral_floats_are_taken_as_integers(workspace: Path) -> None:
     assert tool(workspace, "read_file").present_result(arguments, result).offset == 2
 
 
+async def test_read_file_names_the_lines_that_are_not_utf8(workspace: Path) -> None:
+    """They read as U+FFFD with no word of it: rewritten from what was read, every byte was lost for good."""
+    (workspace / "latin1.txt").write_bytes("# Résumé\nplain\ncafé\n".encode("latin-1"))
+    result = await run(workspace, "read_file", {"path": "latin1.txt"})
+    value = ok(result)
+    assert value["not_utf8_lines"] == (1, 3)
+    assert value["lines"][0]["text"] == "# R\ufffdsum\ufffd"
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert text.endswith(
+        "[not UTF-8: the bytes of line(s) 1, 3 that are not UTF-8 show as U+FFFD; writing this text back would "
+        "replace them for good, and edit_file refuses the file]"
+    )
+    assert "not_utf8_lines" not in ok(await run(workspace, "read_file", {"path": "README.md"}))
+
+
+async def test_a_line_cut_inside_a_character_is_not_called_not_utf8(workspace: Path) -> None:
+    # One ASCII byte, then two-byte characters: the line's first 4 * MAX_LINE_CHARS + 4 bytes end inside one.
+    (workspace / "long.txt").write_text("x" + "é" * (4 * MAX_LINE_CHARS) + "\n")
+    assert (4 * MAX_LINE_CHARS + 4 - 1) % 2 == 1
+    assert "not_utf8_lines" not in ok(await run(workspace, "read_file", {"path": "long.txt"}))
+
+
 async def test_read_file_past_the_end_keeps_the_offset(workspace: Path) -> None:
     value = ok(await run(workspace, "read_file", {"path": "src/main.py", "offset": 50}))
     assert value["lines"] == () and value["offset"] == 50 and value["total_lines"] == 10
@@ -197,10 +237,12 @@ async def test_a_line_of_many_megabytes_is_read_in_bounded_memory_and_counted(wo
     assert value["total_lines"] == 3
 
 
-async def test_write_file_refuses_a_path_that_names_a_directory(workspace: Path) -> None:
-    message = failed(await run(workspace, "write_file", {"path": "newdir/", "content": "x"}), "FILE_ERROR")
+@pytest.mark.parametrize("path", ["newdir/", "newdir/.", "newdir/./", "src/newdir/..", ".", ""])
+async def test_write_file_refuses_a_path_that_names_a_directory(workspace: Path, path: str) -> None:
+    """"newdir/." is "newdir/" to realpath: a file named newdir was written."""
+    message = failed(await run(workspace, "write_file", {"path": path, "content": "x"}), "FILE_ERROR")
     assert "names a directory" in message
-    assert not (workspace / "newdir").exists()
+    assert not (workspace / "newdir").exists() and not (workspace / "src" / "newdir").exists()
 
 
 @pytest.mark.parametrize("name", ["read_file", "write_file", "edit_file", "glob", "grep"])
