@@ -1,6 +1,8 @@
 """Where git runs files from, beyond directories named ``.git``: what the files tools must not write.
 
-A path component named ``.git`` is the common case (``files._names_git``). Two
+A path component named ``.git`` is the common case (``files._names_git``). A
+directory laid out as a git directory (``HEAD``, ``objects/``, ``refs/``) is one
+whatever its name, however the path reached it (a ``.git`` symlink to it). Two
 more places hold files git runs, found from each repository the path is in (every
 ancestor directory holding a ``.git`` entry, the nearest first):
 
@@ -53,11 +55,35 @@ def git_run_place(real: str) -> str | None:
     nearest: hooks shared as a nested checkout (``tools/``, a submodule) are
     the outer repository's ``core.hooksPath`` while ``tools/`` has its own ``.git``.
     """
+    found = _git_directory_holding(real)
+    if found is not None:
+        return found
     for work_tree, dot_git in _repositories_of(real):
         place = _place_in(real, work_tree, dot_git)
         if place is not None:
             return place
     return None
+
+
+def _git_directory_holding(real: str) -> str | None:
+    """The git directory that holds ``real``, recognised by its layout (``HEAD``, ``objects/``, ``refs/``), or ``None``.
+
+    Whatever it is named and however it is reached: a ``.git`` symlink's target
+    (``proj/.git -> ../store/proj.gitdir``), a bare repository, a worktree's
+    git directory under ``.git/worktrees`` reached by another name.
+    """
+    directory = os.path.dirname(real)
+    while True:
+        if (
+            os.path.isfile(os.path.join(directory, "HEAD"))
+            and os.path.isdir(os.path.join(directory, "objects"))
+            and os.path.isdir(os.path.join(directory, "refs"))
+        ):
+            return directory
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        directory = parent
 
 
 def git_file_linked(real: str) -> str | None:

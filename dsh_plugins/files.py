@@ -296,7 +296,10 @@ class Workspace:
             )
         if self.allow_git_writes:
             return real
-        if any(_names_git(part) for part in real.split(os.sep)):
+        # The path as given names .git too: a .git that is a symlink to the git directory
+        # resolves to a path without one (proj/.git -> ../store/proj.git).
+        given = os.path.normpath(os.path.join(self.root, path))
+        if any(_names_git(part) for part in real.split(os.sep)) or any(_names_git(part) for part in given.split(os.sep)):
             where = f"inside a git directory ({quoted_path(real)})"
         else:
             place = git_run_place(real)

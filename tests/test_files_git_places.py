@@ -108,6 +108,45 @@ async def test_an_outer_repositorys_hooks_path_inside_a_nested_checkout_is_refus
     assert isinstance(await write(tmp_path, "tools/README.md"), ToolExecutionSuccess)
 
 
+def git_directory_layout(directory: Path) -> None:
+    (directory / "hooks").mkdir(parents=True)
+    (directory / "objects").mkdir()
+    (directory / "refs").mkdir()
+    (directory / "HEAD").write_text("ref: refs/heads/main\n")
+    (directory / "config").write_text("[core]\n\tbare = false\n")
+
+
+@pytest.mark.parametrize("path", ["proj/.git/hooks/pre-commit", "proj/.git/config", "store/proj.gitdir/hooks/x"])
+async def test_a_git_directory_reached_through_a_dot_git_symlink_is_refused(tmp_path: Path, path: str) -> None:
+    """proj/.git -> ../store/proj.gitdir: the resolved path named no .git, and no repository was found above it."""
+    git_directory_layout(tmp_path / "store" / "proj.gitdir")
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / ".git").symlink_to("../store/proj.gitdir")
+    refused(await write(tmp_path, path))
+    assert not (tmp_path / "store" / "proj.gitdir" / "hooks" / "pre-commit").exists()
+    assert (tmp_path / "store" / "proj.gitdir" / "config").read_text() == "[core]\n\tbare = false\n"
+    assert isinstance(await write(tmp_path, "proj/src/main.py"), ToolExecutionSuccess)
+
+
+async def test_a_directory_laid_out_as_a_git_directory_is_refused_whatever_its_name(tmp_path: Path) -> None:
+    git_directory_layout(tmp_path / "mirror.git")
+    message = refused(await write(tmp_path, "mirror.git/hooks/post-update"))
+    assert f"inside {str(tmp_path / 'mirror.git')!r}, where the repository's git runs files from" in message
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "HEAD").write_text("not git\n")  # a HEAD alone is not a git directory
+    assert isinstance(await write(tmp_path, "notes/todo.txt"), ToolExecutionSuccess)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+async def test_a_real_separate_git_dir_beside_its_work_tree_is_refused(tmp_path: Path) -> None:
+    """Found only when it lay inside the work tree: gitdirs/proj beside proj/ was writable."""
+    work, store = tmp_path / "proj", tmp_path / "gitdirs" / "proj"
+    subprocess.run(["git", "init", "-q", "--separate-git-dir", str(store), str(work)], check=True)
+    refused(await write(tmp_path, "gitdirs/proj/hooks/pre-commit"))
+    refused(await write(tmp_path, "gitdirs/proj/config"))
+    assert isinstance(await write(tmp_path, "proj/README.md"), ToolExecutionSuccess)
+
+
 async def test_allow_git_writes_lets_both_places_be_written(tmp_path: Path) -> None:
     separate_git_dir(tmp_path)
     runtime = make_runtime(plugins=[(files, {"root": str(tmp_path), "allow_git_writes": True})])
