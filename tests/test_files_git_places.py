@@ -141,6 +141,7 @@ async def test_a_directory_laid_out_as_a_git_directory_is_refused_whatever_its_n
 async def test_a_real_separate_git_dir_beside_its_work_tree_is_refused(tmp_path: Path) -> None:
     """Found only when it lay inside the work tree: gitdirs/proj beside proj/ was writable."""
     work, store = tmp_path / "proj", tmp_path / "gitdirs" / "proj"
+    store.parent.mkdir()
     subprocess.run(["git", "init", "-q", "--separate-git-dir", str(store), str(work)], check=True)
     refused(await write(tmp_path, "gitdirs/proj/hooks/pre-commit"))
     refused(await write(tmp_path, "gitdirs/proj/config"))
