@@ -857,3 +857,6 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     runtime.plugins.register(ledger, name=PLUGIN_NAME)
     # A forged "done" entry would stop a call from running again: not the model's file tools' to write.
     runtime.kept_files.add(ledger.path, "the effect ledger")
+    # Its lock too: replaced by another file, a second ledger process would take a lock of its
+    # own and append to the same file beside this one.
+    runtime.kept_files.add(ledger.path + LOCK_SUFFIX, "the effect ledger's lock")

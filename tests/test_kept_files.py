@@ -134,7 +134,11 @@ async def test_the_audit_log_and_the_ledger_are_kept_from_the_file_tools(tmp_pat
             (ledger, {"path": str(tmp_path / "ledger.jsonl")}),
         ]
     )
-    for path, what in [("audit.jsonl", "the audit log"), ("ledger.jsonl", "the effect ledger")]:
+    for path, what in [
+        ("audit.jsonl", "the audit log"),
+        ("ledger.jsonl", "the effect ledger"),
+        ("ledger.jsonl.lock", "the effect ledger's lock"),  # replaced, two ledgers could append at once
+    ]:
         result = await runtime.execute(make_input("write_file", {"path": path, "content": "{}\n"}))
         assert isinstance(result, ToolExecutionFailure) and result.code == "KEPT_FILE", path
         assert f"is {what}" in result.error.message
