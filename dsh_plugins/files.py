@@ -1050,6 +1050,9 @@ def _edit(workspace: Workspace, path: str, old: str, new: str, replace_all: bool
             raw = _read_editable(stream, path, "use write_file, or a shell tool, for a file that large")
     except OSError as exc:
         raise _os_error(exc, path) from None
+    if _is_binary(raw[:_BINARY_SNIFF_BYTES]):
+        # As read_file judges it: a file the model cannot read is not one it should edit.
+        raise FileToolError(f"{quoted_path(path)} looks like a binary file (it contains NUL bytes); edit_file only edits text files")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -1261,7 +1264,15 @@ def _walk_files(base: str, *, hidden_dirs: bool, file_links: bool = True) -> Ite
             continue
 
 
+def _relative_glob(pattern: str) -> str:
+    """``pattern`` without leading ``./``: paths are matched relative to ``path``, so "./*.py" matched nothing."""
+    while pattern.startswith("./"):
+        pattern = pattern[2:].lstrip("/")
+    return pattern
+
+
 def _glob(workspace: Workspace, pattern: str, path: str, limit: int) -> dict[str, Any]:
+    pattern = _relative_glob(pattern)
     _check_pattern(pattern)
     base = workspace.resolve(path)
     if not os.path.isdir(base):
@@ -1884,6 +1895,7 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
         if "\x00" in pattern:
             raise FileToolError("pattern must not contain a NUL character (binary files are not searched)")
         if file_glob is not None:
+            file_glob = _relative_glob(file_glob)
             _check_pattern(file_glob)
             if "\x00" in file_glob:
                 raise FileToolError("glob pattern must not contain a NUL character (no path holds one)")
@@ -1937,8 +1949,9 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
             f"{MAX_GREP_LIMIT}), plus the "
             "total number of matching lines. `path` is a file or directory (default: the workspace root); `glob` "
             "keeps only files whose name matches (e.g. `*.py`; a pattern with `/` such as `src/**/*.ts` matches "
-            "the path below `path`). Hidden and binary files are skipped, and so are files ignored by .gitignore "
-            "when ripgrep is installed (unless `glob` names them). Use plain regex syntax (classes, `\\b`, `|`, groups; no look-around or "
+            "the path below `path`). Binary files are skipped; hidden files too unless `glob` matches them (`*` "
+            "does), and files ignored by .gitignore when ripgrep is installed (unless `glob` names them). A `glob` "
+            "starting with `./` is taken without it. Use plain regex syntax (classes, `\\b`, `|`, groups; no look-around or "
             "backreferences), and escape literal characters such as `(` or `.`."
         ),
         parameters={

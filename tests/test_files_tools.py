@@ -442,6 +442,19 @@ async def test_edit_file_refusals(workspace: Path, arguments: dict[str, Any], fr
     assert (workspace / "README.md").read_text() == "# title\nhello world\n"
 
 
+async def test_edit_file_refuses_a_file_read_file_calls_binary(workspace: Path) -> None:
+    (workspace / "blob.bin").write_bytes(b"header\x00needle\n")
+    arguments = {"path": "blob.bin", "old_string": "needle", "new_string": "x"}
+    assert "looks like a binary file" in failed(await run(workspace, "edit_file", arguments), "FILE_ERROR")
+    assert (workspace / "blob.bin").read_bytes() == b"header\x00needle\n"
+
+
+@pytest.mark.parametrize("pattern", ["./*.md", "././*.md", ".//*.md"])
+async def test_a_glob_starting_with_dot_slash_matches_as_without_it(workspace: Path, pattern: str) -> None:
+    """Paths are matched relative to `path`: "./*.md" matched nothing."""
+    assert ok(await run(workspace, "glob", {"pattern": pattern}))["paths"] == ("README.md",)
+
+
 async def test_edit_file_hints_at_crlf_line_endings(workspace: Path) -> None:
     (workspace / "dos.txt").write_bytes(b"one\r\ntwo\r\n")
     arguments = {"path": "dos.txt", "old_string": "one\ntwo", "new_string": "x"}
@@ -885,6 +898,11 @@ async def test_grep_anchors_at_the_end_of_a_crlf_line_with_both_backends(tree: P
     (tree / "dos.txt").write_bytes(b"first needle\r\nsecond\r\n")
     value = ok(await run(tree, "grep", {"pattern": "needle$", "glob": "dos.txt"}))
     assert value["files"] == ({"path": "dos.txt", "matches": ({"line_number": 1, "line": "first needle"},)},)
+
+
+async def test_grep_takes_a_glob_starting_with_dot_slash_with_both_backends(tree: Path, backend: str) -> None:
+    value = ok(await run(tree, "grep", {"pattern": "needle", "glob": "./a/*.py"}))
+    assert [file["path"] for file in value["files"]] == ["a/x.py"]
 
 
 async def test_grep_refuses_a_negated_glob_with_both_backends(tree: Path, backend: str) -> None:
