@@ -222,10 +222,9 @@ class CancelSignal:
                 for source in self._sources:
                     nursery.start_soon(_wait_then_cancel, source, nursery.cancel_scope)
             return
+        self._bind_to_current_run()
         if self._event is None:
             self._event = trio.Event()
-            self._token = trio.lowlevel.current_trio_token()
-            self._clock = trio.lowlevel.current_clock()
         with trio.move_on_at(self._deadline):
             await self._event.wait()
         self.cancelled  # noqa: B018 - evaluating fires a passed deadline
@@ -257,13 +256,24 @@ class CancelSignal:
 
         return unsubscribe
 
+    def _bind_to_current_run(self) -> None:
+        """Remember the trio run now listening, so that a cancel from another thread reaches it.
+
+        Rebound whenever a later run listens: a host running one ``trio.run`` per turn with
+        a session-long signal had every later turn's wake-up posted to the first, finished
+        run, and the call's cancel scope never heard it. The run's ``Event`` goes with it.
+        """
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            return  # outside a trio run: no token, so listeners run where cancel() is called
+        if token is not self._token:
+            self._token = token
+            self._clock = trio.lowlevel.current_clock()
+            self._event = None  # made in (and only usable by) the run before
+
     def _add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
-        if self._token is None:
-            try:
-                self._token = trio.lowlevel.current_trio_token()
-                self._clock = trio.lowlevel.current_clock()
-            except RuntimeError:
-                pass  # outside a trio run: no token, so listeners run where cancel() is called
+        self._bind_to_current_run()
         if self._listeners is None:
             self._listeners = []
         listeners = self._listeners

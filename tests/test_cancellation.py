@@ -845,3 +845,56 @@ async def test_a_cancel_during_post_execute_keeps_each_deferred_context_once(
         result = await runtime.execute(make_input("t", signal=signal))
     assert code(result) == "ABORTED"
     assert [c.content[0].text for c in result.additional_contexts] == ["image attached", "diff attached"]  # type: ignore[union-attr]
+
+
+def test_a_session_long_signal_interrupts_a_call_in_every_later_trio_run() -> None:
+    """It kept the first run's token: in a later run, cancel() posted to the finished run and the body ran on."""
+    signal = CancelSignal()
+
+    async def slow(args: Any, run: ToolRunContext) -> str:
+        await trio.sleep(5)
+        return "finished"
+
+    runtime = make_runtime(json_tool("slow", slow, output={"type": "string"}))
+
+    async def turn(cancel_after: float | None) -> tuple[ToolExecutionResult, float]:
+        async with trio.open_nursery() as nursery:
+            if cancel_after is not None:
+
+                async def stop() -> None:
+                    await trio.sleep(cancel_after)
+                    signal.cancel("user pressed stop")
+
+                nursery.start_soon(stop)
+            started = trio.current_time()
+            result = await runtime.execute(make_input("slow", signal=signal))
+            return result, trio.current_time() - started
+
+    first, _ = trio.run(turn, None, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert first.value == "finished"
+    second, took = trio.run(turn, 0.1, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert code(second) == "ABORTED" and took == pytest.approx(0.1)
+
+
+def test_a_signal_waited_for_in_one_trio_run_can_be_waited_for_in_the_next() -> None:
+    signal = CancelSignal()
+
+    async def wait_briefly() -> None:
+        with trio.move_on_after(1):
+            await signal.wait()
+
+    trio.run(wait_briefly, clock=trio.testing.MockClock(autojump_threshold=0))
+
+    async def wait_for_stop() -> float:
+        with trio.fail_after(10):  # virtual time: a wait that is never woken fails instead of hanging
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_later, signal, 0.5)
+                await signal.wait()
+                return trio.current_time()
+
+    assert trio.run(wait_for_stop, clock=trio.testing.MockClock(autojump_threshold=0)) == pytest.approx(0.5)
+
+
+async def _cancel_later(signal: CancelSignal, seconds: float) -> None:
+    await trio.sleep(seconds)
+    signal.cancel()
