@@ -892,6 +892,17 @@ async def _dispatch_body(
             if not admits(call.admitted, now):
                 return _replaced_tool(execution.name, now)
         contract = contract_of(tool)
+        if tool is not call.tool:
+            # Checked against the tool that was resolved, not this one: its body trusts its own schema.
+            violations = contract.argument_violations(execution.arguments)
+            if violations:
+                refusal = ToolArgsError(violations)
+                return failure_result(
+                    f"{refusal.message} (the tool was replaced while the call waited; its arguments were checked "
+                    "against the new definition)",
+                    ErrorCode.INVALID_ARGS,
+                    name="ToolArgsError",
+                )
     assert tool is not None and contract is not None
     if tool.retry is not None and attempt is None:
         return await _dispatch_retrying(runtime, call, current, fused, tool.retry)

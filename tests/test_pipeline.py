@@ -1435,3 +1435,37 @@ async def test_execute_refuses_what_is_not_an_input() -> None:
     with pytest.raises(TypeError) as raised:
         await runtime.execute({"call_id": "c1", "name": "echo"})  # type: ignore[arg-type]
     assert str(raised.value) == "execute() takes a ToolExecutionInput, got dict"
+
+
+async def test_a_tool_replaced_while_its_call_waits_checks_the_arguments_against_the_new_schema() -> None:
+    """They were checked against the replaced tool only: the new body got a tuple where its schema says string."""
+    seen: list[Any] = []
+
+    async def strict_body(args: Any) -> str:
+        seen.append(args)
+        return str(args["path"]).upper()
+
+    loose = json_tool("write", parameters={"path": {"type": "json"}}, output={"type": "string"})
+    strict = json_tool(
+        "write", strict_body, parameters={"path": {"type": "string", "required": True}}, output={"type": "string"}
+    )
+    runtime = make_runtime()
+    unregister = runtime.register(loose)
+
+    class ReplaceWhileAsking:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+            # A plugin reload, or an MCP server's list_changed, while the call waits (for approval, say).
+            unregister()
+            runtime.register(strict)
+            await trio.sleep(0)
+            return await next()
+
+    runtime.plugins.register(ReplaceWhileAsking())
+    failure = await runtime.execute(make_input("write", {"path": ["not", "a", "string"]}))
+    assert failure.is_error and failure.code == "INVALID_ARGS"
+    assert failure.error.message == (
+        'invalid arguments: "path" must be a string (the tool was replaced while the call waited; '
+        "its arguments were checked against the new definition)"
+    )
+    assert seen == []
