@@ -16,7 +16,7 @@ import attrs
 import trio
 
 from ._content import UserMessage
-from ._json import JsonValue, safe_repr
+from ._json import JsonValue, json_repr, safe_repr
 from ._signal import CancelSignal
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class ToolExecutionInput:
 
     call_id: str
     name: str
-    arguments: object
+    arguments: object = attrs.field(repr=json_repr)
     signal: CancelSignal
     agent: ScopeKey | None = None
     root_call_id: str | None = None
@@ -172,7 +172,7 @@ class ToolExecution:
     call_id: str
     root_call_id: str
     name: str
-    arguments: JsonValue
+    arguments: JsonValue = attrs.field(repr=json_repr)
     signal: CancelSignal
     token: ToolExecutionToken
     agent: ScopeKey | None = None

@@ -154,6 +154,21 @@ _REPR.maxstring = 80
 _REPR.maxother = 80
 
 
+def json_repr(value: object) -> str:
+    """``repr(value)`` of a snapshot, or its JSON text when it nests too deep for the builtin repr.
+
+    For attrs classes' ``repr=`` of JSON fields: a model's array 5 000 levels deep
+    made ``repr(result)`` (and a failing test's message) raise ``RecursionError``.
+    """
+    try:
+        return repr(value)
+    except RecursionError:
+        try:
+            return json_text(value)  # type: ignore[arg-type]
+        except Exception:  # not JSON after all (a caller's input): bounded, whatever it is
+            return safe_repr(value)
+
+
 def safe_repr(value: object) -> str:
     """A bounded repr that survives hostile ``__repr__`` methods and values nested arbitrarily deep."""
     try:

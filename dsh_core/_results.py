@@ -10,7 +10,7 @@ import attrs
 from ._checks import instance_of
 from ._content import ContentBlock, UserMessage, as_content, text_block
 from ._errors import DshError, ErrorCode
-from ._json import JsonValue, snapshot_json
+from ._json import JsonValue, json_repr, snapshot_json
 
 if TYPE_CHECKING:
     from ._trace import DecisionTrace
@@ -83,9 +83,9 @@ class ToolExecutionSuccess:
     ``trace`` is the decision trace when the runtime records them (not part of equality).
     """
 
-    value: JsonValue = attrs.field(converter=snapshot_json)  # the pipeline also checks it against the output schema
+    value: JsonValue = attrs.field(converter=snapshot_json, repr=json_repr)  # the pipeline also checks it against the output schema
     content: tuple[ContentBlock, ...] = attrs.field(converter=_content)
-    meta: JsonValue = attrs.field(default=None, converter=snapshot_json)
+    meta: JsonValue = attrs.field(default=None, converter=snapshot_json, repr=json_repr)
     additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)
     concludes_turn: bool = attrs.field(default=False, validator=instance_of(bool))
     trace: DecisionTrace | None = attrs.field(default=None, eq=False, repr=False)
@@ -105,7 +105,7 @@ class ToolExecutionFailure:
 
     error: ToolFailure = attrs.field(validator=instance_of(ToolFailure))
     content: tuple[ContentBlock, ...] = attrs.field(converter=_content)
-    meta: JsonValue = attrs.field(default=None, converter=snapshot_json)
+    meta: JsonValue = attrs.field(default=None, converter=snapshot_json, repr=json_repr)
     additional_contexts: tuple[UserMessage, ...] = attrs.field(default=(), converter=_contexts)
     trace: DecisionTrace | None = attrs.field(default=None, eq=False, repr=False)
 

@@ -1469,3 +1469,27 @@ async def test_a_tool_replaced_while_its_call_waits_checks_the_arguments_against
         "its arguments were checked against the new definition)"
     )
     assert seen == []
+
+
+async def test_calls_and_results_holding_deep_arrays_print_without_recursion_error() -> None:
+    """A model's array 5 000 levels deep made repr(result) raise, and with it a failing test's message."""
+    from dsh_core.testing import expect_failure
+
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    printed: list[str] = []
+
+    class Prints:
+        @hookimpl
+        async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+            printed.append(repr(execution))
+            return await next()
+
+    runtime = make_runtime(json_tool("echo", lambda args: args["x"], parameters={"x": {"type": "json"}}), plugins=[Prints()])
+    request = make_input("echo", {"x": deep})
+    result = await runtime.execute(request)
+    assert "[" * 5000 in repr(request) and "[" * 5000 in printed[0]
+    assert "value=" + "[" * 5000 in repr(result)
+    with pytest.raises(AssertionError):
+        expect_failure(result)  # its message shows the result: it must print
