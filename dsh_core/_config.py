@@ -19,7 +19,7 @@ The layout of a configuration file::
     dsh-example-tools = "ex"        # (two plugins offering the same tool name can then both load)
 
     [plugins.permissions]           # handed, as a dict, to that plugin's dsh_setup
-    rules = [{ tool = "shell", action = "ask" }]
+    rules = [{ tool = "bash", action = "ask" }]
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Configure it in ``[plugins.permissions]``::
     action = "deny"
 
     [[plugins.permissions.rules]]
-    tool = "shell"
+    tool = "bash"
     agent = "reviewer-*"                     # optional: glob on the calling Agent's id
     action = "ask"
 

@@ -45,7 +45,9 @@ The output is read all through the grace, so a ``trap ... TERM`` that prints
 while it cleans up finishes (its output and exit status are the result's)
 instead of dying of SIGPIPE.
 Background jobs therefore do not outlive the call (start a daemon with
-``setsid`` if it must; it then leaves the session and the tool's control).
+``setsid cmd > file 2>&1 &`` if it must: it then leaves the session and the
+tool's control; its output must go elsewhere, for the command's pipe is closed
+when the call returns and a daemon still writing to it dies of SIGPIPE).
 Where there is no ``/proc`` to list the session, only the shell's own group is
 stopped. Zombie members waiting for a reaper count as gone (some container
 inits never reap orphans).
@@ -192,6 +194,10 @@ def _signal_groups(groups: set[int], signum: signal.Signals) -> None:
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signum)
+            if signum == signal.SIGTERM:
+                # A stopped job (kill -STOP, Ctrl-Z) keeps SIGTERM pending until it runs again: its
+                # TERM trap never ran and the call waited the whole grace for the SIGKILL.
+                os.killpg(group, signal.SIGCONT)
 
 
 async def stop_group(pgid: int, grace_s: float) -> None:
@@ -302,6 +308,14 @@ class _Bash:
             raise ShellError(
                 f"command contains a NUL character (at position {command.index(chr(0))}); bash cannot be given one"
             )
+        if not command.isascii():
+            try:
+                command.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                # JSON allows "\ud800"; no argv can carry it (it failed as a bare UnicodeEncodeError).
+                raise ShellError(
+                    f"command holds a lone surrogate (at position {exc.start}), which is not text; bash cannot be given one"
+                ) from None
         requested = args.get("timeout_ms")
         # An int of any size is finite (math.isfinite would overflow on a huge one from the model).
         if requested is not None and not (requested >= 1 and (type(requested) is int or math.isfinite(requested))):

@@ -153,6 +153,16 @@ async def test_a_nul_in_the_command_is_refused_before_anything_runs(tmp_path: Pa
     assert not (tmp_path / "made").exists()
 
 
+async def test_a_lone_surrogate_in_the_command_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """Valid JSON no argv can carry: it failed as a bare UnicodeEncodeError (TOOL_ERROR)."""
+    result = await bash(tmp_path, {"command": "touch made; echo \ud800"})
+    assert isinstance(result, ToolExecutionFailure) and result.code == "SHELL_ERROR"
+    assert result.error.message == (
+        "command holds a lone surrogate (at position 17), which is not text; bash cannot be given one"
+    )
+    assert not (tmp_path / "made").exists()
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="Linux caps one argument at 128 KiB; other systems only the total")
 async def test_a_command_too_long_for_one_argument_says_what_to_do(tmp_path: Path) -> None:
     result = await bash(tmp_path, {"command": "echo " + "x" * 200_000})
@@ -282,6 +292,20 @@ async def test_background_jobs_do_not_outlive_a_normal_exit(tmp_path: Path) -> N
     value = ok(await bash(tmp_path, {"command": "sleep 30 & echo $!"}))
     assert trio.current_time() - start < 5
     assert value["exit_code"] == 0 and not pid_alive(int(value["output"]))
+
+
+async def test_a_stopped_job_is_continued_so_its_term_trap_runs(tmp_path: Path) -> None:
+    """A stopped process keeps SIGTERM pending: the trap never ran and the call waited the grace for SIGKILL."""
+    log = tmp_path / "log"
+    command = (
+        f"bash -c 'trap \"echo cleaned >> {log}; exit 0\" TERM; while :; do sleep 0.05; done' & "
+        "sleep 0.2; kill -STOP $!; exit 0"
+    )
+    start = trio.current_time()
+    value = ok(await bash(tmp_path, {"command": command}, kill_grace_ms=3_000))
+    assert value["exit_code"] == 0
+    assert trio.current_time() - start < 2.5  # not the whole 3 s grace
+    assert log.read_text() == "cleaned\n"
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="the session is listed through /proc")
