@@ -477,7 +477,8 @@ def _plugin_names(value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+# fullmatch: "$" also matches before a final newline, and "ab\n" was taken.
+_PREFIX = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
 def _tool_prefixes(value: object) -> Mapping[str, str]:
@@ -486,7 +487,7 @@ def _tool_prefixes(value: object) -> Mapping[str, str]:
     for plugin, prefix in value.items():
         if type(plugin) is not str or not plugin:
             raise TypeError(f"DshConfig.tool_prefixes: a plugin name must be a non-empty str, got {safe_repr(plugin)}")
-        if type(prefix) is not str or not _PREFIX.match(prefix):
+        if type(prefix) is not str or not _PREFIX.fullmatch(prefix):
             raise ValueError(
                 f"tool_prefixes.{plugin}: a prefix is 1-32 letters, digits, '_' or '-', got {safe_repr(prefix)}"
             )
@@ -520,7 +521,7 @@ def _path_problem(value: str) -> str | None:
 
 
 def _prefix_problem(value: str) -> str | None:
-    return None if _PREFIX.match(value) else f"a prefix is 1-32 letters, digits, '_' or '-', got {_show(value)}"
+    return None if _PREFIX.fullmatch(value) else f"a prefix is 1-32 letters, digits, '_' or '-', got {_show(value)}"
 
 
 def _seconds_problem(value: float) -> str | None:

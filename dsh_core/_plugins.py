@@ -541,10 +541,20 @@ class _Loader:
                 )
                 return
 
+        if plugin is None:
+            # pluggy's register(None) registers nothing and says so with None: the name read as disabled.
+            self.fail(ep, "import", f"the entry point {ep.value} names None, not a plugin")
+            return
         try:
             capabilities = capabilities_of(plugin, sys.modules.get(ep.module))
         except ValueError as exc:
             self.fail(ep, "import", str(exc))
+            return
+        except BaseException as exc:
+            # Looking its manifest up ran the plugin's code (a lazy proxy's __getattr__): its fault, not the host's.
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self.fail(ep, "import", f"reading its capabilities failed: {_one_line(exc)}", exc)
             return
 
         try:

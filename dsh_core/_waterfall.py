@@ -251,6 +251,11 @@ def _never_runs(hook_name: str, impl: pluggy.HookImpl) -> str | None:
         else:
             return None
         return f"is {kind}, but {hook_name} is called synchronously and its {product} would never run: make it a plain def"
+    if hook_name != "dsh_setup" and (inspect.isasyncgenfunction(impl.function) or inspect.isgeneratorfunction(impl.function)):
+        # (dsh_setup has its own refusal, with what setup must be, when the loader calls it.)
+        # Calling it makes a generator nobody iterates: an audit observer wrote nothing, silently.
+        kind = "an async generator" if inspect.isasyncgenfunction(impl.function) else "a generator function"
+        return f"is {kind} (it yields), so its body would never run on {hook_name}: remove the yield"
     return None
 
 

@@ -558,6 +558,12 @@ def test_tool_prefixes_are_read_and_checked(tmp_path: Path) -> None:
     (tmp_path / "dsh.toml").write_text("[tool_prefixes]\nweather = 3\n")
     with pytest.raises(ConfigError, match="tool_prefixes"):
         load_config(cwd=tmp_path)
+    # "$" matched before a final newline: "ab\n" was taken, and every tool was named "ab\n__...".
+    (tmp_path / "dsh.toml").write_text('[tool_prefixes]\nweather = "ab\\n"\n')
+    with pytest.raises(ConfigError, match=r"tool_prefixes\['weather'\]: a prefix is 1-32 letters"):
+        load_config(cwd=tmp_path)
+    with pytest.raises((ConfigError, ValueError), match="a prefix is 1-32 letters"):
+        DshConfig(tool_prefixes={"weather": "ab\n"})
 
 
 def test_every_problem_of_a_file_is_reported_in_one_pass(tmp_path: Path) -> None:

@@ -411,6 +411,58 @@ def test_a_plugin_with_hookimpls_the_runtime_never_runs_fails_and_leaves_nothing
     assert not runtime.plugins.has_plugin("shapes")
 
 
+@pytest.mark.parametrize(
+    ("source", "kind"),
+    [
+        ("def dsh_result(execution, result):\n    yield", "a generator function"),
+        ("async def dsh_result(execution, result):\n    yield", "an async generator"),
+        ("async def dsh_pre_execute(execution, next):\n    yield await next()", "an async generator"),
+    ],
+    ids=["generator-observer", "async-generator-observer", "async-generator-listener"],
+)
+def test_a_hookimpl_that_yields_fails_its_plugin(dists: Dists, source: str, kind: str) -> None:
+    """Calling it only made a generator: an audit observer wrote nothing, and check said nothing."""
+    dists.module("yields", "from dsh_core import hookimpl\n\n@hookimpl\n" + source + "\n")
+    dists.dist("dsh-yields", {"yields": "{p}yields"})
+    runtime, report = dists.load()
+    (failed,) = report.failed
+    hook = source.split("(")[0].split()[-1]
+    assert failed.error == (
+        f'PluginValidationError: {hook} of plugin "yields" is {kind} (it yields), so its body would never run '
+        f"on {hook}: remove the yield"
+    )
+    assert not runtime.plugins.has_plugin("yields")
+
+
+def test_an_entry_point_naming_none_fails_instead_of_reading_as_disabled(dists: Dists) -> None:
+    dists.module("empty", "plugin = None\n")
+    dists.dist("dsh-empty", {"empty": "{p}empty:plugin"})
+    _, report = dists.load()
+    (failed,) = report.failed
+    assert (failed.name, failed.stage) == ("empty", "import")
+    assert "names None, not a plugin" in failed.error
+    assert "empty" not in report.disabled
+
+
+def test_a_plugin_whose_attribute_lookup_raises_fails_alone(dists: Dists) -> None:
+    """A lazy proxy's __getattr__ raising RuntimeError crashed load_plugins and every dsh-tools command."""
+    dists.module(
+        "proxy",
+        """
+        class Lazy:
+            def __getattr__(self, name):
+                raise RuntimeError("backend not configured")
+
+        plugin = Lazy()
+        """,
+    )
+    dists.dist("dsh-proxy", {"proxy": "{p}proxy:plugin"})
+    _, report = dists.load()
+    (failed,) = report.failed
+    assert (failed.name, failed.stage) == ("proxy", "import")
+    assert failed.error == "reading its capabilities failed: RuntimeError: backend not configured"
+
+
 def test_unknown_hook_in_a_setup_registered_instance_rolls_back_its_owner(dists: Dists) -> None:
     dists.module(
         "owner",
