@@ -92,6 +92,7 @@ policy plugin, its place among other plain listeners follows load order.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob as glob_module
 import json
@@ -313,17 +314,28 @@ def _resolve_value(value: JsonValue, root: str) -> Resolved:
     return _FoldedPath(folded(real)) if folds_case(root) else real
 
 
-def _path_pattern(glob: str, root: str) -> str:
+def _path_pattern(glob: str, root: str, *, resolve: bool = False) -> str:
     """A ``paths`` glob as an absolute pattern: relative ones are taken below ``root`` (``./a/../b/*`` is ``<root>/b/*``).
 
     The root is a directory, not a pattern: a ``[``, ``*`` or ``?`` in its name
     (``proj [v2]``) is escaped, or every relative rule would stop matching.
+    With ``resolve`` (blocks: symlinks are read), the glob's literal head, the
+    directories before its first wildcard, is resolved as the values are:
+    ``secrets/*`` with ``secrets`` a symlink to ``.vault`` matched no value
+    (each resolves into ``.vault``), and ``/etc/*`` none on macOS (``/private/etc``).
     """
     joined = posixpath.normpath(posixpath.join(root, glob))
-    if posixpath.isabs(glob):
-        return joined
-    literal = posixpath.commonpath([posixpath.normpath(root), joined])  # what came from the root
-    return glob_module.escape(literal) + joined[len(literal) :]
+    parts = joined.split("/")
+    # How many leading parts are literal: the root's (whatever they hold), then the glob's until a wildcard.
+    literal_count = 0 if posixpath.isabs(glob) else len(posixpath.normpath(root).split("/"))
+    while literal_count < len(parts) and not glob_module.has_magic(parts[literal_count]):
+        literal_count += 1
+    head, rest = "/".join(parts[:literal_count]) or "/", parts[literal_count:]
+    if resolve:
+        with contextlib.suppress(OSError, ValueError):  # else matched as written
+            head = os.path.realpath(head)
+    escaped = glob_module.escape(head) if not posixpath.isabs(glob) or resolve else head
+    return posixpath.join(escaped, *rest) if rest else escaped
 
 
 def _path_matches(value: JsonValue, pattern: str, action: str, resolved: Mapping[str, Resolved]) -> bool:
@@ -440,9 +452,18 @@ class _CompiledRule:
         return out
 
     def matches(
-        self, execution: ToolExecution, runtime: ToolRuntime | None, root: str, resolved: Mapping[str, Resolved]
+        self,
+        execution: ToolExecution,
+        runtime: ToolRuntime | None,
+        root: str,
+        resolved: Mapping[str, Resolved],
+        patterns: Mapping[str, str] | None = None,
     ) -> bool:
-        """Whether this rule decides the call; ``resolved`` maps each ``paths`` value to its real path."""
+        """Whether this rule decides the call; ``resolved`` maps each ``paths`` value to its real path.
+
+        ``patterns`` maps each ``paths`` glob to its pattern with its literal head resolved
+        (see :func:`_path_pattern`); a glob missing from it is matched as written.
+        """
         rule = self.rule
         if not fnmatch.fnmatchcase(execution.name, rule.tool):
             return False
@@ -466,8 +487,9 @@ class _CompiledRule:
         if self.paths:
             for path, glob in self.paths:
                 found = resolve_path(execution.arguments, path)
+                pattern = patterns.get(glob) if patterns is not None else None
                 if isinstance(found, _Missing) or not _path_matches(
-                    found, _path_pattern(glob, root), rule.action, resolved
+                    found, pattern or _path_pattern(glob, root), rule.action, resolved
                 ):
                     return False
         return True
@@ -512,19 +534,31 @@ class Permissions:
         root = self.path_root()
         return {value: _resolve_value(value, root) for c in self._rules for value in c.path_values(execution)}
 
+    def resolve_patterns(self) -> dict[str, str]:
+        """Each ``paths`` glob's pattern with its literal head resolved (blocks: symlinks are read)."""
+        root = self.path_root()
+        return {glob: _path_pattern(glob, root, resolve=True) for c in self._rules for _, glob in c.paths}
+
+    def _resolve_call(self, execution: ToolExecution) -> tuple[dict[str, Resolved], dict[str, str]]:
+        return self.resolve_paths(execution), self.resolve_patterns()
+
     def decide(
-        self, execution: ToolExecution, resolved: Mapping[str, Resolved] | None = None
+        self,
+        execution: ToolExecution,
+        resolved: Mapping[str, Resolved] | None = None,
+        patterns: Mapping[str, str] | None = None,
     ) -> tuple[Action, str | None]:
         """The action for this call and the reason to give (``None`` for allow).
 
-        ``resolved`` is :meth:`resolve_paths` of the call, worked out off the
-        event loop; without it ``paths`` values are resolved here.
+        ``resolved`` is :meth:`resolve_paths` of the call and ``patterns``
+        :meth:`resolve_patterns`, worked out off the event loop; without
+        ``resolved`` both are worked out here.
         """
         root = self.path_root()
         if resolved is None:
-            resolved = self.resolve_paths(execution)
+            resolved, patterns = self._resolve_call(execution)
         for compiled in self._rules:
-            if compiled.matches(execution, self.runtime, root, resolved):
+            if compiled.matches(execution, self.runtime, root, resolved, patterns):
                 action = compiled.rule.action
                 if action == "allow":
                     return action, None
@@ -629,10 +663,11 @@ class Permissions:
         self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
     ) -> PreToolDecision:
         resolved: dict[str, Resolved] = {}
+        patterns: dict[str, str] | None = None
         if any(compiled.path_values(execution) for compiled in self._rules):
             # realpath reads symlinks: not on the event loop.
-            resolved = await trio.to_thread.run_sync(partial(self.resolve_paths, execution))
-        action, reason = self.decide(execution, resolved)
+            resolved, patterns = await trio.to_thread.run_sync(partial(self._resolve_call, execution))
+        action, reason = self.decide(execution, resolved, patterns)
         match action:
             case "deny":
                 assert reason is not None

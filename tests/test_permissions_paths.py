@@ -130,6 +130,44 @@ def test_values_that_are_no_file_below_the_root_fail_closed(
     assert allowing.decide(execution)[0] == ("allow" if allow else "deny")
 
 
+def _fs_call(path: str) -> ToolExecution:
+    return ToolExecution(
+        call_id="c1", root_call_id="c1", name="fs", arguments=snapshot_json({"path": path}),
+        signal=CancelSignal(), token=ToolExecutionToken(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("path", ["secrets/key", "./secrets/key", ".vault/key", "docs/../secrets/key"])
+async def test_a_rule_whose_directory_is_a_symlink_matches_the_files_it_leads_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """The values were resolved and the glob was not: with secrets -> .vault, "secrets/*" matched nothing."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".vault").mkdir()
+    (tmp_path / ".vault" / "key").write_text("k")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "secrets").symlink_to(".vault")
+    denying = _policy({"tool": "fs", "paths": {"path": "secrets/*"}, "action": "deny"}, "allow")
+    assert denying.decide(_fs_call(path))[0] == "deny"
+    assert (await denying.dsh_pre_execute(_fs_call(path), _allowed)).__class__.__name__ == "Deny"
+    assert denying.decide(_fs_call("docs/readme"))[0] == "allow"
+
+
+def test_an_absolute_rule_through_a_system_symlink_matches(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "sh").write_text("")
+    (tmp_path / "bin").symlink_to("real")
+    denying = _policy({"tool": "fs", "paths": {"path": f"{tmp_path}/bin/*"}, "action": "deny"}, "allow")
+    assert denying.decide(_fs_call(str(tmp_path / "bin" / "sh")))[0] == "deny"
+    assert denying.decide(_fs_call(str(tmp_path / "real" / "sh")))[0] == "deny"
+
+
+async def _allowed() -> Any:
+    from dsh_core import Allow
+
+    return Allow()
+
+
 async def test_without_a_files_workspace_paths_resolve_against_the_start_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
