@@ -7,6 +7,7 @@ Enable it through the ``shell`` entry point; configure it in ``[plugins.shell]``
     timeout_ms = 120000         # default and maximum per-call deadline; also the tool's timeout_ms
     max_output_bytes = 262144   # output kept per call (head and tail), default 256 KiB
     kill_grace_ms = 2000        # SIGTERM -> SIGKILL grace when stopping a command
+    shell = "bash"              # the shell run as `<shell> -c <command>`, looked up on PATH
 
 Each call runs ``bash -c <command>`` through ``trio.run_process`` in a **new
 session** (``start_new_session=True``), so everything the command starts stays
@@ -31,10 +32,10 @@ configured ``timeout_ms``; larger values are capped) is the tool's own
 deadline: when it passes, the process group is stopped and the call *succeeds*
 with ``timed_out: true``, the signal that ended the command and the output
 captured so far, so the model can see how far it got. The definition also
-declares ``timeout_ms``, so with the ``timeout`` plugin loaded the same budget
-is enforced from outside as well (``TOOL_TIMEOUT``): both budgets are equal, so
-which one reports a command that runs the full budget is a race; a shorter
-per-call deadline always reports ``timed_out``.
+declares ``timeout_ms`` too, the configured one plus ``kill_grace_ms`` and a
+second for the drain, so with the ``timeout`` plugin loaded a budget is
+enforced from outside as well (``TOOL_TIMEOUT``) only when the tool's own
+stopping hangs: a command that runs out of its time reports ``timed_out``.
 
 **No survivors.** However the call ends (the command exited, the deadline
 passed, the caller cancelled, the timeout plugin fired), the tool sends
@@ -121,22 +122,45 @@ def _at_least(minimum: int) -> Callable[[int], str | None]:
 
 _positive, _two_or_more, _non_negative = _at_least(1), _at_least(2), _at_least(0)
 
+MAX_SHELL_TIMEOUT_MS: Final = 2_000_000_000
+"""The largest ``timeout_ms`` (about 23 days): the budget declared to the timeout plugin (this, the kill
+grace and the drain) must stay within its 2**31 - 1 ms, or every call failed ``POLICY_ERROR``."""
+MAX_KILL_GRACE_MS: Final = 3_600_000
+# What the declared budget adds to the tool's own deadline besides the kill grace: the drain and a margin.
+_CLEANUP_ROOM_MS: Final = int(_DRAIN_S * 1000) + 500
+
+
+def _in_range(minimum: int, maximum: int) -> Callable[[int], str | None]:
+    def problem(value: int) -> str | None:
+        return None if minimum <= value <= maximum else f"must be from {minimum} to {maximum}, got {value}"
+
+    return problem
+
+
+def _shell_problem(value: str) -> str | None:
+    return None if value.strip() else "must name the shell to run (bash by default), got an empty string"
+
+
+_timeout_range, _grace_range = _in_range(1, MAX_SHELL_TIMEOUT_MS), _in_range(0, MAX_KILL_GRACE_MS)
+
 
 @attrs.frozen(kw_only=True)
 class ShellSettings:
     """The ``[plugins.shell]`` table."""
 
     root: PathSetting | None = attrs.field(default=None, validator=kept_path)
-    timeout_ms: Annotated[int, TableCheck(_positive)] = attrs.field(
-        default=120_000, validator=check_validator(_positive)
+    timeout_ms: Annotated[int, TableCheck(_timeout_range)] = attrs.field(
+        default=120_000, validator=check_validator(_timeout_range)
     )
     max_output_bytes: Annotated[int, TableCheck(_two_or_more)] = attrs.field(
         default=256 * 1024, validator=check_validator(_two_or_more)
     )
-    kill_grace_ms: Annotated[int, TableCheck(_non_negative)] = attrs.field(
-        default=2_000, validator=check_validator(_non_negative)
+    kill_grace_ms: Annotated[int, TableCheck(_grace_range)] = attrs.field(
+        default=2_000, validator=check_validator(_grace_range)
     )
-    shell: str = "bash"
+    shell: Annotated[str, TableCheck(_shell_problem)] = attrs.field(
+        default="bash", validator=check_validator(_shell_problem)
+    )
 
 
 # --- the process group ---------------------------------------------------------------------
@@ -165,11 +189,23 @@ def _live_groups(leader: int) -> set[int] | None:
             continue  # exited meanwhile
         # "pid (comm) state ppid pgrp session ...": comm may hold anything, so split after its last ")".
         fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and fields[0] not in (b"Z", b"X"):
+        if len(fields) > 3 and (fields[0] not in (b"Z", b"X") or _threads_live(name)):
             pgrp, session = int(fields[2]), int(fields[3])
             if pgrp == leader or session == leader:
                 groups.add(pgrp)
     return groups
+
+
+def _threads_live(pid: str) -> bool:
+    """Whether a process /proc shows as a zombie still runs threads: its main thread exited, not it.
+
+    Its stat shows the main thread's state; a program that ended its main thread
+    (pthread_exit) and kept workers was taken for gone, never signalled, and ran on.
+    """
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
 
 
 async def _groups_left(leader: int) -> set[int]:
@@ -496,7 +532,10 @@ def bash_tool(workspace: Workspace, settings: ShellSettings | None = None) -> To
         ),
         execute=bash.run,
         effects=ToolEffects(destructive=True, open_world=True),
-        timeout_ms=settings.timeout_ms,
+        # Room for the tool's own deadline to finish its work (the kill grace, the drain): the
+        # timeout plugin steps in only when that cleanup itself hangs. With the two budgets equal,
+        # a command's TERM trap ran into the plugin's deadline and its output was lost.
+        timeout_ms=settings.timeout_ms + settings.kill_grace_ms + _CLEANUP_ROOM_MS,
         present_call=_present_call,
         present_result=_present_result,
     )

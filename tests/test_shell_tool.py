@@ -223,12 +223,14 @@ async def test_a_fast_command_is_not_timed_out(tmp_path: Path) -> None:
     assert value["timed_out"] is False and value["exit_code"] == 0
 
 
-async def test_with_the_timeout_plugin_the_budget_fails_the_call_with_tool_timeout(tmp_path: Path) -> None:
+async def test_with_the_timeout_plugin_the_tools_own_deadline_still_reports_timed_out(tmp_path: Path) -> None:
+    """The declared budget leaves room for the kill grace: a TERM trap ran into it and the output was lost."""
     pids = tmp_path / "pids"
-    rt = runtime(tmp_path, timeout_ms=400)
+    rt = runtime(tmp_path, timeout_ms=400, kill_grace_ms=1_000)
     timeout.dsh_setup(rt, {})
-    result = await rt.execute(make_input("bash", {"command": f"echo $$ > {pids}; sleep 30 & sleep 30"}))
-    assert isinstance(result, ToolExecutionFailure) and result.code == "TOOL_TIMEOUT"
+    command = f"trap 'echo cleaning; sleep 0.5; echo cleaned; exit 1' TERM; echo $$ > {pids}; echo start; sleep 30 & wait"
+    value = ok(await rt.execute(make_input("bash", {"command": command})))
+    assert value["timed_out"] is True and value["output"] == "start\ncleaning\ncleaned\n"
     (pgid,) = await wait_for_file(pids)
     assert group_members(pgid) == []
 
@@ -321,6 +323,27 @@ async def test_jobs_in_groups_of_their_own_do_not_outlive_the_call(tmp_path: Pat
     assert not pid_alive(job)
 
 
+async def test_a_process_whose_main_thread_exited_is_still_stopped(tmp_path: Path) -> None:
+    """/proc shows such a process as a zombie while its threads run: it was taken for gone and wrote on."""
+    script = tmp_path / "zthread.py"
+    script.write_text(
+        "import ctypes, sys, threading, time\n"
+        "def work():\n"
+        "    while True:\n"
+        "        with open(sys.argv[1], 'a') as out:\n"
+        "            out.write('x\\n')\n"
+        "        time.sleep(0.05)\n"
+        "threading.Thread(target=work).start()\n"
+        "time.sleep(0.1)\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n"
+    )
+    log = tmp_path / "log"
+    ok(await bash(tmp_path, {"command": f"{sys.executable} {script} {log} & sleep 0.4; echo done"}))
+    written = log.read_text().count("x")
+    await trio.sleep(0.3)  # real time: the process would keep writing every 50 ms
+    assert log.read_text().count("x") == written
+
+
 @pytest.mark.parametrize("budget_ms", [1, 2, 5])
 async def test_a_deadline_shorter_than_the_shells_start_is_a_timed_out_result(tmp_path: Path, budget_ms: int) -> None:
     for _ in range(5):
@@ -349,20 +372,24 @@ def test_bash_is_exclusive_and_declares_its_budget(tmp_path: Path) -> None:
     shell.dsh_setup(unconfigured, {})
     assert unconfigured.names() == []  # opt-in: no root, no shell
     definition = rt.get("bash")
-    assert definition is not None and definition.timeout_ms == 5_000
+    # Its own 5 s, then the kill grace (2 s) and the drain: the timeout plugin is the backstop.
+    assert definition is not None and definition.timeout_ms == 5_000 + 2_000 + 1_000
     assert rt.execution_mode(make_input("bash", {"command": "ls"})) == Exclusive()
 
 
 def test_the_default_budget_is_two_minutes(tmp_path: Path) -> None:
-    assert bash_tool(Workspace(tmp_path)).timeout_ms == 120_000
+    assert bash_tool(Workspace(tmp_path)).timeout_ms == 120_000 + 2_000 + 1_000
 
 
 @pytest.mark.parametrize(
     ("config", "fragment"),
     [
-        ({"timeout_ms": 0}, r"\[plugins\.shell\]\.timeout_ms: must be at least 1, got 0"),
+        ({"timeout_ms": 0}, r"\[plugins\.shell\]\.timeout_ms: must be from 1 to 2000000000, got 0"),
+        # Past it, the budget declared to the timeout plugin failed every call POLICY_ERROR.
+        ({"timeout_ms": 2**31}, r"\[plugins\.shell\]\.timeout_ms: must be from 1 to 2000000000, got 2147483648"),
         ({"max_output_bytes": "big"}, "expected an integer"),
-        ({"kill_grace_ms": -1}, r"\[plugins\.shell\]\.kill_grace_ms: must be at least 0, got -1"),
+        ({"kill_grace_ms": -1}, r"\[plugins\.shell\]\.kill_grace_ms: must be from 0 to 3600000, got -1"),
+        ({"shell": " "}, r"\[plugins\.shell\]\.shell: must name the shell to run"),
         ({"root": "/definitely/not/here"}, "is not a directory"),
         ({"timeout": 5}, "unknown key"),
     ],
