@@ -412,7 +412,8 @@ def _format(exc: BaseException, annotation: Any) -> str:
         # Bounded: a table of hundreds of stray keys, or of huge ones, must not make a huge message.
         quoted = [elide_middle(json.dumps(key, ensure_ascii=False), QUOTED_CHARS) for key in sorted(exc.extra_fields)]
         keys = bounded_listing(quoted, separator=", ")
-        allowed = ", ".join(a.alias for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else ""
+        # Only the keys a table may hold: a derived field (init=False) is no key.
+        allowed = ", ".join(a.alias for a in attrs.fields(exc.cl) if a.init) if attrs.has(exc.cl) else ""
         message = f"unknown key{'s' if len(exc.extra_fields) > 1 else ''} {keys}"
         message += f" (allowed: {allowed})" if allowed else " (no keys allowed)"
     elif isinstance(exc, KeyError):
@@ -550,15 +551,31 @@ def _output_problem(value: int) -> str | None:
 _memory_problem: Final = memory_limit_problem
 
 
-def _validated(problem: Callable[[Any], str | None]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    """The same check as an attrs validator, for settings a host builds itself (``None`` passes)."""
+def _validated(
+    problem: Callable[[Any], str | None], kind: type | tuple[type, ...] = int
+) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """The same check as an attrs validator, for settings a host builds itself (``None`` passes).
+
+    The type first, as the file's structuring checks it: ``True`` is no count
+    (bool is an int to Python), and ``"5"`` failed with a bare ``TypeError``.
+    """
 
     def validate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        message = None if value is None else problem(value)
+        if value is None:
+            return
+        if type(value) is bool or not isinstance(value, kind):
+            expected = "an integer" if kind is int else "a string" if kind is str else "a number"
+            raise ValueError(f"{type(instance).__name__}.{attribute.name}: expected {expected}, got {value!r}")
+        message = problem(value)
         if message is not None:
             raise ValueError(f"{type(instance).__name__}.{attribute.name}: {message}")
 
     return validate
+
+
+def _optional_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and type(value) is not bool:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name}: expected true or false, got {value!r}")
 
 
 _PluginName = Annotated[str, _Check(_plugin_name_problem)]
@@ -583,7 +600,7 @@ class CodeRuntimeSettings:
     """
 
     wall_budget_s: Annotated[float, _Check(_seconds_problem)] | None = attrs.field(
-        default=None, validator=_validated(_seconds_problem)
+        default=None, validator=_validated(_seconds_problem, (int, float))
     )
     max_output_bytes: Annotated[int, _Check(_output_problem)] | None = attrs.field(
         default=None, validator=_validated(_output_problem)
@@ -597,9 +614,9 @@ class CodeRuntimeSettings:
     max_file_bytes: Annotated[int, _Check(_limit_problem)] | None = attrs.field(
         default=None, validator=_validated(_limit_problem)
     )
-    allow_subprocesses: bool | None = None
-    allow_network: bool | None = None
-    allow_file_writes: bool | None = None
+    allow_subprocesses: bool | None = attrs.field(default=None, validator=_optional_bool)
+    allow_network: bool | None = attrs.field(default=None, validator=_optional_bool)
+    allow_file_writes: bool | None = attrs.field(default=None, validator=_optional_bool)
     max_json_values: Annotated[int, _Check(_count_problem)] | None = attrs.field(
         default=None, validator=_validated(_count_problem)
     )
@@ -637,7 +654,7 @@ class DshConfig:
     strict_capabilities: bool = attrs.field(default=False, validator=instance_of(bool))
     plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_plain_tables, hash=False)
     session_log: str | None = attrs.field(
-        default=None, validator=[instance_of(str, optional=True), _validated(_path_problem)]
+        default=None, validator=[instance_of(str, optional=True), _validated(_path_problem, str)]
     )
     code_runtime: CodeRuntimeSettings = attrs.field(
         factory=CodeRuntimeSettings, validator=instance_of(CodeRuntimeSettings)
@@ -713,7 +730,18 @@ def load_config(path: str | os.PathLike[str] | None = None, *, cwd: str | os.Pat
             valid TOML (the message names the file, line and column) or has
             invalid settings (every problem listed, each with its key path).
     """
-    base = Path(os.fspath(cwd)) if cwd is not None else Path.cwd()
+    if cwd is not None:
+        base = Path(os.fspath(cwd))
+    elif path is not None and os.path.isabs(os.fspath(path)):
+        base = Path(os.fspath(path)).parent  # no working directory needed (it may have been removed)
+    else:
+        try:
+            base = Path.cwd()
+        except OSError as exc:
+            raise ConfigError(
+                [f"the current directory cannot be read ({exc.strerror or exc}): it may have been removed; "
+                 "change to an existing directory, or name the configuration file by an absolute path"]
+            ) from None
     if path is not None:
         file = base / os.fspath(path)
         if not file.is_file():

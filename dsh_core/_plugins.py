@@ -557,6 +557,16 @@ class _Loader:
             self.fail(ep, "import", f"reading its capabilities failed: {_one_line(exc)}", exc)
             return
 
+        holder = self.pm.get_name(plugin)
+        if holder is not None:
+            # pluggy's own message lists every registered plugin's repr: kilobytes over several lines.
+            self.fail(
+                ep,
+                "register",
+                f"{ep.value} is already loaded as plugin {holder!r}; one object is registered once "
+                "(two entry points, or two --plugin options, name it)",
+            )
+            return
         try:
             registered = self.pm.register(plugin, name=ep.name)
         except BaseException as exc:

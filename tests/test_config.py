@@ -596,6 +596,46 @@ def test_a_host_building_code_runtime_settings_gets_the_same_checks() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_cpu_s": True}, "CodeRuntimeSettings.max_cpu_s: expected an integer, got True"),
+        ({"max_output_bytes": "5"}, "CodeRuntimeSettings.max_output_bytes: expected an integer, got '5'"),
+        ({"wall_budget_s": "1"}, "CodeRuntimeSettings.wall_budget_s: expected a number, got '1'"),
+        ({"allow_network": 1}, "CodeRuntimeSettings.allow_network: expected true or false, got 1"),
+    ],
+)
+def test_a_host_building_code_runtime_settings_gets_the_types_checked(options: dict[str, Any], message: str) -> None:
+    """True passed as a count and 1 as a flag until Code Mode was on; "5" failed with a bare TypeError."""
+    with pytest.raises(ValueError) as refused:
+        CodeRuntimeSettings(**options)
+    assert str(refused.value) == message
+
+
+def test_a_derived_field_is_not_listed_as_an_allowed_key() -> None:
+    @attrs.frozen
+    class Settings:
+        pattern: str = "x"
+        compiled: object = attrs.field(init=False, default=None)
+
+    with pytest.raises(ConfigError) as refused:
+        structure_table(Settings, {"compiled": 1}, where="[plugins.x]")
+    assert refused.value.violations == ('[plugins.x]: unknown key "compiled" (allowed: pattern)',)
+
+
+def test_a_removed_working_directory_is_named_and_an_absolute_config_needs_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "dsh.toml").write_text('mode = "native"\n')
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert load_config(tmp_path / "dsh.toml").mode == "native"
+    with pytest.raises(ConfigError, match=r"the current directory cannot be read .*: it may have been removed"):
+        load_config()
+
+
 @pytest.mark.parametrize("key", ["max_memory_bytes", "max_cpu_s", "max_file_bytes"])
 def test_a_resource_limit_beyond_what_the_system_takes_is_refused_at_load(tmp_path: Path, key: str) -> None:
     # setrlimit takes a signed 64-bit count; a larger one used to pass here and fail every run_code.

@@ -463,6 +463,20 @@ def test_a_plugin_whose_attribute_lookup_raises_fails_alone(dists: Dists) -> Non
     assert failed.error == "reading its capabilities failed: RuntimeError: backend not configured"
 
 
+def test_one_object_under_two_entry_point_names_says_which_plugin_holds_it(dists: Dists) -> None:
+    """pluggy's message listed every registered plugin's repr: kilobytes over several lines."""
+    dists.module("shared", "from dsh_core import hookimpl\n\n@hookimpl\ndef dsh_result(execution, result):\n    pass\n")
+    dists.dist("dsh-shared", {"first": "{p}shared", "second": "{p}shared"})
+    _, report = dists.load()
+    (loaded,) = report.loaded
+    (failed,) = report.failed
+    assert (loaded.name, failed.name, failed.stage) == ("first", "second", "register")
+    assert failed.error == (
+        f"{dists.prefix}shared is already loaded as plugin 'first'; one object is registered once "
+        "(two entry points, or two --plugin options, name it)"
+    )
+
+
 def test_unknown_hook_in_a_setup_registered_instance_rolls_back_its_owner(dists: Dists) -> None:
     dists.module(
         "owner",
