@@ -695,7 +695,7 @@ class _ConfigFile:
     mode: Literal["native", "code", "both"] = "native"
     disabled_plugins: tuple[_PluginName, ...] = ()
     strict_capabilities: bool = False
-    plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    plugins: dict[_PluginName, dict[str, Any]] = attrs.field(factory=dict)
     session_log: _KeptPath | None = None
     code_runtime: CodeRuntimeSettings = attrs.field(factory=CodeRuntimeSettings)
     tool_prefixes: dict[_PluginName, _Prefix] = attrs.field(factory=dict)

@@ -612,6 +612,18 @@ def test_a_host_building_code_runtime_settings_gets_the_types_checked(options: d
     assert str(refused.value) == message
 
 
+def test_an_empty_plugin_table_name_is_reported_with_the_other_problems(tmp_path: Path) -> None:
+    """It read "DshConfig.plugins: ..." (a class, not the file's key) and only once the rest was right."""
+    (tmp_path / "dsh.toml").write_text('mode = "x"\n[plugins.""]\na = 1\n')
+    with pytest.raises(ConfigError) as refused:
+        load_config(cwd=tmp_path)
+    where = f"{tmp_path / 'dsh.toml'}: "
+    assert set(refused.value.violations) == {
+        where + 'mode: expected one of native/code/both, got "x"',
+        where + "plugins['']: expected a plugin name, got an empty string",
+    }
+
+
 def test_a_derived_field_is_not_listed_as_an_allowed_key() -> None:
     @attrs.frozen
     class Settings:
