@@ -135,6 +135,8 @@ def test_sibling_reuse_is_not_circular() -> None:
         # 4. description and title
         pytest.param({"description": 5}, ["schema.description must be a string"], id="description-int"),
         pytest.param({"title": ["t"]}, ["schema.title must be a string"], id="title-list"),
+        pytest.param({"examples": "notalist"}, ["schema.examples must be an array"], id="examples-string"),
+        pytest.param({"examples": {"a": 1}}, ["schema.examples must be an array"], id="examples-object"),
         pytest.param(
             {"description": b"x"},
             ["schema.description annotation must be lossless JSON data", "schema.description must be a string"],

@@ -181,6 +181,9 @@ def _enter(
         violations.append(f"{path}.description must be a string")
     if "title" in node and not isinstance(node["title"], str):
         violations.append(f"{path}.title must be a string")
+    if "examples" in node and not isinstance(node["examples"], (list, tuple)):
+        # JSON Schema's examples is an array of values; a provider may refuse the tool over one that is not.
+        violations.append(f"{path}.examples must be an array")
 
     has_type = "type" in node
     has_one_of = "oneOf" in node
