@@ -355,6 +355,19 @@ def _is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
+def _cut_around(text: str, limit: int, length: int | None, at: int | None) -> str:
+    """``_cut``, but a match past the first ``limit`` characters is shown, with some of the line before it.
+
+    A minified file's match on character 9 000 showed the line's first 500 characters:
+    the model was told a match was there and never saw it.
+    """
+    if at is None or at < limit * 3 // 4 or len(text) <= limit:
+        return _cut(text, limit, length)
+    begin = at - limit // 4
+    total = len(text) if length is None else length
+    return f"…{text[begin : begin + limit]}… [line cut: {total} characters; shown from character {begin + 1}]"
+
+
 def _cut(text: str, limit: int, length: int | None = None) -> str:
     """``text`` cut to ``limit`` characters, saying how long the line was (``length``: when longer than ``text``)."""
     length = len(text) if length is None else length
@@ -1378,11 +1391,15 @@ class _Matches:
     files: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict)
     total: int = 0
 
-    def add(self, path: str, line_number: int, line: str, length: int | None = None) -> None:
-        """Count a match, keeping it while under the limit; ``length``: the line's, when ``line`` is only its head."""
+    def add(self, path: str, line_number: int, line: str, length: int | None = None, at: int | None = None) -> None:
+        """Count a match, keeping it while under the limit.
+
+        ``length``: the line's, when ``line`` is only its head; ``at``: where the
+        match starts in ``line`` (characters), to show it on a line too long to show whole.
+        """
         self.total += 1
         if self.total <= self.limit:
-            shown = _cut(line, MAX_MATCH_CHARS, length)
+            shown = _cut_around(line, MAX_MATCH_CHARS, length, at)
             self.files.setdefault(path, []).append({"line_number": line_number, "line": shown})
 
     def value(self) -> dict[str, Any]:
@@ -1547,7 +1564,7 @@ def _grep_python(
                             "catastrophically, as nested repetition like (a+)+ does): simplify it"
                         ) from None
                     if matched:
-                        found.add(shown, number, line, length)
+                        found.add(shown, number, line, length, matched.start())
         except OSError:
             continue
     return found.value()
@@ -1765,6 +1782,17 @@ class _RgMessages:
             self._on_message(*clipped)
 
 
+def _rg_match_start(data: Mapping[str, Any], line: str) -> int | None:
+    """Where rg's first submatch starts in ``line``, in characters (rg gives bytes), when the line is long."""
+    if len(line) <= MAX_MATCH_CHARS:
+        return None
+    submatches = data.get("submatches")
+    if not submatches or not isinstance(submatches[0].get("start"), int):
+        return None  # an oversized message: only its line's head was kept
+    start: int = submatches[0]["start"]
+    return len(line.encode("utf-8", "surrogatepass")[:start].decode("utf-8", "replace"))
+
+
 def _rg_text(field: Mapping[str, Any], *, line: bool = False) -> str:
     """A text field of rg's JSON, given as ``bytes`` (base64) when it is not UTF-8.
 
@@ -1826,7 +1854,8 @@ async def _grep_rg(
         data = message["data"]
         # rg prints paths as given: below the absolute ``base``, so absolute too.
         shown = workspace.display(os.path.join(base, _rg_text(data["path"])))
-        found.add(shown, data["line_number"], _rg_text(data["lines"], line=True).rstrip("\n").rstrip("\r"), length)
+        line = _rg_text(data["lines"], line=True).rstrip("\n").rstrip("\r")
+        found.add(shown, data["line_number"], line, length, _rg_match_start(data, line))
 
     async def read_errors(stream: trio.abc.ReceiveStream) -> None:
         async with stream:

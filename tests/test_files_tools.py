@@ -905,6 +905,20 @@ async def test_grep_takes_a_glob_starting_with_dot_slash_with_both_backends(tree
     assert [file["path"] for file in value["files"]] == ["a/x.py"]
 
 
+async def test_grep_shows_a_match_far_into_a_long_line_with_both_backends(tree: Path, backend: str) -> None:
+    """A minified file's match showed the line's first 500 characters, never the match."""
+    (tree / "min.js").write_text("x" * 5000 + "needle" + "y" * 3000 + "\n" + "needle early" + "z" * 1000 + "\n")
+    value = ok(await run(tree, "grep", {"pattern": "needle", "glob": "min.js"}))
+    far, early = value["files"][0]["matches"]
+    start = 5000 - files.MAX_MATCH_CHARS // 4
+    assert far["line"] == (
+        "…" + ("x" * 5000 + "needle" + "y" * 3000)[start : start + files.MAX_MATCH_CHARS]
+        + f"… [line cut: 8006 characters; shown from character {start + 1}]"
+    )
+    assert "needle" in far["line"]
+    assert early["line"].startswith("needle early") and early["line"].endswith("[line cut: 1012 characters]")
+
+
 async def test_grep_refuses_a_negated_glob_with_both_backends(tree: Path, backend: str) -> None:
     """ripgrep searched every file but *.py, the built-in search files named "!...": two answers."""
     message = failed(await run(tree, "grep", {"pattern": "needle", "glob": "!*.py"}), "FILE_ERROR")
