@@ -231,7 +231,12 @@ def resolve_path(value: JsonValue, path: tuple[Segment, ...]) -> JsonValue | _Mi
 
 
 def _match_text(value: JsonValue) -> str:
-    return value if isinstance(value, str) else json_text(value)
+    if isinstance(value, str):
+        return value
+    if type(value) is float and value.is_integer():
+        # 1.0 (or 1e0) is the integer 1 to an "integer" schema and to the tool: a rule for "1" must see it.
+        return str(int(value))
+    return json_text(value)
 
 
 def _scalars(value: JsonValue) -> list[JsonValue]:

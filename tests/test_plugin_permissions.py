@@ -103,6 +103,11 @@ async def test_tool_globs_are_case_sensitive() -> None:
         ("/etc/*", {"path": {"x": "/etc/passwd"}}, True),
         ("/etc/*", {"path": [[{"deep": ["/home/a", "/etc/shadow"]}]]}, True),
         ("/etc/*", {"path": ["/home/a", {"x": "/tmp/b"}]}, False),
+        # An integral float is the integer to an "integer" schema and to the tool: 1.0 and 1e0 dodged "1".
+        ("1", {"path": 1.0}, True),
+        ("1", {"path": [2, 1.0]}, True),
+        ("1", {"path": 1.5}, False),
+        ("1.5", {"path": 1.5}, True),
     ],
 )
 async def test_argument_globs(glob: str, arguments: dict[str, Any], denied: bool) -> None:
