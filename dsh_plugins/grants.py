@@ -567,13 +567,30 @@ class GrantBook:
                 raise GrantError(f"the archive {moved} exists already")
             now = self._clock()
             kept = [grant for grant in self._grants.values() if grant.active(now)]
-            fresh = f"{self.path}.compacting"
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(fresh)  # left by a compaction that crashed: never in force
+            # A name nobody can guess, and the file checked to be the one written before it is
+            # installed: at "<path>.compacting" the model's write_file (the name is no kept file)
+            # swapped in a forged grants file, which the rename then put in force.
+            directory, base = os.path.split(self.path)
+            for leftover in _compaction_leftovers(directory, base):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)  # left by a compaction that crashed: never in force
+            fresh = os.path.join(directory, f".{base}.compacting-{uuid.uuid4().hex}")
             _create_private(fresh)
+            made = os.lstat(fresh)
             with SessionLog(fresh, fsync="always") as log:
                 for grant in kept:
                     log.append({"type": _ADDED, "data": _added_data(grant)})
+            try:
+                written = os.lstat(fresh)
+            except FileNotFoundError:
+                written = None
+            if written is None or not os.path.samestat(made, written) or written.st_nlink != 1:
+                with contextlib.suppress(OSError):
+                    os.unlink(fresh)
+                raise GrantError(
+                    f"the compacted grants file {fresh} was replaced while it was written; "
+                    f"{self.path} was left as it was"
+                )
             _archive(self.path, moved)
             try:
                 # One rename over the old file: a crash leaves either the old file or the new one.
@@ -717,6 +734,14 @@ def _lock(path: str, *, wait: bool = True) -> int:
     return fd
 
 
+def _compaction_leftovers(directory: str, base: str) -> list[str]:
+    prefix = f".{base}.compacting-"
+    try:
+        return [os.path.join(directory or ".", name) for name in os.listdir(directory or ".") if name.startswith(prefix)]
+    except OSError:
+        return []
+
+
 def _create_private(path: str) -> None:
     """Create ``path`` empty and ``0600`` unless it exists, its directory entry on disk: grants are not for all."""
     try:
@@ -759,6 +784,13 @@ def _tail(path: str, end: int) -> bytes:
         start = max(0, end - _TAIL_BYTES)
         file.seek(start)
         return file.read(end - start)
+
+
+def _offer_text(grant: StandingGrant | GrantError) -> str:
+    """The "always" choice of an approval question, stating the grant an answer records (or why none can be)."""
+    if isinstance(grant, GrantError):
+        return f"a = grant: none can be recorded for this call ({grant})"
+    return f"a = grant: always allow {grant.describe(arguments='only these exact arguments')} (recorded, revocable)"
 
 
 def _added_data(grant: StandingGrant) -> dict[str, Any]:
@@ -881,8 +913,8 @@ class GrantingApproval:
         try:
             grant = self._grant_for(execution)
         except GrantError as exc:
-            return f"a = grant: none can be recorded for this call ({exc})"
-        return f"a = grant: always allow {grant.describe(arguments='only these exact arguments')} (recorded, revocable)"
+            return _offer_text(exc)
+        return _offer_text(grant)
 
     def _grant_for(self, execution: ToolExecution) -> StandingGrant:
         """The grant an "always" answer for ``execution`` records (nothing written yet)."""
@@ -928,7 +960,14 @@ class GrantingApproval:
                 del self._asking[covered_together]
 
     async def _ask(self, execution: ToolExecution, reason: str | None) -> str:
-        offered = _ALWAYS_OFFER.set(self.offer(execution))
+        # The very grant the question states is the one recorded: built again after the answer,
+        # its expiry counted from the answer, an hour late, outlived what the person read.
+        candidate: StandingGrant | GrantError
+        try:
+            candidate = self._grant_for(execution)
+        except GrantError as exc:
+            candidate = exc
+        offered = _ALWAYS_OFFER.set(_offer_text(candidate))
         try:
             answer = await self.inner.request(execution, reason)
         finally:
@@ -937,8 +976,10 @@ class GrantingApproval:
             return answer
         if execution.signal.cancelled:
             return "cancelled"
+        if isinstance(candidate, GrantError):
+            raise candidate
         book = self.book
-        await _unblocked(functools.partial(book._add, self._grant_for(execution), wait=False))
+        await _unblocked(functools.partial(book._add, candidate, wait=False))
         # The call the grant was answered for is its first use, so the audit trail
         # lists every call a grant let through. The person allowed this call
         # either way: it proceeds even if another process revoked the grant already.

@@ -23,6 +23,7 @@ from dsh_core import (
     CancelSignal,
     Deny,
     NonJsonValueError,
+    SessionLog,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
@@ -615,6 +616,27 @@ async def test_the_question_says_what_answering_always_grants(options: Any, offe
     assert (grant.any_agent, grant.arguments is not None) == (options.get("all_agents", False), "scope" in options)
 
 
+async def test_the_grant_recorded_is_the_one_the_question_stated_however_late_the_answer() -> None:
+    """Built again after the answer, its expiry counted from then: answered an hour late, it outlived the promise."""
+    now = [0.0]
+    asked: list[str] = []
+
+    class LatePerson:
+        async def request(self, execution: ToolExecution, reason: str | None) -> str:
+            from dsh_plugins.grants import always_offer
+
+            asked.append(always_offer() or "")
+            now[0] += 3600  # the person answers an hour later
+            return ALLOWED_ALWAYS
+
+    book = GrantBook(clock=lambda: now[0])
+    await GrantingApproval(LatePerson(), book, ttl_s=8 * 3600).request(execution(), None)
+    [grant] = book.grants()
+    assert "until 1970-01-01T08:00:00Z" in asked[0]
+    assert grant.expires_at == 8 * 3600
+    assert grant.describe() in asked[0]
+
+
 async def test_the_question_says_always_cannot_be_recorded_without_a_grant_book() -> None:
     asked: list[str] = []
 
@@ -860,6 +882,32 @@ def test_a_compaction_that_fails_to_replace_the_file_leaves_it_whole(
     assert GrantBook(path).get(grant.id) is not None
     assert not (tmp_path / "old.jsonl").exists()  # so the same archive name can be used again
     assert book.compact(tmp_path / "old.jsonl") is not None
+
+
+def test_a_compaction_file_replaced_while_it_is_written_is_never_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the guessable "<path>.compacting" the model's write_file swapped in a forged grants file."""
+    path = tmp_path / "grants.jsonl"
+    book = GrantBook(path)
+    book.grant("read_file", agent="main", granted_by="ana")
+    forged = json.dumps({"seq": 1, "type": "grant/added", "data": {"id": "g-forged"}}) + "\n"
+    real_append = SessionLog.append
+
+    def swap_then_append(log: SessionLog, event: Any) -> int:
+        # What write_file does: a new file renamed over the name (the log keeps its own descriptor).
+        name = os.fspath(log.path)
+        (tmp_path / "forged.tmp").write_text(forged)
+        os.replace(tmp_path / "forged.tmp", name)
+        return real_append(log, event)
+
+    monkeypatch.setattr(SessionLog, "append", swap_then_append)
+    with pytest.raises(GrantError, match=r"was replaced while it was written; .* was left as it was"):
+        book.compact(tmp_path / "old.jsonl")
+    monkeypatch.undo()
+    assert [grant.tool for grant in GrantBook(path).grants()] == ["read_file"]
+    assert not [name for name in os.listdir(tmp_path) if "compacting" in name]
+    assert not (tmp_path / "grants.jsonl.compacting").exists()
 
 
 def test_an_archive_on_a_file_system_without_hard_links_is_a_private_copy(
