@@ -609,9 +609,10 @@ def _reference_regex(pattern: str) -> str:
     path=st.text(alphabet="ab/", max_size=10),
 )
 def test_glob_matching_agrees_with_the_regex_it_replaced(pattern: str, path: str) -> None:
-    if re.search(r"\{[^}]*\{|\}[^{]*\}", pattern) or "**{" in pattern:
+    if re.search(r"\{[^}]*\{|\}[^{]*\}", pattern) or "**{" in pattern or re.search(r"\{[^}]*\*\*", pattern):
         # Nested or stray braces, or a group right after ** (expanded, "**{}/" is "**/", which also
-        # matches no directory): the simple reference does not model them.
+        # matches no directory), or ** inside a group ("{**}/" expands to "**/" too): the simple
+        # reference does not model them.
         return
     reference = re.fullmatch(f"(?s:{_reference_regex(pattern)})", path) is not None
     assert compile_glob(pattern).match(path) is reference
