@@ -15,7 +15,7 @@ import difflib
 import re
 from typing import Final
 
-__all__ = ["DIFF_COMPARE_LINES", "diff_hunks", "text_lines"]
+__all__ = ["DIFF_COMPARE_LINES", "NO_FINAL_NEWLINE", "diff_hunks", "text_lines"]
 
 DIFF_COMPARE_LINES: Final = 2000
 """Past this many changed lines (both sides together), the texts are not compared line by line."""
@@ -34,12 +34,17 @@ def text_lines(text: str) -> list[str]:
     return lines[:-1] if lines[-1] == "" else lines
 
 
+NO_FINAL_NEWLINE: Final = "\\ No newline at end of file"
+"""The line after a hunk's last line of a text that does not end with a newline (as ``diff`` writes it)."""
+
+
 def diff_hunks(
     old_text: str, new_text: str, *, compare_lines: int = DIFF_COMPARE_LINES, side_lines: int = 25
 ) -> list[str]:
     """The hunks (``@@`` lines and ``-``/``+``/`` `` lines, no file headers, no newlines) from one text to the other.
 
-    Empty when the texts have the same lines. When the stretch between the lines
+    Empty when the texts are the same (a change of the final newline alone is a
+    hunk of the last line, marked :data:`NO_FINAL_NEWLINE`). When the stretch between the lines
     they share at their start and end has more than ``compare_lines`` lines in
     all, one hunk covers it, its ``@@`` line saying it was not compared, with
     the first ``side_lines`` lines of each side and how many more there are.
@@ -54,7 +59,19 @@ def diff_hunks(
         end += 1
     old_changed, new_changed = old[start : len(old) - end], new[start : len(new) - end]
     if not old_changed and not new_changed:
-        return []
+        if old_text == new_text or not old:
+            return []
+        # The same lines, but one text ends with a newline and the other does not: shown as diff
+        # shows it. Called unchanged, an edit of "#x" to "#x\n" (uncommenting the rest of the
+        # line it was applied to) read as a no-op on the approval card.
+        last = len(old)
+        return [
+            f"@@ -{last} +{last} @@",
+            f"-{old[-1]}",
+            *([] if old_text.endswith("\n") else [NO_FINAL_NEWLINE]),
+            f"+{new[-1]}",
+            *([] if new_text.endswith("\n") else [NO_FINAL_NEWLINE]),
+        ]
     if len(old_changed) + len(new_changed) > compare_lines:
         return [
             f"@@ -{_range(start, len(old_changed))} +{_range(start, len(new_changed))} @@ "

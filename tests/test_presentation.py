@@ -639,3 +639,19 @@ def test_diff_hunks_bound_only_the_changed_stretch() -> None:
     many = "\n".join(f"x{n}" for n in range(DIFF_COMPARE_LINES + 1))
     assert diff_hunks("", many)[0] == f"@@ -0,0 +1,{DIFF_COMPARE_LINES + 1} @@ too long to compare line by line: the start of each side"
     assert diff_hunks("", many, side_lines=2)[1:] == ["+x0", "+x1", f"... {DIFF_COMPARE_LINES - 1} more added lines"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "hunks"),
+    [
+        ("#DISABLED", "#DISABLED\n", ["@@ -1 +1 @@", "-#DISABLED", "\\ No newline at end of file", "+#DISABLED"]),
+        ("a\nb\n", "a\nb", ["@@ -2 +2 @@", "-b", "+b", "\\ No newline at end of file"]),
+        ("same\n", "same\n", []),
+        ("", "", []),
+    ],
+)
+def test_a_change_of_the_final_newline_alone_is_a_hunk(old: str, new: str, hunks: list[str]) -> None:
+    """It read as no change: an approval card called an edit of "#x" to "#x\\n" (uncommenting a command) unchanged."""
+    from dsh_core.presentation import diff_hunks
+
+    assert diff_hunks(old, new) == hunks
