@@ -40,7 +40,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 import attrs
 import trio
@@ -351,7 +351,7 @@ class GrantBook:
         self.path = None if path is None else os.path.abspath(os.fspath(path))
         self._clock = clock
         self._grants: dict[str, StandingGrant] = {}
-        self._seen: tuple[int, int] | None = None
+        self._seen: _Stamp | None = None
         # The file as last read (its last event and end offset): where the next read starts.
         self._read: SessionLogRead | None = None
         self._tail = b""  # the bytes just before that offset, to tell an append from a rewrite
@@ -627,9 +627,9 @@ class GrantBook:
             assert stamp is not None  # just written, under the lock: nobody else writes now
             # This book has seen the file up to its own line: later reads pick up after it.
             self._read = SessionLogRead(
-                events=(SessionEvent(seq=seq, type=event_type, data=snapshot),), torn=None, end=stamp[0]
+                events=(SessionEvent(seq=seq, type=event_type, data=snapshot),), torn=None, end=stamp.size
             )
-            self._tail = _tail(self.path, stamp[0])
+            self._tail = _tail(self.path, stamp.size)
         self._grants = updated
 
     @contextmanager
@@ -667,7 +667,7 @@ class GrantBook:
         read = self._read
         if stamp is None:
             self._grants, self._read = {}, None
-        elif read is not None and stamp[0] >= read.end and _tail(self.path, read.end) == self._tail:
+        elif read is not None and stamp.size >= read.end and _tail(self.path, read.end) == self._tail:
             try:
                 self._follow(read_session_log(self.path, after=read))
             except (SessionLogError, GrantError):
@@ -810,12 +810,26 @@ def _sync_directory(path: str) -> None:
         os.close(directory)
 
 
-def _stamp(path: str) -> tuple[int, int] | None:
+class _Stamp(NamedTuple):
+    """What tells one version of the file from another.
+
+    Size and mtime alone missed a compaction (a new file of the same size within one
+    coarse mtime tick), and a grant revoked before it stayed in force.
+    """
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+
+def _stamp(path: str) -> _Stamp | None:
     try:
         status = os.stat(path)
     except FileNotFoundError:
         return None
-    return (status.st_size, status.st_mtime_ns)
+    return _Stamp(status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
 Scope = Literal["tool", "arguments"]

@@ -22,7 +22,7 @@ Configure it in ``[plugins.permissions]``::
 
     [[plugins.permissions.rules]]
     tool = "bash"
-    agent = "reviewer-*"                     # optional: glob on the calling Agent's id
+    agent = "reviewer-*"                     # optional: glob on the calling Agent's id (or a parent's)
     action = "ask"
 
     [[plugins.permissions.rules]]
@@ -32,8 +32,9 @@ Configure it in ``[plugins.permissions]``::
 
 Rules are tried in order and the **first match wins**. A rule matches when its
 ``tool`` glob matches the tool name, its optional ``agent`` glob matches the id
-of the calling :class:`dsh_core.Agent` (a call without an ``Agent`` never
-matches a rule that names one), every ``args`` entry matches, and the called
+of the calling :class:`dsh_core.Agent` or of one it was made under (its
+``parent``s: a child inherits its parent's rules; a call without an ``Agent``
+never matches a rule that names one), every ``args`` entry matches, and the called
 tool declares every effect the optional ``effects`` list names
 (``read_only``, ``destructive``, ``idempotent``, ``open_world``; see
 :class:`dsh_core.ToolEffects`): all of them, not any, so a rule for tools that
@@ -228,6 +229,20 @@ def resolve_path(value: JsonValue, path: tuple[Segment, ...]) -> JsonValue | _Mi
                 return _MISSING
             current = current[segment]
     return current
+
+
+def _agent_matches(agent: object, glob: str) -> bool:
+    """Whether the calling agent, or one it was made under (its ``parent``s), has an id the glob matches.
+
+    A child agent inherits its parent's scope: with the caller's own id only, a
+    helper made under "reviewer" ran what a rule for "reviewer" denied.
+    """
+    seen = 0
+    while isinstance(agent, Agent) and seen < 1000:  # (a chain of parents is finite; bounded all the same)
+        if fnmatch.fnmatchcase(agent.id, glob):
+            return True
+        agent, seen = agent.parent, seen + 1
+    return False
 
 
 def _match_text(value: JsonValue) -> str:
@@ -481,10 +496,8 @@ class _CompiledRule:
                     return False
             elif declared is None or not all(getattr(declared, name) for name in rule.effects):
                 return False
-        if rule.agent is not None:
-            agent = execution.agent
-            if not isinstance(agent, Agent) or not fnmatch.fnmatchcase(agent.id, rule.agent):
-                return False
+        if rule.agent is not None and not _agent_matches(execution.agent, rule.agent):
+            return False
         for path, glob in self.args:
             found = resolve_path(execution.arguments, path)
             if isinstance(found, _Missing) or not _value_matches(found, glob, rule.action):

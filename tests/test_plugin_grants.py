@@ -910,6 +910,28 @@ def test_a_compaction_file_replaced_while_it_is_written_is_never_installed(
     assert not (tmp_path / "grants.jsonl.compacting").exists()
 
 
+def test_a_book_notices_a_compaction_to_the_same_size_within_one_mtime_tick(tmp_path: Path) -> None:
+    """Seen by size and mtime only, the new file (another inode) read as unchanged: a revoked grant stayed in force."""
+    path = tmp_path / "grants.jsonl"
+    writer = GrantBook(path, clock=lambda: 1_800_000_000.0)
+    revoked = writer.grant("shell", agent="main", granted_by="ana")
+    host = GrantBook(path)
+    assert host.find(execution()) is not None
+    seen = path.stat()
+    writer.revoke(revoked.id, by="ana")
+    writer.compact(tmp_path / "old-1.jsonl")
+    # Another grant whose note pads the compacted file to the size the host saw last.
+    empty_size = path.stat().st_size
+    probe = writer.grant("other", agent="main", granted_by="ana", note="")
+    line = path.stat().st_size - empty_size
+    writer.revoke(probe.id, by="ana")
+    writer.compact(tmp_path / "old-2.jsonl")
+    writer.grant("other", agent="main", granted_by="ana", note="n" * (seen.st_size - path.stat().st_size - line))
+    assert path.stat().st_size == seen.st_size and path.stat().st_ino != seen.st_ino
+    os.utime(path, ns=(seen.st_mtime_ns, seen.st_mtime_ns))  # a coarse clock's single tick
+    assert host.find(execution()) is None
+
+
 def test_an_archive_on_a_file_system_without_hard_links_is_a_private_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -220,6 +220,16 @@ async def test_agent_glob_matches_the_calling_agents_id() -> None:
     assert not (await runtime.execute(make_input("shell", agent="reviewer-1"))).is_error
 
 
+async def test_an_agent_rule_covers_the_agents_made_under_it() -> None:
+    """A child inherits its parent's scope: a helper made under "reviewer" ran what a rule for "reviewer" denied."""
+    runtime = runtime_with({"rules": [{"tool": "shell", "agent": "reviewer", "action": "deny"}]})
+    reviewer = Agent("reviewer")
+    helper = Agent("helper", parent=reviewer)
+    assert (await runtime.execute(make_input("shell", agent=helper))).is_error
+    assert (await runtime.execute(make_input("shell", agent=Agent("sub", parent=helper)))).is_error
+    assert not (await runtime.execute(make_input("shell", agent=Agent("helper")))).is_error
+
+
 @pytest.mark.parametrize(
     ("default", "expected"),
     [
