@@ -33,6 +33,7 @@ class _Waiter:
     token: trio.lowlevel.TrioToken
     arrived: trio.Event = attrs.field(factory=trio.Event)
     line: str | None = None  # None once arrived: the stream has ended
+    shown: bool = False  # the question is on screen: the reader may take a line for it
 
     def receive(self, line: str | None) -> None:
         self.line = line
@@ -65,14 +66,19 @@ class LineReader:
         with self._guard:
             if self._ended:
                 return None
-            # Registered before the question is shown, so a quick answer cannot slip past it.
+            # Registered before the question is shown, so a quick answer cannot slip past it; but
+            # read only once it is shown (see below).
             self._waiter = waiter
-            self._asked.notify()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._read_lines, name="dsh-approval-reader", daemon=True)
                 self._thread.start()
         try:
             shown()
+            with self._guard:
+                # Only now: woken before, the reader took a line typed ahead (one that showing the
+                # question discards from the terminal) and it answered a question nobody had seen.
+                waiter.shown = True
+                self._asked.notify()
             await waiter.arrived.wait()
         finally:
             with self._guard:
@@ -84,7 +90,7 @@ class LineReader:
         while True:
             with self._guard:
                 # Read only for a question: what is piped in ahead stays in the stream for the next.
-                self._asked.wait_for(lambda: self._waiter is not None)
+                self._asked.wait_for(lambda: self._waiter is not None and self._waiter.shown)
             try:
                 line: str | None = self._readline()
             except (EOFError, OSError) as exc:

@@ -999,3 +999,25 @@ async def test_each_line_of_a_card_is_bounded_as_the_reason_is() -> None:
     question = answers.questions[0]
     assert len(question) < 5_000
     assert "(4998001 more characters not shown)" in question  # the line is "+" and the text
+
+
+async def test_the_reader_takes_no_line_until_the_question_is_shown() -> None:
+    """Woken when the question was registered, it read a typed-ahead line before showing it could discard it."""
+    import time
+
+    from dsh_plugins._line_reader import LineReader
+
+    events: list[str] = []
+
+    def readline() -> str:
+        events.append("read")
+        return "y\n"
+
+    def shown() -> None:
+        events.append("shown")
+        time.sleep(0.2)  # real time: the reader thread, if woken already, reads meanwhile
+        events.append("discarded what was typed ahead")
+
+    with trio.fail_after(10):
+        assert await LineReader(readline).next_line(shown) == "y\n"
+    assert events == ["shown", "discarded what was typed ahead", "read"]
