@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import logging
 import math
+import threading
 from collections.abc import Callable
 
 import trio
@@ -67,18 +68,18 @@ class CancelSignal:
     """
 
     __slots__ = (
-        "_clock", "_deadline", "_deadline_reason", "_event", "_fired_at", "_fired_when", "_listeners", "_reason",
-        "_sources", "_token",
+        "_clock", "_deadline", "_deadline_reason", "_fired_at", "_fired_when", "_listeners", "_reason", "_sources",
     )  # fmt: skip
 
     def __init__(self) -> None:
         self._fired_at = 0  # 0 = not fired; otherwise a global firing sequence number
         self._fired_when = _INF  # when it fired on trio's clock (a deadline: the deadline itself)
-        self._token: trio.lowlevel.TrioToken | None = None  # the run its waiters are in
-        self._clock: trio.abc.Clock | None = None  # that run's clock, read by a cancel from another thread
+        # The clock of the run that listened last, read by a cancel from another thread.
+        self._clock: trio.abc.Clock | None = None
         self._reason: object = None
-        self._event: trio.Event | None = None
-        self._listeners: list[Callable[[], None]] | None = None
+        # Each listener with the trio run it listens in: a signal may outlive one run (a host
+        # running one trio.run per turn) or be shared by runs in two threads.
+        self._listeners: list[_Listener] | None = None
         self._deadline = math.inf
         self._deadline_reason: object = None
         self._sources: tuple[CancelSignal, ...] = ()
@@ -184,34 +185,28 @@ class CancelSignal:
             self._fire("cancelled" if reason is None else reason)
 
     def _fire(self, reason: object, *, when: float | None = None) -> None:
-        # The time and reason before the mark: a reader in the run that sees the
-        # signal fired (from another thread, just now) reads them complete.
-        self._fired_when = _now(self._clock) if when is None else when
-        self._reason = reason
-        self._fired_at = next(_fire_order)
-        token = self._token
-        if token is not None:
-            try:
-                in_run = trio.lowlevel.current_trio_token() is token
-            except RuntimeError:  # another thread
-                in_run = False
-            if not in_run:
+        with _LISTENING:
+            if self._fired_at:
+                return  # fired meanwhile by another thread: its reason stands, its listeners are its to wake
+            # The time and reason before the mark: a reader in the run that sees the
+            # signal fired (from another thread, just now) reads them complete.
+            self._fired_when = _now(self._clock) if when is None else when
+            self._reason = reason
+            self._fired_at = next(_fire_order)
+            listeners, self._listeners = self._listeners, None
+        if not listeners:
+            return
+        try:
+            current: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
+        except RuntimeError:  # another thread
+            current = None
+        for entry in listeners:
+            if entry.token is None or entry.token is current:
+                _call(entry.callback)
+            else:
                 # Trio's events and cancel scopes may be touched only from their run's thread.
-                with contextlib.suppress(trio.RunFinishedError):  # the run is over: nobody is left to wake
-                    token.run_sync_soon(self._wake)
-                return
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._event is not None:
-            self._event.set()
-        listeners, self._listeners = self._listeners, None
-        for listener in listeners or ():
-            try:
-                listener()
-            except Exception as exc:
-                # One broken listener must not keep the others (the runtime's cancel scopes) from hearing it.
-                logger.warning("CancelSignal listener %r failed: %s: %s", listener, type(exc).__name__, exc)
+                with contextlib.suppress(trio.RunFinishedError):  # that run is over: nobody is left to wake
+                    entry.token.run_sync_soon(_call, entry.callback)
 
     async def wait(self) -> None:
         """Block until the signal fires (returns at once if it already has)."""
@@ -222,11 +217,13 @@ class CancelSignal:
                 for source in self._sources:
                     nursery.start_soon(_wait_then_cancel, source, nursery.cancel_scope)
             return
-        self._bind_to_current_run()
-        if self._event is None:
-            self._event = trio.Event()
-        with trio.move_on_at(self._deadline):
-            await self._event.wait()
+        fired = trio.Event()  # this wait's own, in this run
+        remove = self._add_listener(fired.set)
+        try:
+            with trio.move_on_at(self._deadline):
+                await fired.wait()
+        finally:
+            remove()
         self.cancelled  # noqa: B018 - evaluating fires a passed deadline
 
     # -- linking to cancel scopes ---------------------------------------------
@@ -256,29 +253,25 @@ class CancelSignal:
 
         return unsubscribe
 
-    def _bind_to_current_run(self) -> None:
-        """Remember the trio run now listening, so that a cancel from another thread reaches it.
-
-        Rebound whenever a later run listens: a host running one ``trio.run`` per turn with
-        a session-long signal had every later turn's wake-up posted to the first, finished
-        run, and the call's cancel scope never heard it. The run's ``Event`` goes with it.
-        """
-        try:
-            token = trio.lowlevel.current_trio_token()
-        except RuntimeError:
-            return  # outside a trio run: no token, so listeners run where cancel() is called
-        if token is not self._token:
-            self._token = token
-            self._clock = trio.lowlevel.current_clock()
-            self._event = None  # made in (and only usable by) the run before
-
     def _add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
-        self._bind_to_current_run()
-        if self._listeners is None:
-            self._listeners = []
-        listeners = self._listeners
-        listeners.append(listener)
-        return _Remover(listeners, listener)
+        try:
+            token: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
+            self._clock = trio.lowlevel.current_clock()
+        except RuntimeError:
+            token = None  # outside a trio run: the listener runs where cancel() is called
+        entry = _Listener(listener, token)
+        with _LISTENING:
+            fired = bool(self._fired_at)
+            if not fired:
+                if self._listeners is None:
+                    self._listeners = []
+                listeners = self._listeners
+                listeners.append(entry)
+        if fired:
+            # Fired by another thread after the caller looked: no wake-up is coming, so now.
+            _call(listener)
+            return _noop
+        return _Remover(listeners, entry)
 
     def link(self, scope: trio.CancelScope) -> Callable[[], None]:
         """Make ``scope`` cancel when this signal fires; returns the unlinker.
@@ -302,20 +295,44 @@ def _noop() -> None:
     return None
 
 
+class _Listener:
+    """A listener and the trio run it listens in (``None``: none, it is called where the signal fires)."""
+
+    __slots__ = ("callback", "token")
+
+    def __init__(self, callback: Callable[[], None], token: trio.lowlevel.TrioToken | None) -> None:
+        self.callback = callback
+        self.token = token
+
+
+# Guards a signal's listener list and its firing mark together: a listener added in a run while
+# another thread fires the signal is either in the list the firing takes, or sees it fired.
+_LISTENING = threading.Lock()
+
+
+def _call(listener: Callable[[], None]) -> None:
+    try:
+        listener()
+    except Exception as exc:
+        # One broken listener must not keep the others (the runtime's cancel scopes) from hearing it.
+        logger.warning("CancelSignal listener %r failed: %s: %s", listener, type(exc).__name__, exc)
+
+
 class _Remover:
     """Removes one listener (cheaper per call than a closure plus contextlib.suppress)."""
 
-    __slots__ = ("_listener", "_listeners")
+    __slots__ = ("_entry", "_listeners")
 
-    def __init__(self, listeners: list[Callable[[], None]], listener: Callable[[], None]) -> None:
+    def __init__(self, listeners: list[_Listener], entry: _Listener) -> None:
         self._listeners = listeners
-        self._listener = listener
+        self._entry = entry
 
     def __call__(self) -> None:
-        try:  # noqa: SIM105 - contextlib.suppress costs more on this per-call path
-            self._listeners.remove(self._listener)
-        except ValueError:
-            pass
+        with _LISTENING:
+            try:  # noqa: SIM105 - contextlib.suppress costs more on this per-call path
+                self._listeners.remove(self._entry)
+            except ValueError:
+                pass
 
 
 async def _wait_then_cancel(source: CancelSignal, scope: trio.CancelScope) -> None:

@@ -898,3 +898,54 @@ def test_a_signal_waited_for_in_one_trio_run_can_be_waited_for_in_the_next() -> 
 async def _cancel_later(signal: CancelSignal, seconds: float) -> None:
     await trio.sleep(seconds)
     signal.cancel()
+
+
+def test_a_signal_shared_by_runs_in_two_threads_wakes_both() -> None:
+    """Rebound to the run that listened last, the signal woke only that one: the other run's wait hung."""
+    import threading
+    import time
+
+    signal = CancelSignal()
+    waiting, linked = threading.Event(), threading.Event()
+    outcome: dict[str, str] = {}
+
+    def waits() -> None:
+        async def main() -> None:
+            waiting.set()
+            with trio.move_on_after(10) as scope:  # real time: threads are involved
+                await signal.wait()
+            outcome["waits"] = "timed out" if scope.cancelled_caught else "woke"
+
+        trio.run(main)
+
+    def links() -> None:
+        async def main() -> None:
+            with trio.CancelScope() as scope:
+                signal.link(scope)
+                linked.set()
+                with trio.move_on_after(10):
+                    await trio.sleep_forever()
+            outcome["links"] = "cancelled" if scope.cancelled_caught else "not cancelled"
+
+        trio.run(main)
+
+    first = threading.Thread(target=waits)
+    first.start()
+    assert waiting.wait(10)
+    time.sleep(0.1)  # let the first run reach its wait
+    second = threading.Thread(target=links)
+    second.start()
+    assert linked.wait(10)
+    signal.cancel("stop")
+    first.join(15)
+    second.join(15)
+    assert outcome == {"waits": "woke", "links": "cancelled"}
+
+
+def test_a_listener_of_a_signal_fired_meanwhile_is_called_at_once() -> None:
+    """A cancel from another thread landing between a caller's check and its subscribe woke nothing."""
+    signal = CancelSignal()
+    signal.cancel("stop")  # as if fired by another thread just after the caller looked
+    heard: list[str] = []
+    signal.subscribe(lambda: heard.append("stop"))
+    assert heard == ["stop"]
