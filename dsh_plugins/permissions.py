@@ -345,16 +345,18 @@ def _path_pattern(glob: str, root: str, *, resolve: bool = False) -> str:
     (each resolves into ``.vault``), and ``/etc/*`` none on macOS (``/private/etc``).
     """
     joined = posixpath.normpath(posixpath.join(root, glob))
-    parts = joined.split("/")
-    # How many leading parts are literal: the root's (whatever they hold), then the glob's until a wildcard.
-    literal_count = 0 if posixpath.isabs(glob) else len(posixpath.normpath(root).split("/"))
-    while literal_count < len(parts) and not glob_module.has_magic(parts[literal_count]):
-        literal_count += 1
-    head, rest = "/".join(parts[:literal_count]) or "/", parts[literal_count:]
+    # What came from the root is literal whatever it holds (a glob climbing out of it, "../*.env",
+    # keeps only the root's part that it shares); then the glob's parts until a wildcard.
+    literal = "/" if posixpath.isabs(glob) else posixpath.commonpath([posixpath.normpath(root), joined])
+    rest = [part for part in joined[len(literal) :].split("/") if part]
+    taken = 0
+    while taken < len(rest) and not glob_module.has_magic(rest[taken]):
+        taken += 1
+    head, rest = posixpath.join(literal, *rest[:taken]), rest[taken:]
     if resolve:
         with contextlib.suppress(OSError, ValueError):  # else matched as written
             head = os.path.realpath(head)
-    escaped = glob_module.escape(head) if not posixpath.isabs(glob) or resolve else head
+    escaped = glob_module.escape(head)
     return posixpath.join(escaped, *rest) if rest else escaped
 
 

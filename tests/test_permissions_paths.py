@@ -162,6 +162,24 @@ def test_an_absolute_rule_through_a_system_symlink_matches(tmp_path: Path) -> No
     assert denying.decide(_fs_call(str(tmp_path / "real" / "sh")))[0] == "deny"
 
 
+@pytest.mark.parametrize(
+    ("glob", "root", "pattern"),
+    [
+        ("../*.env", "/home/u/proj", "/home/u/*.env"),  # climbs out of the root: its wildcard stays one
+        ("*.env", "/", "/*.env"),  # a host started in / without a files root
+        ("../../etc/*", "/home/u/proj", "/home/etc/*"),
+        ("*", "/r [v2]", "/r [[]v2]/*"),  # the root's own brackets are no pattern
+        ("/a[b]/c", "/x", "/a[b]/c"),  # an absolute glob's are
+    ],
+)
+def test_a_paths_glob_keeps_its_wildcards_wherever_it_starts(glob: str, root: str, pattern: str) -> None:
+    """Counting the root's parts as literal escaped "../*.env" to "/home/u/[*].env": the rule matched nothing."""
+    from dsh_plugins.permissions import _path_pattern
+
+    assert _path_pattern(glob, root) == pattern
+    assert _path_pattern(glob, root, resolve=True) == pattern  # none of these exist: resolved as written
+
+
 async def _allowed() -> Any:
     from dsh_core import Allow
 
