@@ -23,10 +23,11 @@ def _violations(module: Any, config: dict[str, Any]) -> tuple[str, ...]:
 
 
 def test_every_bad_key_of_the_shell_table_is_reported_with_its_key() -> None:
-    assert _violations(shell, {"timeout_ms": 0, "max_output_bytes": 1, "kill_grace_ms": -5}) == (
-        "[plugins.shell].timeout_ms: must be at least 1, got 0",
+    assert _violations(shell, {"timeout_ms": 0, "max_output_bytes": 1, "kill_grace_ms": -5, "shell": ""}) == (
+        "[plugins.shell].timeout_ms: must be from 1 to 2000000000, got 0",
         "[plugins.shell].max_output_bytes: must be at least 2, got 1",
-        "[plugins.shell].kill_grace_ms: must be at least 0, got -5",
+        "[plugins.shell].kill_grace_ms: must be from 0 to 3600000, got -5",
+        "[plugins.shell].shell: must name the shell to run (bash by default), got an empty string",
     )
 
 
