@@ -28,7 +28,7 @@ import attrs
 
 from ._errors import QUOTED_CHARS, DshError, ErrorCode, NonJsonValueError
 from ._json import FrozenDict, JsonValue, snapshot_json
-from ._jsoncodec import decode_json, integer_too_long
+from ._jsoncodec import decode_json, integer_too_long, syntax_error_beyond
 
 __all__ = ["ArgumentsJsonError", "ArgumentsText", "model_arguments"]
 
@@ -144,6 +144,9 @@ def _parse(text: str) -> JsonValue | _Problem:
     except ValueError as exc:
         too_long = integer_too_long(exc)
         if too_long is not None:
+            broken = syntax_error_beyond(text)
+            if broken is not None:  # cut off, too: the advice for a cut-off call is what helps
+                return _not_json(text, broken.msg, broken.pos)
             return _Problem(f"arguments hold {too_long}")
         # The iterative parser of documents too deep for the C one says where it stopped
         # in its own words: read the position back to tell a cut-off text from a mistake.

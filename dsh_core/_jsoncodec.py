@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
-__all__ = ["IntegerTooLongError", "decode_json", "dumps_text", "encode_json"]
+__all__ = ["IntegerTooLongError", "decode_json", "dumps_text", "encode_json", "integer_too_long", "syntax_error_beyond"]
 
 # json.dumps and json.loads with options build an encoder or decoder per call; every frame of
 # every sub-call goes through these, so both ends reuse prebuilt ones.
@@ -101,6 +101,28 @@ class IntegerTooLongError(ValueError):
     """
 
 
+def _zero(digits: str) -> int:
+    return 0
+
+
+_DECODE_INTS_AS_ZERO: Final = json.JSONDecoder(parse_int=_zero).decode
+
+
+def syntax_error_beyond(document: str) -> json.JSONDecodeError | None:
+    """The syntax error of ``document`` when its integers are left unconverted, or None (valid, or too deep to tell).
+
+    The integer-digits limit stops the parser at the first long integer, before it
+    sees that the text is cut off further on: that is what to report then.
+    """
+    try:
+        _DECODE_INTS_AS_ZERO(document)
+    except json.JSONDecodeError as exc:
+        return exc
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
 def integer_too_long(exc: ValueError) -> IntegerTooLongError | None:
     """``exc`` said in this project's words when it is the interpreter's integer-digits limit, else None."""
     text = str(exc)
@@ -132,7 +154,10 @@ def decode_json(text: str) -> Any:
     except json.JSONDecodeError:
         raise
     except ValueError as exc:
-        raise integer_too_long(exc) or exc from None
+        too_long = integer_too_long(exc)
+        if too_long is None:
+            raise
+        raise syntax_error_beyond(text) or too_long from None
 
 
 # The C string scanner the json module itself uses (typeshed does not declare it).

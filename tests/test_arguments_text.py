@@ -118,6 +118,15 @@ def test_an_integer_too_long_to_convert_is_named_without_pythons_hint(deep: bool
     assert str(refused.value) == "arguments hold an integer of 5000 digits, longer than the 4300 digits accepted"
 
 
+def test_a_text_cut_off_after_a_long_integer_is_called_cut_off() -> None:
+    """The digits limit stopped the parser first: a call cut at the token limit was told about the integer."""
+    text = '{"a": ' + "9" * 5000 + ', "b": "cut'
+    with pytest.raises(ArgumentsJsonError) as refused:
+        ArgumentsText(text).decode()
+    assert str(refused.value).startswith("arguments are not valid JSON: Unterminated string starting at")
+    assert "cut off" in str(refused.value)
+
+
 def test_the_text_is_parsed_once_and_equality_is_by_text() -> None:
     arguments = ArgumentsText('{"a": 1}')
     first = arguments.decode()

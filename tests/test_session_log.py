@@ -349,6 +349,16 @@ def test_a_line_holding_an_integer_too_long_to_convert_is_refused_and_kept(log_p
     assert log_path.read_bytes() == before
 
 
+def test_a_torn_last_line_holding_a_long_integer_is_still_cut_off_as_torn(log_path: Path) -> None:
+    write_three(log_path)
+    clean = log_path.read_bytes()
+    with open(log_path, "ab") as file:
+        file.write(b'{"seq":4,"type":"note","data":{"n":' + b"7" * 5000 + b',"x":\n')
+    with SessionLog(log_path) as log:
+        assert log.torn is not None and log.torn.line == 4
+    assert log_path.read_bytes() == clean
+
+
 def test_reopening_a_log_that_is_only_a_torn_line_starts_over(log_path: Path) -> None:
     """A crash during the very first write leaves nothing committed."""
     log_path.write_bytes(b'{"seq":1,"type"')

@@ -793,6 +793,17 @@ async def test_date_uuid_and_path_arguments_arrive_parsed_and_a_returned_one_goe
         ({"when": "2026-12-05", "folder": ""}, 'expected a file system path, got "" @ $.folder'),
         ({"when": "2026-12-05", "folder": "a\0b"}, 'expected a file system path, got "a\\u0000b" @ $.folder'),
         ({"when": "2026-12-05", "earlier": [{"at": "2026-01-01", "room": "nope"}]}, 'expected a UUID, got "nope"'),
+        # Only the standard text: uuid.UUID took these too, a truncated id becoming another, zero-padded one.
+        *(
+            ({"when": "2026-12-05", "earlier": [{"at": "2026-01-01", "room": text}]}, "expected a UUID")
+            for text in (
+                "  3e4567e89b12d3a4564266141740  ",
+                "{123e4567-e89b-12d3-a456-426614174000}",
+                "urn:uuid:123e4567-e89b-12d3-a456-426614174000",
+                "123e4567e89b12d3a456426614174000",
+                "123e4567-e89b-12d3-a456-４26614174000",
+            )
+        ),
     ):
         failure = expect_failure(await runtime.execute(make_input("schedule", wrong)))
         assert failure.code == "INVALID_ARGS" and message in failure.error.message, failure.error.message

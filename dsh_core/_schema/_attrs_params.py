@@ -57,6 +57,7 @@ import enum
 import inspect
 import json
 import pathlib
+import re
 import sys
 import types
 import typing
@@ -620,10 +621,19 @@ _STRING_FORMS: Final[dict[type, tuple[str, Callable[[str], object]]]] = {
     datetime.datetime: ("an ISO 8601 date and time, e.g. 2026-12-05T16:30:00+00:00", datetime.datetime.fromisoformat),
     datetime.date: ("an ISO 8601 date, e.g. 2026-12-05", datetime.date.fromisoformat),
     datetime.time: ("an ISO 8601 time, e.g. 16:30:00", datetime.time.fromisoformat),
-    uuid.UUID: ("a UUID, e.g. 123e4567-e89b-12d3-a456-426614174000", uuid.UUID),
+    uuid.UUID: ("a UUID, e.g. 123e4567-e89b-12d3-a456-426614174000", lambda text: _uuid(text)),
     pathlib.Path: ("a file system path", pathlib.Path),
 }
 _STRING_FORM_VALUES: Final = (datetime.date, datetime.time, uuid.UUID, pathlib.PurePath)
+_UUID_TEXT: Final = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _uuid(text: str) -> uuid.UUID:
+    """The UUID of its standard text only: uuid.UUID also took braces, "urn:uuid:", spaces, misplaced
+    dashes and non-ASCII digits, so a truncated id became another, zero-padded one."""
+    if not _UUID_TEXT.fullmatch(text):
+        raise ValueError(text)
+    return uuid.UUID(text)
 
 
 def _form_text(value: datetime.date | datetime.time | uuid.UUID | pathlib.PurePath) -> str:
