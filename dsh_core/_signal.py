@@ -68,7 +68,8 @@ class CancelSignal:
     """
 
     __slots__ = (
-        "_clock", "_deadline", "_deadline_reason", "_fired_at", "_fired_when", "_listeners", "_reason", "_sources",
+        "_clock", "_clock_token", "_deadline", "_deadline_reason", "_fired_at", "_fired_when", "_listeners",
+        "_reason", "_sources",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -76,6 +77,7 @@ class CancelSignal:
         self._fired_when = _INF  # when it fired on trio's clock (a deadline: the deadline itself)
         # The clock of the run that listened last, read by a cancel from another thread.
         self._clock: trio.abc.Clock | None = None
+        self._clock_token: trio.lowlevel.TrioToken | None = None  # the run that clock is of
         self._reason: object = None
         # Each listener with the trio run it listens in: a signal may outlive one run (a host
         # running one trio.run per turn) or be shared by runs in two threads.
@@ -256,9 +258,11 @@ class CancelSignal:
     def _add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
         try:
             token: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
-            self._clock = trio.lowlevel.current_clock()
         except RuntimeError:
             token = None  # outside a trio run: the listener runs where cancel() is called
+        else:
+            if token is not self._clock_token:
+                self._clock, self._clock_token = trio.lowlevel.current_clock(), token
         entry = _Listener(listener, token)
         with _LISTENING:
             fired = bool(self._fired_at)
@@ -328,11 +332,11 @@ class _Remover:
         self._entry = entry
 
     def __call__(self) -> None:
-        with _LISTENING:
-            try:  # noqa: SIM105 - contextlib.suppress costs more on this per-call path
-                self._listeners.remove(self._entry)
-            except ValueError:
-                pass
+        # No lock: list.remove is one atomic step, and a list the firing took is no one's to change.
+        try:  # noqa: SIM105 - contextlib.suppress costs more on this per-call path
+            self._listeners.remove(self._entry)
+        except ValueError:
+            pass
 
 
 async def _wait_then_cancel(source: CancelSignal, scope: trio.CancelScope) -> None:
