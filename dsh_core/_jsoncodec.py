@@ -13,10 +13,19 @@ file by path, so both ends of its pipe speak exactly this codec.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn
 
-__all__ = ["IntegerTooLongError", "decode_json", "dumps_text", "encode_json", "integer_too_long", "syntax_error_beyond"]
+__all__ = [
+    "IntegerTooLongError",
+    "decode_json",
+    "dumps_text",
+    "encode_json",
+    "holds_only_scalars",
+    "integer_too_long",
+    "syntax_error_beyond",
+]
 
 # json.dumps and json.loads with options build an encoder or decoder per call; every frame of
 # every sub-call goes through these, so both ends reuse prebuilt ones.
@@ -84,6 +93,35 @@ def _encode_deep(value: object, ascii_only: bool) -> str:
         else:
             out.append(json.dumps(item, ensure_ascii=ascii_only, allow_nan=False))
     return "".join(out)
+
+
+_SCALAR_KINDS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def holds_only_scalars(items: Sequence[Any], int_limit: int | None) -> bool:
+    """Whether every item of an array is a lossless JSON scalar (no container), tested over the whole array in C.
+
+    Its set of item types, the range of its ints (``int_limit``: the largest
+    magnitude JSON text may carry here, ``None`` for no limit) and the
+    finiteness of its floats; only zeros among floats (``-0.0`` is no JSON
+    value) and ints mixed with other kinds are looked at one by one. False for
+    an array holding a problem too: the caller's walk then names its path.
+    Shared by the host's snapshot and the Code Mode child's check.
+    """
+    kinds = set(map(type, items))
+    if not kinds <= _SCALAR_KINDS:
+        return False
+    if int in kinds and int_limit is not None:
+        ints = items if len(kinds) == 1 else [item for item in items if type(item) is int]
+        if min(ints) < -int_limit or max(ints) > int_limit:
+            return False
+    if float in kinds:
+        floats = items if len(kinds) == 1 else [item for item in items if type(item) is float]
+        if not all(map(math.isfinite, floats)):
+            return False
+        if 0.0 in floats and any(item == 0.0 and math.copysign(1.0, item) < 0 for item in floats):
+            return False
+    return True
 
 
 def _reject_constant(name: str) -> NoReturn:

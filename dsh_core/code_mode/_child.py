@@ -72,10 +72,10 @@ def _load_beside(name: str, path: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from .._jsoncodec import decode_json, encode_json
+    from .._jsoncodec import decode_json, encode_json, holds_only_scalars
 else:
     _codec = _load_beside("_dsh_jsoncodec", os.path.join(os.path.dirname(os.path.dirname(__file__)), "_jsoncodec.py"))
-    decode_json, encode_json = _codec.decode_json, _codec.encode_json
+    decode_json, encode_json, holds_only_scalars = _codec.decode_json, _codec.encode_json, _codec.holds_only_scalars
 
 
 class TooManyValues(Exception):
@@ -140,29 +140,9 @@ def json_problem(value: object, max_values: int = sys.maxsize) -> str | None:
 
 
 _CONTAINERS: Final = frozenset((dict, list, tuple))
-_SCALARS: Final = frozenset((str, int, float, bool, type(None)))
-
-
 def _flat_scalars(items: list[Any] | tuple[Any, ...]) -> bool:
-    """Whether every item is a lossless JSON scalar, tested over the whole array in C (as the host's snapshot does).
-
-    False for an array that holds a problem too: the walk then finds it and names its path.
-    """
-    kinds = set(map(type, items))
-    if not kinds <= _SCALARS:
-        return False
-    limit = _max_int
-    if int in kinds and limit is not None:
-        ints = items if len(kinds) == 1 else [item for item in items if type(item) is int]
-        if min(ints) < -limit or max(ints) > limit:
-            return False
-    if float in kinds:
-        floats = items if len(kinds) == 1 else [item for item in items if type(item) is float]
-        if not all(map(math.isfinite, floats)):
-            return False
-        if 0.0 in floats and any(item == 0.0 and math.copysign(1.0, item) < 0 for item in floats):
-            return False
-    return True
+    """Whether every item is a lossless JSON scalar, tested as the host's snapshot tests it (same codec function)."""
+    return holds_only_scalars(items, _max_int)
 
 
 def _open(container: Any) -> tuple[Iterator[tuple[Any, Any]], int, bool]:
