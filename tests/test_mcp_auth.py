@@ -503,32 +503,41 @@ class SwitchedApp:
         await self.current(scope, receive, send)
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-async def test_a_server_that_stops_taking_the_token_fails_calls_as_authentication(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+@asynccontextmanager
+async def serving_switchable() -> AsyncIterator[tuple[str, SwitchedApp, Any]]:
+    """``adding_runtime()`` over HTTP behind a gate taking ``TOKEN``, which the block may swap: (base URL, switch, app)."""
     import hypercorn.config
     import hypercorn.trio
 
     from dsh_core._mcp_server import serve_registry
 
-    monkeypatch.setenv("TEST_MCP_TOKEN", TOKEN)
-    caplog.set_level("DEBUG")
     mcp_app = serve_registry(adding_runtime()).streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
     switched = SwitchedApp(BearerTokenGate(mcp_app, TOKEN))
     config = hypercorn.config.Config()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
     config.graceful_timeout = 1.0
-    runtime = ToolRuntime()
     async with trio.open_nursery() as nursery:
         (base,) = await nursery.start(partial(hypercorn.trio.serve, switched, config))  # type: ignore[arg-type]
-        async with McpClientPlugin.connect(runtime, client_config(base)):
-            before = await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))
-            switched.current = BearerTokenGate(mcp_app, "another-token")
-            refused = await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))
-            again = await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))  # reconnects: refused at once
+        yield base, switched, mcp_app
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_server_that_stops_taking_the_token_fails_calls_as_authentication(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("TEST_MCP_TOKEN", TOKEN)
+    caplog.set_level("DEBUG")
+    runtime = ToolRuntime()
+    async with (
+        serving_switchable() as (base, switched, mcp_app),
+        McpClientPlugin.connect(runtime, client_config(base)),
+    ):
+        before = await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))
+        switched.current = BearerTokenGate(mcp_app, "another-token")
+        refused = await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))
+        again = await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))  # reconnects: refused at once
     assert before.value == {"result": 2}
     assert (refused.code, refused.error.info.name) == (MCP_SERVER_UNAVAILABLE, "McpAuthenticationError")
     assert refused.error.message == (
@@ -546,23 +555,10 @@ async def test_a_server_that_stops_taking_the_token_fails_calls_as_authenticatio
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_one_refused_token_with_many_calls_in_flight_is_one_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each call the 401 turned away counted one: after 8, the next connection waited 30 s, not the first step."""
-    import hypercorn.config
-    import hypercorn.trio
-
-    from dsh_core._mcp_server import serve_registry
-
     monkeypatch.setenv("TEST_MCP_TOKEN", TOKEN)
-    mcp_app = serve_registry(adding_runtime()).streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
-    switched = SwitchedApp(BearerTokenGate(mcp_app, TOKEN))
-    config = hypercorn.config.Config()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.graceful_timeout = 1.0
     runtime = ToolRuntime()
-    settings = {**client_config(""), "backoff_initial_s": 0.5, "backoff_max_s": 30}
-    async with trio.open_nursery() as nursery:
-        (base,) = await nursery.start(partial(hypercorn.trio.serve, switched, config))  # type: ignore[arg-type]
-        settings["servers"] = client_config(base)["servers"]
+    async with serving_switchable() as (base, switched, mcp_app):
+        settings = {**client_config(base), "backoff_initial_s": 0.5, "backoff_max_s": 30}
         async with McpClientPlugin.connect(runtime, settings) as plugin:
             assert (await runtime.execute(make_input("g__add", {"a": 1, "b": 1}))).value == {"result": 2}
             switched.current = BearerTokenGate(mcp_app, "another-token")
@@ -575,7 +571,6 @@ async def test_one_refused_token_with_many_calls_in_flight_is_one_failure(monkey
                 for _ in range(8):
                     calls.start_soon(call)
             failures = plugin._servers[0].failures
-        nursery.cancel_scope.cancel()
     assert [(result.code, result.error.info.name) for result in results] == [
         (MCP_SERVER_UNAVAILABLE, "McpAuthenticationError")
     ] * 8
