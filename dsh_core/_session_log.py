@@ -66,6 +66,7 @@ from ._decisions import UNSET, _Unset
 from ._errors import DshError, NonJsonValueError
 from ._json import FrozenDict, JsonValue, safe_repr, snapshot_json
 from ._jsoncodec import IntegerTooLongError, decode_json, encode_json
+from ._schema._attrs_params import _describe as describe_json_value
 from .presentation import _configure_content, _configure_strict
 
 __all__ = [
@@ -401,7 +402,7 @@ def structure_contexts(value: object) -> tuple[UserMessage, ...]:
     if value is None:
         return ()
     if not isinstance(value, (list, tuple)):
-        raise SessionLogError(f"invalid logged contexts: expected a list, got {_json_kind(value)}")
+        raise SessionLogError(f"invalid logged contexts: expected a list, got {describe_json_value(value)}")
     out: list[UserMessage] = []
     for index, item in enumerate(value):
         if not isinstance(item, Mapping) or not set(item) <= {"source", "content", "meta"}:
@@ -411,19 +412,6 @@ def structure_contexts(value: object) -> tuple[UserMessage, ...]:
             raise SessionLogError(f"invalid logged contexts: $[{index}].source must be a non-empty str")
         out.append(UserMessage(structure_content(item.get("content")), source=source, meta=item.get("meta")))
     return tuple(out)
-
-
-def _json_kind(value: object) -> str:
-    """What a decoded JSON value is, in JSON's words (the readers see frozen values, not what the file holds)."""
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return safe_repr(value)
 
 
 def structure_content(value: object) -> tuple[ContentBlock, ...]:
