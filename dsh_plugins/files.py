@@ -79,6 +79,9 @@ link. See ``dsh_plugins._regular_file``.
   support). Both skip hidden and binary files and never follow symlinks.
   Parallel-safe.
 
+``glob`` and ``grep`` count files whose paths are not UTF-8 (``names_not_utf8``)
+instead of listing them: such a path is no text a model could send back.
+
 Each ``limit`` is at most ten times its default (``MAX_READ_LIMIT``,
 ``MAX_GLOB_LIMIT``, ``MAX_GREP_LIMIT``); a larger one is refused with a
 ``FILE_ERROR`` before any I/O, so one call cannot hold a whole big file's lines.
@@ -1284,6 +1287,24 @@ def _relative_glob(pattern: str) -> str:
     return pattern
 
 
+def _utf8_name(shown: str) -> bool:
+    """Whether a listed path is text: a name whose bytes are not UTF-8 decodes to lone surrogates.
+
+    Such a path could not be sent to a model (no UTF-8 encoder takes it), and no
+    tool here opens it: one shown as U+FFFD names another file. It is counted, not listed.
+    """
+    if shown.isascii():
+        return True
+    try:
+        shown.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_NOT_UTF8_NAMES_NOTE: Final = "a path that is not UTF-8 text cannot be passed to any tool here"
+
+
 def _glob(workspace: Workspace, pattern: str, path: str, limit: int) -> dict[str, Any]:
     pattern = _relative_glob(pattern)
     _check_pattern(pattern)
@@ -1292,6 +1313,7 @@ def _glob(workspace: Workspace, pattern: str, path: str, limit: int) -> dict[str
         raise FileToolError(f"{quoted_path(path)} is not a directory")
     matcher = compile_glob(pattern)
     found: list[tuple[float, str]] = []
+    unnamed = 0
     for file in _walk_files(base, hidden_dirs=True):
         # Per file and along a long match: one directory's matches can take seconds.
         _check_cancelled()
@@ -1305,19 +1327,33 @@ def _glob(workspace: Workspace, pattern: str, path: str, limit: int) -> dict[str
             mtime = os.stat(real).st_mtime
         except OSError:
             continue
-        found.append((mtime, workspace.display(file)))
+        shown = workspace.display(file)
+        if not _utf8_name(shown):
+            unnamed += 1
+            continue
+        found.append((mtime, shown))
     found.sort(key=lambda item: (-item[0], item[1]))
     paths = [shown for _, shown in found[:limit]]
-    return {"paths": paths, "total": len(found), "truncated": len(found) > limit}
+    value: dict[str, Any] = {"paths": paths, "total": len(found), "truncated": len(found) > limit}
+    if unnamed:
+        value["names_not_utf8"] = unnamed
+    return value
+
+
+def _unnamed_note(value: Any, what: str = "matching file(s)") -> str:
+    unnamed = value.get("names_not_utf8")
+    if not unnamed:
+        return ""
+    return f"\n[{unnamed} {what} left out: {_NOT_UTF8_NAMES_NOTE}]"
 
 
 def _render_glob(args: Any, value: Any) -> list[TextBlock]:
     if not value["paths"]:
-        return [TextBlock(f"No files match {args['pattern']!r}")]
+        return [TextBlock(f"No files match {args['pattern']!r}{_unnamed_note(value)}")]
     text = "\n".join(value["paths"])
     if value["truncated"]:
         text += f"\n[showing {len(value['paths'])} of {value['total']} files; narrow the pattern or raise limit]"
-    return [TextBlock(text)]
+    return [TextBlock(text + _unnamed_note(value))]
 
 
 def _glob_tool(workspace: Workspace) -> ToolDefinition:
@@ -1349,7 +1385,7 @@ def _glob_tool(workspace: Workspace) -> ToolDefinition:
             "for every Python file at any depth; `*.py` only matches directly in `path`), `[abc]` is a character "
             "class and `{a,b}` an alternative. Returns file paths (not directories), most recently modified first, "
             f"at most `limit` (default {DEFAULT_GLOB_LIMIT}, at most {MAX_GLOB_LIMIT}), with the total count. The .git "
-            "directory is skipped."
+            "directory is skipped. Files whose paths are not UTF-8 are not listed: `names_not_utf8` counts them."
         ),
         parameters={
             "pattern": {"type": "string", "required": True, "description": "Glob pattern, e.g. `src/**/*.ts`."},
@@ -1367,6 +1403,7 @@ def _glob_tool(workspace: Workspace) -> ToolDefinition:
                     "paths": {"type": "array", "required": True, "items": {"type": "string"}},
                     "total": {"type": "integer", "required": True},
                     "truncated": {"type": "boolean", "required": True},
+                    "names_not_utf8": {"type": "integer"},
                 },
             },
             render=_render_glob,
@@ -1390,6 +1427,8 @@ class _Matches:
     limit: int
     files: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict)
     total: int = 0
+    unnamed: int = 0  # files with matches whose names are not UTF-8 (each file's matches come together)
+    _last_unnamed: str = ""
 
     def add(self, path: str, line_number: int, line: str, length: int | None = None, at: int | None = None) -> None:
         """Count a match, keeping it while under the limit.
@@ -1397,17 +1436,25 @@ class _Matches:
         ``length``: the line's, when ``line`` is only its head; ``at``: where the
         match starts in ``line`` (characters), to show it on a line too long to show whole.
         """
+        if not _utf8_name(path):
+            if path != self._last_unnamed:
+                self.unnamed += 1
+                self._last_unnamed = path
+            return
         self.total += 1
         if self.total <= self.limit:
             shown = _cut_around(line, MAX_MATCH_CHARS, length, at)
             self.files.setdefault(path, []).append({"line_number": line_number, "line": shown})
 
     def value(self) -> dict[str, Any]:
-        return {
+        value: dict[str, Any] = {
             "files": [{"path": path, "matches": matches} for path, matches in self.files.items()],
             "total": self.total,
             "truncated": self.total > self.limit,
         }
+        if self.unnamed:
+            value["names_not_utf8"] = self.unnamed
+        return value
 
 
 def _search_root_is_dir(base: str, path: str) -> bool:
@@ -1893,7 +1940,7 @@ async def _grep_rg(
 
 def _render_grep(args: Any, value: Any) -> list[TextBlock]:
     if not value["files"]:
-        return [TextBlock(f"No matches for {args['pattern']!r}")]
+        return [TextBlock(f"No matches for {args['pattern']!r}{_unnamed_note(value, 'file(s) with matches')}")]
     parts: list[str] = []
     for file in value["files"]:
         parts.append(file["path"])
@@ -1903,7 +1950,7 @@ def _render_grep(args: Any, value: Any) -> list[TextBlock]:
         parts.append(
             f"[showing {shown} of {value['total']} matching lines; narrow the pattern, path or glob, or raise limit]"
         )
-    return [TextBlock("\n".join(parts))]
+    return [TextBlock("\n".join(parts) + _unnamed_note(value, "file(s) with matches"))]
 
 
 def _grep_tool(workspace: Workspace) -> ToolDefinition:
@@ -1980,7 +2027,8 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
             "keeps only files whose name matches (e.g. `*.py`; a pattern with `/` such as `src/**/*.ts` matches "
             "the path below `path`). Binary files are skipped; hidden files too unless `glob` matches them (`*` "
             "does), and files ignored by .gitignore when ripgrep is installed (unless `glob` names them). A `glob` "
-            "starting with `./` is taken without it. Use plain regex syntax (classes, `\\b`, `|`, groups; no look-around or "
+            "starting with `./` is taken without it. Files whose paths are not UTF-8 are not listed: `names_not_utf8` "
+            "counts them. Use plain regex syntax (classes, `\\b`, `|`, groups; no look-around or "
             "backreferences), and escape literal characters such as `(` or `.`."
         ),
         parameters={
@@ -2012,6 +2060,7 @@ def _grep_tool(workspace: Workspace) -> ToolDefinition:
                     },
                     "total": {"type": "integer", "required": True},
                     "truncated": {"type": "boolean", "required": True},
+                    "names_not_utf8": {"type": "integer"},
                 },
             },
             render=_render_grep,

@@ -801,6 +801,49 @@ async def test_grep_shows_a_line_that_is_not_utf8_with_replacement_characters(tm
     assert value["files"] == ({"path": "latin1.txt", "matches": ({"line_number": 1, "line": "caf\ufffd needle"},)},)
 
 
+async def test_grep_counts_files_whose_names_are_not_utf8_instead_of_listing_them(
+    tmp_path: Path, backend: str
+) -> None:
+    # Listed, such a name held a lone surrogate: no UTF-8 encoder takes it (the model's request,
+    # a log line), and read_file refuses it; shown with U+FFFD it names another file.
+    (tmp_path / "ok.txt").write_text("needle\n")
+    for name in (b"bad\xff.txt", b"worse\xfe.txt"):
+        with open(os.path.join(os.fsencode(tmp_path), name), "wb") as stream:
+            stream.write(b"needle\nneedle\n")
+    os.mkdir(os.path.join(os.fsencode(tmp_path), b"dir\xff"))
+    with open(os.path.join(os.fsencode(tmp_path), b"dir\xff", b"inner.txt"), "wb") as stream:
+        stream.write(b"needle\n")
+    result = await run(tmp_path, "grep", {"pattern": "needle"})
+    value = ok(result)
+    assert value == {
+        "files": ({"path": "ok.txt", "matches": ({"line_number": 1, "line": "needle"},)},),
+        "total": 1,
+        "truncated": False,
+        "names_not_utf8": 3,
+    }
+    json.dumps(value, ensure_ascii=False).encode("utf-8")
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert text.endswith("[3 file(s) with matches left out: a path that is not UTF-8 text cannot be passed to any tool here]")
+    text.encode("utf-8")
+    none = await run(tmp_path, "grep", {"pattern": "needle", "glob": "bad*"})
+    assert ok(none) == {"files": (), "total": 0, "truncated": False, "names_not_utf8": 1}
+    assert none.content[0].text.startswith("No matches for 'needle'\n[1 file(s) with matches left out")  # type: ignore[union-attr]
+
+
+async def test_glob_counts_files_whose_names_are_not_utf8_instead_of_listing_them(tmp_path: Path) -> None:
+    (tmp_path / "ok.txt").write_text("x\n")
+    with open(os.path.join(os.fsencode(tmp_path), b"bad\xff.txt"), "wb") as stream:
+        stream.write(b"x\n")
+    result = await run(tmp_path, "glob", {"pattern": "*.txt"})
+    assert ok(result) == {"paths": ("ok.txt",), "total": 1, "truncated": False, "names_not_utf8": 1}
+    assert result.content[0].text == (  # type: ignore[union-attr]
+        "ok.txt\n[1 matching file(s) left out: a path that is not UTF-8 text cannot be passed to any tool here]"
+    )
+    only = await run(tmp_path, "glob", {"pattern": "bad*"})
+    assert ok(only) == {"paths": (), "total": 0, "truncated": False, "names_not_utf8": 1}
+    assert ok(await run(tmp_path, "glob", {"pattern": "ok*"})) == {"paths": ("ok.txt",), "total": 1, "truncated": False}
+
+
 async def test_grep_without_matches(tree: Path, backend: str) -> None:
     result = await run(tree, "grep", {"pattern": "absent"})
     assert ok(result) == {"files": (), "total": 0, "truncated": False}
