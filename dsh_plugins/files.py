@@ -1446,6 +1446,22 @@ class _Matches:
             shown = _cut_around(line, MAX_MATCH_CHARS, length, at)
             self.files.setdefault(path, []).append({"line_number": line_number, "line": shown})
 
+    def mark(self) -> tuple[int, int]:
+        """Where the counts stand, for :meth:`drop_since`."""
+        return self.total, self.unnamed
+
+    def drop_since(self, mark: tuple[int, int], path: str) -> None:
+        """Take back what ``path``'s matches added since ``mark`` (it turned out to be binary)."""
+        total, unnamed = mark
+        kept = self.files.get(path)
+        if kept is not None:
+            del kept[len(kept) - (min(self.total, self.limit) - min(total, self.limit)) :]
+            if not kept:
+                del self.files[path]
+        self.total, self.unnamed = total, unnamed
+        if self._last_unnamed == path:
+            self._last_unnamed = ""
+
     def value(self) -> dict[str, Any]:
         value: dict[str, Any] = {
             "files": [{"path": path, "matches": matches} for path, matches in self.files.items()],
@@ -1601,7 +1617,13 @@ def _grep_python(
                 if _is_binary(stream.read(_BINARY_SNIFF_BYTES)):
                     continue
                 stream.seek(0)
+                mark = found.mark()
                 for number, line, length in _grep_lines(stream):
+                    if "\x00" in line and file != base:
+                        # Binary after all (ripgrep drops a file it meets a NUL in while it walks a
+                        # directory; one named by path it searches whole, and so does this search).
+                        found.drop_since(mark, shown)
+                        break
                     try:
                         matched = compiled.search(line, timeout=GREP_LINE_REGEX_SECONDS, concurrent=True)
                     except TimeoutError:

@@ -794,6 +794,22 @@ async def test_grep_skips_a_binary_file_even_when_named_by_path(tree: Path, back
     }
 
 
+async def test_grep_skips_a_file_with_a_nul_past_its_first_bytes_while_walking(tmp_path: Path, backend: str) -> None:
+    # ripgrep drops such a file as binary wherever the NUL is; the built-in search listed its matches.
+    late_nul = b"needle early\n" + b"x" * 20_000 + b"\n\x00 needle late\n"
+    (tmp_path / "a_late_nul.txt").write_bytes(late_nul)
+    (tmp_path / "b.txt").write_bytes(b"needle b\n" * 3)
+    value = ok(await run(tmp_path, "grep", {"pattern": "needle", "limit": 2}))
+    assert value == {
+        "files": ({"path": "b.txt", "matches": ({"line_number": 1, "line": "needle b"}, {"line_number": 2, "line": "needle b"})},),
+        "total": 3,
+        "truncated": True,
+    }
+    # Named by path, both search it whole.
+    named = ok(await run(tmp_path, "grep", {"pattern": "needle", "path": "a_late_nul.txt"}))
+    assert [match["line_number"] for match in named["files"][0]["matches"]] == [1, 3] and named["total"] == 2
+
+
 async def test_grep_shows_a_line_that_is_not_utf8_with_replacement_characters(tmp_path: Path, backend: str) -> None:
     (tmp_path / "latin1.txt").write_bytes(b"caf\xe9 needle\n")
     value = ok(await run(tmp_path, "grep", {"pattern": "needle"}))
