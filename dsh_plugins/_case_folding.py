@@ -25,8 +25,10 @@ def folded(text: str) -> str:
 def folds_case(directory: str) -> bool:
     """Whether the file system holding ``directory`` ignores case. Blocks on the file system.
 
-    Found by looking the nearest component with letters up under its other
-    case (``lstat``, so a symlink of that name is no false positive).
+    Found by looking the nearest existing component with letters up under its
+    other case (``lstat``, so a symlink of that name is no false positive). A
+    directory that does not exist yet (a file about to be written two levels
+    down) is decided by the nearest one that does: it would be created there.
     """
     if os.name == "nt":
         return True
@@ -37,10 +39,16 @@ def folds_case(directory: str) -> bool:
         if name.swapcase() != name:
             try:
                 this = os.lstat(path)
-                other = os.lstat(os.path.join(parent, name.swapcase()))
+            except FileNotFoundError:
+                this = None
             except (OSError, ValueError):
                 return False
-            return (this.st_dev, this.st_ino) == (other.st_dev, other.st_ino)
+            if this is not None:
+                try:
+                    other = os.lstat(os.path.join(parent, name.swapcase()))
+                except (OSError, ValueError):
+                    return False
+                return (this.st_dev, this.st_ino) == (other.st_dev, other.st_ino)
         if parent == path:
             return False
         path = parent

@@ -331,7 +331,9 @@ def _resolve_value(value: JsonValue, root: str) -> Resolved:
         return _UNRESOLVABLE
     if not os.path.isabs(value) and os.path.commonpath([root, real]) != root:
         return _UNRESOLVABLE
-    return _FoldedPath(folded(real)) if folds_case(root) else real
+    # Where the value lives, not the root: a case-folding mount (vfat, exFAT, an ext4 casefold
+    # directory) inside a case-sensitive root let SECRETS/key past a deny rule on secrets/*.
+    return _FoldedPath(folded(real)) if folds_case(os.path.dirname(real)) else real
 
 
 def _path_pattern(glob: str, root: str, *, resolve: bool = False) -> str:

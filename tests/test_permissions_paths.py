@@ -247,6 +247,51 @@ async def test_on_a_case_folding_file_system_an_allow_rule_takes_the_other_case_
     assert not (isinstance(allowed, ToolExecutionFailure) and allowed.code == "DENIED"), allowed
 
 
+async def test_case_folding_is_decided_where_the_value_lives_not_at_the_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vfat or casefold directory inside a case-sensitive root: there SECRETS/key is secrets/key."""
+    _workspace(tmp_path)
+    mount = tmp_path / "mnt"
+    (mount / "secrets").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    monkeypatch.setattr(
+        permissions, "folds_case", lambda directory: directory.startswith(str(mount)), raising=False
+    )
+    rules = [
+        {"tool": "read_file", "paths": {"path": "mnt/secrets/*"}, "action": "deny", "reason": "mounted secrets"},
+        {"tool": "read_file", "paths": {"path": "other/*"}, "action": "deny", "reason": "other"},
+    ]
+    runtime = _runtime(tmp_path, {"rules": rules})
+    folded = await runtime.execute(make_input("read_file", {"path": "mnt/SECRETS/key"}, agent=Agent("a")))
+    assert isinstance(folded, ToolExecutionFailure) and folded.code == "DENIED", folded
+    assert folded.error.message == "mounted secrets"
+    # On the case-sensitive root, OTHER is another directory than other.
+    (tmp_path / "OTHER").mkdir()
+    (tmp_path / "OTHER" / "x").write_text("x")
+    kept_apart = await runtime.execute(make_input("read_file", {"path": "OTHER/x"}, agent=Agent("a")))
+    assert isinstance(kept_apart, ToolExecutionSuccess), kept_apart
+
+
+def test_a_directory_not_made_yet_is_decided_by_the_nearest_one_that_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "Project"
+    project.mkdir()
+    real_lstat = os.lstat
+
+    def folding_lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        return real_lstat(str(path).replace("pROJECT", "Project"), *args, **kwargs)
+
+    monkeypatch.setattr(_case_folding.os, "lstat", folding_lstat)
+    folds_case.cache_clear()
+    try:
+        # "Deeper" does not exist: a write_file there creates it on Project's file system.
+        assert folds_case(str(project / "new" / "Deeper")) is True
+    finally:
+        folds_case.cache_clear()
+
+
 def test_a_case_sensitive_file_system_is_told_apart_even_with_a_symlink_of_the_other_case(tmp_path: Path) -> None:
     folds_case.cache_clear()
     project = tmp_path / "Project"
