@@ -62,7 +62,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from . import hookspecs
 from ._arguments_text import TRUNCATED_HINT, ArgumentsJsonError, ArgumentsText, _repeated_key
 from ._config import DshConfig, load_config
 from ._content import ContentBlock, ImageBlock, TextBlock
@@ -1324,16 +1323,6 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
     loaded_names = {loaded.name for loaded in report.loaded}
     for plugin, message in unknown_hooks(pm):
         findings.problems.append(f"plugin {pm.get_name(plugin)}: {message}")
-
-    spec_names = {name for name in dir(hookspecs) if name.startswith("dsh_")}
-    for plugin in pm.get_plugins():
-        name = pm.get_name(plugin) or "?"
-        for attribute in sorted(spec_names):
-            value = getattr(plugin, attribute, None)
-            if callable(value) and pm.parse_hookimpl_opts(plugin, attribute) is None:
-                findings.warnings.append(
-                    f"plugin {name}: {attribute} is not marked with @hookimpl, so it is never called"
-                )
 
     if host.config.strict_capabilities:
         for loaded in report.loaded:

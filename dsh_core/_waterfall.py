@@ -34,9 +34,11 @@ __all__ = [
     "add_missing_hookspecs",
     "is_fatal",
     "lone_exit",
+    "plain_waterfall_listeners",
     "registration_problems",
     "split_fatal",
     "unknown_hooks",
+    "unmarked_hooks",
     "unsupported_hookimpls",
 ]
 
@@ -129,7 +131,8 @@ class DshPluginManager(pluggy.PluginManager):
         result = super().register(plugin, name)
         self.dsh_version += 1
         if result is not None:
-            problems = [message for _, message in registration_problems(self, plugin)]
+            found = registration_problems(self, plugin) + plain_waterfall_listeners(self, plugin)
+            problems = [message for _, message in found + unmarked_hooks(self, plugin)]
             if problems:
                 super().unregister(plugin)
                 raise pluggy.PluginValidationError(plugin, "; ".join(problems))
@@ -220,6 +223,55 @@ def unsupported_hookimpls(pm: pluggy.PluginManager, plugin: object | None = None
             problem = _never_runs(hook_name, impl)
             if problem is not None:
                 found.append((impl.plugin, f'{hook_name} of plugin "{impl.plugin_name}" {problem}'))
+    return found
+
+
+def plain_waterfall_listeners(pm: pluggy.PluginManager, plugin: object) -> list[tuple[object, str]]:
+    """Waterfall hookimpls of ``plugin`` that are not ``async def``, as ``(plugin, message)``.
+
+    Such a listener fails every call it sees (``POLICY_ERROR``), even one that
+    returns ``next()``: refused at ``register()`` instead, as its mirror case,
+    an ``async def`` on a hook called synchronously, is. (A plain pluggy
+    manager has no ``register()`` of ours: there each call fails, naming it.)
+    """
+    found: list[tuple[object, str]] = []
+    for hook_name in WATERFALLS:
+        caller = getattr(pm.hook, hook_name, None)
+        for impl in caller.get_hookimpls() if caller is not None else ():
+            function = impl.function
+            if (
+                impl.plugin is plugin
+                and not (impl.wrapper or impl.hookwrapper)  # refused as such
+                and not (inspect.isasyncgenfunction(function) or inspect.isgeneratorfunction(function))  # likewise
+                and not inspect.iscoroutinefunction(function)
+            ):
+                found.append(
+                    (plugin, f'{hook_name} of plugin "{impl.plugin_name}" is not an async def, but its listeners are awaited: make it async def')
+                )
+    return found
+
+
+def unmarked_hooks(pm: pluggy.PluginManager, plugin: object) -> list[tuple[object, str]]:
+    """Callables of ``plugin`` named after a dsh hook but not marked ``@hookimpl``, as ``(plugin, message)``.
+
+    pluggy registers only marked attributes: a policy whose decorator was
+    forgotten registers fine and never runs.
+    """
+    found: list[tuple[object, str]] = []
+    for hook_name in SPEC_NAMES:
+        try:
+            value = getattr(plugin, hook_name, None)
+            marked = pm.parse_hookimpl_opts(plugin, hook_name) is not None
+        except Exception:  # an attribute that raises when read is no hook
+            continue
+        if callable(value) and not marked:
+            found.append(
+                (
+                    plugin,
+                    f'{hook_name} of plugin "{pm.get_name(plugin)}" is not marked @hookimpl, so it would never be '
+                    "called: decorate it with @hookimpl (from dsh_core import hookimpl)",
+                )
+            )
     return found
 
 

@@ -673,15 +673,6 @@ async def _body(args):
 def _tool(name):
     return define_tool(name=name, description="", parameters={}, output={"type": "json"}, execute=_body)
 
-class SyncPolicy:
-    @hookimpl
-    def dsh_pre_execute(self, execution, next):  # not async: a problem
-        return next()
-
-class Unmarked:
-    def dsh_result(self, execution, result):  # forgot @hookimpl: a warning
-        pass
-
 @hookimpl
 def dsh_setup(runtime, config):
     runtime.register(_tool("bad.name"))
@@ -689,8 +680,20 @@ def dsh_setup(runtime, config):
         runtime.register(_tool("echo"))  # taken by the "cli" plugin
     except Exception:
         pass
-    runtime.plugins.register(SyncPolicy(), name="lint-sync-policy")
-    runtime.plugins.register(Unmarked(), name="lint-unmarked")
+"""
+
+# Plugins register() refuses: each fails to load, and check names why.
+SYNC_POLICY = """
+from dsh_core import hookimpl
+
+@hookimpl
+def dsh_pre_execute(execution, next):  # not async
+    return next()
+"""
+
+UNMARKED = """
+def dsh_result(execution, result):  # forgot @hookimpl
+    pass
 """
 
 
@@ -740,9 +743,12 @@ def test_check_lists_every_problem(tools: list[str], dists: Dists) -> None:
     broken = dists.module("broken", BROKEN_IMPORT)
     bait = dists.module("bait", LINT_BAIT)
     typo = dists.module("typo", "from dsh_core import hookimpl\n\n@hookimpl\ndef dsh_tools_chnage():\n    pass\n")
+    sync_policy = dists.module("sync_policy", SYNC_POLICY)
+    unmarked = dists.module("unmarked", UNMARKED)
     result = invoke(
-        [*tools, "--plugin", f"broken={broken}", "--plugin", f"bait={bait}", "--plugin", f"typo={typo}", "check"]
-    )
+        [*tools, "--plugin", f"broken={broken}", "--plugin", f"bait={bait}", "--plugin", f"typo={typo}",
+         "--plugin", f"lint-sync-policy={sync_policy}", "--plugin", f"lint-unmarked={unmarked}", "check"]
+    )  # fmt: skip
     assert result.exit_code == 1
     out = result.stdout
     assert "problem: plugin broken" in out and "failed at import" in out
@@ -750,11 +756,17 @@ def test_check_lists_every_problem(tools: list[str], dists: Dists) -> None:
         'problem: plugin bait: tool "echo" is already registered by plugin cli (duplicate tool name; to load both, '
         'give one a prefix: [tool_prefixes] bait = "..." in dsh.toml)'
     ) in out
-    assert "problem: plugin lint-sync-policy: dsh_pre_execute listeners must be async def" in out
+    assert "problem: plugin lint-sync-policy (" in out and (
+        'failed at register: PluginValidationError: '
+        'dsh_pre_execute of plugin "lint-sync-policy" is not an async def, but its listeners are awaited'
+    ) in out
     assert "problem: plugin typo" in out and 'unknown hook "dsh_tools_chnage"' in out
     assert 'warning: plugin bait: tool name "bad.name" does not match' in out
-    assert "warning: plugin lint-unmarked: dsh_result is not marked with @hookimpl" in out
-    assert "4 problem(s), 2 warning(s)" in out
+    assert "problem: plugin lint-unmarked (" in out and (
+        'failed at register: PluginValidationError: '
+        'dsh_result of plugin "lint-unmarked" is not marked @hookimpl, so it would never be called'
+    ) in out
+    assert "5 problem(s), 1 warning(s)" in out
 
 
 def test_check_shows_a_module_plugin_whose_hookimpls_are_in_a_class(tools: list[str], dists: Dists) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pluggy
 import pytest
 import trio
 import trio.testing
@@ -367,7 +368,14 @@ async def test_sync_listener_on_a_waterfall_fails_every_call_by_name() -> None:
     def not_async(execution: ToolExecution, next: Next) -> Any:
         return Allow()
 
-    runtime, tool = runtime_with(listener("dsh_pre_execute", not_async))
+    # The runtime's own manager refuses it at register() (test_plugin_registration); a host's
+    # plain pluggy manager takes it, and then every call fails, naming it.
+    tool = Tool()
+    pm = pluggy.PluginManager("dsh")
+    runtime = ToolRuntime(plugins=pm)
+    runtime.register(tool.definition)
+    runtime.register(json_tool("echo"))
+    pm.register(listener("dsh_pre_execute", not_async), name=FAULTY)
     for _ in range(2):
         result = await run(runtime)
         assert info(result) == ("POLICY_ERROR", "PolicyError", FAULTY)

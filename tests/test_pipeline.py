@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
+import pluggy
 import pytest
 import trio
 
@@ -338,14 +339,19 @@ async def test_malformed_decisions_are_policy_errors(make_bad: Callable[[], Any]
     assert code(result) == "POLICY_ERROR"
 
 
-async def test_sync_waterfall_listener_is_refused_per_call() -> None:
+async def test_sync_waterfall_listener_is_refused_at_register_and_on_a_plain_manager_per_call() -> None:
     class Sync:
         @hookimpl
         def dsh_pre_execute(self, execution: ToolExecution, next: Next) -> Any:
             return Allow()
 
     runtime = make_runtime(add_tool())
-    runtime.plugins.register(Sync(), name="sync")
+    with pytest.raises(pluggy.PluginValidationError, match="is not an async def"):
+        runtime.plugins.register(Sync(), name="sync")
+    pm = pluggy.PluginManager("dsh")
+    runtime = ToolRuntime(plugins=pm)
+    runtime.register(add_tool())
+    pm.register(Sync(), name="sync")
     result = await runtime.execute(make_input("add", {"a": 1, "b": 2}))
     assert code(result) == "POLICY_ERROR"
     assert "must be async def" in result.error.message  # type: ignore[union-attr]

@@ -48,6 +48,17 @@ class _AsyncToolsChange:
         pass
 
 
+class _PlainPreExecute:
+    @hookimpl
+    def dsh_pre_execute(self, execution: Any, next: Any) -> Any:
+        return next()  # even handing back next()'s coroutine: the runtime awaits a coroutine function's call
+
+
+class _Unmarked:
+    async def dsh_pre_execute(self, execution: Any, next: Any) -> Any:  # the decorator forgotten
+        return Deny("never said")
+
+
 # -- a host's own PluginManager("dsh") ----------------------------------------------
 
 
@@ -108,8 +119,13 @@ async def test_on_a_plain_manager_a_hookimpl_that_never_runs_fails_every_call(pl
                         "of the chain by awaiting next()"),
         (_AsyncToolsChange(), 'dsh_tools_change of plugin "shape" is an async def, but dsh_tools_change is called '
                               "synchronously and its coroutine would never run: make it a plain def"),
+        (_PlainPreExecute(), 'dsh_pre_execute of plugin "shape" is not an async def, but its listeners are '
+                             "awaited: make it async def"),
+        (_Unmarked(), 'dsh_pre_execute of plugin "shape" is not marked @hookimpl, so it would never be called: '
+                      "decorate it with @hookimpl (from dsh_core import hookimpl)"),
     ],
-    ids=["result-wrapper", "result-hookwrapper", "waterfall-wrapper", "async-tools-change"],
+    ids=["result-wrapper", "result-hookwrapper", "waterfall-wrapper", "async-tools-change", "plain-def-waterfall",
+         "unmarked"],
 )  # fmt: skip
 def test_a_hookimpl_the_runtime_never_runs_is_refused_at_register(plugin: object, message: str) -> None:
     runtime = make_runtime()
@@ -124,6 +140,27 @@ _CLASS_NOT_INSTANCE = (
     'dsh_pre_execute of plugin "{name}" is a method of the class _NoDeletes, which was registered instead of '
     "an instance (self would take the call's first argument): register an instance: _NoDeletes()"
 )
+
+
+async def test_a_forgotten_hookimpl_marker_is_refused_by_make_runtime_too_and_nothing_stays_registered() -> None:
+    with pytest.raises(pluggy.PluginValidationError, match="is not marked @hookimpl"):
+        make_runtime(json_tool("read"), plugins={"unmarked": _Unmarked()})
+    runtime = make_runtime(json_tool("read"))
+    with pytest.raises(pluggy.PluginValidationError):
+        runtime.plugins.register(_Unmarked(), name="unmarked")
+    assert runtime.plugins.get_plugin("unmarked") is None
+    assert not (await runtime.execute(make_input("read"))).is_error
+
+
+def test_an_attribute_that_raises_or_is_no_callable_is_not_taken_for_an_unmarked_hook() -> None:
+    class Odd:
+        dsh_result = "not a function"
+
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError(name)
+
+    runtime = make_runtime()
+    assert runtime.plugins.register(Odd(), name="odd") == "odd"
 
 
 def test_a_policy_class_registered_instead_of_an_instance_is_refused_naming_the_fix() -> None:
