@@ -39,9 +39,10 @@ named plain ``execute_tool`` (span names must stay few) and its
 With ``ToolRuntime(trace_decisions=True)`` each decision
 step (listener, approval, guard, retry) is a ``dsh.decision`` span event.
 Each policy ``Rewrite`` of the call's arguments is a ``dsh.rewrite`` span event
-(``dsh.rewrite.by``, ``dsh.rewrite.reason``, and with ``record_content`` the
-arguments it replaced as ``dsh.rewrite.from``: the model's for the first
-rewrite, the previous rewrite's for a later one).
+(``dsh.rewrite.by``; with ``record_content`` also ``dsh.rewrite.reason``, free
+text that often quotes the arguments, and the arguments it replaced as
+``dsh.rewrite.from``: the model's for the first rewrite, the previous
+rewrite's for a later one).
 Arguments and results are not recorded unless ``record_content = true``: they
 are the model's input and the tool's output, which an exporter ships off the
 host. A failure's message and the free text of a decision step (a body's
@@ -276,9 +277,10 @@ class OtelTracing:
             note = meta.get("rewrite") if isinstance(meta, Mapping) else None
             if not isinstance(note, Mapping):
                 continue
-            attributes = {
-                f"dsh.rewrite.{key}": _cut(value) for key in ("by", "reason") if isinstance(value := note.get(key), str)
-            }
+            # The reason is free text, and often quotes what it rewrote ("tidied path './a/../b'"):
+            # content, like the arguments, as a deny's reason is.
+            keys = ("by", "reason") if self.record_content else ("by",)
+            attributes = {f"dsh.rewrite.{key}": _cut(value) for key in keys if isinstance(value := note.get(key), str)}
             if self.record_content:  # what the model asked for is content, like the arguments
                 attributes["dsh.rewrite.from"] = _cut(json_text(note.get("from")))
             span.add_event("dsh.rewrite", attributes)

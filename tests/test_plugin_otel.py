@@ -564,6 +564,6 @@ async def test_a_rewritten_calls_span_shows_what_ran_and_each_rewrite(
                 {"dsh.rewrite.by": "sandbox", "dsh.rewrite.reason": "sandboxed", "dsh.rewrite.from": '{"path": "/etc/shadow"}'},
             )
         ]
-    else:  # the model's arguments stay off the span
+    else:  # the model's arguments stay off the span, and the reason, free text that may quote them
         assert "gen_ai.tool.call.arguments" not in attributes
-        assert rewrites == [("dsh.rewrite", {"dsh.rewrite.by": "sandbox", "dsh.rewrite.reason": "sandboxed"})]
+        assert rewrites == [("dsh.rewrite", {"dsh.rewrite.by": "sandbox"})]
