@@ -38,6 +38,7 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import re
+import unicodedata
 import weakref
 from collections import OrderedDict
 from typing import Annotated, Any, Final
@@ -86,7 +87,12 @@ MAX_QUERY_CHARS: Final = 1000
 MAX_QUERY_WORDS: Final = 32
 # Scopes whose searches stay loaded; the registry bounds its per-scope view cache the same way.
 MAX_LOADED_SCOPES: Final = 1024
-_WORD = re.compile(r"[a-z0-9]+")
+# A word is a run of letters and digits of any script: "задачу" and "résumé" are words
+# (an ASCII-only word made a Cyrillic description unfindable and split "résumé" into "r", "sum").
+_WORD = re.compile(r"[^\W_]+")
+# Scripts written without spaces between words (Chinese, Japanese kana and kanji): each
+# character is taken as a word, so "创建问题" finds "创建一个新的问题".
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 # "affects" covers whatever the host's ``defer`` globs name (strict mode checks every
 # deferral against it); the plugin decides no calls: it has no listeners or guards.
@@ -125,9 +131,11 @@ class SearchMatch:
 
 
 def _words(text: str) -> list[str]:
-    # snake_case, kebab-case, "prefix__name" and camelCase all split into words.
+    # snake_case, kebab-case, "prefix__name" and camelCase all split into words. NFKC and
+    # casefold, so that "Résumé" typed composed or decomposed, or "STRASSE" for "Straße", meet.
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
-    return _WORD.findall(spaced.lower())
+    spaced = _UNSPACED.sub(r" \g<0> ", unicodedata.normalize("NFKC", spaced))
+    return _WORD.findall(spaced.casefold())
 
 
 @attrs.frozen(slots=True)

@@ -215,6 +215,23 @@ def test_word_starts_match_and_unrelated_tools_are_left_out() -> None:
     assert rank_tools("", tools, 5) == []
 
 
+def test_words_of_any_script_are_words() -> None:
+    tools = [
+        described("zadacha", "Создать задачу в трекере"),
+        described("kaiyi", "创建一个新的问题"),
+        described("resumer", "Résumé d'un document"),
+        described("summarize", "Summarize text"),
+        described("strassen", "Straße sperren"),
+    ]
+    assert [m.tool.name for m in rank_tools("создать задачу", tools, 5)] == ["zadacha"]
+    assert [m.tool.name for m in rank_tools("Создать", tools, 5)] == ["zadacha"]
+    assert [m.tool.name for m in rank_tools("创建问题", tools, 5)] == ["kaiyi"]
+    # One word, not "r" and "sum" (which matched Summarize), composed or decomposed alike.
+    assert [m.tool.name for m in rank_tools("résumé", tools, 5)] == ["resumer"]
+    assert [m.tool.name for m in rank_tools("re\u0301sume\u0301", tools, 5)] == ["resumer"]
+    assert [m.tool.name for m in rank_tools("STRASSE", tools, 5)] == ["strassen"]
+
+
 def test_ties_go_to_the_shorter_then_first_name_and_limit_cuts() -> None:
     tools = [described("b_issue"), described("a_issue"), described("issue_long")]
     assert [m.tool.name for m in rank_tools("issue", tools, 2)] == ["a_issue", "b_issue"]
