@@ -12,6 +12,7 @@ objects nest in one another).
 from __future__ import annotations
 
 import datetime
+import enum
 import pathlib
 import uuid
 from collections.abc import Iterator
@@ -95,3 +96,18 @@ _converter.register_unstructure_hook(datetime.date, lambda value: value.isoforma
 _converter.register_unstructure_hook(datetime.time, lambda value: value.isoformat())
 _converter.register_unstructure_hook(uuid.UUID, str)
 _converter.register_unstructure_hook(pathlib.PurePath, str)
+
+
+def _member_value(member: enum.Enum) -> Any:
+    return _converter.unstructure(member.value)
+
+
+def _scalar_or_member(value: Any) -> Any:
+    # A StrEnum's (or a (str, Enum) mixin's) member reaches str's hook first: cattrs dispatches by
+    # the class's MRO, where str comes before Enum, and passed the member through (not JSON).
+    return _member_value(value) if isinstance(value, enum.Enum) else value
+
+
+_converter.register_unstructure_hook_func(lambda cls: isinstance(cls, type) and issubclass(cls, enum.Enum), _member_value)
+for _scalar in (str, int, float):
+    _converter.register_unstructure_hook(_scalar, _scalar_or_member)

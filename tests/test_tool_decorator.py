@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from dsh_core import (
+    JsonValue,
     RetryPolicy,
     SchemaSpecError,
     TextBlock,
@@ -710,6 +711,72 @@ async def test_enum_arguments_arrive_as_members_and_a_returned_member_as_its_val
     ):
         failure = expect_failure(await runtime.execute(make_input("paint", wrong)))
         assert failure.code == "INVALID_ARGS" and message in failure.error.message
+
+
+class Mixed(str, enum.Enum):  # noqa: UP042 - the mixin form, which StrEnum is not
+    X = "x"
+
+
+@attrs.frozen
+class Swatch:
+    shade: Shade
+    mixed: Mixed
+    level: Level
+    inner: dict[str, Shade]
+
+
+@tool
+async def shades(shade: Shade = Shade.DARK, mixed: Mixed = Mixed.X) -> Swatch:
+    """Returns the members it got, as fields of an attrs class and in a dict."""
+    return Swatch(shade, mixed, Level.HIGH, {"again": shade})
+
+
+@tool
+def returned_member(shade: Shade) -> list[Shade]:
+    """Returns the member it got."""
+    return [shade]
+
+
+async def test_a_member_of_an_enum_that_subclasses_str_is_returned_and_defaulted_as_its_value() -> None:
+    """cattrs sent a StrEnum's member to str's pass-through: returning it failed, and so did its default."""
+    runtime = make_runtime(shades, returned_member)
+    value = expect_success(await runtime.execute(make_input("shades", {}))).value
+    assert value == {"shade": "dark", "mixed": "x", "level": 2, "inner": {"again": "dark"}}
+    assert type(value["shade"]) is str and type(value["mixed"]) is str and type(value["level"]) is int
+    assert type(value["inner"]["again"]) is str
+    assert thaw(shades.parameters)["properties"]["shade"] == {"type": "string", "enum": ["dark"], "default": "dark"}
+    assert expect_success(await runtime.execute(make_input("returned_member", {"shade": "dark"}))).value == ("dark",)
+
+
+class Loose(TypedDict):
+    # This module does not import FrozenDict, which JsonValue names: evaluating the key failed here.
+    anything: JsonValue
+
+
+@tool
+def json_values(value: JsonValue, items: list[JsonValue], table: dict[str, JsonValue] | None = None,
+                loose: Loose | None = None) -> JsonValue:
+    """Hands back what it got, whatever JSON it is."""
+    return {"value": value, "items": items, "table": table, "loose": loose}  # type: ignore[dict-item]
+
+
+async def test_json_value_annotations_take_any_json() -> None:
+    """get_type_hints expands JsonValue's forward references, and the expanded Union was refused."""
+    properties = thaw(json_values.parameters)["properties"]
+    assert properties["value"] == {} and properties["items"] == {"type": "array", "items": {}}
+    assert thaw(json_values.output.schema) == {}
+    runtime = make_runtime(json_values)
+    arguments = {"value": [1, {"a": None}], "items": ["x", 2.5, True], "table": {"k": [{}]}, "loose": {"anything": [[1]]}}
+    assert expect_success(await runtime.execute(make_input("json_values", arguments))).value == arguments
+
+
+def test_a_union_that_only_looks_like_json_value_is_still_refused() -> None:
+    def f(v: bool | int | float | str | tuple[int, ...] | dict[str, int] | None) -> str:
+        """Doc."""
+        return ""
+
+    with pytest.raises(SchemaSpecError, match="the union"):
+        tool(f)
 
 
 class Perm(enum.Flag):

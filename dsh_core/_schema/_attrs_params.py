@@ -63,7 +63,7 @@ import types
 import typing
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal, NoReturn, TypeVar, Union, get_args, get_origin
+from typing import Any, Final, ForwardRef, Literal, NoReturn, TypeVar, Union, get_args, get_origin
 
 import attrs
 import cattrs
@@ -72,7 +72,7 @@ import cattrs.gen
 import cattrs.v
 
 from .._errors import JsonSchemaError, NonJsonValueError, SchemaSpecError, ToolArgsError
-from .._json import FrozenDict, JsonValue, json_equal, snapshot_json, thaw
+from .._json import FrozenDict, FrozenList, JsonValue, json_equal, snapshot_json, thaw
 from ._subset import assert_supported_json_schema
 
 __all__ = ["ValueType", "schema_from_attrs_class", "structure_args", "value_schema_from_annotation", "value_type"]
@@ -457,7 +457,7 @@ class _Deriver:
             )
             return None
         try:
-            hints = typing.get_type_hints(annotation, include_extras=True)
+            hints = _typed_dict_hints(annotation)
         except Exception as exc:
             self.errors.append(f"{path}: cannot evaluate the TypedDict {annotation.__qualname__} ({exc})")
             return None
@@ -660,15 +660,54 @@ def _checks_itself(cls: type) -> bool:
     return not generated or hasattr(cls, "__attrs_pre_init__") or hasattr(cls, "__attrs_post_init__")
 
 
-def _is_json_value(annotation: object) -> bool:
-    # ``JsonValue | None`` flattens into a new Union equal to JsonValue (it already
-    # holds None); Union equality compares the member sets.
+def _typed_dict_hints(annotation: Any) -> dict[str, Any]:
+    """A TypedDict's evaluated annotations.
+
+    ``get_type_hints`` evaluates the forward references inside an alias too, in the
+    TypedDict's module: a key typed ``JsonValue`` failed where that module had not
+    imported ``FrozenDict``. Only then are JsonValue's own names lent to it.
+    """
+    try:
+        return typing.get_type_hints(annotation, include_extras=True)
+    except NameError:
+        names = {"FrozenDict": FrozenDict, "FrozenList": FrozenList, "JsonValue": JsonValue}
+        return typing.get_type_hints(annotation, localns=names, include_extras=True)
+
+
+def _is_json_value(annotation: object, *, inner: bool = False) -> bool:
+    """Whether ``annotation`` is ``JsonValue``, as written or as ``typing.get_type_hints`` hands it back.
+
+    ``JsonValue | None`` flattens into a new Union equal to JsonValue (it already holds
+    None). ``get_type_hints`` (which ``@tool`` reads a function with) evaluates the
+    forward references inside it: ``"FrozenDict"`` becomes the class and the array
+    member's ``"JsonValue"`` a copy of the Union, so neither ``is`` nor ``==`` held.
+    """
     if annotation is JsonValue:
         return True
-    try:
-        return get_origin(annotation) is Union and annotation == JsonValue
-    except TypeError:
+    if get_origin(annotation) is not Union:
         return False
+    members: set[object] = set()
+    for member in get_args(annotation):
+        if isinstance(member, ForwardRef):
+            members.add(member.__forward_arg__)
+        elif member is FrozenDict:
+            members.add("FrozenDict")
+        elif get_origin(member) is tuple:
+            items = get_args(member)
+            is_list = len(items) == 2 and items[1] is Ellipsis and (
+                inner  # one level down is enough to tell the alias apart
+                or (isinstance(items[0], ForwardRef) and items[0].__forward_arg__ == "JsonValue")
+                or _is_json_value(items[0], inner=True)
+            )
+            if not is_list:
+                return False
+            members.add("FrozenList")
+        else:
+            members.add(member)
+    return members == _JSON_VALUE_MEMBERS
+
+
+_JSON_VALUE_MEMBERS: Final[frozenset[object]] = frozenset({bool, int, float, str, "FrozenList", "FrozenDict", type(None)})
 
 
 def _declaring_class(cls: type, name: str) -> type:
