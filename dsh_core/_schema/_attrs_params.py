@@ -696,6 +696,7 @@ def _is_json_value(annotation: object, *, inner: bool = False) -> bool:
             items = get_args(member)
             is_list = len(items) == 2 and items[1] is Ellipsis and (
                 inner  # one level down is enough to tell the alias apart
+                or items[0] == "JsonValue"  # tuple[...] keeps a string as it is
                 or (isinstance(items[0], ForwardRef) and items[0].__forward_arg__ == "JsonValue")
                 or _is_json_value(items[0], inner=True)
             )
