@@ -264,7 +264,8 @@ class _ReadOnlySignal(CancelSignal):
         self._of = of
         self._watch = watch
         if of is not None:
-            self._deadline = of._deadline  # read by a linked scope and by CancelSignal.any
+            # Read by a linked scope and by CancelSignal.any.
+            self._deadline, self._deadline_on = of._deadline, of._deadline_on
 
     @property
     def cancelled(self) -> bool:
@@ -305,7 +306,7 @@ def _read_only(signal: CancelSignal, watch: _Watch) -> CancelSignal:
         return _ReadOnlySignal(signal, watch)
     view = _ReadOnlySignal(None, watch)
     view._sources = tuple(_ReadOnlySignal(source, watch) for source in sources)
-    view._deadline = signal._deadline
+    view._deadline, view._deadline_on = signal._deadline, signal._deadline_on
     return view
 
 

@@ -9,7 +9,9 @@ it owns, so firing the signal interrupts that work at its next checkpoint.
 
 A signal may also carry a deadline (``CancelSignal.after``). It fires by itself
 when ``trio.current_time()`` reaches the deadline, and a linked scope gets that
-deadline directly, so no timer task is needed.
+deadline directly, so no timer task is needed. The deadline is kept with the
+clock it was read on (trio's clocks differ by a random offset per run): a signal
+made in one run, or before any, keeps its budget in a later one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import itertools
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 
 import trio
@@ -68,8 +71,8 @@ class CancelSignal:
     """
 
     __slots__ = (
-        "_clock", "_clock_token", "_deadline", "_deadline_reason", "_fired_at", "_fired_when", "_listeners",
-        "_reason", "_sources",
+        "_clock", "_clock_token", "_deadline", "_deadline_on", "_deadline_reason", "_fired_at", "_fired_when",
+        "_listeners", "_reason", "_sources",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -82,25 +85,52 @@ class CancelSignal:
         # Each listener with the trio run it listens in: a signal may outlive one run (a host
         # running one trio.run per turn) or be shared by runs in two threads.
         self._listeners: list[_Listener] | None = None
+        # Whether there is a deadline (and when it is never, or already, at all: ±inf); _deadline_on
+        # holds when, with the clock it is a time on (None: time.perf_counter, outside any run). One
+        # attribute: a run in another thread moving the deadline onto its clock replaces it whole.
         self._deadline = math.inf
+        self._deadline_on: tuple[float, trio.abc.Clock | None] = (math.inf, None)
         self._deadline_reason: object = None
         self._sources: tuple[CancelSignal, ...] = ()
 
     @classmethod
     def after(cls, seconds: float, *, reason: object = None) -> CancelSignal:
-        """A signal that fires ``seconds`` from now on trio's clock, with ``reason``."""
+        """A signal that fires ``seconds`` from now, with ``reason``.
+
+        Inside a trio run the time is on its clock (a ``MockClock``'s too); outside
+        one, on ``time.perf_counter``. Either way the budget holds in whichever run
+        observes the signal, this one or a later one.
+        """
         seconds = _time("after", "seconds", seconds)
+        clock = _current_clock()
         try:
-            deadline = trio.current_time() + seconds
+            deadline = (clock.current_time() if clock is not None else time.perf_counter()) + seconds
         except OverflowError:  # an int beyond float range: as good as infinitely far
             deadline = math.inf if seconds > 0 else -math.inf
-        return cls.at(deadline, reason=reason)
+        return cls._with_deadline(deadline, clock, reason)
 
     @classmethod
     def at(cls, deadline: float, *, reason: object = None) -> CancelSignal:
-        """A signal that fires when ``trio.current_time()`` reaches ``deadline``."""
+        """A signal that fires when ``trio.current_time()`` reaches ``deadline``.
+
+        ``deadline`` is a time on the running trio run's clock; outside a run only
+        ``math.inf`` and ``-math.inf`` (never, and already) mean anything: use
+        :meth:`after` there.
+        """
+        deadline = _time("at", "deadline", deadline)
+        clock = _current_clock()
+        if clock is None and -_INF < deadline < _INF:
+            raise RuntimeError(
+                "CancelSignal.at() outside a trio run: its deadline is a time on a run's clock "
+                "(trio.current_time()); call it inside trio.run, or use CancelSignal.after(seconds)"
+            )
+        return cls._with_deadline(deadline, clock, reason)
+
+    @classmethod
+    def _with_deadline(cls, deadline: float, clock: trio.abc.Clock | None, reason: object) -> CancelSignal:
         signal = cls()
-        signal._deadline = _time("at", "deadline", deadline)
+        signal._deadline = deadline
+        signal._deadline_on = (deadline, clock)
         signal._deadline_reason = reason if reason is not None else "deadline exceeded"
         return signal
 
@@ -140,7 +170,9 @@ class CancelSignal:
                 return signal
         fused = cls()
         fused._sources = tuple(flat)
-        fused._deadline = min(source._deadline for source in flat)
+        # The earliest, compared on one clock; kept on its own (every clock runs at the same pace).
+        earliest = min(flat, key=lambda source: source._local_deadline())
+        fused._deadline, fused._deadline_on = earliest._deadline, earliest._deadline_on
         return fused
 
     # -- state -----------------------------------------------------------------
@@ -152,10 +184,36 @@ class CancelSignal:
             return True
         if self._sources:  # a fused signal never fires itself: it asks its sources
             return any(source.cancelled for source in self._sources)
-        if self._deadline != _INF and _now() >= self._deadline:
-            self._fire(self._deadline_reason, when=self._deadline)
-            return True
+        if self._deadline != _INF:
+            clock = _current_clock()
+            deadline = self._deadline_in(clock)
+            if _clock_now(clock) >= deadline:
+                self._fire(self._deadline_reason, when=deadline)
+                return True
         return False
+
+    def _local_deadline(self) -> float:
+        """The deadline as a time on the running trio run's clock (outside one, on ``time.perf_counter``)."""
+        return self._deadline_in(_current_clock())
+
+    def _deadline_in(self, clock: trio.abc.Clock | None) -> float:
+        """The deadline as a time on ``clock``, the running run's (``None``: outside any run).
+
+        A deadline taken on another clock (another run's, or before any) is moved
+        onto this run's with the time it has left: trio's clocks differ by a random
+        offset per run, and a MockClock runs at its own pace, so only what is left
+        carries over.
+        """
+        deadline = self._deadline
+        if deadline == _INF or deadline == -_INF:
+            return deadline
+        on, on_clock = self._deadline_on
+        if clock is on_clock:
+            return on
+        local = _clock_now(clock) + (on - _clock_now(on_clock))
+        if clock is not None:
+            self._deadline_on = (local, clock)
+        return local
 
     @property
     def reason(self) -> object:
@@ -168,8 +226,11 @@ class CancelSignal:
 
     @property
     def deadline(self) -> float:
-        """The earliest deadline this signal carries (``math.inf`` when none)."""
-        return self._deadline
+        """The earliest deadline this signal carries (``math.inf`` when none), on the running run's clock.
+
+        Outside a trio run, on ``time.perf_counter``.
+        """
+        return self._local_deadline()
 
     @property
     def sources(self) -> tuple[CancelSignal, ...]:
@@ -222,7 +283,7 @@ class CancelSignal:
         fired = trio.Event()  # this wait's own, in this run
         remove = self._add_listener(fired.set)
         try:
-            with trio.move_on_at(self._deadline):
+            with trio.move_on_at(self._local_deadline()):
                 await fired.wait()
         finally:
             remove()
@@ -286,8 +347,10 @@ class CancelSignal:
         if self.cancelled:
             scope.cancel()
             return _noop
-        if self._deadline < scope.deadline:
-            scope.deadline = self._deadline
+        if self._deadline != _INF:
+            deadline = self._local_deadline()
+            if deadline < scope.deadline:
+                scope.deadline = deadline
         return self.subscribe(scope.cancel)
 
     def __repr__(self) -> str:
@@ -297,6 +360,19 @@ class CancelSignal:
 
 def _noop() -> None:
     return None
+
+
+def _current_clock() -> trio.abc.Clock | None:
+    try:
+        return trio.lowlevel.current_clock()
+    except RuntimeError:
+        return None
+
+
+def _clock_now(clock: trio.abc.Clock | None) -> float:
+    # trio's clocks may be read from any thread: SystemClock is perf_counter() plus an
+    # offset, MockClock a few floats.
+    return clock.current_time() if clock is not None else time.perf_counter()
 
 
 class _Listener:

@@ -600,6 +600,73 @@ async def test_deadlines_of_any_size_are_taken(autojump_clock: trio.testing.Mock
     assert CancelSignal.after(-(10**400)).cancelled
 
 
+def _sleeper_runtime() -> Any:
+    async def sleeps(args: Any) -> str:
+        await trio.sleep(100)
+        return "slept"
+
+    return make_runtime(json_tool("sleeps", sleeps, output={"type": "string"}))
+
+
+def test_a_deadline_taken_in_one_run_keeps_what_is_left_of_it_in_the_next() -> None:
+    """trio's clocks differ per run: a budget read in one run fired at once, or hours late, in the next."""
+
+    async def take_and_spend() -> CancelSignal:
+        signal = CancelSignal.after(30, reason="turn budget")
+        await trio.sleep(10)
+        return signal
+
+    signal = trio.run(take_and_spend, clock=trio.testing.MockClock(autojump_threshold=0))
+    runtime = _sleeper_runtime()
+
+    async def use() -> tuple[ToolExecutionResult, float]:
+        start = trio.current_time()
+        result = await runtime.execute(make_input("sleeps", signal=signal))
+        return result, trio.current_time() - start
+
+    later = trio.testing.MockClock(autojump_threshold=0)
+    later.jump(123_456)  # another run, another time
+    result, spent = trio.run(use, clock=later)
+    assert isinstance(result, ToolExecutionFailure) and result.code == "ABORTED"
+    assert spent == pytest.approx(20)
+    assert signal.cancelled and signal.reason == "turn budget"
+
+
+def test_a_deadline_taken_outside_any_run_counts_from_when_it_was_taken() -> None:
+    signal = CancelSignal.after(30, reason="budget")
+    assert not signal.cancelled
+    runtime = _sleeper_runtime()
+
+    async def use() -> tuple[ToolExecutionResult, float]:
+        start = trio.current_time()
+        result = await runtime.execute(make_input("sleeps", signal=signal))
+        return result, trio.current_time() - start
+
+    result, spent = trio.run(use, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert isinstance(result, ToolExecutionFailure) and result.code == "ABORTED"
+    assert 25 < spent <= 30  # what was left of it, real time having passed meanwhile
+
+
+def test_a_deadline_in_a_later_run_on_the_system_clock_is_as_far_as_it_was() -> None:
+    signal = trio.run(_after_60)
+
+    async def far() -> float:
+        return signal.deadline - trio.current_time()
+
+    assert 50 < trio.run(far) <= 60  # each run's clock has its own random offset
+
+
+async def _after_60() -> CancelSignal:
+    return CancelSignal.after(60)
+
+
+def test_at_outside_a_run_takes_only_never_or_already() -> None:
+    with pytest.raises(RuntimeError, match=r"CancelSignal.at\(\) outside a trio run: .* use CancelSignal.after"):
+        CancelSignal.at(100.0)
+    assert not CancelSignal.at(math.inf).cancelled
+    assert CancelSignal.at(-math.inf).cancelled
+
+
 async def test_cancel_signal_wait_and_deadline(autojump_clock: trio.testing.MockClock) -> None:
     signal = CancelSignal.after(5, reason="too slow")
     await signal.wait()
