@@ -160,7 +160,7 @@ def _checked_approval_timeout(value: object) -> float:
 class _McpCall:
     """The MCP request a pipeline run is serving, for the approval router."""
 
-    __slots__ = ("approval", "approval_timeout_s", "denial", "request_id", "runtime", "session")
+    __slots__ = ("approval", "approval_timeout_s", "call_id", "denial", "request_id", "runtime", "session")
 
     def __init__(
         self,
@@ -169,24 +169,31 @@ class _McpCall:
         request_id: Any,
         approval: ApprovalMode,
         approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
+        call_id: str = "",
     ) -> None:
+        self.call_id = call_id  # the request's own call (a run_code program's sub-calls are asked about too)
         self.runtime = runtime
         self.session = session
         self.request_id = request_id
         self.approval = approval
         self.approval_timeout_s = approval_timeout_s
-        self.denial: str | None = None  # why an Ask was denied without asking anyone
+        self.denial: str | None = None  # why the request's own call's Ask was denied without asking anyone
 
     async def ask(self, execution: ToolExecution, reason: str | None) -> str:
+        answer, denial = await self._answer(execution, reason)
+        if denial is not None and execution.call_id == self.call_id:
+            # A sub-call's denial is its program's to handle: the request's answer keeps its own.
+            self.denial = denial
+        return answer
+
+    async def _answer(self, execution: ToolExecution, reason: str | None) -> tuple[str, str | None]:
         name = execution.name
         if self.approval == "deny":
-            self.denial = f'tool "{name}" requires approval, and this MCP server does not ask for it'
-            return "denied"
+            return "denied", f'tool "{name}" requires approval, and this MCP server does not ask for it'
         session = self.session
         capabilities = session.client_capabilities
         if capabilities is None or capabilities.elicitation is None or not session.can_send_request:
-            self.denial = f'tool "{name}" requires approval, but the MCP client cannot be asked (no elicitation)'
-            return "denied"
+            return "denied", f'tool "{name}" requires approval, but the MCP client cannot be asked (no elicitation)'
         # The client shows this to a person: what the model chose (arguments, the reason a
         # policy quotes from them) must not reorder, restyle or add lines to the question.
         message = f'Allow the tool "{printable(name, one_line=True)}" to run?'
@@ -202,16 +209,14 @@ class _McpCall:
             with trio.move_on_after(self.approval_timeout_s):
                 answer = await session.elicit_form(message, _APPROVAL_SCHEMA, related_request_id=self.request_id)
         except Exception as exc:
-            self.denial = f'tool "{name}" requires approval, but asking the MCP client failed: {exc}'
-            return "denied"
+            return "denied", f'tool "{name}" requires approval, but asking the MCP client failed: {exc}'
         if answer is None:  # the deadline passed before any answer
-            self.denial = (
+            return "denied", (
                 f'tool "{name}" requires approval, but the MCP client gave no answer in {self.approval_timeout_s:g} s'
             )
-            return "denied"
         if answer.action == "accept" and isinstance(answer.content, Mapping) and answer.content.get("allow") is True:
-            return "allowed-once"
-        return "cancelled" if answer.action == "cancel" else "denied"
+            return "allowed-once", None
+        return ("cancelled" if answer.action == "cancel" else "denied"), None
 
 
 _current_call: contextvars.ContextVar[_McpCall | None] = contextvars.ContextVar("dsh_mcp_call", default=None)
@@ -349,7 +354,7 @@ def _mcp_result(
         failure = result.error
         info = failure.info
         content: list[Any] = _mcp_content(result)
-        if call.denial is not None and info is not None and info.code == "DENIED":
+        if call.denial is not None and info is not None and info.code == "DENIED" and info.plugin == "approval":
             content = [mcp_types.TextContent(type="text", text=f"Error: {call.denial}")]
         meta = {"dsh/error": {"code": info.code, "name": info.name, "plugin": info.plugin}} if info else None
         return mcp_types.CallToolResult(content=[*content, *_mcp_contexts(result)], is_error=True, _meta=meta)
@@ -465,9 +470,10 @@ def serve_registry(
         problem = verdicts.problem(definition.schema, definition) if definition is not None else None
         if problem is not None:
             return _unserved_result(params.name, problem)
-        call = _McpCall(runtime, ctx.session, ctx.request_id, approval, approval_timeout_s)
+        call_id = _next_call_id()
+        call = _McpCall(runtime, ctx.session, ctx.request_id, approval, approval_timeout_s, call_id)
         request = ToolExecutionInput(
-            call_id=_next_call_id(),
+            call_id=call_id,
             name=params.name,
             arguments=params.arguments if params.arguments is not None else {},
             signal=CancelSignal(),

@@ -9,8 +9,10 @@ results have no pending card: their structure exists only after the body ran.
 
 Every class is a frozen, keyword-only attrs class that checks its fields when
 it is constructed, so a view that exists is a valid view. Sequences are stored
-as tuples (lists are accepted and frozen). ``None`` always means "absent" and is
-left out of the wire form.
+as tuples (lists are accepted and frozen). ``None`` means "absent" and is left
+out of the wire form, with one exception: :class:`FileDiff`'s ``oldText`` is
+always written, ``null`` for a new file or a blind overwrite (the original
+vocabulary's ``oldText: string | null``), and a diff without it is refused.
 
 :data:`converter` is the one cattrs converter of this boundary. Its wire form
 uses the camelCase names of the original vocabulary (``rawInput``, ``oldText``,

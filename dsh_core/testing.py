@@ -22,6 +22,7 @@ import attrs
 
 from ._definition import ToolDefinition, ToolOutput, define_tool
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput, ToolExecutionToken
+from ._json import thaw
 from ._plugins import run_own_setup
 from ._registry import PresentationMode
 from ._results import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess
@@ -285,9 +286,12 @@ class _ProgramBinding:
 
     async def _settle(self, outcome: Awaitable[Any]) -> Any:
         try:
-            return await outcome
+            value = await outcome
         except Exception as exc:
             raise ToolCallError(self._name, str(exc) or type(exc).__name__) from None
+        # What a real program gets: plain, mutable dicts and lists (it decodes the JSON it is sent),
+        # not the frozen value (a tuple is no list: r["items"] == [1, 2] was False).
+        return thaw(value)
 
     async def _raise(self, exc: Exception) -> Any:
         raise ToolCallError(self._name, str(exc) or type(exc).__name__) from None

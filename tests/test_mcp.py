@@ -43,6 +43,7 @@ from pydantic import BaseModel, Field
 from dsh_core import (
     Agent,
     Ask,
+    Block,
     ConfigError,
     Deny,
     Exclusive,
@@ -51,6 +52,7 @@ from dsh_core import (
     RawSchema,
     Rewrite,
     ToolEffects,
+    ToolExecution,
     ToolExecutionFailure,
     ToolExecutionSuccess,
     ToolRuntime,
@@ -1843,6 +1845,38 @@ async def test_serve_registry_denies_an_ask_it_is_not_allowed_to_put_to_the_clie
         result = await client.call_tool("guarded", {})
     assert result.is_error
     assert result.content[0].text == 'Error: tool "guarded" requires approval, and this MCP server does not ask for it'
+
+
+class _AsksForSubThenBlocksTheRun:
+    @hookimpl
+    async def dsh_pre_execute(self, execution: ToolExecution, next: Callable[[], Awaitable[Any]]) -> Any:
+        return Ask("sub needs a yes") if execution.name == "sub" else await next()
+
+    @hookimpl
+    async def dsh_post_execute(self, execution: ToolExecution, result: Any, next: Callable[[], Awaitable[Any]]) -> Any:
+        if execution.name == "run_code":
+            return Block("the program output is too large: narrow the query")
+        return await next()
+
+
+async def test_a_sub_calls_approval_denial_does_not_replace_the_requests_own_failure() -> None:
+    """The denial of a run_code program's sub-call stood in for a later Block's feedback."""
+    from dsh_core.code_mode import CodeRunResult
+    from dsh_core.testing import FakeCodeRuntime
+
+    async def program(tools: Any) -> CodeRunResult:
+        with contextlib.suppress(Exception):
+            await tools["sub"]({})
+        return CodeRunResult(value="fine", has_value=True)
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.plugins.register(_AsksForSubThenBlocksTheRun(), name="pol")
+    runtime.register(json_tool("sub"))
+    async with Client(serve_registry(runtime, scope=Agent(id="a"), approval="deny"), mode="legacy") as client:
+        result = await client.call_tool("run_code", {"code": "...", "description": "x"})
+    assert result.is_error
+    assert result.content[0].text == "the program output is too large: narrow the query"
+    assert result.meta == {"dsh/error": {"code": "DENIED", "name": "PostExecuteBlock", "plugin": "pol"}}
 
 
 async def test_serve_registry_applies_the_hosts_standing_grants_before_asking_the_client() -> None:

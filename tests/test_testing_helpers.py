@@ -133,6 +133,24 @@ async def test_fake_code_runtime_fails_the_run_when_the_program_raises() -> None
     )
 
 
+async def test_fake_code_runtime_hands_the_program_plain_mutable_values_as_a_real_run_does() -> None:
+    """A real program decodes JSON into dicts and lists; the fake handed it FrozenDicts and tuples."""
+
+    async def listing(args: Any) -> Any:
+        return {"items": [1, 2], "nested": {"deep": [{"x": 1}]}}
+
+    async def program(tools: Any) -> CodeRunResult:
+        value = await tools["listing"]({})
+        assert type(value) is dict and value["items"] == [1, 2]
+        value["items"].append(3)
+        value["nested"]["deep"][0]["x"] = 2
+        return CodeRunResult(value=value, has_value=True)
+
+    runtime = make_runtime(json_tool("listing", listing), mode="code", code_runtime=FakeCodeRuntime(program))
+    done = expect_success(await runtime.execute(make_input("run_code", {"code": "", "description": "d"})))
+    assert done.value["result"] == {"items": (1, 2, 3), "nested": {"deep": ({"x": 2},)}}
+
+
 async def test_fake_code_runtime_program_catches_tool_call_error() -> None:
     async def catches(tools: Any) -> CodeRunResult:
         try:
