@@ -11,6 +11,11 @@ carrying the request's ``id`` when the line still shows one (``null`` for an
 id holding a lone surrogate, which no answer could carry back). The line is
 read again with the project's own decoder, which has neither limit.
 
+A request whose ``id`` is neither a string nor an integer (``1.0``, ``true``,
+``null``) is read by the SDK as a notification, and nothing would answer it:
+it is answered ``-32600`` with a null id (a notification's method always
+starts with ``notifications/``, a request's never does).
+
 Not every unreadable line gets an answer, as JSON-RPC says: a notification
 (a ``method`` without an ``id``) is only logged, and so is a blank line. A
 response to one of the server's own requests (``result`` or ``error``: the
@@ -111,6 +116,11 @@ class _AnsweringReadStream(StreamWrapper["ReadStream[T | Exception]"], Generic[T
                 message = getattr(item, "message", None)
                 if isinstance(message, (mcp_types.JSONRPCResponse, mcp_types.JSONRPCError)):
                     self._unanswered.discard(message.id)
+                elif isinstance(message, mcp_types.JSONRPCNotification) and not message.method.startswith(
+                    "notifications/"
+                ):
+                    await self._send(_unusable_id_error(message.method))
+                    continue
                 return item
             verdict = _answer(item)
             if verdict is None:
@@ -187,6 +197,26 @@ def _answer(exc: Exception) -> _Verdict | None:
         logger.warning("MCP: dropped a message that is not JSON-RPC and shows no id: %s", exc)
         return None
     return _answer_document(document, mcp_types.INVALID_REQUEST, "Invalid request", "not a JSON-RPC 2.0 message")
+
+
+def _unusable_id_error(method: str) -> mcp_types.JSONRPCError:
+    """The answer to a request whose ``id`` the SDK could not take, so that it read it as a notification.
+
+    The SDK takes a string or an integer; any other id (``1.0``, ``true``, ``null``,
+    an object) is dropped as an unknown field, and the request became a
+    notification nobody answers. Every MCP notification's method starts with
+    ``notifications/``, so one that does not is such a request. Its id is gone
+    with the parse: the answer carries null.
+    """
+    import mcp_types
+
+    logger.warning("MCP: answered a %r request whose id is not a string or an integer", method)
+    return _error(
+        None,
+        mcp_types.INVALID_REQUEST,
+        f"Invalid request: the {method!r} request has no id this server can answer under "
+        "(a request id must be a string or an integer)",
+    )
 
 
 # Stands in for an integer too long to convert: no id, so an answer carries null for it.

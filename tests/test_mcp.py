@@ -2203,6 +2203,10 @@ def request_line(request_id: str, method: str, params: str) -> str:
 
 DEEP_PARAMS = '{"a":' + DEEP_ARRAY_TEXT + "}"
 NOT_JSON_RPC = "Invalid request: not a JSON-RPC 2.0 message"
+UNUSABLE_ID = (
+    "Invalid request: the '%s' request has no id this server can answer under "
+    "(a request id must be a string or an integer)"
+)
 LONG_INTEGER = "Parse error: the message holds an integer of 5000 digits, longer than the 4300 digits accepted"
 
 
@@ -2225,6 +2229,13 @@ LONG_INTEGER = "Parse error: the message holds an integer of 5000 digits, longer
         # Valid JSON Python will not convert by default: the request is answered under its id.
         (request_line("11", "tools/call", '{"a":' + "9" * 5000 + "}"), parse_error(11, LONG_INTEGER)),
         (request_line("9" * 5000, "ping", "{}"), parse_error(None, LONG_INTEGER)),
+        # The SDK takes only string and integer ids: it read these as notifications, unanswered.
+        (request_line("1.0", "tools/call", '{"name":"echo"}'), parse_error(None, UNUSABLE_ID % "tools/call", code=-32600)),
+        (request_line("1e3", "ping", "{}"), parse_error(None, UNUSABLE_ID % "ping", code=-32600)),
+        (request_line("null", "ping", "{}"), parse_error(None, UNUSABLE_ID % "ping", code=-32600)),
+        (request_line('{"a":1}', "tools/list", "{}"), parse_error(None, UNUSABLE_ID % "tools/list", code=-32600)),
+        ('{"jsonrpc":"2.0","method":"ping"}', parse_error(None, UNUSABLE_ID % "ping", code=-32600)),
+        ('{"jsonrpc":"2.0","method":"notifications/initialized"}', "passed on"),
     ],
     ids=[
         "too-deep",
@@ -2240,15 +2251,24 @@ LONG_INTEGER = "Parse error: the message holds an integer of 5000 digits, longer
         "blank",
         "long-integer",
         "long-integer-id",
+        "float-id",
+        "exponent-id",
+        "null-id",
+        "object-id",
+        "request-without-id",
+        "real-notification",
     ],
 )
 async def test_an_unreadable_line_is_answered_with_its_id_and_the_next_message_still_read(
-    line: str, answer: dict[str, Any] | None
+    line: str, answer: dict[str, Any] | str | None
 ) -> None:
     from dsh_core._mcp_unreadable import answering_unreadable
 
     sent = _Sent()
     stream, _ = answering_unreadable(_Lines(line, '{"jsonrpc":"2.0","id":10,"method":"ping"}'), sent)  # type: ignore[arg-type]
+    if answer == "passed on":
+        assert isinstance((await stream.receive()).message, mcp_types.JSONRPCNotification)  # type: ignore[union-attr]
+        answer = None
     following = await stream.receive()
     assert following.message == mcp_types.JSONRPCRequest(jsonrpc="2.0", id=10, method="ping")  # type: ignore[union-attr]
     assert sent.messages == ([answer] if answer is not None else [])
