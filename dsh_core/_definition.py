@@ -11,7 +11,7 @@ import attrs
 
 from ._checks import callable_or_none, instance_of, positive_finite
 from ._content import ContentBlock, TextBlock, text_block
-from ._errors import JsonSchemaError, NonJsonValueError, ToolArgsError, Violations
+from ._errors import JsonSchemaError, NonJsonValueError, SchemaSpecError, ToolArgsError, Violations
 from ._json import FrozenDict, JsonValue, json_text, snapshot_json
 from ._retry import RetryPolicy
 from ._schema._attrs_params import schema_from_attrs_class, structure_args
@@ -399,6 +399,16 @@ def _is_async(callback: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(type(callback).__call__)
 
 
+def _dsl(name: str, side: str, compile_spec: Callable[[object], dict[str, Any]], spec: object) -> dict[str, Any]:
+    """``compile_spec(spec)``, its problems naming the tool and the side (a module defines many tools)."""
+    try:
+        return compile_spec(spec)
+    except SchemaSpecError as exc:
+        # The paths keep the compiler's labels ("schema" is the output's root, "parameters" the map's).
+        wrapped = Violations([f'define_tool("{name}") {side}: {v}' for v in exc.violations], exc.omitted)
+        raise SchemaSpecError(wrapped) from None
+
+
 def define_tool(
     *,
     name: str,
@@ -503,16 +513,18 @@ def define_tool(
             raise JsonSchemaError(wrapped) from None
         raw_parameters = parameters.node
     else:
-        raw_parameters = parameter_schema_to_json_schema(parameters)
+        raw_parameters = _dsl(name, "parameters", parameter_schema_to_json_schema, parameters)
 
     if isinstance(output, RawSchema):
         raw_output = ToolOutput(schema=output)
     elif isinstance(output, ToolOutput) and output._schema_is_raw:
         raw_output = output
     elif isinstance(output, ToolOutput):
-        raw_output = _compiled_output(value_schema_to_json_schema(output.schema), output.render, output.presentation_meta)
+        raw_output = _compiled_output(
+            _dsl(name, "output", value_schema_to_json_schema, output.schema), output.render, output.presentation_meta
+        )
     else:
-        raw_output = _compiled_output(value_schema_to_json_schema(output))
+        raw_output = _compiled_output(_dsl(name, "output", value_schema_to_json_schema, output))
 
     validate_args = compile_validator(raw_parameters)
 

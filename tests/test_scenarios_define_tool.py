@@ -848,3 +848,22 @@ def test_presenters_validate_softly() -> None:
     assert tool.present_call({}) is None
     assert tool.present_result({"wrong": 1}, ToolExecutionSuccess(value=None, content=())) is None
     assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("parameters", "output", "expected"),
+    [
+        ({}, {"type": "object"}, 'define_tool("acme") output: schema.additionalProperties must be explicitly true or false'),
+        (
+            {"user": {"type": "object"}},
+            {"type": "json"},
+            'define_tool("acme") parameters: parameters.user.additionalProperties must be explicitly true or false',
+        ),
+    ],
+    ids=["output", "parameters"],
+)
+def test_a_bad_dsl_spec_names_the_tool_and_the_side(parameters: Any, output: Any, expected: str) -> None:
+    """A plugin module defining several tools failed with a path that named neither."""
+    with pytest.raises(SchemaSpecError) as raised:
+        define_tool(name="acme", description="d", parameters=parameters, output=output, execute=lambda args: {})
+    assert raised.value.violations == (expected,)
