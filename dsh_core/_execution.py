@@ -9,6 +9,7 @@ whose only writable field is ``signal``, and the body gets a
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
 
@@ -157,6 +158,15 @@ class ToolExecutionInput:
             )
         if self.agent is not None and not isinstance(self.agent, Hashable):
             raise TypeError(f"ToolExecutionInput.agent must be None or a hashable scope key, got {type(self.agent).__name__}")
+        if type(self.__dict__.get("arguments")) is str:  # not through a subclass's getter: read once, later
+            # The model may send a JSON string, which fails the call (INVALID_ARGS, told to the model);
+            # far more often the host passed the provider's JSON text as it came, and every call fails.
+            warnings.warn(
+                "ToolExecutionInput.arguments is a str, which the call takes as a JSON string (no arguments "
+                "object); if it is the provider's JSON text, pass ArgumentsText(text)",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 # Not slotted: one is built per call, and a frozen attrs class writes its

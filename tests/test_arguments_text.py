@@ -11,9 +11,11 @@ import trio.testing
 from dsh_core import (
     ArgumentsJsonError,
     ArgumentsText,
+    CancelSignal,
     FrozenDict,
     SessionLog,
     SessionRecorder,
+    ToolExecutionInput,
     ToolExecutionSuccess,
     define_tool,
     read_session_log,
@@ -253,3 +255,9 @@ async def test_a_repeated_key_fails_the_call_invalid_args() -> None:
     result = expect_failure(await runtime.execute(make_input("add", ArgumentsText('{"a": 1, "b": 2, "a": 40}'))))
     assert result.code == "INVALID_ARGS"
     assert result.error.message == 'arguments give the key "a" twice in one object; send each key once'
+
+
+def test_a_str_as_arguments_warns_the_host_to_wrap_provider_text() -> None:
+    """Passed as it came, the provider's text failed every call with a message that blamed the model."""
+    with pytest.warns(UserWarning, match=r"arguments is a str.*pass ArgumentsText\(text\)"):
+        ToolExecutionInput(call_id="c", name="t", arguments='{"a": 1}', signal=CancelSignal())
