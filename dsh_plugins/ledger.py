@@ -120,6 +120,7 @@ from dsh_core import (
     structure_table,
 )
 
+from ._cut_short import what_cut
 from ._file_settings import PathSetting, kept_path
 from ._settings_warnings import report_inert_keys, unknown_tool_warnings
 
@@ -231,12 +232,27 @@ class _Malformed(Exception):
     pass
 
 
+def _interruption(exc: BaseException) -> str:
+    """What cut a call short while its body ran, for its record (shown to the model on a repeat).
+
+    A cancellation is named as one: its own text names trio's task objects and
+    their addresses ("cancelled due to explicit from task <Task ... at 0x...>").
+    """
+    cause = what_cut(exc)
+    if cause == "trio.Cancelled":
+        return "cancelled while its body ran"
+    if cause in ("KeyboardInterrupt", "SystemExit", "GeneratorExit"):
+        return f"{cause} while its body ran"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _apply(entries: dict[tuple[str | None, str], LedgerEntry], event_type: str, data: Mapping[str, Any]) -> None:
     if event_type not in (_STARTED, _RELEASED, *_OUTCOMES):
         raise _Malformed(f"unknown event type {safe_repr(event_type)}: this file is not an effect ledger")
     agent = _text(data, "agent", optional=True)
     key = (agent, _text(data, "key"))
     if event_type == _STARTED:
+        entries.pop(key, None)  # to the end: entries() are in the order each was last started
         entries[key] = LedgerEntry(
             key=key[1],
             agent=agent,
@@ -660,7 +676,7 @@ class EffectLedger:
                     await self._settle(slot, _RELEASED, {})
                 else:
                     # Cancelled, or an inner wrapper raised: the body may have run part-way.
-                    fields = {"code": None, "message": f"{type(exc).__name__}: {exc}"}
+                    fields = {"code": None, "message": _interruption(exc)}
                     await self._settle(slot, _INTERRUPTED, fields)
                 raise
             body = execution.body_result

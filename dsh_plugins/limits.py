@@ -14,7 +14,9 @@ nothing; a rewritten call is one call. A call is counted as it is dispatched
 (so that parallel calls cannot all take the last one) and given back if its
 body never ran after all: stopped while an inner wrapper kept it waiting
 (``ABORTED_BEFORE_DISPATCH``), refused by an inner wrapper, or answered without
-the body (the effect ledger replaying a recorded outcome). Budgets are per agent (``scope_id``;
+the body (the effect ledger replaying a recorded outcome). A spent budget is checked before
+that, in pre-execute, so once it is spent a call the ledger would have answered from its record
+(a resumed turn repeating its call ids) is denied too: reset the budget to resume. Budgets are per agent (``scope_id``;
 agent-less calls share one budget), for the runtime's life unless the host
 starts afresh with :meth:`CallLimits.reset` or :meth:`CallLimits.reset_agent` (at the start of a turn or a
 conversation, say).

@@ -21,6 +21,7 @@ from dsh_core import (
     ConfigError,
     Deny,
     DshError,
+    RetryPolicy,
     Rewrite,
     ToolDispatchExecution,
     ToolEffects,
@@ -30,6 +31,7 @@ from dsh_core import (
     ToolExecutionSuccess,
     ToolNotFoundError,
     ToolRuntime,
+    TransientToolError,
     contract_fingerprint,
     define_tool,
     failure_result,
@@ -359,6 +361,34 @@ async def test_a_call_cancelled_while_its_body_runs_is_in_doubt(tmp_path: Path) 
         signal.cancel()
     assert code(results[0]) == "ABORTED"
     assert ledger.get("c1").state == "interrupted"  # type: ignore[union-attr]
+
+
+async def test_a_cancellation_that_unwinds_through_the_ledger_is_recorded_as_one(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """trio's text named its task objects and their addresses, which the model then read on a repeat."""
+
+    async def flaky(args: Any) -> Any:
+        raise TransientToolError("busy")
+
+    tool = json_tool("flaky", flaky, retry=RetryPolicy(max_attempts=5, initial_delay_s=1, jitter=0))
+    runtime, ledger = with_ledger(tmp_path / "effects.jsonl", tool, fsync="close")
+    timeout.dsh_setup(runtime, {"default_ms": 60_000})
+    signal = CancelSignal()
+    async with trio.open_nursery() as nursery:
+
+        async def stop() -> None:
+            await trio.sleep(1.5)  # in the retry's pause
+            signal.cancel("user stop")
+
+        nursery.start_soon(stop)
+        first = await runtime.execute(make_input("flaky", {}, call_id="c1", signal=signal))
+    assert code(first) == "ABORTED"
+    entry = ledger.get("c1")
+    assert entry is not None and entry.state == "interrupted"
+    assert (entry.error_code, entry.error_message) == (None, "cancelled while its body ran")
+    again = await runtime.execute(make_input("flaky", {}, call_id="c1"))
+    assert "was cut short (no code: cancelled while its body ran)" in message(again)
 
 
 async def test_a_call_stopped_before_its_body_releases_the_key(tmp_path: Path) -> None:
