@@ -490,7 +490,10 @@ def define_tool(
         ("revert", revert),
     ):
         if callback is not None and not callable(callback):
-            raise TypeError(f'define_tool("{name}"): {option} must be callable or None, got {type(callback).__name__}')
+            hint = " (for every call: is_concurrency_safe=lambda args: True)" if option == "is_concurrency_safe" else ""
+            raise TypeError(
+                f'define_tool("{name}"): {option} must be callable or None, got {type(callback).__name__}{hint}'
+            )
     for option, callback in (("is_concurrency_safe", is_concurrency_safe), ("resource_keys", resource_keys)):
         if callback is not None and _is_async(callback):
             # Called synchronously as each call is scheduled: a coroutine back would be "malformed",

@@ -103,8 +103,10 @@ def make_runtime(
 
     ``plugins`` is a list, or a mapping from plugin name to entry: the name
     the plugin is registered under, and so the one a call it decides or
-    breaks blames (``error.info.plugin``); from a list, pluggy names a module
-    after itself and any other object by a number. A plugin with its own
+    breaks blames (``error.info.plugin``); from a list, a module is named after
+    itself and any other object after its class and its id
+    (``NoDeletes-7f8e3571c390``, different in every run): use the mapping form to
+    assert on blame. A plugin with its own
     ``dsh_setup`` (an entry-point module, say) is set up right after it is
     registered, as ``load_plugins`` would: with an empty configuration table,
     or with ``table`` when the entry is ``(plugin, table)``. Unlike

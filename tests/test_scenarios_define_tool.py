@@ -757,7 +757,8 @@ def test_define_tool_refuses_callbacks_that_are_not_callable(option: str) -> Non
     with pytest.raises(TypeError) as caught:
         define_tool(name="t", description="", parameters={}, output={"type": "null"}, execute=_none_body,
                     **{option: True})  # fmt: skip
-    assert str(caught.value) == f'define_tool("t"): {option} must be callable or None, got bool'
+    hint = " (for every call: is_concurrency_safe=lambda args: True)" if option == "is_concurrency_safe" else ""
+    assert str(caught.value) == f'define_tool("t"): {option} must be callable or None, got bool{hint}'
 
 
 # -- define_tool presentation ----------------------------------------------------------------------
@@ -867,3 +868,4 @@ def test_a_bad_dsl_spec_names_the_tool_and_the_side(parameters: Any, output: Any
     with pytest.raises(SchemaSpecError) as raised:
         define_tool(name="acme", description="d", parameters=parameters, output=output, execute=lambda args: {})
     assert raised.value.violations == (expected,)
+
