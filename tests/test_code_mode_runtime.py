@@ -382,12 +382,16 @@ async def test_a_program_that_used_up_its_descriptors_still_reports_its_own_erro
 @pytest.mark.parametrize(
     ("raising", "message"),
     [
-        ("class Oops(Exception):\n    pass\nraise Oops('a\\nb')", "__run_code__.__dsh_main__.<locals>.Oops: a\nb (line 3)"),
+        ("class Oops(Exception):\n    pass\nraise Oops('a\\nb')", "Oops: a\nb (line 3)"),
+        (  # a class of a function of the program: named as a script's traceback names it
+            "def f():\n    class Inner(Exception):\n        pass\n    raise Inner('x')\nf()",
+            "f.<locals>.Inner: x (line 4)",
+        ),
         ("raise ValueError()", "ValueError (line 1)"),
         ("e = KeyError('k')\ne.add_note('a note')\nraise e", "KeyError: 'k' (line 3)"),  # the note is not the error
         (
             "class Unprintable(Exception):\n    def __str__(self):\n        raise RuntimeError\nraise Unprintable()",
-            "__run_code__.__dsh_main__.<locals>.Unprintable: <exception str() failed> (line 4)",
+            "Unprintable: <exception str() failed> (line 4)",
         ),
         (
             "await tools.fail({})",
@@ -404,6 +408,17 @@ async def test_how_a_program_exception_is_described(raising: str, message: str) 
 @pytest.mark.parametrize("value", ["{1, 2}", "(lambda: [l := [], l.append(l), l][-1])()"])
 async def test_non_json_return_is_invalid_output(value: str) -> None:
     assert_error(await RUNTIME.run(f"return {value}", {}), "invalid-output", "lossless JSON")
+
+
+async def test_the_programs_own_classes_are_named_without_the_wrapper_function() -> None:
+    """They were ``__run_code__.__dsh_main__.<locals>.Row`` in model-facing messages (s20 Code Mode audit)."""
+    program = "class Row:\n    pass\nreturn {'rows': [Row()]}"
+    result = await RUNTIME.run(program, {})
+    assert_error(result, "invalid-output")
+    assert result.error is not None
+    assert result.error.message.endswith('$["rows"][0]: Row is not a JSON value'), result.error.message
+    result = await RUNTIME.run("import collections\nreturn collections.OrderedDict()", {})
+    assert result.error is not None and "$: collections.OrderedDict is not a JSON value" in result.error.message
 
 
 async def test_infinite_loop_times_out_within_budget() -> None:

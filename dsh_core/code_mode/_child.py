@@ -51,6 +51,7 @@ _LOG_CHUNK = 32 * 1024
 _MAX_MESSAGE = 16 * 1024
 _PROGRAM_FILE = "<run_code>"
 _MAIN_NAME = "__dsh_main__"
+_PROGRAM_MODULE = "__run_code__"  # the program's __name__
 
 
 # ---------------------------------------------------------------------------
@@ -183,7 +184,21 @@ def _leaf_problem(item: object) -> str | None:
         if item == 0.0 and math.copysign(1.0, item) < 0:
             return "-0.0 has no lossless JSON form"
         return None
-    return f"{kind.__module__}.{kind.__qualname__} is not a JSON value".replace("builtins.", "")
+    return f"{_type_name(kind)} is not a JSON value"
+
+
+def _type_name(kind: type) -> str:
+    """A type's name as a script's traceback gives it: no module for builtins or the program's own classes.
+
+    The program runs as the body of ``__dsh_main__`` in module ``__run_code__``, so
+    a class it defines is ``__run_code__.__dsh_main__.<locals>.X``; the model is
+    shown ``X``, as a traceback shows a ``__main__`` class.
+    """
+    module = kind.__module__ if isinstance(kind.__module__, str) else "<unknown>"
+    qualname = kind.__qualname__ if isinstance(kind.__qualname__, str) else kind.__name__
+    if module == _PROGRAM_MODULE:
+        return qualname.removeprefix(f"{_MAIN_NAME}.<locals>.")
+    return qualname if module in ("__main__", "builtins") else f"{module}.{qualname}"
 
 
 def _spell_path(keys: list[str | int]) -> str:
@@ -199,8 +214,7 @@ def _bounded_repr(value: object) -> str:
     try:
         return shortener.repr(value)
     except Exception:
-        kind = type(value)
-        return f"<{kind.__module__}.{kind.__qualname__}>".replace("builtins.", "")
+        return f"<{_type_name(type(value))}>"
 
 
 # ---------------------------------------------------------------------------
@@ -476,8 +490,7 @@ def _exception_line(exc: BaseException) -> str:
     kind = type(exc)
     if isinstance(exc, SyntaxError):
         return f"{kind.__name__}: {exc.msg}"
-    module = kind.__module__ if isinstance(kind.__module__, str) else "<unknown>"
-    name = kind.__qualname__ if module in ("__main__", "builtins") else f"{module}.{kind.__qualname__}"
+    name = _type_name(kind)
     try:
         message = str(exc)
     except BaseException:  # a KeyboardInterrupt from __str__ too: describing must not raise
@@ -696,7 +709,7 @@ class _Run:
         """Run the program and send the ``done`` frame describing how it ended; never returns."""
         self.writers = writers
         namespace: dict[str, Any] = {
-            "__name__": "__run_code__",
+            "__name__": _PROGRAM_MODULE,
             "__builtins__": builtins,
             self.global_name: _make_tools(self.names, self.call),
             self.error_class.__name__: self.error_class,
