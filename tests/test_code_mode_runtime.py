@@ -93,6 +93,27 @@ async def test_print_and_stderr_become_log_lines() -> None:
     assert result.value == "done"
 
 
+@pytest.mark.parametrize(
+    ("program", "expected"),
+    [
+        ("print('x' * 40000)\nprint('next')", ("x" * 32768, "x" * 7232, "next")),
+        ("print('z' * 32768)\nprint('next')", ("z" * 32768, "next")),
+        ("print('w' * 65536)", ("w" * 32768, "w" * 32768)),
+        ("print('x' * 40000, 'y')", ("x" * 32768, "x" * 7232 + " y")),
+        ("import sys\nsys.stdout.write('y' * 40000 + '\\n')\nprint('next')", ("y" * 32768, "y" * 7232, "next")),
+    ],
+    ids=["40000", "exactly-32768", "twice-32768", "more-after-the-cut", "one-write"],
+)
+async def test_a_long_printed_line_arrives_in_chunks_without_an_empty_entry(
+    program: str, expected: tuple[str, ...]
+) -> None:
+    """print() of 32 768+ characters added an empty entry: its newline, written after the cut (s20 Code Mode audit)."""
+    result = await SubprocessPythonRuntime(wall_budget_s=5.0).run(program, {})
+    assert result.error is None, result.error
+    assert [len(line) for line in result.logs] == [len(line) for line in expected]
+    assert result.logs == expected
+
+
 async def test_top_level_await_works_and_line_numbers_are_the_programs() -> None:
     result = await RUNTIME.run("import asyncio\nawait asyncio.sleep(0)\n\n1 / 0", {})
     assert_error(result, "exception", "ZeroDivisionError: division by zero", "line 4")

@@ -357,9 +357,22 @@ class _LogWriter(io.TextIOBase):
         if start < len(text):
             self._parts.append(text[start:])
             self._size += len(text) - start
-            if self._size >= _LOG_CHUNK:
-                self.end_line()
+            if self._size > _LOG_CHUNK:
+                self._send_whole_chunks()
         return len(text)
+
+    def _send_whole_chunks(self) -> None:
+        """Send a line grown past ``_LOG_CHUNK`` but for its last 1 to ``_LOG_CHUNK`` characters, kept for what follows.
+
+        Never the whole line: the newline ``print()`` writes after the text would
+        then end an empty line, a blank entry that was never printed.
+        """
+        line = "".join(self._parts)
+        keep = (len(line) - 1) % _LOG_CHUNK + 1
+        for start in range(0, len(line) - keep, _LOG_CHUNK):
+            self._channel.send({"type": "log", "text": line[start : start + _LOG_CHUNK]})
+        self._parts[:] = [line[len(line) - keep :]]
+        self._size = keep
 
     def end_line(self) -> None:
         """Send whatever is buffered (a complete line, or the tail at the end of the run)."""
