@@ -114,6 +114,48 @@ async def test_a_long_printed_line_arrives_in_chunks_without_an_empty_entry(
     assert result.logs == expected
 
 
+async def test_the_programs_stdout_has_what_programs_expect_of_a_text_stream() -> None:
+    """``reconfigure``, ``buffer`` and ``fileno`` failed the run; ``csv`` rows kept their ``\\r`` (s20 Code Mode audit)."""
+    program = (
+        "import csv, faulthandler, os, subprocess, sys\n"
+        "sys.stdout.reconfigure(encoding='UTF8', errors='replace', line_buffering=True)\n"
+        "sys.stderr.reconfigure(write_through=True)\n"
+        "out = sys.stdout.buffer\n"
+        "out.write(b'caf\\xc3')\n"
+        "out.write(bytearray(b'\\xa9 ok\\n'))\n"
+        "out.write(b'bad \\xff\\n')\n"
+        "out.write(b'cut \\xe2\\x82')\n"
+        "print(' then text')\n"
+        "print(sys.stdout.fileno(), sys.stderr.fileno(), sys.stdout.buffer.fileno())\n"
+        "faulthandler.enable()\n"
+        "os.write(sys.stderr.fileno(), b'through the descriptor\\n')\n"
+        "subprocess.run(['echo', 'from a subprocess'], stdout=sys.stdout, check=True)\n"
+        "csv.writer(sys.stdout).writerow(['a', 'b'])\n"
+        "print('x' * 32768 + '\\r')\n"
+        "try:\n"
+        "    sys.stdout.reconfigure(encoding='latin-1')\n"
+        "except ValueError as error:\n"
+        "    print(error)\n"
+        "out.write(b'last \\xe2')"
+    )
+    result = await SubprocessPythonRuntime(wall_budget_s=5.0).run(program, {})
+    assert result.error is None, result.error
+    # What went through the descriptors arrives on another pipe: in its own order only.
+    written = ["through the descriptor", "from a subprocess"]
+    assert [line for line in result.logs if line in written] == written
+    assert tuple(line for line in result.logs if line not in written) == (
+        "caf\u00e9 ok",
+        "bad \ufffd",
+        "cut \ufffd then text",
+        "1 2 1",
+        "a,b",
+        "x" * 32768,
+        "sys.stdout of a run_code program writes UTF-8 text to the run's logs; "
+        "it cannot be reconfigured to encoding='latin-1' (only 'utf-8')",
+        "last \ufffd",
+    )
+
+
 async def test_top_level_await_works_and_line_numbers_are_the_programs() -> None:
     result = await RUNTIME.run("import asyncio\nawait asyncio.sleep(0)\n\n1 / 0", {})
     assert_error(result, "exception", "ZeroDivisionError: division by zero", "line 4")

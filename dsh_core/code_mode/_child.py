@@ -323,18 +323,31 @@ class _LogWriter(io.TextIOBase):
 
     A partial line waits for its newline (or the end of the run, or a
     ``flush()``, which sends it as a part of the entry); a line longer than
-    ``_LOG_CHUNK`` characters is sent in several entries.
+    ``_LOG_CHUNK`` characters is sent in several entries. A line's trailing
+    ``"\r"`` (``"\r\n"`` endings, ``csv.writer``) is left out, as it is of a line
+    written to descriptors 1 and 2.
+
+    What programs expect of the standard streams works too: ``reconfigure()``
+    to UTF-8 or line buffering (what this stream does anyway), a ``buffer``
+    taking bytes, and ``fileno()``: descriptor 1 or 2, whose lines the host logs
+    as well (descriptor 1 points at 2), so ``faulthandler`` or a subprocess given
+    ``stdout=sys.stdout`` write into the same logs.
     """
 
     encoding = "utf-8"
+    errors = "strict"
+    line_buffering = True
 
-    def __init__(self, channel: _Channel) -> None:
+    def __init__(self, channel: _Channel, fd: int) -> None:
         super().__init__()
         self._channel = channel
+        self._fd = fd
+        self.name = "<stdout>" if fd == 1 else "<stderr>"
         self._parts: list[str] = []
         self._size = 0
         # Threads of the program print too: each write's text goes out once, as a real stream's does.
         self._lock = _thread.RLock()
+        self._buffer: _LogBuffer | None = None
 
     def writable(self) -> bool:
         return True
@@ -342,10 +355,48 @@ class _LogWriter(io.TextIOBase):
     def isatty(self) -> bool:
         return False
 
+    def fileno(self) -> int:
+        return self._fd
+
+    @property
+    def buffer(self) -> _LogBuffer:
+        """Bytes written here are decoded as UTF-8 (invalid sequences replaced) into the same log."""
+        with self._lock:
+            if self._buffer is None:
+                self._buffer = _LogBuffer(self)
+            return self._buffer
+
+    def reconfigure(
+        self,
+        *,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+        line_buffering: bool | None = None,
+        write_through: bool | None = None,
+    ) -> None:
+        """Accept what this stream already is (UTF-8, line by line); refuse another encoding.
+
+        ``errors``, ``line_buffering`` and ``write_through`` change nothing: the
+        text goes to the host as it is, each line as soon as it ends.
+        """
+        if encoding is not None:
+            import codecs  # loaded at interpreter start-up: no cost
+
+            if codecs.lookup(encoding).name != "utf-8":
+                raise ValueError(
+                    f"sys.{self.name.strip('<>')} of a run_code program writes UTF-8 text to the run's logs; "
+                    f"it cannot be reconfigured to encoding={encoding!r} (only 'utf-8')"
+                )
+        if newline not in (None, "", "\n", "\r", "\r\n"):
+            raise ValueError(f"illegal newline value: {newline!r}")
+
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         with self._lock:
+            if self._buffer is not None:
+                self._buffer.flush_tail()  # a character left unfinished there is over: text follows it
             return self._write(text)
 
     def _write(self, text: str) -> int:
@@ -365,10 +416,12 @@ class _LogWriter(io.TextIOBase):
         """Send a line grown past ``_LOG_CHUNK`` but for its last 1 to ``_LOG_CHUNK`` characters, kept for what follows.
 
         Never the whole line: the newline ``print()`` writes after the text would
-        then end an empty line, a blank entry that was never printed.
+        then end an empty line, a blank entry that was never printed. (Nor a
+        trailing ``"\r"`` alone, which the line's end leaves out.)
         """
         line = "".join(self._parts)
-        keep = (len(line) - 1) % _LOG_CHUNK + 1
+        cr = line.endswith("\r")
+        keep = (len(line) - cr - 1) % _LOG_CHUNK + 1 + cr
         for start in range(0, len(line) - keep, _LOG_CHUNK):
             self._channel.send({"type": "log", "text": line[start : start + _LOG_CHUNK]})
         self._parts[:] = [line[len(line) - keep :]]
@@ -377,7 +430,7 @@ class _LogWriter(io.TextIOBase):
     def end_line(self) -> None:
         """Send whatever is buffered (a complete line, or the tail at the end of the run)."""
         with self._lock:
-            line = "".join(self._parts)
+            line = "".join(self._parts).removesuffix("\r")
             self._parts.clear()
             self._size = 0
             for start in range(0, max(len(line), 1), _LOG_CHUNK):
@@ -398,8 +451,52 @@ class _LogWriter(io.TextIOBase):
 
     def flush_tail(self) -> None:
         with self._lock:
+            if self._buffer is not None:
+                self._buffer.flush_tail()
             if self._parts:
                 self.end_line()
+
+
+class _LogBuffer(io.BufferedIOBase):
+    """``sys.stdout.buffer`` for the program: bytes decoded as UTF-8 (invalid sequences replaced) into its writer.
+
+    A character split across two writes is decoded whole; bytes of one left
+    unfinished at the end of the run become U+FFFD.
+    """
+
+    def __init__(self, writer: _LogWriter) -> None:
+        super().__init__()
+        import codecs  # loaded at interpreter start-up: no cost
+
+        self._writer = writer
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._writer.fileno()
+
+    def write(self, data: Any) -> int:
+        if isinstance(data, str):
+            raise TypeError("a bytes-like object is required, not 'str'")
+        raw = memoryview(data).tobytes()
+        with self._writer._lock:
+            text = self._decoder.decode(raw)
+            if text:
+                self._writer._write(text)
+        return len(raw)
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def flush_tail(self) -> None:
+        text = self._decoder.decode(b"", final=True)
+        if text:
+            self._writer._write(text)
 
 
 # ---------------------------------------------------------------------------
@@ -1045,7 +1142,7 @@ def main() -> NoReturn:
     except Exception as exc:
         channel.send(_failure("exception", f"the requested resource limits could not be applied: {exc}"))
         os._exit(0)
-    writers = [_LogWriter(channel), _LogWriter(channel)]
+    writers = [_LogWriter(channel, 1), _LogWriter(channel, 2)]
     sys.stdout, sys.stderr = writers
     sys.stdin = io.StringIO()
     try:
