@@ -749,6 +749,45 @@ async def test_what_went_through_the_original_stdout_is_logged() -> None:
     assert (await RUNTIME.run(program, {})).logs == ("via __stdout__",)
 
 
+async def test_a_tool_call_from_another_threads_event_loop_is_refused_before_the_tool_runs() -> None:
+    """It ran on the host while the program was told it failed (s20 Code Mode audit): a retry wrote twice."""
+    calls: list[Any] = []
+
+    async def record(args: Any) -> Any:
+        calls.append(args)
+        return args
+
+    program = (
+        "import asyncio, threading\n"
+        "out = []\n"
+        "def worker(i):\n"
+        "    try:\n"
+        "        out.append(asyncio.run(tools.record({'thread': i})))\n"
+        "    except ToolCallError as error:\n"
+        "        out.append(str(error))\n"
+        "threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]\n"
+        "for thread in threads:\n"
+        "    thread.start()\n"
+        "for thread in threads:\n"
+        "    thread.join()\n"
+        "loop = asyncio.get_running_loop()\n"
+        "def threadsafe(i):\n"
+        "    return asyncio.run_coroutine_threadsafe(tools.record({'safe': i}), loop).result()\n"
+        "safe = await asyncio.gather(*(asyncio.to_thread(threadsafe, i) for i in range(5)))\n"
+        "return [out, safe]"
+    )
+    result = await RUNTIME.run(program, {"record": record})
+    assert result.error is None, result.error
+    assert isinstance(result.value, tuple)
+    refused, safe = result.value
+    assert len(refused) == 3
+    for message in refused:
+        assert "only be called on the program's own event loop" in message
+        assert "asyncio.run_coroutine_threadsafe(" in message
+    assert sorted(item["safe"] for item in safe) == list(range(5))
+    assert sorted(call["safe"] for call in calls) == list(range(5))  # no call from the threads reached the host
+
+
 async def test_lines_printed_from_threads_each_arrive_once() -> None:
     program = (
         "import sys, threading\n"

@@ -699,12 +699,23 @@ class _Run:
         self.channel = channel
         self.pending: dict[int, tuple[str, _Reply | asyncio.Future[object]]] = {}
         self.next_id = 1
+        self.ids_lock = _thread.allocate_lock()
+        self.thread = _thread.get_ident()  # the thread the program (and its event loop) runs on
         self.loop: asyncio.AbstractEventLoop | None = None  # set while running under asyncio
         self.unparsed = bytearray()  # under asyncio: what arrived of a reply line not yet complete
         self.unparsed_scanned = 0  # how much of it is known to hold no newline
         self.writers: list[_LogWriter] = []
 
     async def call(self, name: str, args: object) -> object:
+        if not self.on_program_loop():
+            # Its reply could not reach it: refused before the host runs the tool (a write the
+            # program, told the call failed, would make again).
+            raise self.error_class(
+                name,
+                "tools can only be called on the program's own event loop, not from another thread or its "
+                "event loop; from a thread, use asyncio.run_coroutine_threadsafe(tools.name(args), loop)"
+                ".result(), with loop = asyncio.get_running_loop() taken in the program",
+            )
         try:
             problem = json_problem(args, self.max_json_values)
         except TooManyValues:
@@ -715,8 +726,9 @@ class _Run:
             raise self.error_class(
                 name, f"tool arguments must be lossless JSON (pass an arguments dict, e.g. `{{}}`): {problem}"
             )
-        call_id = self.next_id
-        self.next_id += 1
+        with self.ids_lock:
+            call_id = self.next_id
+            self.next_id += 1
         try:
             text = encode_json({"type": "call", "id": call_id, "name": name, "args": args})
         except (ValueError, TypeError) as exc:
@@ -730,6 +742,19 @@ class _Run:
             return await reply
         finally:
             self.pending.pop(call_id, None)
+
+    def on_program_loop(self) -> bool:
+        """Whether a call awaited here can be answered: on the program's thread, in its event loop if it has one."""
+        if _thread.get_ident() != self.thread:
+            return False
+        if self.loop is None:
+            return True
+        import asyncio  # loaded already: the program runs under it
+
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
 
     def receive(self, line: bytes | None) -> None:
         """Settle the call a reply line answers (None: the host closed the channel)."""
