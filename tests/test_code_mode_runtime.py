@@ -660,6 +660,67 @@ async def test_a_result_written_just_before_exit_is_kept_beside_a_fork_holding_t
                     os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
+FORK_WORKERS_PRINT = (
+    "import multiprocessing as mp, sys\n"
+    "def work(i):\n"
+    "    for k in range(50):\n"
+    "        print(str(i) * 5000)\n"
+    "    sys.stderr.write(f'worker {i} done\\n')\n"
+    "ctx = mp.get_context('fork')\n"
+    "workers = [ctx.Process(target=work, args=(i,)) for i in range(4)]\n"
+    "for worker in workers:\n"
+    "    worker.start()\n"
+    "got = [(await tools.echo({'i': i}))['i'] for i in range(20)]\n"
+    "for worker in workers:\n"
+    "    worker.join()\n"
+    "print('joined')\n"
+    "return [got, [worker.exitcode for worker in workers]]"
+)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fork")
+async def test_forked_workers_print_to_the_logs_without_touching_the_protocol() -> None:
+    """Their log frames, larger than the pipe's atomic write, interleaved: protocol error (s20 Code Mode audit)."""
+    result = await SubprocessPythonRuntime(wall_budget_s=10.0, max_output_bytes=4_000_000).run(
+        FORK_WORKERS_PRINT, {"echo": echo}
+    )
+    assert result.error is None, result.error
+    assert result.value == (tuple(range(20)), (0, 0, 0, 0))
+    text = "".join(result.logs)
+    for i in range(4):  # descriptor 2 may interleave lines longer than the pipe's atomic write, but keeps every byte
+        assert text.count(str(i)) == 50 * 5000 + 1
+    assert "joined" in result.logs
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fork")
+async def test_a_fork_that_runs_on_to_the_programs_end_leaves_the_outcome_to_the_program() -> None:
+    program = (
+        "import os\n"
+        "pid = os.fork()\n"
+        "print('in the fork' if pid == 0 else 'in the program')\n"
+        "if pid == 0:\n"
+        "    try:\n"
+        "        await tools.echo({})\n"
+        "    except ToolCallError as error:\n"
+        "        print(error)\n"
+        "    return 'from the fork'\n"
+        "os.waitpid(pid, 0)\n"
+        "return await tools.echo('from the program')"
+    )
+    result = await SubprocessPythonRuntime(wall_budget_s=5.0).run(program, {"echo": echo})
+    assert result.error is None, result.error
+    assert result.value == "from the program"
+    assert sorted(result.logs) == sorted(
+        [
+            "in the fork",
+            "in the program",
+            "tools cannot be called from a forked process (os.fork, multiprocessing's 'fork' start method); "
+            "only the program's own process can call them: send what the worker needs back to it "
+            "(a return value, a multiprocessing Queue) and make the call there",
+        ]
+    )
+
+
 async def test_an_error_message_from_the_child_is_bounded() -> None:
     payload = (
         '(__import__("json").dumps({"type": "done", "error": {"kind": "exception", "message": "A" * 10_000_000}})'

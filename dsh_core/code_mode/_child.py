@@ -237,6 +237,21 @@ class _Channel:
         """
         self._reading = (_thread.get_ident(), fd, take)
 
+    def forget(self) -> None:
+        """In a forked process: never read a reply nor write a frame again; the program's own process does.
+
+        The fork's copy of the descriptor is closed, and the lock, which another
+        thread may have held when the process forked, made anew.
+        """
+        self._reading = None
+        self._lock = _thread.allocate_lock()
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:  # noqa: SIM105 - contextlib is not loaded in the child
+                os.close(fd)
+            except OSError:
+                pass
+
     def send(self, frame: dict[str, Any]) -> None:
         self.send_text(encode_json(frame))
 
@@ -249,6 +264,8 @@ class _Channel:
         self._write(memoryview(frame + b"\n"))
 
     def _write(self, data: memoryview) -> None:
+        if self._fd < 0:
+            return  # forgotten in a forked process: its output goes to descriptor 2 instead
         # A program's signal handler that raises (a SIGALRM "timeout" idiom) would otherwise run
         # between any two steps here: a frame cut in half, or the lock left held for good. Held
         # off until the frame is whole, the handler runs right after, in the program's code.
@@ -348,6 +365,19 @@ class _LogWriter(io.TextIOBase):
         # Threads of the program print too: each write's text goes out once, as a real stream's does.
         self._lock = _thread.RLock()
         self._buffer: _LogBuffer | None = None
+        self._forked_to: io.TextIOBase | None = None  # in a forked process: where its text goes instead
+
+    def forked(self, stream: io.TextIOBase) -> None:
+        """In a forked process: write to ``stream`` from now on (a reference kept from before the fork still works).
+
+        What the program's process had buffered is its own to send; the lock,
+        which another thread may have held when the process forked, is made anew.
+        """
+        self._lock = _thread.RLock()
+        self._parts.clear()
+        self._size = 0
+        self._buffer = None
+        self._forked_to = stream
 
     def writable(self) -> bool:
         return True
@@ -394,6 +424,8 @@ class _LogWriter(io.TextIOBase):
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self._forked_to is not None:
+            return self._forked_to.write(text)
         with self._lock:
             if self._buffer is not None:
                 self._buffer.flush_tail()  # a character left unfinished there is over: text follows it
@@ -443,6 +475,9 @@ class _LogWriter(io.TextIOBase):
         timeout), the part sent is kept: a program's last words are often an
         unfinished ``working...``.
         """
+        if self._forked_to is not None:
+            self._forked_to.flush()
+            return
         with self._lock:
             if self._parts:
                 self._channel.send({"type": "log", "text": "".join(self._parts), "partial": True})
@@ -484,6 +519,9 @@ class _LogBuffer(io.BufferedIOBase):
         if isinstance(data, str):
             raise TypeError("a bytes-like object is required, not 'str'")
         raw = memoryview(data).tobytes()
+        if self._writer._forked_to is not None:
+            self._writer.write(raw.decode("utf-8", "replace"))
+            return len(raw)
         with self._writer._lock:
             text = self._decoder.decode(raw)
             if text:
@@ -701,12 +739,20 @@ class _Run:
         self.next_id = 1
         self.ids_lock = _thread.allocate_lock()
         self.thread = _thread.get_ident()  # the thread the program (and its event loop) runs on
+        self.forked = False  # a process the program forked, not the program's own
         self.loop: asyncio.AbstractEventLoop | None = None  # set while running under asyncio
         self.unparsed = bytearray()  # under asyncio: what arrived of a reply line not yet complete
         self.unparsed_scanned = 0  # how much of it is known to hold no newline
         self.writers: list[_LogWriter] = []
 
     async def call(self, name: str, args: object) -> object:
+        if self.forked:
+            raise self.error_class(
+                name,
+                "tools cannot be called from a forked process (os.fork, multiprocessing's 'fork' start method); "
+                "only the program's own process can call them: send what the worker needs back to it "
+                "(a return value, a multiprocessing Queue) and make the call there",
+            )
         if not self.on_program_loop():
             # Its reply could not reach it: refused before the host runs the tool (a write the
             # program, told the call failed, would make again).
@@ -819,6 +865,8 @@ class _Run:
 
     def take_replies(self) -> bool:
         """Read the replies that have arrived and settle their calls; False once the host has closed the channel."""
+        if self.forked:
+            return False  # the program's own process reads them
         try:
             chunk = os.read(self.reader.fileno(), 1 << 16)
         except BlockingIOError:
@@ -921,7 +969,18 @@ class _Run:
             return _failure("output-limit", f"the returned value exceeds {self.max_output_bytes} bytes")
         return b'{"type":"done","value":' + encoded + b"}"
 
+    def forget_channel(self) -> None:
+        """In a forked process: the channel and the replies are the program's own process's; see :func:`_after_fork`."""
+        self.forked = True
+        self.ids_lock = _thread.allocate_lock()
+        try:  # noqa: SIM105 - contextlib is not loaded in the child
+            self.reader.close()
+        except BaseException:
+            pass
+
     def finish(self, done: dict[str, Any] | bytes) -> NoReturn:
+        if self.forked:
+            _end_fork(done)
         for writer in self.writers:
             writer.flush_tail()
         for stream in (sys.__stdout__, sys.__stderr__):
@@ -948,6 +1007,41 @@ class _Run:
         # Leave at once: no asyncio teardown waiting on the program's leftover
         # tasks, no atexit handlers printing after ``done``.
         os._exit(0)
+
+
+def _after_fork(run: _Run, channel: _Channel, writers: list[_LogWriter]) -> None:
+    """In a process the program forked (``os.fork``, multiprocessing's ``fork`` start method): let go of the channel.
+
+    Writing frames of its own would interleave with the program's (a frame
+    larger than the pipe's atomic size is cut among them), and reading would
+    take replies the program waits for. The fork prints plain text to
+    descriptor 2, which the host logs line by line, and its tool calls fail.
+    """
+    channel.forget()
+    run.forget_channel()
+    streams = [
+        io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+        )
+        for _ in writers
+    ]
+    for writer, stream in zip(writers, streams, strict=True):
+        writer.forked(stream)
+    sys.stdout, sys.stderr = streams
+
+
+def _end_fork(done: dict[str, Any] | bytes) -> NoReturn:
+    """A forked process that ran the rest of the program to its end: exit, the outcome its own (not the run's)."""
+    error = done.get("error") if isinstance(done, dict) else None
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        if error is not None:
+            line = f"run_code: forked process {os.getpid()} ended: {error['kind']}: {error['message']}\n"
+            os.write(2, line.encode("utf-8", "backslashreplace"))
+    except BaseException:
+        pass
+    os._exit(1 if error is not None else 0)
 
 
 _CO_ASYNC_GENERATOR: Final = 0x200  # inspect.CO_ASYNC_GENERATOR, without importing inspect
@@ -1169,6 +1263,8 @@ def main() -> NoReturn:
         os._exit(0)
     writers = [_LogWriter(channel, 1), _LogWriter(channel, 2)]
     sys.stdout, sys.stderr = writers
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: _after_fork(run, channel, writers))
     sys.stdin = io.StringIO()
     try:
         run.serve(writers)
