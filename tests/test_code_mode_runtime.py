@@ -1907,6 +1907,11 @@ _NEW_SESSION_PROGRAMS = {
         "subprocess.Popen(['sleep', '{marker}'], start_new_session=True, stdout=subprocess.DEVNULL)\n"
         "time.sleep(100)"
     ),
+    "popen-then-os-exit": (
+        "import os, subprocess\n"
+        "subprocess.Popen(['sleep', '{marker}'], start_new_session=True, stdout=subprocess.DEVNULL)\n"
+        "os._exit(0)"
+    ),
     "fork-setsid-then-timeout": (
         "import os, time\n"
         "if os.fork() == 0:\n"
@@ -1929,6 +1934,31 @@ async def test_a_process_started_in_a_session_of_its_own_does_not_outlive_the_ru
         result = await runtime.run(_NEW_SESSION_PROGRAMS[program].format(marker=marker), {})
         assert (result.error is None) == (program == "popen-then-return"), result
         with trio.move_on_after(5):  # real time: a killed process is gone within milliseconds
+            while _running_with(f"sleep\0{marker}"):
+                await trio.sleep(0.05)
+        assert _running_with(f"sleep\0{marker}") == []
+    finally:
+        for pid in _running_with(f"sleep\0{marker}"):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="descendants are found through Linux's /proc")
+async def test_a_process_started_in_a_session_of_its_own_does_not_outlive_a_cpu_limit_kill() -> None:
+    """The child died of SIGXCPU without looking its descendants up (s20 Code Mode audit)."""
+    import random
+
+    marker = f"{random.randrange(10**6, 10**7)}.75"
+    program = (
+        "import subprocess\n"
+        f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True, stdout=subprocess.DEVNULL)\n"
+        "while True:\n"
+        "    pass"
+    )
+    try:
+        result = await SubprocessPythonRuntime(wall_budget_s=10.0, max_cpu_s=1).run(program, {})
+        assert_error(result, "worker-exit", "killed by signal", "used up its CPU budget, max_cpu_s=1")
+        with trio.move_on_after(5):
             while _running_with(f"sleep\0{marker}"):
                 await trio.sleep(0.05)
         assert _running_with(f"sleep\0{marker}") == []

@@ -50,6 +50,8 @@ _LOG_CHUNK = 32 * 1024
 # Diagnostic messages (exception text) sent to the host are cut to this length.
 _MAX_MESSAGE = 16 * 1024
 _PROGRAM_FILE = "<run_code>"
+# The real os._exit: the program's is a stand-in that ends what it started first (see _program_exit).
+_exit: Final = os._exit
 _MAIN_NAME = "__dsh_main__"
 _PROGRAM_MODULE = "__run_code__"  # the program's __name__
 
@@ -1006,7 +1008,7 @@ class _Run:
             self.channel.send(done)
         # Leave at once: no asyncio teardown waiting on the program's leftover
         # tasks, no atexit handlers printing after ``done``.
-        os._exit(0)
+        _exit(0)
 
 
 def _after_fork(run: _Run, channel: _Channel, writers: list[_LogWriter]) -> None:
@@ -1041,7 +1043,7 @@ def _end_fork(done: dict[str, Any] | bytes) -> NoReturn:
             os.write(2, line.encode("utf-8", "backslashreplace"))
     except BaseException:
         pass
-    os._exit(1 if error is not None else 0)
+    _exit(1 if error is not None else 0)
 
 
 _CO_ASYNC_GENERATOR: Final = 0x200  # inspect.CO_ASYNC_GENERATOR, without importing inspect
@@ -1099,6 +1101,37 @@ def _end_descendants() -> None:
                 pass  # gone meanwhile
     except BaseException:
         pass  # the run's outcome still goes out
+
+
+def _program_exit(status: int) -> NoReturn:
+    """``os._exit`` as the program sees it: what it started is ended first, as at the end of a run.
+
+    Otherwise a process it started in a session of its own would outlive the
+    child: the host's kill of a child that has already exited reaches only
+    its process group.
+    """
+    _end_descendants()
+    _exit(status)
+
+
+_program_exit.__name__ = _program_exit.__qualname__ = "_exit"
+_program_exit.__doc__ = os._exit.__doc__
+
+
+def _on_cpu_limit(signum: int, frame: object) -> None:
+    """SIGXCPU at the soft CPU limit: end what the program started, then die of the signal as without this handler.
+
+    The host reports a child killed by SIGXCPU as one that used up
+    ``max_cpu_s``. A handler runs between bytecodes of the main thread: a
+    program stuck in one long C call meets the hard limit (SIGKILL) a second
+    later instead, and what it started is left to the host's process-group kill.
+    """
+    _end_descendants()
+    _signal.signal(signum, _signal.SIG_DFL)
+    if hasattr(_signal, "pthread_sigmask"):
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {signum})
+    _signal.raise_signal(signum)
+    _exit(1)  # not reached: the signal's default action ends the process
 
 
 def _failure(kind: str, message: str) -> dict[str, Any]:
@@ -1174,9 +1207,17 @@ def apply_limits(limits: dict[str, Any]) -> None:
             which = getattr(resource, rlimits[key])
             _, hard = resource.getrlimit(which)
             ceiling = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            # CPU: SIGXCPU at the soft limit names the cause; the hard one a second later is SIGKILL.
-            top = ceiling + 1 if key == "cpu_s" and (hard == resource.RLIM_INFINITY or ceiling < hard) else ceiling
-            resource.setrlimit(which, (ceiling, top))
+            soft = top = ceiling
+            if key == "cpu_s":
+                # SIGXCPU at the soft limit ends what the program started and names the cause; the hard
+                # limit a second later is SIGKILL. Soft below hard, or the kernel sends SIGKILL alone.
+                if hard == resource.RLIM_INFINITY or ceiling < hard:
+                    top = ceiling + 1
+                elif ceiling > 1:
+                    soft = ceiling - 1
+                if hasattr(_signal, "SIGXCPU"):
+                    _signal.signal(_signal.SIGXCPU, _on_cpu_limit)
+            resource.setrlimit(which, (soft, top))
     refused: list[tuple[frozenset[str], str]] = []
     if limits.get("subprocesses") is False:
         refused.append((_SPAWN_EVENTS, "start other programs"))
@@ -1255,23 +1296,24 @@ def main() -> NoReturn:
         run = _Run(frame, reader, channel)
     except Exception as exc:
         os.write(2, f"dsh code runtime child: unusable run frame: {exc!r}\n".encode())
-        os._exit(2)
+        _exit(2)
     try:
         apply_limits(frame.get("limits") or {})
     except Exception as exc:
         channel.send(_failure("exception", f"the requested resource limits could not be applied: {exc}"))
-        os._exit(0)
+        _exit(0)
     writers = [_LogWriter(channel, 1), _LogWriter(channel, 2)]
     sys.stdout, sys.stderr = writers
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _after_fork(run, channel, writers))
+    os._exit = _program_exit
     sys.stdin = io.StringIO()
     try:
         run.serve(writers)
     except BaseException:
         # Only reachable when the channel itself failed (the host went away).
-        os._exit(1)
-    os._exit(1)
+        _exit(1)
+    _exit(1)
 
 
 if __name__ == "__main__":
