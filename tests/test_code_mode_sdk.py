@@ -231,6 +231,9 @@ def test_instructions_name_the_contract() -> None:
         'await tools["my-tool"](args)',
         "`tool_name`",
         "MAY overlap under `asyncio.gather`",
+        # A timed-out call ran on and held later calls back, undocumented (s20 Code Mode audit).
+        "A tool call cannot be cancelled",
+        "calls made after it return only once it has finished",
         "lossless JSON",
         "`print(...)`",
         "`return <value>`",
