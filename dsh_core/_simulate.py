@@ -35,7 +35,9 @@ recorded and the simulated side:
   a denied approval, a post-execute ``Block``) or ``POLICY_ERROR`` (a policy
   broke or refused its contract; the call never ran unguarded). For the
   simulated side also ``UNKNOWN_TOOL``: every recorded name has a stand-in,
-  so only the new stack (a restriction) can hide it;
+  so only the new stack (a restriction) can hide it, or a runtime that
+  presents Code Mode, where no tool but ``run_code`` is called directly: such
+  a call is not compared, with a note;
 * ``ask`` — the decision trace shows an approval step (the policy asked),
   unless the denial came from a later stage; a recorded call has such a step
   only when its session was recorded with ``trace_decisions`` on;
@@ -445,7 +447,10 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
                 )
                 simulated_result = await runtime.execute(request)
                 simulated = simulated_verdict(simulated_result)
-                if simulated is None:
+                if _hidden_by_code_mode(runtime, simulated_result, name, request.agent):
+                    # The presentation mode is no policy: every direct call would read "would now deny".
+                    simulated, note = None, _CODE_MODE_NOTE
+                elif simulated is None:
                     note = _unreached(simulated_result, runtime.get(name, request.agent), call.contract)
             out.append(
                 SimulatedCall(
@@ -459,6 +464,24 @@ async def simulate(log: SessionLogRead | Iterable[SessionEvent], runtime: ToolRu
         for disposer in reversed(disposers):
             disposer()
     return SimulationReport(calls=tuple(out))
+
+
+_CODE_MODE_NOTE: Final = (
+    "this runtime presents Code Mode to the agent, where tools are called from run_code programs, not "
+    "directly (simulate on a runtime in native mode)"
+)
+
+
+def _hidden_by_code_mode(runtime: ToolRuntime, result: ToolExecutionResult, name: str, scope: ScopeKey | None) -> bool:
+    """Whether ``result`` is ``UNKNOWN_TOOL`` only because the scope sees Code Mode (the tool is there)."""
+    if not isinstance(result, ToolExecutionFailure) or result.error.info is None:
+        return False
+    return (
+        result.error.info.code == "UNKNOWN_TOOL"
+        and name != RUN_CODE_NAME
+        and runtime.effective_mode(scope) == "code"
+        and runtime.get(name, scope) is not None
+    )
 
 
 def _stand_in_for_registered(

@@ -211,6 +211,21 @@ async def test_calls_the_policy_never_decided_are_not_compared(tmp_path: Path) -
     assert not report.changed
 
 
+@pytest.mark.parametrize("runtime_class", [ToolRuntime, SimulationRuntime])
+async def test_a_runtime_in_code_mode_leaves_direct_calls_not_compared(tmp_path: Path, runtime_class: Any) -> None:
+    """Every recorded direct call read "would now deny" (UNKNOWN_TOOL) with no policy at all."""
+    from dsh_core.testing import FakeCodeRuntime
+
+    log = await write_session(tmp_path / "s.jsonl", make_runtime(json_tool("t")), [make_input("t", call_id="c1")])
+    runtime = runtime_class(mode="code", code_runtime=FakeCodeRuntime())
+    if runtime_class is ToolRuntime:
+        runtime.register(json_tool("t"))
+    report = await simulate(read_session_log(log), runtime)
+    (call,) = report.calls
+    assert (call.recorded is not None, call.simulated, call.changed) == (True, None, False)
+    assert "presents Code Mode" in (call.note or "") and not report.changed
+
+
 async def test_simulate_leaves_the_runtime_as_it_was(tmp_path: Path) -> None:
     recorded = make_runtime(json_tool("t"))
     with SessionLog(tmp_path / "s.jsonl") as log:
