@@ -800,6 +800,7 @@ FIXED_SCHEMAS = [
         "required": ["a"],
         "properties": {"a": {"type": "number", "const": 1}, "b": {"type": "array"}, "c": ANY},
     },
+    {"type": "array", "items": {"type": "string", "enum": ["", "a", "{q}", *(f"filler-{n}" for n in range(40))]}},
     ANY,
 ]
 
@@ -839,3 +840,150 @@ def test_deep_schema_cache_key_falls_back_to_the_iterative_encoder() -> None:
     validator = compile_validator(schema)
     assert compile_validator(nest(3000, "items", {"type": "string", "const": "deep-key"})) is validator
     assert compile_validator(nest(3000, "items", {"type": "string", "const": "deep-key-2"})) is not validator
+
+
+# --- enum membership --------------------------------------------------------------------------------
+
+# Enough distinct entries to leave fastjsonschema's comparison chain (strings go to a set format,
+# numbers to the iterative checker): the large form of each enum below.
+FILLER_COUNT = 2 * _validate._FAST_MAX_ENUM
+ENUM_VALUES = [
+    *LITERALS,
+    -0.0,
+    0.0,
+    2.5,
+    3.0,
+    3,
+    2**53,
+    2**53 + 1,
+    float(2**53),
+    "1",
+    "é",
+    "e\u0301",
+    "É",
+    "a\x00",
+    "A",
+    "a ",
+    Name("a"),
+    Colour.RED,
+]
+
+
+def _padded(schema_type: str, entries: list[Any], large: bool) -> list[Any]:
+    if not large:
+        return entries
+    if schema_type == "string":
+        return [*entries, *(f"filler-{index}" for index in range(FILLER_COUNT))]
+    if schema_type in ("number", "integer"):
+        return [*entries, *range(10_000, 10_000 + FILLER_COUNT)]
+    return entries * FILLER_COUNT  # booleans and null repeat: still one or two distinct entries
+
+
+ENUM_SCHEMAS = [
+    ("number", [1, 2.5, 0]),
+    ("number", [1.0, 2**53 + 1]),
+    ("integer", [1, 3.0, 2**53 + 1]),
+    ("integer", [0, 2**53]),
+    ("string", ["a", "1", "é", ""]),
+    ("string", ["e\u0301", "a\x00"]),
+    ("boolean", [True]),
+    ("boolean", [False, True]),
+    ("null", [None]),
+]
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+@pytest.mark.parametrize(("schema_type", "entries"), ENUM_SCHEMAS, ids=repr)
+def test_enum_membership_is_json_equality(schema_type: str, entries: list[Any], large: bool) -> None:
+    """1 equals 1.0, a bool only a bool, strings compare exactly (no normalisation), whatever the enum's size."""
+    from dsh_core._schema._subset import same_scalar
+
+    allowed = _padded(schema_type, entries, large)
+    validator = compile_validator({"type": schema_type, "enum": allowed})
+    of_type = compile_validator({"type": schema_type})
+    for value in ENUM_VALUES:
+        expected = of_type(value) == () and any(same_scalar(value, entry) for entry in allowed)
+        report = validator(value)
+        assert (report == ()) is expected, (value, report)
+        assert report_violations(validator.schema, value) == report
+        if validator.uses_fastjsonschema:
+            assert validator.fast_path_accepts(value) is expected, value
+        # Inside an array and beside a oneOf sibling, where the fast path and the checker recurse.
+        assert (compile_validator({"type": "array", "items": validator.schema})([value, value]) == ()) is expected
+
+
+def test_enum_equality_across_oneOf_branches() -> None:
+    schema = {
+        "type": "array",
+        "items": {
+            "oneOf": [
+                {"type": "boolean", "enum": _padded("boolean", [True], large=True)},
+                {"type": "integer", "enum": _padded("integer", [1], large=True)},
+                {"type": "null", "enum": [None]},
+            ]
+        },
+    }
+    validator = compile_validator(schema)
+    assert validator([True, 1, 1.0, None]) == ()
+    assert validator([False, 0, 2.0]) == tuple(
+        f'"value[{index}]" must match exactly one oneOf branch (matched 0)' for index in range(3)
+    )
+
+
+def test_large_enum_membership_is_one_set_lookup_per_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full checker tests a value against a set built once per enum node, never entry by entry."""
+    allowed = [f"Zone/{index}" for index in range(600)]
+    validator = compile_validator({"type": "array", "items": {"type": "string", "enum": allowed}})
+    ((node, check),) = validator._enums.values()
+    assert node is validator.schema["items"]
+    assert isinstance(check.keys, frozenset)
+    assert len(check.keys) == 600
+
+    keyed: list[object] = []
+    compared: list[object] = []
+
+    def counting_key(value: object) -> object:
+        keyed.append(value)
+        return real_key(value)
+
+    def counting_same(left: object, right: object) -> bool:
+        compared.append(left)
+        return real_same(left, right)
+
+    real_key, real_same = _validate.scalar_key, _validate.same_scalar
+    monkeypatch.setattr(_validate, "scalar_key", counting_key)
+    monkeypatch.setattr(_validate, "same_scalar", counting_same)
+    value = [allowed[-1]] * 999 + ["Zone/none"]
+    report = validator(value)
+    assert report == (f'"value[999]" must be one of {json.dumps(allowed, separators=(",", ":"))}',)
+    assert compared == []
+    assert len(keyed) == len(value)
+
+
+@pytest.mark.parametrize("schema_type", ["string", "number", "integer", "boolean", "null"])
+def test_large_enums_leave_the_fastjsonschema_comparison_chain(schema_type: str) -> None:
+    """fastjsonschema compares a value with each enum entry in turn: it only sees short enums."""
+    entries: list[Any] = {
+        "string": [f"Zone/{index}" for index in range(600)],
+        "number": list(range(600)),
+        "integer": list(range(600)),
+        "boolean": [False, True] * 300,
+        "null": [None] * 600,
+    }[schema_type]
+    schema = {"type": "object", "properties": {"v": {"type": "array", "items": {"type": schema_type, "enum": entries}}}}
+    validator = compile_validator(schema)
+    found = _validate._fastjsonschema_form(validator.schema)
+    if schema_type in ("number", "integer"):
+        assert found is None
+        assert not validator.uses_fastjsonschema
+    else:
+        assert found is not None
+        form, formats = found
+        items = form["properties"]["v"]["items"]
+        assert len(items.get("enum", ())) <= _validate._FAST_MAX_STRING_ENUM
+        assert validator.uses_fastjsonschema
+        assert validator.fast_path_accepts({"v": [entries[-1]] * 3})
+        if schema_type == "string":
+            assert set(formats) == {items["format"]}
+            assert not validator.fast_path_accepts({"v": [entries[-1], "Zone/x"]})
+    assert validator({"v": [entries[-1]] * 3}) == ()

@@ -29,6 +29,7 @@ __all__ = [
     "is_schema_array",
     "is_schema_record",
     "same_scalar",
+    "scalar_key",
     "scalar_matches",
 ]
 
@@ -272,6 +273,28 @@ def same_scalar(left: object, right: object) -> bool:
     if left_kind in (int, float) and right_kind in (int, float):
         return left == right
     return left_kind is right_kind and left == right
+
+
+def scalar_key(value: object) -> tuple[object, ...] | None:
+    """A hashable key that two JSON scalars share exactly when :func:`same_scalar` calls them equal.
+
+    ``1`` and ``1.0`` share one (they hash alike), a ``bool`` never shares one
+    with a number, a string only with the same string. ``None`` for anything
+    else (a subclass, a container, a non-finite float), which only
+    :func:`same_scalar` itself can compare.
+    """
+    kind = type(value)
+    if kind is str:
+        return ("s", value)
+    if kind is bool:
+        return ("b", value)
+    if kind is int:
+        return ("n", value)
+    if kind is float:
+        return ("n", value) if math.isfinite(value) else None  # type: ignore[arg-type]
+    if value is None:
+        return ("z",)
+    return None
 
 
 def assert_supported_json_schema(schema: object) -> None:
