@@ -1207,10 +1207,14 @@ class _Findings:
 def _check_tool(definition: ToolDefinition, owner: str, findings: _Findings) -> None:
     """Schemas against the enforced subset (problems), MCP's depth and a provider-safe name (warnings)."""
     from ._mcp_server import mcp_listing_problem
+    from ._schema._subset import TOOL_ARGUMENTS_ROOT
     from .schema import assert_object_json_schema, assert_supported_json_schema
 
+    def assert_parameters(schema: object) -> None:
+        assert_object_json_schema(schema, reason=TOOL_ARGUMENTS_ROOT)
+
     for what, schema, check in (
-        ("parameters", definition.parameters, assert_object_json_schema),
+        ("parameters", definition.parameters, assert_parameters),
         ("output", definition.output.schema, assert_supported_json_schema),
     ):
         try:

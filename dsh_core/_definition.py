@@ -17,7 +17,7 @@ from ._retry import RetryPolicy
 from ._schema._attrs_params import schema_from_attrs_class, structure_args
 from ._schema._dsl import parameter_schema_to_json_schema, value_schema_to_json_schema
 from ._schema._raw import RawSchema
-from ._schema._subset import assert_object_json_schema
+from ._schema._subset import TOOL_ARGUMENTS_ROOT, assert_object_json_schema
 from ._schema._validate import CompiledValidator, compile_validator
 from ._suspension import can_suspend
 
@@ -510,7 +510,7 @@ def define_tool(
         raw_parameters = schema_from_attrs_class(parameters)
     elif isinstance(parameters, RawSchema):
         try:
-            assert_object_json_schema(parameters.node)
+            assert_object_json_schema(parameters.node, reason=TOOL_ARGUMENTS_ROOT)
         except JsonSchemaError as exc:
             wrapped = Violations([f'define_tool("{name}") parameters: {v}' for v in exc.violations], exc.omitted)
             raise JsonSchemaError(wrapped) from None

@@ -20,7 +20,7 @@ from ._definition import ToolDefinition, ToolSchema
 from ._errors import JsonSchemaError, RegistrationError, Violations
 from ._execution import ScopeKey, ToolExecution, scope_chain
 from ._json import safe_repr
-from ._schema._subset import assert_object_json_schema, assert_supported_json_schema
+from ._schema._subset import TOOL_ARGUMENTS_ROOT, assert_object_json_schema, assert_supported_json_schema
 
 __all__ = ["RUN_CODE_NAME", "Disposer", "PresentationMode", "ToolGuard", "ToolRegistration", "ToolRestriction"]
 
@@ -158,7 +158,7 @@ def check_definition(definition: object) -> ToolDefinition:
     name = definition.name
     # The schemas first, as in the original: a broken definition is reported as broken whatever its name.
     try:
-        assert_object_json_schema(definition.parameters)
+        assert_object_json_schema(definition.parameters, reason=TOOL_ARGUMENTS_ROOT)
     except JsonSchemaError as exc:
         wrapped = Violations([f'tool "{name}" parameters: {v}' for v in exc.violations], exc.omitted)
         raise JsonSchemaError(wrapped) from None

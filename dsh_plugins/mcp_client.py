@@ -811,9 +811,11 @@ def downgrade_schema(schema: Mapping[str, Any], *, root: str = "schema", object_
         raise JsonSchemaError([f"{root}: nested too deeply to downgrade"]) from None
     if downgrader.refused:
         raise JsonSchemaError(downgrader.refused)
-    check = assert_object_json_schema if object_root else assert_supported_json_schema
     try:
-        check(result)
+        if object_root:
+            assert_object_json_schema(result, reason="tool arguments are a JSON object")
+        else:
+            assert_supported_json_schema(result)
     except JsonSchemaError as exc:
         # The subset check names its root "schema"; say ``root`` like the refusals above.
         raise JsonSchemaError([_relabel(violation, root) for violation in exc.violations]) from None

@@ -243,6 +243,12 @@ def test_narrowing_keywords_are_stripped_and_kept_as_text() -> None:
     assert result.stripped == ("parameters.properties.code.pattern", "parameters.properties.code.maxLength")
 
 
+def test_non_object_parameters_are_refused_as_tool_arguments() -> None:
+    with pytest.raises(JsonSchemaError) as caught:
+        downgrade_schema({"type": "array", "items": {"type": "string"}}, root="parameters", object_root=True)
+    assert caught.value.violations == ('parameters.type must be "object" (tool arguments are a JSON object)',)
+
+
 def test_disjoint_any_of_is_rewritten_exactly_to_one_of() -> None:
     schema = {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None, "title": "N"}
     result = downgrade_schema(schema)

@@ -178,7 +178,7 @@ def test_parameters_must_be_an_object_schema() -> None:
     with pytest.raises(JsonSchemaError) as raised:
         define_tool(name="t", description="d", parameters=RawSchema({"type": "string"}), output={}, execute=print)
     assert raised.value.violations == (
-        'define_tool("t") parameters: schema.type must be "object" (structured output is object-rooted)',
+        'define_tool("t") parameters: schema.type must be "object" (tool arguments are a JSON object)',
     )
 
 

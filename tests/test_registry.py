@@ -713,8 +713,12 @@ def test_register_validates_output_schema_with_every_violation() -> None:
 
 def test_register_validates_parameters_are_object_rooted() -> None:
     runtime = ToolRuntime()
-    with pytest.raises(JsonSchemaError, match='tool "t" parameters'):
+    with pytest.raises(JsonSchemaError) as caught:
         runtime.register(raw_tool("t", parameters={"type": "string"}))
+    # The reason is the tool's arguments, not structured output's.
+    assert caught.value.violations == (
+        'tool "t" parameters: schema.type must be "object" (tool arguments are a JSON object)',
+    )
 
 
 def test_present_as_requires_scope_and_one_declaration_per_scope() -> None:
@@ -895,7 +899,7 @@ def test_a_schema_errors_count_of_unlisted_violations_survives_naming_the_tool(
     import dsh_core._registry as registry
     from dsh_core._errors import Violations
 
-    def refusing(schema: object) -> None:
+    def refusing(schema: object, **reason: str) -> None:
         raise dsh_core.JsonSchemaError(Violations(["schema.x is bad"], 7))
 
     monkeypatch.setattr(registry, f"assert_{'object' if which == 'parameters' else 'supported'}_json_schema", refusing)

@@ -14,7 +14,7 @@ import pytest
 
 from dsh_core._errors import JsonSchemaError
 from dsh_core._json import snapshot_json
-from dsh_core._schema._subset import assert_object_json_schema, assert_supported_json_schema
+from dsh_core._schema._subset import TOOL_ARGUMENTS_ROOT, assert_object_json_schema, assert_supported_json_schema
 
 UNSUPPORTED = (
     "is not a supported keyword (subset: type/oneOf/properties/required/additionalProperties/items/enum/const"
@@ -489,6 +489,13 @@ def test_object_root_is_required(schema: object) -> None:
     with pytest.raises(JsonSchemaError) as caught:
         assert_object_json_schema(schema)
     assert caught.value.violations == (OBJECT_ROOT,)
+
+
+def test_object_root_reason_names_the_caller() -> None:
+    with pytest.raises(JsonSchemaError) as caught:
+        assert_object_json_schema({"type": "array"}, reason=TOOL_ARGUMENTS_ROOT)
+    assert caught.value.violations == ('schema.type must be "object" (tool arguments are a JSON object)',)
+    assert_object_json_schema({"type": "object"}, reason=TOOL_ARGUMENTS_ROOT)
 
 
 def test_object_root_accepts_object_schemas() -> None:

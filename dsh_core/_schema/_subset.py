@@ -23,6 +23,7 @@ __all__ = [
     "CONSTRAINT_KEYWORDS",
     "SCALAR_TYPES",
     "SCHEMA_TYPES",
+    "TOOL_ARGUMENTS_ROOT",
     "JsonSchemaNode",
     "assert_object_json_schema",
     "assert_supported_json_schema",
@@ -62,7 +63,9 @@ _UNSUPPORTED_KEYWORD: Final = (
     "is not a supported keyword (subset: type/oneOf/properties/required/additionalProperties/items/enum/const"
     " + annotations)"
 )
-_OBJECT_ROOT: Final = 'schema.type must be "object" (structured output is object-rooted)'
+STRUCTURED_OUTPUT_ROOT: Final = "structured output is object-rooted"
+TOOL_ARGUMENTS_ROOT: Final = "tool arguments are a JSON object"
+"""The reason :func:`assert_object_json_schema` gives when checking a tool's parameter schema."""
 
 _ARRAY_TYPES: Final = (list, tuple)
 
@@ -320,17 +323,21 @@ def assert_supported_json_schema(schema: object) -> None:
         raise JsonSchemaError(violations)
 
 
-def assert_object_json_schema(schema: object) -> None:
+def assert_object_json_schema(schema: object, *, reason: str = STRUCTURED_OUTPUT_ROOT) -> None:
     """Like :func:`assert_supported_json_schema`, and the root must also declare ``type: "object"``.
 
-    Structured outputs (subagents, workflows) use this; tool outputs accept any root.
+    Structured outputs (subagents, workflows) and tool parameters use this;
+    tool outputs accept any root. ``reason`` says why the root must be an
+    object, in parentheses after the rule: structured output's by default,
+    :data:`TOOL_ARGUMENTS_ROOT` (``tool arguments are a JSON object``) for a
+    parameter schema.
 
     Raises:
         JsonSchemaError: every subset violation, or, when there is none and the
-            root is not an object schema, ``schema.type must be "object" ...``.
+            root is not an object schema, ``schema.type must be "object" (<reason>)``.
     """
     violations = _collect_violations(schema, "schema")
     if not violations and not (is_schema_record(schema) and schema.get("type") == "object"):  # type: ignore[attr-defined]
-        violations.append(_OBJECT_ROOT)
+        violations.append(f'schema.type must be "object" ({reason})')
     if violations:
         raise JsonSchemaError(violations)
