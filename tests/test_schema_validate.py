@@ -239,6 +239,23 @@ def test_empty_root_array_items() -> None:
     assert validate_json_schema_value({"type": "array", "items": STRING}, [1], "") == ('"[0]" must be a string',)
 
 
+def test_the_empty_property_name_is_named_in_bracket_form() -> None:
+    """Never a blank child path: under the blank root that read as the whole "arguments"."""
+    schema = {
+        "type": "object",
+        "properties": {"": STRING, "a": {"type": "object", "properties": {"": INTEGER}, "additionalProperties": False}},
+        "required": [""],
+    }
+    assert validate_json_schema_value(schema, {"": 5}, "") == ('"[""]" must be a string',)
+    assert validate_json_schema_value(schema, {}, "") == ('missing required property "[""]"',)
+    assert validate_json_schema_value(schema, {"": "x", "a": {"": "x"}}, "") == ('"a[""]" must be an integer',)
+    assert validate_json_schema_value(schema, {"": 5, "a": {"": 1}}) == ('"value[""]" must be a string',)
+    closed = {"type": "object", "properties": {"a": STRING}, "additionalProperties": False}
+    assert validate_json_schema_value(closed, {"": 1}, "") == (
+        '"[""]" is not a declared property (additionalProperties: false)',
+    )
+
+
 def test_custom_root_label() -> None:
     assert validate_json_schema_value(SERVERS, {"config": {"host": 1}}, "args") == (
         '"args.config.host" must be a string',
@@ -516,8 +533,9 @@ def test_odd_property_names(name: str) -> None:
     validator = compile_validator(schema)
     assert validator([{name: "x"}]) == ()
     assert validator.fast_path_accepts([{name: "x"}]) is validator.uses_fastjsonschema
-    assert validator([{name: 1}]) == (f'"value[0].{name}" must be a string',)
-    assert validator([{}]) == (f'missing required property "value[0].{name}"',)
+    spelled = '[""]' if name == "" else f".{name}"
+    assert validator([{name: 1}]) == (f'"value[0]{spelled}" must be a string',)
+    assert validator([{}]) == (f'missing required property "value[0]{spelled}"',)
 
 
 # --- deep schemas and deep values -----------------------------------------------------------------

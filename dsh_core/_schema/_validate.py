@@ -122,6 +122,14 @@ def _is_json_float(number: float) -> bool:
 
 
 def _child_path(path: LinkedPath, key: object) -> LinkedPath:
+    """The path of property ``key`` under ``path``: ``.key`` (``key`` under a blank root), ``[""]`` for ``""``.
+
+    The empty name is spelled in bracket form, so a child path is never blank:
+    under the parameter validator's blank root, a blank path would read as the
+    whole ``arguments``, and elsewhere as a dangling ``value.``.
+    """
+    if key == "":
+        return path.child('[""]')
     return path.child(str(key) if path.blank else f".{key}")
 
 
@@ -641,7 +649,8 @@ def validate_json_schema_value(schema: object, value: object, path: str = "value
     Messages quote the JSON path of the offending value (``"value.a" must be a
     string``, ``missing required property "value.b"``). ``path`` is the root
     label; the empty string reads as ``arguments`` and makes child paths start
-    without a dot (``config.host``, ``servers[1].host``). Any Python value may
+    without a dot (``config.host``, ``servers[1].host``). The empty property
+    name is spelled ``[""]`` (``config[""]``). Any Python value may
     be given: one that is not lossless JSON is a violation, never an exception.
     ``integer`` accepts integral floats (``1.0``), ``bool`` never satisfies
     ``number`` or ``integer``, and ``enum``/``const`` compare type-strictly
