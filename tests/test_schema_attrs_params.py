@@ -253,6 +253,11 @@ class Cluster:
     ok: str
 
 
+class Unset(enum.Enum):
+    UNSET = None
+    SET = 1
+
+
 @pytest.mark.parametrize(
     ("annotation", "fragment"),
     [
@@ -267,6 +272,12 @@ class Cluster:
         pytest.param(int | str | None, "the union int | str | None is not supported", id="union-with-none"),
         pytest.param(Literal[b"x"], "the Literal value b'x' is not JSON", id="literal-bytes"),
         pytest.param(enum.IntFlag, "the flag enum IntFlag is not supported", id="flag-enum"),
+        pytest.param(
+            Optional[Unset],  # noqa: UP045 - the spelling an author writes
+            "is ambiguous: null could be None or <Unset.UNSET: None>",
+            id="optional-enum-with-none-member",
+        ),
+        pytest.param(dict[str, Unset | None], "Unset | None is ambiguous", id="nested-optional-enum-with-none-member"),
         pytest.param(list[bytes], "x[]: the annotation bytes is not supported", id="nested-in-list"),
     ],
 )

@@ -804,6 +804,38 @@ def test_enums_the_schema_cannot_say_are_refused() -> None:
     assert "f.corner: the value of Corner (0, 0) is not JSON (use str, int, bool or None values)" in message
 
 
+class Blank(enum.Enum):
+    NONE = None
+    SOME = "some"
+
+
+def test_an_optional_enum_with_a_none_member_is_refused_as_ambiguous() -> None:
+    """null reached cattrs' Optional hook first: the body got None, the member was unreachable."""
+
+    async def f(blank: Blank | None, blanks: list[Blank | None]) -> None:
+        """Doc."""
+
+    with pytest.raises(SchemaSpecError) as refused:
+        tool(f)
+    message = str(refused.value)
+    assert "f.blank: " in message and "f.blanks[]: " in message
+    assert "is ambiguous: null could be None or <Blank.NONE: None>, whose value is None; annotate Blank alone" in message
+
+
+@tool
+def blank(blank: Blank) -> str:
+    """The enum alone: null is its member."""
+    return repr(blank)
+
+
+async def test_an_enum_with_a_none_member_takes_null_as_that_member() -> None:
+    assert thaw(blank.parameters)["properties"]["blank"] == {
+        "oneOf": [{"type": "null", "enum": [None]}, {"type": "string", "enum": ["some"]}]
+    }
+    runtime = make_runtime(blank)
+    assert expect_success(await runtime.execute(make_input("blank", {"blank": None}))).value == "<Blank.NONE: None>"
+
+
 FIRST_ROOM = uuid.UUID(int=1)
 
 

@@ -558,6 +558,16 @@ class _Deriver:
         schema, resolved = derived
         if resolved is Any:
             return schema, Any
+        if isinstance(resolved, type) and issubclass(resolved, enum.Enum):
+            none_member = next((member for member in resolved if member.value is None), None)
+            if none_member is not None:
+                # JSON null would have to mean both None and the member: nothing in the
+                # schema tells them apart, and structuring would always pick None.
+                self.errors.append(
+                    f"{path}: {_spell(annotation)} is ambiguous: null could be None or {none_member!r}, "
+                    f"whose value is None; annotate {_spell(resolved)} alone (null gives that member)"
+                )
+                return None
         resolved_optional: Any = typing.Optional[resolved]  # noqa: UP045 - built at run time from a variable
         if _admits_null(schema):
             return schema, resolved_optional
