@@ -23,6 +23,8 @@ def validator_path(keys: Keys) -> str:
     for key in keys:
         if isinstance(key, int):
             path += f"[{key}]"
+        elif key == "":
+            path += '[""]'  # never blank, never a dangling dot
         else:
             path = f"{path}.{key}" if path else key
     return path
