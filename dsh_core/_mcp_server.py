@@ -90,6 +90,7 @@ from ._json import FrozenDict, json_text, nests_deeper_than, thaw
 from ._mcp_bearer import App as AsgiApp
 from ._mcp_bearer import BearerTokenGate, bearer_token_problem
 from ._mcp_list_changed import ListChangeNotifier
+from ._mcp_request_ids import AnsweringUnusableIds
 from ._mcp_unreadable import SDK_PARSER_MAX_DEPTH, answering_unreadable
 from ._mcp_well_formed import answering_well_formed, sending_well_formed
 from ._results import ToolExecutionResult
@@ -605,8 +606,10 @@ async def serve_http(
     app: AsgiApp = server.streamable_http_app(
         streamable_http_path=path, host=host, transport_security=_loopback_security(host)
     )
+    # The SDK reads a request whose id it cannot take as a notification (202, never run).
+    app = AnsweringUnusableIds(app)
     if bearer_token is not None:
-        app = BearerTokenGate(app, bearer_token)
+        app = BearerTokenGate(app, bearer_token)  # outermost: nothing is read before the token is checked
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None

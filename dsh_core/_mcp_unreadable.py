@@ -37,6 +37,7 @@ import attrs
 
 from ._json import nests_deeper_than
 from ._jsoncodec import IntegerTooLongError, decode_json
+from ._mcp_request_ids import unusable_id_message
 from ._mcp_stream_wrapper import StreamWrapper
 from ._well_formed import holds_lone_surrogate
 
@@ -211,12 +212,7 @@ def _unusable_id_error(method: str) -> mcp_types.JSONRPCError:
     import mcp_types
 
     logger.warning("MCP: answered a %r request whose id is not a string or an integer", method)
-    return _error(
-        None,
-        mcp_types.INVALID_REQUEST,
-        f"Invalid request: the {method!r} request has no id this server can answer under "
-        "(a request id must be a string or an integer)",
-    )
+    return _error(None, mcp_types.INVALID_REQUEST, unusable_id_message(method))
 
 
 # Stands in for an integer too long to convert: no id, so an answer carries null for it.

@@ -2618,3 +2618,91 @@ async def test_serve_registry_answers_in_process_clients_with_lone_surrogates_re
         result = await client.call_tool("lone", {})
     assert listed["odd"] == "reads \ufffd bytes"
     assert result.structured_content == {"result": {"k\ufffd": "a\ufffdb"}}
+
+
+# -- serve_http: a request whose id the SDK cannot take -------------------------------------------
+
+
+class _Inner:
+    """An ASGI app that records what it received."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        self.bodies.append(body)
+        await send({"type": "http.response.start", "status": 202, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def _post(app: Any, *chunks: bytes) -> tuple[int, bytes]:
+    messages = [{"type": "http.request", "body": chunk, "more_body": index < len(chunks) - 1} for index, chunk in enumerate(chunks)]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> Any:
+        return messages.pop(0)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await app({"type": "http", "method": "POST", "path": "/mcp", "headers": []}, receive, send)
+    return sent[0]["status"], b"".join(message.get("body", b"") for message in sent[1:])
+
+
+@pytest.mark.parametrize("request_id", ["1.0", "1e3", "true", "null", '{"a":1}', "[1]", None])
+async def test_over_http_a_request_with_an_unusable_id_is_answered_400_not_taken_for_a_notification(
+    request_id: str | None,
+) -> None:
+    from dsh_core._mcp_request_ids import AnsweringUnusableIds
+
+    inner = _Inner()
+    app = AnsweringUnusableIds(inner)
+    id_part = "" if request_id is None else f'"id":{request_id},'
+    status, body = await _post(app, ('{"jsonrpc":"2.0",' + id_part + '"method":"tools/call","params":{}}').encode())
+    assert status == 400 and inner.bodies == []
+    assert json.loads(body) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": UNUSABLE_ID % "tools/call"},
+    }
+
+
+async def test_over_http_every_other_body_reaches_the_sdk_whole() -> None:
+    from dsh_core._mcp_request_ids import CHECKED_BODY_BYTES, AnsweringUnusableIds
+
+    inner = _Inner()
+    app = AnsweringUnusableIds(inner)
+    request = b'{"jsonrpc":"2.0","id":7,"method":"ping"}'
+    notification = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+    big = b'{"jsonrpc":"2.0","id":1.0,"method":"ping","params":{"pad":"' + b"x" * CHECKED_BODY_BYTES + b'"}}'
+    for chunks in ((request,), (request[:10], request[10:]), (notification,), (b"not json",), (big[:100], big[100:])):
+        status, _ = await _post(app, *chunks)
+        assert status == 202 and inner.bodies[-1] == b"".join(chunks)
+
+
+async def test_serve_http_answers_a_request_with_an_unusable_id_instead_of_dropping_it() -> None:
+    runtime, _ = serving_runtime()
+    body = b'{"jsonrpc":"2.0","id":1.0,"method":"tools/call","params":{"name":"echo","arguments":{}}}'
+    async with trio.open_nursery() as nursery:
+        (base,) = await nursery.start(serve_http, runtime, "127.0.0.1", 0)
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(
+                b"POST /mcp HTTP/1.1\r\nHost: " + f"{host}:{port}".encode() + b"\r\n"
+                b"Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+            )
+            response = b""
+            while chunk := await stream.receive_some():
+                response += chunk
+        nursery.cancel_scope.cancel()
+    head, _, payload = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    assert json.loads(payload)["error"] == {"code": -32600, "message": UNUSABLE_ID % "tools/call"}
