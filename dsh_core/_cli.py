@@ -42,7 +42,6 @@ import gc
 import getpass
 import importlib.metadata
 import importlib.util
-import re
 import shlex
 import sys
 import time
@@ -84,7 +83,7 @@ from ._plugins import (
 from ._registry import RUN_CODE_NAME
 from ._replay import SessionRecorder, replay
 from ._results import ToolExecutionFailure, ToolExecutionResult
-from ._runtime import ApprovalService, ToolRuntime, agent_scope
+from ._runtime import PROVIDER_TOOL_NAME, ApprovalService, ToolRuntime, agent_scope
 from ._scheduling import run_tool_calls
 from ._session_log import SessionLog, SessionLogError, SessionLogRead, read_session_log, refuse_non_regular_target
 from ._signal import CancelSignal
@@ -95,7 +94,6 @@ from .hookspecs import hookimpl
 
 __all__ = ["main"]
 
-TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """Tool names every major model provider accepts; others are a ``check`` warning."""
 
 
@@ -1228,9 +1226,9 @@ def _check_tool(definition: ToolDefinition, owner: str, findings: _Findings) -> 
             f'{owner}: tool "{definition.name}" cannot be served over MCP: {listing_problem} '
             "(serve-mcp leaves it out of its tool list)"
         )
-    if not TOOL_NAME_PATTERN.match(definition.name):
+    if not PROVIDER_TOOL_NAME.fullmatch(definition.name):
         findings.warnings.append(
-            f'{owner}: tool name "{definition.name}" does not match {TOOL_NAME_PATTERN.pattern} '
+            f'{owner}: tool name "{definition.name}" does not match ^{PROVIDER_TOOL_NAME.pattern}$ '
             "(some model providers will refuse it)"
         )
     effects = definition.effects

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 import pluggy
@@ -40,6 +41,9 @@ from ._registry import (
 from ._waterfall import is_fatal
 
 _events_logger = logging.getLogger("dsh_core")
+
+PROVIDER_TOOL_NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+"""The tool names model providers accept (OpenAI's and Anthropic's rule)."""
 
 __all__ = ["ApprovalService", "ModelTools", "ScopedToolRuntime", "ToolRuntime"]
 
@@ -267,18 +271,28 @@ class ToolRuntime:
         """
         recorders = self._recorders
         if not recorders:
-            return self._registry.register(definition, scope)
-        admitted: object = definition
-        try:
-            for recorder in reversed(recorders):
-                admitted = recorder.admit(admitted, scope)
-            disposer = self._registry.register(admitted, scope)
-        except Exception as exc:
+            disposer = self._registry.register(definition, scope)
+        else:
+            admitted: object = definition
+            try:
+                for recorder in reversed(recorders):
+                    admitted = recorder.admit(admitted, scope)
+                disposer = self._registry.register(admitted, scope)
+            except Exception as exc:
+                for recorder in recorders:
+                    recorder.refused(admitted, scope, exc)
+                raise
             for recorder in recorders:
-                recorder.refused(admitted, scope, exc)
-            raise
-        for recorder in recorders:
-            recorder.registered(admitted, scope, disposer)
+                recorder.registered(admitted, scope, disposer)
+        if PROVIDER_TOOL_NAME.fullmatch(disposer.name) is None:
+            # A host without the CLI's `check` hears of it only here; the model provider refuses the
+            # whole request that lists it, not just this tool.
+            _events_logger.warning(
+                'tool "%s" is registered, but its name does not match ^%s$, which model providers '
+                "(OpenAI, Anthropic) require: a request listing it will be refused",
+                disposer.name,
+                PROVIDER_TOOL_NAME.pattern,
+            )
         return disposer
 
     def restrict(self, restriction: ToolRestriction, scope: ScopeKey) -> Disposer:

@@ -922,3 +922,19 @@ async def test_an_unknown_tool_name_of_any_length_is_quoted_by_its_ends() -> Non
     assert result.is_error and result.error.info is not None and result.error.info.code == "UNKNOWN_TOOL"
     assert result.error.message.startswith('unknown tool "aaaa') and result.error.message.endswith('bbbb"')
     assert len(result.error.message) < 250
+
+
+@pytest.mark.parametrize("name", ["my tool", "weird/name", "x" * 65, "поиск", "a.b"])
+def test_a_name_model_providers_refuse_is_registered_with_a_warning(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Only the CLI's check said so: a library host heard of it when the provider refused the request."""
+    runtime = ToolRuntime()
+    runtime.register(json_tool(name))
+    (record,) = [r for r in caplog.records if r.name == "dsh_core"]
+    assert record.levelname == "WARNING"
+    assert record.getMessage().startswith(f'tool "{name}" is registered, but its name does not match ^[a-zA-Z0-9_-]{{1,64}}$')
+    assert runtime.get(name) is not None
+
+
+def test_a_name_providers_take_registers_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    ToolRuntime().register(json_tool("gh__create-issue_2"))
+    assert [r for r in caplog.records if r.name == "dsh_core"] == []
