@@ -185,7 +185,11 @@ class CancelSignal:
         if self._sources:  # a fused signal never fires itself: it asks its sources
             return any(source.cancelled for source in self._sources)
         if self._deadline != _INF:
-            clock = _current_clock()
+            # Outside a run (a worker thread polling): on the clock of the run that listened last
+            # (an explicit cancel from such a thread is timed on it too), else on its own, never on
+            # perf_counter while the signals it is compared with fired on a run's clock: any() must
+            # still tell which came first.
+            clock = _current_clock() or self._clock or self._deadline_on[1]
             deadline = self._deadline_in(clock)
             if _clock_now(clock) >= deadline:
                 self._fire(self._deadline_reason, when=deadline)

@@ -660,6 +660,25 @@ async def _after_60() -> CancelSignal:
     return CancelSignal.after(60)
 
 
+def test_a_deadline_first_noticed_in_a_worker_thread_still_reads_as_after_an_earlier_cancel() -> None:
+    """Noticed outside the run, the deadline was timed on perf_counter and read as first."""
+
+    async def main() -> tuple[object, object]:
+        caller = CancelSignal()
+        unsubscribe = caller.subscribe(lambda: None)  # a run listens, as the pipeline does
+        deadline = CancelSignal.after(0.2, reason="TIMEOUT")
+        fused = CancelSignal.any(caller, deadline)
+        caller.cancel("user pressed stop")
+        await trio.sleep(1)  # the deadline passes, unnoticed
+        in_thread = await trio.to_thread.run_sync(lambda: fused.reason)
+        unsubscribe()
+        return in_thread, fused.reason
+
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    clock.jump(1_000_000)  # a run's clock is far from perf_counter, as a SystemClock's offset makes it
+    assert trio.run(main, clock=clock) == ("user pressed stop", "user pressed stop")
+
+
 def test_at_outside_a_run_takes_only_never_or_already() -> None:
     with pytest.raises(RuntimeError, match=r"CancelSignal.at\(\) outside a trio run: .* use CancelSignal.after"):
         CancelSignal.at(100.0)
