@@ -156,6 +156,21 @@ async def test_the_programs_stdout_has_what_programs_expect_of_a_text_stream() -
     )
 
 
+async def test_a_stream_the_program_wraps_around_stdout_is_flushed_when_it_ends() -> None:
+    """What went through io.TextIOWrapper(sys.stdout.buffer) was lost: os._exit flushes nothing (s20 review)."""
+    program = (
+        "import io, sys\n"
+        "sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding='utf-8')\n"
+        "sys.stderr = io.TextIOWrapper(sys.stderr.buffer, encoding='utf-8')\n"
+        "print('h\u00e9llo')\n"
+        "print('to stderr', file=sys.stderr)\n"
+        "return 1"
+    )
+    result = await SubprocessPythonRuntime(wall_budget_s=5.0).run(program, {})
+    assert result.error is None and result.value == 1, result.error
+    assert sorted(result.logs) == sorted(["h\u00e9llo", "to stderr"])
+
+
 async def test_top_level_await_works_and_line_numbers_are_the_programs() -> None:
     result = await RUNTIME.run("import asyncio\nawait asyncio.sleep(0)\n\n1 / 0", {})
     assert_error(result, "exception", "ZeroDivisionError: division by zero", "line 4")
@@ -1649,6 +1664,14 @@ async def test_a_cpu_limit_kills_a_spinning_program_and_says_why() -> None:
     runtime = SubprocessPythonRuntime(wall_budget_s=20.0, max_cpu_s=1)
     result = await runtime.run("while True:\n    pass", {})
     assert_error(result, "worker-exit", "used up its CPU budget, max_cpu_s=1")
+
+
+@pytest.mark.slow
+async def test_a_cpu_limit_reached_inside_one_long_c_call_still_names_the_budget() -> None:
+    """The budget's warning reaches Python code only between bytecodes: SIGKILL came, unexplained (s20 review)."""
+    runtime = SubprocessPythonRuntime(wall_budget_s=20.0, max_cpu_s=1)
+    result = await runtime.run("return sum(range(10**13))", {})
+    assert_error(result, "worker-exit", "killed by signal 9", "most likely its CPU budget, max_cpu_s=1")
 
 
 @pytest.mark.parametrize("field", ["max_memory_bytes", "max_cpu_s", "max_file_bytes"])

@@ -983,6 +983,15 @@ class _Run:
     def finish(self, done: dict[str, Any] | bytes) -> NoReturn:
         if self.forked:
             _end_fork(done)
+        for stream in (sys.stdout, sys.stderr):
+            # A stream the program put in their place (io.TextIOWrapper(sys.stdout.buffer, ...), a
+            # common "make it UTF-8" line) holds what it printed; an interpreter flushes it at exit,
+            # os._exit does not.
+            if stream is not None and not any(stream is writer for writer in self.writers):
+                try:  # noqa: SIM105 - contextlib is not loaded in the child
+                    stream.flush()
+                except BaseException:
+                    pass
         for writer in self.writers:
             writer.flush_tail()
         for stream in (sys.__stdout__, sys.__stderr__):

@@ -1157,6 +1157,13 @@ class _Session:
         message = f"the Python process {status} before the program finished"
         if code == -getattr(signal, "SIGXCPU", -1) and self._max_cpu_s is not None:
             message += f" (it used up its CPU budget, max_cpu_s={self._max_cpu_s})"
+        elif code == -signal.SIGKILL and self._max_cpu_s is not None:
+            # The child ends its processes on the budget's warning (SIGXCPU), which reaches Python
+            # code only between two bytecodes: inside one long C call the hard limit kills it.
+            message += (
+                f" (most likely its CPU budget, max_cpu_s={self._max_cpu_s}, ran out inside one long call, "
+                "and the hard limit a second later killed it; the system's out-of-memory killer sends SIGKILL too)"
+            )
         tail = self._stderr.decode("utf-8", "replace").strip()
         if tail:
             message += f"; its stderr ends with:\n{tail[-2000:]}"
