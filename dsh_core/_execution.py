@@ -158,9 +158,11 @@ class ToolExecutionInput:
             )
         if self.agent is not None and not isinstance(self.agent, Hashable):
             raise TypeError(f"ToolExecutionInput.agent must be None or a hashable scope key, got {type(self.agent).__name__}")
-        if type(self.__dict__.get("arguments")) is str:  # not through a subclass's getter: read once, later
-            # The model may send a JSON string, which fails the call (INVALID_ARGS, told to the model);
-            # far more often the host passed the provider's JSON text as it came, and every call fails.
+        arguments = self.__dict__.get("arguments")  # not through a subclass's getter: read once, later
+        if type(arguments) is str and arguments[:64].lstrip()[:1] == "{":
+            # The model may send a JSON string (a Code Mode program's tools.x("hello")), which fails the
+            # call, told to the model; but text that opens an object is the provider's JSON text, passed
+            # as it came by the host: every call fails.
             warnings.warn(
                 "ToolExecutionInput.arguments is a str, which the call takes as a JSON string (no arguments "
                 "object); if it is the provider's JSON text, pass ArgumentsText(text)",

@@ -260,4 +260,9 @@ async def test_a_repeated_key_fails_the_call_invalid_args() -> None:
 def test_a_str_as_arguments_warns_the_host_to_wrap_provider_text() -> None:
     """Passed as it came, the provider's text failed every call with a message that blamed the model."""
     with pytest.warns(UserWarning, match=r"arguments is a str.*pass ArgumentsText\(text\)"):
-        ToolExecutionInput(call_id="c", name="t", arguments='{"a": 1}', signal=CancelSignal())
+        ToolExecutionInput(call_id="c", name="t", arguments=' {"a": 1}', signal=CancelSignal())
+
+
+def test_a_str_that_is_no_object_text_is_the_models_and_does_not_warn() -> None:
+    # A Code Mode program's tools.x("hello") reaches the runtime so: nothing for the host to fix.
+    ToolExecutionInput(call_id="c", name="t", arguments="hello", signal=CancelSignal())
