@@ -259,19 +259,24 @@ def unmarked_hooks(pm: pluggy.PluginManager, plugin: object) -> list[tuple[objec
     """
     found: list[tuple[object, str]] = []
     for hook_name in SPEC_NAMES:
+        # Only what the object defines: a Mock or a proxy whose __getattr__ answers any name
+        # defines no hook (and pluggy registers only what it finds on the object itself).
+        if inspect.getattr_static(plugin, hook_name, None) is None:
+            continue
         try:
             value = getattr(plugin, hook_name, None)
             marked = pm.parse_hookimpl_opts(plugin, hook_name) is not None
         except Exception:  # an attribute that raises when read is no hook
             continue
-        if callable(value) and not marked:
-            found.append(
-                (
-                    plugin,
-                    f'{hook_name} of plugin "{pm.get_name(plugin)}" is not marked @hookimpl, so it would never be '
-                    "called: decorate it with @hookimpl (from dsh_core import hookimpl)",
-                )
-            )
+        if not callable(value) or marked:
+            continue
+        name = pm.get_name(plugin)
+        if hasattr(value, f"{pm.project_name}_impl"):
+            # Marked, but no function: pluggy takes routines only (a functools.partial, a callable object).
+            problem = "is marked @hookimpl but is not a function, so pluggy never registers it: make it a def"
+        else:
+            problem = "is not marked @hookimpl, so it would never be called: decorate it with @hookimpl (from dsh_core import hookimpl)"
+        found.append((plugin, f'{hook_name} of plugin "{name}" {problem}'))
     return found
 
 

@@ -152,6 +152,35 @@ async def test_a_forgotten_hookimpl_marker_is_refused_by_make_runtime_too_and_no
     assert not (await runtime.execute(make_input("read"))).is_error
 
 
+def test_objects_that_answer_any_attribute_are_not_taken_for_unmarked_hooks() -> None:
+    """A Mock or a delegating proxy defines no hook of its own; the review found them refused."""
+    from unittest import mock
+
+    class Proxy:
+        def __getattr__(self, name: str) -> Any:
+            return lambda *args, **kwargs: None
+
+    runtime = make_runtime()
+    for index, plugin in enumerate((mock.Mock(), mock.MagicMock(), Proxy())):
+        assert runtime.plugins.register(plugin, name=f"p{index}") == f"p{index}"
+
+
+def test_a_marked_hook_that_is_no_function_is_refused_for_what_it_is() -> None:
+    import functools
+    import types
+
+    def changed(extra: int) -> None:
+        pass
+
+    plugin = types.SimpleNamespace(dsh_tools_change=hookimpl(functools.partial(changed, 1)))
+    with pytest.raises(pluggy.PluginValidationError) as raised:
+        make_runtime().plugins.register(plugin, name="partial")
+    assert str(raised.value) == (
+        'dsh_tools_change of plugin "partial" is marked @hookimpl but is not a function, so pluggy never '
+        "registers it: make it a def"
+    )
+
+
 def test_an_attribute_that_raises_or_is_no_callable_is_not_taken_for_an_unmarked_hook() -> None:
     class Odd:
         dsh_result = "not a function"
