@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import unicodedata
+from typing import Final
 
 __all__ = ["folded", "folds_case"]
 
@@ -23,15 +25,57 @@ def folded(text: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def folds_case(directory: str) -> bool:
-    """Whether the file system holding ``directory`` ignores case. Blocks on the file system.
+    """Whether names inside ``directory`` are compared ignoring case. Blocks on the file system.
 
-    Found by looking the nearest existing component with letters up under its
-    other case (``lstat``, so a symlink of that name is no false positive). A
-    directory that does not exist yet (a file about to be written two levels
-    down) is decided by the nearest one that does: it would be created there.
+    Found by looking an entry of the directory up under its other case
+    (``lstat``, so a symlink of that name is no false positive): the
+    directory's contents are what a value inside it names, and a case-folding
+    mount or an ext4 ``casefold`` directory folds its entries, not its own name
+    (which its parent holds). A directory not made yet is decided by the
+    nearest one that is (it would be created there); one with no entry that
+    has letters, by its own name looked up in its parent (the nearest such
+    component up the path).
     """
     if os.name == "nt":
         return True
+    path = directory
+    while True:
+        try:
+            is_dir = stat.S_ISDIR(os.lstat(path).st_mode)
+        except (OSError, ValueError):
+            is_dir = False
+        if is_dir or os.path.dirname(path) == path:
+            break
+        path = os.path.dirname(path)
+    answer = _entries_fold(path) if is_dir else None
+    return answer if answer is not None else _own_name_folds(path)
+
+
+def _entries_fold(directory: str) -> bool | None:
+    """Whether an entry of ``directory`` is found under its other case; ``None`` when none has letters."""
+    try:
+        with os.scandir(directory) as entries:
+            for count, entry in enumerate(entries):
+                if count >= _PROBED_ENTRIES:
+                    break
+                if entry.name.swapcase() == entry.name:
+                    continue
+                try:
+                    this = os.lstat(os.path.join(directory, entry.name))
+                    other = os.lstat(os.path.join(directory, entry.name.swapcase()))
+                except (OSError, ValueError):
+                    return False
+                return (this.st_dev, this.st_ino) == (other.st_dev, other.st_ino)
+    except OSError:
+        return None
+    return None
+
+
+# How many entries are looked at for one with letters: a directory of numbered files has none.
+_PROBED_ENTRIES: Final = 64
+
+
+def _own_name_folds(directory: str) -> bool:
     path = directory
     while True:
         name = os.path.basename(path)

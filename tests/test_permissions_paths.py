@@ -292,6 +292,37 @@ def test_a_directory_not_made_yet_is_decided_by_the_nearest_one_that_exists(
         folds_case.cache_clear()
 
 
+async def test_a_file_directly_inside_a_case_folding_directory_is_matched_folded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """folds_case(dir) looked dir's own name up in its parent: it answered for the parent (s20 review)."""
+    _workspace(tmp_path)
+    mount = tmp_path / "mnt"
+    (mount / "sub").mkdir(parents=True)
+    (mount / "key.txt").write_text("secret")
+    inside = str(mount) + "/"
+    real_lstat = os.lstat
+
+    def folding_lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        # A casefold directory (or a vfat mount) inside a case-sensitive root: its entries fold.
+        text = os.fspath(path)
+        if isinstance(text, str) and text.startswith(inside):
+            text = inside + text[len(inside) :].lower()
+        return real_lstat(text, *args, **kwargs)
+
+    monkeypatch.setattr(_case_folding.os, "lstat", folding_lstat)
+    folds_case.cache_clear()
+    try:
+        assert folds_case(str(mount)) is True and folds_case(str(tmp_path)) is False
+        rule = {"tool": "read_file", "paths": {"path": "mnt/key.txt"}, "action": "deny", "reason": "secret"}
+        runtime = _runtime(tmp_path, {"rules": [rule]})
+        for spelling in ("mnt/key.txt", "mnt/KEY.txt", "mnt/Key.TXT"):
+            result = await runtime.execute(make_input("read_file", {"path": spelling}, agent=Agent("a")))
+            assert isinstance(result, ToolExecutionFailure) and result.code == "DENIED", (spelling, result)
+    finally:
+        folds_case.cache_clear()
+
+
 def test_a_case_sensitive_file_system_is_told_apart_even_with_a_symlink_of_the_other_case(tmp_path: Path) -> None:
     folds_case.cache_clear()
     project = tmp_path / "Project"
