@@ -30,25 +30,35 @@ class KeptFiles:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the writing tools ask from worker threads
-        self._files: dict[str, str] = {}
+        # Each path's holds, oldest first: two keepers of one file (a plugin and the host) each
+        # let go of their own, and the file stays kept while one holds it.
+        self._files: dict[str, list[tuple[object, str]]] = {}
 
     def add(self, path: str | os.PathLike[str], what: str) -> Disposer:
-        """Keep ``path`` (made absolute now) from the file tools; the returned callable forgets it again."""
+        """Keep ``path`` (made absolute now) from the file tools; the returned callable lets go of this hold.
+
+        The file stays kept while any hold on it remains; a refusal names it
+        with the words of the latest.
+        """
         name = os.path.abspath(os.fspath(path))
+        hold = (object(), what)
         with self._lock:
-            self._files[name] = what
+            self._files.setdefault(name, []).append(hold)
 
         def forget() -> None:
             with self._lock:
-                if self._files.get(name) == what:
-                    del self._files[name]
+                holds = self._files.get(name)
+                if holds is not None and hold in holds:
+                    holds.remove(hold)
+                    if not holds:
+                        del self._files[name]
 
         return Disposer(forget)
 
     def items(self) -> list[tuple[str, str]]:
         """Every kept file (absolute, as named) and what it is."""
         with self._lock:
-            return list(self._files.items())
+            return [(name, holds[-1][1]) for name, holds in self._files.items()]
 
 
 def kept_by(path: str, files: Iterable[tuple[str, str]] | Mapping[str, str]) -> str | None:

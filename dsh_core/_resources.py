@@ -45,6 +45,11 @@ class ResourceClaim:
         )
 
 
+# Past this many readers of one key, those that have settled are dropped (at each power of two:
+# amortised constant work per claim).
+_READERS_BEFORE_PRUNING = 64
+
+
 class KeyIndex:
     """Per key, the settle events of the last writer and of the readers since (claims made in order)."""
 
@@ -71,7 +76,12 @@ class KeyIndex:
             writer = self._writer.get(key)
             if writer is not None:
                 after[writer] = None
-            self._readers.setdefault(key, []).append(settled)
+            readers = self._readers.setdefault(key, [])
+            if len(readers) >= _READERS_BEFORE_PRUNING and len(readers).bit_count() == 1:
+                # A program reading one key over and over (never writing it) grew the list
+                # without bound: readers that have settled no later writer needs to wait for.
+                readers[:] = [reader for reader in readers if not reader.is_set()]
+            readers.append(settled)
         return [event for event in after if not event.is_set()]
 
 

@@ -220,3 +220,27 @@ async def test_undo_does_not_write_a_file_kept_since_the_call(tmp_path: Path) ->
     assert not outcome.reverted
     assert outcome.error is not None and "'notes.txt' is the host's notes" in outcome.error
     assert (tmp_path / "notes.txt").read_text() == "model text"
+
+
+def test_a_file_two_keepers_hold_stays_kept_until_both_let_go(tmp_path: Path) -> None:
+    """The first disposer deleted the path's entry, whoever's it was (s20 capabilities audit)."""
+    from dsh_core import ToolRuntime
+
+    runtime = ToolRuntime()
+    path = tmp_path / "audit.jsonl"
+    path.write_text("")
+    plugins_hold = runtime.kept_files.add(path, "the audit log")
+    hosts_hold = runtime.kept_files.add(path, "the audit log")
+    hosts_hold()
+    assert runtime.kept_file(str(path)) == "the audit log"
+    hosts_hold()  # twice: still only its own
+    assert runtime.kept_file(str(path)) == "the audit log"
+    plugins_hold()
+    assert runtime.kept_file(str(path)) is None
+    first = runtime.kept_files.add(path, "the audit log")
+    second = runtime.kept_files.add(path, "the session log")
+    assert runtime.kept_file(str(path)) == "the session log"  # the latest words
+    second()
+    assert runtime.kept_file(str(path)) == "the audit log"
+    first()
+    assert runtime.kept_files.items() == []

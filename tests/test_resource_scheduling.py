@@ -424,3 +424,20 @@ def test_what_a_schedule_admits() -> None:
     assert not admits(claim, ResourceClaim(read=frozenset({"elsewhere"})))
     assert admits(PARALLEL, ResourceClaim())  # keys that conflict with nothing
     assert not admits(PARALLEL, ResourceClaim(read=frozenset({"r"})))
+
+
+def test_the_key_index_drops_readers_that_have_settled() -> None:
+    """A Code Mode program reading one key over and over grew one list without bound (s20 capabilities audit)."""
+    from dsh_core._resources import KeyIndex, ResourceClaim
+
+    index = KeyIndex()
+    read = ResourceClaim(read=frozenset({"config.json"}))
+    pending = trio.Event()
+    assert index.claim(read, pending) == []
+    for _ in range(10_000):
+        settled = trio.Event()
+        index.claim(read, settled)
+        settled.set()
+    assert len(index._readers["config.json"]) <= 128
+    # A writer still waits for the reader that has not settled, and only for it.
+    assert index.claim(ResourceClaim(write=frozenset({"config.json"})), trio.Event()) == [pending]
