@@ -1667,6 +1667,37 @@ async def test_a_cpu_limit_kills_a_spinning_program_and_says_why() -> None:
 
 
 @pytest.mark.slow
+async def test_a_thread_printing_into_a_full_pipe_does_not_stop_the_program_reading_its_replies() -> None:
+    """The loop thread waited on stdout's lock without reading replies; the host held the pipe: a hang (s20 audit)."""
+
+    async def big(args: Any) -> str:
+        return "z" * (2 * 1024 * 1024)
+
+    async def small(args: Any) -> int:
+        return 1
+
+    program = (
+        "import asyncio, threading, time\n"
+        "futures = [asyncio.ensure_future(tools.big({})) for _ in range(40)]\n"
+        "await asyncio.sleep(0)\n"
+        "time.sleep(2)  # ~80 MB of replies wait on the host, which then holds further calls back\n"
+        "last = asyncio.ensure_future(tools.small({}))\n"
+        "await asyncio.sleep(0)\n"
+        "def spam():\n"
+        "    for _ in range(100000):\n"
+        "        print('t' * 1000)\n"
+        "threading.Thread(target=spam, daemon=True).start()\n"
+        "time.sleep(0.5)  # the thread holds stdout's lock, its frame waiting for the pipe\n"
+        "print('from the loop thread')\n"
+        "await last\n"
+        "return [len(await f) for f in futures][:3]"
+    )
+    result = await SubprocessPythonRuntime(wall_budget_s=20.0).run(program, {"big": big, "small": small})
+    assert result.error is None, result.error
+    assert result.value == (2 * 1024 * 1024,) * 3
+
+
+@pytest.mark.slow
 async def test_a_cpu_limit_reached_inside_one_long_c_call_still_names_the_budget() -> None:
     """The budget's warning reaches Python code only between bytecodes: SIGKILL came, unexplained (s20 review)."""
     runtime = SubprocessPythonRuntime(wall_budget_s=20.0, max_cpu_s=1)

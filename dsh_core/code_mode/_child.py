@@ -337,6 +337,35 @@ def _hold_signals() -> Any:
     return _signal.pthread_sigmask(_signal.SIG_BLOCK, _HELD_SIGNALS)
 
 
+class _ReadingLock:
+    """A writer's re-entrant lock that its channel's reader thread waits for while reading replies.
+
+    A thread printing holds it while its frame waits for the pipe, and the
+    host reads the pipe again only once the child has read replies it holds
+    back: the reader thread, blocked here, would never read them (the run
+    hung to its budget). It reads meanwhile, as it does waiting for the
+    channel's own lock.
+    """
+
+    __slots__ = ("_channel", "_lock")
+
+    def __init__(self, channel: _Channel) -> None:
+        self._channel = channel
+        self._lock = _thread.RLock()
+
+    def __enter__(self) -> None:
+        if self._lock.acquire(blocking=False):
+            return
+        if self._channel._reader_here() is None:
+            self._lock.acquire()
+            return
+        while not self._lock.acquire(timeout=0.001):
+            self._channel._wait(writable=False)
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 class _LogWriter(io.TextIOBase):
     """``sys.stdout``/``sys.stderr`` for the program: each complete line becomes one ``log`` frame.
 
@@ -365,7 +394,7 @@ class _LogWriter(io.TextIOBase):
         self._parts: list[str] = []
         self._size = 0
         # Threads of the program print too: each write's text goes out once, as a real stream's does.
-        self._lock = _thread.RLock()
+        self._lock = _ReadingLock(self._channel)
         self._buffer: _LogBuffer | None = None
         self._forked_to: io.TextIOBase | None = None  # in a forked process: where its text goes instead
 
@@ -375,7 +404,7 @@ class _LogWriter(io.TextIOBase):
         What the program's process had buffered is its own to send; the lock,
         which another thread may have held when the process forked, is made anew.
         """
-        self._lock = _thread.RLock()
+        self._lock = _ReadingLock(self._channel)
         self._parts.clear()
         self._size = 0
         self._buffer = None
