@@ -279,13 +279,10 @@ class CancelSignal:
         """Block until the signal fires (returns at once if it already has)."""
         if self.cancelled:
             return
-        if self._sources:
-            async with trio.open_nursery() as nursery:
-                for source in self._sources:
-                    nursery.start_soon(_wait_then_cancel, source, nursery.cancel_scope)
-            return
+        # No nursery, for a fused signal either: a cancellation of the waiter came out of one
+        # wrapped in an exception group, which an ``except trio.Cancelled`` around the wait missed.
         fired = trio.Event()  # this wait's own, in this run
-        remove = self._add_listener(fired.set)
+        remove = self.subscribe(fired.set)
         try:
             with trio.move_on_at(self._local_deadline()):
                 await fired.wait()
@@ -419,6 +416,3 @@ class _Remover:
             pass
 
 
-async def _wait_then_cancel(source: CancelSignal, scope: trio.CancelScope) -> None:
-    await source.wait()
-    scope.cancel()

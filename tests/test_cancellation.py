@@ -679,6 +679,21 @@ def test_a_deadline_first_noticed_in_a_worker_thread_still_reads_as_after_an_ear
     assert trio.run(main, clock=clock) == ("user pressed stop", "user pressed stop")
 
 
+async def test_a_fused_signals_wait_is_cancelled_with_a_bare_cancelled(autojump_clock: trio.testing.MockClock) -> None:
+    """It waited in a nursery: a cancellation came out wrapped in an exception group."""
+    fused = CancelSignal.any(CancelSignal(), CancelSignal.after(100))
+    caught: list[str] = []
+    with trio.move_on_after(1):
+        try:
+            await fused.wait()
+        except trio.Cancelled:
+            caught.append("bare")
+            raise
+    assert caught == ["bare"] and trio.current_time() == pytest.approx(1)
+    await fused.wait()  # and the earliest deadline among its sources still ends it
+    assert trio.current_time() == pytest.approx(100) and fused.cancelled
+
+
 def test_at_outside_a_run_takes_only_never_or_already() -> None:
     with pytest.raises(RuntimeError, match=r"CancelSignal.at\(\) outside a trio run: .* use CancelSignal.after"):
         CancelSignal.at(100.0)
