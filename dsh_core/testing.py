@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ._definition import ToolDefinition, ToolOutput, define_tool
 from ._execution import ScopeKey, ToolExecution, ToolExecutionInput, ToolExecutionToken
@@ -289,6 +290,13 @@ class _ProgramBinding:
     async def _settle(self, outcome: Awaitable[Any]) -> Any:
         try:
             value = await outcome
+        except trio.Cancelled:
+            # The program stopped waiting for the call (a cancel scope around the await): a real
+            # runtime tells the host, which cancels the sub-call, as here.
+            cancel = getattr(outcome, "cancel", None)
+            if cancel is not None:
+                cancel()
+            raise
         except Exception as exc:
             raise ToolCallError(self._name, str(exc) or type(exc).__name__) from None
         # What a real program gets: plain, mutable dicts and lists (it decodes the JSON it is sent),

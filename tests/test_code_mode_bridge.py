@@ -682,6 +682,44 @@ def add_tool() -> Any:
     )
 
 
+@pytest.mark.parametrize("exclusive", [False, True], ids=["parallel-safe", "exclusive"])
+async def test_a_call_the_program_stops_waiting_for_is_cancelled_on_the_host(exclusive: bool) -> None:
+    """asyncio.wait_for only stopped the program waiting: the tool ran on, and later calls waited 30 s."""
+    aborted: list[bool] = []
+
+    async def slow(args: Any) -> str:
+        try:
+            await trio.sleep(30)
+        except trio.Cancelled:
+            aborted.append(True)
+            raise
+        return "slow done"
+
+    events: list[tuple[str, Any]] = []
+    runtime = ToolRuntime(
+        mode="code",
+        code_runtime=SubprocessPythonRuntime(wall_budget_s=20),
+        event_sink=lambda kind, data: events.append((kind, dict(data))),
+    )
+    runtime.register(json_tool("slow", slow, is_concurrency_safe=None if exclusive else (lambda args: True)))
+    runtime.register(add_tool())
+    program = (
+        "import asyncio\n"
+        "try:\n"
+        "    await asyncio.wait_for(tools.slow({}), 0.3)\n"
+        "except TimeoutError:\n"
+        "    print('gave up')\n"
+        "return await tools.add({'a': 1, 'b': 2})\n"
+    )
+    start = trio.current_time()
+    result = await runtime.execute(make_input("run_code", {"code": program, "description": "Give up"}))
+    assert isinstance(result, ToolExecutionSuccess), result
+    assert result.value == {"logs": ("gave up",), "result": 3}
+    assert trio.current_time() - start < 10 and aborted == [True]
+    settled = [data for kind, data in events if kind == "tool/code-dispatch"]
+    assert [(data["name"], data["is_error"]) for data in settled] == [("slow", True), ("add", False)]
+
+
 async def test_end_to_end_program_with_gather_and_caught_tool_error() -> None:
     runtime = ToolRuntime(mode="code", code_runtime=SubprocessPythonRuntime(wall_budget_s=10))
     runtime.register(add_tool())

@@ -232,8 +232,8 @@ def test_instructions_name_the_contract() -> None:
         "`tool_name`",
         "MAY overlap under `asyncio.gather`",
         # A timed-out call ran on and held later calls back, undocumented (s20 Code Mode audit).
-        "A tool call cannot be cancelled",
-        "calls made after it return only once it has finished",
+        "is cancelled on the host too",
+        "what it already did stays done",
         "lossless JSON",
         "`print(...)`",
         "`return <value>`",

@@ -426,6 +426,45 @@ async def test_outer_abort_settles_the_running_call_and_starts_no_queued_one(
     assert trio.current_time() == pytest.approx(0.05)
 
 
+async def test_a_sub_call_the_program_cancels_is_aborted_and_the_next_call_does_not_wait_for_its_body(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A program's asyncio.wait_for only stopped waiting: the sub-call ran on, and later calls waited for it."""
+    started: list[str] = []
+    saw_abort: list[str] = []
+
+    async def slow(args: Any, run: ToolRunContext) -> str:
+        started.append(args["id"])
+        try:
+            await trio.sleep(100)
+        except trio.Cancelled:
+            saw_abort.append(args["id"])
+            raise
+        return f"slow:{args['id']}"
+
+    async def program(tools: Mapping[str, Any]) -> CodeRunResult:
+        async with trio.open_nursery() as nursery:
+            for key in ("running", "queued"):  # exclusive: the second waits for the first to commit
+                nursery.start_soon(outcome_of, tools["slow"], {"id": key})
+                await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()  # the program stops waiting for both (asyncio.wait_for's way)
+        echoed = await tools["echo"]({"value": "after"})
+        return CodeRunResult(value=[echoed, trio.current_time()], has_value=True)
+
+    runtime, events, _ = setup(
+        program,
+        json_tool("slow", slow, parameters={"id": {"type": "string", "required": True}}, output={"type": "string"}),
+        echo_tool(),
+    )
+    result = await runtime.execute(run_code())
+    assert isinstance(result, ToolExecutionSuccess), result
+    assert result.value["result"] == ("echo:after", 1)
+    assert started == ["running"] and saw_abort == ["running"]
+    settled = [(data["sub_call_id"], data["is_error"]) for data in settles(events)]
+    assert settled == [("call-1:code:1", True), ("call-1:code:3", False)]
+
+
 async def test_runtime_raising_after_starting_a_binding_drains_it_first() -> None:
     """S210: a backend that raises mid-run fails run_code; its in-flight call is aborted and logged before return."""
     saw_abort: list[bool] = []

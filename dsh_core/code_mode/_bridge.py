@@ -26,7 +26,7 @@ import itertools
 import json
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import attrs
@@ -80,11 +80,14 @@ class _ProgramFacingError(Exception):
 
 class _Ticket:
     __slots__ = (
-        "call", "claim", "dispatched", "done", "error", "exclusive", "kind", "name", "number", "request", "started",
-        "sub_call_id", "turn", "value",
+        "call", "claim", "dispatched", "done", "error", "exclusive", "kind", "name", "number", "own_signal",
+        "request", "started", "sub_call_id", "turn", "value",
     )  # fmt: skip
 
-    def __init__(self, number: int, sub_call_id: str, name: str, request: ToolExecutionInput) -> None:
+    def __init__(
+        self, number: int, sub_call_id: str, name: str, request: ToolExecutionInput, own_signal: CancelSignal
+    ) -> None:
+        self.own_signal = own_signal  # fired when the program stops waiting for this call
         self.number = number
         self.sub_call_id = sub_call_id
         self.name = name
@@ -217,6 +220,31 @@ class _ToolBinding:
         return self._bridge.idle() and self._bridge.quiet(self._name)
 
 
+class _SubCall:
+    """What a binding returns: the awaitable of one sub-call's outcome, which the code runtime may cancel.
+
+    ``cancel()`` (the program stopped waiting for it: ``asyncio.wait_for`` ran
+    out, its task was cancelled) fires the sub-call's own signal: one not started
+    yet never starts, one running ends ``ABORTED`` at its next checkpoint, and
+    either way the calls after it commit in order without waiting for its body.
+    """
+
+    __slots__ = ("_outcome", "_ticket")
+
+    def __init__(self, outcome: Coroutine[Any, Any, JsonValue], ticket: _Ticket) -> None:
+        self._outcome = outcome
+        self._ticket = ticket
+
+    def __await__(self) -> Generator[Any, None, JsonValue]:
+        return self._outcome.__await__()
+
+    def cancel(self) -> None:
+        self._ticket.own_signal.cancel("the program stopped waiting for this call")
+
+    def close(self) -> None:
+        self._outcome.close()
+
+
 def _describe_reason(reason: object) -> str:
     return reason if isinstance(reason, str) else repr(reason)
 
@@ -266,6 +294,7 @@ class _Bridge:
         outer = self.run
         number = next(self.numbers)
         sub_call_id = f"{outer.call_id}:code:{number}"
+        own_signal = CancelSignal()
         request = ToolExecutionInput(
             call_id=sub_call_id,
             root_call_id=outer.root_call_id,
@@ -273,14 +302,14 @@ class _Bridge:
             arguments=arguments,
             agent=outer.agent,
             parent=outer.token,
-            signal=self.run_signal,
+            signal=CancelSignal.any(self.run_signal, own_signal),
         )
-        ticket = _Ticket(number, sub_call_id, name, request)
+        ticket = _Ticket(number, sub_call_id, name, request, own_signal)
         self.lane.pending.append(ticket)
         if self.unawaited is not None:
             self._start_worker(*self.unawaited)
         self.unawaited = (ticket, arguments)
-        return self._outcome(ticket, arguments)
+        return _SubCall(self._outcome(ticket, arguments), ticket)
 
     def _start_worker(self, ticket: _Ticket, arguments: JsonValue) -> None:
         ticket.done = trio.Event()
@@ -355,13 +384,16 @@ class _Bridge:
             if not may_start:  # the caller just found that it may: do not classify the call again
                 await lane.wait_for_turn(lane.pending, ticket)
                 await lane.wait_until(lambda: lane.may_start(ticket))
-            if self.run_signal.cancelled and not ticket.started:
+            if (self.run_signal.cancelled or ticket.own_signal.cancelled) and not ticket.started:
                 if lane.pending and lane.pending[0] is ticket:
                     lane.pop_head(lane.pending)
-                ticket.error = (
-                    f"run_code run is over ({_describe_reason(self.run_signal.reason)}); "
-                    f"{ticket.name} tool call abandoned"
-                )
+                if self.run_signal.cancelled:
+                    ticket.error = (
+                        f"run_code run is over ({_describe_reason(self.run_signal.reason)}); "
+                        f"{ticket.name} tool call abandoned"
+                    )
+                else:
+                    ticket.error = f"{ticket.name} tool call cancelled by the program before it started"
                 return
             lane.pop_head(lane.pending)
             ticket.started = True

@@ -817,6 +817,16 @@ class _Run:
         try:
             self.channel.send_text(text)
             return await reply
+        except BaseException:
+            # A cancelled await cancels the future too: it is done, with no reply in it.
+            if not isinstance(reply, _Reply) and (not reply.done() or reply.cancelled()):
+                # Cancelled while it waited (asyncio.wait_for ran out, task.cancel()): the host
+                # cancels the call too, so the calls made after it need not wait for its body.
+                try:  # noqa: SIM105 - contextlib is not loaded in the child
+                    self.channel.send_text(encode_json({"type": "cancel", "id": call_id}))
+                except BaseException:
+                    pass
+            raise
         finally:
             self.pending.pop(call_id, None)
 

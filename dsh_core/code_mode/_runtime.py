@@ -46,6 +46,11 @@ Child to host:
 
 - ``{"type": "call", "id", "name", "args"}``: the program awaits a binding;
   ids are unique among calls in flight, and many may be in flight at once.
+- ``{"type": "cancel", "id"}``: the program stopped waiting for that call
+  (``asyncio.wait_for`` ran out, its task was cancelled). The host cancels it
+  when its binding's awaitable has a ``cancel()`` method (the bridge's does:
+  the sub-call ends ``ABORTED``, or is never started); its reply, if one is
+  still sent, is ignored. A cancel for an id not in flight is ignored.
 - ``{"type": "log", "text"}``: one line the program wrote to ``sys.stdout`` or
   ``sys.stderr``, without its newline.
 - ``{"type": "done"}``, ``{"type": "done", "value"}`` or
@@ -206,7 +211,13 @@ class CodeRuntime(Protocol):
         global_name: str = "tools",
         error_class_name: str = "ToolCallError",
     ) -> CodeRunResult:
-        """Run ``program``; program failures are results, only misuse raises."""
+        """Run ``program``; program failures are results, only misuse raises.
+
+        Each binding returns an awaitable of the call's outcome. When the
+        program stops waiting for a call (a timeout, a cancelled task), a
+        runtime calls that awaitable's ``cancel()`` if it has one: the bridge's
+        cancels the sub-call, so the calls made after it do not wait for its body.
+        """
         ...
 
 
@@ -522,13 +533,18 @@ class _Log:
 
 
 @attrs.frozen
+class _Cancel:
+    id: int
+
+
+@attrs.frozen
 class _Done:
     value: Any
     has_value: bool
     error: CodeRunError | None
 
 
-_Frame: TypeAlias = "_Call | _Log | _Done"
+_Frame: TypeAlias = "_Call | _Cancel | _Log | _Done"
 
 
 def _parse_frame(line: bytes) -> _Frame:
@@ -548,6 +564,11 @@ def _parse_frame(line: bytes) -> _Frame:
         if type(call_id) is not int or not 0 <= call_id < 2**53 or not isinstance(frame["name"], str):
             raise _FrameError("a call frame needs an int id and a str name")
         return _Call(call_id, frame["name"], frame["args"])
+    if kind == "cancel":
+        call_id = frame.get("id")
+        if keys != {"type", "id"} or type(call_id) is not int:
+            raise _FrameError("a cancel frame has exactly type and an int id")
+        return _Cancel(call_id)
     if kind == "log":
         if not ({"type", "text"} <= keys <= {"type", "text", "partial"}) or not isinstance(frame["text"], str):
             raise _FrameError("a log frame has type, a str text and, for a flushed unfinished line, partial")
@@ -799,6 +820,8 @@ class _Session:
         self._line: list[str] = []  # the flushed parts of a line the program has not ended yet
         self._used = 0
         self._in_flight: set[int] = set()
+        # The awaitable of each call in flight that can be cancelled (see the cancel frame).
+        self._cancellable: dict[int, Callable[[], object]] = {}
         self._bytes_in_flight = 0
         self._room: trio.Event | None = None  # set when a call in flight is answered or a reply written
         # Frames for the child not yet written, in order; the head may be partly written.
@@ -898,10 +921,17 @@ class _Session:
                     # Called here, in the order the program made its calls: what the binding
                     # does on a call (number it, queue it) follows that order.
                     answer = self._call_binding(frame, payload)
+                    cancel = getattr(answer, "cancel", None)
+                    if callable(cancel):
+                        self._cancellable[call_id] = cancel
                     if at_once:
                         await self._serve(frame, size, answer)  # it cannot hold the reader up
                     else:
                         tasks.start_soon(self._serve, frame, size, answer)
+                case _Cancel(id=call_id):
+                    cancel = self._cancellable.pop(call_id, None)
+                    if cancel is not None:
+                        cancel()
                 case _Log(text=text, partial=partial):
                     if not self._log(text, partial):
                         return self.fail("output-limit", f"program output exceeded {self._max_output} bytes")
@@ -1006,6 +1036,7 @@ class _Session:
                 reply = await self._reply(call, answer)
         finally:
             self._in_flight.discard(call.id)
+            self._cancellable.pop(call.id, None)
             self._bytes_in_flight -= size
             self._made_room()
         try:

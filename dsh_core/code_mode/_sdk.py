@@ -114,8 +114,8 @@ went wrong. Catch it with `try`/`except ToolCallError` to recover and carry on.
 - Independent calls MAY overlap under `asyncio.gather` (calls that are safe together run concurrently; \
 calls that could conflict, such as two writes to one file, run one after the other in the order they were \
 made). Use plain `await` for steps that depend on an earlier result.
-- A tool call cannot be cancelled: a timeout (`asyncio.wait_for`) or `task.cancel()` only stops the program \
-waiting for it, while the tool runs on to its end, and calls made after it return only once it has finished.
+- A tool call the program stops waiting for (`asyncio.wait_for` runs out, `task.cancel()`) is cancelled on \
+the host too: it is interrupted at its next pause, but what it already did stays done.
 - Report with `print(...)` and/or a top-level `return <value>`; the returned value must be lossless JSON. Only \
 what the program prints and returns comes back. A successful tool result that contains an image is attached \
 after the run so it can be inspected on the next step; every other intermediate result stays inside the \
