@@ -87,7 +87,7 @@ class _Ticket:
     def __init__(
         self, number: int, sub_call_id: str, name: str, request: ToolExecutionInput, own_signal: CancelSignal
     ) -> None:
-        self.own_signal = own_signal  # fired when the program stops waiting for this call
+        self.own_signal = own_signal  # its request's signal: fired by the run's, or by the program's cancel
         self.number = number
         self.sub_call_id = sub_call_id
         self.name = name
@@ -261,6 +261,11 @@ class _Bridge:
         self.run = run
         self.nursery = nursery
         self.run_signal = CancelSignal()
+        # The sub-calls not over yet, each with a signal of its own (the program may cancel one):
+        # the run's signal fires them all. Plain signals, not each fused with the run's: a fused
+        # one costs every check of every stage of every sub-call a look at two sources.
+        self.live: dict[_Ticket, None] = {}
+        self.run_signal.subscribe(self._abort_live)
         self.unsubscribe = run.signal.subscribe(lambda: self.run_signal.cancel(run.signal.reason))
         if run.signal.cancelled:
             self.run_signal.cancel(run.signal.reason)
@@ -273,6 +278,11 @@ class _Bridge:
 
     def binding(self, name: str) -> _ToolBinding:
         return _ToolBinding(self, name)
+
+    def _abort_live(self) -> None:
+        reason = self.run_signal.reason
+        for ticket in list(self.live):
+            ticket.own_signal.cancel(reason)
 
     def submit(self, name: str, raw_args: object) -> Awaitable[JsonValue]:
         """Number and queue a call of ``name`` now; the awaitable waits for its outcome.
@@ -302,9 +312,10 @@ class _Bridge:
             arguments=arguments,
             agent=outer.agent,
             parent=outer.token,
-            signal=CancelSignal.any(self.run_signal, own_signal),
+            signal=own_signal,
         )
         ticket = _Ticket(number, sub_call_id, name, request, own_signal)
+        self.live[ticket] = None
         self.lane.pending.append(ticket)
         if self.unawaited is not None:
             self._start_worker(*self.unawaited)
@@ -441,7 +452,7 @@ class _Bridge:
                 await lane.wait_until(lambda: lane.in_flight == 1 and lane.commits[0] is ticket)
             try:
                 if after:
-                    await wait_for_settled(self.run_signal, after)
+                    await wait_for_settled(ticket.own_signal, after)
                 await _pipeline.dispatch(runtime, call)
             finally:
                 if ticket.claim is not None:
@@ -489,6 +500,7 @@ class _Bridge:
                 ticket.error = f"{ticket.name} tool call interrupted"  # not a value: it has none
             raise
         finally:
+            self.live.pop(ticket, None)
             if ticket.done is not None:
                 ticket.done.set()
 
