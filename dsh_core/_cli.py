@@ -42,6 +42,7 @@ import gc
 import getpass
 import importlib.metadata
 import importlib.util
+import os
 import shlex
 import sys
 import time
@@ -843,6 +844,10 @@ class _Session:
             self.recorder.runtime = runtime  # each call then records its tool's contract fingerprint
             runtime.plugins.register(self.recorder, name="dsh-tools-session")
             if self.target is not None:
+                clash = runtime.kept_file(str(self.target))
+                if clash is not None:
+                    # Another writer's lines in the session log make it unreadable from the first call.
+                    raise _UsageProblem(f"the session log {self.target} is {clash}; give it a file of its own")
                 runtime.kept_files.add(self.target, "the session log")
             runtime.event_sink = self.recorder.event_sink
             # A recorded session keeps each call's decision trace, for ``explain`` and ``simulate``.
@@ -1325,6 +1330,14 @@ def _diagnose(host: _Host, options: _Options) -> tuple[_Findings, int]:
     loaded_names = {loaded.name for loaded in report.loaded}
     for plugin, message in unknown_hooks(pm):
         findings.problems.append(f"plugin {pm.get_name(plugin)}: {message}")
+
+    if host.config.session_log:
+        clash = runtime.kept_file(os.path.abspath(host.config.session_log))
+        if clash is not None:
+            findings.problems.append(
+                f"session_log {host.config.session_log!r} is {clash}: two writers in one file make it unreadable; "
+                "give the session log a file of its own"
+            )
 
     if host.config.strict_capabilities:
         for loaded in report.loaded:

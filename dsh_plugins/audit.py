@@ -67,6 +67,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -261,7 +262,7 @@ class AuditLog:
 
     def _descriptor(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, _OPEN_FLAGS, 0o600)
+            self._fd = _open_regular(self.path)
             self._closer = weakref.finalize(self, _close_quietly, self._fd)
             if _ends_mid_line(self._fd, self.path):
                 # An earlier writer died mid-line: end that line first, or the
@@ -353,11 +354,31 @@ class AuditLog:
                 logger.warning("audit log %s: cannot write (%s): %s; calls continue unrecorded", self.path, kind, exc)
 
 
+def _open_regular(path: str) -> int:
+    """``path`` opened for appending, if it is a regular file; raises ``OSError`` otherwise.
+
+    Opened without blocking and checked by the descriptor: a FIFO there (made
+    after start-up, say) blocked the first record's open, and the whole host
+    with it, until something read it; a device would swallow the records.
+    """
+    fd = os.open(path, _OPEN_FLAGS | getattr(os, "O_NONBLOCK", 0), 0o600)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, a device or a socket); an audit log must be one")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _check_writable(path: str) -> None:
     directory = os.path.dirname(path)
     if os.path.exists(path):
         if os.path.isdir(path) or not os.access(path, os.W_OK):
             raise ConfigError([f"[plugins.audit].path: {path!r} is not a writable file"])
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ConfigError([f"[plugins.audit].path: {path!r} is not a regular file (a FIFO, a device or a socket)"])
     elif not os.path.isdir(directory):
         raise ConfigError([f"[plugins.audit].path: cannot create {path!r}: the directory {directory!r} does not exist"])
     elif not os.access(directory, os.W_OK):
@@ -395,5 +416,9 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
     if runtime.dry_run:
         return  # a rehearsal (dsh-tools simulate): no call happens, nothing to audit
     log = AuditLog(settings.path)
+    clash = runtime.kept_file(log.path)
+    if clash is not None:
+        # Two writers of two formats in one file: the other's reader refuses it from the first line.
+        raise ConfigError([f"[plugins.audit].path: {log.path!r} is {clash}; the audit log needs a file of its own"])
     runtime.plugins.register(log, name=PLUGIN_NAME)
     runtime.kept_files.add(log.path, "the audit log")  # the model's file tools must not rewrite its record

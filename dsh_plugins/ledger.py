@@ -864,6 +864,11 @@ def dsh_setup(runtime: ToolRuntime, config: dict[str, Any]) -> None:
         return  # opt-in, like the audit log: installing the package must not start writing files
     if runtime.dry_run:
         return  # a rehearsal (dsh-tools simulate) runs nothing: no effect to record, no file to hold
+    clash = runtime.kept_file(os.path.abspath(settings.path))
+    if clash is not None:
+        raise ConfigError(
+            [f"[plugins.ledger].path: {settings.path!r} is {clash}; the effect ledger needs a file of its own"]
+        )
     try:
         ledger = EffectLedger(
             settings.path, rerun_in_doubt=settings.rerun_in_doubt, fsync=settings.fsync, runtime=runtime

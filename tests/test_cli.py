@@ -493,6 +493,19 @@ def test_session_log_from_config(tools: list[str], tmp_path: Path) -> None:
     assert len(read_session_log(tmp_path / "from-config.jsonl").events) == 2
 
 
+def test_a_session_log_in_another_records_file_is_refused_and_check_says_so(tools: list[str], tmp_path: Path) -> None:
+    """The audit plugin's lines went into the session log, which no command could read again (s20 logs audit)."""
+    (tmp_path / "dsh.toml").write_text('session_log = "shared.jsonl"\n[plugins.audit]\npath = "shared.jsonl"\n')
+    tools = [*tools, "--plugin", "audit=dsh_plugins.audit"]
+    checked = invoke([*tools, "check"])
+    assert checked.exit_code == 1, checked.output
+    assert f"problem: session_log {str(tmp_path / 'shared.jsonl')!r} is the audit log: two writers in one file" in checked.stdout
+    result = invoke([*tools, "call", "echo", "{}"])
+    assert result.exit_code == 2
+    assert "is the audit log; give it a file of its own" in result.stderr
+    assert (tmp_path / "shared.jsonl").read_text() == ""  # nothing ran, nothing was written
+
+
 # -- run -------------------------------------------------------------------------------
 
 

@@ -714,3 +714,35 @@ async def test_a_write_that_only_ended_the_partial_line_leaves_no_blank_line(
     await runtime.execute(make_input("echo", call_id="after"))
     assert path.read_bytes().split(b"\n")[:2] == [b'{"call_id": "old"}', b'{"call_id": "torn"']
     assert [json.loads(line)["call_id"] for line in path.read_bytes().split(b"\n")[2:-1]] == ["after"]
+
+
+def test_an_audit_path_that_is_a_fifo_is_refused_at_setup(tmp_path: Path) -> None:
+    """Its first record's open blocked the whole host until something read the FIFO (s20 logs audit)."""
+    fifo = tmp_path / "audit.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        AuditLog(fifo)
+
+
+async def test_a_fifo_put_in_place_later_costs_a_warning_not_a_hang(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime, path = audited(tmp_path, json_tool("echo"))
+    os.mkfifo(path)  # before the first record opens the file: the model's bash could
+    with caplog.at_level(logging.WARNING, logger="dsh_core"):
+        result = await runtime.execute(make_input("echo", {"x": 1}))
+    assert not result.is_error
+    assert any("cannot write" in record.getMessage() for record in caplog.records), caplog.text
+
+
+def test_an_audit_path_another_record_keeps_is_refused(tmp_path: Path) -> None:
+    """Pointed at the session log (or the ledger), it wrote lines that made that file unreadable."""
+    from dsh_plugins import ledger
+
+    runtime = make_runtime()
+    runtime.kept_files.add(tmp_path / "session.jsonl", "the session log")
+    with pytest.raises(ConfigError, match="is the session log; the audit log needs a file of its own"):
+        audit.dsh_setup(runtime, {"path": str(tmp_path / "session.jsonl")})
+    audit.dsh_setup(runtime, {"path": str(tmp_path / "audit.jsonl")})
+    with pytest.raises(ConfigError, match="is the audit log; the effect ledger needs a file of its own"):
+        ledger.dsh_setup(runtime, {"path": str(tmp_path / "audit.jsonl")})
