@@ -67,6 +67,7 @@ from ._errors import DshError, NonJsonValueError
 from ._json import FrozenDict, JsonValue, safe_repr, snapshot_json
 from ._jsoncodec import IntegerTooLongError, decode_json, encode_json
 from ._schema._attrs_params import _describe as describe_json_value
+from ._terminal_text import json_printable
 from .presentation import _configure_content, _configure_strict
 
 __all__ = [
@@ -157,7 +158,8 @@ class _BadLine(Exception):
 def _encode_line(seq: int, event_type: str, data: JsonValue) -> bytes:
     record = {"seq": seq, "type": event_type, "data": data}
     try:
-        return (encode_json(record, ascii_only=False) + "\n").encode("utf-8")
+        # A model's C1 controls and bidi overrides as \u escapes: the log is read on terminals too.
+        return (json_printable(encode_json(record, ascii_only=False)) + "\n").encode("utf-8")
     except UnicodeEncodeError:
         # A lone surrogate has no UTF-8 form; its \\u escape is still lossless JSON.
         return (encode_json(record, ascii_only=True) + "\n").encode("ascii")

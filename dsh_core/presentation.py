@@ -48,7 +48,7 @@ from ._errors import DshError, NonJsonValueError
 if TYPE_CHECKING:
     from ._definition import ToolDefinition
 from ._json import FrozenDict, JsonValue, snapshot_json, thaw
-from ._terminal_text import clipped, printable
+from ._terminal_text import clipped, json_printable, printable
 
 __all__ = [
     "DIFF_COMPARE_LINES",
@@ -76,6 +76,7 @@ __all__ = [
     "converter",
     "declared_effects",
     "diff_hunks",
+    "json_printable",
     "printable",
     "structure_call_view",
     "structure_result_view",

@@ -87,6 +87,7 @@ from dsh_core import (
     scope_id,
     structure_table,
 )
+from dsh_core.presentation import json_printable
 
 from ._cut_short import cut_short_message
 from ._file_settings import PathSetting, kept_path
@@ -235,7 +236,9 @@ def _encode(record: dict[str, Any]) -> bytes:
             safe = {key: value if value is None or type(value) in (str, int, float, bool) else repr(value)
                     for key, value in record.items()}  # fmt: skip
             text = json.dumps(safe, ensure_ascii=True, default=repr)
-    return (text + "\n").encode("utf-8", "backslashreplace")
+    # A model's C1 controls and bidi overrides as \u escapes: the file is read on terminals
+    # (tail -f, jq), which act on them raw.
+    return (json_printable(text) + "\n").encode("utf-8", "backslashreplace")
 
 
 class AuditLog:

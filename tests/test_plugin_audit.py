@@ -746,3 +746,14 @@ def test_an_audit_path_another_record_keeps_is_refused(tmp_path: Path) -> None:
     audit.dsh_setup(runtime, {"path": str(tmp_path / "audit.jsonl")})
     with pytest.raises(ConfigError, match="is the audit log; the effect ledger needs a file of its own"):
         ledger.dsh_setup(runtime, {"path": str(tmp_path / "audit.jsonl")})
+
+
+async def test_c1_controls_and_bidi_overrides_are_escaped_in_the_file(tmp_path: Path) -> None:
+    """Written raw, a model's CSI cleared the screen of whoever ran tail -f on the log (s20 logs audit)."""
+    runtime, path = audited(tmp_path, json_tool("echo"))
+    hostile = "\u009b2J\u009b1;31mAPPROVED \u202etxt.exe \u0085 Grüße 日本"
+    await runtime.execute(make_input("echo", {"x": hostile}))
+    raw = path.read_bytes()
+    assert "\u009b".encode() not in raw and "\u202e".encode() not in raw and "\u0085".encode() not in raw
+    assert "Grüße 日本".encode() in raw  # printable text stays as it is
+    assert lines(path)[0]["arguments"] == {"x": hostile}

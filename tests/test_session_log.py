@@ -844,3 +844,15 @@ def test_events_appended_from_many_threads_stay_in_seq_order(log_path: Path) -> 
     assert sorted(seqs) == list(range(1, threads * per_thread + 1))
     for writer in range(threads):
         assert [e.data["n"] for e in events if e.data["writer"] == writer] == list(range(per_thread))
+
+
+def test_c1_controls_and_bidi_overrides_are_escaped_in_the_file(tmp_path: Path) -> None:
+    """A session log is read on terminals too: a model's CSI or RLO went into it raw (s20 logs audit)."""
+    hostile = "\u009b2J\u009d0;title\u0007 \u202eevil Grüße"
+    with SessionLog(tmp_path / "s.jsonl") as log:
+        log.append({"type": "note", "data": {"arguments": {"x": hostile}}})
+    raw = (tmp_path / "s.jsonl").read_bytes()
+    assert "\u009b".encode() not in raw and "\u202e".encode() not in raw
+    assert "Grüße".encode() in raw
+    (event,) = read_session_log(tmp_path / "s.jsonl").events
+    assert event.data["arguments"] == {"x": hostile}
