@@ -68,6 +68,7 @@ import json
 import logging
 import os
 import stat
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -100,6 +101,9 @@ DSH_CAPABILITIES: dict[str, list[str]] = {"tools": [], "affects": []}
 PLUGIN_NAME: Final = "audit-log"
 
 logger = logging.getLogger("dsh_plugins.audit")
+
+# How often a write looks whether the audit path still names the file it writes to.
+_PATH_CHECK_SECONDS: Final = 1.0
 
 _OPEN_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
@@ -262,6 +266,7 @@ class AuditLog:
         self._durations: weakref.WeakKeyDictionary[ToolExecutionToken, float] = weakref.WeakKeyDictionary()
         self._warned: set[str] = set()
         self._broken_line = False
+        self._next_path_check = 0.0  # when to look again whether the path still names the open file
 
     def _descriptor(self) -> int:
         if self._fd is None:
@@ -277,6 +282,30 @@ class AuditLog:
                     self.path,
                 )
         return self._fd
+
+    def _follow_path(self) -> None:
+        """Reopen ``path`` when it no longer names the open file (deleted, or rotated away and recreated).
+
+        Written on regardless, the records went to an unlinked file, lost, or
+        into the rotated one; looked at once a second at most.
+        """
+        self._next_path_check = time.monotonic() + _PATH_CHECK_SECONDS
+        assert self._fd is not None
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            now = None
+        except OSError:
+            return  # cannot tell: keep writing where it writes
+        held = os.fstat(self._fd)
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            return
+        logger.warning(
+            "audit log %s was %s while open; writing to a new file at that path",
+            self.path,
+            "deleted or moved away" if now is None else "replaced by another file",
+        )
+        self.reopen()
 
     def close(self) -> None:
         """Close the file; later results are not recorded. Idempotent."""
@@ -337,6 +366,8 @@ class AuditLog:
             return
         written = ended = 0
         try:
+            if self._fd is not None and time.monotonic() >= self._next_path_check:
+                self._follow_path()
             fd = self._descriptor()  # first: opening the file may find a partial line to end
             if self._broken_line:
                 line, ended = b"\n" + line, 1

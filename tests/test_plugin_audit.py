@@ -757,3 +757,26 @@ async def test_c1_controls_and_bidi_overrides_are_escaped_in_the_file(tmp_path: 
     assert "\u009b".encode() not in raw and "\u202e".encode() not in raw and "\u0085".encode() not in raw
     assert "Grüße 日本".encode() in raw  # printable text stays as it is
     assert lines(path)[0]["arguments"] == {"x": hostile}
+
+
+@pytest.mark.parametrize("how", ["moved", "deleted", "replaced"])
+async def test_records_follow_the_path_once_the_file_is_rotated_or_deleted(
+    tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """They went on into the rotated file, or into a deleted one, lost, without a word (s20 logs audit)."""
+    monkeypatch.setattr(audit, "_PATH_CHECK_SECONDS", 0.0)
+    runtime, path = audited(tmp_path, json_tool("echo"))
+    await runtime.execute(make_input("echo", {"n": 1}, call_id="before"))
+    if how == "moved":
+        path.rename(tmp_path / "audit.jsonl.1")
+    elif how == "deleted":
+        path.unlink()
+    else:
+        path.rename(tmp_path / "audit.jsonl.1")
+        path.write_text("")
+    with caplog.at_level(logging.WARNING):
+        await runtime.execute(make_input("echo", {"n": 2}, call_id="after"))
+    assert [line["call_id"] for line in lines(path)] == ["after"]
+    assert "writing to a new file at that path" in caplog.text
+    if how != "deleted":
+        assert [line["call_id"] for line in lines(tmp_path / "audit.jsonl.1")] == ["before"]
