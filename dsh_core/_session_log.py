@@ -602,6 +602,10 @@ class SessionLog:
             self._file = None
             raise
         self._broken: str | None = None
+        # How long the file is, by this log's own writes: shorter than that, it was truncated under
+        # it (": > log", logrotate's copytruncate), and lines numbered on from here would make a
+        # file whose reader refuses it from its first line.
+        self._end = os.fstat(self._file.fileno()).st_size
         self._dirty = self._new_file or self.torn is not None
         if self.fsync == "always" and self._dirty:
             self._sync()
@@ -830,6 +834,14 @@ class SessionLog:
             )
         seq = self._next_seq
         line = _encode_line(seq, event_type, data)
+        size = os.fstat(file.fileno()).st_size
+        if size < self._end:
+            self._broken = f"the file was truncated while open ({size} bytes where this log had written {self._end})"
+            raise SessionLogError(
+                f"{self._broken}: events written from here would not read as a log; reopen it to start "
+                "a log of its own, or keep truncating tools away from it",
+                path=str(self.path),
+            )
         try:
             view = memoryview(line)
             while view:
@@ -838,6 +850,7 @@ class SessionLog:
                     raise OSError("the file accepted no bytes")
                 view = view[written:]
             self._next_seq = seq + 1
+            self._end = max(self._end, size) + len(line)
             self._dirty = True
         except BaseException as exc:
             # Part of the line may be in the file: appending more would bury a torn line mid-log.

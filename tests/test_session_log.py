@@ -856,3 +856,20 @@ def test_c1_controls_and_bidi_overrides_are_escaped_in_the_file(tmp_path: Path) 
     assert "Grüße".encode() in raw
     (event,) = read_session_log(tmp_path / "s.jsonl").events
     assert event.data["arguments"] == {"x": hostile}
+
+
+def test_a_log_truncated_while_open_refuses_to_number_on(tmp_path: Path) -> None:
+    """It wrote seq 3, 4 at offset 0: a file its own reader refused from the first line (s20 logs audit)."""
+    path = tmp_path / "s.jsonl"
+    log = SessionLog(path)
+    log.append({"type": "note", "data": {"n": 1}})
+    log.append({"type": "note", "data": {"n": 2}})
+    os.truncate(path, 0)  # ": > log", logrotate's copytruncate
+    with pytest.raises(SessionLogError, match="the file was truncated while open"):
+        log.append({"type": "note", "data": {"n": 3}})
+    with pytest.raises(SessionLogError, match="an earlier write failed"):
+        log.append({"type": "note", "data": {"n": 4}})
+    log.close()
+    with SessionLog(path) as reopened:
+        reopened.append({"type": "note", "data": {"n": 5}})
+    assert [(event.seq, event.data) for event in read_session_log(path).events] == [(1, {"n": 5})]
