@@ -1084,6 +1084,12 @@ class _ReadWatch(_StreamWatch):
         message = getattr(item, "message", None)
         if not isinstance(message, (JSONRPCResponse, JSONRPCError)):
             return
+        if isinstance(message, JSONRPCResponse):
+            method = session.watched_methods.pop(coerce_request_id(message.id), None)
+            if method == "initialize" and isinstance(message.result.get("protocolVersion"), str):
+                session.protocol_version = message.result["protocolVersion"]
+            elif method == "tools/list":
+                _drop_invalid_tools(message.result, session)
         if message.id is None:  # JSON-RPC's answer to a request it could not read
             assert isinstance(message, JSONRPCError)
             error = message.error
@@ -1122,6 +1128,8 @@ class _WriteWatch(_StreamWatch):
         if isinstance(message, JSONRPCRequest):
             request_id = coerce_request_id(message.id)
             self._session.note_sent(request_id)
+            if message.method in ("initialize", "tools/list"):
+                self._session.watched_methods[request_id] = message.method
             pending = _CURRENT_REQUEST.get()
             if pending is not None:  # sent from the task of one session.request()
                 pending.ids.append(request_id)
@@ -1131,6 +1139,65 @@ class _WriteWatch(_StreamWatch):
             # The transport's writer is gone; the read side may not have noticed yet.
             self._session.end()
             raise
+
+
+def _drop_invalid_tools(result: dict[str, Any], session: _Session) -> None:
+    """Take out of a ``tools/list`` result each tool the SDK would refuse, noting why on ``session``.
+
+    The SDK validates a listing as a whole: one tool it refuses (no
+    ``inputSchema``, an ``outputSchema`` that is not an object schema) would fail
+    the listing, and so make every tool of the server unavailable. Here that one
+    tool is refused alone (:attr:`_Session.refused_tools`), and the rest of the
+    listing goes on to the SDK.
+    """
+    tools = result.get("tools")
+    if not isinstance(tools, list):
+        return  # no listing at all: the SDK refuses it, as before
+    kept: list[Any] = []
+    for index, tool in enumerate(tools):
+        why = _tool_problem(tool, session.protocol_version)
+        if why is None:
+            kept.append(tool)
+            continue
+        name = tool.get("name") if isinstance(tool, Mapping) else None
+        if isinstance(name, str) and name:
+            session.refused_tools.append((name, why))
+        else:
+            session.refused_tools.append(("", f"tool {index + 1} of the listing: {why}"))
+    if len(kept) != len(tools):
+        result["tools"] = kept
+
+
+def _tool_problem(tool: object, version: str | None) -> str | None:
+    """Why the SDK would refuse a listing holding ``tool`` (one line), or ``None``."""
+    import mcp_types
+    from mcp_types.methods import validate_server_result
+    from pydantic import ValidationError
+
+    try:
+        if version is not None:
+            try:  # what the SDK checks first: the listing as the negotiated version defines it
+                validate_server_result("tools/list", version, {"tools": [tool]})
+            except ValidationError:
+                raise
+            except (KeyError, ValueError):
+                pass  # a version it does not know: the SDK skips that check too (or refuses the session)
+        mcp_types.Tool.model_validate(tool, by_name=False)
+    except ValidationError as exc:
+        return _validation_line(exc, within=("tools", 0))
+    return None
+
+
+def _validation_line(exc: Any, *, within: tuple[object, ...] = ()) -> str:
+    """One line for a pydantic ``ValidationError`` (where, and what), its locations taken relative to ``within``."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(first["loc"])
+    if loc[: len(within)] == within:
+        loc = loc[len(within) :]
+    where = ".".join(str(part) for part in loc) or "the definition"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return _bounded(f"{where}: {first['msg']}{more}")
 
 
 def _unparsed_message(exc: Exception) -> str | None:
@@ -1250,6 +1317,12 @@ class _Session:
         # Requests the server refused because it no longer knows the session (not processed).
         self.gone: set[object] = set()
         self.pending: set[_Pending] = set()
+        # The initialize and tools/list requests in flight (id -> method), the protocol version the
+        # server answered initialize with, and the tools of tools/list answers the SDK would refuse
+        # ((name, why)), taken out of the listing so that the server's other tools still register.
+        self.watched_methods: dict[object, str] = {}
+        self.protocol_version: str | None = None
+        self.refused_tools: list[tuple[str, str]] = []
 
     def end(self) -> None:
         self.ended = True
@@ -1273,6 +1346,7 @@ class _Session:
 
     def settle(self, request_id: object) -> None:
         """The request is answered or abandoned: remember its id a while longer, among the settled."""
+        self.watched_methods.pop(request_id, None)
         if request_id not in self.sent:
             return
         self.sent.discard(request_id)
@@ -1650,9 +1724,16 @@ class McpClientPlugin:
             return
         server.connect_problem = None
         self._note_success(server)
-        self._sync(server, listing.tools, cut_short=listing.cut_short)
+        self._sync(server, listing.tools, cut_short=listing.cut_short, refused=listing.refused)
 
-    def _sync(self, server: _Server, listing: Sequence[mcp_types.Tool], *, cut_short: bool = False) -> None:
+    def _sync(
+        self,
+        server: _Server,
+        listing: Sequence[mcp_types.Tool],
+        *,
+        cut_short: bool = False,
+        refused: Sequence[tuple[str, str]] = (),
+    ) -> None:
         """Make the registrations match ``listing``: dispose what went or changed, register what is new.
 
         Each registration and disposal fires ``dsh_tools_change``. A tool that
@@ -1705,6 +1786,16 @@ class McpClientPlugin:
             for note in notes:
                 if note.logged:
                     logger.warning("%s", note)
+        for mcp_name, why in refused:
+            # The SDK would have refused the whole listing for it: this tool alone is left out.
+            note = McpDiagnostic(
+                level="problem",
+                server=server.name,
+                tool=server.settings.tool_name(mcp_name) if mcp_name else None,
+                message=f"not registered: the server's definition of it is invalid ({why})",
+            )
+            server.notes.setdefault(note.tool or "", []).append(note)
+            logger.warning("%s", note)
 
     def _listing_notes(
         self, server: _Server, listing: Sequence[mcp_types.Tool], *, cut_short: bool
@@ -1934,7 +2025,7 @@ class McpClientPlugin:
                 listing = await _list_tools(session, client)
                 session.client = client
                 server.session = session
-                self._sync(server, listing.tools, cut_short=listing.cut_short)
+                self._sync(server, listing.tools, cut_short=listing.cut_short, refused=listing.refused)
                 started = True
                 task_status.started(client)
                 while True:
@@ -1978,7 +2069,7 @@ class McpClientPlugin:
                 _describe(exc),
             )
             return
-        self._sync(server, listing.tools, cut_short=listing.cut_short)
+        self._sync(server, listing.tools, cut_short=listing.cut_short, refused=listing.refused)
 
     async def _wait_backoff(self, server: _Server) -> None:
         # The system clock, not trio's: a plugin outlives trio.run() calls, and
@@ -2131,19 +2222,24 @@ class _Listing:
 
     tools: list[mcp_types.Tool]
     cut_short: bool = False
+    # (name, why) of each listed tool the SDK would refuse, left out of ``tools`` (see _drop_invalid_tools).
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 async def _list_tools(session: _Session, client: Client) -> _Listing:
     tools: list[mcp_types.Tool] = []
     cursor: str | None = None
+    session.refused_tools = []
+    cut_short = True
     for _ in range(_LIST_PAGE_CAP):
         page = await session.request(partial(client.list_tools, cursor=cursor), "tools/list")
         tools.extend(page.tools)
         cursor = page.next_cursor
         if cursor is None:
-            return _Listing(tools)
-    # A server whose cursors never end would be listed forever: stop, and say so.
-    return _Listing(tools, cut_short=True)
+            cut_short = False
+            break
+    # A server whose cursors never end would be listed forever: stop, and say so (cut_short).
+    return _Listing(tools, cut_short=cut_short, refused=tuple(session.refused_tools))
 
 
 def _structure(config: Mapping[str, Any], *, from_file: bool = False) -> McpClientSettings:

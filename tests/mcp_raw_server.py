@@ -105,6 +105,8 @@ def main() -> None:
     # RAW_EXTRA_NAMES (a JSON list): more names to list first, such as "" (any string is a name to JSON).
     names = [*json.loads(os.environ.get("RAW_EXTRA_NAMES", "[]")), *TOOLS]
     tools = [{"name": name, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}} for name in names]
+    # RAW_EXTRA_TOOLS (a JSON list): more tool definitions to list first, as they are (invalid ones too).
+    tools = [*json.loads(os.environ.get("RAW_EXTRA_TOOLS", "[]")), *tools]
     calls = 0
     for line in sys.stdin:
         message = json.loads(line)

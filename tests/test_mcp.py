@@ -980,6 +980,34 @@ async def test_a_tool_the_client_cannot_define_is_refused_alone() -> None:
     assert setup.get("ok") is not None
 
 
+@pytest.mark.parametrize(
+    ("definition", "why"),
+    [
+        ({"name": "bad", "inputSchema": {"type": "object"}, "outputSchema": {"type": "string"}}, "outputSchema.type"),
+        ({"name": "bad", "inputSchema": {"type": "array"}}, "inputSchema.type"),
+        ({"name": "bad"}, "inputSchema: Field required"),
+    ],
+)
+async def test_a_tool_definition_the_sdk_refuses_is_refused_alone(definition: dict[str, Any], why: str) -> None:
+    """The SDK validates a listing as a whole: one such tool made every tool of the server unavailable."""
+    entry = raw_server_entry(env={"RAW_EXTRA_TOOLS": json.dumps([definition])})
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [entry]}) as plugin:
+            ok = await runtime.execute(make_input("raw__ok"))
+            problems = [str(note) for note in plugin.diagnostics() if note.level == "problem"]
+    assert ok.value == text_value("ok")
+    assert runtime.get("raw__bad") is None
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(
+        'MCP server "raw", tool "raw__bad": not registered: the server\'s definition of it is invalid (' + why
+    )
+    assert "\n" not in problems[0] and "validation error" not in problems[0]
+    setup = ToolRuntime()
+    mcp_client.dsh_setup(setup, {"servers": [entry]})  # the listing at setup too
+    assert setup.get("raw__ok") is not None
+
+
 async def test_a_server_that_closes_its_stdout_but_lives_fails_the_call_in_flight_as_died() -> None:
     # Nothing can come back on a closed stdout: the call must not wait for its answer (or its budget).
     runtime = ToolRuntime()
