@@ -15,6 +15,12 @@ else (starting the process, the writer, the shutdown that stops the server)
 is the SDK's own: :func:`stdio_transport` is ``stdio_client`` with that
 change, built from the helpers of the pinned ``mcp`` version.
 
+The reader also bounds what it holds: a line (one message) longer than
+``max_line_bytes`` is not gathered further, :class:`MessageTooLarge` goes on the
+read stream and the stream is closed (the session ends). Lines are assembled
+from their pieces once they end, in linear time (the SDK re-copies the pending
+line at every chunk: quadratic).
+
 The other change is the server's stderr. The SDK hands the server the host's
 own, so whatever it prints (escape sequences that clear the screen or retitle
 the window, a fake "all clear" line) reaches the user's terminal untouched,
@@ -34,6 +40,7 @@ stderr stream to read, and the server keeps the host's stderr as before.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import sys
@@ -44,7 +51,6 @@ from typing import Final, TextIO
 import anyio
 import anyio.lowlevel
 from anyio.abc import ByteReceiveStream, Process
-from anyio.streams.text import TextReceiveStream
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import (
     _WRITER_FLUSH_TIMEOUT,
@@ -63,7 +69,7 @@ from mcp.shared.message import SessionMessage
 
 from dsh_core.presentation import printable
 
-__all__ = ["STDERR_LINE_BYTES", "stdio_transport"]
+__all__ = ["STDERR_LINE_BYTES", "MessageTooLarge", "stdio_transport"]
 
 logger = logging.getLogger("dsh_plugins.mcp_client")
 
@@ -124,14 +130,64 @@ class _StderrRelay:
             pass  # a closed or broken host stderr loses the line, never the session
 
 
+class MessageTooLarge(Exception):
+    """The server wrote a line (one message) longer than the transport's limit: the session ends.
+
+    Put on the read stream, as the SDK puts what it could not parse, just before
+    the stream is closed: the client can tell the calls in flight why.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"a message (line) longer than {limit} bytes")
+        self.limit = limit
+
+
+class _Lines:
+    """The complete lines of a byte stream, assembled in linear time, none longer than ``limit`` bytes.
+
+    Each chunk is split on its own newlines; the pieces of an unfinished line
+    are kept in a list (never re-joined until the line ends), so a line of n
+    bytes costs O(n), not O(n²). A line found longer than ``limit`` (without
+    its newline) makes :meth:`feed` raise :class:`MessageTooLarge`, once no more
+    than ``limit`` bytes of it are held.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._pieces: list[bytes] = []
+        self._length = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        *ended, rest = chunk.split(b"\n")
+        lines = []
+        for piece in ended:
+            if self._length + len(piece) > self.limit:
+                raise MessageTooLarge(self.limit)
+            if self._pieces:
+                self._pieces.append(piece)
+                piece = b"".join(self._pieces)
+                self._pieces.clear()
+                self._length = 0
+            lines.append(piece)
+        if rest:
+            if self._length + len(rest) > self.limit:
+                raise MessageTooLarge(self.limit)
+            self._pieces.append(rest)
+            self._length += len(rest)
+        return lines
+
+
 @asynccontextmanager
 async def stdio_transport(
-    server: StdioServerParameters, *, name: str, errlog: TextIO | None = None
+    server: StdioServerParameters, *, name: str, errlog: TextIO | None = None, max_line_bytes: int
 ) -> AsyncIterator[TransportStreams]:
     """Spawn the server and connect to it over its stdin and stdout (``mcp.client.stdio.stdio_client``'s contract).
 
     ``name`` prefixes the server's stderr lines, relayed to ``errlog`` (by
     default the ``sys.stderr`` of the moment each line arrives).
+    ``max_line_bytes``: the longest line (one message) taken from the server's
+    stdout; a longer one ends the session: :class:`MessageTooLarge` is put on
+    the read stream, which is then closed (the rest is drained unread).
     """
     command = await _get_executable_command(server.command)
     env = get_default_environment() | (server.env or {})
@@ -159,16 +215,24 @@ async def stdio_transport(
     async def stdout_reader() -> None:
         assert process.stdout, "Opened process is missing stdout"
 
-        stdout = TextReceiveStream(process.stdout, encoding=server.encoding, errors=server.encoding_error_handler)
+        lines = _Lines(max_line_bytes)
         try:
             try:
                 # Closed on every way out, before the drain: the session must not outlive the reading.
                 async with read_stream_writer:
-                    buffer = ""
-                    async for chunk in stdout:
-                        lines = (buffer + chunk).split("\n")
-                        buffer = lines.pop()
-                        for line in lines:
+                    async for chunk in process.stdout:
+                        try:
+                            ended = lines.feed(chunk)
+                        except MessageTooLarge as exc:
+                            # The client reports it (the read watch); logged here for a client that does not.
+                            logger.debug('MCP server "%s" sent %s; the session is ended', name, exc)
+                            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                                await read_stream_writer.send(exc)
+                            return  # closes the read stream: the drain below reads the rest unkept
+                        for raw in ended:
+                            # Split on bytes, decoded a line at a time: a newline byte is never part of
+                            # a longer character in the encodings a server speaks (UTF-8).
+                            line = raw.decode(server.encoding, errors=server.encoding_error_handler)
                             try:
                                 await read_stream_writer.send(_parse_line(line))
                             except (anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -114,7 +114,11 @@ fails it with ``MCP_SERVER_UNAVAILABLE``. An HTTP server that answers ``404`` to
 session's id no longer knows the session (it restarted): the session ends, and the
 call, which that server never processed, is sent once more over a new one. A
 result in a message larger than ``max_event_bytes`` fails that call alone with
-``MCP_ERROR`` (the session and the calls in flight go on; it is not retried). An MCP protocol error is
+``MCP_ERROR`` (the session and the calls in flight go on; it is not retried). From a
+stdio server, where a message is a line, a line past ``max_event_bytes`` fails every
+call in flight with ``MCP_ERROR`` and ends the session (what follows on that stdout
+cannot be told apart from the rest of the line): the server is restarted on the next
+call, after the backoff. An MCP protocol error is
 ``MCP_ERROR``: a JSON-RPC error answer (whatever its code, ``-32000`` included),
 an invalid result, and a message no pending request can be matched to (a
 response to an id this client never sent, or one the SDK cannot parse that may
@@ -250,7 +254,7 @@ MAX_RETRY_ATTEMPTS: Final = 10
 """The most attempts ``retry_attempts`` may ask for (a server down for longer is down)."""
 
 DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
-"""The default ``max_event_bytes``: the largest message an HTTP server may send in one event.
+"""The default ``max_event_bytes``: the largest message a server may send (an HTTP event, a stdio line).
 
 The SDK's own default (1 MiB) fails any result over about half a MiB from a
 server that sends a result's value twice (as text and as structured content),
@@ -1075,7 +1079,16 @@ class _ReadWatch(_StreamWatch):
         from mcp.shared.dispatcher import coerce_request_id
         from mcp_types import JSONRPCError, JSONRPCResponse
 
+        from ._mcp_stdio import MessageTooLarge
+
         session = self._session
+        if isinstance(item, MessageTooLarge):  # the stdio transport ends the session after it
+            session.protocol_failure = True
+            session.unmatched(
+                f"sent a message larger than the client's limit of {item.limit} bytes (max_event_bytes in its "
+                "[[plugins.mcp.servers]] entry); its session was ended"
+            )
+            return
         if isinstance(item, Exception):  # what the transport could not parse
             problem = _unparsed_message(item) if self._unparsed_may_answer else None
             if problem is not None:
@@ -1300,6 +1313,7 @@ class _Session:
         self.client: Client | None = None
         self.ended = False
         self.failure_noted = False  # this session's end (lost, or its token refused) was counted as a failure
+        self.protocol_failure = False  # ended by the transport for what the server sent (a line too long)
         self.list_changed = False
         self.wake = trio.Event()
         # Ids of the requests sent and not yet settled: an answer to an id the client
@@ -1469,7 +1483,7 @@ class _Server:
                 encoding_error_handler="replace",
             )
             # Not the SDK's stdio_client: a reader that dies there leaves the session looking live.
-            inner = stdio_transport(params, name=settings.name)
+            inner = stdio_transport(params, name=settings.name, max_line_bytes=settings.max_event_bytes)
         return _WatchedTransport(inner, session, one_stream=settings.url is None)
 
 
@@ -2051,6 +2065,8 @@ class McpClientPlugin:
                 raise cancelled from None
         finally:
             session.ended = True
+            if session.protocol_failure:
+                self._note_session_failure(server, session)  # restarted after the backoff, like a crash
             if server.session is session:
                 server.session = None
 

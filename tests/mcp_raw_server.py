@@ -18,6 +18,8 @@ reaches the client's transport as text. Each tool is one kind of answer:
 - ``bad_note``: a notification whose ``params`` is not an object, then a normal result;
 - ``shapeless``: an answer to the call whose ``result`` is not an object (no JSON-RPC message);
 - ``close_stdout``: no answer: the process closes its stdout and goes on living (a minute, unless stopped);
+- ``big``: a normal result whose text is ``BIG`` bytes long;
+- ``flood``: output without a newline, forever (a wedged server): no answer;
 - ``stderr_noise``: terminal escapes (clear screen, a window title, a carriage return over a
   fake line), a line of ``LONG_LINE`` bytes and a last line without a newline on stderr, then a normal result.
 
@@ -34,8 +36,9 @@ from typing import Any
 
 TOOLS = [
     *("ok", "calls", "deep", "wrong_id", "null_id", "server_error", "closed_error", "bad_result", "stray_text"),
-    *("bad_utf8", "json_log", "bad_note", "shapeless", "close_stdout", "stderr_noise"),
+    *("bad_utf8", "json_log", "bad_note", "shapeless", "close_stdout", "stderr_noise", "big", "flood"),
 ]
+BIG = 2_000_000
 DEPTH = 300
 LONG_LINE = 1_000_000
 
@@ -85,6 +88,13 @@ def answer_call(request_id: Any, name: str, calls: int) -> None:
         sys.stdout.flush()
         os.close(1)
         time.sleep(60)
+    elif name == "big":
+        result({"content": [{"type": "text", "text": "b" * BIG}]})
+    elif name == "flood":
+        chunk = "y" * 65536
+        while True:
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
     elif name == "stderr_noise":
         sys.stderr.write("\x1b[2J\x1b]0;pwned\x07boom\rall clear\n")
         sys.stderr.write("x" * LONG_LINE + "\n")

@@ -1008,6 +1008,54 @@ async def test_a_tool_definition_the_sdk_refuses_is_refused_alone(definition: di
     assert setup.get("raw__ok") is not None
 
 
+@pytest.mark.parametrize("tool", ["big", "flood"])
+async def test_a_stdio_line_past_max_event_bytes_ends_the_session(tool: str) -> None:
+    """max_event_bytes did nothing over stdio: a result of any size was taken, and a line that never
+    ended (flood) was gathered forever, the host at 100 % CPU, the call waiting and the session live."""
+    runtime = ToolRuntime()
+    entry = raw_server_entry(max_event_bytes=1_000_000)
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [entry], "backoff_initial_s": 0.01}):
+            failed = await runtime.execute(make_input(f"raw__{tool}"))
+            calls = await runtime.execute(make_input("raw__calls"))
+    assert failed.code == MCP_ERROR, failed.error.message
+    assert failed.error.message.startswith(
+        'MCP server "raw" sent a message larger than the client\'s limit of 1000000 bytes (max_event_bytes'
+    )
+    assert calls.value == text_value("1")  # the session was ended: a new process
+
+
+async def test_a_stdio_line_within_max_event_bytes_is_taken_whole() -> None:
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry(max_event_bytes=3_000_000)]}):
+            big = await runtime.execute(make_input("raw__big"))
+    assert big.value == text_value("b" * 2_000_000)
+
+
+def test_stdio_lines_are_assembled_in_linear_time() -> None:
+    """Each chunk re-copied the whole pending line: one line of 64 MB cost half a minute of CPU."""
+    import time
+
+    from dsh_plugins._mcp_stdio import MessageTooLarge, _Lines
+
+    lines = _Lines(10)
+    assert lines.feed(b"ab") == []
+    assert lines.feed(b"c\nde\n\nf") == [b"abc", b"de", b""]
+    assert lines.feed(b"g\n") == [b"fg"]
+    with pytest.raises(MessageTooLarge):
+        lines.feed(b"0123456789x")
+
+    size, chunk = 64 * 1024 * 1024, b"x" * 65536
+    lines = _Lines(size)
+    started = time.process_time()
+    for _ in range(size // len(chunk)):
+        assert lines.feed(chunk) == []
+    (line,) = lines.feed(b"\n")
+    assert len(line) == size
+    assert time.process_time() - started < 5  # quadratic: ~30 s
+
+
 async def test_a_server_that_closes_its_stdout_but_lives_fails_the_call_in_flight_as_died() -> None:
     # Nothing can come back on a closed stdout: the call must not wait for its answer (or its budget).
     runtime = ToolRuntime()
@@ -1076,21 +1124,18 @@ async def test_a_failed_read_of_the_servers_stdout_fails_the_call_in_flight_as_d
 ) -> None:
     # The transport's reader used to drain the stdout of a server still alive before ending the
     # session: the call waited forever for an answer the drain threw away.
-    from anyio.streams.text import TextReceiveStream
-
     from dsh_plugins import _mcp_stdio
 
-    class FailingOnce(TextReceiveStream):
+    class FailingOnce(_mcp_stdio._Lines):
         failed = False
 
-        async def receive(self) -> str:
-            chunk = await super().receive()
-            if "debug:" in chunk and not FailingOnce.failed:
+        def feed(self, chunk: bytes) -> list[bytes]:
+            if b"debug:" in chunk and not FailingOnce.failed:
                 FailingOnce.failed = True
                 raise OSError(5, "Input/output error")  # the pipe failed under the read
-            return chunk
+            return super().feed(chunk)
 
-    monkeypatch.setattr(_mcp_stdio, "TextReceiveStream", FailingOnce)
+    monkeypatch.setattr(_mcp_stdio, "_Lines", FailingOnce)
     runtime = ToolRuntime()
     with trio.fail_after(20):
         async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
