@@ -19,7 +19,9 @@ The reader also bounds what it holds: a line (one message) longer than
 ``max_line_bytes`` is not gathered further, :class:`MessageTooLarge` goes on the
 read stream and the stream is closed (the session ends). Lines are assembled
 from their pieces once they end, in linear time (the SDK re-copies the pending
-line at every chunk: quadratic).
+line at every chunk: quadratic). A line that is not a message but holds one
+after text the server printed without a newline (``progress 50%{"jsonrpc"...``)
+is read as that message, with a logged warning showing the text.
 
 The other change is the server's stderr. The SDK hands the server the host's
 own, so whatever it prints (escape sequences that clear the screen or retitle
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -66,6 +69,7 @@ from mcp.client.stdio import (
 )
 from mcp.os.win32.utilities import ServerProcess
 from mcp.shared.message import SessionMessage
+from mcp_types import jsonrpc_message_adapter
 
 from dsh_core.presentation import printable
 
@@ -177,6 +181,32 @@ class _Lines:
         return lines
 
 
+# Where a JSON object starts after text the server printed without a newline ("progress 50%{...").
+_OBJECT_START: Final = re.compile(r'\{\s*"')
+_STRAY_TEXT_SHOWN: Final = 200
+
+
+def _parse(line: str, name: str) -> SessionMessage | Exception:
+    """``_parse_line``, also taking a message that follows text printed without a newline.
+
+    A server (or a library in it) printing a banner or a progress note with no
+    newline glues it to its next message: read whole, that line is plain text,
+    and the answer it holds would be lost, the call waiting for it forever.
+    """
+    if not line.lstrip().startswith("{"):
+        found = _OBJECT_START.search(line)
+        if found is not None:
+            try:
+                message = jsonrpc_message_adapter.validate_json(line[found.start() :], by_name=False)
+            except ValueError:
+                pass  # not a message either: the whole line is read as before
+            else:
+                stray = printable(line[: found.start()][:_STRAY_TEXT_SHOWN], one_line=True)
+                logger.warning('MCP server "%s" printed text before a message on its stdout: %s', name, stray)
+                return SessionMessage(message)
+    return _parse_line(line)
+
+
 @asynccontextmanager
 async def stdio_transport(
     server: StdioServerParameters, *, name: str, errlog: TextIO | None = None, max_line_bytes: int
@@ -234,7 +264,7 @@ async def stdio_transport(
                             # a longer character in the encodings a server speaks (UTF-8).
                             line = raw.decode(server.encoding, errors=server.encoding_error_handler)
                             try:
-                                await read_stream_writer.send(_parse_line(line))
+                                await read_stream_writer.send(_parse(line, name))
                             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                                 return  # the session is gone; only the drain below remains
             finally:

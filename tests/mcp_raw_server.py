@@ -18,6 +18,7 @@ reaches the client's transport as text. Each tool is one kind of answer:
 - ``bad_note``: a notification whose ``params`` is not an object, then a normal result;
 - ``shapeless``: an answer to the call whose ``result`` is not an object (no JSON-RPC message);
 - ``close_stdout``: no answer: the process closes its stdout and goes on living (a minute, unless stopped);
+- ``glued``: text without a newline (a progress note), then a normal result on the same line;
 - ``big``: a normal result whose text is ``BIG`` bytes long;
 - ``flood``: output without a newline, forever (a wedged server): no answer;
 - ``stderr_noise``: terminal escapes (clear screen, a window title, a carriage return over a
@@ -37,6 +38,7 @@ from typing import Any
 TOOLS = [
     *("ok", "calls", "deep", "wrong_id", "null_id", "server_error", "closed_error", "bad_result", "stray_text"),
     *("bad_utf8", "json_log", "bad_note", "shapeless", "close_stdout", "stderr_noise", "big", "flood"),
+    "glued",
 ]
 BIG = 2_000_000
 DEPTH = 300
@@ -88,6 +90,9 @@ def answer_call(request_id: Any, name: str, calls: int) -> None:
         sys.stdout.flush()
         os.close(1)
         time.sleep(60)
+    elif name == "glued":
+        sys.stdout.write("progress 50%")
+        result({"content": [{"type": "text", "text": "fine"}]})
     elif name == "big":
         result({"content": [{"type": "text", "text": "b" * BIG}]})
     elif name == "flood":

@@ -1155,6 +1155,18 @@ async def test_a_line_of_plain_text_on_stdout_is_not_taken_for_an_answer() -> No
     assert result.value == text_value("fine")
 
 
+async def test_an_answer_after_text_printed_without_a_newline_is_kept(caplog: pytest.LogCaptureFixture) -> None:
+    # "progress 50%{...answer...}" was read as plain text: the answer was dropped, the call waited forever.
+    runtime = ToolRuntime()
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()]}):
+            result = await runtime.execute(make_input("raw__glued"))
+            calls = await runtime.execute(make_input("raw__calls"))
+    assert result.value == text_value("fine")
+    assert calls.value == text_value("2")
+    assert 'MCP server "raw" printed text before a message on its stdout: progress 50%' in caplog.text
+
+
 async def test_bytes_that_are_not_utf8_on_stdout_are_replaced_and_the_session_goes_on() -> None:
     # A strict decoder used to kill the transport's reader while the session looked live:
     # this call and every later one waited forever.
