@@ -15,6 +15,11 @@ else (starting the process, the writer, the shutdown that stops the server)
 is the SDK's own: :func:`stdio_transport` is ``stdio_client`` with that
 change, built from the helpers of the pinned ``mcp`` version.
 
+The session also ends when the server process exits, even though its stdout
+stays open (a process it started inherited the pipe and lives on): what it
+wrote before it died is read (for up to :data:`_EXIT_READ_GRACE_S`), then the
+read stream is closed, so the calls in flight fail ``MCP_SERVER_DIED``.
+
 The reader also bounds what it holds: a line (one message) longer than
 ``max_line_bytes`` is not gathered further, :class:`MessageTooLarge` goes on the
 read stream and the stream is closed (the session ends). Lines are assembled
@@ -81,6 +86,9 @@ logger = logging.getLogger("dsh_plugins.mcp_client")
 STDERR_LINE_BYTES: Final = 4096
 # How long a stopped server's last stderr lines may take to arrive (a descendant may hold the pipe open).
 _STDERR_TAIL_TIMEOUT_S: Final = 2.0
+# How long what a server wrote before it exited may take to be read, when its stdout stays open.
+_EXIT_READ_GRACE_S: Final = 0.5
+_EXIT_POLL_S: Final = 0.1
 
 
 class _StderrRelay:
@@ -207,6 +215,17 @@ def _parse(line: str, name: str) -> SessionMessage | Exception:
     return _parse_line(line)
 
 
+async def _exited(process: Process) -> None:
+    """Return once ``process`` has exited (not once its pipes end: a descendant may hold them)."""
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        await process.wait()  # trio waits for the process alone (a pidfd on Linux)
+        return
+    while process.returncode is None:  # asyncio's wait() waits for the pipes' EOF too
+        await anyio.sleep(_EXIT_POLL_S)
+
+
 @asynccontextmanager
 async def stdio_transport(
     server: StdioServerParameters, *, name: str, errlog: TextIO | None = None, max_line_bytes: int
@@ -241,6 +260,7 @@ async def stdio_transport(
 
     shutting_down = False
     writer_done = anyio.Event()
+    reading_done = anyio.Event()  # the reader closed the read stream (it may still be draining)
 
     async def stdout_reader() -> None:
         assert process.stdout, "Opened process is missing stdout"
@@ -268,6 +288,7 @@ async def stdio_transport(
                             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                                 return  # the session is gone; only the drain below remains
             finally:
+                reading_done.set()
                 await _drain_stdout(process)
         except anyio.ClosedResourceError:
             pass  # our own shutdown closed the stdout stream under the read
@@ -293,6 +314,21 @@ async def stdio_transport(
         finally:
             writer_done.set()
 
+    async def exit_watch() -> None:
+        # A server that died while a process it started still holds its stdout sends no EOF:
+        # without this, the session would look live and the calls in flight wait forever.
+        await _exited(process)
+        with anyio.move_on_after(_EXIT_READ_GRACE_S):
+            await reading_done.wait()  # what it wrote before it died is read first
+        if not reading_done.is_set() and not shutting_down:
+            logger.warning(
+                'MCP server "%s" exited (status %s), but its stdout is still open (held by a process it started); '
+                "its session is ended",
+                name,
+                process.returncode,
+            )
+        await read_stream_writer.aclose()
+
     async def shutdown() -> None:
         # Unblock the reader into its drain: a server stuck writing stdout cannot
         # read its stdin, so draining is what lets the flush below complete.
@@ -316,6 +352,8 @@ async def stdio_transport(
             tg.start_soon(relay.run, stderr)
         tg.start_soon(stdout_reader)
         tg.start_soon(stdin_writer)
+        if isinstance(process, Process):
+            tg.start_soon(exit_watch)
         try:
             yield read_stream, write_stream
         finally:

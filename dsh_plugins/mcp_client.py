@@ -108,7 +108,8 @@ warning saying the server's tools were not all registered.
 
 **Failures.** A server that dies during a call fails it with
 ``MCP_SERVER_DIED`` (the connection ended: the transport closed, a stdio
-server's stdout closed or could not be read though the process lives, or the
+server's stdout closed or could not be read though the process lives, its
+process exited though a process it started holds its stdout open, or the
 HTTP transport gave up on a response stream); one that cannot be started or reached
 fails it with ``MCP_SERVER_UNAVAILABLE``. An HTTP server that answers ``404`` to the
 session's id no longer knows the session (it restarted): the session ends, and the

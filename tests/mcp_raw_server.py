@@ -19,6 +19,7 @@ reaches the client's transport as text. Each tool is one kind of answer:
 - ``shapeless``: an answer to the call whose ``result`` is not an object (no JSON-RPC message);
 - ``close_stdout``: no answer: the process closes its stdout and goes on living (a minute, unless stopped);
 - ``glued``: text without a newline (a progress note), then a normal result on the same line;
+- ``orphan_crash``: starts a helper that inherits the stdout (and lives ``HELPER_S``), then dies;
 - ``big``: a normal result whose text is ``BIG`` bytes long;
 - ``flood``: output without a newline, forever (a wedged server): no answer;
 - ``stderr_noise``: terminal escapes (clear screen, a window title, a carriage return over a
@@ -38,8 +39,9 @@ from typing import Any
 TOOLS = [
     *("ok", "calls", "deep", "wrong_id", "null_id", "server_error", "closed_error", "bad_result", "stray_text"),
     *("bad_utf8", "json_log", "bad_note", "shapeless", "close_stdout", "stderr_noise", "big", "flood"),
-    "glued",
+    *("glued", "orphan_crash"),
 ]
+HELPER_S = 15
 BIG = 2_000_000
 DEPTH = 300
 LONG_LINE = 1_000_000
@@ -93,6 +95,13 @@ def answer_call(request_id: Any, name: str, calls: int) -> None:
     elif name == "glued":
         sys.stdout.write("progress 50%")
         result({"content": [{"type": "text", "text": "fine"}]})
+    elif name == "orphan_crash":
+        import subprocess
+
+        # stdout inherited (Python's default); stderr not, or the host's stderr relay would wait for it too.
+        subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({HELPER_S})"], stderr=subprocess.DEVNULL)
+        sys.stdout.flush()
+        os._exit(1)
     elif name == "big":
         result({"content": [{"type": "text", "text": "b" * BIG}]})
     elif name == "flood":

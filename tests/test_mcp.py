@@ -1119,6 +1119,18 @@ async def test_stdio_sessions_close_every_pipe_they_open(capsys: pytest.CaptureF
     assert capsys.readouterr().err.count("[mcp:raw] last words") == 4  # every process, stopped, had its say
 
 
+async def test_a_server_that_dies_while_a_helper_holds_its_stdout_fails_the_call_in_flight_as_died() -> None:
+    # Only the stdout's end was watched: the helper kept it open, and the call waited forever.
+    runtime = ToolRuntime()
+    with trio.fail_after(10):
+        async with McpClientPlugin.connect(runtime, {"servers": [raw_server_entry()], "backoff_initial_s": 0.01}):
+            died = await runtime.execute(make_input("raw__orphan_crash"))
+            again = await runtime.execute(make_input("raw__calls"))
+    assert died.code == MCP_SERVER_DIED, died.error.message
+    assert 'MCP server "raw" died during the call to "orphan_crash"' in died.error.message
+    assert again.value == text_value("1")  # the next call reconnected: a new process
+
+
 async def test_a_failed_read_of_the_servers_stdout_fails_the_call_in_flight_as_died(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
