@@ -92,7 +92,11 @@ without a nursery someone waits for. So the plugin never starts one on its own:
   (``nursery.start``, so the call's cancellation and timeout bound the
   start-up), serialised by a per-server ``trio.Lock``. ``tools/list_changed`` notifications re-list the
   server there and re-sync the registrations (removed tools disposed, new ones
-  registered; each change fires ``dsh_tools_change``). A re-listing the server
+  registered; each change fires ``dsh_tools_change``). Re-listings are paced: one
+at a time, at least a second apart (the gap doubling, up to 30 s, while the
+listings come back unchanged), changes announced meanwhile coalesced into the
+next one, so a server announcing a change after every listing cannot keep the
+host busy. A re-listing the server
   refuses (an error answer, an invalid listing) keeps the session and the tools
   listed before, with a logged warning; only a lost connection ends the session;
 - outside it (the ``dsh-tools call`` / ``run`` commands), each call opens a
@@ -242,6 +246,12 @@ MCP_SERVER_UNAVAILABLE: Final = "MCP_SERVER_UNAVAILABLE"
 MCP_ERROR: Final = "MCP_ERROR"
 
 _LIST_PAGE_CAP: Final = 100
+# Re-listings after tools/list_changed are paced: one at a time, at least this long apart (seconds),
+# the gap doubling (up to the max) while the listings come back unchanged. A server answering each
+# listing with another list_changed kept the host relisting back to back, at 100 % CPU.
+_RELIST_INTERVAL_S: Final = 1.0
+_RELIST_MAX_INTERVAL_S: Final = 30.0
+_RELIST_UNCHANGED_WARNING: Final = 3  # warn (once a session) after this many unchanged listings in a row
 MAX_ARGUMENT_DEPTH: Final = 200 - 2
 """The deepest arguments a call sends, counting the arguments object as one level.
 
@@ -2043,14 +2053,7 @@ class McpClientPlugin:
                 self._sync(server, listing.tools, cut_short=listing.cut_short, refused=listing.refused)
                 started = True
                 task_status.started(client)
-                while True:
-                    await session.wake.wait()
-                    session.wake = trio.Event()
-                    if session.ended:
-                        break
-                    if session.list_changed:
-                        session.list_changed = False
-                        await self._relist(server, session, client)
+                await self._follow_changes(server, session, client, listing)
         except BaseException as exc:
             if not started:
                 raise
@@ -2071,8 +2074,50 @@ class McpClientPlugin:
             if server.session is session:
                 server.session = None
 
-    async def _relist(self, server: _Server, session: _Session, client: Client) -> None:
-        """Re-sync after ``tools/list_changed``; a listing the server refuses keeps the tools listed before."""
+    async def _follow_changes(self, server: _Server, session: _Session, client: Client, listing: _Listing) -> None:
+        """Re-list the server after each ``tools/list_changed``, paced, until the session ends.
+
+        One re-listing at a time, and the next no sooner than ``_RELIST_INTERVAL_S``
+        after the last (doubling while the listings come back unchanged); changes
+        announced meanwhile are coalesced into that next one, never dropped.
+        """
+        previous = _listing_dump(listing)
+        interval = _RELIST_INTERVAL_S
+        next_relist = -math.inf
+        unchanged = 0
+        while True:
+            wait = next_relist - trio.current_time() if session.list_changed else math.inf
+            if wait > 0:
+                with trio.move_on_after(wait):
+                    await session.wake.wait()  # the session's end, or a change to list when the time comes
+                session.wake = trio.Event()
+            if session.ended:
+                return
+            if not session.list_changed or trio.current_time() < next_relist:
+                continue
+            session.list_changed = False
+            relisted = await self._relist(server, session, client)
+            if relisted is not None:
+                dump = _listing_dump(relisted)
+                if dump == previous:
+                    unchanged += 1
+                    interval = min(interval * 2, _RELIST_MAX_INTERVAL_S)
+                    if unchanged == _RELIST_UNCHANGED_WARNING:
+                        logger.warning(
+                            'MCP server "%s" keeps announcing changes to its tool list that leave it unchanged; '
+                            "it is re-listed at most every %g s meanwhile",
+                            server.name,
+                            _RELIST_MAX_INTERVAL_S,
+                        )
+                else:
+                    previous, interval, unchanged = dump, _RELIST_INTERVAL_S, 0
+            next_relist = trio.current_time() + interval
+
+    async def _relist(self, server: _Server, session: _Session, client: Client) -> _Listing | None:
+        """Re-sync after ``tools/list_changed``; a listing the server refuses keeps the tools listed before.
+
+        Returns what was listed (``None``: the server refused the listing).
+        """
         try:
             listing = await _list_tools(session, client)
         except Exception as exc:
@@ -2085,8 +2130,9 @@ class McpClientPlugin:
                 server.name,
                 _describe(exc),
             )
-            return
+            return None
         self._sync(server, listing.tools, cut_short=listing.cut_short, refused=listing.refused)
+        return listing
 
     async def _wait_backoff(self, server: _Server) -> None:
         # The system clock, not trio's: a plugin outlives trio.run() calls, and
@@ -2241,6 +2287,12 @@ class _Listing:
     cut_short: bool = False
     # (name, why) of each listed tool the SDK would refuse, left out of ``tools`` (see _drop_invalid_tools).
     refused: tuple[tuple[str, str], ...] = ()
+
+
+def _listing_dump(listing: _Listing) -> object:
+    """What a listing says, comparable with another's."""
+    tools = [tool.model_dump(mode="json", by_alias=True) for tool in listing.tools]
+    return (tools, listing.cut_short, listing.refused)
 
 
 async def _list_tools(session: _Session, client: Client) -> _Listing:

@@ -743,6 +743,61 @@ async def test_list_changed_resyncs_registrations_and_fires_tools_change() -> No
         assert extra.content[0].text == "extra!"
 
 
+def build_restless_server(listings: list[int], version: list[int]) -> Server[Any]:
+    """Lists one tool, ``v<version>``; answers each listing with another list_changed while ``version[1]``;
+    ``poke`` bumps the version and announces it."""
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        listings.append(version[0])
+        if version[1]:
+            await ctx.session.send_tool_list_changed()
+        tools = [mcp_types.Tool(name=name, input_schema={"type": "object"}) for name in (f"v{version[0]}", "poke")]
+        return mcp_types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        if params.name == "poke":
+            version[0] += 1
+            await ctx.session.send_tool_list_changed()
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=params.name)])
+
+    return Server("restless", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def test_relisting_is_paced_when_every_listing_announces_another_change(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each listing's list_changed triggered the next listing at once: the host relisted back to back, forever.
+    # Real time (not a MockClock): unpaced, the relisting never lets a mock clock jump.
+    monkeypatch.setattr(mcp_client, "_RELIST_INTERVAL_S", 0.05)
+    monkeypatch.setattr(mcp_client, "_RELIST_MAX_INTERVAL_S", 0.2)
+    listings: list[int] = []
+    runtime = ToolRuntime()
+    server = build_restless_server(listings, [1, True])
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": server}):
+            await trio.sleep(1.0)
+            result = await runtime.execute(make_input("mem__v1"))
+    assert result.value == text_value("v1")
+    # 0.05 s, then 0.1, 0.2, 0.2, ... apart: about 7 in a second (unpaced: thousands).
+    assert 3 <= len(listings) <= 12, len(listings)
+    assert 'MCP server "mem" keeps announcing changes to its tool list that leave it unchanged' in caplog.text
+
+
+async def test_changes_announced_while_relisting_is_paced_are_listed_at_the_end(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    listings: list[int] = []
+    runtime = ToolRuntime()
+    server = build_restless_server(listings, [1, False])
+    async with McpClientPlugin.connect(runtime, mem_config(), in_process={"mem": server}):
+        for _ in range(3):
+            await runtime.execute(make_input("mem__poke"))
+        await trio.sleep(10)
+        assert "mem__v4" in runtime.names()
+        assert not {"mem__v1", "mem__v2", "mem__v3"} & set(runtime.names())
+        assert len(listings) <= 3  # the listing at entry, then at most one a second
+
+
 def build_relisting_server(listings: list[str], answer_slow: trio.Event) -> Server[Any]:
     """A server that refuses its second listing with a JSON-RPC error; ``poke`` announces a changed list."""
     from mcp import MCPError
