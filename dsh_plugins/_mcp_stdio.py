@@ -26,7 +26,9 @@ read stream and the stream is closed (the session ends). Lines are assembled
 from their pieces once they end, in linear time (the SDK re-copies the pending
 line at every chunk: quadratic). A line that is not a message but holds one
 after text the server printed without a newline (``progress 50%{"jsonrpc"...``)
-is read as that message, with a logged warning showing the text.
+is read as that message, with a logged warning showing the text. A UTF-8
+byte-order mark opening the output (as .NET and PowerShell programs write) is
+dropped: it is no text, and would make the first message unreadable.
 
 The other change is the server's stderr. The SDK hands the server the host's
 own, so whatever it prints (escape sequences that clear the screen or retitle
@@ -89,6 +91,7 @@ _STDERR_TAIL_TIMEOUT_S: Final = 2.0
 # How long what a server wrote before it exited may take to be read, when its stdout stays open.
 _EXIT_READ_GRACE_S: Final = 0.5
 _EXIT_POLL_S: Final = 0.1
+_UTF8_BOM: Final = b"\xef\xbb\xbf"
 
 
 class _StderrRelay:
@@ -266,6 +269,7 @@ async def stdio_transport(
         assert process.stdout, "Opened process is missing stdout"
 
         lines = _Lines(max_line_bytes)
+        at_start = True  # a UTF-8 byte-order mark may open the stream (.NET, PowerShell): it is no text
         try:
             try:
                 # Closed on every way out, before the drain: the session must not outlive the reading.
@@ -280,6 +284,9 @@ async def stdio_transport(
                                 await read_stream_writer.send(exc)
                             return  # closes the read stream: the drain below reads the rest unkept
                         for raw in ended:
+                            if at_start:
+                                raw = raw.removeprefix(_UTF8_BOM)
+                                at_start = False
                             # Split on bytes, decoded a line at a time: a newline byte is never part of
                             # a longer character in the encodings a server speaks (UTF-8).
                             line = raw.decode(server.encoding, errors=server.encoding_error_handler)

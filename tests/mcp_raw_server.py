@@ -132,6 +132,8 @@ def main() -> None:
     # RAW_EXTRA_TOOLS (a JSON list): more tool definitions to list first, as they are (invalid ones too).
     tools = [*json.loads(os.environ.get("RAW_EXTRA_TOOLS", "[]")), *tools]
     calls = 0
+    if os.environ.get("RAW_BOM"):  # a UTF-8 byte-order mark before the first message (.NET, PowerShell)
+        sys.stdout.buffer.write(b"\xef\xbb\xbf")
     for line in sys.stdin:
         message = json.loads(line)
         method, request_id = message.get("method"), message.get("id")

@@ -1234,6 +1234,19 @@ async def test_an_answer_after_text_printed_without_a_newline_is_kept(caplog: py
     assert 'MCP server "raw" printed text before a message on its stdout: progress 50%' in caplog.text
 
 
+async def test_a_byte_order_mark_opening_a_stdio_servers_output_is_accepted(caplog: pytest.LogCaptureFixture) -> None:
+    # The BOM made the initialize answer plain text: the server never connected (a start-up timeout).
+    # Taken since for text printed before a message, it is no text: accepted without a warning.
+    runtime = ToolRuntime()
+    entry = raw_server_entry(env={"RAW_BOM": "1"})
+    with trio.fail_after(20):
+        async with McpClientPlugin.connect(runtime, {"servers": [entry], "connect_timeout_s": 5}) as plugin:
+            result = await runtime.execute(make_input("raw__ok"))
+    assert result.value == text_value("ok"), result.error.message
+    assert plugin.diagnostics() == []
+    assert "printed text before a message" not in caplog.text
+
+
 async def test_bytes_that_are_not_utf8_on_stdout_are_replaced_and_the_session_goes_on() -> None:
     # A strict decoder used to kill the transport's reader while the session looked live:
     # this call and every later one waited forever.
