@@ -30,6 +30,12 @@ is read as that message, with a logged warning showing the text. A UTF-8
 byte-order mark opening the output (as .NET and PowerShell programs write) is
 dropped: it is no text, and would make the first message unreadable.
 
+When the session ends, whatever is left of the server's process group (it is
+started in a session of its own, so the group is the server and what it
+started) is terminated, then killed after a grace, whether the server itself
+crashed, exited at once, or had to be killed: the SDK does that last only when
+the server outlives its own grace, and a crashed server's helpers ran on.
+
 The other change is the server's stderr. The SDK hands the server the host's
 own, so whatever it prints (escape sequences that clear the screen or retitle
 the window, a fake "all clear" line) reaches the user's terminal untouched,
@@ -51,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -92,6 +99,9 @@ _STDERR_TAIL_TIMEOUT_S: Final = 2.0
 _EXIT_READ_GRACE_S: Final = 0.5
 _EXIT_POLL_S: Final = 0.1
 _UTF8_BOM: Final = b"\xef\xbb\xbf"
+# How long what is left of a server's process group has to end on SIGTERM before SIGKILL (the SDK's grace).
+_GROUP_GRACE_S: Final = 2.0
+_GROUP_POLL_S: Final = 0.02
 
 
 class _StderrRelay:
@@ -216,6 +226,57 @@ def _parse(line: str, name: str) -> SessionMessage | Exception:
                 logger.warning('MCP server "%s" printed text before a message on its stdout: %s', name, stray)
                 return SessionMessage(message)
     return _parse_line(line)
+
+
+async def _end_process_group(pgid: int) -> None:
+    """Terminate what is left of process group ``pgid``; kill it after :data:`_GROUP_GRACE_S`.
+
+    The SDK's ``terminate_posix_process_tree``, except that members that have
+    exited count as gone: an orphan's zombie waits for its reaper (init, which
+    in a container may be slow, or never reap), and the group would seem to
+    live on for the whole grace.
+    """
+    import signal
+
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return  # nothing left of it
+    except PermissionError:
+        pass  # never proves the group gone: wait, and escalate
+    with anyio.move_on_after(_GROUP_GRACE_S):
+        while _group_running(pgid):
+            await anyio.sleep(_GROUP_POLL_S)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (on Linux, zombies do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
+            return True
+    return False
 
 
 async def _exited(process: Process) -> None:
@@ -346,6 +407,10 @@ async def stdio_transport(
         if flush_scope.cancelled_caught:
             await anyio.lowlevel.cancel_shielded_checkpoint()
         await _stop_server_process(process)
+        if sys.platform != "win32" and isinstance(process, Process):
+            # The SDK kills the server's process group only when the server outlives its grace:
+            # one that crashed, or exited at once, left whatever it started running, for good.
+            await _end_process_group(process.pid)
         if stderr is not None:
             # The server is gone: what it left in the pipe (a crash's traceback) is relayed, then the pipe closed.
             with anyio.move_on_after(_STDERR_TAIL_TIMEOUT_S):

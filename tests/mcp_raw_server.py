@@ -20,6 +20,8 @@ reaches the client's transport as text. Each tool is one kind of answer:
 - ``close_stdout``: no answer: the process closes its stdout and goes on living (a minute, unless stopped);
 - ``glued``: text without a newline (a progress note), then a normal result on the same line;
 - ``orphan_crash``: starts a helper that inherits the stdout (and lives ``HELPER_S``), then dies;
+- ``helper``, ``helper_crash``: start a helper (its pid appended to the file ``RAW_HELPER_PIDS`` names,
+  output not inherited) that lives ``HELPER_S``; then answer, or die;
 - ``big``: a normal result whose text is ``BIG`` bytes long;
 - ``flood``: output without a newline, forever (a wedged server): no answer;
 - ``stderr_noise``: terminal escapes (clear screen, a window title, a carriage return over a
@@ -39,7 +41,7 @@ from typing import Any
 TOOLS = [
     *("ok", "calls", "deep", "wrong_id", "null_id", "server_error", "closed_error", "bad_result", "stray_text"),
     *("bad_utf8", "json_log", "bad_note", "shapeless", "close_stdout", "stderr_noise", "big", "flood"),
-    *("glued", "orphan_crash"),
+    *("glued", "orphan_crash", "helper", "helper_crash"),
 ]
 HELPER_S = 15
 BIG = 2_000_000
@@ -102,6 +104,17 @@ def answer_call(request_id: Any, name: str, calls: int) -> None:
         subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({HELPER_S})"], stderr=subprocess.DEVNULL)
         sys.stdout.flush()
         os._exit(1)
+    elif name in ("helper", "helper_crash"):
+        import subprocess
+
+        quiet = subprocess.DEVNULL
+        code = f"import time; time.sleep({HELPER_S})"
+        helper = subprocess.Popen([sys.executable, "-c", code], stdin=quiet, stdout=quiet, stderr=quiet)
+        with open(os.environ["RAW_HELPER_PIDS"], "a") as pids:
+            pids.write(f"{helper.pid}\n")
+        if name == "helper_crash":
+            os._exit(1)
+        result({"content": [{"type": "text", "text": "started"}]})
     elif name == "big":
         result({"content": [{"type": "text", "text": "b" * BIG}]})
     elif name == "flood":

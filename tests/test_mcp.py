@@ -1186,6 +1186,40 @@ async def test_a_server_that_dies_while_a_helper_holds_its_stdout_fails_the_call
     assert again.value == text_value("1")  # the next call reconnected: a new process
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for its reaper is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_what_a_stdio_server_started_ends_with_its_session(tmp_path: Path) -> None:
+    # A crashed server's helpers, and those of a server that exited at once on shutdown, ran on for good.
+    pids_file = tmp_path / "helpers"
+    entry = raw_server_entry(env={"RAW_HELPER_PIDS": str(pids_file)})
+    runtime = ToolRuntime()
+    try:
+        with trio.fail_after(20):
+            async with McpClientPlugin.connect(runtime, {"servers": [entry], "backoff_initial_s": 0.01}):
+                crashed = await runtime.execute(make_input("raw__helper_crash"))
+                started = await runtime.execute(make_input("raw__helper"))
+        pids = [int(line) for line in pids_file.read_text().split()]
+        assert len(pids) == 2
+        with trio.move_on_after(5):  # the kill is prompt; their reaper (init) may take a moment
+            while any(_running(pid) for pid in pids):
+                await trio.sleep(0.05)
+        assert not [pid for pid in pids if _running(pid)]  # they live HELPER_S (15 s) unless killed
+    finally:
+        for pid in [int(line) for line in pids_file.read_text().split()] if pids_file.exists() else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert crashed.code == MCP_SERVER_DIED, crashed.error.message
+    assert started.value == text_value("started")
+
+
 async def test_a_failed_read_of_the_servers_stdout_fails_the_call_in_flight_as_died(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
