@@ -58,11 +58,14 @@ def _entries_fold(directory: str) -> bool | None:
             for count, entry in enumerate(entries):
                 if count >= _PROBED_ENTRIES:
                     break
-                if entry.name.swapcase() == entry.name:
+                other_case = entry.name.swapcase()
+                if other_case == entry.name or other_case.swapcase() != entry.name:
+                    # No letters, or one whose other case is no plain variant ("ß" is "SS"): a file
+                    # system that ignores case need not find it so, and one entry decides for all.
                     continue
                 try:
                     this = os.lstat(os.path.join(directory, entry.name))
-                    other = os.lstat(os.path.join(directory, entry.name.swapcase()))
+                    other = os.lstat(os.path.join(directory, other_case))
                 except (OSError, ValueError):
                     return False
                 return (this.st_dev, this.st_ino) == (other.st_dev, other.st_ino)

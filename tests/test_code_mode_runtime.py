@@ -1697,6 +1697,31 @@ async def test_a_thread_printing_into_a_full_pipe_does_not_stop_the_program_read
     assert result.value == (2 * 1024 * 1024,) * 3
 
 
+async def test_a_raising_signal_handler_never_leaves_stdout_held_for_other_threads() -> None:
+    """The writer's Python-level lock left a gap a raising SIGALRM handler hit: other threads' prints hung (s20 review)."""
+    program = (
+        "import signal, asyncio, sys\n"
+        "def on_alarm(signum, frame):\n"
+        "    raise TimeoutError('step took too long')\n"
+        "signal.signal(signal.SIGALRM, on_alarm)\n"
+        "n = 0\n"
+        "for attempt in range(4):\n"
+        "    signal.setitimer(signal.ITIMER_REAL, 0.02)\n"
+        "    try:\n"
+        "        while True:\n"
+        "            sys.stdout.write('.'); n += 1\n"
+        "    except TimeoutError:\n"
+        "        pass\n"
+        "def work(i):\n"
+        "    print('worker', i, 'done')\n"
+        "    return i\n"
+        "return sum(await asyncio.gather(*(asyncio.to_thread(work, i) for i in range(3))))\n"
+    )
+    for _ in range(2):
+        result = await SubprocessPythonRuntime(wall_budget_s=10.0, max_output_bytes=50_000_000).run(program, {})
+        assert result.error is None and result.value == 3, result.error
+
+
 @pytest.mark.slow
 async def test_a_cpu_limit_reached_inside_one_long_c_call_still_names_the_budget() -> None:
     """The budget's warning reaches Python code only between bytecodes: SIGKILL came, unexplained (s20 review)."""

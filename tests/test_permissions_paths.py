@@ -8,6 +8,7 @@ or an absolute path dodged a deny rule ``path = "secrets/*"``, and
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -319,6 +320,44 @@ async def test_a_file_directly_inside_a_case_folding_directory_is_matched_folded
         for spelling in ("mnt/key.txt", "mnt/KEY.txt", "mnt/Key.TXT"):
             result = await runtime.execute(make_input("read_file", {"path": spelling}, agent=Agent("a")))
             assert isinstance(result, ToolExecutionFailure) and result.code == "DENIED", (spelling, result)
+    finally:
+        folds_case.cache_clear()
+
+
+def test_an_entry_whose_other_case_is_no_plain_variant_does_not_decide_for_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """"ß" swaps to "SS", which a case-ignoring file system need not find: it answered "case-sensitive" (s20 review)."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    for name in ("\u00df-notes.txt", "key.txt"):
+        (mount / name).write_text("x")
+    inside = str(mount) + "/"
+    real_lstat, real_scandir = os.lstat, os.scandir
+
+    def folding_lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        text = os.fspath(path)
+        if isinstance(text, str) and text.startswith(inside):
+            # Simple case folding, a character at a time, as vfat, exFAT and HFS+ do: "SS" is not "ß".
+            text = inside + "".join(c.lower() if len(c.lower()) == 1 else c for c in text[len(inside) :])
+        return real_lstat(text, *args, **kwargs)
+
+    class ScanInOrder:
+        def __init__(self, directory: str) -> None:
+            with real_scandir(directory) as entries:
+                self.entries = sorted(entries, key=lambda entry: entry.name, reverse=True)  # "ß..." first
+
+        def __enter__(self) -> Iterator[os.DirEntry[str]]:
+            return iter(self.entries)
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(_case_folding.os, "lstat", folding_lstat)
+    monkeypatch.setattr(_case_folding.os, "scandir", ScanInOrder)
+    folds_case.cache_clear()
+    try:
+        assert folds_case(str(mount)) is True
     finally:
         folds_case.cache_clear()
 

@@ -271,12 +271,12 @@ class _Channel:
         # A program's signal handler that raises (a SIGALRM "timeout" idiom) would otherwise run
         # between any two steps here: a frame cut in half, or the lock left held for good. Held
         # off until the frame is whole, the handler runs right after, in the program's code.
-        held = _hold_signals()
+        held = _signal_mask()
         try:
+            _hold_signals()
             self._write_whole(data)
         finally:
-            if held is not None:
-                _signal.pthread_sigmask(_signal.SIG_SETMASK, held)
+            _restore_signals(held)
 
     def _write_whole(self, data: memoryview) -> None:
         if self._reader_here() is None:
@@ -330,11 +330,28 @@ _HELD_SIGNALS: Final = (
 )
 
 
-def _hold_signals() -> Any:
-    """Block :data:`_HELD_SIGNALS` for this thread; returns the mask to restore (``None``: nothing blocked)."""
+def _restore_signals(held: Any) -> None:
+    if held is not None:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, held)
+
+
+def _signal_mask() -> Any:
+    """This thread's signal mask, to restore after :func:`_hold_signals` (``None``: none to keep).
+
+    Read before holding them, and the hold made inside the ``try``: a handler
+    whose signal came just before the hold still runs right after it, and if
+    it raises there, the mask must be put back (taken from the hold's own
+    return value, it would be lost with the exception).
+    """
     if not _HELD_SIGNALS:
         return None  # Windows: no signal masks
-    return _signal.pthread_sigmask(_signal.SIG_BLOCK, _HELD_SIGNALS)
+    return _signal.pthread_sigmask(_signal.SIG_BLOCK, ())
+
+
+def _hold_signals() -> None:
+    """Block :data:`_HELD_SIGNALS` for this thread (see :func:`_signal_mask` for how to undo it)."""
+    if _HELD_SIGNALS:
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, _HELD_SIGNALS)
 
 
 class _ReadingLock:
@@ -345,25 +362,40 @@ class _ReadingLock:
     back: the reader thread, blocked here, would never read them (the run
     hung to its budget). It reads meanwhile, as it does waiting for the
     channel's own lock.
+
+    A C lock's ``with`` leaves no gap for a Python signal handler between
+    taking the lock and the block, or between the block and the release; these
+    methods are Python code, so signals are held from before the lock is taken
+    until after it is released: a program's handler that raises (a SIGALRM
+    "timeout") runs then, and never leaves the lock held for good.
     """
 
-    __slots__ = ("_channel", "_lock")
+    __slots__ = ("_channel", "_lock", "_masks")
 
     def __init__(self, channel: _Channel) -> None:
         self._channel = channel
         self._lock = _thread.RLock()
+        self._masks: list[Any] = []  # the signal masks to restore, one per hold (touched by the holder only)
 
     def __enter__(self) -> None:
-        if self._lock.acquire(blocking=False):
-            return
-        if self._channel._reader_here() is None:
-            self._lock.acquire()
-            return
-        while not self._lock.acquire(timeout=0.001):
-            self._channel._wait(writable=False)
+        held = _signal_mask()
+        try:
+            _hold_signals()
+            if not self._lock.acquire(blocking=False):
+                if self._channel._reader_here() is None:
+                    self._lock.acquire()
+                else:
+                    while not self._lock.acquire(timeout=0.001):
+                        self._channel._wait(writable=False)
+        except BaseException:
+            _restore_signals(held)
+            raise
+        self._masks.append(held)
 
     def __exit__(self, *exc: object) -> None:
+        held = self._masks.pop()
         self._lock.release()
+        _restore_signals(held)
 
 
 class _LogWriter(io.TextIOBase):
