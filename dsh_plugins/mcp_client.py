@@ -165,6 +165,7 @@ server stops its work.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import logging
@@ -408,8 +409,31 @@ class McpServerSettings:
     )
 
     def tool_name(self, mcp_name: str) -> str:
-        """The registered name of the server's tool ``mcp_name``."""
-        return f"{self.prefix}__{mcp_name}" if self.prefix else mcp_name
+        """The registered name of the server's tool ``mcp_name``: one model providers take.
+
+        MCP allows names they refuse (``fs.read``, a space, 65 characters), and
+        one such name in the tool list makes the provider refuse every request:
+        each other character becomes ``_``, and a name still too long keeps its
+        head and a digest of the whole (calls still reach the server's own name).
+        """
+        name = f"{self.prefix}__{mcp_name}" if self.prefix else mcp_name
+        return _provider_safe(name)
+
+
+def _provider_safe(name: str) -> str:
+    if _PROVIDER_NAME.fullmatch(name):
+        return name
+    safe = _PROVIDER_UNSAFE.sub("_", name) or "_"
+    if len(safe) > _PROVIDER_NAME_CHARS:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        safe = f"{safe[: _PROVIDER_NAME_CHARS - 9]}_{digest}"
+    return safe
+
+
+# What OpenAI and Anthropic accept as a tool name (dsh_core's registry warns about others).
+_PROVIDER_NAME_CHARS: Final = 64
+_PROVIDER_NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_PROVIDER_UNSAFE: Final = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 _STDIO_ONLY: Final = ("args", "env", "cwd")
@@ -1839,6 +1863,31 @@ class McpClientPlugin:
         counts: dict[str, int] = {}
         for tool in listing:
             counts[tool.name] = counts.get(tool.name, 0) + 1
+        spelled: dict[str, list[str]] = {}  # registered name -> the server's names that became it
+        for mcp_name in counts:
+            spelled.setdefault(server.settings.tool_name(mcp_name), []).append(mcp_name)
+        for registered, mcp_names in spelled.items():
+            unchanged = (f"{server.settings.prefix}__" if server.settings.prefix else "") + mcp_names[0]
+            if len(mcp_names) > 1:
+                notes.append(
+                    McpDiagnostic(
+                        level="warning",
+                        server=server.name,
+                        tool=registered,
+                        message=f"the server's tools {', '.join(map(repr, mcp_names))} all become this name "
+                        "(model providers take letters, digits, _ and - only); the last listed is registered",
+                    )
+                )
+            elif registered != unchanged:
+                notes.append(
+                    McpDiagnostic(
+                        level="warning",
+                        server=server.name,
+                        tool=registered,
+                        message=f"registered under this name for the server's tool {mcp_names[0]!r}, which model "
+                        "providers refuse (letters, digits, _ and - only, at most 64)",
+                    )
+                )
         for mcp_name, count in counts.items():
             if count > 1:
                 # Which definition the server itself applies cannot be known; the last one wins, as before.

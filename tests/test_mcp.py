@@ -912,6 +912,39 @@ async def test_a_name_a_server_lists_twice_is_reported(caplog: pytest.LogCapture
     assert f'MCP server "mem", tool "twice": {message}' in caplog.text
 
 
+async def test_tool_names_model_providers_refuse_are_registered_under_names_they_take(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """MCP allows fs.read; one such name in the tool list made the provider refuse every request (s20 MCP audit)."""
+    long_name = "x" * 80
+    called: list[str] = []
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        names = ["fs.read", "get file", long_name, "a.b", "a_b", "fine-name"]
+        return mcp_types.ListToolsResult(tools=[mcp_types.Tool(name=n, input_schema={"type": "object"}) for n in names])
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        called.append(params.name)
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="ok")])
+
+    runtime = ToolRuntime()
+    in_process = {"mem": Server("odd", on_list_tools=list_tools, on_call_tool=call_tool)}
+    async with McpClientPlugin.connect(runtime, {"servers": [{"name": "mem"}]}, in_process=in_process) as plugin:
+        names = sorted(runtime.names())
+        assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name) for name in names), names
+        assert {"fs_read", "get_file", "a_b", "fine-name"} <= set(names) and len(names) == 5
+        clipped = next(name for name in names if name.startswith("xxx"))
+        assert len(clipped) == 64
+        for name in ("fs_read", clipped):
+            assert not (await runtime.execute(make_input(name))).is_error
+        assert called == ["fs.read", long_name]  # the server is called by its own names
+        warnings = {(note.tool, note.message) for note in plugin.diagnostics()}
+    assert ("fs_read", "registered under this name for the server's tool 'fs.read', which model providers "
+            "refuse (letters, digits, _ and - only, at most 64)") in warnings  # fmt: skip
+    assert any(tool == "a_b" and "'a.b', 'a_b' all become this name" in message for tool, message in warnings)
+    assert "is registered, but its name does not match" not in caplog.text  # nothing providers refuse
+
+
 async def test_cancelling_the_call_cancels_the_server_request() -> None:
     events: list[str] = []
     recorder = Recorder()
