@@ -165,6 +165,8 @@ server stops its work.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import ipaddress
 import json
@@ -205,6 +207,7 @@ from dsh_core import (
     json_text,
     keyed_check,
     nests_deeper_than,
+    safe_repr,
     sole_exception,
     structure_table,
     thaw,
@@ -946,9 +949,28 @@ def _content_item(block: mcp_types.ContentBlock) -> dict[str, Any]:
     if isinstance(block, mcp_types.TextContent):
         return {"type": "text", "text": block.text}
     if isinstance(block, mcp_types.ImageContent):
+        problem = _image_problem(block.data, block.mime_type)
+        if problem is not None:
+            # A provider refuses the whole request holding it, and every later one of the conversation.
+            return {"type": "text", "text": f"[an image the server returned was left out: {problem}]"}
         return {"type": "image", "data": block.data, "mime_type": block.mime_type}
     item: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
     return item
+
+
+# The image types model providers take (Anthropic's list; OpenAI's is the same four).
+_IMAGE_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def _image_problem(data: str, mime_type: str) -> str | None:
+    """Why a server's image cannot go to a model as one, or ``None``."""
+    if mime_type not in _IMAGE_TYPES:
+        return f"its type {safe_repr(mime_type)[:80]} is not one model providers take ({', '.join(sorted(_IMAGE_TYPES))})"
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return "its data is not base64"
+    return None
 
 
 def render_envelope(args: object, value: JsonValue) -> list[ContentBlock]:

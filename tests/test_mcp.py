@@ -47,10 +47,12 @@ from dsh_core import (
     ConfigError,
     Deny,
     Exclusive,
+    ImageBlock,
     JsonSchemaError,
     Parallel,
     RawSchema,
     Rewrite,
+    TextBlock,
     ToolEffects,
     ToolExecution,
     ToolExecutionFailure,
@@ -943,6 +945,34 @@ async def test_tool_names_model_providers_refuse_are_registered_under_names_they
             "refuse (letters, digits, _ and - only, at most 64)") in warnings  # fmt: skip
     assert any(tool == "a_b" and "'a.b', 'a_b' all become this name" in message for tool, message in warnings)
     assert "is registered, but its name does not match" not in caplog.text  # nothing providers refuse
+
+
+async def test_a_servers_image_a_provider_would_refuse_becomes_a_note() -> None:
+    """Passed on as an image, it made the provider refuse that request and every later one (s20 MCP audit)."""
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=[mcp_types.Tool(name="shots", input_schema={"type": "object"})])
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(
+            content=[
+                mcp_types.ImageContent(type="image", data="iVBORw0KGgo=", mime_type="image/png"),
+                mcp_types.ImageContent(type="image", data="!!!not base64", mime_type="image/png"),
+                mcp_types.ImageContent(type="image", data="PGI+aGk8L2I+", mime_type="text/html"),
+            ]
+        )
+
+    runtime = ToolRuntime()
+    in_process = {"mem": Server("shots", on_list_tools=list_tools, on_call_tool=call_tool)}
+    async with McpClientPlugin.connect(runtime, {"servers": [{"name": "mem"}]}, in_process=in_process):
+        result = await runtime.execute(make_input("shots"))
+    assert not result.is_error, result
+    first, second, third = result.content
+    assert isinstance(first, ImageBlock) and first.mime_type == "image/png"
+    assert second == TextBlock("[an image the server returned was left out: its data is not base64]")
+    assert isinstance(third, TextBlock) and third.text.startswith(
+        "[an image the server returned was left out: its type 'text/html' is not one model providers take"
+    )
 
 
 async def test_cancelling_the_call_cancels_the_server_request() -> None:
