@@ -80,6 +80,13 @@ class UndoSettings:
     )
 
 
+class _AnyAgent:
+    """``undo_to``'s default: calls of every agent."""
+
+
+_ANY_AGENT: Final = _AnyAgent()
+
+
 @attrs.frozen(kw_only=True, slots=True)
 class UndoEntry:
     """One successful call that can be undone: what ran, what it returned, and how to revert it."""
@@ -91,6 +98,9 @@ class UndoEntry:
     arguments: Any
     value: Any
     revert: Callable[[Any, Any], object] = attrs.field(repr=False)
+    # The run_code execution a sub-call belongs to (its parent's token): sub-calls of one run
+    # finish, and are recorded, in any order, and runs may reuse an id.
+    run: object | None = attrs.field(default=None, repr=False, eq=False)
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -159,6 +169,7 @@ class UndoLog:
                 arguments=execution.arguments,
                 value=result.value,
                 revert=definition.revert,
+                run=execution.parent,
             )
         )
 
@@ -184,23 +195,32 @@ class UndoLog:
             chosen = [entry for entry in reversed(self._entries) if where is None or _accepts(where, entry)][:count]
             return await self._revert(chosen, keep_going)
 
-    async def undo_to(self, call_id: str, *, keep_going: bool = False) -> list[UndoOutcome]:
+    async def undo_to(
+        self, call_id: str, *, agent: ScopeKey | _AnyAgent | None = _ANY_AGENT, keep_going: bool = False
+    ) -> list[UndoOutcome]:
         """Undo the call ``call_id`` and everything recorded after it, newest first.
 
         ``call_id`` may also be a ``run_code`` call's id: its undoable sub-calls,
         and everything after the first of them, are undone. An id used more than
         once (providers may reuse ids across turns) means its newest use, a plain
-        call or a ``run_code`` run. ``keep_going`` as for :meth:`undo`.
+        call or a ``run_code`` run. ``agent`` (a scope key, or ``None`` for calls
+        made without one) keeps to that agent's calls: the call is looked for
+        among them, and only they are undone; call ids are per agent, so a host
+        with several names the agent whose turn it rejects. ``keep_going`` as for
+        :meth:`undo`.
 
         Raises:
             LookupError: no undoable call has that id (never recorded, already undone, or forgotten).
         """
         async with self._undoing:
-            entries = list(self._entries)
+            entries = [
+                entry for entry in self._entries if isinstance(agent, _AnyAgent) or _same_agent(entry.agent, agent)
+            ]
             start = _newest_call(entries, call_id)
             if start is not None:
                 return await self._revert(list(reversed(entries[start:])), keep_going)
-        raise LookupError(f"no undoable call {call_id!r} (it failed, was undone, or was forgotten)")
+        whose = "" if isinstance(agent, _AnyAgent) else f" of agent {scope_id(agent)!r}"
+        raise LookupError(f"no undoable call {call_id!r}{whose} (it failed, was undone, or was forgotten)")
 
     async def _revert(self, chosen: list[UndoEntry], keep_going: bool) -> list[UndoOutcome]:
         outcomes: list[UndoOutcome] = []
@@ -251,13 +271,16 @@ def _accepts(where: Callable[[UndoEntry], bool], entry: UndoEntry) -> bool:
     return bool(verdict)
 
 
+def _same_agent(entry_agent: ScopeKey | None, agent: ScopeKey | None) -> bool:
+    return entry_agent is agent or entry_agent == agent or scope_id(entry_agent) == scope_id(agent)
+
+
 def _newest_call(entries: list[UndoEntry], call_id: str) -> int | None:
     """Where undoing ``call_id`` starts: its newest entry, or the first sub-call of its newest ``run_code`` run.
 
     A provider may reuse ids across turns, so the newest use is meant, whichever
-    kind it was. A run's sub-calls are numbered from 1 (``<id>:code:<n>``): going
-    back from its newest, the run's own have ever smaller numbers, and an earlier
-    run with the same id starts over.
+    kind it was. A run's sub-calls finish, and are recorded, in any order
+    (``asyncio.gather``): the run is told apart by its token, not by numbers.
     """
     for newest in range(len(entries) - 1, -1, -1):
         entry = entries[newest]
@@ -267,22 +290,12 @@ def _newest_call(entries: list[UndoEntry], call_id: str) -> int | None:
             break
     else:
         return None
-    start, number = newest, _sub_call_number(entries[newest].call_id, call_id)
-    for earlier in range(newest - 1, -1, -1):
-        entry = entries[earlier]
-        if entry.root_call_id != call_id:
-            continue  # another call, recorded while the run went on: undone too, as it came after
-        before = _sub_call_number(entry.call_id, call_id)
-        if number is None or before is None or before >= number:
-            break  # an earlier run with this id
-        start, number = earlier, before
-    return start
-
-
-def _sub_call_number(call_id: str, root: str) -> int | None:
-    prefix = f"{root}:code:"
-    number = call_id[len(prefix) :] if call_id.startswith(prefix) else ""
-    return int(number) if number.isdecimal() and number.isascii() else None
+    run = entries[newest].run
+    if run is None:  # not recorded through the bridge: the entry itself
+        return newest
+    # Every sub-call of that run holds its token, whatever order they finished in; an earlier
+    # run with the same id holds another.
+    return next(index for index, entry in enumerate(entries) if entry.run is run)
 
 
 @hookimpl

@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_core import Block, ConfigError, ToolRuntime, define_tool, hookimpl
+from dsh_core import Agent, Block, ConfigError, ToolRuntime, define_tool, hookimpl
 from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, json_tool, make_input, make_runtime
 from dsh_plugins import files, undo
 from dsh_plugins.files import file_tools
@@ -415,6 +415,56 @@ async def test_undo_to_an_id_reused_by_a_plain_call_and_a_later_run_means_the_ru
     await log.undo_to("call_1")
     assert state == ["p", "x"]
     await log.undo_to("call_1")  # now the plain call is the newest with that id: it and what came after
+    assert state == []
+
+
+async def test_undo_to_a_run_takes_every_sub_call_whatever_order_they_finished_in() -> None:
+    """Parallel sub-calls finish out of order: the walk took a larger number before a smaller for an earlier run (s20)."""
+    state: list[str] = []
+    first_may_finish = trio.Event()
+
+    async def add(args: Any) -> str:
+        if args["item"] == "A":
+            await first_may_finish.wait()  # the first call made finishes last
+        state.append(args["item"])
+        return str(args["item"])
+
+    def revert(args: Any, value: Any) -> None:
+        state.remove(value)
+
+    async def program(tools: Any) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tools["add"], {"item": "A"})
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(tools["add"], {"item": "B"})
+            await trio.testing.wait_all_tasks_blocked()
+            first_may_finish.set()
+
+    runtime = ToolRuntime(mode="code", code_runtime=FakeCodeRuntime(program))
+    runtime.register(json_tool("add", add, revert=revert, is_concurrency_safe=lambda args: True))
+    log = UndoLog(runtime)
+    runtime.plugins.register(log)
+    expect_success(await runtime.execute(run_code_call("run")))
+    assert [entry.call_id for entry in log.entries()] == ["run:code:2", "run:code:1"] and state == ["B", "A"]
+    outcomes = await log.undo_to("run")
+    assert [(outcome.call_id, outcome.reverted) for outcome in outcomes] == [("run:code:1", True), ("run:code:2", True)]
+    assert state == [] and log.entries() == ()
+
+
+async def test_undo_to_with_an_agent_undoes_that_agents_call_and_its_later_calls_only() -> None:
+    """Call ids are per agent: the newest call_1, another agent's, was undone, and the rejected turn stayed (s20)."""
+    state: list[str] = []
+    runtime, log, _ = with_undo(counter_tool("add", state))
+    ann, bob = Agent("ann"), Agent("bob")
+    expect_success(await runtime.execute(make_input("add", {"item": "A1"}, call_id="call_1", agent=ann)))
+    expect_success(await runtime.execute(make_input("add", {"item": "A2"}, call_id="call_2", agent=ann)))
+    expect_success(await runtime.execute(make_input("add", {"item": "B1"}, call_id="call_1", agent=bob)))
+    outcomes = await log.undo_to("call_1", agent=ann)
+    assert [outcome.call_id for outcome in outcomes] == ["call_2", "call_1"]
+    assert state == ["B1"]
+    with pytest.raises(LookupError, match="no undoable call 'call_2' of agent 'bob'"):
+        await log.undo_to("call_2", agent=bob)
+    assert [outcome.call_id for outcome in await log.undo_to("call_1")] == ["call_1"]  # any agent: the newest
     assert state == []
 
 
