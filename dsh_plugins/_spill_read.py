@@ -13,6 +13,7 @@ window is sized so that its value, returned as the program's result (which
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable
 from typing import Any, BinaryIO, Final
@@ -77,6 +78,10 @@ def untrusted_directory(info: os.stat_result) -> str | None:
     return None
 
 
+# What SpillStore names a file: "<call id>-<tool>" made safe, a dash and six hex digits, ".txt".
+_SPILL_NAME: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*-[0-9a-f]{6}\.txt")
+
+
 def _resolve(directory: str | None, path: str) -> str:
     """The spill file ``path`` names (a full path from a notice, or a bare file name), checked."""
     if not path or "\x00" in path:
@@ -84,7 +89,9 @@ def _resolve(directory: str | None, path: str) -> str:
     name = os.path.basename(path)
     if directory is None:  # the private directory is made by the first spill
         raise SpillReadError(f"there is no spilled output {name!r}: nothing has been spilled yet")
-    if os.path.dirname(path) not in ("", directory) or name in ("", ".", ".."):
+    if os.path.dirname(path) not in ("", directory) or _SPILL_NAME.fullmatch(name) is None:
+        # Only the names a store gives: a directory configured beside other files (the host's .env,
+        # its grants file) is no place for the model to read them from.
         raise SpillReadError(f"{path!r} is not a spilled output: spilled outputs are saved in {directory}")
     try:
         folder = os.lstat(directory)

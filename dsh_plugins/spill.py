@@ -241,7 +241,8 @@ class SpillStore:
     """
 
     def __init__(self, directory: str | None = None) -> None:
-        self._configured = directory
+        # Absolute and without a trailing slash: the reader compares the directory a notice names.
+        self._configured = os.path.abspath(directory) if directory is not None else None
         self._private: str | None = None
         self._making = threading.Lock()  # saves run in worker threads: make one private directory, not two
 

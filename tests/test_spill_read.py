@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from test_spill import BIG, CAP, ContentReplacer, default_spill, isolated_temp_dir, only_text, text_tool, with_spill
 
 from dsh_core import DshConfig, TextBlock, ToolExecutionResult, ToolRuntime, load_plugins
@@ -154,7 +155,7 @@ async def test_a_start_column_outside_its_line_is_refused(tmp_path: Path, argume
         ({"path": "../passwd"}, "is not a spilled output"),
         ({"path": ".."}, "is not a spilled output"),
         ({"path": ""}, "must name a spilled output file"),
-        ({"path": "nope.txt"}, "there is no spilled output 'nope.txt'"),
+        ({"path": "nope-abcdef.txt"}, "there is no spilled output 'nope-abcdef.txt'"),
         ({"path": SPILLED, "start_line": 0}, "start_line must be at least 1"),
         ({"path": SPILLED, "start_line": 501}, "start_line 501 is past the end: the output has 500 lines"),
         ({"path": SPILLED, "max_lines": 0}, "max_lines must be at least 1"),
@@ -175,8 +176,8 @@ async def test_a_symlink_in_the_spill_directory_is_not_followed(tmp_path: Path) 
     await spilled(runtime)
     secret = tmp_path / "secret.txt"
     secret.write_text("password\n")
-    (tmp_path / "spill" / "link.txt").symlink_to(secret)
-    result = expect_failure(await read(runtime, path="link.txt"))
+    (tmp_path / "spill" / "link-abcdef.txt").symlink_to(secret)
+    result = expect_failure(await read(runtime, path="link-abcdef.txt"))
     assert "is not a regular file" in result.error.message
 
 
@@ -186,17 +187,17 @@ async def test_a_symlink_swapped_in_after_the_check_is_not_followed(
     secret = tmp_path / "secret.txt"
     secret.write_text("password\n")
     (tmp_path / "spill").mkdir(mode=0o700)
-    link = tmp_path / "spill" / "link.txt"
+    link = tmp_path / "spill" / "link-abcdef.txt"
     link.symlink_to(secret)
     # What a swap between the check and the open looks like: the checked name is a symlink by now.
     monkeypatch.setattr(spill_read, "_resolve", lambda directory, path: str(link))
-    with pytest.raises(SpillReadError, match=r"'link\.txt' in .* is not a regular file"):
-        read_spilled(str(tmp_path / "spill"), "link.txt", budget=1000)
+    with pytest.raises(SpillReadError, match=r"'link-abcdef\.txt' in .* is not a regular file"):
+        read_spilled(str(tmp_path / "spill"), "link-abcdef.txt", budget=1000)
 
 
 async def test_nothing_spilled_yet_is_a_clear_error(tmp_path: Path) -> None:
     runtime = with_spill(tmp_path / "never-created", text_tool("dump", "small"))
-    result = expect_failure(await read(runtime, path="call-1-dump.txt"))
+    result = expect_failure(await read(runtime, path="call-1-dump-abcdef.txt"))
     assert "nothing has been spilled yet" in result.error.message
 
 
@@ -218,19 +219,19 @@ async def test_by_default_the_reader_reads_its_own_runtimes_spills_only(
 
 def test_a_spill_directory_others_may_write_to_is_refused(tmp_path: Path) -> None:
     (tmp_path / "spill").mkdir()
-    (tmp_path / "spill" / "a.txt").write_text("x\n")
+    (tmp_path / "spill" / "a-abcdef.txt").write_text("x\n")
     (tmp_path / "spill").chmod(0o777)
     with pytest.raises(SpillReadError, match="is writable by other users \\(mode 777\\)"):
-        read_spilled(str(tmp_path / "spill"), "a.txt", budget=1000)
+        read_spilled(str(tmp_path / "spill"), "a-abcdef.txt", budget=1000)
 
 
 def test_a_spill_directory_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()
-    (real / "a.txt").write_text("x\n")
+    (real / "a-abcdef.txt").write_text("x\n")
     (tmp_path / "spill").symlink_to(real)
     with pytest.raises(SpillReadError, match="is a symlink"):
-        read_spilled(str(tmp_path / "spill"), "a.txt", budget=1000)
+        read_spilled(str(tmp_path / "spill"), "a-abcdef.txt", budget=1000)
 
 
 async def test_read_tool_false_registers_no_tool_and_the_notice_names_none(tmp_path: Path) -> None:
@@ -441,10 +442,10 @@ def test_a_line_that_is_not_utf8_is_shown_with_replacement_characters(tmp_path: 
     """A file from elsewhere in a configured directory failed every window reaching it with a bare UnicodeDecodeError."""
     directory = tmp_path / "spill"
     directory.mkdir(mode=0o700)
-    (directory / "foreign.txt").write_bytes(b"one\nlatin1 caf\xe9\nthree\n")
-    window = read_spilled(str(directory), "foreign.txt", budget=1000)
+    (directory / "foreign-abcdef.txt").write_bytes(b"one\nlatin1 caf\xe9\nthree\n")
+    window = read_spilled(str(directory), "foreign-abcdef.txt", budget=1000)
     assert [line["text"] for line in window["lines"]] == ["one", "latin1 caf\ufffd", "three"]
-    found = read_spilled(str(directory), "foreign.txt", budget=1000, contains="three")
+    found = read_spilled(str(directory), "foreign-abcdef.txt", budget=1000, contains="three")
     assert [line["number"] for line in found["lines"]] == [3]
 
 
@@ -453,10 +454,31 @@ def test_a_search_in_a_line_too_long_to_show_shows_the_part_around_the_match(tmp
     directory = tmp_path / "spill"
     directory.mkdir(mode=0o700)
     line = "".join(f'{{"id": "item-{n}"}},' for n in range(2000))
-    (directory / "api.txt").write_text(line + "\n")
-    window = read_spilled(str(directory), "api.txt", budget=1000, contains='"item-1500"')
+    (directory / "api-abcdef.txt").write_text(line + "\n")
+    window = read_spilled(str(directory), "api-abcdef.txt", budget=1000, contains='"item-1500"')
     (shown,) = window["lines"]
     assert shown["text"].startswith("…") and '"item-1500"' in shown["text"]
     assert window["cut_lines"] == [1]
-    head = read_spilled(str(directory), "api.txt", budget=1000)["lines"][0]["text"]
+    head = read_spilled(str(directory), "api-abcdef.txt", budget=1000)["lines"][0]["text"]
     assert head.startswith('{"id": "item-0"}')  # without a search the window starts at the line's head, as before
+
+
+def test_only_the_names_a_store_gives_are_read_from_the_spill_directory(tmp_path: Path) -> None:
+    """A directory configured beside the host's files let the model read its .env (s20 spill/undo audit)."""
+    directory = tmp_path / "spill"
+    directory.mkdir(mode=0o700)
+    (directory / ".env").write_text("OPENAI_API_KEY=sk-secret\n")
+    (directory / "grants.jsonl").write_text("{}\n")
+    (directory / "call-1-dump-0a1b2c.txt").write_text("spilled\n")
+    for name in (".env", "grants.jsonl", str(directory / ".env")):
+        with pytest.raises(SpillReadError, match="is not a spilled output"):
+            read_spilled(str(directory), name, budget=1000)
+    assert read_spilled(str(directory), "call-1-dump-0a1b2c.txt", budget=1000)["lines"][0]["text"] == "spilled"
+
+
+async def test_a_store_given_a_directory_with_a_trailing_slash_names_paths_its_reader_takes(tmp_path: Path) -> None:
+    """The notice named <dir>//<file>, and the reader refused it as not in <dir>/ (s20 spill/undo audit)."""
+    store = spill.SpillStore(str(tmp_path / "spill") + "/")
+    saved = await trio.to_thread.run_sync(store.save, "call-1", "dump", "line\n")
+    assert store.directory is not None
+    assert read_spilled(store.directory, saved, budget=1000)["lines"][0]["text"] == "line"
