@@ -806,11 +806,18 @@ async def test_a_subprocess_flooding_short_lines_keeps_a_bounded_number_of_them(
 
 
 async def test_a_subprocess_line_ends_a_line_the_program_flushed_unfinished() -> None:
-    """It jumped ahead of the flushed part, which was then glued to the program's next print."""
+    """It jumped ahead of the flushed part, which was then glued to the program's next print.
+
+    Printed text and a subprocess's output arrive on two pipes, read by two tasks (README: their
+    lines "may appear in either order"); the pauses give the host time to take each before the
+    next even on a busy machine, where either reader may lag (CI on 3.13 saw both orders).
+    """
     program = (
-        "import subprocess\n"
+        "import subprocess, time\n"
         "print('progress: ', end='', flush=True)\n"
+        "time.sleep(0.3)\n"
         "subprocess.run(['echo', 'child-output'])\n"
+        "time.sleep(0.3)\n"
         "print('end')\n"
         "return 1"
     )
