@@ -424,9 +424,9 @@ class McpServerSettings:
 
 
 def _provider_safe(name: str) -> str:
-    if _PROVIDER_NAME.fullmatch(name):
-        return name
-    safe = _PROVIDER_UNSAFE.sub("_", name) or "_"
+    if not name or _PROVIDER_NAME.fullmatch(name):
+        return name  # an empty name stays empty: no tool can have it, and the registry says so
+    safe = _PROVIDER_UNSAFE.sub("_", name)
     if len(safe) > _PROVIDER_NAME_CHARS:
         digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
         safe = f"{safe[: _PROVIDER_NAME_CHARS - 9]}_{digest}"
