@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import collections
 import inspect
+import itertools
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Final
 
@@ -41,11 +43,14 @@ import attrs
 import trio
 
 from dsh_core import (
+    PreToolDecision,
     ScopeKey,
     TableCheck,
     ToolDispatchExecution,
+    ToolExecution,
     ToolExecutionResult,
     ToolExecutionSuccess,
+    ToolExecutionToken,
     ToolRuntime,
     check_validator,
     hookimpl,
@@ -101,6 +106,8 @@ class UndoEntry:
     # The run_code execution a sub-call belongs to (its parent's token): sub-calls of one run
     # finish, and are recorded, in any order, and runs may reuse an id.
     run: object | None = attrs.field(default=None, repr=False, eq=False)
+    # When its dispatch started, among this log's: the order the calls were made in.
+    dispatch: int = attrs.field(default=0, repr=False, eq=False)
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -126,6 +133,10 @@ class UndoLog:
         check_validator(_max_entries_problem)(self, attrs.fields(UndoSettings).max_entries, max_entries)
         self.runtime = runtime
         self._entries: collections.deque[UndoEntry] = collections.deque(maxlen=max_entries)
+        # Calls numbered in the order they were made (pre-execute runs in model order; their
+        # dispatches start, and finish, in any order): the log keeps that order.
+        self._dispatches = itertools.count()
+        self._made: weakref.WeakKeyDictionary[ToolExecutionToken, int] = weakref.WeakKeyDictionary()
         self.forgotten = 0
         """How many undoable calls were dropped for ``max_entries``."""
         # Held while a request chooses its entries and reverts them: a second request choosing
@@ -133,8 +144,15 @@ class UndoLog:
         self._undoing = trio.Lock()
 
     def entries(self) -> tuple[UndoEntry, ...]:
-        """The calls that can be undone, oldest first."""
+        """The calls that can be undone, oldest first (in the order they were made, not finished)."""
         return tuple(self._entries)
+
+    @hookimpl(tryfirst=True)
+    async def dsh_pre_execute(
+        self, execution: ToolExecution, next: Callable[[], Awaitable[PreToolDecision]]
+    ) -> PreToolDecision:
+        self._made[execution.token] = self._dispatches.__next__()  # (the hook's own next() is the chain)
+        return await next()
 
     @hookimpl(tryfirst=True)
     async def dsh_execute(
@@ -147,20 +165,30 @@ class UndoLog:
         # record of an earlier process) did nothing here to undo. Recorded also when next()
         # raises after the body returned (the caller's scope cancelled on the way out, an inner
         # wrapper raising): the work happened all the same. No await stands between.
+        dispatch = self._made.pop(execution.token, None)
+        if dispatch is None:  # dispatched without its pre-execute stage here (a plugin registered meanwhile)
+            dispatch = self._dispatches.__next__()
         try:
             return await next()
         finally:
             body = execution.body_result
             if isinstance(body, ToolExecutionSuccess):
-                self._record(execution, body)
+                self._record(execution, body, dispatch)
 
-    def _record(self, execution: ToolDispatchExecution, result: ToolExecutionSuccess) -> None:
+    def _record(self, execution: ToolDispatchExecution, result: ToolExecutionSuccess, dispatch: int) -> None:
         definition = self.runtime.get(execution.name, execution.agent)
         if definition is None or definition.revert is None:
             return
         if len(self._entries) == self._entries.maxlen:
             self.forgotten += 1
-        self._entries.append(
+            self._entries.popleft()  # the oldest, so that one made earlier can still go in its place
+        # Where it belongs by when it was made: usually last; a parallel call that finished
+        # before one made earlier goes before it (undo_to("c2") then takes c3 as well).
+        index = len(self._entries)
+        while index and self._entries[index - 1].dispatch > dispatch:
+            index -= 1
+        self._entries.insert(
+            index,
             UndoEntry(
                 call_id=execution.call_id,
                 root_call_id=execution.root_call_id,
@@ -170,7 +198,8 @@ class UndoLog:
                 value=result.value,
                 revert=definition.revert,
                 run=execution.parent,
-            )
+                dispatch=dispatch,
+            ),
         )
 
     async def undo(

@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_core import Agent, Block, ConfigError, ToolRuntime, define_tool, hookimpl
+from dsh_core import Agent, Block, ConfigError, ToolRuntime, define_tool, hookimpl, run_tool_calls
 from dsh_core.testing import FakeCodeRuntime, expect_failure, expect_success, json_tool, make_input, make_runtime
 from dsh_plugins import files, undo
 from dsh_plugins.files import file_tools
@@ -445,10 +445,37 @@ async def test_undo_to_a_run_takes_every_sub_call_whatever_order_they_finished_i
     log = UndoLog(runtime)
     runtime.plugins.register(log)
     expect_success(await runtime.execute(run_code_call("run")))
-    assert [entry.call_id for entry in log.entries()] == ["run:code:2", "run:code:1"] and state == ["B", "A"]
+    # Kept in the order the program made them, though the second finished first.
+    assert [entry.call_id for entry in log.entries()] == ["run:code:1", "run:code:2"] and state == ["B", "A"]
     outcomes = await log.undo_to("run")
-    assert [(outcome.call_id, outcome.reverted) for outcome in outcomes] == [("run:code:1", True), ("run:code:2", True)]
+    assert [(outcome.call_id, outcome.reverted) for outcome in outcomes] == [("run:code:2", True), ("run:code:1", True)]
     assert state == [] and log.entries() == ()
+
+
+async def test_parallel_calls_are_undone_from_the_one_named_in_the_order_they_were_made(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Recorded as they finished, undo_to("c2") left c3, made after c2 but finished first (s20 spill/undo audit)."""
+    state: list[str] = []
+
+    async def add(args: Any) -> str:
+        await trio.sleep(args["delay"])
+        state.append(args["item"])
+        return str(args["item"])
+
+    def revert(args: Any, value: Any) -> None:
+        state.remove(value)
+
+    tool = json_tool("add", add, revert=revert, is_concurrency_safe=lambda args: True)
+    runtime, log, _ = with_undo(tool)
+    calls = [
+        make_input("add", {"item": item, "delay": delay}, call_id=call_id)
+        for call_id, item, delay in (("c1", "one", 0), ("c2", "two", 5), ("c3", "three", 1))
+    ]
+    await run_tool_calls(runtime, calls, max_parallel=3)
+    assert [entry.call_id for entry in log.entries()] == ["c1", "c2", "c3"]
+    assert [outcome.call_id for outcome in await log.undo_to("c2")] == ["c3", "c2"]
+    assert state == ["one"]
 
 
 async def test_undo_to_with_an_agent_undoes_that_agents_call_and_its_later_calls_only() -> None:
