@@ -419,8 +419,11 @@ class McpServerSettings:
         each other character becomes ``_``, and a name still too long keeps its
         head and a digest of the whole (calls still reach the server's own name).
         """
-        name = f"{self.prefix}__{mcp_name}" if self.prefix else mcp_name
-        return _provider_safe(name)
+        return _provider_safe(self.prefixed(mcp_name))
+
+    def prefixed(self, mcp_name: str) -> str:
+        """``mcp_name`` with this server's prefix, as written (before it is made one providers take)."""
+        return f"{self.prefix}__{mcp_name}" if self.prefix else mcp_name
 
 
 def _provider_safe(name: str) -> str:
@@ -1873,14 +1876,15 @@ class McpClientPlugin:
     ) -> list[McpDiagnostic]:
         """Warnings about a listing as a whole: cut at the page cap, a name listed more than once."""
         notes: list[McpDiagnostic] = []
+
+        def warn(tool: str | None, message: str) -> None:
+            notes.append(McpDiagnostic(level="warning", server=server.name, tool=tool, message=message))
+
         if cut_short:
-            notes.append(
-                McpDiagnostic(
-                    level="warning",
-                    server=server.name,
-                    message=f"its tool list goes on for more than {_LIST_PAGE_CAP} pages; only the {len(listing)} "
-                    f"tools on the first {_LIST_PAGE_CAP} pages are registered",
-                )
+            warn(
+                None,
+                f"its tool list goes on for more than {_LIST_PAGE_CAP} pages; only the {len(listing)} "
+                f"tools on the first {_LIST_PAGE_CAP} pages are registered",
             )
         counts: dict[str, int] = {}
         for tool in listing:
@@ -1889,37 +1893,24 @@ class McpClientPlugin:
         for mcp_name in counts:
             spelled.setdefault(server.settings.tool_name(mcp_name), []).append(mcp_name)
         for registered, mcp_names in spelled.items():
-            unchanged = (f"{server.settings.prefix}__" if server.settings.prefix else "") + mcp_names[0]
             if len(mcp_names) > 1:
-                notes.append(
-                    McpDiagnostic(
-                        level="warning",
-                        server=server.name,
-                        tool=registered,
-                        message=f"the server's tools {', '.join(map(repr, mcp_names))} all become this name "
-                        "(model providers take letters, digits, _ and - only); the last listed is registered",
-                    )
+                warn(
+                    registered,
+                    f"the server's tools {', '.join(map(repr, mcp_names))} all become this name "
+                    "(model providers take letters, digits, _ and - only); the last listed is registered",
                 )
-            elif registered != unchanged:
-                notes.append(
-                    McpDiagnostic(
-                        level="warning",
-                        server=server.name,
-                        tool=registered,
-                        message=f"registered under this name for the server's tool {mcp_names[0]!r}, which model "
-                        "providers refuse (letters, digits, _ and - only, at most 64)",
-                    )
+            elif registered != server.settings.prefixed(mcp_names[0]):
+                warn(
+                    registered,
+                    f"registered under this name for the server's tool {mcp_names[0]!r}, which model "
+                    "providers refuse (letters, digits, _ and - only, at most 64)",
                 )
         for mcp_name, count in counts.items():
             if count > 1:
                 # Which definition the server itself applies cannot be known; the last one wins, as before.
-                notes.append(
-                    McpDiagnostic(
-                        level="warning",
-                        server=server.name,
-                        tool=server.settings.tool_name(mcp_name),
-                        message=f"the server lists this name {count} times; the last definition listed is registered",
-                    )
+                warn(
+                    server.settings.tool_name(mcp_name),
+                    f"the server lists this name {count} times; the last definition listed is registered",
                 )
         return notes
 
